@@ -1,0 +1,337 @@
+"""The policy engine: structural invariants, then compiled rules, first match wins.
+
+Plain data in, a :class:`Decision` out; no sockets, no subprocesses of its own (named git
+remotes are resolved through the role registry's resolver, which tests can replace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from policy.models import CompiledPolicyFile, CompiledRule, ToolAnnotation, ToolAnnotationsFile
+from policy.paths import SYSTEM_ROOTS, canonical_path, is_within, iter_strings, looks_like_path
+from policy.prepare import prepare_tool_args
+from policy.roles import (
+    ArgumentRole,
+    get_path_roles,
+    get_role_definition,
+    get_url_roles,
+)
+from policy.urls import domain_matches_allowlist
+
+DecisionKind = Literal["allow", "deny", "escalate"]
+_SEVERITY: Mapping[str, int] = {"allow": 0, "escalate": 1, "deny": 2}
+
+PATH_ROLES: frozenset[ArgumentRole] = frozenset(get_path_roles())
+URL_ROLES: frozenset[ArgumentRole] = frozenset(get_url_roles())
+# Roles that remove their target: deleting or moving away a directory that holds a protected
+# path is as bad as touching the protected path itself. (Writing *into* an ancestor is not.)
+_REMOVING_ROLES: frozenset[ArgumentRole] = frozenset({"delete-path"})
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    decision: DecisionKind
+    rule: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StructuralConfig:
+    """Hard-coded protections, derived from the session's configuration, never compiled.
+
+    ``protected`` maps canonical paths to a label used in reasons. ``state_dir`` is
+    protected as a whole except for the ``exempt`` directories (this session's workspace).
+    """
+
+    protected: Mapping[str, str] = field(default_factory=dict)
+    state_dir: str | None = None
+    exempt: tuple[str, ...] = ()
+    system_roots: tuple[str, ...] = SYSTEM_ROOTS
+
+    def protected_label(self, path: str, removing: bool = False) -> str | None:
+        for target, label in self.protected.items():
+            if is_within(path, target) or (removing and is_within(target, path)):
+                return label
+        state = self.state_dir
+        if (
+            state is not None
+            and (is_within(path, state) or (removing and is_within(state, path)))
+            and not any(is_within(path, e) for e in self.exempt)
+        ):
+            return "ironcurtain's state directory"
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class _ToolInfo:
+    annotation: ToolAnnotation
+    path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
+    url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    name: str
+    then: DecisionKind
+    reason: str
+    effect: frozenset[str] | None
+    server: frozenset[str] | None
+    tool: frozenset[str] | None
+    side_effects: bool | None
+    path_roles: frozenset[ArgumentRole] | None
+    within: str
+    domain_roles: frozenset[ArgumentRole] | None
+    allowed: tuple[str, ...]
+
+
+def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
+    return None if values is None else frozenset(values)
+
+
+def expand_variables(value: str, variables: Mapping[str, str]) -> str:
+    for key, replacement in variables.items():
+        value = value.replace("${" + key + "}", replacement)
+    return value
+
+
+def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
+    c = rule.condition
+    return _Rule(
+        name=rule.name,
+        then=rule.then,
+        reason=rule.reason,
+        effect=_opt_set(c.effect),
+        server=_opt_set(c.server),
+        tool=_opt_set(c.tool),
+        side_effects=c.side_effects,
+        path_roles=frozenset(c.paths.roles) if c.paths else None,
+        within=canonical_path(expand_variables(c.paths.within, variables)) if c.paths else "",
+        domain_roles=frozenset(c.domains.roles) if c.domains else None,
+        allowed=tuple(c.domains.allowed) if c.domains else (),
+    )
+
+
+class PolicyEngine:
+    """Decides every tool call: ``allow``, ``deny`` or ``escalate``.
+
+    >>> engine = PolicyEngine(CompiledPolicyFile(rules=[]), ToolAnnotationsFile(servers={}))
+    >>> engine.evaluate("fs", "read_file", {"path": "/tmp/x"}).rule
+    'structural-unknown-tool'
+    """
+
+    def __init__(
+        self,
+        policy: CompiledPolicyFile,
+        annotations: ToolAnnotationsFile,
+        structural: StructuralConfig | None = None,
+        domain_allowlists: Mapping[str, Sequence[str]] | None = None,
+        variables: Mapping[str, str] | None = None,
+    ) -> None:
+        self.structural = structural or StructuralConfig()
+        self._allowlists = {k: tuple(v) for k, v in (domain_allowlists or {}).items()}
+        self._tools: dict[tuple[str, str], _ToolInfo] = {}
+        for server, entry in annotations.servers.items():
+            for ann in entry.tools:
+                self._tools[(server, ann.tool_name)] = self._tool_info(ann)
+        self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
+
+    @staticmethod
+    def _tool_info(ann: ToolAnnotation) -> _ToolInfo:
+        path_args = []
+        url_args = []
+        for arg, roles in ann.args.items():
+            role_set = frozenset(roles)
+            if role_set & PATH_ROLES:
+                path_args.append((arg, role_set))
+            for role in roles:
+                if role in URL_ROLES:
+                    url_args.append((arg, role, role_set))
+                    break
+        return _ToolInfo(ann, tuple(path_args), tuple(url_args))
+
+    def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
+        info = self._tools.get((server, tool))
+        return info.annotation if info else None
+
+    def prepare(
+        self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
+    ) -> tuple[dict[str, object], dict[str, object]]:
+        """``prepare_tool_args`` with this engine's annotation for the tool."""
+        return prepare_tool_args(args, self.get_annotation(server, tool), cwd)
+
+    def decide(
+        self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
+    ) -> tuple[Decision, dict[str, object]]:
+        """Canonicalise raw arguments, evaluate them; returns the decision and the
+        arguments to forward."""
+        transport, for_policy = self.prepare(server, tool, args, cwd)
+        return self.evaluate(server, tool, for_policy, cwd), transport
+
+    # -- evaluation -------------------------------------------------------------------------
+
+    def evaluate(
+        self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
+    ) -> Decision:
+        """Evaluate canonical arguments (as returned by :meth:`prepare`)."""
+        info = self._tools.get((server, tool))
+        verdict = self._structural(info, args, cwd)
+        if verdict is not None:
+            return verdict
+        assert info is not None  # unknown tools were denied above
+        domain_cache: dict[tuple[str, str], str] = {}
+        gate = self._domain_gate(server, info, args, cwd, domain_cache)
+        compiled = self._compiled(server, tool, info, args, cwd, domain_cache)
+        if gate is not None and _SEVERITY[gate.decision] > _SEVERITY[compiled.decision]:
+            return gate
+        return compiled
+
+    def _structural(
+        self, info: _ToolInfo | None, args: Mapping[str, object], cwd: str | None
+    ) -> Decision | None:
+        structural = self.structural
+        annotated = dict(info.path_args) if info else {}
+        for key, value in args.items():
+            roles = annotated.get(key)
+            if roles is not None:
+                removing = bool(roles & _REMOVING_ROLES)
+                for path in iter_strings(value):
+                    label = structural.protected_label(path, removing)
+                    if label:
+                        return _deny_protected(key, label)
+                    for root in structural.system_roots:
+                        if is_within(path, root):
+                            return Decision(
+                                "deny",
+                                "structural-system-root",
+                                f"argument '{key}' points into the system directory {root}",
+                            )
+            else:
+                # Defence in depth: anything that looks like a path, whatever its role.
+                for text in iter_strings(value):
+                    if looks_like_path(text):
+                        label = structural.protected_label(canonical_path(text, cwd))
+                        if label:
+                            return _deny_protected(key, label)
+        if info is None:
+            return Decision(
+                "deny", "structural-unknown-tool", "tool has no annotation, so it is never called"
+            )
+        return None
+
+    @staticmethod
+    def _domain_of(
+        value: str,
+        role: ArgumentRole,
+        args: Mapping[str, object],
+        cwd: str | None,
+        cache: dict[tuple[str, str], str],
+    ) -> str:
+        """resolve_for_policy -> canonicalize -> prepare_for_policy (seed 003 §4.2)."""
+        key = (role, value)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        definition = get_role_definition(role)
+        resolved = value
+        if definition.resolve_for_policy is not None:
+            resolved = definition.resolve_for_policy(value, args, cwd)
+        normalised = definition.canonicalize(resolved, cwd, None)
+        domain = (
+            definition.prepare_for_policy(normalised)
+            if definition.prepare_for_policy
+            else normalised
+        )
+        cache[key] = domain
+        return domain
+
+    def _domain_gate(
+        self,
+        server: str,
+        info: _ToolInfo,
+        args: Mapping[str, object],
+        cwd: str | None,
+        cache: dict[tuple[str, str], str],
+    ) -> Decision | None:
+        if not info.url_args:
+            return None
+        allowed = self._allowlists.get(server, ())
+        for arg, role, _roles in info.url_args:
+            for value in iter_strings(args.get(arg)):
+                domain = self._domain_of(value, role, args, cwd, cache)
+                if not domain_matches_allowlist(domain, allowed):
+                    return Decision(
+                        "escalate",
+                        "structural-untrusted-domain",
+                        f"argument '{arg}' targets a domain outside this server's allowedDomains",
+                    )
+        return None
+
+    def _compiled(
+        self,
+        server: str,
+        tool: str,
+        info: _ToolInfo,
+        args: Mapping[str, object],
+        cwd: str | None,
+        cache: dict[tuple[str, str], str],
+    ) -> Decision:
+        ann = info.annotation
+        for rule in self._rules:
+            if rule.effect is not None and ann.effect not in rule.effect:
+                continue
+            if rule.server is not None and server not in rule.server:
+                continue
+            if rule.tool is not None and tool not in rule.tool:
+                continue
+            if rule.side_effects is not None and ann.side_effects != rule.side_effects:
+                continue
+            if rule.path_roles is not None and not self._paths_within(rule, info, args):
+                continue
+            if rule.domain_roles is not None and not self._domains_allowed(
+                rule, info, args, cwd, cache
+            ):
+                continue
+            return Decision(rule.then, rule.name, rule.reason)
+        return Decision("deny", "default-deny", "no policy rule matches this call")
+
+    @staticmethod
+    def _paths_within(rule: _Rule, info: _ToolInfo, args: Mapping[str, object]) -> bool:
+        assert rule.path_roles is not None
+        found = False
+        for arg, roles in info.path_args:
+            if roles & rule.path_roles:
+                for path in iter_strings(args.get(arg)):
+                    if not is_within(path, rule.within):
+                        return False
+                    found = True
+        return found
+
+    def _domains_allowed(
+        self,
+        rule: _Rule,
+        info: _ToolInfo,
+        args: Mapping[str, object],
+        cwd: str | None,
+        cache: dict[tuple[str, str], str],
+    ) -> bool:
+        assert rule.domain_roles is not None
+        found = False
+        for arg, role, roles in info.url_args:
+            if roles & rule.domain_roles:
+                for value in iter_strings(args.get(arg)):
+                    domain = self._domain_of(value, role, args, cwd, cache)
+                    if not domain_matches_allowlist(domain, rule.allowed):
+                        return False
+                    found = True
+        return found
+
+
+def _deny_protected(arg: str, label: str) -> Decision:
+    return Decision(
+        "deny",
+        "structural-protected-path",
+        f"argument '{arg}' points into {label}, which is protected",
+    )

@@ -1,0 +1,106 @@
+"""Reading the policy directory: ``tool-annotations.json`` and ``compiled-policy.json``."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from policy.errors import PolicyFileError
+from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+
+ANNOTATIONS_FILE = "tool-annotations.json"
+POLICY_FILE = "compiled-policy.json"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def bundled_policy_dir() -> Path:
+    return Path(__file__).resolve().parent / "defaults"
+
+
+def json_path(loc: tuple[int | str, ...]) -> str:
+    """Pydantic's error location as a JSON path: ``$.servers.git.tools[2].effect``."""
+    out = "$"
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def describe_validation_error(err: ValidationError) -> tuple[str, str]:
+    first = err.errors()[0]
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and "[" in p))
+    found = first.get("input")
+    found_text = json.dumps(found)[:80] if not isinstance(found, dict) else "an object"
+    detail = f"{first['msg']} (found {found_text})"
+    more = len(err.errors()) - 1
+    if more:
+        detail += f"; and {more} more problem{'s' if more > 1 else ''}"
+    return json_path(loc), detail
+
+
+def load_json_model(path: Path, model: type[M]) -> M:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PolicyFileError(str(path), "", f"cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PolicyFileError(
+            str(path), f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
+        ) from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        loc, detail = describe_validation_error(exc)
+        raise PolicyFileError(str(path), loc, detail) from None
+
+
+@dataclass(frozen=True)
+class PolicyFiles:
+    directory: Path
+    annotations: ToolAnnotationsFile
+    policy: CompiledPolicyFile
+
+
+def load_policy_dir(directory: Path) -> PolicyFiles:
+    if not directory.is_dir():
+        raise PolicyFileError(str(directory), "", "policy directory does not exist")
+    annotations = load_json_model(directory / ANNOTATIONS_FILE, ToolAnnotationsFile)
+    policy = load_json_model(directory / POLICY_FILE, CompiledPolicyFile)
+    for server, entry in annotations.servers.items():
+        for i, tool in enumerate(entry.tools):
+            if tool.server_name != server:
+                raise PolicyFileError(
+                    str(directory / ANNOTATIONS_FILE),
+                    f"$.servers.{server}.tools[{i}].serverName",
+                    f"says {tool.server_name!r} but is listed under server {server!r}",
+                )
+    return PolicyFiles(directory, annotations, policy)
+
+
+PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+
+
+def check_placeholders(files: PolicyFiles, known: Iterable[str]) -> None:
+    """Every ``${name}`` in a ``within`` path must be one the session provides."""
+    names = set(known)
+    for i, rule in enumerate(files.policy.rules):
+        paths = rule.condition.paths
+        if paths is None:
+            continue
+        for name in PLACEHOLDER.findall(paths.within):
+            if name not in names:
+                raise PolicyFileError(
+                    str(files.directory / POLICY_FILE),
+                    f"$.rules[{i}].if.paths.within",
+                    f"unknown placeholder ${{{name}}} (known: "
+                    + ", ".join(f"${{{n}}}" for n in sorted(names))
+                    + ")",
+                )

@@ -1,0 +1,137 @@
+"""URL canonicalisation, domain extraction and domain matching (seed 003 §3.4, §4.4)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+# scp-like git remote: [user@]host:path, where host has no '/' and the value has no '://'.
+_SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>\[[^\]]+\]|[^@/:\[\]]+):(?P<path>.*)$")
+
+
+def _normalise_host(host: str) -> str:
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host
+
+
+def normalize_url(value: str) -> str:
+    """A canonical serialisation: scheme and host lower-cased, trailing dot dropped.
+
+    Unparseable values come back unchanged (the domain gate then refuses to trust them).
+
+    >>> normalize_url("HTTPS://Example.COM./a?b=1")
+    'https://example.com/a?b=1'
+    """
+    try:
+        parts = urlsplit(value.strip())
+        host = parts.hostname
+        if not parts.scheme or host is None:
+            return value
+        port = parts.port
+    except ValueError:
+        return value
+    netloc_host = _normalise_host(host)
+    if ":" in netloc_host:
+        netloc_host = f"[{netloc_host}]"
+    userinfo = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else ""
+    netloc = (userinfo + "@" if userinfo else "") + netloc_host
+    if port is not None:
+        netloc += f":{port}"
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path, parts.query, parts.fragment))
+
+
+def extract_domain(value: str) -> str:
+    """The host a URL points at, normalised; the raw value when it has none.
+
+    >>> extract_domain("https://user@GitHub.com:443/x")
+    'github.com'
+    """
+    try:
+        host = urlsplit(value.strip()).hostname
+    except ValueError:
+        return value
+    return _normalise_host(host) if host else value
+
+
+def is_scp_like(value: str) -> bool:
+    return "://" not in value and _SCP_LIKE.match(value) is not None and not value.startswith("/")
+
+
+def normalize_git_url(value: str) -> str:
+    """scp-like remotes are kept as they are; URL forms get :func:`normalize_url`."""
+    return value if is_scp_like(value) else normalize_url(value)
+
+
+def extract_git_domain(value: str) -> str:
+    """Host of a git remote in any of its forms.
+
+    >>> extract_git_domain("git@github.com:user/repo.git")
+    'github.com'
+    """
+    match = _SCP_LIKE.match(value) if is_scp_like(value) else None
+    if match:
+        return _normalise_host(match.group("host"))
+    return extract_domain(value)
+
+
+def is_ip_literal(host: str) -> bool:
+    try:
+        ipaddress.ip_address(_normalise_host(host))
+    except ValueError:
+        return False
+    return True
+
+
+def domain_matches(domain: str, pattern: str) -> bool:
+    """Case-insensitive, trailing-dot-insensitive match of one domain against one pattern.
+
+    ``*.x.com`` matches ``x.com`` and its subdomains; ``*`` matches any name, never an IP.
+
+    >>> domain_matches("API.GitHub.com.", "*.github.com")
+    True
+    >>> domain_matches("evilgithub.com", "*.github.com")
+    False
+    """
+    domain = _normalise_host(domain)
+    pattern = _normalise_host(pattern)
+    if not domain:
+        return False
+    if pattern == "*":
+        return not is_ip_literal(domain)
+    if pattern.startswith("*."):
+        base = pattern[2:]
+        return domain == base or domain.endswith("." + base)
+    return domain == pattern
+
+
+def domain_matches_allowlist(domain: str, allowed: Sequence[str]) -> bool:
+    return any(domain_matches(domain, pattern) for pattern in allowed)
+
+
+def resolve_git_remote(value: str, all_args: Mapping[str, object], cwd: str | None = None) -> str:
+    """Resolve a named remote (``origin``) to its URL with ``git remote get-url``.
+
+    No shell; 5 s timeout; names starting with ``-`` are refused (option injection). On any
+    failure the value comes back unchanged, which the domain gate cannot match: escalate.
+    """
+    if "://" in value or is_scp_like(value) or value.startswith("-") or not value:
+        return value
+    repo = all_args.get("repo_path", all_args.get("path"))
+    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
+    try:
+        done = subprocess.run(
+            ["git", "-C", repo_dir, "remote", "get-url", "--", value],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return value
+    url = done.stdout.strip()
+    return url if done.returncode == 0 and url else value
