@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 
-class PolicyFileError(Exception):
-    """A policy file is unreadable or invalid. Names the file, where, and what was wrong."""
+class InputFileError(Exception):
+    """An input file is unreadable or invalid. Names the file, where, and what was wrong."""
 
     exit_code = 2
 
@@ -14,3 +14,7 @@ class PolicyFileError(Exception):
         self.detail = detail
         where = f"{file}: {location}" if location else file
         super().__init__(f"{where}: {detail}")
+
+
+class PolicyFileError(InputFileError):
+    """A policy file (annotations or compiled policy) is unreadable or invalid."""

@@ -30,8 +30,13 @@ def test_is_argument_role() -> None:
 def test_unknown_role_is_rejected_by_the_annotation_model() -> None:
     with pytest.raises(ValueError, match="read-path"):
         ToolAnnotation.model_validate(
-            {"toolName": "t", "serverName": "s", "effect": "read", "sideEffects": True,
-             "args": {"p": ["reed-path"]}}
+            {
+                "toolName": "t",
+                "serverName": "s",
+                "effect": "read",
+                "sideEffects": True,
+                "args": {"p": ["reed-path"]},
+            }
         )
 
 

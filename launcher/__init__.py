@@ -1,0 +1,1 @@
+"""The trusted process: CLI, configuration, spawning and supervising servers, the endpoint."""

@@ -1,0 +1,239 @@
+"""``mcp-servers.json``: models, lookup order, ``${VAR}`` expansion (SPEC §3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from launcher import dirs
+from launcher.errors import ConfigError
+from policy.loader import describe_validation_error, json_path
+
+
+class _Model(BaseModel):
+    # Unknown keys are kept aside so they can be warned about, then ignored.
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class FilesystemSandbox(_Model):
+    allow_read: list[str] = Field(default_factory=list, alias="allowRead")
+    deny_read: list[str] = Field(default_factory=list, alias="denyRead")
+    allow_write: list[str] = Field(default_factory=list, alias="allowWrite")
+    deny_write: list[str] = Field(default_factory=list, alias="denyWrite")
+
+
+class NetworkSandbox(_Model):
+    allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
+    denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
+    hosts: dict[str, str] = Field(default_factory=dict)
+
+
+class SandboxConfig(_Model):
+    filesystem: FilesystemSandbox = Field(default_factory=FilesystemSandbox)
+    network: NetworkSandbox | Literal[False] | None = None
+
+
+class ServerConfig(_Model):
+    command: str = Field(min_length=1)
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str | None = None
+    description: str | None = None
+    disabled: bool = False
+    timeout: float | None = Field(default=None, gt=0)
+    sandbox: SandboxConfig | Literal[False] = Field(default_factory=SandboxConfig)
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox is not False
+
+    @property
+    def allowed_domains(self) -> list[str]:
+        if self.sandbox is False:
+            return ["*"]
+        net = self.sandbox.network
+        return list(net.allowed_domains) if net else []
+
+
+class ConfigFile(_Model):
+    mcp_servers: dict[str, ServerConfig] | None = Field(default=None, alias="mcpServers")
+    servers: dict[str, ServerConfig] | None = None
+
+    @field_validator("mcp_servers", "servers")
+    @classmethod
+    def _names(cls, value: dict[str, ServerConfig] | None) -> dict[str, ServerConfig] | None:
+        for name in value or {}:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "__" in name:
+                raise ValueError(
+                    f"server name {name!r} must use letters, digits, '.', '-' or single '_' "
+                    "(tools are exposed as <server>__<tool>)"
+                )
+        return value
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    path: Path
+    source: str  # how it was found: --config, $IRONCURTAIN_CONFIG, ./, user, bundled
+    servers: dict[str, ServerConfig]
+    warnings: tuple[str, ...]
+    key: str = "mcpServers"  # the top-level key the file used, for JSON paths
+
+
+def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """The config file to use, in SPEC §3 order."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit), "--config"
+    if env.get("IRONCURTAIN_CONFIG"):
+        return Path(env["IRONCURTAIN_CONFIG"]), "$IRONCURTAIN_CONFIG"
+    local = Path("mcp-servers.json")
+    if local.is_file():
+        return local, "./mcp-servers.json"
+    user = dirs.config_dir() / "mcp-servers.json"
+    if user.is_file():
+        return user, str(user)
+    return dirs.bundled_config(), "bundled default"
+
+
+_VAR = re.compile(r"\$\{([^}]*)\}")
+
+
+def expand(value: str, variables: Mapping[str, str], where: Callable[[], str], file: str) -> str:
+    """Expand ``${VAR}``, ``${VAR:-default}``; ``${workspace}`` comes from ``variables``.
+
+    >>> expand("${A}-${B:-x}", {"A": "1"}, lambda: "$", "f")
+    '1-x'
+    """
+
+    def sub(match: re.Match[str]) -> str:
+        body = match.group(1)
+        name, sep, default = body.partition(":-")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(file, where(), f"invalid variable reference ${{{body}}}")
+        if name in variables and variables[name] != "":
+            return variables[name]
+        if sep:
+            return default
+        raise ConfigError(
+            file, where(), f"${{{name}}} is not set (use ${{{name}:-default}} to give a default)"
+        )
+
+    return _VAR.sub(sub, value)
+
+
+def _expand_path(
+    value: str, variables: Mapping[str, str], where: Callable[[], str], file: str
+) -> str:
+    out = os.path.expanduser(expand(value, variables, where, file))
+    if not os.path.isabs(out):
+        raise ConfigError(
+            file,
+            where(),
+            f"relative path {value!r} cannot be resolved: sandbox paths and cwd must be absolute "
+            "or start with ~ or ${workspace}",
+        )
+    return os.path.normpath(out)
+
+
+def _unknown_keys(model: BaseModel, loc: tuple[str | int, ...]) -> list[str]:
+    found = [json_path((*loc, key)) for key in (model.model_extra or {})]
+    for name in type(model).model_fields:
+        child = getattr(model, name)
+        alias = type(model).model_fields[name].alias or name
+        if isinstance(child, BaseModel):
+            found += _unknown_keys(child, (*loc, alias))
+        elif isinstance(child, dict):
+            for key, item in child.items():
+                if isinstance(item, BaseModel):
+                    found += _unknown_keys(item, (*loc, alias, key))
+    return found
+
+
+def _parse(path: Path) -> tuple[ConfigFile, str]:
+    file = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(file, "", "no such file") from None
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
+    try:
+        data: Any = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            file, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(file, "$", f"expected an object, found {type(data).__name__}")
+    if "mcpServers" not in data and "servers" not in data:
+        raise ConfigError(file, "$", 'expected a "mcpServers" (or "servers") object')
+    try:
+        return ConfigFile.model_validate(data), file
+    except ValidationError as exc:
+        loc, detail = describe_validation_error(exc)
+        raise ConfigError(file, loc, detail) from None
+
+
+def load_config(
+    path: Path,
+    source: str,
+    workspace: str,
+    env: Mapping[str, str] | None = None,
+) -> LoadedConfig:
+    """Read, validate and expand a config; every problem is a :class:`ConfigError`."""
+    parsed, file = _parse(path)
+    key = "mcpServers" if parsed.mcp_servers is not None else "servers"
+    raw = parsed.mcp_servers if parsed.mcp_servers is not None else parsed.servers
+    assert raw is not None
+    warnings = [f"{file}: {loc}: unknown key, ignored" for loc in _unknown_keys(parsed, ())]
+    variables = dict(os.environ if env is None else env)
+    variables["workspace"] = workspace
+    servers: dict[str, ServerConfig] = {}
+    for name, server in raw.items():
+        servers[name] = _expand_server(server, (key, name), variables, file)
+    return LoadedConfig(path, source, servers, tuple(warnings), key)
+
+
+def _expand_server(
+    server: ServerConfig, loc: tuple[str, ...], variables: Mapping[str, str], file: str
+) -> ServerConfig:
+    def at(*parts: str | int) -> Callable[[], str]:
+        return lambda: json_path((*loc, *parts))
+
+    update: dict[str, Any] = {
+        "command": expand(server.command, variables, at("command"), file),
+        "args": [expand(a, variables, at("args", i), file) for i, a in enumerate(server.args)],
+        "env": {k: expand(v, variables, at("env", k), file) for k, v in server.env.items()},
+        "cwd": _expand_path(server.cwd, variables, at("cwd"), file) if server.cwd else None,
+    }
+    if server.sandbox is not False:
+        fs = server.sandbox.filesystem
+        fs_update = {
+            field: [
+                _expand_path(p, variables, at("sandbox", "filesystem", alias, i), file)
+                for i, p in enumerate(getattr(fs, field))
+            ]
+            for field, alias in (
+                ("allow_read", "allowRead"),
+                ("deny_read", "denyRead"),
+                ("allow_write", "allowWrite"),
+                ("deny_write", "denyWrite"),
+            )
+        }
+        update["sandbox"] = server.sandbox.model_copy(
+            update={"filesystem": fs.model_copy(update=fs_update)}
+        )
+    return server.model_copy(update=update)
+
+
+def warn(message: str) -> None:
+    print(f"ironcurtain: warning: {message}", file=sys.stderr)

@@ -1,0 +1,24 @@
+"""Where ironcurtain keeps things (XDG base directories)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
+
+
+def config_dir() -> Path:
+    return _xdg("XDG_CONFIG_HOME", ".config") / "ironcurtain"
+
+
+def state_dir() -> Path:
+    """Audit logs, session records and per-session workspaces."""
+    return _xdg("XDG_STATE_HOME", ".local/state") / "ironcurtain"
+
+
+def bundled_config() -> Path:
+    return Path(__file__).resolve().parent / "defaults" / "mcp-servers.json"

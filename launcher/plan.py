@@ -1,0 +1,224 @@
+"""Everything a session needs, decided and checked before anything is created or started."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import dirs
+from launcher.config import LoadedConfig, ServerConfig, find_config, load_config
+from launcher.errors import ConfigError, SandboxUnavailable, UsageError
+from launcher.servers import LaunchSpec
+from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.loader import PolicyFiles, check_placeholders
+from policy.paths import resolve_real_path
+from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile, render_bwrap
+from sandbox_profiles.discover import which
+from sandbox_profiles.profile import sandbox_env
+
+BWRAP_FIX = (
+    "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) and make sure "
+    "unprivileged user namespaces are enabled (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
+    "on Ubuntu 24.04+ also kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor "
+    "profile for bwrap); or pass --allow-unsandboxed to run servers without isolation"
+)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    config: str | None = None
+    policy_dir: str | None = None
+    workspace: str | None = None
+    servers: tuple[str, ...] = ()
+    audit_log: str | None = None
+    allow_unsandboxed: bool = False
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    name: str
+    config: ServerConfig
+    launch: LaunchSpec
+    profile: SandboxProfile | None
+
+
+@dataclass(frozen=True)
+class SessionPlan:
+    session_id: str
+    config: LoadedConfig
+    policy: PolicyFiles
+    engine: PolicyEngine
+    workspace: str
+    create_workspace: bool
+    audit_path: str
+    runtime_dir: str
+    servers: dict[str, ServerPlan]
+    prefixed: bool
+    sandbox_problem: str | None
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def search_path() -> list[str]:
+    """PATH, then the directory of this Python (where ``pip`` put the reference servers)."""
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p]
+    return [*path, os.path.dirname(sys.executable)]
+
+
+def sandbox_problem() -> str | None:
+    """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe)."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--", "true"]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap could not be started: {exc}"
+    if done.returncode != 0:
+        return f"bwrap cannot create a sandbox here: {done.stderr.strip() or done.returncode}"
+    return None
+
+
+def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, ServerConfig]:
+    if names:
+        unknown = [n for n in names if n not in config.servers]
+        if unknown:
+            raise UsageError(
+                f"--server {unknown[0]}: no such server in {config.path} "
+                f"(it defines: {', '.join(sorted(config.servers)) or 'none'})"
+            )
+        disabled = [n for n in names if config.servers[n].disabled]
+        if disabled:
+            raise UsageError(f"--server {disabled[0]}: the server is disabled in {config.path}")
+        return {n: config.servers[n] for n in dict.fromkeys(names)}
+    chosen = {n: s for n, s in config.servers.items() if not s.disabled}
+    if not chosen:
+        raise UsageError(f"{config.path}: no enabled servers to start")
+    return chosen
+
+
+def protected_paths(config: LoadedConfig, policy_dir: Path, audit_path: str) -> dict[str, str]:
+    entries = {
+        str(config.path): "the server configuration",
+        str(dirs.config_dir()): "ironcurtain's configuration directory",
+        str(policy_dir): "the policy directory",
+        audit_path: "the audit log",
+    }
+    return {resolve_real_path(p): label for p, label in entries.items()}
+
+
+def build_engine(
+    config: LoadedConfig,
+    files: PolicyFiles,
+    workspace: str,
+    audit_path: str,
+    servers: dict[str, ServerConfig],
+) -> PolicyEngine:
+    structural = StructuralConfig(
+        protected=protected_paths(config, files.directory, audit_path),
+        state_dir=resolve_real_path(str(dirs.state_dir())),
+        exempt=(workspace,),
+    )
+    allowlists = {name: server.allowed_domains for name, server in servers.items()}
+    return PolicyEngine(
+        files.policy, files.annotations, structural, allowlists, {"workspace": workspace}
+    )
+
+
+def load_policy(policy_dir: str | None) -> PolicyFiles:
+    files = load_policy_dir(Path(policy_dir).resolve() if policy_dir else bundled_policy_dir())
+    check_placeholders(files, ["workspace"])
+    return files
+
+
+def plan_session(opts: RunOptions) -> SessionPlan:
+    session_id = new_session_id()
+    state = dirs.state_dir()
+    if opts.workspace:
+        workspace = resolve_real_path(os.path.expanduser(opts.workspace))
+        if os.path.exists(workspace) and not os.path.isdir(workspace):
+            raise UsageError(f"--workspace {opts.workspace}: exists and is not a directory")
+    else:
+        workspace = resolve_real_path(str(state / "workspaces" / session_id))
+    config_path, source = find_config(opts.config)
+    config = load_config(config_path, source, workspace)
+    selected = select_servers(config, opts.servers)
+    files = load_policy(opts.policy_dir)
+    audit_path = resolve_real_path(
+        os.path.expanduser(opts.audit_log)
+        if opts.audit_log
+        else str(state / "audit" / f"{session_id}.jsonl")
+    )
+    engine = build_engine(config, files, workspace, audit_path, selected)
+    problem = None
+    if any(s.sandboxed for s in selected.values()):
+        problem = sandbox_problem()
+        if problem and not opts.allow_unsandboxed:
+            raise SandboxUnavailable(f"cannot sandbox servers: {problem}.\nTo fix: {BWRAP_FIX}.")
+    runtime_dir = os.path.join(
+        os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"ironcurtain-{session_id}"
+    )
+    search = search_path()
+    bwrap = shutil.which("bwrap") or "bwrap"
+    plans: dict[str, ServerPlan] = {}
+    for name, server in selected.items():
+        command = which(server.command, search)
+        if command is None:
+            raise ConfigError(
+                str(config.path),
+                f"$.{config.key}.{name}.command",
+                f"command {server.command!r} not found on PATH or next to {sys.executable}",
+            )
+        cwd = server.cwd or workspace
+        sandboxed = server.sandboxed and problem is None
+        request = ProfileRequest(
+            name=name,
+            command_path=command,
+            args=server.args,
+            env=server.env,
+            workspace=workspace,
+            cwd=cwd,
+            allow_read=server.sandbox.filesystem.allow_read if server.sandbox else (),
+            allow_write=server.sandbox.filesystem.allow_write if server.sandbox else (),
+            deny_read=server.sandbox.filesystem.deny_read if server.sandbox else (),
+            deny_write=server.sandbox.filesystem.deny_write if server.sandbox else (),
+            protected=list(engine.structural.protected),
+            runtime_dir=runtime_dir,
+            search_path=search,
+            host_env=os.environ,
+        )
+        if sandboxed:
+            profile = build_profile(request)
+            launch = LaunchSpec(
+                name, render_bwrap(profile, bwrap), profile.env, "/", True, server.timeout
+            )
+        else:
+            profile = None
+            env = {
+                **sandbox_env(request, os.path.dirname(command)),
+                "HOME": os.path.expanduser("~"),
+            }
+            launch = LaunchSpec(name, [command, *server.args], env, cwd, False, server.timeout)
+        plans[name] = ServerPlan(name, server, launch, profile)
+    return SessionPlan(
+        session_id=session_id,
+        config=config,
+        policy=files,
+        engine=engine,
+        workspace=workspace,
+        create_workspace=not os.path.isdir(workspace),
+        audit_path=audit_path,
+        runtime_dir=runtime_dir,
+        servers=plans,
+        prefixed=not (opts.servers and len(plans) == 1),
+        sandbox_problem=problem,
+    )

@@ -1,0 +1,247 @@
+"""One downstream MCP server: a (sandboxed) child process spoken to in raw JSON-RPC over stdio.
+
+Messages are relayed as plain dicts; nothing is rebuilt through SDK models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+# MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
+LINE_LIMIT = 64 * 1024 * 1024
+CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
+
+Message = dict[str, Any]
+NotificationHandler = Callable[["ServerConnection", Message], Awaitable[None]]
+
+
+class ServerGone(Exception):
+    """The server process exited; carries its exit status."""
+
+    def __init__(self, name: str, status: int | None) -> None:
+        self.name = name
+        self.status = status
+        super().__init__(f"server '{name}' exited with status {status}")
+
+
+def encode(message: Message) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    sandboxed: bool
+    timeout: float | None
+
+
+class ServerConnection:
+    def __init__(self, spec: LaunchSpec, on_notification: NotificationHandler | None = None):
+        self.spec = spec
+        self.name = spec.name
+        self._on_notification = on_notification
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Message]] = {}
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.exit_status: int | None = None
+        self.gone: ServerGone | None = None
+        self.stderr_tail: list[str] = []
+        self.initialize_result: Message = {}
+        self.tools: list[Message] = []
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def start(self) -> None:
+        self._proc = await asyncio.create_subprocess_exec(
+            *self.spec.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(self.spec.env),
+            cwd=self.spec.cwd,
+            start_new_session=True,
+            limit=LINE_LIMIT,
+        )
+        self._tasks = [
+            asyncio.create_task(self._read_stdout()),
+            asyncio.create_task(self._read_stderr()),
+        ]
+
+    async def initialize(self) -> None:
+        response = await self.request(
+            "initialize",
+            {"protocolVersion": LATEST_PROTOCOL, "capabilities": {}, "clientInfo": CLIENT_INFO},
+        )
+        if "error" in response:
+            raise RuntimeError(f"initialize failed: {response['error'].get('message')}")
+        self.initialize_result = response.get("result") or {}
+        await self.notify("notifications/initialized", None)
+
+    async def list_tools(self) -> list[Message]:
+        tools: list[Message] = []
+        cursor: str | None = None
+        while True:
+            response = await self.request("tools/list", {"cursor": cursor} if cursor else {})
+            if "error" in response:
+                raise RuntimeError(f"tools/list failed: {response['error'].get('message')}")
+            result = response.get("result") or {}
+            tools.extend(t for t in result.get("tools", []) if isinstance(t, dict))
+            cursor = result.get("nextCursor")
+            if not cursor:
+                break
+        self.tools = tools
+        return tools
+
+    # -- messaging -------------------------------------------------------------------------
+
+    def _write(self, message: Message) -> None:
+        if self.gone is not None:
+            raise self.gone
+        assert self._proc is not None and self._proc.stdin is not None
+        self._proc.stdin.write(encode(message))
+
+    async def request(
+        self, method: str, params: Message | None, timeout: float | None = None
+    ) -> Message:
+        """Send a request; the whole response message (``result`` or ``error``)."""
+        request_id = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        try:
+            self._write(message)
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            with contextlib.suppress(ServerGone, OSError):
+                await self.notify(
+                    "notifications/cancelled",
+                    {"requestId": request_id, "reason": "timed out in ironcurtain"},
+                )
+            raise
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def notify(self, method: str, params: Message | None) -> None:
+        message: Message = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._write(message)
+
+    async def _read_stdout(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stdout = self._proc.stdout
+        while True:
+            try:
+                line = await stdout.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                self._log("sent a line longer than the limit; dropped it")
+                continue
+            if not line:
+                break
+            try:
+                message = json.loads(line)
+            except ValueError:
+                self._log("sent output that is not JSON; ignored")
+                continue
+            if not isinstance(message, dict):
+                continue
+            await self._dispatch(message)
+        status = await self._proc.wait()
+        self.exit_status = status
+        self.gone = ServerGone(self.name, status)
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(self.gone)
+
+    async def _dispatch(self, message: Message) -> None:
+        if "method" not in message:
+            future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
+            if future is not None and not future.done():
+                future.set_result(message)
+            return
+        if "id" in message:
+            # A request from the server (sampling, roots, elicitation): not offered.
+            reply: Message = {"jsonrpc": "2.0", "id": message["id"]}
+            if message["method"] == "ping":
+                reply["result"] = {}
+            else:
+                reply["error"] = {"code": -32601, "message": "not supported by ironcurtain"}
+            with contextlib.suppress(ServerGone, OSError):
+                self._write(reply)
+            return
+        if self._on_notification is not None:
+            await self._on_notification(self, message)
+
+    async def _read_stderr(self) -> None:
+        assert self._proc is not None and self._proc.stderr is not None
+        while True:
+            try:
+                line = await self._proc.stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                continue
+            if not line:
+                break
+            text = line.decode("utf-8", "replace").rstrip()
+            self.stderr_tail = [*self.stderr_tail[-19:], text]
+            self._log(text)
+
+    def _log(self, text: str) -> None:
+        print(f"[{self.name}] {text}", file=sys.stderr, flush=True)
+
+    # -- stopping --------------------------------------------------------------------------
+
+    async def stop(self, grace: float = 0.6) -> None:
+        """Close stdin, then SIGTERM, then SIGKILL the whole process tree; at most ~2 s."""
+        proc = self._proc
+        if proc is None:
+            return
+        try:
+            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+        except psutil.Error:
+            tree = []
+        if proc.returncode is None:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if await self._wait(proc, grace):
+                    break
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, sig)
+            await self._wait(proc, grace)
+        for child in tree[1:]:  # anything that left the process group
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.exit_status = proc.returncode
+
+    @staticmethod
+    async def _wait(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True

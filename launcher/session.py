@@ -1,0 +1,406 @@
+"""``ironcurtain run``: start the servers, serve one MCP endpoint on stdio, check every call."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from typing import Any
+
+from launcher.audit import AuditLog, hashed_arguments
+from launcher.errors import StartupError
+from launcher.plan import SessionPlan
+from launcher.servers import (
+    LATEST_PROTOCOL,
+    LINE_LIMIT,
+    PROTOCOL_VERSIONS,
+    Message,
+    ServerConnection,
+    ServerGone,
+    encode,
+)
+from sandbox_profiles import write_runtime_files
+
+SEPARATOR = "__"
+STARTUP_TIMEOUT = 60.0
+FORWARDED_NOTIFICATIONS = ("notifications/progress", "notifications/message")
+
+
+def tool_result(text: str, is_error: bool = True) -> Message:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+class Session:
+    def __init__(self, plan: SessionPlan) -> None:
+        self.plan = plan
+        self.engine = plan.engine
+        self.servers = {
+            name: ServerConnection(sp.launch, self._on_server_notification)
+            for name, sp in plan.servers.items()
+        }
+        self.routes: dict[str, tuple[str, str]] = {}
+        self.exposed_tools: list[Message] = []
+        self.audit: AuditLog | None = None
+        self._write_lock = threading.Lock()
+        self._writer: asyncio.StreamWriter | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop = asyncio.Event()
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        plan = self.plan
+        if plan.create_workspace:
+            os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
+        write_runtime_files(plan.runtime_dir, os.getuid(), os.getgid())
+        try:
+            self.audit = AuditLog(plan.audit_path, plan.session_id)
+            await self._start_servers()
+            self._report()
+            await self._serve()
+        finally:
+            await self.stop()
+        return 0
+
+    async def _start_one(self, conn: ServerConnection) -> None:
+        await conn.start()
+        await conn.initialize()
+        await conn.list_tools()
+
+    async def _start_servers(self) -> None:
+        conns = list(self.servers.values())
+        results = await asyncio.gather(
+            *(asyncio.wait_for(self._start_one(c), STARTUP_TIMEOUT) for c in conns),
+            return_exceptions=True,
+        )
+        for conn, result in zip(conns, results, strict=True):
+            if isinstance(result, BaseException):
+                await asyncio.sleep(0.05)  # let the last stderr lines arrive
+                why = "did not answer in time" if isinstance(result, TimeoutError) else result
+                tail = "\n".join(f"    {line}" for line in conn.stderr_tail[-8:])
+                raise StartupError(
+                    f"server '{conn.name}' failed to start: {why}"
+                    + (f"\n  its last output:\n{tail}" if tail else "")
+                )
+        self._build_routes()
+
+    def _build_routes(self) -> None:
+        routes: dict[str, tuple[str, str]] = {}
+        exposed: list[Message] = []
+        for name, conn in self.servers.items():
+            for tool in conn.tools:
+                tool_name = str(tool.get("name", ""))
+                public = f"{name}{SEPARATOR}{tool_name}" if self.plan.prefixed else tool_name
+                routes[public] = (name, tool_name)
+                exposed.append({**tool, "name": public})
+        self.routes, self.exposed_tools = routes, exposed
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
+        if self.audit is not None:
+            self.audit.close()
+        shutil.rmtree(self.plan.runtime_dir, ignore_errors=True)
+
+    def _report(self) -> None:
+        plan = self.plan
+        lines = [f"ironcurtain: session {plan.session_id}"]
+        width = max(len(n) for n in self.servers)
+        for name, conn in self.servers.items():
+            sp = plan.servers[name]
+            if sp.profile is not None:
+                box = "sandboxed (bwrap, no network)"
+            else:
+                box = "UNSANDBOXED" + (
+                    f" ({plan.sandbox_problem})"
+                    if plan.sandbox_problem and sp.config.sandboxed
+                    else " (sandbox: false)"
+                )
+            lines.append(f"  {name:<{width}}  {box:<32} {len(conn.tools)} tools")
+        lines += [
+            f"  workspace:  {plan.workspace}",
+            f"  audit log:  {plan.audit_path}",
+            f"  config:     {plan.config.path} ({plan.config.source})",
+            f"  policy:     {plan.policy.directory}",
+        ]
+        for warning in plan.config.warnings:
+            lines.append(f"ironcurtain: warning: {warning}")
+        if sys.stdin.isatty():
+            lines.append("ironcurtain: client configuration for this session:")
+            lines.append(client_entry(plan))
+        lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
+        print("\n".join(lines), file=sys.stderr, flush=True)
+
+    # -- upstream --------------------------------------------------------------------------
+
+    async def _open_stdio(self) -> asyncio.StreamReader:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        try:
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+        except (ValueError, OSError):
+            # A regular file on stdin: read it in a thread.
+            def pump() -> None:
+                for line in sys.stdin.buffer:
+                    loop.call_soon_threadsafe(reader.feed_data, line)
+                loop.call_soon_threadsafe(reader.feed_eof)
+
+            threading.Thread(target=pump, daemon=True).start()
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, sys.stdout
+            )
+            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        except (ValueError, OSError):
+            self._writer = None
+        return reader
+
+    def send(self, message: Message) -> None:
+        data = encode(message)
+        if self._writer is not None:
+            self._writer.write(data)
+        else:
+            with self._write_lock:
+                sys.stdout.buffer.write(data)
+                sys.stdout.buffer.flush()
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        reader = await self._open_stdio()
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            while not self._stop.is_set():
+                read = asyncio.create_task(reader.readline())
+                done, _ = await asyncio.wait({read, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if read not in done:
+                    read.cancel()
+                    break
+                try:
+                    line = read.result()
+                except (ValueError, asyncio.LimitOverrunError):
+                    self.send(_error(None, -32700, "message too large"))
+                    continue
+                if not line:
+                    break
+                self._handle_line(line)
+        finally:
+            stop_wait.cancel()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            if self._writer is not None:
+                with contextlib.suppress(Exception):
+                    await self._writer.drain()
+
+    def _handle_line(self, line: bytes) -> None:
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self.send(_error(None, -32700, "parse error: not JSON"))
+            return
+        if not isinstance(message, dict) or "method" not in message:
+            return  # a response to nothing we asked, or a batch: ignored
+        task = asyncio.create_task(self._handle(message))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, message: Message) -> None:
+        method = message.get("method")
+        params = message.get("params") if isinstance(message.get("params"), dict) else {}
+        assert isinstance(params, dict)
+        if "id" not in message:
+            await self._client_notification(method, params)
+            return
+        request_id = message["id"]
+        try:
+            result = await self._request(str(method), params, request_id)
+        except _RpcError as exc:
+            self.send(_error(request_id, exc.code, exc.message))
+            return
+        except Exception as exc:  # never take the session down for one request
+            self.send(_error(request_id, -32603, f"internal error: {exc}"))
+            return
+        if result is not None:
+            self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    async def _request(self, method: str, params: Message, request_id: Any) -> Message | None:
+        if method == "initialize":
+            requested = params.get("protocolVersion")
+            version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL
+            return {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+                "serverInfo": {"name": "ironcurtain", "version": "0.1.0"},
+                "instructions": "Tools of several MCP servers, each sandboxed; every call is "
+                "checked by policy. Denied calls return an error result starting with DENIED.",
+            }
+        if method == "ping" or method == "logging/setLevel":
+            return {}
+        if method == "tools/list":
+            return {"tools": self.exposed_tools}
+        if method == "tools/call":
+            return await self._call_tool(params, request_id)
+        raise _RpcError(-32601, f"method not found: {method}")
+
+    async def _client_notification(self, method: Any, params: Message) -> None:
+        if method == "notifications/cancelled":
+            return  # in-flight calls finish; results for cancelled ids are ignored by clients
+
+    async def _on_server_notification(self, conn: ServerConnection, message: Message) -> None:
+        method = message.get("method")
+        if method in FORWARDED_NOTIFICATIONS:
+            self.send(message)
+        elif method == "notifications/tools/list_changed":
+            with contextlib.suppress(Exception):
+                await conn.list_tools()
+                self._build_routes()
+                self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    # -- the policy-checked call -----------------------------------------------------------
+
+    async def _call_tool(self, params: Message, request_id: Any) -> Message:
+        started = time.perf_counter()
+        public = params.get("name")
+        raw_args = params.get("arguments") or {}
+        route = self.routes.get(public) if isinstance(public, str) else None
+        if not isinstance(raw_args, dict):
+            return tool_result("DENIED: arguments must be a JSON object")
+        server, tool = route if route else (None, str(public))
+        conn = self.servers.get(server) if server else None
+        cwd = self.plan.servers[server].launch.cwd if server else self.plan.workspace
+        if server and self.plan.servers[server].profile is not None:
+            cwd = self.plan.servers[server].profile.cwd  # type: ignore[union-attr]
+        decision, transport = self.engine.decide(server or "", tool, raw_args, cwd=cwd)
+        entry: dict[str, Any] = {
+            "requestId": request_id,
+            "server": server,
+            "tool": tool,
+            "arguments": hashed_arguments(transport),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": bool(server and self.plan.servers[server].profile is not None),
+        }
+        audit = self.audit
+        assert audit is not None
+        if not audit.healthy:
+            return self._finish(
+                entry,
+                started,
+                "denied",
+                tool_result(
+                    f"DENIED (rule: audit-log-unwritable): the audit log cannot be written "
+                    f"({audit.error}), so no call is allowed"
+                ),
+            )
+        if decision.decision == "escalate":
+            entry["escalation"] = "no-approval-channel"
+            return self._finish(
+                entry,
+                started,
+                "denied",
+                tool_result(
+                    f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
+                    "No approval channel is available in this session, so the call was not made."
+                ),
+            )
+        if decision.decision != "allow" or conn is None:
+            return self._finish(
+                entry,
+                started,
+                "denied",
+                tool_result(f"DENIED (rule: {decision.rule}): {decision.reason}"),
+            )
+        forward = {**params, "name": tool, "arguments": transport}
+        try:
+            response = await conn.request("tools/call", forward, conn.spec.timeout)
+        except ServerGone as gone:
+            return self._finish(
+                entry,
+                started,
+                "server-exited",
+                tool_result(
+                    f"ERROR: server '{gone.name}' is not running (exit status {gone.status})"
+                ),
+            )
+        except TimeoutError:
+            return self._finish(
+                entry,
+                started,
+                "timeout",
+                tool_result(
+                    f"ERROR: server '{server}' did not answer within {conn.spec.timeout} s; "
+                    "the call was cancelled"
+                ),
+            )
+        if "error" in response:
+            err = response["error"] if isinstance(response["error"], dict) else {}
+            self._finish(entry, started, "error", None)
+            raise _RpcError(int(err.get("code", -32603)), str(err.get("message", "error")))
+        result = response.get("result")
+        if not isinstance(result, dict):
+            return self._finish(
+                entry,
+                started,
+                "error",
+                tool_result(f"ERROR: server '{server}' returned a malformed result"),
+            )
+        status = "error" if result.get("isError") else "success"
+        finished = self._finish(entry, started, status, result)
+        if not audit.healthy:
+            return tool_result(
+                "DENIED (rule: audit-log-unwritable): the audit log cannot be "
+                "written; the call ran but its result is withheld"
+            )
+        return finished
+
+    def _finish(
+        self, entry: dict[str, Any], started: float, status: str, result: Message | None
+    ) -> Message:
+        entry["result"] = status
+        entry["durationMs"] = round((time.perf_counter() - started) * 1000, 3)
+        assert self.audit is not None
+        if not self.audit.write(entry):
+            print(
+                f"ironcurtain: audit log write failed ({self.audit.error}); "
+                "denying every further call",
+                file=sys.stderr,
+                flush=True,
+            )
+        return result or {}
+
+
+class _RpcError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _error(request_id: Any, code: int, message: str) -> Message:
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def client_entry(plan: SessionPlan) -> str:
+    exe = shutil.which("ironcurtain") or os.path.join(
+        os.path.dirname(sys.executable), "ironcurtain"
+    )
+    args = ["run", "--config", str(plan.config.path.resolve())]
+    if plan.policy.directory:
+        args += ["--policy-dir", str(plan.policy.directory)]
+    if not plan.prefixed:
+        args += ["--server", next(iter(plan.servers))]
+    return json.dumps({"mcpServers": {"ironcurtain": {"command": exe, "args": args}}}, indent=2)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
+#   scripts/install.sh          ironcurtain + mcp-server-git/-time/-fetch + the npm filesystem server
+#   scripts/install.sh --dev    the same plus the test and lint tools
+# System packages (bubblewrap, git, node) are installed with apt-get when run as root,
+# otherwise the missing ones are named and the script stops.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras="servers"
+[ "${1:-}" = "--dev" ] && extras="test"
+
+missing=()
+command -v bwrap >/dev/null || missing+=(bubblewrap)
+command -v git >/dev/null || missing+=(git)
+command -v node >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "install.sh: please install: ${missing[*]} (e.g. sudo apt-get install ${missing[*]})" >&2
+    exit 1
+  fi
+fi
+
+python3 - <<'PY'
+import sys
+if sys.version_info < (3, 11):
+    sys.exit(f"install.sh: Python 3.11 or newer is needed, found {sys.version.split()[0]}")
+PY
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+# The filesystem server goes into the venv's prefix: .venv/bin/mcp-server-filesystem.
+if [ ! -x .venv/bin/mcp-server-filesystem ]; then
+  npm install -g -s --no-fund --no-audit --prefix .venv @modelcontextprotocol/server-filesystem
+fi
+echo "install.sh: ready: .venv/bin/ironcurtain" >&2
