@@ -1,0 +1,55 @@
+"""A test MCP server that tries things from inside the sandbox and reports what happened.
+
+Every call it receives is appended to ``$PROBE_LOG`` (a file in the workspace), so a test
+can prove that a denied call never reached it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("probe")
+
+
+def _record(tool: str, **args: str) -> None:
+    log = os.environ.get("PROBE_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"tool": tool, **args}) + "\n")
+
+
+@server.tool()
+def read_path(path: str) -> str:
+    """Read a file and return its content, or the error."""
+    _record("read_path", path=path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return "READ OK: " + handle.read(4096)
+    except OSError as exc:
+        return f"READ FAILED: {exc.strerror}"
+
+
+@server.tool()
+def write_path(path: str, content: str) -> str:
+    """Write a file and report whether it worked."""
+    _record("write_path", path=path)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(content)
+    except OSError as exc:
+        return f"WRITE FAILED: {exc.strerror}"
+    return "WRITE OK"
+
+
+@server.tool()
+def env_value(name: str) -> str:
+    """One environment variable of the server process."""
+    _record("env_value", name=name)
+    return os.environ.get(name, "<unset>")
+
+
+if __name__ == "__main__":
+    server.run()

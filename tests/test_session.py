@@ -1,0 +1,234 @@
+"""``ironcurtain run`` end to end: real bwrap, real reference servers, the real MCP client."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.conftest import IRONCURTAIN, PROBE, TESTS, Home, needs_bwrap
+
+pytestmark = needs_bwrap
+
+
+@asynccontextmanager
+async def connect(user: Home, *args: str) -> AsyncIterator[ClientSession]:
+    params = StdioServerParameters(
+        command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
+    )
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        yield session
+
+
+def run(coro: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(coro())  # type: ignore[arg-type]
+
+
+async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, str]:
+    result = await session.call_tool(name, args)
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    return bool(result.is_error), text
+
+
+def audit_entries(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def git_repo(ws: Path) -> None:
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / "README.md").write_text("hello\n")
+
+
+def test_reference_servers_work_and_are_listed(user: Home) -> None:
+    ws = user.ws()
+    git_repo(ws)
+    audit = user.root / "audit.jsonl"
+
+    async def scenario() -> None:
+        async with connect(user, "--workspace", str(ws), "--audit-log", str(audit)) as s:
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert {"filesystem__read_file", "git__git_status", "time__get_current_time"} <= names
+            error, text = await call(s, "git__git_status", {"repo_path": str(ws)})
+            assert not error and "README.md" in text
+            error, text = await call(
+                s, "filesystem__write_file", {"path": "sub-note.txt", "content": "written"}
+            )
+            assert not error, text
+            error, text = await call(s, "filesystem__read_text_file", {"path": "sub-note.txt"})
+            assert (error, text) == (False, "written")
+            error, text = await call(s, "time__get_current_time", {"timezone": "UTC"})
+            assert not error and "UTC" in text
+
+    run(scenario)
+    assert (ws / "sub-note.txt").read_text() == "written"
+    entries = audit_entries(audit)
+    assert [e["result"] for e in entries] == ["success"] * 4
+    assert all(e["sandboxed"] is True for e in entries)
+    write = entries[1]
+    assert write["arguments"]["content"].startswith("sha256:")
+    assert "written" not in audit.read_text()
+
+
+def test_denied_calls_never_reach_the_server(user: Home) -> None:
+    ws = user.ws()
+    outside = user.root / "outside"
+    outside.mkdir()
+    (outside / "loot.txt").write_text(user.secret)
+    (ws / "escape").symlink_to(outside)
+    audit = user.root / "audit.jsonl"
+    config = user.config / "ironcurtain" / "mcp-servers.json"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "filesystem": {
+                        "command": "mcp-server-filesystem",
+                        "args": [str(ws), str(outside)],
+                    }
+                }
+            }
+        )
+    )
+    attacks = [
+        ({"path": "/etc/passwd"}, "structural-system-root"),
+        ({"path": "~/.ssh/id_rsa"}, "deny-read-elsewhere"),
+        ({"path": str(config)}, "structural-protected-path"),
+        ({"path": str(audit)}, "structural-protected-path"),
+        ({"path": "escape/loot.txt"}, "deny-read-elsewhere"),
+        ({"path": str(ws / "escape" / ".." / "outside" / "loot.txt")}, "deny-read-elsewhere"),
+    ]
+
+    async def scenario() -> None:
+        # The server itself is told it may read `outside` too: only the policy stands between.
+        async with connect(user, "--workspace", str(ws), "--audit-log", str(audit)) as s:
+            for args, _rule in attacks:
+                error, text = await call(s, "filesystem__read_text_file", args)
+                assert error and text.startswith("DENIED"), text
+                assert user.secret not in text
+
+    run(scenario)
+    entries = audit_entries(audit)
+    assert [(e["policy"]["decision"], e["policy"]["rule"], e["result"]) for e in entries] == [
+        ("deny", rule, "denied") for _, rule in attacks
+    ]
+    assert user.secret not in audit.read_text()
+
+
+def _probe_config(user: Home, ws: Path, sandbox: object) -> Path:
+    server: dict[str, Any] = {
+        "command": sys.executable,
+        "args": [str(PROBE)],
+        "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
+    }
+    if sandbox is False:
+        server["sandbox"] = False
+    else:
+        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent)]}}
+    path = user.root / f"probe-{'bare' if sandbox is False else 'boxed'}.json"
+    path.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    return path
+
+
+PROBE_ATTACKS = [
+    ("read_path", {"path": "{home}/.ssh/id_rsa"}, "READ OK"),
+    ("write_path", {"path": "{home}/.bashrc", "content": "pwned"}, "WRITE OK"),
+    ("env_value", {"name": "CALLER_SECRET_TOKEN"}, "<unset>"),
+    ("env_value", {"name": "PROBE_LOG"}, "declared"),
+]
+
+
+def _probe_results(user: Home, sandbox: object) -> list[str]:
+    ws = user.ws("probe-ws")
+    config = _probe_config(user, ws, sandbox)
+    policy = TESTS / "data" / "probe-policy-allow-all"
+    results: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
+        ) as s:
+            for tool, args, _ in PROBE_ATTACKS:
+                filled = {k: v.format(home=user.home, root=user.root) for k, v in args.items()}
+                results.append((await call(s, f"probe__{tool}", filled))[1])
+
+    run(scenario)
+    return results
+
+
+def test_sandbox_contains_a_server_the_policy_allows(user: Home) -> None:
+    results = _probe_results(user, {"filesystem": {}})
+    assert results[0].startswith("READ FAILED") and user.secret not in results[0]
+    assert results[1].startswith("WRITE FAILED")
+    assert not (user.home / ".bashrc").exists()
+    assert results[2] == "<unset>"
+    assert results[3].endswith("probe-calls.jsonl")  # declared variables do arrive
+
+
+def test_the_probe_really_attacks_when_unsandboxed(user: Home) -> None:
+    # The same calls with the OS layer switched off succeed: the probe is a real attacker.
+    results = _probe_results(user, False)
+    assert results[0] == "READ OK: " + user.secret
+    assert results[1] == "WRITE OK" and (user.home / ".bashrc").read_text() == "pwned"
+    # The caller's environment is never handed to a server, sandboxed or not.
+    assert results[2] == "<unset>" and results[3].endswith("probe-calls.jsonl")
+
+
+def test_single_server_names_are_unprefixed(user: Home) -> None:
+    ws = user.ws()
+
+    async def scenario() -> None:
+        async with connect(user, "--workspace", str(ws), "--server", "time") as s:
+            names = {t.name for t in (await s.list_tools()).tools}
+            assert names == {"get_current_time", "convert_time"}
+            error, _ = await call(s, "get_current_time", {"timezone": "UTC"})
+            assert not error
+
+    run(scenario)
+
+
+def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
+    ws = user.ws("probe-ws")
+    config = _probe_config(user, ws, {})
+    policy = user.root / "probe-policy"
+    policy.mkdir()
+    base = TESTS / "data" / "probe-policy-allow-all"
+    (policy / "tool-annotations.json").write_text((base / "tool-annotations.json").read_text())
+    (policy / "compiled-policy.json").write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "name": "allow-read-in-workspace",
+                        "if": {
+                            "effect": ["read"],
+                            "paths": {"roles": ["read-path"], "within": "${workspace}"},
+                        },
+                        "then": "allow",
+                        "reason": "ws",
+                    },
+                ]
+            }
+        )
+    )
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
+        ) as s:
+            error, text = await call(s, "probe__read_path", {"path": str(ws / "x")})
+            assert not error and text.startswith("READ FAILED")
+            error, text = await call(s, "probe__read_path", {"path": str(user.home / "x")})
+            assert error and text.startswith("DENIED (rule: default-deny)")
+
+    run(scenario)
+    calls = [json.loads(x) for x in (ws / "probe-calls.jsonl").read_text().splitlines()]
+    assert calls == [{"tool": "read_path", "path": str(ws / "x")}]
