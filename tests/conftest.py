@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,3 +52,18 @@ def user(tmp_path: Path) -> Home:
         "CALLER_SECRET_TOKEN": secret,
     }
     return Home(tmp_path, home, state, config, env, secret)
+
+
+def probe_config(user: Home, ws: Path, sandbox: object) -> Path:
+    server: dict[str, Any] = {
+        "command": sys.executable,
+        "args": [str(PROBE)],
+        "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
+    }
+    if sandbox is False:
+        server["sandbox"] = False
+    else:
+        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent)]}}
+    path = user.root / f"probe-{'bare' if sandbox is False else 'boxed'}.json"
+    path.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    return path

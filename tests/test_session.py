@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.conftest import IRONCURTAIN, PROBE, TESTS, Home, needs_bwrap
+from tests.conftest import IRONCURTAIN, TESTS, Home, needs_bwrap, probe_config
 
 pytestmark = needs_bwrap
 
@@ -123,21 +122,6 @@ def test_denied_calls_never_reach_the_server(user: Home) -> None:
     assert user.secret not in audit.read_text()
 
 
-def _probe_config(user: Home, ws: Path, sandbox: object) -> Path:
-    server: dict[str, Any] = {
-        "command": sys.executable,
-        "args": [str(PROBE)],
-        "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
-    }
-    if sandbox is False:
-        server["sandbox"] = False
-    else:
-        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent)]}}
-    path = user.root / f"probe-{'bare' if sandbox is False else 'boxed'}.json"
-    path.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    return path
-
-
 PROBE_ATTACKS = [
     ("read_path", {"path": "{home}/.ssh/id_rsa"}, "READ OK"),
     ("write_path", {"path": "{home}/.bashrc", "content": "pwned"}, "WRITE OK"),
@@ -148,7 +132,7 @@ PROBE_ATTACKS = [
 
 def _probe_results(user: Home, sandbox: object) -> list[str]:
     ws = user.ws("probe-ws")
-    config = _probe_config(user, ws, sandbox)
+    config = probe_config(user, ws, sandbox)
     policy = TESTS / "data" / "probe-policy-allow-all"
     results: list[str] = []
 
@@ -197,7 +181,7 @@ def test_single_server_names_are_unprefixed(user: Home) -> None:
 
 def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
     ws = user.ws("probe-ws")
-    config = _probe_config(user, ws, {})
+    config = probe_config(user, ws, {})
     policy = user.root / "probe-policy"
     policy.mkdir()
     base = TESTS / "data" / "probe-policy-allow-all"

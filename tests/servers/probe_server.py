@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -49,6 +52,15 @@ def env_value(name: str) -> str:
     """One environment variable of the server process."""
     _record("env_value", name=name)
     return os.environ.get(name, "<unset>")
+
+
+@server.tool()
+async def linger() -> str:
+    """Refuse to die: ignore SIGTERM and keep a non-daemon thread alive after stdin closes."""
+    _record("linger")
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
+    return "lingering"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""A session ends cleanly: nothing of any sandbox survives EOF or SIGTERM (psutil)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+
+import psutil
+import pytest
+
+from tests.conftest import IRONCURTAIN, TESTS, Home, needs_bwrap, probe_config
+
+pytestmark = needs_bwrap
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+
+
+def start(user: Home) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
+    ws = user.ws()
+    proc = subprocess.Popen(
+        [IRONCURTAIN, "run", "--workspace", str(ws)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=user.env,
+        cwd=user.root,
+    )
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+    proc.stdin.flush()
+    answer = json.loads(proc.stdout.readline())
+    assert answer["result"]["serverInfo"]["name"] == "ironcurtain"
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    # bwrap, the sandbox's init and the server, for each of the three servers
+    assert len(tree) >= 6, [p.name() for p in tree]
+    return proc, tree
+
+
+def send(proc: subprocess.Popen[bytes], message: dict[str, object]) -> dict[str, object]:
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+    return json.loads(proc.stdout.readline())  # type: ignore[no-any-return]
+
+
+def start_lingering_probe(user: Home) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
+    ws = user.ws("probe-ws")
+    config = probe_config(user, ws, {})
+    proc = subprocess.Popen(
+        [
+            IRONCURTAIN,
+            "run",
+            "--config",
+            str(config),
+            "--workspace",
+            str(ws),
+            "--policy-dir",
+            str(TESTS / "data" / "probe-policy-allow-all"),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=user.env,
+        cwd=user.root,
+    )
+    send(proc, INIT)
+    answer = send(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tools/call",
+            "params": {"name": "probe__linger", "arguments": {}},
+        },
+    )
+    assert answer["result"]["content"][0]["text"] == "lingering"  # type: ignore[index]
+    return proc, psutil.Process(proc.pid).children(recursive=True)
+
+
+def assert_all_gone(tree: list[psutil.Process]) -> None:
+    _gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive, [(p.pid, p.name()) for p in alive]
+
+
+def test_eof_stops_everything(user: Home) -> None:
+    proc, tree = start(user)
+    assert proc.stdin
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+    assert_all_gone(tree)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_everything(user: Home, sig: signal.Signals) -> None:
+    proc, tree = start(user)
+    time.sleep(0.1)
+    proc.send_signal(sig)
+    assert proc.wait(timeout=10) == 0
+    assert_all_gone(tree)
+
+
+def test_a_server_that_refuses_to_exit_is_killed_on_stop(user: Home) -> None:
+    proc, tree = start_lingering_probe(user)
+    assert proc.stdin
+    proc.stdin.close()
+    assert proc.wait(timeout=10) == 0
+    assert_all_gone(tree)
+
+
+def test_killed_launcher_takes_its_sandboxes_along(user: Home) -> None:
+    # --die-with-parent: even a SIGKILLed launcher, which cleans nothing up, leaves no
+    # server behind, though this one ignores SIGTERM and the end of its input.
+    proc, tree = start_lingering_probe(user)
+    proc.kill()
+    proc.wait(timeout=10)
+    assert_all_gone(tree)
