@@ -6,7 +6,7 @@ import json
 import os
 
 from launcher import dirs
-from launcher.config import find_config, load_config
+from launcher.config import load_and_warn
 from launcher.errors import UsageError
 from launcher.plan import build_engine, load_policy
 from policy.paths import resolve_real_path
@@ -31,8 +31,7 @@ def check_call(
         if workspace
         else str(dirs.state_dir() / "workspaces" / "check")
     )
-    path, source = find_config(config_path)
-    config = load_config(path, source, ws)
+    config = load_and_warn(config_path, ws)
     if server not in config.servers:
         raise UsageError(
             f"no server {server!r} in {config.path} "

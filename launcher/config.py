@@ -237,3 +237,12 @@ def _expand_server(
 
 def warn(message: str) -> None:
     print(f"ironcurtain: warning: {message}", file=sys.stderr)
+
+
+def load_and_warn(explicit: str | None, workspace: str) -> LoadedConfig:
+    """Find and load the config, warning once on stderr about each unknown key."""
+    path, source = find_config(explicit)
+    config = load_config(path, source, workspace)
+    for message in config.warnings:
+        warn(message)
+    return config

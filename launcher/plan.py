@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import dirs
-from launcher.config import LoadedConfig, ServerConfig, find_config, load_config
+from launcher.config import LoadedConfig, ServerConfig, load_and_warn
 from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
@@ -149,8 +149,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             raise UsageError(f"--workspace {opts.workspace}: exists and is not a directory")
     else:
         workspace = resolve_real_path(str(state / "workspaces" / session_id))
-    config_path, source = find_config(opts.config)
-    config = load_config(config_path, source, workspace)
+    config = load_and_warn(opts.config, workspace)
     selected = select_servers(config, opts.servers)
     files = load_policy(opts.policy_dir)
     audit_path = resolve_real_path(

@@ -130,8 +130,6 @@ class Session:
             f"  config:     {plan.config.path} ({plan.config.source})",
             f"  policy:     {plan.policy.directory}",
         ]
-        for warning in plan.config.warnings:
-            lines.append(f"ironcurtain: warning: {warning}")
         if sys.stdin.isatty():
             lines.append("ironcurtain: client configuration for this session:")
             lines.append(client_entry(plan))

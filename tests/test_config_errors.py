@@ -1,0 +1,229 @@
+"""Every kind of bad input: one clear message naming file and location, exit 2, no traceback,
+and nothing started or created."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import IRONCURTAIN, Home
+
+GOOD_SERVER = {"command": "mcp-server-time"}
+
+
+def ironcurtain(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [IRONCURTAIN, *args],
+        capture_output=True,
+        text=True,
+        env=user.env,
+        cwd=user.root,
+        stdin=subprocess.DEVNULL,
+        timeout=60,
+        check=False,
+    )
+
+
+CASES = [
+    (
+        "invalid-json",
+        '{"mcpServers": {"a": {"command": "x",}}}',
+        (),
+        "line 1 column 38",
+        "invalid JSON",
+    ),
+    (
+        "wrong-type",
+        json.dumps({"mcpServers": {"a": {"command": "x", "args": "-v"}}}),
+        (),
+        "$.mcpServers.a.args",
+        "valid list",
+    ),
+    (
+        "missing-command",
+        json.dumps({"mcpServers": {"a": {"args": []}}}),
+        (),
+        "$.mcpServers.a.command",
+        "Field required",
+    ),
+    (
+        "unset-variable",
+        json.dumps(
+            {
+                "mcpServers": {
+                    "a": {**GOOD_SERVER, "env": {"TOKEN": "${IRONCURTAIN_TEST_UNSET_VAR}"}}
+                }
+            }
+        ),
+        (),
+        "$.mcpServers.a.env.TOKEN",
+        "${IRONCURTAIN_TEST_UNSET_VAR} is not set",
+    ),
+    (
+        "relative-sandbox-path",
+        json.dumps(
+            {
+                "mcpServers": {
+                    "a": {**GOOD_SERVER, "sandbox": {"filesystem": {"allowRead": ["src/lib"]}}}
+                }
+            }
+        ),
+        (),
+        "$.mcpServers.a.sandbox.filesystem.allowRead[0]",
+        "relative path 'src/lib'",
+    ),
+    (
+        "unknown-server",
+        json.dumps({"mcpServers": {"a": GOOD_SERVER}}),
+        ("--server", "b"),
+        "--server b",
+        "no such server",
+    ),
+    (
+        "command-not-found",
+        json.dumps({"mcpServers": {"a": {"command": "no-such-cmd-xyz"}}}),
+        (),
+        "$.mcpServers.a.command",
+        "not found on PATH",
+    ),
+    (
+        "bad-timeout",
+        json.dumps({"mcpServers": {"a": {**GOOD_SERVER, "timeout": -1}}}),
+        (),
+        "$.mcpServers.a.timeout",
+        "greater than 0",
+    ),
+    ("not-an-object", "[]", (), "$", "expected an object"),
+    (
+        "servers-key-vscode",
+        json.dumps({"servers": {"a": {"args": []}}}),
+        (),
+        "$.servers.a.command",
+        "Field required",
+    ),
+    (
+        "bad-server-name",
+        json.dumps({"mcpServers": {"a__b": GOOD_SERVER}}),
+        (),
+        "$.mcpServers",
+        "server name 'a__b'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "extra", "where", "what"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_config_is_one_clear_error(
+    user: Home, text: str, extra: tuple[str, ...], where: str, what: str
+) -> None:
+    config = user.root / "mcp-servers.json"
+    config.write_text(text)
+    done = ironcurtain(user, "run", "--config", str(config), *extra)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stdout == ""
+    message = done.stderr.strip()
+    assert message.startswith("ironcurtain: error:") and len(message.splitlines()) == 1
+    assert str(config) in message
+    assert where in message and what in message
+    # Nothing half-started: no workspace, no audit log, no runtime files.
+    assert not (user.state / "ironcurtain").exists()
+
+
+def test_missing_config_file(user: Home) -> None:
+    done = ironcurtain(user, "run", "--config", str(user.root / "nope.json"))
+    assert done.returncode == 2
+    assert f"{user.root / 'nope.json'}: no such file" in done.stderr
+
+
+def test_bad_policy_file(user: Home) -> None:
+    policy = user.root / "policy"
+    policy.mkdir()
+    (policy / "tool-annotations.json").write_text(
+        json.dumps(
+            {
+                "servers": {
+                    "time": {
+                        "tools": [
+                            {
+                                "toolName": "t",
+                                "serverName": "time",
+                                "effect": "read",
+                                "sideEffects": False,
+                                "args": {"x": ["reed-path"]},
+                            }
+                        ]
+                    }
+                }
+            }
+        )
+    )
+    (policy / "compiled-policy.json").write_text('{"rules": []}')
+    done = ironcurtain(user, "run", "--policy-dir", str(policy))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "tool-annotations.json: $.servers.time.tools[0].args.x[0]" in done.stderr
+    assert "reed-path" in done.stderr
+
+
+def test_unknown_placeholder_in_policy(user: Home) -> None:
+    policy = user.root / "policy"
+    policy.mkdir()
+    (policy / "tool-annotations.json").write_text('{"servers": {}}')
+    (policy / "compiled-policy.json").write_text(
+        json.dumps(
+            {
+                "rules": [
+                    {
+                        "name": "r",
+                        "if": {"paths": {"roles": ["read-path"], "within": "${workspce}"}},
+                        "then": "allow",
+                        "reason": "typo",
+                    }
+                ]
+            }
+        )
+    )
+    done = ironcurtain(user, "check", "time", "x", "--policy-dir", str(policy))
+    assert done.returncode == 2
+    assert "$.rules[0].if.paths.within: unknown placeholder ${workspce}" in done.stderr
+
+
+def test_unknown_keys_warn_and_are_ignored(user: Home, tmp_path: Path) -> None:
+    config = user.root / "mcp-servers.json"
+    config.write_text(json.dumps({"mcpServers": {"time": {**GOOD_SERVER, "comand": "typo"}}}))
+    done = ironcurtain(
+        user,
+        "check",
+        "time",
+        "get_current_time",
+        "--config",
+        str(config),
+        "--args",
+        '{"timezone": "UTC"}',
+    )
+    assert done.returncode == 0, done.stderr
+    assert "$.mcpServers.time.comand: unknown key, ignored" in done.stderr
+
+
+def test_check_prints_decision_rule_reason_and_canonical_arguments(user: Home) -> None:
+    ws = user.ws()
+    done = ironcurtain(
+        user,
+        "check",
+        "filesystem",
+        "read_file",
+        "--workspace",
+        str(ws),
+        "--args",
+        '{"path": "sub/../notes.txt"}',
+    )
+    assert done.returncode == 0, done.stderr
+    assert "decision:  allow" in done.stdout
+    assert "rule:      allow-read-in-workspace" in done.stdout
+    assert json.dumps({"path": str(ws / "notes.txt")}) in done.stdout
+    done = ironcurtain(user, "check", "filesystem", "read_file", "--args", "not json")
+    assert done.returncode == 2 and "--args: not valid JSON" in done.stderr
