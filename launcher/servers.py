@@ -65,6 +65,9 @@ class ServerConnection:
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
         self.tools: list[Message] = []
+        self.prompts: list[Message] = []
+        self.resources: list[Message] = []
+        self.resource_templates: list[Message] = []
 
     @property
     def pid(self) -> int | None:
@@ -96,20 +99,42 @@ class ServerConnection:
         self.initialize_result = response.get("result") or {}
         await self.notify("notifications/initialized", None)
 
-    async def list_tools(self) -> list[Message]:
-        tools: list[Message] = []
+    @property
+    def capabilities(self) -> Message:
+        caps = self.initialize_result.get("capabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    async def list_all(self, method: str, key: str) -> list[Message]:
+        """Every page of a ``*/list`` method."""
+        items: list[Message] = []
         cursor: str | None = None
         while True:
-            response = await self.request("tools/list", {"cursor": cursor} if cursor else {})
+            response = await self.request(method, {"cursor": cursor} if cursor else {})
             if "error" in response:
-                raise RuntimeError(f"tools/list failed: {response['error'].get('message')}")
+                raise RuntimeError(f"{method} failed: {response['error'].get('message')}")
             result = response.get("result") or {}
-            tools.extend(t for t in result.get("tools", []) if isinstance(t, dict))
+            items.extend(t for t in result.get(key, []) if isinstance(t, dict))
             cursor = result.get("nextCursor")
             if not cursor:
-                break
-        self.tools = tools
-        return tools
+                return items
+
+    async def list_tools(self) -> list[Message]:
+        self.tools = await self.list_all("tools/list", "tools")
+        return self.tools
+
+    async def list_extras(self) -> None:
+        """Prompts and resources, where the server offers them; a server that declares a
+        capability but fails to list it simply contributes nothing."""
+        caps = self.capabilities
+        with contextlib.suppress(RuntimeError):
+            if "prompts" in caps:
+                self.prompts = await self.list_all("prompts/list", "prompts")
+        with contextlib.suppress(RuntimeError):
+            if "resources" in caps:
+                self.resources = await self.list_all("resources/list", "resources")
+                self.resource_templates = await self.list_all(
+                    "resources/templates/list", "resourceTemplates"
+                )
 
     # -- messaging -------------------------------------------------------------------------
 

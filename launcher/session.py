@@ -25,6 +25,7 @@ from launcher.servers import (
     ServerGone,
     encode,
 )
+from policy import Decision
 from sandbox_profiles import write_runtime_files
 
 SEPARATOR = "__"
@@ -46,6 +47,10 @@ class Session:
         }
         self.routes: dict[str, tuple[str, str]] = {}
         self.exposed_tools: list[Message] = []
+        self.prompt_routes: dict[str, tuple[str, str]] = {}
+        self.exposed_prompts: list[Message] = []
+        self.resource_routes: dict[str, str] = {}
+        self.template_prefixes: list[tuple[str, str]] = []
         self.audit: AuditLog | None = None
         self._write_lock = threading.Lock()
         self._writer: asyncio.StreamWriter | None = None
@@ -72,6 +77,7 @@ class Session:
         await conn.start()
         await conn.initialize()
         await conn.list_tools()
+        await conn.list_extras()
 
     async def _start_servers(self) -> None:
         conns = list(self.servers.values())
@@ -90,16 +96,36 @@ class Session:
                 )
         self._build_routes()
 
+    def _public(self, server: str, name: str) -> str:
+        return f"{server}{SEPARATOR}{name}" if self.plan.prefixed else name
+
     def _build_routes(self) -> None:
         routes: dict[str, tuple[str, str]] = {}
         exposed: list[Message] = []
+        prompt_routes: dict[str, tuple[str, str]] = {}
+        prompts: list[Message] = []
+        resources: dict[str, str] = {}
+        prefixes: list[tuple[str, str]] = []
         for name, conn in self.servers.items():
             for tool in conn.tools:
-                tool_name = str(tool.get("name", ""))
-                public = f"{name}{SEPARATOR}{tool_name}" if self.plan.prefixed else tool_name
-                routes[public] = (name, tool_name)
+                public = self._public(name, str(tool.get("name", "")))
+                routes[public] = (name, str(tool.get("name", "")))
                 exposed.append({**tool, "name": public})
+            for prompt in conn.prompts:
+                public = self._public(name, str(prompt.get("name", "")))
+                prompt_routes[public] = (name, str(prompt.get("name", "")))
+                prompts.append({**prompt, "name": public})
+            for resource in conn.resources:
+                resources.setdefault(str(resource.get("uri", "")), name)
+            for template in conn.resource_templates:
+                prefix = str(template.get("uriTemplate", "")).split("{", 1)[0]
+                if prefix:
+                    prefixes.append((prefix, name))
         self.routes, self.exposed_tools = routes, exposed
+        self.prompt_routes, self.exposed_prompts = prompt_routes, prompts
+        self.resource_routes = resources
+        # Longest prefix first, so the most specific template wins.
+        self.template_prefixes = sorted(prefixes, key=lambda p: -len(p[0]))
 
     async def stop(self) -> None:
         for task in list(self._tasks):
@@ -235,9 +261,14 @@ class Session:
         if method == "initialize":
             requested = params.get("protocolVersion")
             version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL
+            capabilities: Message = {"tools": {"listChanged": True}, "logging": {}}
+            if any(c.prompts for c in self.servers.values()):
+                capabilities["prompts"] = {}
+            if any(c.resources or c.resource_templates for c in self.servers.values()):
+                capabilities["resources"] = {}
             return {
                 "protocolVersion": version,
-                "capabilities": {"tools": {"listChanged": True}, "logging": {}},
+                "capabilities": capabilities,
                 "serverInfo": {"name": "ironcurtain", "version": "0.1.0"},
                 "instructions": "Tools of several MCP servers, each sandboxed; every call is "
                 "checked by policy. Denied calls return an error result starting with DENIED.",
@@ -248,7 +279,70 @@ class Session:
             return {"tools": self.exposed_tools}
         if method == "tools/call":
             return await self._call_tool(params, request_id)
+        if method == "prompts/list":
+            return {"prompts": self.exposed_prompts}
+        if method == "prompts/get":
+            route = self.prompt_routes.get(str(params.get("name")))
+            if route is None:
+                raise _RpcError(-32602, f"unknown prompt: {params.get('name')}")
+            return await self._forward(route[0], method, {**params, "name": route[1]})
+        if method == "resources/list":
+            return {"resources": [r for c in self.servers.values() for r in c.resources]}
+        if method == "resources/templates/list":
+            return {
+                "resourceTemplates": [
+                    t for c in self.servers.values() for t in c.resource_templates
+                ]
+            }
+        if method == "resources/read":
+            return await self._read_resource(params, request_id)
         raise _RpcError(-32601, f"method not found: {method}")
+
+    async def _forward(self, server: str, method: str, params: Message) -> Message:
+        conn = self.servers[server]
+        try:
+            response = await conn.request(method, params, conn.spec.timeout)
+        except ServerGone as gone:
+            raise _RpcError(-32603, str(gone)) from None
+        except TimeoutError:
+            raise _RpcError(-32001, f"server '{server}' did not answer in time") from None
+        if "error" in response:
+            err = response["error"] if isinstance(response["error"], dict) else {}
+            raise _RpcError(int(err.get("code", -32603)), str(err.get("message", "error")))
+        result = response.get("result")
+        return result if isinstance(result, dict) else {}
+
+    def _resource_server(self, uri: str) -> str | None:
+        if uri in self.resource_routes:
+            return self.resource_routes[uri]
+        for prefix, server in self.template_prefixes:
+            if uri.startswith(prefix):
+                return server
+        return None
+
+    async def _read_resource(self, params: Message, request_id: Any) -> Message:
+        """``resources/read``: routed by URI; ``file://`` URIs are checked as read-paths."""
+        started = time.perf_counter()
+        uri = params.get("uri")
+        server = self._resource_server(uri) if isinstance(uri, str) else None
+        if server is None or not isinstance(uri, str):
+            raise _RpcError(-32002, "resource not found")
+        cwd = self._cwd(server)
+        decision, forward_uri = self.engine.decide_resource_read(server, uri, cwd)
+        entry = self._entry(request_id, server, "resources/read", {"uri": forward_uri}, decision)
+        assert self.audit is not None
+        if not self.audit.healthy or decision.decision != "allow":
+            self._finish(entry, started, "denied", None)
+            rule = decision.rule if self.audit.healthy else "audit-log-unwritable"
+            prefix = "ESCALATION REQUIRED" if decision.decision == "escalate" else "DENIED"
+            raise _RpcError(-32001, f"{prefix} (rule: {rule}): {decision.reason}")
+        try:
+            result = await self._forward(server, "resources/read", {**params, "uri": forward_uri})
+        except _RpcError:
+            self._finish(entry, started, "error", None)
+            raise
+        self._finish(entry, started, "success", None)
+        return result
 
     async def _client_notification(self, method: Any, params: Message) -> None:
         if method == "notifications/cancelled":
@@ -364,6 +458,33 @@ class Session:
                 "written; the call ran but its result is withheld"
             )
         return finished
+
+    def _cwd(self, server: str) -> str:
+        """The server's working directory, against which relative paths resolve."""
+        sp = self.plan.servers[server]
+        return sp.profile.cwd if sp.profile is not None else sp.launch.cwd
+
+    def _entry(
+        self,
+        request_id: Any,
+        server: str | None,
+        tool: str,
+        args: dict[str, object],
+        decision: Decision,
+    ) -> dict[str, Any]:
+        return {
+            "requestId": request_id,
+            "server": server,
+            "tool": tool,
+            "arguments": hashed_arguments(args),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": bool(server and self.plan.servers[server].profile is not None),
+        }
 
     def _finish(
         self, entry: dict[str, Any], started: float, status: str, result: Message | None

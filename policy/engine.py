@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+from urllib.parse import quote
 
 from policy.models import CompiledPolicyFile, CompiledRule, ToolAnnotation, ToolAnnotationsFile
 from policy.paths import SYSTEM_ROOTS, canonical_path, is_within, iter_strings, looks_like_path
@@ -19,10 +20,12 @@ from policy.roles import (
     get_role_definition,
     get_url_roles,
 )
-from policy.urls import domain_matches_allowlist
+from policy.urls import domain_matches_allowlist, file_uri_path
 
 DecisionKind = Literal["allow", "deny", "escalate"]
 _SEVERITY: Mapping[str, int] = {"allow": 0, "escalate": 1, "deny": 2}
+# ``resources/read`` is evaluated as this tool, whose one argument is the resource's path.
+RESOURCE_READ_TOOL = "resources/read"
 
 PATH_ROLES: frozenset[ArgumentRole] = frozenset(get_path_roles())
 URL_ROLES: frozenset[ArgumentRole] = frozenset(get_url_roles())
@@ -169,6 +172,36 @@ class PolicyEngine:
         arguments to forward."""
         transport, for_policy = self.prepare(server, tool, args, cwd)
         return self.evaluate(server, tool, for_policy, cwd), transport
+
+    def decide_resource_read(
+        self, server: str, uri: str, cwd: str | None = None
+    ) -> tuple[Decision, str]:
+        """A ``resources/read``: ``file://`` URIs are checked as a read-path (structural
+        invariants, then the rules as tool ``resources/read`` with effect ``read``); other
+        schemes are the server's own handles and pass. Returns the decision and the URI to
+        forward (canonical for files)."""
+        if uri[:5].lower() != "file:":
+            return Decision("allow", "resource-not-a-file", "not a file:// resource"), uri
+        path = file_uri_path(uri)
+        if path is None:
+            return (
+                Decision("deny", "structural-remote-file-uri", "file URI names another host"),
+                uri,
+            )
+        canonical = canonical_path(path, cwd)
+        annotation = ToolAnnotation(
+            tool_name=RESOURCE_READ_TOOL,
+            server_name=server,
+            effect="read",
+            side_effects=True,
+            args={"uri": ["read-path"]},
+        )
+        info = self._tool_info(annotation)
+        args = {"uri": canonical}
+        verdict = self._structural(info, args, cwd)
+        if verdict is None:
+            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {})
+        return verdict, "file://" + quote(canonical)
 
     # -- evaluation -------------------------------------------------------------------------
 

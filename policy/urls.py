@@ -6,7 +6,7 @@ import ipaddress
 import re
 import subprocess
 from collections.abc import Mapping, Sequence
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 # scp-like git remote: [user@]host:path, where host has no '/' and the value has no '://'.
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>\[[^\]]+\]|[^@/:\[\]]+):(?P<path>.*)$")
@@ -135,3 +135,15 @@ def resolve_git_remote(value: str, all_args: Mapping[str, object], cwd: str | No
         return value
     url = done.stdout.strip()
     return url if done.returncode == 0 and url else value
+
+
+def file_uri_path(uri: str) -> str | None:
+    """The local path of a ``file:`` URI, percent-decoded; None when it names another host.
+
+    >>> file_uri_path("file:///tmp/a%20b"), file_uri_path("file://evil/x")
+    ('/tmp/a b', None)
+    """
+    parts = urlsplit(uri)
+    if parts.netloc not in ("", "localhost"):
+        return None
+    return unquote(parts.path) or "/"

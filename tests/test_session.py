@@ -10,7 +10,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import MCPError as McpError
 
 from tests.conftest import IRONCURTAIN, TESTS, Home, needs_bwrap, probe_config
 
@@ -179,9 +181,7 @@ def test_single_server_names_are_unprefixed(user: Home) -> None:
     run(scenario)
 
 
-def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
-    ws = user.ws("probe-ws")
-    config = probe_config(user, ws, {})
+def _workspace_read_policy(user: Home) -> Path:
     policy = user.root / "probe-policy"
     policy.mkdir()
     base = TESTS / "data" / "probe-policy-allow-all"
@@ -203,6 +203,13 @@ def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
             }
         )
     )
+    return policy
+
+
+def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
+    ws = user.ws("probe-ws")
+    config = probe_config(user, ws, {})
+    policy = _workspace_read_policy(user)
 
     async def scenario() -> None:
         async with connect(
@@ -216,3 +223,55 @@ def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
     run(scenario)
     calls = [json.loads(x) for x in (ws / "probe-calls.jsonl").read_text().splitlines()]
     assert calls == [{"tool": "read_path", "path": str(ws / "x")}]
+
+
+def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> None:
+    ws = user.ws("probe-ws")
+    (ws / "hello.txt").write_text("hello from the workspace")
+    (user.root / "outside.txt").write_text(user.secret)
+    config = probe_config(user, ws, {})
+    policy = _workspace_read_policy(user)
+    audit = user.root / "audit.jsonl"
+
+    async def scenario() -> None:
+        async with connect(
+            user,
+            "--config",
+            str(config),
+            "--policy-dir",
+            str(policy),
+            "--workspace",
+            str(ws),
+            "--audit-log",
+            str(audit),
+        ) as s:
+            prompts = {p.name for p in (await s.list_prompts()).prompts}
+            assert prompts == {"probe__greet"}
+            got = await s.get_prompt("probe__greet", {"name": "Ada"})
+            assert "Hello Ada" in got.messages[0].content.text  # type: ignore[union-attr]
+            uris = {str(r.uri) for r in (await s.list_resources()).resources}
+            assert f"file://{ws}/hello.txt" in uris and "probe://status" in uris
+            read = await s.read_resource(f"file://{ws}/hello.txt")
+            assert read.contents[0].text == "hello from the workspace"  # type: ignore[union-attr]
+            read = await s.read_resource("probe://status")
+            assert read.contents[0].text == "probe ok"  # type: ignore[union-attr]
+            for uri, rule in [
+                ("file:///etc/hostname", "structural-system-root"),
+                (f"file://{ws}/../outside.txt", "default-deny"),
+            ]:
+                with pytest.raises(McpError, match=rf"DENIED \(rule: {rule}\)"):
+                    await s.read_resource(uri)
+            with pytest.raises(McpError, match="resource not found"):
+                await s.read_resource("file:///nowhere")
+
+    run(scenario)
+    calls = [json.loads(x) for x in (ws / "probe-calls.jsonl").read_text().splitlines()]
+    assert [c.get("uri") for c in calls] == ["hello.txt", "probe://status"]
+    entries = audit_entries(audit)
+    assert [(e["tool"], e["result"]) for e in entries] == [
+        ("resources/read", "success"),
+        ("resources/read", "success"),
+        ("resources/read", "denied"),
+        ("resources/read", "denied"),
+    ]
+    assert user.secret not in audit.read_text()

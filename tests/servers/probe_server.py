@@ -54,6 +54,49 @@ def env_value(name: str) -> str:
     return os.environ.get(name, "<unset>")
 
 
+# Resources: one in the workspace, one outside it (reached with ..), one in /etc, one that
+# is not a file. The workspace is where $PROBE_LOG lives.
+_WS = os.path.dirname(os.environ.get("PROBE_LOG", "/nonexistent/log"))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as exc:
+        return f"READ FAILED: {exc.strerror}"
+
+
+@server.resource(f"file://{_WS}/hello.txt")
+def hello() -> str:
+    _record("resource", uri="hello.txt")
+    return _read(f"{_WS}/hello.txt")
+
+
+@server.resource(f"file://{_WS}/../outside.txt")
+def outside() -> str:
+    _record("resource", uri="outside.txt")
+    return _read(f"{_WS}/../outside.txt")
+
+
+@server.resource("file:///etc/hostname")
+def hostname() -> str:
+    _record("resource", uri="/etc/hostname")
+    return _read("/etc/hostname")
+
+
+@server.resource("probe://status")
+def status() -> str:
+    _record("resource", uri="probe://status")
+    return "probe ok"
+
+
+@server.prompt()
+def greet(name: str) -> str:
+    """A greeting."""
+    return f"Hello {name}"
+
+
 @server.tool()
 async def linger() -> str:
     """Refuse to die: ignore SIGTERM and keep a non-daemon thread alive after stdin closes."""
