@@ -73,6 +73,35 @@ def search_path() -> list[str]:
     return [*path, os.path.dirname(sys.executable)]
 
 
+def resolve_command(command: str, search: list[str]) -> str | None:
+    """``command`` as an absolute path. A version-manager shim (pyenv: ``<root>/shims/x``, a
+    shell script that needs the manager's whole tree) is replaced by the real program it
+    would run, found with ``pyenv which``, so the sandbox only has to show that program."""
+    path = which(command, search)
+    if path is None or os.path.basename(os.path.dirname(path)) != "shims":
+        return path
+    root = os.path.dirname(os.path.dirname(path))
+    pyenv = next(
+        (p for p in (f"{root}/libexec/pyenv", f"{root}/bin/pyenv") if os.access(p, os.X_OK)),
+        None,
+    )
+    if pyenv is None:
+        return path
+    try:
+        done = subprocess.run(
+            [pyenv, "which", os.path.basename(path)],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+            env={**os.environ, "PYENV_ROOT": root},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return path
+    real = done.stdout.strip()
+    return real if done.returncode == 0 and os.path.isabs(real) else path
+
+
 def sandbox_problem() -> str | None:
     """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe)."""
     bwrap = shutil.which("bwrap")
@@ -170,7 +199,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     bwrap = shutil.which("bwrap") or "bwrap"
     plans: dict[str, ServerPlan] = {}
     for name, server in selected.items():
-        command = which(server.command, search)
+        command = resolve_command(server.command, search)
         if command is None:
             raise ConfigError(
                 str(config.path),

@@ -20,8 +20,8 @@ def render(profile: SandboxProfile, bwrap: str = "bwrap") -> list[str]:
 
     >>> from sandbox_profiles.model import Mount, SandboxProfile
     >>> p = SandboxProfile("s", ("/usr/bin/true",), "/", {}, (Mount("tmpfs", "/tmp"),))
-    >>> render(p)[-4:]
-    ['/tmp', '--chdir', '/', '--']
+    >>> render(p)[-6:]
+    ['--tmpfs', '/tmp', '--chdir', '/', '--', '/usr/bin/true']
     """
     argv = [bwrap]
     for ns in profile.namespaces:
