@@ -43,9 +43,10 @@ class AuditLog:
     def write(self, entry: dict[str, Any]) -> bool:
         if self.error is not None:
             return False
+        now = time.time()
         record = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-            + f".{int(time.time() * 1000) % 1000:03d}Z",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+            + f".{int(now * 1000) % 1000:03d}Z",
             "sessionId": self.session_id,
             **entry,
         }
