@@ -52,6 +52,7 @@ class Session:
         self.resource_routes: dict[str, str] = {}
         self.template_prefixes: list[tuple[str, str]] = []
         self.audit: AuditLog | None = None
+        self._audit_existed = False
         self._write_lock = threading.Lock()
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -60,18 +61,45 @@ class Session:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> int:
-        plan = self.plan
-        if plan.create_workspace:
-            os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
-        write_runtime_files(plan.runtime_dir, os.getuid(), os.getgid())
+        started = False
         try:
-            self.audit = AuditLog(plan.audit_path, plan.session_id)
+            self._prepare_files()
             await self._start_servers()
+            started = True
             self._report()
             await self._serve()
         finally:
             await self.stop()
+            if not started:
+                self._remove_unused_files()
         return 0
+
+    def _prepare_files(self) -> None:
+        plan = self.plan
+        try:
+            if plan.create_workspace:
+                os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
+            write_runtime_files(plan.runtime_dir, os.getuid(), os.getgid())
+        except OSError as exc:
+            raise StartupError(f"cannot create {exc.filename}: {exc.strerror}") from None
+        try:
+            self._audit_existed = os.path.exists(plan.audit_path)
+            self.audit = AuditLog(plan.audit_path, plan.session_id)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot open the audit log {plan.audit_path}: {exc.strerror}"
+            ) from None
+
+    def _remove_unused_files(self) -> None:
+        """A session that never started leaves nothing behind that it created empty."""
+        plan = self.plan
+        if self.audit is not None and not self._audit_existed:
+            with contextlib.suppress(OSError):
+                if os.path.getsize(plan.audit_path) == 0:
+                    os.unlink(plan.audit_path)
+        if plan.create_workspace:
+            with contextlib.suppress(OSError):
+                os.rmdir(plan.workspace)  # only if still empty
 
     async def _start_one(self, conn: ServerConnection) -> None:
         await conn.start()

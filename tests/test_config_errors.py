@@ -227,3 +227,35 @@ def test_check_prints_decision_rule_reason_and_canonical_arguments(user: Home) -
     assert json.dumps({"path": str(ws / "notes.txt")}) in done.stdout
     done = ironcurtain(user, "check", "filesystem", "read_file", "--args", "not json")
     assert done.returncode == 2 and "--args: not valid JSON" in done.stderr
+
+
+def test_a_server_that_fails_to_start_leaves_nothing_behind(user: Home) -> None:
+    config = user.root / "mcp-servers.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "time": GOOD_SERVER,
+                    "broken": {
+                        "command": "sh",
+                        "args": ["-c", "echo 'cannot start: no token' >&2; exit 3"],
+                    },
+                }
+            }
+        )
+    )
+    done = ironcurtain(user, "run", "--config", str(config))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "server 'broken' failed to start" in done.stderr
+    assert "cannot start: no token" in done.stderr
+    state = user.state / "ironcurtain"
+    assert not any(p.is_file() for p in state.rglob("*"))
+    assert not list((state / "workspaces").iterdir())
+
+
+def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:
+    blocker = user.root / "not-a-dir"
+    blocker.write_text("")
+    done = ironcurtain(user, "run", "--server", "time", "--audit-log", str(blocker / "a.jsonl"))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"cannot open the audit log {blocker / 'a.jsonl'}" in done.stderr
