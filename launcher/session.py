@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import selectors
 import shutil
 import signal
 import sys
@@ -195,10 +196,10 @@ class Session:
     async def _open_stdio(self) -> asyncio.StreamReader:
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=LINE_LIMIT)
-        try:
+        if _pollable(sys.stdin.fileno()):
             await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        except (ValueError, OSError):
-            # A regular file on stdin: read it in a thread.
+        else:
+            # A regular file or /dev/null on stdin (epoll refuses both): read it in a thread.
             def pump() -> None:
                 for line in sys.stdin.buffer:
                     loop.call_soon_threadsafe(reader.feed_data, line)
@@ -528,6 +529,18 @@ class Session:
                 flush=True,
             )
         return result or {}
+
+
+def _pollable(fd: int) -> bool:
+    """Whether the event loop's selector can watch ``fd`` (pipes, sockets, ttys can)."""
+    selector = selectors.DefaultSelector()
+    try:
+        selector.register(fd, selectors.EVENT_READ)
+    except (OSError, ValueError):
+        return False
+    finally:
+        selector.close()
+    return True
 
 
 class _RpcError(Exception):

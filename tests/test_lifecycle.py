@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -125,3 +126,23 @@ def test_killed_launcher_takes_its_sandboxes_along(user: Home) -> None:
     proc.kill()
     proc.wait(timeout=10)
     assert_all_gone(tree)
+
+
+@pytest.mark.parametrize("kind", ["devnull", "file"])
+def test_stdin_that_epoll_refuses_still_ends_the_session(user: Home, kind: str) -> None:
+    # /dev/null and regular files cannot be watched by epoll; they are read in a thread.
+    source = user.root / "input.jsonl"
+    source.write_text(json.dumps({"jsonrpc": "2.0", "id": 7, "method": "ping"}) + "\n")
+    with open(os.devnull if kind == "devnull" else source, "rb") as stdin:
+        done = subprocess.run(
+            [IRONCURTAIN, "run", "--server", "time", "--workspace", str(user.ws())],
+            stdin=stdin,
+            capture_output=True,
+            env=user.env,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    assert b"Traceback" not in done.stderr
+    expected = b"" if kind == "devnull" else b'{"jsonrpc":"2.0","id":7,"result":{}}\n'
+    assert done.stdout == expected
