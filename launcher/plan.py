@@ -17,7 +17,7 @@ from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.loader import PolicyFiles, check_placeholders
-from policy.paths import resolve_real_path
+from policy.paths import is_within, resolve_real_path
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile, render_bwrap
 from sandbox_profiles.discover import which
 from sandbox_profiles.profile import sandbox_env
@@ -198,6 +198,12 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     search = search_path()
     bwrap = shutil.which("bwrap") or "bwrap"
     plans: dict[str, ServerPlan] = {}
+    # Read-only inside any writable root: ironcurtain's files, and its state dir unless this
+    # session's workspace lives in it.
+    state_real = engine.structural.state_dir or ""
+    sandbox_protected = list(engine.structural.protected)
+    if state_real and not is_within(workspace, state_real):
+        sandbox_protected.append(state_real)
     for name, server in selected.items():
         command = resolve_command(server.command, search)
         if command is None:
@@ -219,7 +225,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             allow_write=server.sandbox.filesystem.allow_write if server.sandbox else (),
             deny_read=server.sandbox.filesystem.deny_read if server.sandbox else (),
             deny_write=server.sandbox.filesystem.deny_write if server.sandbox else (),
-            protected=list(engine.structural.protected),
+            protected=sandbox_protected,
             runtime_dir=runtime_dir,
             search_path=search,
             host_env=os.environ,

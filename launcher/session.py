@@ -398,23 +398,9 @@ class Session:
             return tool_result("DENIED: arguments must be a JSON object")
         server, tool = route if route else (None, str(public))
         conn = self.servers.get(server) if server else None
-        cwd = self.plan.servers[server].launch.cwd if server else self.plan.workspace
-        if server and self.plan.servers[server].profile is not None:
-            cwd = self.plan.servers[server].profile.cwd  # type: ignore[union-attr]
+        cwd = self._cwd(server) if server else self.plan.workspace
         decision, transport = self.engine.decide(server or "", tool, raw_args, cwd=cwd)
-        entry: dict[str, Any] = {
-            "requestId": request_id,
-            "server": server,
-            "tool": tool,
-            "arguments": hashed_arguments(transport),
-            "policy": {
-                "decision": decision.decision,
-                "rule": decision.rule,
-                "reason": decision.reason,
-            },
-            "escalation": None,
-            "sandboxed": bool(server and self.plan.servers[server].profile is not None),
-        }
+        entry = self._entry(request_id, server, tool, transport, decision)
         audit = self.audit
         assert audit is not None
         if not audit.healthy:
@@ -563,4 +549,6 @@ def client_entry(plan: SessionPlan) -> str:
         args += ["--policy-dir", str(plan.policy.directory)]
     if not plan.prefixed:
         args += ["--server", next(iter(plan.servers))]
-    return json.dumps({"mcpServers": {"ironcurtain": {"command": exe, "args": args}}}, indent=2)
+    # With one selected server the entry replaces that server in a client's config.
+    key = "ironcurtain" if plan.prefixed else next(iter(plan.servers))
+    return json.dumps({"mcpServers": {key: {"command": exe, "args": args}}}, indent=2)

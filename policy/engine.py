@@ -62,7 +62,11 @@ class StructuralConfig:
         if (
             state is not None
             and (is_within(path, state) or (removing and is_within(state, path)))
-            and not any(is_within(path, e) for e in self.exempt)
+            # An exemption only carves a directory out of the state dir, never the other
+            # way round: a workspace that *contains* the state dir exempts nothing.
+            and not any(
+                is_within(path, e) and e != state and is_within(e, state) for e in self.exempt
+            )
         ):
             return "ironcurtain's state directory"
         return None

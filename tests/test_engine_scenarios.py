@@ -399,3 +399,19 @@ def test_forwarded_arguments_are_canonical(env: Env) -> None:
         "filesystem", "write_file", {"path": "sub/../new.txt", "content": "../x"}, cwd=str(env.ws)
     )
     assert transport == {"path": os.path.join(env.ws, "new.txt"), "content": "../x"}
+
+
+def test_a_workspace_containing_the_state_dir_exempts_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    state = home / ".local" / "state" / "ironcurtain"
+    (state / "audit").mkdir(parents=True)
+    files = load_policy_dir(bundled_policy_dir())
+    structural = StructuralConfig(state_dir=str(state), exempt=(str(home),))
+    engine = PolicyEngine(
+        files.policy, files.annotations, structural, variables={"workspace": str(home)}
+    )
+    audit = str(state / "audit" / "old-session.jsonl")
+    decision, _ = engine.decide("filesystem", "read_file", {"path": audit})
+    assert decision.rule == "structural-protected-path"
+    decision, _ = engine.decide("filesystem", "read_file", {"path": str(home / "notes.txt")})
+    assert decision.decision == "allow"

@@ -275,3 +275,49 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
         ("resources/read", "denied"),
     ]
     assert user.secret not in audit.read_text()
+
+
+def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Home) -> None:
+    # The workspace is the whole home, which holds ironcurtain's state (audit logs). The
+    # policy is told the write argument is not a path, and a bare relative path slips past
+    # the path heuristic: only the sandbox stands between the probe and the audit logs.
+    state = user.home / ".local" / "state"
+    env = {**user.env, "XDG_STATE_HOME": str(state)}
+    (state / "ironcurtain" / "audit").mkdir(parents=True)
+    config = probe_config(user, user.home, {})
+    policy = user.root / "blind-policy"
+    policy.mkdir()
+    base = TESTS / "data" / "probe-policy-allow-all"
+    annotations = json.loads((base / "tool-annotations.json").read_text())
+    for tool in annotations["servers"]["probe"]["tools"]:
+        if tool["toolName"] == "write_path":
+            tool["args"]["path"] = ["none"]
+    (policy / "tool-annotations.json").write_text(json.dumps(annotations))
+    (policy / "compiled-policy.json").write_text((base / "compiled-policy.json").read_text())
+    target = ".local/state/ironcurtain/audit/planted.jsonl"
+
+    async def scenario() -> None:
+        params = StdioServerParameters(
+            command=IRONCURTAIN,
+            args=[
+                "run",
+                "--config",
+                str(config),
+                "--policy-dir",
+                str(policy),
+                "--workspace",
+                str(user.home),
+            ],
+            env=env,
+            cwd=str(user.root),
+        )
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            await s.initialize()
+            error, text = await call(s, "probe__write_path", {"path": target, "content": "x"})
+            assert not error and text.startswith("WRITE FAILED"), text
+            error, text = await call(s, "probe__write_path", {"path": "ok.txt", "content": "x"})
+            assert text == "WRITE OK"
+
+    run(scenario)
+    assert not (user.home / target).exists()
+    assert (user.home / "ok.txt").read_text() == "x"
