@@ -46,6 +46,11 @@ class ServerPlan:
     config: ServerConfig
     launch: LaunchSpec
     profile: SandboxProfile | None
+    cwd: str  # where the server runs; relative paths in its calls resolve here
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.profile is not None
 
 
 @dataclass(frozen=True)
@@ -233,7 +238,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         if sandboxed:
             profile = build_profile(request)
             launch = LaunchSpec(
-                name, render_bwrap(profile, bwrap), profile.env, "/", True, server.timeout
+                name, render_bwrap(profile, bwrap), profile.env, "/", server.timeout
             )
         else:
             profile = None
@@ -241,8 +246,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
                 **sandbox_env(request, os.path.dirname(command)),
                 "HOME": os.path.expanduser("~"),
             }
-            launch = LaunchSpec(name, [command, *server.args], env, cwd, False, server.timeout)
-        plans[name] = ServerPlan(name, server, launch, profile)
+            launch = LaunchSpec(name, [command, *server.args], env, cwd, server.timeout)
+        plans[name] = ServerPlan(name, server, launch, profile, cwd)
     return SessionPlan(
         session_id=session_id,
         config=config,

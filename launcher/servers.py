@@ -47,7 +47,6 @@ class LaunchSpec:
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: str
-    sandboxed: bool
     timeout: float | None
 
 
@@ -60,7 +59,6 @@ class ServerConnection:
         self._pending: dict[int, asyncio.Future[Message]] = {}
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.exit_status: int | None = None
         self.gone: ServerGone | None = None
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
@@ -68,10 +66,6 @@ class ServerConnection:
         self.prompts: list[Message] = []
         self.resources: list[Message] = []
         self.resource_templates: list[Message] = []
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
 
     async def start(self) -> None:
         self._proc = await asyncio.create_subprocess_exec(
@@ -192,9 +186,7 @@ class ServerConnection:
             if not isinstance(message, dict):
                 continue
             await self._dispatch(message)
-        status = await self._proc.wait()
-        self.exit_status = status
-        self.gone = ServerGone(self.name, status)
+        self.gone = ServerGone(self.name, await self._proc.wait())
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(self.gone)
@@ -261,7 +253,6 @@ class ServerConnection:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        self.exit_status = proc.returncode
 
     @staticmethod
     async def _wait(proc: asyncio.subprocess.Process, timeout: float) -> bool:

@@ -170,7 +170,7 @@ class Session:
         width = max(len(n) for n in self.servers)
         for name, conn in self.servers.items():
             sp = plan.servers[name]
-            if sp.profile is not None:
+            if sp.sandboxed:
                 box = "sandboxed (bwrap, no network)"
             else:
                 box = "UNSANDBOXED" + (
@@ -356,15 +356,17 @@ class Session:
         server = self._resource_server(uri) if isinstance(uri, str) else None
         if server is None or not isinstance(uri, str):
             raise _RpcError(-32002, "resource not found")
-        cwd = self._cwd(server)
+        cwd = self.plan.servers[server].cwd
         decision, forward_uri = self.engine.decide_resource_read(server, uri, cwd)
         entry = self._entry(request_id, server, "resources/read", {"uri": forward_uri}, decision)
         assert self.audit is not None
         if not self.audit.healthy or decision.decision != "allow":
             self._finish(entry, started, "denied", None)
-            rule = decision.rule if self.audit.healthy else "audit-log-unwritable"
-            prefix = "ESCALATION REQUIRED" if decision.decision == "escalate" else "DENIED"
-            raise _RpcError(-32001, f"{prefix} (rule: {rule}): {decision.reason}")
+            if not self.audit.healthy:
+                decision = Decision(
+                    "deny", "audit-log-unwritable", "the audit log cannot be written"
+                )
+            raise _RpcError(-32001, denial_text(decision))
         try:
             result = await self._forward(server, "resources/read", {**params, "uri": forward_uri})
         except _RpcError:
@@ -398,7 +400,7 @@ class Session:
             return tool_result("DENIED: arguments must be a JSON object")
         server, tool = route if route else (None, str(public))
         conn = self.servers.get(server) if server else None
-        cwd = self._cwd(server) if server else self.plan.workspace
+        cwd = self.plan.servers[server].cwd if server else self.plan.workspace
         decision, transport = self.engine.decide(server or "", tool, raw_args, cwd=cwd)
         entry = self._entry(request_id, server, tool, transport, decision)
         audit = self.audit
@@ -413,24 +415,10 @@ class Session:
                     f"({audit.error}), so no call is allowed"
                 ),
             )
-        if decision.decision == "escalate":
-            entry["escalation"] = "no-approval-channel"
-            return self._finish(
-                entry,
-                started,
-                "denied",
-                tool_result(
-                    f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
-                    "No approval channel is available in this session, so the call was not made."
-                ),
-            )
         if decision.decision != "allow" or conn is None:
-            return self._finish(
-                entry,
-                started,
-                "denied",
-                tool_result(f"DENIED (rule: {decision.rule}): {decision.reason}"),
-            )
+            if decision.decision == "escalate":
+                entry["escalation"] = "no-approval-channel"
+            return self._finish(entry, started, "denied", tool_result(denial_text(decision)))
         forward = {**params, "name": tool, "arguments": transport}
         try:
             response = await conn.request("tools/call", forward, conn.spec.timeout)
@@ -474,11 +462,6 @@ class Session:
             )
         return finished
 
-    def _cwd(self, server: str) -> str:
-        """The server's working directory, against which relative paths resolve."""
-        sp = self.plan.servers[server]
-        return sp.profile.cwd if sp.profile is not None else sp.launch.cwd
-
     def _entry(
         self,
         request_id: Any,
@@ -498,7 +481,7 @@ class Session:
                 "reason": decision.reason,
             },
             "escalation": None,
-            "sandboxed": bool(server and self.plan.servers[server].profile is not None),
+            "sandboxed": bool(server and self.plan.servers[server].sandboxed),
         }
 
     def _finish(
@@ -515,6 +498,16 @@ class Session:
                 flush=True,
             )
         return result or {}
+
+
+def denial_text(decision: Decision) -> str:
+    """What the client is told when a call is not made; the first word is the contract."""
+    if decision.decision == "escalate":
+        return (
+            f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
+            "No approval channel is available in this session, so the call was not made."
+        )
+    return f"DENIED (rule: {decision.rule}): {decision.reason}"
 
 
 def _pollable(fd: int) -> bool:

@@ -77,6 +77,7 @@ class _ToolInfo:
     annotation: ToolAnnotation
     path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
     url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
+    path_roles_by_arg: Mapping[str, frozenset[ArgumentRole]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ class PolicyEngine:
             for ann in entry.tools:
                 self._tools[(server, ann.tool_name)] = self._tool_info(ann)
         self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
+        self._resource_infos: dict[str, _ToolInfo] = {}
 
     @staticmethod
     def _tool_info(ann: ToolAnnotation) -> _ToolInfo:
@@ -157,7 +159,7 @@ class PolicyEngine:
                 if role in URL_ROLES:
                     url_args.append((arg, role, role_set))
                     break
-        return _ToolInfo(ann, tuple(path_args), tuple(url_args))
+        return _ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args))
 
     def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
         info = self._tools.get((server, tool))
@@ -193,14 +195,17 @@ class PolicyEngine:
                 uri,
             )
         canonical = canonical_path(path, cwd)
-        annotation = ToolAnnotation(
-            tool_name=RESOURCE_READ_TOOL,
-            server_name=server,
-            effect="read",
-            side_effects=True,
-            args={"uri": ["read-path"]},
-        )
-        info = self._tool_info(annotation)
+        info = self._resource_infos.get(server)
+        if info is None:
+            info = self._resource_infos[server] = self._tool_info(
+                ToolAnnotation(
+                    tool_name=RESOURCE_READ_TOOL,
+                    server_name=server,
+                    effect="read",
+                    side_effects=True,
+                    args={"uri": ["read-path"]},
+                )
+            )
         args = {"uri": canonical}
         verdict = self._structural(info, args, cwd)
         if verdict is None:
@@ -229,7 +234,7 @@ class PolicyEngine:
         self, info: _ToolInfo | None, args: Mapping[str, object], cwd: str | None
     ) -> Decision | None:
         structural = self.structural
-        annotated = dict(info.path_args) if info else {}
+        annotated = info.path_roles_by_arg if info else {}
         for key, value in args.items():
             roles = annotated.get(key)
             if roles is not None:

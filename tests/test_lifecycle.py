@@ -94,8 +94,10 @@ def assert_all_gone(tree: list[psutil.Process]) -> None:
     assert not alive, [(p.pid, p.name()) for p in alive]
 
 
-def test_eof_stops_everything(user: Home) -> None:
-    proc, tree = start(user)
+@pytest.mark.parametrize("starter", ["reference servers", "a server that refuses to exit"])
+def test_eof_stops_everything(user: Home, starter: str) -> None:
+    # The second ignores SIGTERM and the end of its input: stop must escalate to SIGKILL.
+    proc, tree = start(user) if starter == "reference servers" else start_lingering_probe(user)
     assert proc.stdin
     proc.stdin.close()
     assert proc.wait(timeout=10) == 0
@@ -107,14 +109,6 @@ def test_signal_stops_everything(user: Home, sig: signal.Signals) -> None:
     proc, tree = start(user)
     time.sleep(0.1)
     proc.send_signal(sig)
-    assert proc.wait(timeout=10) == 0
-    assert_all_gone(tree)
-
-
-def test_a_server_that_refuses_to_exit_is_killed_on_stop(user: Home) -> None:
-    proc, tree = start_lingering_probe(user)
-    assert proc.stdin
-    proc.stdin.close()
     assert proc.wait(timeout=10) == 0
     assert_all_gone(tree)
 
