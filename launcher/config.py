@@ -36,9 +36,48 @@ class NetworkSandbox(_Model):
     hosts: dict[str, str] = Field(default_factory=dict)
 
 
+_SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from ``536870912``, ``"512M"``, ``"2GiB"`` (powers of 1024).
+
+    >>> parse_size("512M"), parse_size("1GiB"), parse_size(4096)
+    (536870912, 1073741824, 4096)
+    """
+    if isinstance(value, int):
+        return value
+    match = _SIZE.fullmatch(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a size (examples: 536870912, \"512M\", \"2G\")")
+    scale = 1024 ** " KMGT".index((match.group(2) or " ").upper())
+    return int(match.group(1)) * scale
+
+
+class LimitsConfig(_Model):
+    """``sandbox.limits``: memory and file sizes in bytes or with K/M/G/T suffixes."""
+
+    memory: int | str | None = None
+    open_files: int | None = Field(default=None, alias="openFiles", ge=16)
+    processes: int | None = Field(default=None, ge=1)
+    cpu_seconds: int | None = Field(default=None, alias="cpuSeconds", ge=1)
+    file_size: int | str | None = Field(default=None, alias="fileSize")
+
+    @field_validator("memory", "file_size")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | None:
+        if value is None:
+            return None
+        size = parse_size(value)
+        if size < 1024 * 1024:
+            raise ValueError(f"{value!r} is too small: at least 1M")
+        return size
+
+
 class SandboxConfig(_Model):
     filesystem: FilesystemSandbox = Field(default_factory=FilesystemSandbox)
     network: NetworkSandbox | Literal[False] | None = None
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
 
 class ServerConfig(_Model):

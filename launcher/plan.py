@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -18,9 +19,11 @@ from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.loader import PolicyFiles, check_placeholders
 from policy.paths import is_within, resolve_real_path
-from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile, render_bwrap
+from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
+from sandbox_profiles.bwrap import SETPRIV
 from sandbox_profiles.discover import which
-from sandbox_profiles.profile import sandbox_env
+from sandbox_profiles.model import Limits
+from sandbox_profiles.profile import guarded_paths, placeholders, sandbox_env
 
 BWRAP_FIX = (
     "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) and make sure "
@@ -28,6 +31,13 @@ BWRAP_FIX = (
     "on Ubuntu 24.04+ also kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor "
     "profile for bwrap); or pass --allow-unsandboxed to run servers without isolation"
 )
+SECCOMP_FIX = (
+    "install libseccomp (Debian/Ubuntu: sudo apt-get install libseccomp2) and the pyseccomp "
+    "binding (scripts/install.sh does); or pass --allow-no-seccomp to sandbox without the "
+    "system-call filter"
+)
+# The unprivileged identity servers run as when ironcurtain itself runs as root.
+NOBODY = (65534, 65534)
 
 
 @dataclass(frozen=True)
@@ -38,6 +48,7 @@ class RunOptions:
     servers: tuple[str, ...] = ()
     audit_log: str | None = None
     allow_unsandboxed: bool = False
+    allow_no_seccomp: bool = False
 
 
 @dataclass(frozen=True)
@@ -47,6 +58,8 @@ class ServerPlan:
     launch: LaunchSpec
     profile: SandboxProfile | None
     cwd: str  # where the server runs; relative paths in its calls resolve here
+    guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
+    placeholders: tuple[str, ...] = ()  # host dirs made for denyRead masks, removed after
 
     @property
     def sandboxed(self) -> bool:
@@ -66,6 +79,9 @@ class SessionPlan:
     servers: dict[str, ServerPlan]
     prefixed: bool
     sandbox_problem: str | None
+    run_as: tuple[int, int] | None = None  # set when running as root: the servers' identity
+    seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
+    seccomp_problem: str | None = None
 
 
 def new_session_id() -> str:
@@ -107,12 +123,27 @@ def resolve_command(command: str, search: list[str]) -> str | None:
     return real if done.returncode == 0 and os.path.isabs(real) else path
 
 
-def sandbox_problem() -> str | None:
-    """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe)."""
+def sandbox_problem(privileged: bool = False) -> str | None:
+    """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe).
+
+    ``privileged``: the launcher runs as root, so bwrap builds the sandbox without a user
+    namespace and ``setpriv`` switches the server to an unprivileged uid."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
-    probe = [bwrap, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--", "true"]
+    if privileged and not os.access(SETPRIV, os.X_OK):
+        return f"{SETPRIV} (util-linux) is missing; it drops root for sandboxed servers"
+    spaces = ["pid", "ipc", "net", "uts", "cgroup", *([] if privileged else ["user"])]
+    probe = [
+        bwrap,
+        *(f"--unshare-{ns}" for ns in spaces),
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--",
+        "true",
+    ]
     try:
         done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -120,6 +151,41 @@ def sandbox_problem() -> str | None:
     if done.returncode != 0:
         return f"bwrap cannot create a sandbox here: {done.stderr.strip() or done.returncode}"
     return None
+
+
+def sandbox_identity(workspace: str) -> tuple[int, int] | None:
+    """Who sandboxed servers run as. None (the caller's own uid, mapped in a user
+    namespace) unless ironcurtain runs as root: then the workspace's owner when that is an
+    ordinary user, else ``nobody``. A server never keeps root's access to host files."""
+    if os.geteuid() != 0:
+        return None
+    with contextlib.suppress(OSError):
+        st = os.stat(workspace)
+        if st.st_uid != 0:
+            return st.st_uid, st.st_gid
+    return NOBODY
+
+
+def limits_of(server: ServerConfig) -> Limits:
+    if server.sandbox is False:
+        return Limits()
+    cfg = server.sandbox.limits
+    return Limits(
+        memory=cfg.memory,  # type: ignore[arg-type]  # validated to int
+        open_files=cfg.open_files,
+        processes=cfg.processes,
+        cpu_seconds=cfg.cpu_seconds,
+        file_size=cfg.file_size,  # type: ignore[arg-type]
+    )
+
+
+def seccomp_filter() -> tuple[bytes | None, str | None]:
+    from sandbox_profiles import seccomp
+
+    try:
+        return seccomp.compile_filter(), None
+    except seccomp.SeccompUnavailable as exc:
+        return None, f"no seccomp filter can be built: {exc}"
 
 
 def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, ServerConfig]:
@@ -193,10 +259,19 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     )
     engine = build_engine(config, files, workspace, audit_path, selected)
     problem = None
+    bpf: bytes | None = None
+    seccomp_problem: str | None = None
+    run_as = sandbox_identity(workspace)
     if any(s.sandboxed for s in selected.values()):
-        problem = sandbox_problem()
+        problem = sandbox_problem(run_as is not None)
         if problem and not opts.allow_unsandboxed:
             raise SandboxUnavailable(f"cannot sandbox servers: {problem}.\nTo fix: {BWRAP_FIX}.")
+        if problem is None:
+            bpf, seccomp_problem = seccomp_filter()
+            if seccomp_problem and not opts.allow_no_seccomp:
+                raise SandboxUnavailable(
+                    f"cannot sandbox servers: {seccomp_problem}.\nTo fix: {SECCOMP_FIX}."
+                )
     runtime_dir = os.path.join(
         os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"ironcurtain-{session_id}"
     )
@@ -234,20 +309,43 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             runtime_dir=runtime_dir,
             search_path=search,
             host_env=os.environ,
+            run_as=run_as,
+            limits=limits_of(server),
+            seccomp=bpf is not None,
         )
         if sandboxed:
             profile = build_profile(request)
+            if profile.limits.any() and shutil.which("prlimit") is None:
+                raise SandboxUnavailable(
+                    f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "
+                    "installed.\nTo fix: sudo apt-get install util-linux."
+                )
             launch = LaunchSpec(
-                name, render_bwrap(profile, bwrap), profile.env, "/", server.timeout
+                name,
+                [],
+                profile.env,
+                "/",
+                server.timeout,
+                profile=profile,
+                bwrap=bwrap,
+                seccomp=bpf if profile.seccomp else None,
+            )
+            plans[name] = ServerPlan(
+                name,
+                server,
+                launch,
+                profile,
+                cwd,
+                guarded=tuple(guarded_paths(request, profile)),
+                placeholders=tuple(placeholders(profile)),
             )
         else:
-            profile = None
             env = {
                 **sandbox_env(request, os.path.dirname(command)),
                 "HOME": os.path.expanduser("~"),
             }
             launch = LaunchSpec(name, [command, *server.args], env, cwd, server.timeout)
-        plans[name] = ServerPlan(name, server, launch, profile, cwd)
+            plans[name] = ServerPlan(name, server, launch, None, cwd)
     return SessionPlan(
         session_id=session_id,
         config=config,
@@ -260,4 +358,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         servers=plans,
         prefixed=not (opts.servers and len(plans) == 1),
         sandbox_problem=problem,
+        run_as=run_as if any(p.sandboxed for p in plans.values()) else None,
+        seccomp_bpf=bpf,
+        seccomp_problem=seccomp_problem,
     )

@@ -18,6 +18,10 @@ from typing import Any
 
 import psutil
 
+from sandbox_profiles.bwrap import limits_argv
+from sandbox_profiles.bwrap import render as render_bwrap
+from sandbox_profiles.model import SandboxProfile
+
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
@@ -28,13 +32,35 @@ Message = dict[str, Any]
 NotificationHandler = Callable[["ServerConnection", Message], Awaitable[None]]
 
 
-class ServerGone(Exception):
-    """The server process exited; carries its exit status."""
+_SIGNAL_MEANING = {
+    signal.SIGXCPU: "its CPU time limit was reached",
+    signal.SIGXFSZ: "it wrote past its file size limit",
+    signal.SIGSYS: "it made a system call the sandbox forbids",
+}
 
-    def __init__(self, name: str, status: int | None) -> None:
+
+def describe_exit(status: int | None) -> str:
+    """``exited with status 3``, ``was killed by SIGXCPU (its CPU time limit was reached)``."""
+    if status is None or status >= 0:
+        return f"exited with status {status}"
+    try:
+        sig = signal.Signals(-status)
+    except ValueError:
+        return f"was killed by signal {-status}"
+    meaning = _SIGNAL_MEANING.get(sig)
+    return f"was killed by {sig.name}" + (f" ({meaning})" if meaning else "")
+
+
+class ServerGone(Exception):
+    """The server process exited; carries its exit status, and why the launcher stopped it
+    when it did (a resource limit)."""
+
+    def __init__(self, name: str, status: int | None, reason: str | None = None) -> None:
         self.name = name
         self.status = status
-        super().__init__(f"server '{name}' exited with status {status}")
+        self.reason = reason
+        how = f"was stopped: {reason}" if reason else describe_exit(status)
+        super().__init__(f"server '{name}' {how}")
 
 
 def encode(message: Message) -> bytes:
@@ -43,11 +69,45 @@ def encode(message: Message) -> bytes:
 
 @dataclass(frozen=True)
 class LaunchSpec:
+    """How to start one server. A sandboxed one has a ``profile``; its argv (bwrap, with the
+    seccomp descriptor and the ``prlimit`` prefix) is rendered at each start."""
+
     name: str
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: str
     timeout: float | None
+    profile: SandboxProfile | None = None
+    bwrap: str = "bwrap"
+    seccomp: bytes | None = None
+
+    def command(self, seccomp_fd: int | None) -> list[str]:
+        profile = self.profile
+        if profile is None:
+            return list(self.argv)
+        argv = render_bwrap(profile, self.bwrap, seccomp_fd)
+        if profile.limits.any():
+            uid = profile.run_as[0] if profile.run_as else os.getuid()
+            base = _processes_of(uid) if profile.limits.processes is not None else 0
+            argv = limits_argv(profile.limits, "prlimit", base) + argv
+        return argv
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info.get("uids")
+        if uids is not None and uids.real == uid:
+            count += 1
+    return count
+
+
+def _memfd(name: str, data: bytes) -> int:
+    """An anonymous file holding ``data``, readable from its start, inheritable."""
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 class ServerConnection:
@@ -60,6 +120,7 @@ class ServerConnection:
         self._proc: asyncio.subprocess.Process | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self.gone: ServerGone | None = None
+        self.limit_reason: str | None = None
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
         self.tools: list[Message] = []
@@ -68,20 +129,71 @@ class ServerConnection:
         self.resource_templates: list[Message] = []
 
     async def start(self) -> None:
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.spec.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(self.spec.env),
-            cwd=self.spec.cwd,
-            start_new_session=True,
-            limit=LINE_LIMIT,
-        )
+        fds: list[int] = []
+        try:
+            if self.spec.seccomp is not None:
+                fds.append(_memfd("ironcurtain-seccomp", self.spec.seccomp))
+            argv = self.spec.command(fds[0] if fds else None)
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=dict(self.spec.env),
+                cwd=self.spec.cwd,
+                start_new_session=True,
+                limit=LINE_LIMIT,
+                pass_fds=fds,
+            )
+        finally:
+            for fd in fds:
+                os.close(fd)
         self._tasks = [
             asyncio.create_task(self._read_stdout()),
             asyncio.create_task(self._read_stderr()),
         ]
+        limits = self.spec.profile.limits if self.spec.profile else None
+        if limits is not None and (limits.memory or limits.processes or limits.cpu_seconds):
+            self._tasks.append(asyncio.create_task(self._watch_limits()))
+
+    async def _watch_limits(self, interval: float = 0.25) -> None:
+        """Stop the server when its whole process tree goes over a limit. The rlimits set in
+        the child bound each process; this bounds the tree, and says why it stopped."""
+        assert self._proc is not None and self.spec.profile is not None
+        limits = self.spec.profile.limits
+        try:
+            root = psutil.Process(self._proc.pid)
+        except psutil.Error:
+            return
+        while self._proc.returncode is None:
+            await asyncio.sleep(interval)
+            try:
+                tree = [root, *root.children(recursive=True)]
+            except psutil.Error:
+                return
+            rss = cpu = 0.0
+            for proc in tree:
+                with contextlib.suppress(psutil.Error):
+                    rss += proc.memory_info().rss
+                    times = proc.cpu_times()
+                    cpu += times.user + times.system
+            reason = None
+            if limits.memory is not None and rss > limits.memory:
+                reason = f"it used more memory than its limit of {limits.memory // 2**20} MiB"
+            elif limits.processes is not None and len(tree) - 2 > limits.processes:
+                # bwrap and its init process are not the server's own.
+                reason = f"it ran more processes than its limit of {limits.processes}"
+            elif limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
+                reason = f"it used more CPU time than its limit of {limits.cpu_seconds} s"
+            if reason:
+                self.limit_reason = reason
+                self._log(f"stopped: {reason}")
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                for proc in tree:
+                    with contextlib.suppress(psutil.Error):
+                        proc.kill()
+                return
 
     async def initialize(self) -> None:
         response = await self.request(
@@ -186,7 +298,8 @@ class ServerConnection:
             if not isinstance(message, dict):
                 continue
             await self._dispatch(message)
-        self.gone = ServerGone(self.name, await self._proc.wait())
+        status = await self._proc.wait()
+        self.gone = ServerGone(self.name, status, self.limit_reason)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(self.gone)

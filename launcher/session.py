@@ -14,7 +14,9 @@ import threading
 import time
 from typing import Any
 
+from launcher import acl, dirs
 from launcher.audit import AuditLog, hashed_arguments
+from launcher.guard import Guard, GuardError, Quarantined
 from launcher.errors import StartupError
 from launcher.plan import SessionPlan
 from launcher.servers import (
@@ -58,6 +60,8 @@ class Session:
         self._writer: asyncio.StreamWriter | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
+        self.guard: Guard | None = None
+        self._placeholders: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -65,6 +69,7 @@ class Session:
         started = False
         try:
             self._prepare_files()
+            self._start_guard()
             await self._start_servers()
             started = True
             self._report()
@@ -80,9 +85,17 @@ class Session:
         try:
             if plan.create_workspace:
                 os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
-            write_runtime_files(plan.runtime_dir, os.getuid(), os.getgid())
+            uid, gid = plan.run_as or (os.getuid(), os.getgid())
+            write_runtime_files(plan.runtime_dir, uid, gid)
+            for sp in plan.servers.values():
+                for path in sp.placeholders:
+                    if not os.path.lexists(path):
+                        os.makedirs(path)
+                        self._placeholders.append(path)
         except OSError as exc:
             raise StartupError(f"cannot create {exc.filename}: {exc.strerror}") from None
+        if plan.run_as is not None:
+            self._open_roots_to(plan.run_as)
         try:
             self._audit_existed = os.path.exists(plan.audit_path)
             self.audit = AuditLog(plan.audit_path, plan.session_id)
@@ -90,6 +103,64 @@ class Session:
             raise StartupError(
                 f"cannot open the audit log {plan.audit_path}: {exc.strerror}"
             ) from None
+
+    def _writable_roots(self) -> list[str]:
+        roots: dict[str, None] = {}
+        for sp in self.plan.servers.values():
+            if sp.profile is not None:
+                roots.update(dict.fromkeys(sp.profile.writable))
+        return list(roots)
+
+    def _open_roots_to(self, identity: tuple[int, int]) -> None:
+        """Running as root, servers run as ``identity``: make the workspace (and allowWrite
+        roots) theirs to use. A workspace this session created is simply given to them; an
+        existing one owned by someone else gets an ACL entry, nobody's ownership changes."""
+        uid, gid = identity
+        for root in self._writable_roots():
+            try:
+                if root == self.plan.workspace and self.plan.create_workspace:
+                    os.chown(root, uid, gid)
+                elif os.stat(root).st_uid != uid:
+                    acl.grant(root, uid)
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot give the sandbox's user (uid {uid}) access to {root}: "
+                    f"{exc.strerror}.\nTo fix: use a workspace on a filesystem with ACLs, or "
+                    f"one owned by an ordinary user (servers then run as that user)"
+                ) from None
+
+    def _start_guard(self) -> None:
+        roots = self._writable_roots()
+        if not roots:
+            return
+        guarded = [p for sp in self.plan.servers.values() for p in sp.guarded]
+        quarantine = os.path.join(str(dirs.state_dir()), "quarantine", self.plan.session_id)
+        try:
+            self.guard = Guard(roots, guarded, quarantine, self._quarantined)
+            self.guard.start()
+        except GuardError as exc:
+            raise StartupError(f"cannot watch the workspace for protected files: {exc}") from None
+
+    def _quarantined(self, record: Quarantined) -> None:
+        print(
+            f"ironcurtain: quarantined {record.path} ({record.why}); moved to {record.moved_to}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if self.audit is not None:
+            self.audit.write(
+                {
+                    "event": "quarantine",
+                    "path": record.path,
+                    "movedTo": record.moved_to,
+                    "reason": record.why,
+                }
+            )
+
+    def settle(self) -> None:
+        """Quarantine whatever protected path a server has created so far."""
+        if self.guard is not None:
+            self.guard.settle()
 
     def _remove_unused_files(self) -> None:
         """A session that never started leaves nothing behind that it created empty."""
@@ -160,6 +231,12 @@ class Session:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
+        if self.guard is not None:
+            self.guard.settle()
+            self.guard.close()
+        for path in reversed(self._placeholders):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only while still empty
         if self.audit is not None:
             self.audit.close()
         shutil.rmtree(self.plan.runtime_dir, ignore_errors=True)
@@ -228,6 +305,9 @@ class Session:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        if self.guard is not None:
+            # Between calls too: a server's background process is caught as it writes.
+            loop.add_reader(self.guard.fd, self.settle)
         reader = await self._open_stdio()
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
@@ -249,6 +329,8 @@ class Session:
             stop_wait.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
+            if self.guard is not None:
+                loop.remove_reader(self.guard.fd)
             if self._writer is not None:
                 with contextlib.suppress(Exception):
                     await self._writer.drain()
@@ -427,9 +509,7 @@ class Session:
                 entry,
                 started,
                 "server-exited",
-                tool_result(
-                    f"ERROR: server '{gone.name}' is not running (exit status {gone.status})"
-                ),
+                tool_result(f"ERROR: {gone}; it is not running"),
             )
         except TimeoutError:
             return self._finish(
@@ -454,6 +534,7 @@ class Session:
                 tool_result(f"ERROR: server '{server}' returned a malformed result"),
             )
         status = "error" if result.get("isError") else "success"
+        self.settle()
         finished = self._finish(entry, started, status, result)
         if not audit.healthy:
             return tool_result(

@@ -1,4 +1,4 @@
-"""One profile model; renderers (bwrap, later Seatbelt) turn it into an OS sandbox."""
+"""One profile model; renderers (bwrap, Seatbelt) turn it into an OS sandbox."""
 
 from __future__ import annotations
 
@@ -25,6 +25,29 @@ class Mount:
     dest: str
     source: str | None = None
     reason: str = ""
+    mode: int | None = None  # permissions of a created tmpfs or dir
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-server resource limits; None means not limited.
+
+    ``memory`` bounds the private data of each process (RLIMIT_DATA) and the resident memory
+    of the server's whole process tree (watched by the launcher); ``processes`` counts the
+    server's own processes.
+    """
+
+    memory: int | None = None  # bytes
+    open_files: int | None = None
+    processes: int | None = None
+    cpu_seconds: int | None = None
+    file_size: int | None = None  # bytes
+
+    def any(self) -> bool:
+        return any(
+            v is not None
+            for v in (self.memory, self.open_files, self.processes, self.cpu_seconds, self.file_size)
+        )
 
 
 @dataclass(frozen=True)
@@ -33,6 +56,10 @@ class SandboxProfile:
 
     ``env`` is the complete environment of the sandboxed process: renderers must pass it
     through the process environment, never on an argv.
+
+    ``run_as`` is set when the launcher itself runs as root: the sandbox is then built by a
+    privileged bubblewrap without a user namespace (so root's uid is never mapped inside),
+    and the command runs as that unprivileged uid/gid, with no capabilities at all.
     """
 
     name: str
@@ -48,3 +75,6 @@ class SandboxProfile:
     drop_all_capabilities: bool = True
     disable_nested_userns: bool = True
     writable: tuple[str, ...] = field(default=())
+    run_as: tuple[int, int] | None = None
+    seccomp: bool = True
+    limits: Limits = field(default_factory=Limits)

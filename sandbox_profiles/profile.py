@@ -3,22 +3,26 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sandbox_profiles.discover import program_dirs
-from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.model import Limits, Mount, SandboxProfile
 
-# Names that stay read-only inside every writable root: code that runs later, unsandboxed,
-# on the user's behalf (git hooks, shell start-up files, editor and MCP client configs).
+# Names that stay read-only inside every writable root, at any depth: code that runs later,
+# unsandboxed, on the user's behalf (git hooks and config, shell start-up files, editor and
+# MCP client configs).
 ALWAYS_PROTECTED_NAMES: tuple[str, ...] = (
     ".git/hooks",
     ".git/config",
     ".bashrc",
     ".bash_profile",
+    ".bash_login",
     ".profile",
     ".zshrc",
+    ".zshenv",
     ".zprofile",
+    ".zlogin",
     ".mcp.json",
     ".vscode",
     ".idea",
@@ -71,6 +75,14 @@ class ProfileRequest:
     runtime_dir: str = ""
     search_path: Sequence[str] = ()
     host_env: Mapping[str, str] = field(default_factory=dict)
+    # Set when the launcher runs as root: the unprivileged uid/gid the server runs as.
+    run_as: tuple[int, int] | None = None
+    limits: Limits = field(default_factory=Limits)
+    seccomp: bool = True
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _bind_host(path: str, reason: str, mounts: list[Mount]) -> None:
@@ -92,6 +104,74 @@ def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
     return env
 
 
+def protected_name_match(rel_parts: Sequence[str]) -> int | None:
+    """How many leading components of a root-relative path make up a protected name, if
+    the path is one or lies inside one.
+
+    >>> protected_name_match(["src", ".git", "hooks", "pre-commit"])
+    3
+    >>> protected_name_match(["notes", ".bashrc.d"]) is None
+    True
+    """
+    for end in range(1, len(rel_parts) + 1):
+        for name in ALWAYS_PROTECTED_NAMES:
+            parts = name.split("/")
+            if end >= len(parts) and list(rel_parts[end - len(parts) : end]) == parts:
+                return end
+    return None
+
+
+def find_protected(root: str) -> Iterator[str]:
+    """Existing always-protected names anywhere below ``root`` (symlinks are not followed;
+    a protected name that is itself a symlink is reported too)."""
+    for directory, subdirs, files in os.walk(root):
+        rel = os.path.relpath(directory, root)
+        base = [] if rel == "." else rel.split(os.sep)
+        keep = []
+        for name in [*subdirs, *files]:
+            if protected_name_match([*base, name]) is not None:
+                yield os.path.join(directory, name)
+            elif name in subdirs:
+                keep.append(name)
+        subdirs[:] = keep
+
+
+def first_missing(path: str) -> str:
+    """The outermost component of ``path`` that does not exist (``path`` when it does).
+
+    >>> first_missing("/nonexistent-ic/a/b")
+    '/nonexistent-ic'
+    """
+    current = path
+    while True:
+        parent = os.path.dirname(current)
+        if parent == current or os.path.lexists(parent):
+            return current
+        current = parent
+
+
+def _parent_dirs(mounts: list[Mount]) -> list[Mount]:
+    """The mounts, each preceded by ``dir`` entries for the parents it needs that nothing
+    shows yet. bwrap would create them itself, but as root with mode 0700, which locks an
+    unprivileged server out of its own program directory."""
+    shown: list[str] = []  # host trees bound so far (their subdirectories exist)
+    made = {"/"}
+    out: list[Mount] = []
+    for mount in mounts:
+        parts = mount.dest.strip("/").split("/")
+        for i in range(1, len(parts)):
+            parent = "/" + "/".join(parts[:i])
+            if parent in made or any(_under(parent, s) for s in shown):
+                continue
+            out.append(Mount("dir", parent, reason=f"parent of {mount.dest}", mode=0o755))
+            made.add(parent)
+        out.append(mount)
+        made.add(mount.dest)
+        if mount.kind in ("ro-bind", "bind", "ro-bind-try"):
+            shown.append(mount.dest)
+    return out
+
+
 def build_profile(req: ProfileRequest) -> SandboxProfile:
     mounts: list[Mount] = []
     for path, reason in SYSTEM_MOUNTS:
@@ -111,47 +191,82 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
             )
     mounts.append(Mount("proc", "/proc", reason="a fresh /proc: only the sandbox's processes"))
     mounts.append(Mount("dev", "/dev", reason="a minimal /dev: null, zero, random, tty"))
-    mounts.append(Mount("tmpfs", "/tmp", reason="a private /tmp"))
-    mounts.append(Mount("dir", SANDBOX_HOME, reason="an empty private HOME"))
+    mounts.append(Mount("tmpfs", "/dev/shm", reason="private shared memory", mode=0o1777))
+    mounts.append(Mount("tmpfs", "/tmp", reason="a private /tmp", mode=0o1777))
+    mounts.append(Mount("dir", SANDBOX_HOME, reason="an empty private HOME", mode=0o1777))
     for path in req.allow_read:
         if os.path.exists(path):
             mounts.append(Mount("ro-bind", path, path, "allowRead"))
-    writable = [req.workspace, *req.allow_write]
+    writable = [req.workspace, *(p for p in req.allow_write if os.path.exists(p))]
     mounts.append(Mount("bind", req.workspace, req.workspace, "the session workspace"))
-    for path in req.allow_write:
-        if os.path.exists(path):
-            mounts.append(Mount("bind", path, path, "allowWrite"))
+    for path in writable[1:]:
+        mounts.append(Mount("bind", path, path, "allowWrite"))
     # After the writable roots, so a program directory inside one stays read-only.
     for directory, reason in program_dirs(req.command_path, req.search_path):
         mounts.append(Mount("ro-bind", directory, directory, reason))
     for root in writable:
-        for name in ALWAYS_PROTECTED_NAMES:
-            path = os.path.join(root, name)
-            if os.path.lexists(path) and not os.path.islink(path):
+        for path in find_protected(root):
+            if not os.path.islink(path):
+                name = os.path.relpath(path, root)
                 mounts.append(Mount("ro-bind", path, path, f"always protected: {name}"))
+    bound = [m.dest for m in mounts if m.kind in ("ro-bind", "bind")]
     for path in req.deny_write:
         if os.path.exists(path):
             mounts.append(Mount("ro-bind", path, path, "denyWrite"))
     for path in req.protected:
-        if os.path.exists(path) and any(
-            path == r or path.startswith(r.rstrip("/") + "/") for r in writable
-        ):
+        if os.path.exists(path) and any(_under(path, r) for r in writable):
             mounts.append(Mount("ro-bind", path, path, "ironcurtain's own file"))
     for path in req.deny_read:
         if os.path.isdir(path):
-            mounts.append(Mount("tmpfs", path, reason="denyRead: hidden behind an empty dir"))
-        elif os.path.exists(path):
+            mounts.append(
+                Mount("tmpfs", path, reason="denyRead: hidden behind an empty dir", mode=0o555)
+            )
+        elif os.path.lexists(path):
             mask = os.path.join(req.runtime_dir, "masked")
             mounts.append(Mount("mask-file", path, mask, "denyRead: an unreadable file"))
+        elif any(_under(path, b) for b in bound):
+            # Not there yet, but inside a tree the server sees: the launcher makes an empty
+            # directory at the first missing component and this hides whatever appears there.
+            mounts.append(
+                Mount(
+                    "tmpfs",
+                    first_missing(path),
+                    reason=f"denyRead (not there yet): {path}",
+                    mode=0o555,
+                )
+            )
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
         name=req.name,
         argv=(req.command_path, *req.args),
         cwd=req.cwd or req.workspace,
         env=sandbox_env(req, command_dir),
-        mounts=tuple(mounts),
+        mounts=tuple(_parent_dirs(mounts)),
         writable=tuple(writable),
+        run_as=req.run_as,
+        seccomp=req.seccomp,
+        limits=req.limits,
     )
+
+
+def placeholders(profile: SandboxProfile) -> list[str]:
+    """Directories the launcher creates on the host before start (and removes after) so a
+    not-yet-existing denyRead path has something to be mounted over."""
+    return [
+        m.dest
+        for m in profile.mounts
+        if m.kind == "tmpfs" and m.reason.startswith("denyRead (not there yet)")
+    ]
+
+
+def guarded_paths(req: ProfileRequest, profile: SandboxProfile) -> list[str]:
+    """Paths inside writable roots that must not come into being (denyWrite, ironcurtain's
+    own files): the launcher watches for them and quarantines them."""
+    return [
+        p
+        for p in (*req.deny_write, *req.protected)
+        if not os.path.lexists(p) and any(_under(p, r) for r in profile.writable)
+    ]
 
 
 def write_runtime_files(runtime_dir: str, uid: int, gid: int) -> None:
