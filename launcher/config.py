@@ -49,8 +49,8 @@ def parse_size(value: int | str) -> int:
         return value
     match = _SIZE.fullmatch(value.strip())
     if not match:
-        raise ValueError(f"{value!r} is not a size (examples: 536870912, \"512M\", \"2G\")")
-    scale = 1024 ** " KMGT".index((match.group(2) or " ").upper())
+        raise ValueError(f'{value!r} is not a size (examples: 536870912, "512M", "2G")')
+    scale: int = 1 << (10 * " KMGT".index((match.group(2) or " ").upper()))
     return int(match.group(1)) * scale
 
 

@@ -100,7 +100,9 @@ class Guard:
         return None
 
     def _add_watch(self, path: str) -> None:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW | IN_ONLYDIR)
+        wd = self._libc.inotify_add_watch(
+            self.fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW | IN_ONLYDIR
+        )
         if wd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):

@@ -40,7 +40,15 @@ _SIGNAL_MEANING = {
 
 
 def describe_exit(status: int | None) -> str:
-    """``exited with status 3``, ``was killed by SIGXCPU (its CPU time limit was reached)``."""
+    """``exited with status 3``, ``was killed by SIGXCPU (its CPU time limit was reached)``.
+
+    bwrap (like a shell) reports a child killed by signal N as status 128 + N.
+
+    >>> describe_exit(152)
+    'was killed by SIGXCPU (its CPU time limit was reached)'
+    """
+    if status is not None and 128 < status < 128 + 65:
+        status = 128 - status
     if status is None or status >= 0:
         return f"exited with status {status}"
     try:
@@ -94,11 +102,12 @@ class LaunchSpec:
 
 
 def _processes_of(uid: int) -> int:
+    """Threads of ``uid`` (RLIMIT_NPROC counts threads, not processes)."""
     count = 0
-    for proc in psutil.process_iter(["uids"]):
+    for proc in psutil.process_iter(["uids", "num_threads"]):
         uids = proc.info.get("uids")
         if uids is not None and uids.real == uid:
-            count += 1
+            count += proc.info.get("num_threads") or 1
     return count
 
 

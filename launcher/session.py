@@ -16,8 +16,8 @@ from typing import Any
 
 from launcher import acl, dirs
 from launcher.audit import AuditLog, hashed_arguments
-from launcher.guard import Guard, GuardError, Quarantined
 from launcher.errors import StartupError
+from launcher.guard import Guard, GuardError, Quarantined
 from launcher.plan import SessionPlan
 from launcher.servers import (
     LATEST_PROTOCOL,

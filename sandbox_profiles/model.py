@@ -46,7 +46,13 @@ class Limits:
     def any(self) -> bool:
         return any(
             v is not None
-            for v in (self.memory, self.open_files, self.processes, self.cpu_seconds, self.file_size)
+            for v in (
+                self.memory,
+                self.open_files,
+                self.processes,
+                self.cpu_seconds,
+                self.file_size,
+            )
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 from dataclasses import dataclass
+from typing import Any
 
 CLONE_NEWUSER = 0x10000000
 TIOCSTI = 0x5412
@@ -80,7 +81,7 @@ def filter_rules() -> list[FilterRule]:
     return rules
 
 
-def _binding():  # type: ignore[no-untyped-def]
+def _binding() -> Any:
     try:
         import pyseccomp
     except (ImportError, RuntimeError, OSError) as exc:  # RuntimeError: no libseccomp.so
@@ -118,7 +119,13 @@ def compile_filter() -> bytes:
             )
         _add(sc, flt, sc.ERRNO(errno.ENOSYS), "clone3")
         for request in (TIOCSTI, TIOCLINUX):
-            _add(sc, flt, sc.ERRNO(errno.EPERM), "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+            _add(
+                sc,
+                flt,
+                sc.ERRNO(errno.EPERM),
+                "ioctl",
+                sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request),
+            )
         with tempfile.TemporaryFile() as out:
             flt.export_bpf(out)
             out.seek(0)
@@ -127,7 +134,7 @@ def compile_filter() -> bytes:
         raise SeccompUnavailable(f"libseccomp failed to build the filter: {exc}") from exc
 
 
-def _add(sc, flt, action: int, name: str, *args: object) -> None:  # type: ignore[no-untyped-def]
+def _add(sc: Any, flt: Any, action: int, name: str, *args: object) -> None:
     try:
         number = sc.resolve_syscall(sc.system_arch(), name)
     except (OSError, ValueError):

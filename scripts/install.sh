@@ -2,7 +2,8 @@
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
 #   scripts/install.sh          ironcurtain + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools
-# System packages (bubblewrap, git, node) are installed with apt-get when run as root,
+# System packages (bubblewrap, libseccomp2, util-linux, git, node) are installed with
+# apt-get when run as root,
 # otherwise the missing ones are named and the script stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,8 @@ extras="servers"
 missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
+command -v prlimit >/dev/null || missing+=(util-linux)
+{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q libseccomp.so.2 || missing+=(libseccomp2)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)

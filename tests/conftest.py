@@ -37,6 +37,10 @@ class Home:
 
 @pytest.fixture
 def user(tmp_path: Path) -> Home:
+    return make_home(tmp_path)
+
+
+def make_home(tmp_path: Path) -> Home:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     secret = "SECRET-KEY-" + os.urandom(8).hex()

@@ -6,11 +6,17 @@ can prove that a denied call never reached it.
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import json
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 
 from mcp.server.mcpserver import MCPServer
 
@@ -36,10 +42,12 @@ def read_path(path: str) -> str:
 
 
 @server.tool()
-def write_path(path: str, content: str) -> str:
-    """Write a file and report whether it worked."""
+def write_path(path: str, content: str, parents: bool = False) -> str:
+    """Write a file (making its directories with ``parents``) and report whether it worked."""
     _record("write_path", path=path)
     try:
+        if parents:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as handle:
             handle.write(content)
     except OSError as exc:
@@ -104,6 +112,226 @@ async def linger() -> str:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
     return "lingering"
+
+
+# -- attacks on the containment layer: each answers "OK ..." when the attack worked ----------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def _errno_text() -> str:
+    err = ctypes.get_errno()
+    return f"FAILED: {errno.errorcode.get(err, err)}"
+
+
+def _in_child(action: Callable[[], int]) -> str:
+    """Run ``action`` in a forked child (for calls that need a single-threaded process);
+    the child's exit code is 0 for success or an errno."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            code = action()
+        except BaseException:
+            code = 255
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return f"FAILED: killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    code = os.WEXITSTATUS(status)
+    return "OK" if code == 0 else f"FAILED: {errno.errorcode.get(code, code)}"
+
+
+@server.tool()
+def list_dir(path: str) -> str:
+    """List a directory."""
+    try:
+        return "OK " + json.dumps(sorted(os.listdir(path)))
+    except OSError as exc:
+        return f"FAILED: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+
+
+@server.tool()
+def symlink_write(link: str, target: str, content: str) -> str:
+    """Make ``link`` point at ``target``, then write through it."""
+    try:
+        os.symlink(target, link)
+        with open(link, "w", encoding="utf-8") as handle:
+            handle.write(content)
+    except OSError as exc:
+        return f"FAILED: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    return "OK"
+
+
+@server.tool()
+def processes() -> str:
+    """The command lines of every process this server can see."""
+    seen = []
+    for pid in sorted(p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                seen.append(handle.read().replace(b"\0", b" ").decode(errors="replace").strip())
+        except OSError:
+            continue
+    return "OK " + json.dumps(seen)
+
+
+@server.tool()
+def find_secret(needle: str) -> str:
+    """Look for ``needle`` in this process's environment and in every readable
+    /proc/*/environ and /proc/*/cmdline."""
+    if any(needle in v for v in os.environ.values()):
+        return "OK found in own environment"
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        for part in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{pid}/{part}", "rb") as handle:
+                    if needle.encode() in handle.read():
+                        return f"OK found in /proc/{pid}/{part}"
+            except OSError:
+                continue
+    return "FAILED: not found"
+
+
+@server.tool()
+def connect_tcp(host: str, port: int) -> str:
+    """Open a TCP connection."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as conn:
+            return f"OK connected: {conn.recv(64).decode(errors='replace')}"
+    except OSError as exc:
+        return f"FAILED: {exc}"
+
+
+@server.tool()
+def connect_unix(path: str) -> str:
+    """Connect to a unix socket (``@name``: an abstract one)."""
+    address = "\0" + path[1:] if path.startswith("@") else path
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.settimeout(2)
+            conn.connect(address)
+            return f"OK connected: {conn.recv(64).decode(errors='replace')}"
+    except OSError as exc:
+        return f"FAILED: {exc}"
+
+
+@server.tool()
+def send_signal(pid: int) -> str:
+    """Signal 0 (is it there, may I signal it?) to a process."""
+    try:
+        os.kill(pid, 0)
+    except OSError as exc:
+        return f"FAILED: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    return "OK"
+
+
+@server.tool()
+def ptrace_child() -> str:
+    """PTRACE_TRACEME in a child (always allowed without a filter)."""
+    return _in_child(lambda: 0 if _libc.ptrace(0, 0, None, None) == 0 else ctypes.get_errno())
+
+
+@server.tool()
+def new_user_namespace() -> str:
+    """unshare(CLONE_NEWUSER) in a child."""
+    return _in_child(lambda: 0 if _libc.unshare(0x10000000) == 0 else ctypes.get_errno())
+
+
+_SYSCALLS = {"io_uring_setup": 425, "userfaultfd": 323, "keyctl": 250, "bpf": 321}
+
+
+@server.tool()
+def raw_syscall(name: str) -> str:
+    """A harmless call of a dangerous system call (io_uring_setup, userfaultfd, keyctl)."""
+    if name == "io_uring_setup":
+        params = ctypes.create_string_buffer(120)
+        result = _libc.syscall(425, 1, params)
+    elif name == "userfaultfd":
+        result = _libc.syscall(323, os.O_CLOEXEC)
+    elif name == "keyctl":
+        result = _libc.syscall(250, 0, -3, 0)  # KEYCTL_GET_KEYRING_ID, session keyring
+    else:
+        return f"FAILED: unknown {name}"
+    return "OK" if result >= 0 else _errno_text()
+
+
+@server.tool()
+def x32_syscall() -> str:
+    """getpid through the x32 ABI (syscall number with bit 30 set), in a child."""
+    return _in_child(lambda: 0 if _libc.syscall(0x40000000 | 39) >= 0 else ctypes.get_errno())
+
+
+@server.tool()
+def inject_tty() -> str:
+    """TIOCSTI: push a character into a terminal's input, from a child whose controlling
+    terminal it is, and read it back."""
+
+    def attack() -> int:
+        _master, slave_fd = os.openpty()
+        name = os.ttyname(slave_fd)
+        os.close(slave_fd)
+        os.setsid()
+        tty = os.open(name, os.O_RDWR)  # becomes the controlling terminal
+        if _libc.ioctl(tty, 0x5412, ctypes.c_char_p(b"x")) != 0:
+            return ctypes.get_errno()
+        return 0
+
+    return _in_child(attack)
+
+
+@server.tool()
+def allocate(megabytes: int, processes: int = 1) -> str:
+    """Hold ``megabytes`` of touched memory in each of ``processes`` processes for 5 s."""
+    code = f"b = bytearray({megabytes} * 2**20); import time; time.sleep(5)"
+    if processes == 1:
+        try:
+            block = bytearray(megabytes * 2**20)
+        except MemoryError:
+            return "FAILED: MemoryError"
+        del block
+        return "OK"
+    children = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(processes)]
+    time.sleep(3)
+    alive = sum(1 for c in children if c.poll() is None)
+    for child in children:
+        child.kill()
+    return f"OK {alive} alive"
+
+
+@server.tool()
+def spawn(count: int) -> str:
+    """Start ``count`` sleeping processes at once."""
+    started = []
+    try:
+        for _ in range(count):
+            started.append(subprocess.Popen(["sleep", "30"]))
+    except OSError as exc:
+        result = f"FAILED after {len(started)}: {errno.errorcode.get(exc.errno or 0, exc.errno)}"
+    else:
+        result = f"OK {len(started)}"
+    for child in started:
+        child.kill()
+        child.wait()
+    return result
+
+
+@server.tool()
+def burn(seconds: float) -> str:
+    """Spin the CPU for ``seconds`` of wall-clock time."""
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return f"OK {n}"
+
+
+@server.tool()
+def identity() -> str:
+    """uid/gid, capabilities and seccomp state of this process."""
+    with open("/proc/self/status", encoding="utf-8") as handle:
+        keep = ("Uid:", "Gid:", "CapEff:", "CapBnd:", "Seccomp:", "NoNewPrivs:")
+        return "".join(line for line in handle if line.startswith(keep))
 
 
 if __name__ == "__main__":

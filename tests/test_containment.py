@@ -1,0 +1,537 @@
+"""The containment layer alone against a hostile server (SPEC §6).
+
+The probe server (tests/servers/probe_server.py) runs under a policy that allows every call
+and treats every argument as opaque, so nothing but the OS sandbox stands in its way. Every
+attack runs twice, in one session each: sandboxed, where it must fail, and with the sandbox
+switched off (``sandbox: false``), where it must succeed, which shows that the probe really
+tries and that it is the sandbox that stops it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.conftest import PROBE, Home, make_home, needs_bwrap
+from tests.test_session import call, connect
+
+pytestmark = needs_bwrap
+ROOT = os.geteuid() == 0
+
+# name -> argument names; every argument has the role "none", so no path is checked by policy
+PROBE_TOOLS = {
+    "read_path": ["path"],
+    "write_path": ["path", "content", "parents"],
+    "env_value": ["name"],
+    "list_dir": ["path"],
+    "symlink_write": ["link", "target", "content"],
+    "processes": [],
+    "find_secret": ["needle"],
+    "connect_tcp": ["host", "port"],
+    "connect_unix": ["path"],
+    "send_signal": ["pid"],
+    "ptrace_child": [],
+    "new_user_namespace": [],
+    "raw_syscall": ["name"],
+    "x32_syscall": [],
+    "inject_tty": [],
+    "allocate": ["megabytes", "processes"],
+    "spawn": ["count"],
+    "identity": [],
+    "burn": ["seconds"],
+    "linger": [],
+}
+
+
+def write_raw_policy(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    tools = [
+        {
+            "toolName": tool,
+            "serverName": "probe",
+            "effect": "other",
+            "sideEffects": True,
+            "args": {a: ["none"] for a in args},
+        }
+        for tool, args in PROBE_TOOLS.items()
+    ]
+    (directory / "tool-annotations.json").write_text(
+        json.dumps({"servers": {"probe": {"tools": tools}}})
+    )
+    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
+    (directory / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
+    return directory
+
+
+def probe_server_config(
+    sandboxed: bool, limits: dict[str, Any] | None = None, allow_read: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    import sys
+
+    server: dict[str, Any] = {
+        "command": sys.executable,
+        "args": [str(PROBE)],
+        "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
+    }
+    if sandboxed:
+        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent), *allow_read]}}
+        if limits:
+            server["sandbox"]["limits"] = limits
+    else:
+        server["sandbox"] = False
+    return server
+
+
+@dataclass
+class World:
+    """What the attacks aim at: the caller's home and secrets, host sockets, the launcher."""
+
+    user: Home
+    ws: Path
+    outside: Path
+    tcp_port: int
+    unix_path: Path
+    abstract_name: str
+    launcher_pid: int = 0
+    results: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Attack:
+    id: str
+    tool: str
+    args: Callable[[World], dict[str, Any]]
+    # Did the attack work? Judged from the probe's answer and the world afterwards.
+    worked: Callable[[World, str], bool]
+    bare_can_work: bool = True  # False where even unsandboxed it needs root
+    bare_skip: str = ""  # why the unsandboxed run cannot show it on some machines
+
+
+def _starts_ok(_: World, text: str) -> bool:
+    return text.startswith(("OK", "READ OK", "WRITE OK"))
+
+
+def _exists(rel: str) -> Callable[[World, str], bool]:
+    return lambda w, text: text == "WRITE OK" and (w.ws / rel).exists()
+
+
+ATTACKS = [
+    Attack(
+        "read-ssh-key",
+        "read_path",
+        lambda w: {"path": f"{w.user.home}/.ssh/id_rsa"},
+        lambda w, t: w.user.secret in t,
+    ),
+    Attack("list-home", "list_dir", lambda w: {"path": str(w.user.home)}, _starts_ok),
+    Attack(
+        "read-root-home",
+        "read_path",
+        lambda w: {"path": "/root/.profile"},
+        lambda w, t: t.startswith("READ OK"),
+        bare_can_work=ROOT and os.path.exists("/root/.profile"),
+    ),
+    # Both are shown to the server (allowRead): only the uid it runs as keeps them closed.
+    Attack(
+        "read-root-only-file-shown",
+        "read_path",
+        lambda w: {"path": str(w.user.root / "root-only" / "token")},
+        lambda w, t: "root-only-token" in t,
+        bare_can_work=ROOT,
+    ),
+    Attack(
+        "read-etc-shadow-shown",
+        "read_path",
+        lambda w: {"path": "/etc/shadow"},
+        lambda w, t: "root:" in t,
+        bare_can_work=ROOT,
+    ),
+    Attack(
+        "read-launcher-environ",
+        "read_path",
+        lambda w: {"path": f"/proc/{w.launcher_pid}/environ"},
+        lambda w, t: w.user.secret in t,
+    ),
+    Attack(
+        "read-proc-1-environ",
+        "read_path",
+        lambda w: {"path": "/proc/1/environ"},
+        lambda w, t: t.startswith("READ OK") and "PROBE_LOG" not in t,
+        bare_skip="the host's pid 1 can be unreadable even to root (in a VM, say)",
+    ),
+    Attack(
+        "launcher-root-fs",
+        "list_dir",
+        lambda w: {"path": f"/proc/{w.launcher_pid}/root/etc"},
+        lambda w, t: "shadow" in t,
+    ),
+    Attack(
+        "see-host-processes",
+        "processes",
+        lambda w: {},
+        lambda w, t: any(
+            not p.startswith("/usr/bin/bwrap") and "probe_server.py" not in p
+            for p in json.loads(t[3:] if t.startswith("OK ") else "[]")
+        ),
+    ),
+    Attack(
+        "write-outside",
+        "write_path",
+        lambda w: {"path": str(w.outside / "dropped.txt"), "content": "x"},
+        lambda w, t: (w.outside / "dropped.txt").exists(),
+    ),
+    Attack(
+        "new-git-hook",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/.git/hooks/pre-commit", "content": "evil", "parents": True},
+        _exists(".git/hooks/pre-commit"),
+    ),
+    Attack(
+        "new-git-hook-deep",
+        "write_path",
+        lambda w: {
+            "path": f"{w.ws}/a/b/c/d/.git/hooks/post-checkout",
+            "content": "evil",
+            "parents": True,
+        },
+        _exists("a/b/c/d/.git/hooks/post-checkout"),
+    ),
+    Attack(
+        "existing-git-hook-deep",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/repo/.git/hooks/pre-push", "content": "evil"},
+        lambda w, t: (w.ws / "repo/.git/hooks/pre-push").exists(),
+    ),
+    Attack(
+        "existing-git-config",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/repo/.git/config", "content": "[core]\nfsmonitor=evil"},
+        lambda w, t: "evil" in (w.ws / "repo/.git/config").read_text(),
+    ),
+    Attack(
+        "new-git-config",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/fresh/.git/config", "content": "evil", "parents": True},
+        _exists("fresh/.git/config"),
+    ),
+    Attack(
+        "existing-bashrc",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/.bashrc", "content": "evil"},
+        lambda w, t: (w.ws / ".bashrc").read_text() == "evil",
+    ),
+    Attack(
+        "new-bashrc-deep",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/x/y/.bashrc", "content": "evil", "parents": True},
+        _exists("x/y/.bashrc"),
+    ),
+    Attack(
+        "new-mcp-json",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/proj/.mcp.json", "content": "{}", "parents": True},
+        _exists("proj/.mcp.json"),
+    ),
+    Attack(
+        "new-vscode-settings",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/.vscode/settings.json", "content": "{}", "parents": True},
+        _exists(".vscode/settings.json"),
+    ),
+    Attack(
+        "symlink-escape",
+        "symlink_write",
+        lambda w: {
+            "link": f"{w.ws}/out-link",
+            "target": str(w.outside / "via-link.txt"),
+            "content": "x",
+        },
+        lambda w, t: (w.outside / "via-link.txt").exists(),
+    ),
+    Attack(
+        "host-loopback-tcp",
+        "connect_tcp",
+        lambda w: {"host": "127.0.0.1", "port": w.tcp_port},
+        lambda w, t: "hello" in t,
+    ),
+    Attack(
+        "host-unix-socket",
+        "connect_unix",
+        lambda w: {"path": str(w.unix_path)},
+        lambda w, t: "hello" in t,
+    ),
+    Attack(
+        "host-abstract-socket",
+        "connect_unix",
+        lambda w: {"path": "@" + w.abstract_name},
+        lambda w, t: "hello" in t,
+    ),
+    Attack("caller-secret", "find_secret", lambda w: {"needle": w.user.secret}, _starts_ok),
+    Attack("inject-terminal-input", "inject_tty", lambda w: {}, _starts_ok),
+    Attack("ptrace", "ptrace_child", lambda w: {}, _starts_ok),
+    Attack("signal-launcher", "send_signal", lambda w: {"pid": w.launcher_pid}, _starts_ok),
+    Attack("new-user-namespace", "new_user_namespace", lambda w: {}, _starts_ok),
+    Attack("io-uring", "raw_syscall", lambda w: {"name": "io_uring_setup"}, _starts_ok),
+    Attack(
+        "userfaultfd",
+        "raw_syscall",
+        lambda w: {"name": "userfaultfd"},
+        _starts_ok,
+        bare_can_work=ROOT,
+    ),
+    Attack("keyring", "raw_syscall", lambda w: {"name": "keyctl"}, _starts_ok),
+    Attack("x32-abi", "x32_syscall", lambda w: {}, lambda w, t: "SIGSYS" not in t),
+    Attack("exceed-memory", "allocate", lambda w: {"megabytes": 400}, _starts_ok),
+    Attack("many-processes", "spawn", lambda w: {"count": 120}, _starts_ok),
+]
+
+SANDBOX_LIMITS = {"memory": "256M", "processes": 64}
+
+
+def _serve(server: socket.socket) -> None:
+    while True:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.sendall(b"hello from the host")
+
+
+@pytest.fixture(scope="module")
+def host_listeners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path, str]]:
+    tcp = socket.create_server(("127.0.0.1", 0))
+    path = tmp_path_factory.mktemp("sock") / "host.sock"
+    unix = socket.socket(socket.AF_UNIX)
+    unix.bind(str(path))
+    unix.listen()
+    os.chmod(path, 0o777)
+    abstract_name = f"ironcurtain-test-{os.getpid()}"
+    abstract = socket.socket(socket.AF_UNIX)
+    abstract.bind("\0" + abstract_name)
+    abstract.listen()
+    for s in (tcp, unix, abstract):
+        threading.Thread(target=_serve, args=(s,), daemon=True).start()
+    yield tcp.getsockname()[1], path, abstract_name
+    for s in (tcp, unix, abstract):
+        s.close()
+
+
+def _launcher_pid() -> int:
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if any("ironcurtain" in part for part in child.cmdline()[:2]):
+                return child.pid
+        except psutil.Error:
+            continue
+    raise AssertionError("ironcurtain process not found")
+
+
+def _world(base: Path, listeners: tuple[int, Path, str]) -> World:
+    user = make_home(base)
+    ws = user.ws("ws")
+    (ws / "repo" / ".git" / "hooks").mkdir(parents=True)
+    (ws / "repo" / ".git" / "config").write_text("[core]\n")
+    (ws / ".bashrc").write_text("# the user's own\n")
+    root_only = base / "root-only"
+    root_only.mkdir(mode=0o700)
+    (root_only / "token").write_text("root-only-token")
+    (root_only / "token").chmod(0o600)
+    outside = base / "outside"
+    outside.mkdir()
+    return World(user, ws, outside, *listeners)
+
+
+def _run_attacks(world: World, sandboxed: bool) -> dict[str, str]:
+    config = world.user.root / "probe.json"
+    limits = SANDBOX_LIMITS if sandboxed else None
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "probe": probe_server_config(
+                        sandboxed, limits, (str(world.user.root / "root-only"), "/etc/shadow")
+                    )
+                }
+            }
+        )
+    )
+    policy = write_raw_policy(world.user.root / "policy")
+    results: dict[str, str] = {}
+
+    async def scenario() -> None:
+        async with connect(
+            world.user,
+            "--config",
+            str(config),
+            "--policy-dir",
+            str(policy),
+            "--workspace",
+            str(world.ws),
+        ) as session:
+            world.launcher_pid = _launcher_pid()
+            for attack in ATTACKS:
+                error, text = await call(session, f"probe__{attack.tool}", attack.args(world))
+                results[attack.id] = ("ERROR " if error else "") + text
+
+    asyncio.run(scenario())
+    return results
+
+
+@pytest.fixture(scope="module")
+def sandboxed_world(
+    tmp_path_factory: pytest.TempPathFactory, host_listeners: tuple[int, Path, str]
+) -> World:
+    world = _world(tmp_path_factory.mktemp("boxed"), host_listeners)
+    world.results = _run_attacks(world, sandboxed=True)
+    return world
+
+
+@pytest.fixture(scope="module")
+def bare_world(
+    tmp_path_factory: pytest.TempPathFactory, host_listeners: tuple[int, Path, str]
+) -> World:
+    world = _world(tmp_path_factory.mktemp("bare"), host_listeners)
+    world.results = _run_attacks(world, sandboxed=False)
+    return world
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.id)
+def test_the_sandbox_stops_it(attack: Attack, sandboxed_world: World) -> None:
+    if attack.id == "read-root-only-file-shown" and not ROOT:
+        pytest.skip("the caller owns the file: the server, running as the caller, may read it")
+    text = sandboxed_world.results[attack.id]
+    assert not attack.worked(sandboxed_world, text), text
+    assert sandboxed_world.user.secret not in text
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.id)
+def test_unsandboxed_the_attack_works(attack: Attack, bare_world: World) -> None:
+    if not attack.bare_can_work:
+        pytest.skip("needs root even without a sandbox")
+    if attack.bare_skip:
+        pytest.skip(attack.bare_skip)
+    if attack.id == "inject-terminal-input" and _legacy_tiocsti_off():
+        pytest.skip("this kernel refuses TIOCSTI to everyone (dev.tty.legacy_tiocsti=0)")
+    text = bare_world.results[attack.id]
+    assert attack.worked(bare_world, text), text
+
+
+def _legacy_tiocsti_off() -> bool:
+    try:
+        return Path("/proc/sys/dev/tty/legacy_tiocsti").read_text().strip() == "0"
+    except OSError:
+        return False
+
+
+def test_protected_names_created_in_the_sandbox_are_quarantined_and_audited(
+    sandboxed_world: World,
+) -> None:
+    audit_dir = sandboxed_world.user.state / "ironcurtain" / "audit"
+    entries = [
+        json.loads(line)
+        for log in audit_dir.glob("*.jsonl")
+        for line in log.read_text().splitlines()
+    ]
+    moved = {e["path"] for e in entries if e.get("event") == "quarantine"}
+    ws = sandboxed_world.ws
+    assert {
+        f"{ws}/.git/hooks",
+        f"{ws}/a/b/c/d/.git/hooks",
+        f"{ws}/fresh/.git/config",
+        f"{ws}/x/y/.bashrc",
+        f"{ws}/proj/.mcp.json",
+        f"{ws}/.vscode",
+    } <= moved
+    for entry in entries:
+        if entry.get("event") == "quarantine":
+            assert Path(entry["movedTo"]).exists()
+            assert not Path(entry["movedTo"]).is_relative_to(ws)
+    # What the user had is untouched.
+    assert (ws / ".bashrc").read_text() == "# the user's own\n"
+    assert (ws / "repo/.git/config").read_text() == "[core]\n"
+
+
+def test_the_sandboxed_server_has_no_privilege(sandboxed_world: World) -> None:
+    # The identity check runs in its own short session (the attacks' session is over).
+    results = _run_single(sandboxed_world, "identity", {})
+    assert results.startswith("Uid:"), results
+    status = dict(line.split(":", 1) for line in results.splitlines())
+    uids = status["Uid"].split()
+    if ROOT:
+        assert uids[0] != "0"  # never root's uid, not even mapped
+    assert status["CapEff"].strip() == "0000000000000000"
+    assert status["CapBnd"].strip() == "0000000000000000" or not ROOT
+    assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
+
+
+def _run_single(world: World, tool: str, args: dict[str, Any]) -> str:
+    config = world.user.root / "probe.json"
+    policy = world.user.root / "policy"
+    out: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(
+            world.user,
+            "--config",
+            str(config),
+            "--policy-dir",
+            str(policy),
+            "--workspace",
+            str(world.ws),
+        ) as session:
+            out.append((await call(session, f"probe__{tool}", args))[1])
+
+    asyncio.run(scenario())
+    return out[0]
+
+
+def _limited_session(
+    world_dir: Path, limits: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+) -> list[tuple[bool, str]]:
+    user = make_home(world_dir)
+    ws = user.ws("ws")
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True, limits)}}))
+    policy = write_raw_policy(user.root / "policy")
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
+        ) as session:
+            for tool, args in calls:
+                out.append(await call(session, f"probe__{tool}", args))
+
+    asyncio.run(scenario())
+    return out
+
+
+def test_a_server_over_its_memory_limit_is_stopped_with_a_clear_error(tmp_path: Path) -> None:
+    # Each process stays under the per-process limit; together they go over it.
+    results = _limited_session(
+        tmp_path,
+        {"memory": "160M"},
+        [("allocate", {"megabytes": 60, "processes": 4}), ("identity", {})],
+    )
+    (error, text), (error2, text2) = results
+    assert (
+        error
+        and "server 'probe' was stopped: it used more memory than its limit of 160 MiB" in text
+    )
+    assert error2 and "not running" in text2
+
+
+def test_a_server_over_its_cpu_limit_is_stopped_with_a_clear_error(tmp_path: Path) -> None:
+    results = _limited_session(tmp_path, {"cpuSeconds": 1}, [("burn", {"seconds": 5})])
+    error, text = results[0]
+    assert error and "CPU time" in text, text
