@@ -42,20 +42,65 @@ def run(
             "--allow-unsandboxed", help="If this machine cannot sandbox, run servers without it."
         ),
     ] = False,
+    allow_no_seccomp: Annotated[
+        bool,
+        typer.Option(
+            "--allow-no-seccomp",
+            help="If no seccomp filter can be built here, sandbox servers without it.",
+        ),
+    ] = False,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
     from launcher.session import Session
 
     plan = plan_session(
-        RunOptions(config, policy_dir, workspace, tuple(server or ()), audit_log, allow_unsandboxed)
+        RunOptions(
+            config,
+            policy_dir,
+            workspace,
+            tuple(server or ()),
+            audit_log,
+            allow_unsandboxed,
+            allow_no_seccomp,
+        )
     )
     if allow_unsandboxed and plan.sandbox_problem:
         print(
             f"ironcurtain: WARNING: running servers UNSANDBOXED: {plan.sandbox_problem}",
             file=sys.stderr,
         )
+    if allow_no_seccomp and plan.seccomp_problem:
+        print(
+            f"ironcurtain: WARNING: sandboxes have NO SYSTEM-CALL FILTER: {plan.seccomp_problem}",
+            file=sys.stderr,
+        )
     raise typer.Exit(asyncio.run(Session(plan).run()))
+
+
+@app.command()
+def profile(
+    name: Annotated[str, typer.Argument(help="Server name as in the config.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="bwrap (argv with reasons), seatbelt (SBPL) or json.")
+    ] = "bwrap",
+    config: ConfigOpt = None,
+    policy_dir: PolicyOpt = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Print the exact sandbox profile a server would get, with the reason for each part."""
+    from launcher.plan import RunOptions
+    from launcher.show_profile import show_profile
+
+    print(show_profile(name, fmt, RunOptions(config, policy_dir, workspace)))
+
+
+@app.command()
+def doctor() -> None:
+    """Can this machine sandbox? One line per check; non-zero exit when it cannot."""
+    from launcher.doctor import run_checks
+
+    raise typer.Exit(run_checks())
 
 
 @app.command()

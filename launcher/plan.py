@@ -49,6 +49,8 @@ class RunOptions:
     audit_log: str | None = None
     allow_unsandboxed: bool = False
     allow_no_seccomp: bool = False
+    # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
+    display_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,8 @@ class ServerPlan:
     profile: SandboxProfile | None
     cwd: str  # where the server runs; relative paths in its calls resolve here
     guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
-    placeholders: tuple[str, ...] = ()  # host dirs made for denyRead masks, removed after
+    # (path, is a dir): made empty on the host for denyRead masks, removed after if still so
+    placeholders: tuple[tuple[str, bool], ...] = ()
 
     @property
     def sandboxed(self) -> bool:
@@ -128,6 +131,9 @@ def sandbox_problem(privileged: bool = False) -> str | None:
 
     ``privileged``: the launcher runs as root, so bwrap builds the sandbox without a user
     namespace and ``setpriv`` switches the server to an unprivileged uid."""
+    if sys.platform == "darwin":
+        ok = os.access("/usr/bin/sandbox-exec", os.X_OK)
+        return None if ok else "sandbox-exec is missing (it ships with macOS)"
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap (bwrap) is not installed"
@@ -188,17 +194,19 @@ def seccomp_filter() -> tuple[bytes | None, str | None]:
         return None, f"no seccomp filter can be built: {exc}"
 
 
-def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, ServerConfig]:
+def select_servers(
+    config: LoadedConfig, names: tuple[str, ...], option: str = "--server"
+) -> dict[str, ServerConfig]:
     if names:
         unknown = [n for n in names if n not in config.servers]
         if unknown:
             raise UsageError(
-                f"--server {unknown[0]}: no such server in {config.path} "
+                f"{option} {unknown[0]}: no such server in {config.path} "
                 f"(it defines: {', '.join(sorted(config.servers)) or 'none'})"
             )
         disabled = [n for n in names if config.servers[n].disabled]
         if disabled:
-            raise UsageError(f"--server {disabled[0]}: the server is disabled in {config.path}")
+            raise UsageError(f"{option} {disabled[0]}: the server is disabled in {config.path}")
         return {n: config.servers[n] for n in dict.fromkeys(names)}
     chosen = {n: s for n, s in config.servers.items() if not s.disabled}
     if not chosen:
@@ -250,7 +258,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     else:
         workspace = resolve_real_path(str(state / "workspaces" / session_id))
     config = load_and_warn(opts.config, workspace)
-    selected = select_servers(config, opts.servers)
+    selected = select_servers(config, opts.servers, "profile" if opts.display_only else "--server")
     files = load_policy(opts.policy_dir)
     audit_path = resolve_real_path(
         os.path.expanduser(opts.audit_log)
@@ -262,11 +270,13 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     bpf: bytes | None = None
     seccomp_problem: str | None = None
     run_as = sandbox_identity(workspace)
-    if any(s.sandboxed for s in selected.values()):
+    if opts.display_only:
+        pass
+    elif any(s.sandboxed for s in selected.values()):
         problem = sandbox_problem(run_as is not None)
         if problem and not opts.allow_unsandboxed:
             raise SandboxUnavailable(f"cannot sandbox servers: {problem}.\nTo fix: {BWRAP_FIX}.")
-        if problem is None:
+        if problem is None and sys.platform != "darwin":
             bpf, seccomp_problem = seccomp_filter()
             if seccomp_problem and not opts.allow_no_seccomp:
                 raise SandboxUnavailable(
@@ -311,7 +321,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             host_env=os.environ,
             run_as=run_as,
             limits=limits_of(server),
-            seccomp=bpf is not None,
+            seccomp=bpf is not None or opts.display_only,
         )
         if sandboxed:
             profile = build_profile(request)

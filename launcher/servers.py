@@ -93,6 +93,13 @@ class LaunchSpec:
         profile = self.profile
         if profile is None:
             return list(self.argv)
+        if sys.platform == "darwin":  # rendered and structure-tested; not run on macOS yet
+            from sandbox_profiles import seatbelt
+
+            tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ironcurtain-{profile.name}")
+            os.makedirs(tmp, mode=0o700, exist_ok=True)
+            sbpl = seatbelt.render(profile)
+            return ["/usr/bin/sandbox-exec", "-p", sbpl, "-D", f"TMPDIR={tmp}", *profile.argv]
         argv = render_bwrap(profile, self.bwrap, seccomp_fd)
         if profile.limits.any():
             uid = profile.run_as[0] if profile.run_as else os.getuid()

@@ -88,10 +88,16 @@ class Session:
             uid, gid = plan.run_as or (os.getuid(), os.getgid())
             write_runtime_files(plan.runtime_dir, uid, gid)
             for sp in plan.servers.values():
-                for path in sp.placeholders:
-                    if not os.path.lexists(path):
+                for path, is_dir in sp.placeholders:
+                    if os.path.lexists(path):
+                        continue
+                    if is_dir:
                         os.makedirs(path)
-                        self._placeholders.append(path)
+                    else:
+                        os.makedirs(os.path.dirname(path), exist_ok=True)
+                        with open(path, "x", encoding="utf-8"):
+                            pass
+                    self._placeholders.append(path)
         except OSError as exc:
             raise StartupError(f"cannot create {exc.filename}: {exc.strerror}") from None
         if plan.run_as is not None:
@@ -236,7 +242,10 @@ class Session:
             self.guard.close()
         for path in reversed(self._placeholders):
             with contextlib.suppress(OSError):
-                os.rmdir(path)  # only while still empty
+                if os.path.isdir(path):
+                    os.rmdir(path)  # only while still empty
+                elif os.path.getsize(path) == 0:
+                    os.unlink(path)
         if self.audit is not None:
             self.audit.close()
         shutil.rmtree(self.plan.runtime_dir, ignore_errors=True)

@@ -35,48 +35,77 @@ def render(
     >>> render(p)[-6:]
     ['--tmpfs', '/tmp', '--chdir', '/', '--', '/usr/bin/true']
     """
+    return [
+        arg for chunk, _ in render_explained(profile, bwrap, seccomp_fd, setpriv) for arg in chunk
+    ]
+
+
+def render_explained(
+    profile: SandboxProfile,
+    bwrap: str = "bwrap",
+    seccomp_fd: int | str | None = None,
+    setpriv: str = SETPRIV,
+) -> list[tuple[list[str], str]]:
+    """The argv of :func:`render` in pieces, each with the reason it is there."""
     privileged = profile.run_as is not None
     namespaces = [ns for ns in profile.namespaces if not (privileged and ns == "user")]
-    argv = [bwrap]
+    out: list[tuple[list[str], str]] = [([bwrap], "")]
     for ns in namespaces:
-        argv.append(f"--unshare-{ns}")
+        why = {
+            "user": "own user namespace: the caller's uid mapped, nothing else",
+            "pid": "own process tree: host processes are invisible",
+            "ipc": "own System V IPC and POSIX message queues",
+            "uts": "own hostname",
+            "cgroup": "own cgroup view",
+            "net": "own network stack with only loopback: no route out",
+        }.get(ns, "")
+        out.append(([f"--unshare-{ns}"], why))
     if profile.disable_nested_userns and "user" in namespaces:
-        argv.append("--disable-userns")
+        out.append((["--disable-userns"], "no new user namespaces inside"))
     if profile.die_with_parent:
-        argv.append("--die-with-parent")
+        out.append((["--die-with-parent"], "ends when ironcurtain ends"))
     if profile.new_session:
-        argv.append("--new-session")
+        out.append((["--new-session"], "no controlling terminal to push input into"))
     if profile.drop_all_capabilities:
-        argv += ["--cap-drop", "ALL"]
+        out.append((["--cap-drop", "ALL"], "no capabilities"))
         if privileged:
             for cap in _SWITCH_CAPS:
-                argv += ["--cap-add", cap]
+                out.append((["--cap-add", cap], "kept only until setpriv switches uid"))
     if "uts" in namespaces:
-        argv += ["--hostname", profile.hostname]
+        out.append((["--hostname", profile.hostname], ""))
     if seccomp_fd is not None:
-        argv += ["--seccomp", str(seccomp_fd)]
+        out.append((["--seccomp", str(seccomp_fd)], "system-call filter (compiled libseccomp)"))
     for mount in profile.mounts:
+        chunk: list[str] = []
         if mount.mode is not None:
-            argv += ["--perms", f"{mount.mode:04o}"]
+            chunk += ["--perms", f"{mount.mode:04o}"]
         if mount.kind in _FLAGS:
-            argv += [_FLAGS[mount.kind], mount.source or mount.dest, mount.dest]
+            chunk += [_FLAGS[mount.kind], mount.source or mount.dest, mount.dest]
         elif mount.kind == "symlink":
-            argv += ["--symlink", mount.source or "", mount.dest]
+            chunk += ["--symlink", mount.source or "", mount.dest]
         else:  # proc, dev, tmpfs, dir
-            argv += [f"--{mount.kind}", mount.dest]
-    argv += ["--chdir", profile.cwd, "--"]
+            chunk += [f"--{mount.kind}", mount.dest]
+        out.append((chunk, mount.reason))
+    out.append((["--chdir", profile.cwd], "working directory"))
+    out.append((["--"], ""))
     if profile.run_as is not None:
         uid, gid = profile.run_as
-        argv += [
-            setpriv,
-            f"--reuid={uid}",
-            f"--regid={gid}",
-            "--clear-groups",
-            "--bounding-set=-all",
-            "--inh-caps=-all",
-            "--",
-        ]
-    return [*argv, *profile.argv]
+        out.append(
+            (
+                [
+                    setpriv,
+                    f"--reuid={uid}",
+                    f"--regid={gid}",
+                    "--clear-groups",
+                    "--bounding-set=-all",
+                    "--inh-caps=-all",
+                    "--",
+                ],
+                "never root: switch to an unprivileged uid with no capabilities",
+            )
+        )
+    out.append((list(profile.argv), "the server"))
+    return out
 
 
 def limits_argv(limits: Limits, prlimit: str = "prlimit", nproc_base: int = 0) -> list[str]:

@@ -86,9 +86,11 @@ def program_dirs(command_path: str, search: Sequence[str], depth: int = 0) -> li
     def add(directory: str | None, reason: str) -> None:
         if not directory or directory == "/" or _under_system(directory):
             return
-        # Skip what an earlier, wider mount already shows.
-        if not any(directory == d or directory.startswith(d + "/") for d, _ in found):
-            found.append((directory, reason))
+        # Skip what an earlier, wider mount already shows; a wider one replaces narrower ones.
+        if any(directory == d or directory.startswith(d + "/") for d, _ in found):
+            return
+        found[:] = [(d, r) for d, r in found if not d.startswith(directory + "/")]
+        found.append((directory, reason))
 
     real = os.path.realpath(command_path)
     add(os.path.dirname(command_path), f"holds the command {command_path}")

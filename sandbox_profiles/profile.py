@@ -52,6 +52,7 @@ ETC_FILES: tuple[str, ...] = (
 )
 
 SANDBOX_HOME = "/tmp/home"
+NOT_THERE_YET = "denyRead (not there yet)"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
@@ -225,16 +226,16 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
             mask = os.path.join(req.runtime_dir, "masked")
             mounts.append(Mount("mask-file", path, mask, "denyRead: an unreadable file"))
         elif any(_under(path, b) for b in bound):
-            # Not there yet, but inside a tree the server sees: the launcher makes an empty
-            # directory at the first missing component and this hides whatever appears there.
-            mounts.append(
-                Mount(
-                    "tmpfs",
-                    first_missing(path),
-                    reason=f"denyRead (not there yet): {path}",
-                    mode=0o555,
-                )
-            )
+            # Not there yet, but inside a tree the server sees: the launcher puts a
+            # placeholder at the first missing component (an empty file when that is the
+            # path itself, else an empty directory) and this hides whatever appears there.
+            missing = first_missing(path)
+            reason = f"{NOT_THERE_YET}: {path}"
+            if missing == path:
+                mask = os.path.join(req.runtime_dir, "masked")
+                mounts.append(Mount("mask-file", path, mask, reason))
+            else:
+                mounts.append(Mount("tmpfs", missing, reason=reason, mode=0o555))
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
         name=req.name,
@@ -249,13 +250,12 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     )
 
 
-def placeholders(profile: SandboxProfile) -> list[str]:
-    """Directories the launcher creates on the host before start (and removes after) so a
-    not-yet-existing denyRead path has something to be mounted over."""
+def placeholders(profile: SandboxProfile) -> list[tuple[str, bool]]:
+    """(path, is a directory) the launcher creates empty on the host before start, and
+    removes after while still empty, so a denyRead path that is not there yet has something
+    to be mounted over."""
     return [
-        m.dest
-        for m in profile.mounts
-        if m.kind == "tmpfs" and m.reason.startswith("denyRead (not there yet)")
+        (m.dest, m.kind == "tmpfs") for m in profile.mounts if m.reason.startswith(NOT_THERE_YET)
     ]
 
 

@@ -535,3 +535,83 @@ def test_a_server_over_its_cpu_limit_is_stopped_with_a_clear_error(tmp_path: Pat
     results = _limited_session(tmp_path, {"cpuSeconds": 1}, [("burn", {"seconds": 5})])
     error, text = results[0]
     assert error and "CPU time" in text, text
+
+
+def _session_with(
+    base: Path,
+    filesystem: dict[str, Any],
+    calls: Callable[[Path], list[tuple[str, dict[str, Any]]]],
+    before_calls: Callable[[Path], None] = lambda ws: None,
+) -> tuple[Home, Path, list[str]]:
+    user = make_home(base)
+    ws = user.ws("ws")
+    server = probe_server_config(True)
+    server["sandbox"]["filesystem"].update(filesystem)
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    out: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
+        ) as session:
+            before_calls(ws)
+            for tool, args in calls(ws):
+                out.append((await call(session, f"probe__{tool}", args))[1])
+
+    asyncio.run(scenario())
+    return user, ws, out
+
+
+def test_deny_read_covers_paths_that_appear_during_the_session(tmp_path: Path) -> None:
+    def appear(ws: Path) -> None:  # the user creates them while the session runs
+        (ws / ".env").write_text("TOKEN=top-secret")
+        (ws / "secrets" / "key.txt").write_text("top-secret")
+
+    _, ws, out = _session_with(
+        tmp_path,
+        {"denyRead": ["${workspace}/.env", "${workspace}/secrets/key.txt"]},
+        lambda ws: [
+            ("read_path", {"path": str(ws / ".env")}),
+            ("read_path", {"path": str(ws / "secrets" / "key.txt")}),
+            ("list_dir", {"path": str(ws / "secrets")}),
+        ],
+        appear,
+    )
+    assert all("top-secret" not in text for text in out), out
+    assert out[0].startswith("READ FAILED") and out[1].startswith("READ FAILED")
+    assert out[2] == "OK []"
+    # The user's files are theirs afterwards; nothing of the placeholders is left empty.
+    assert (ws / ".env").read_text() == "TOKEN=top-secret"
+
+
+def test_placeholders_for_deny_read_are_removed_when_unused(tmp_path: Path) -> None:
+    _, ws, _ = _session_with(
+        tmp_path,
+        {"denyRead": ["${workspace}/.env", "${workspace}/a/b/key"]},
+        lambda ws: [("list_dir", {"path": str(ws)})],
+    )
+    assert list(ws.iterdir()) == []
+
+
+def test_deny_write_covers_paths_created_during_the_session(tmp_path: Path) -> None:
+    user, ws, out = _session_with(
+        tmp_path,
+        {"denyWrite": ["${workspace}/release/CHANGELOG.md"]},
+        lambda ws: [
+            (
+                "write_path",
+                {"path": str(ws / "release/CHANGELOG.md"), "content": "x", "parents": True},
+            ),
+            ("write_path", {"path": str(ws / "release/notes.md"), "content": "fine"}),
+        ],
+    )
+    assert out == ["WRITE OK", "WRITE OK"]  # inside, the write works...
+    assert not (ws / "release" / "CHANGELOG.md").exists()  # ...and is gone when it returns
+    assert (ws / "release" / "notes.md").read_text() == "fine"
+    (log,) = (user.state / "ironcurtain" / "audit").glob("*.jsonl")
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    quarantined = [e for e in events if e.get("event") == "quarantine"]
+    assert [e["path"] for e in quarantined] == [str(ws / "release" / "CHANGELOG.md")]
+    assert Path(quarantined[0]["movedTo"]).read_text() == "x"

@@ -1,0 +1,203 @@
+"""The Seatbelt (macOS ``sandbox-exec``) rendering of a :class:`SandboxProfile`: SBPL text.
+
+macOS has no mount namespace, so the model's mounts become path rules:
+
+- a read-only mount is an ``allow file-read*``, a writable one ``allow file-read*`` and
+  ``allow file-write*``; parents the sandbox creates become ``file-read-metadata``;
+- a read-only mount *inside* a writable root (protected names, ``denyWrite``, ironcurtain's
+  own files) is a ``deny file-write*``, and the always-protected names get a regex deny for
+  every depth of every writable root, which needs no watcher on macOS;
+- a ``denyRead`` mask is a ``deny file-read*``;
+- mounts that *replace* a host path (the generated ``/etc/passwd``) have no Seatbelt form and
+  are left out: macOS answers user lookups through opendirectoryd instead.
+
+Every deny comes after every allow (in SBPL the last matching rule wins). Paths under
+``/tmp``, ``/var`` and ``/etc`` are emitted both as given and in their ``/private`` form.
+The private ``/tmp`` is the directory passed as ``-D TMPDIR=...`` to ``sandbox-exec``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES
+
+# What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
+MACOS_SYSTEM_READ: tuple[str, ...] = (
+    "/usr/lib",
+    "/usr/share",
+    "/System/Library",
+    "/System/Cryptexes",
+    "/Library/Apple",
+    "/private/var/db/dyld",
+    "/private/var/db/timezone",
+    "/private/etc/ssl",
+)
+MACOS_DEVICES: tuple[str, ...] = (
+    "/dev/null",
+    "/dev/zero",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+)
+MACH_SERVICES: tuple[str, ...] = (
+    "com.apple.system.logger",
+    "com.apple.system.notification_center",
+    "com.apple.system.opendirectoryd.libinfo",
+    "com.apple.trustd.agent",
+)
+_PRIVATE = ("/tmp", "/var", "/etc")
+
+
+def sbpl_string(value: str) -> str:
+    """A string literal for SBPL.
+
+    >>> sbpl_string('a"b')
+    '"a\\\\"b"'
+    """
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def both_forms(path: str) -> list[str]:
+    """``path`` and, for the directories macOS links into ``/private``, the other form.
+
+    >>> both_forms("/tmp/ws"), both_forms("/private/var/x"), both_forms("/Users/a")
+    (['/tmp/ws', '/private/tmp/ws'], ['/private/var/x', '/var/x'], ['/Users/a'])
+    """
+    for top in _PRIVATE:
+        if path == top or path.startswith(top + "/"):
+            return [path, "/private" + path]
+        if path == "/private" + top or path.startswith("/private" + top + "/"):
+            return [path, path[len("/private") :]]
+    return [path]
+
+
+def _filters(kind: str, paths: list[str]) -> list[str]:
+    seen: list[str] = []
+    for path in paths:
+        for form in both_forms(path):
+            item = f"({kind} {sbpl_string(form)})"
+            if item not in seen:
+                seen.append(item)
+    return seen
+
+
+def _rule(action: str, operations: str, filters: list[str], comment: str) -> list[str]:
+    if not filters:
+        return []
+    lines = [f";; {comment}"] if comment else []
+    lines.append(f"({action} {operations}")
+    lines += [f"    {f}" for f in filters]
+    lines[-1] += ")"
+    return lines
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def protected_name_regex(root: str, name: str) -> str:
+    """A regex matching ``name`` at any depth below ``root``, and everything inside it, for
+    an SBPL ``#"..."`` literal (which takes backslashes as they are and cannot hold ``"``).
+
+    >>> print(protected_name_regex("/ws", ".git/hooks"))
+    ^/ws/(.*/)?\\.git/hooks(/.*)?$
+    """
+    if '"' in root:
+        raise ValueError(f"a writable root with a double quote cannot be expressed: {root!r}")
+    return f"^{_escape(root.rstrip('/'))}/(.*/)?{_escape(name)}(/.*)?$"
+
+
+def _escape(text: str) -> str:
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
+
+
+def render(profile: SandboxProfile) -> str:
+    """The SBPL profile for ``sandbox-exec -p``."""
+    read: list[str] = list(MACOS_SYSTEM_READ)
+    write: list[str] = []
+    metadata: list[str] = []
+    deny_write: list[tuple[str, str]] = []
+    deny_read: list[tuple[str, str, bool]] = []  # path, reason, is a directory
+    skipped: list[Mount] = []
+    for mount in profile.mounts:
+        dest = mount.dest
+        if mount.kind in ("ro-bind", "ro-bind-try"):
+            if mount.source and mount.source != dest:
+                skipped.append(mount)
+            elif any(_under(dest, w) for w in profile.writable):
+                deny_write.append((dest, mount.reason))
+            else:
+                read.append(dest)
+        elif mount.kind == "bind":
+            read.append(dest)
+            write.append(dest)
+        elif mount.kind == "symlink":
+            read.append(dest)  # on macOS these (/bin, /sbin) are real directories
+        elif mount.kind == "dir":
+            metadata.append(dest)
+        elif mount.kind == "mask-file":
+            deny_read.append((dest, mount.reason, False))
+        elif mount.kind == "tmpfs" and mount.reason.startswith("denyRead"):
+            deny_read.append((dest, mount.reason, True))
+        # proc, dev, the private /tmp and /dev/shm: the device list and (param "TMPDIR")
+    lines = [
+        "(version 1)",
+        f";; ironcurtain profile for server {profile.name!r} (generated; do not edit)",
+        "(deny default)",
+        "",
+        ";; processes: start programs from readable places, nothing else",
+        "(allow process-fork)",
+        "(allow process-exec",
+        *[f"    {f}" for f in _filters("subpath", read)],
+        ")",
+        "(allow signal (target same-sandbox))",
+        "(allow sysctl-read)",
+        "(allow ipc-posix-shm)",
+        "(allow mach-lookup",
+        *[f"    (global-name {sbpl_string(s)})" for s in MACH_SERVICES],
+        ")",
+        "",
+    ]
+    lines += _rule("allow", "file-read*", _filters("subpath", read), "read allowlist")
+    lines += _rule(
+        "allow",
+        "file-read* file-write*",
+        [*_filters("subpath", write), '(subpath (param "TMPDIR"))'],
+        "writable: the workspace, allowWrite, the private TMPDIR",
+    )
+    lines += _rule(
+        "allow",
+        "file-read* file-write-data file-ioctl",
+        _filters("literal", list(MACOS_DEVICES)),
+        "devices",
+    )
+    lines += _rule(
+        "allow",
+        "file-read-metadata",
+        [
+            '(literal "/")',
+            *_filters("literal", sorted(set(metadata))),
+        ],
+        "parent directories on the way to allowed paths",
+    )
+    lines += ["", ";; ---- denies: after every allow, so they win ----"]
+    lines += ["(deny network*)", "(deny appleevent-send)"]
+    for root in profile.writable:
+        regexes = [
+            f'(regex #"{protected_name_regex(form, name)}")'
+            for form in both_forms(root)
+            for name in ALWAYS_PROTECTED_NAMES
+        ]
+        lines += _rule("deny", "file-write*", regexes, f"always-protected names in {root}")
+    for path, reason in deny_write:
+        lines += _rule("deny", "file-write*", _filters("subpath", [path]), reason)
+    for path, reason, is_dir in deny_read:
+        kind = "subpath" if is_dir else "literal"
+        lines += _rule("deny", "file-read* file-write*", _filters(kind, [path]), reason)
+    for mount in skipped:
+        lines.append(
+            f";; not expressible in Seatbelt: {mount.dest} <- {mount.source} ({mount.reason})"
+        )
+    return "\n".join(lines) + "\n"
