@@ -21,7 +21,7 @@ from policy.loader import PolicyFiles, check_placeholders
 from policy.paths import is_within, resolve_real_path
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.bwrap import SETPRIV
-from sandbox_profiles.discover import which
+from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx, which
 from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import guarded_paths, placeholders, sandbox_env
 
@@ -124,6 +124,37 @@ def resolve_command(command: str, search: list[str]) -> str | None:
         return path
     real = done.stdout.strip()
     return real if done.returncode == 0 and os.path.isabs(real) else path
+
+
+def npx_to_node(
+    npx: str, args: list[str], search: list[str], config: LoadedConfig, name: str
+) -> tuple[str, list[str]]:
+    """``npx PKG ARGS`` as ``node <PKG's script> ARGS``: npx would look the package up in the
+    registry, and a sandbox has no network. The package must already be installed or in
+    npx's cache."""
+    where = f"$.{config.key}.{name}.args"
+    prefixes = [os.path.dirname(os.path.dirname(npx)), sys.prefix]
+    # npm's own lower-case variables.
+    prefix, cache = os.environ.get("npm_config_prefix"), os.environ.get("npm_config_cache")  # noqa: SIM112
+    if prefix:
+        prefixes.insert(0, prefix)
+    roots = npx_roots(os.path.expanduser("~"), cache, prefixes)
+    try:
+        found = resolve_npx(args, roots)
+    except PackageNotInstalled as exc:
+        raise ConfigError(str(config.path), where, str(exc)) from None
+    if found is None:
+        raise ConfigError(
+            str(config.path),
+            where,
+            "only the plain form npx [-y] PACKAGE [ARGS] can be sandboxed; "
+            "give the installed program as the command instead",
+        )
+    node = which("node", search)
+    if node is None:
+        raise ConfigError(str(config.path), where, "node is not on PATH (npx needs it)")
+    script, rest = found
+    return node, [os.path.realpath(script), *rest]
 
 
 def sandbox_problem(privileged: bool = False) -> str | None:
@@ -304,10 +335,15 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             )
         cwd = server.cwd or workspace
         sandboxed = server.sandboxed and problem is None
+        args = list(server.args)
+        program_files: list[str] = []
+        if sandboxed and os.path.basename(command) == "npx":
+            command, args = npx_to_node(command, args, search, config, name)
+            program_files.append(args[0])
         request = ProfileRequest(
             name=name,
             command_path=command,
-            args=server.args,
+            args=args,
             env=server.env,
             workspace=workspace,
             cwd=cwd,
@@ -320,6 +356,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             search_path=search,
             host_env=os.environ,
             run_as=run_as,
+            program_files=program_files,
             limits=limits_of(server),
             seccomp=bpf is not None or opts.display_only,
         )

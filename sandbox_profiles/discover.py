@@ -122,3 +122,111 @@ def program_dirs(command_path: str, search: Sequence[str], depth: int = 0) -> li
         if prefix and os.path.isdir(os.path.join(prefix, "lib")):
             add(prefix, f"installation prefix of {os.path.basename(real)}")
     return found
+
+
+class PackageNotInstalled(Exception):
+    """``npx PKG`` names a package that is not on this machine (npx would download it)."""
+
+
+_NPX_FLAGS_WITH_VALUE = ("-p", "--package", "-c", "--call", "--registry", "--cache")
+
+
+def npx_package(args: Sequence[str]) -> tuple[str, list[str]] | None:
+    """(package spec, arguments for its program) from an ``npx`` argv.
+
+    >>> npx_package(["-y", "@scope/srv@1.2", "/ws"])
+    ('@scope/srv@1.2', ['/ws'])
+    """
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if arg in _NPX_FLAGS_WITH_VALUE:
+            return None  # -p/-c forms: not a plain "npx PKG args"
+        if not arg.startswith("-"):
+            break
+        i += 1
+    if i >= len(args):
+        return None
+    return args[i], list(args[i + 1 :])
+
+
+def _split_spec(spec: str) -> tuple[str, str | None]:
+    """``@scope/name@1.2`` -> (``@scope/name``, ``1.2``)."""
+    at = spec.rfind("@")
+    if at > 0:
+        return spec[:at], spec[at + 1 :] or None
+    return spec, None
+
+
+def _package_bin(package_dir: str, name: str) -> str | None:
+    import json
+
+    try:
+        with open(os.path.join(package_dir, "package.json"), encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    bins = meta.get("bin")
+    if isinstance(bins, str):
+        rel = bins
+    elif isinstance(bins, dict) and bins:
+        short = name.rsplit("/", 1)[-1]
+        rel = bins.get(short) or (next(iter(bins.values())) if len(bins) == 1 else None)
+    else:
+        return None
+    return os.path.normpath(os.path.join(package_dir, rel)) if isinstance(rel, str) else None
+
+
+def resolve_npx(args: Sequence[str], roots: Sequence[str]) -> tuple[str, list[str]] | None:
+    """The installed program ``npx ARGS`` would run: (path of its script, its arguments).
+
+    Looks in ``roots``: directories holding ``node_modules`` (npx's cache entries
+    ``~/.npm/_npx/*``, the global prefix's ``lib``, the current directory). A sandboxed
+    server has no network, so npx must not need to download anything: when the package is
+    not found, :class:`PackageNotInstalled` says how to install it.
+    """
+    parsed = npx_package(args)
+    if parsed is None:
+        return None
+    spec, rest = parsed
+    name, version = _split_spec(spec)
+    for root in roots:
+        package_dir = os.path.join(root, "node_modules", name)
+        script = _package_bin(package_dir, name)
+        if script and os.path.isfile(script):
+            if version and not _version_matches(package_dir, version):
+                continue
+            return script, rest
+    raise PackageNotInstalled(
+        f"npx would download {spec} when the server starts, and a sandboxed server has no "
+        f"network; install it first (npm install -g {spec}), or run it once outside the "
+        f"sandbox (npx -y {spec} --help) so it is in npx's cache"
+    )
+
+
+def _version_matches(package_dir: str, version: str) -> bool:
+    import json
+
+    if version in ("latest", "*") or not version[0].isdigit():
+        return True
+    try:
+        with open(os.path.join(package_dir, "package.json"), encoding="utf-8") as handle:
+            installed = str(json.load(handle).get("version", ""))
+    except (OSError, ValueError):
+        return False
+    return installed == version or installed.startswith(version + ".")
+
+
+def npx_roots(home: str, npm_cache: str | None, prefixes: Sequence[str]) -> list[str]:
+    """Where npx finds packages without downloading: its cache entries (newest first), the
+    global install prefixes' ``lib``."""
+    cache = os.path.join(npm_cache or os.path.join(home, ".npm"), "_npx")
+    try:
+        entries = [os.path.join(cache, e) for e in os.listdir(cache)]
+    except OSError:
+        entries = []
+    entries.sort(key=lambda p: os.stat(p).st_mtime if os.path.exists(p) else 0, reverse=True)
+    return [*entries, *(os.path.join(p, "lib") for p in prefixes)]

@@ -78,6 +78,8 @@ class ProfileRequest:
     host_env: Mapping[str, str] = field(default_factory=dict)
     # Set when the launcher runs as root: the unprivileged uid/gid the server runs as.
     run_as: tuple[int, int] | None = None
+    # Files the command runs that are not the command (a script given to node).
+    program_files: Sequence[str] = ()
     limits: Limits = field(default_factory=Limits)
     seccomp: bool = True
 
@@ -203,7 +205,12 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path in writable[1:]:
         mounts.append(Mount("bind", path, path, "allowWrite"))
     # After the writable roots, so a program directory inside one stays read-only.
-    for directory, reason in program_dirs(req.command_path, req.search_path):
+    programs: list[tuple[str, str]] = []
+    for program in (req.command_path, *req.program_files):
+        for directory, reason in program_dirs(program, req.search_path):
+            if not any(_under(directory, d) for d, _ in programs):
+                programs.append((directory, reason))
+    for directory, reason in programs:
         mounts.append(Mount("ro-bind", directory, directory, reason))
     for root in writable:
         for path in find_protected(root):
