@@ -371,7 +371,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
                 name,
                 [],
                 profile.env,
-                "/",
+                profile.cwd if sys.platform == "darwin" else "/",  # bwrap does its own chdir
                 server.timeout,
                 profile=profile,
                 bwrap=bwrap,

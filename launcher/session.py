@@ -512,7 +512,10 @@ class Session:
             return self._finish(entry, started, "denied", tool_result(denial_text(decision)))
         forward = {**params, "name": tool, "arguments": transport}
         try:
-            response = await conn.request("tools/call", forward, conn.spec.timeout)
+            try:
+                response = await conn.request("tools/call", forward, conn.spec.timeout)
+            finally:
+                self.settle()  # what the call created is dealt with before it returns
         except ServerGone as gone:
             return self._finish(
                 entry,
@@ -543,7 +546,6 @@ class Session:
                 tool_result(f"ERROR: server '{server}' returned a malformed result"),
             )
         status = "error" if result.get("isError") else "success"
-        self.settle()
         finished = self._finish(entry, started, status, result)
         if not audit.healthy:
             return tool_result(

@@ -170,6 +170,7 @@ def _package_bin(package_dir: str, name: str) -> str | None:
     except (OSError, ValueError):
         return None
     bins = meta.get("bin")
+    rel: object
     if isinstance(bins, str):
         rel = bins
     elif isinstance(bins, dict) and bins:

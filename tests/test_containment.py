@@ -615,3 +615,33 @@ def test_deny_write_covers_paths_created_during_the_session(tmp_path: Path) -> N
     quarantined = [e for e in events if e.get("event") == "quarantine"]
     assert [e["path"] for e in quarantined] == [str(ws / "release" / "CHANGELOG.md")]
     assert Path(quarantined[0]["movedTo"]).read_text() == "x"
+
+
+def test_declared_secrets_never_appear_on_any_argv(tmp_path: Path) -> None:
+    token = "declared-secret-" + os.urandom(6).hex()
+    seen: list[str] = []
+
+    def scan(ws: Path) -> None:
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(token in part for part in proc.info.get("cmdline") or []):
+                seen.append(" ".join(proc.info["cmdline"]))
+
+    user = make_home(tmp_path)
+    ws = user.ws("ws")
+    server = probe_server_config(True)
+    server["env"]["API_TOKEN"] = token
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    answer: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
+        ) as session:
+            scan(ws)
+            answer.append((await call(session, "probe__env_value", {"name": "API_TOKEN"}))[1])
+
+    asyncio.run(scenario())
+    assert answer == [token]  # it arrives where it was declared...
+    assert seen == []  # ...and never through an argv

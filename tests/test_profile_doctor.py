@@ -149,3 +149,37 @@ def test_seatbelt_of_a_real_server_is_well_formed(
     from sandbox_profiles import seatbelt
 
     check_structure(seatbelt.render(profile), profile)
+
+
+FAILING_BWRAP = (
+    'case "$1" in --version) echo "bubblewrap 0.8.0";; *) '
+    'echo "bwrap: setting up uid map: Permission denied" >&2; exit 1;; esac\n'
+)
+
+
+def test_run_refuses_when_bwrap_cannot_start_and_says_how_to_fix_it(user: Home) -> None:
+    user.env["PATH"] = f"{_fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
+    done = ironcurtain(user, "run", "--server", "time")
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "uid map: Permission denied" in done.stderr
+    assert "unprivileged_userns_clone" in done.stderr and "--allow-unsandboxed" in done.stderr
+    assert not (user.state / "ironcurtain" / "audit").exists()  # nothing half-started
+
+
+def test_allow_unsandboxed_runs_and_the_audit_log_says_so(user: Home) -> None:
+    import asyncio
+
+    from tests.test_session import audit_entries, call, connect
+
+    user.env["PATH"] = f"{_fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
+    audit = user.root / "audit.jsonl"
+
+    async def scenario() -> None:
+        async with connect(
+            user, "--server", "time", "--allow-unsandboxed", "--audit-log", str(audit)
+        ) as s:
+            error, text = await call(s, "get_current_time", {"timezone": "UTC"})
+            assert not error, text
+
+    asyncio.run(scenario())
+    assert [e["sandboxed"] for e in audit_entries(audit)] == [False]
