@@ -14,7 +14,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -351,40 +351,54 @@ def _world(base: Path, listeners: tuple[int, Path, str]) -> World:
     return World(user, ws, outside, *listeners)
 
 
-def _run_attacks(world: World, sandboxed: bool) -> dict[str, str]:
-    config = world.user.root / "probe.json"
-    limits = SANDBOX_LIMITS if sandboxed else None
-    config.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "probe": probe_server_config(
-                        sandboxed, limits, (str(world.user.root / "root-only"), "/etc/shadow")
-                    )
-                }
-            }
-        )
-    )
-    policy = write_raw_policy(world.user.root / "policy")
-    results: dict[str, str] = {}
+Calls = Iterable[tuple[str, dict[str, Any]]]
+
+
+def run_probe(
+    user: Home,
+    ws: Path,
+    server: dict[str, Any],
+    calls: Callable[[], Calls],
+    before: Callable[[], None] = lambda: None,
+) -> list[tuple[bool, str]]:
+    """One ``ironcurtain run`` session of the probe under the raw policy: ``before`` runs
+    once it is up, then each call of ``calls()`` (made only then, so it can use what
+    ``before`` found); every (is error, text) answer, in order."""
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
         async with connect(
-            world.user,
-            "--config",
-            str(config),
-            "--policy-dir",
-            str(policy),
-            "--workspace",
-            str(world.ws),
+            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
         ) as session:
-            world.launcher_pid = _launcher_pid()
-            for attack in ATTACKS:
-                error, text = await call(session, f"probe__{attack.tool}", attack.args(world))
-                results[attack.id] = ("ERROR " if error else "") + text
+            before()
+            for tool, args in calls():
+                out.append(await call(session, f"probe__{tool}", args))
 
     asyncio.run(scenario())
-    return results
+    return out
+
+
+def _run_attacks(world: World, sandboxed: bool) -> dict[str, str]:
+    limits = SANDBOX_LIMITS if sandboxed else None
+    shown = (str(world.user.root / "root-only"), "/etc/shadow")
+
+    def find_launcher() -> None:
+        world.launcher_pid = _launcher_pid()
+
+    answers = run_probe(
+        world.user,
+        world.ws,
+        probe_server_config(sandboxed, limits, shown),
+        lambda: [(attack.tool, attack.args(world)) for attack in ATTACKS],
+        find_launcher,
+    )
+    return {
+        attack.id: ("ERROR " if error else "") + text
+        for attack, (error, text) in zip(ATTACKS, answers, strict=True)
+    }
 
 
 @pytest.fixture(scope="module")
@@ -475,45 +489,15 @@ def test_the_sandboxed_server_has_no_privilege(sandboxed_world: World) -> None:
 
 
 def _run_single(world: World, tool: str, args: dict[str, Any]) -> str:
-    config = world.user.root / "probe.json"
-    policy = world.user.root / "policy"
-    out: list[str] = []
-
-    async def scenario() -> None:
-        async with connect(
-            world.user,
-            "--config",
-            str(config),
-            "--policy-dir",
-            str(policy),
-            "--workspace",
-            str(world.ws),
-        ) as session:
-            out.append((await call(session, f"probe__{tool}", args))[1])
-
-    asyncio.run(scenario())
-    return out[0]
+    server = probe_server_config(True, SANDBOX_LIMITS)
+    return run_probe(world.user, world.ws, server, lambda: [(tool, args)])[0][1]
 
 
 def _limited_session(
-    world_dir: Path, limits: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
+    base: Path, limits: dict[str, Any], calls: list[tuple[str, dict[str, Any]]]
 ) -> list[tuple[bool, str]]:
-    user = make_home(world_dir)
-    ws = user.ws("ws")
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True, limits)}}))
-    policy = write_raw_policy(user.root / "policy")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with connect(
-            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
-        ) as session:
-            for tool, args in calls:
-                out.append(await call(session, f"probe__{tool}", args))
-
-    asyncio.run(scenario())
-    return out
+    user = make_home(base)
+    return run_probe(user, user.ws("ws"), probe_server_config(True, limits), lambda: calls)
 
 
 def test_a_server_over_its_memory_limit_is_stopped_with_a_clear_error(tmp_path: Path) -> None:
@@ -547,21 +531,8 @@ def _session_with(
     ws = user.ws("ws")
     server = probe_server_config(True)
     server["sandbox"]["filesystem"].update(filesystem)
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    policy = write_raw_policy(user.root / "policy")
-    out: list[str] = []
-
-    async def scenario() -> None:
-        async with connect(
-            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
-        ) as session:
-            before_calls(ws)
-            for tool, args in calls(ws):
-                out.append((await call(session, f"probe__{tool}", args))[1])
-
-    asyncio.run(scenario())
-    return user, ws, out
+    answers = run_probe(user, ws, server, lambda: calls(ws), lambda: before_calls(ws))
+    return user, ws, [text for _, text in answers]
 
 
 def test_deny_read_covers_paths_that_appear_during_the_session(tmp_path: Path) -> None:
@@ -621,27 +592,16 @@ def test_declared_secrets_never_appear_on_any_argv(tmp_path: Path) -> None:
     token = "declared-secret-" + os.urandom(6).hex()
     seen: list[str] = []
 
-    def scan(ws: Path) -> None:
+    def scan() -> None:
         for proc in psutil.process_iter(["cmdline"]):
             if any(token in part for part in proc.info.get("cmdline") or []):
                 seen.append(" ".join(proc.info["cmdline"]))
 
     user = make_home(tmp_path)
-    ws = user.ws("ws")
     server = probe_server_config(True)
     server["env"]["API_TOKEN"] = token
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    policy = write_raw_policy(user.root / "policy")
-    answer: list[str] = []
-
-    async def scenario() -> None:
-        async with connect(
-            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
-        ) as session:
-            scan(ws)
-            answer.append((await call(session, "probe__env_value", {"name": "API_TOKEN"}))[1])
-
-    asyncio.run(scenario())
-    assert answer == [token]  # it arrives where it was declared...
+    answers = run_probe(
+        user, user.ws("ws"), server, lambda: [("env_value", {"name": "API_TOKEN"})], scan
+    )
+    assert answers == [(False, token)]  # it arrives where it was declared...
     assert seen == []  # ...and never through an argv
