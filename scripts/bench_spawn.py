@@ -27,22 +27,14 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+
+from bench_relay import INIT  # noqa: E402
 
 from launcher.plan import RunOptions, plan_session  # noqa: E402
 from launcher.servers import LaunchSpec, _memfd  # noqa: E402
 from sandbox_profiles.model import Limits  # noqa: E402
 from sandbox_profiles.profile import write_runtime_files  # noqa: E402
-
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"},
-    },
-}
 
 
 def time_to_ready(argv: list[str], env: dict[str, str], cwd: str, seccomp: bytes | None) -> float:
