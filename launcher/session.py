@@ -66,18 +66,15 @@ class Session:
     # -- lifecycle -------------------------------------------------------------------------
 
     async def run(self) -> int:
-        started = False
         try:
             self._prepare_files()
             self._start_guard()
             await self._start_servers()
-            started = True
             self._report()
             await self._serve()
         finally:
             await self.stop()
-            if not started:
-                self._remove_unused_files()
+            self._remove_unused_files()
         return 0
 
     def _prepare_files(self) -> None:
@@ -169,7 +166,8 @@ class Session:
             self.guard.settle()
 
     def _remove_unused_files(self) -> None:
-        """A session that never started leaves nothing behind that it created empty."""
+        """A session leaves nothing behind that it created and never used (an empty
+        workspace, an empty audit log), whether it started or not."""
         plan = self.plan
         if self.audit is not None and not self._audit_existed:
             with contextlib.suppress(OSError):
@@ -256,8 +254,10 @@ class Session:
         width = max(len(n) for n in self.servers)
         for name, conn in self.servers.items():
             sp = plan.servers[name]
-            if sp.sandboxed:
-                box = "sandboxed (bwrap, no network)"
+            if sp.profile is not None:
+                box = "sandboxed (bwrap, no network" + (
+                    ")" if sp.profile.seccomp else ", NO seccomp filter)"
+                )
             else:
                 box = "UNSANDBOXED" + (
                     f" ({plan.sandbox_problem})"
@@ -265,6 +265,9 @@ class Session:
                     else " (sandbox: false)"
                 )
             lines.append(f"  {name:<{width}}  {box:<32} {len(conn.tools)} tools")
+        if plan.run_as is not None:
+            uid, gid = plan.run_as
+            lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")
         lines += [
             f"  workspace:  {plan.workspace}",
             f"  audit log:  {plan.audit_path}",

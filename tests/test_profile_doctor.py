@@ -183,3 +183,33 @@ def test_allow_unsandboxed_runs_and_the_audit_log_says_so(user: Home) -> None:
 
     asyncio.run(scenario())
     assert [e["sandboxed"] for e in audit_entries(audit)] == [False]
+
+
+def _without_libseccomp(user: Home) -> None:
+    """Make the seccomp binding fail to load, as it does where libseccomp is missing."""
+    fake = user.root / "no-seccomp"
+    fake.mkdir(exist_ok=True)
+    (fake / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
+    user.env["PYTHONPATH"] = str(fake)
+
+
+@needs_bwrap
+def test_without_libseccomp_doctor_fails_and_run_refuses(user: Home) -> None:
+    _without_libseccomp(user)
+    done = ironcurtain(user, "doctor")
+    assert done.returncode == 3
+    assert "FAIL  seccomp          Unable to find libseccomp" in done.stdout
+    done = ironcurtain(user, "run", "--server", "time")
+    assert done.returncode == 3 and "Traceback" not in done.stderr
+    assert "no seccomp filter can be built" in done.stderr
+    assert "apt-get install libseccomp2" in done.stderr and "--allow-no-seccomp" in done.stderr
+
+
+@needs_bwrap
+def test_allow_no_seccomp_runs_without_the_filter_and_warns(user: Home) -> None:
+    _without_libseccomp(user)
+    # stdin is empty: the session starts, reports, sees end of input and stops.
+    done = ironcurtain(user, "run", "--server", "time", "--allow-no-seccomp")
+    assert done.returncode == 0, done.stderr
+    assert "WARNING: sandboxes have NO SYSTEM-CALL FILTER" in done.stderr
+    assert "time  sandboxed (bwrap, no network, NO seccomp filter)" in done.stderr
