@@ -17,6 +17,7 @@ from launcher.config import LoadedConfig, ServerConfig, load_and_warn
 from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.egress import EgressRules, Entry
 from policy.loader import PolicyFiles, check_placeholders
 from policy.paths import is_within, resolve_real_path
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
@@ -61,6 +62,8 @@ class ServerPlan:
     profile: SandboxProfile | None
     cwd: str  # where the server runs; relative paths in its calls resolve here
     guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
+    egress: EgressRules | None = None  # a networked server: what its proxy lets through
+    egress_socket: str | None = None
     # (path, is a dir): made empty on the host for denyRead masks, removed after if still so
     placeholders: tuple[tuple[str, bool], ...] = ()
 
@@ -203,6 +206,17 @@ def sandbox_identity(workspace: str) -> tuple[int, int] | None:
     return NOBODY
 
 
+def egress_rules(server: ServerConfig) -> EgressRules | None:
+    """What the egress proxy lets a server reach; None (no network at all) when its config
+    allows no domain."""
+    if server.sandbox is False or not server.sandbox.network:
+        return None
+    net = server.sandbox.network
+    if not net.allowed_domains:
+        return None
+    return EgressRules.from_config(net.allowed_domains, net.denied_domains, net.hosts)
+
+
 def limits_of(server: ServerConfig) -> Limits:
     if server.sandbox is False:
         return Limits()
@@ -267,7 +281,11 @@ def build_engine(
         state_dir=resolve_real_path(str(dirs.state_dir())),
         exempt=(workspace,),
     )
-    allowlists = {name: server.allowed_domains for name, server in servers.items()}
+    # The policy's domain gate looks at names; port scoping is the egress proxy's business.
+    allowlists = {
+        name: [Entry.parse(d).pattern for d in server.allowed_domains]
+        for name, server in servers.items()
+    }
     return PolicyEngine(
         files.policy, files.annotations, structural, allowlists, {"workspace": workspace}
     )
@@ -336,6 +354,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         cwd = server.cwd or workspace
         sandboxed = server.sandboxed and problem is None
         args = list(server.args)
+        egress = egress_rules(server) if sandboxed else None
+        egress_socket = os.path.join(runtime_dir, f"egress-{name}.sock") if egress else None
         program_files: list[str] = []
         if sandboxed and os.path.basename(command) == "npx":
             command, args = npx_to_node(command, args, search, config, name)
@@ -357,6 +377,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             host_env=os.environ,
             run_as=run_as,
             program_files=program_files,
+            egress_socket=egress_socket,
+            bridge_python=sys.executable,
             limits=limits_of(server),
             seccomp=bpf is not None or opts.display_only,
         )
@@ -385,6 +407,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
                 cwd,
                 guarded=tuple(guarded_paths(request, profile)),
                 placeholders=tuple(placeholders(profile)),
+                egress=egress,
+                egress_socket=egress_socket,
             )
         else:
             env = {

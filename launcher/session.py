@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher import acl, dirs
 from launcher.audit import AuditLog, hashed_arguments
+from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
 from launcher.plan import SessionPlan
@@ -61,6 +62,7 @@ class Session:
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop = asyncio.Event()
         self.guard: Guard | None = None
+        self.egress: dict[str, EgressProxy] = {}
         self._placeholders: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -69,6 +71,7 @@ class Session:
         try:
             self._prepare_files()
             self._start_guard()
+            await self._start_egress()
             await self._start_servers()
             self._report()
             await self._serve()
@@ -143,6 +146,38 @@ class Session:
             self.guard.start()
         except GuardError as exc:
             raise StartupError(f"cannot watch the workspace for protected files: {exc}") from None
+
+    async def _start_egress(self) -> None:
+        for name, sp in self.plan.servers.items():
+            if sp.egress is None or sp.egress_socket is None:
+                continue
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused)
+            try:
+                await proxy.start()
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot start the egress proxy for '{name}' at {sp.egress_socket}: "
+                    f"{exc.strerror}"
+                ) from None
+            self.egress[name] = proxy
+
+    def _egress_refused(self, refusal: Refusal) -> None:
+        print(
+            f"ironcurtain: egress refused for '{refusal.server}': "
+            f"{refusal.host}:{refusal.port}: {refusal.reason}",
+            file=sys.stderr,
+            flush=True,
+        )
+        if self.audit is not None:
+            self.audit.write(
+                {
+                    "event": "egress-refused",
+                    "server": refusal.server,
+                    "host": refusal.host,
+                    "port": refusal.port,
+                    "reason": refusal.reason,
+                }
+            )
 
     def _quarantined(self, record: Quarantined) -> None:
         print(
@@ -235,6 +270,7 @@ class Session:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
+        await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
         if self.guard is not None:
             self.guard.settle()
             self.guard.close()
@@ -255,7 +291,11 @@ class Session:
         for name, conn in self.servers.items():
             sp = plan.servers[name]
             if sp.profile is not None:
-                box = "sandboxed (bwrap, no network" + (
+                net = "no network"
+                if sp.egress is not None:
+                    count = len(sp.egress.allowed)
+                    net = f"egress proxy: {count} domain{'s' if count != 1 else ''}"
+                box = f"sandboxed (bwrap, {net}" + (
                     ")" if sp.profile.seccomp else ", NO seccomp filter)"
                 )
             else:

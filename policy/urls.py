@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 # scp-like git remote: [user@]host:path, where host has no '/' and the value has no '://'.
 _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>\[[^\]]+\]|[^@/:\[\]]+):(?P<path>.*)$")
+
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _normalise_host(host: str) -> str:
@@ -79,12 +83,37 @@ def extract_git_domain(value: str) -> str:
     return extract_domain(value)
 
 
-def is_ip_literal(host: str) -> bool:
+def parse_ip(host: str) -> IPAddress | None:
+    """The address a host string denotes when it is an IP literal in any form a resolver
+    would accept: dotted, short (``127.1``), decimal (``2130706433``), octal (``0177.0.0.1``),
+    hex (``0x7f000001``), bracketed IPv6, IPv4-mapped IPv6 (returned as the IPv4 address).
+
+    >>> [str(parse_ip(h)) for h in ("127.1", "2130706433", "0x7f.0.0.1", "[::ffff:127.0.0.1]")]
+    ['127.0.0.1', '127.0.0.1', '127.0.0.1', '127.0.0.1']
+    >>> parse_ip("example.com") is None
+    True
+    """
+    text = host.strip().rstrip(".").lower()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    text = text.split("%", 1)[0]  # zone index
     try:
-        ipaddress.ip_address(_normalise_host(host))
+        address: IPAddress = ipaddress.ip_address(text)
     except ValueError:
-        return False
-    return True
+        if not text or not all(c in "0123456789abcdefx." for c in text):
+            return None
+        try:
+            address = ipaddress.IPv4Address(socket.inet_aton(text))
+        except OSError:
+            return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def is_ip_literal(host: str) -> bool:
+    """Any form of IP address, as a resolver would read it (see :func:`parse_ip`)."""
+    return parse_ip(host) is not None
 
 
 def domain_matches(domain: str, pattern: str) -> bool:

@@ -73,7 +73,9 @@ class SandboxProfile:
     cwd: str
     env: Mapping[str, str]
     mounts: tuple[Mount, ...]
-    network: Literal["none"] = "none"
+    # "none": loopback only. "proxy": also the egress proxy's socket, bridged to
+    # 127.0.0.1:PROXY_PORT inside; still no route to anything else.
+    network: Literal["none", "proxy"] = "none"
     namespaces: tuple[str, ...] = ("user", "pid", "ipc", "uts", "cgroup", "net")
     hostname: str = "ironcurtain"
     die_with_parent: bool = True

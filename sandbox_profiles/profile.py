@@ -52,6 +52,10 @@ ETC_FILES: tuple[str, ...] = (
 )
 
 SANDBOX_HOME = "/tmp/home"
+# Where a networked server finds the egress proxy: its socket, and the bridge's TCP port.
+EGRESS_SOCKET = "/run/ironcurtain/egress.sock"
+PROXY_PORT = 3128
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 NOT_THERE_YET = "denyRead (not there yet)"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
@@ -80,6 +84,10 @@ class ProfileRequest:
     run_as: tuple[int, int] | None = None
     # Files the command runs that are not the command (a script given to node).
     program_files: Sequence[str] = ()
+    # The egress proxy's socket on the host (a networked server), and the Python that runs
+    # the bridge to it inside the sandbox.
+    egress_socket: str | None = None
+    bridge_python: str = ""
     limits: Limits = field(default_factory=Limits)
     seccomp: bool = True
 
@@ -96,7 +104,8 @@ def _bind_host(path: str, reason: str, mounts: list[Mount]) -> None:
 
 
 def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
-    """The whole environment inside: declared ``env`` plus a minimal PATH, HOME, LANG, TERM."""
+    """The whole environment inside: declared ``env`` plus a minimal PATH, HOME, LANG, TERM,
+    and for a networked server the proxy variables (which no declared value overrides)."""
     env = {
         "PATH": f"{command_dir}:{DEFAULT_PATH}",
         "HOME": SANDBOX_HOME,
@@ -104,6 +113,13 @@ def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
         "TERM": req.host_env.get("TERM") or "dumb",
     }
     env.update(req.env)
+    if req.egress_socket:
+        proxy = f"http://127.0.0.1:{PROXY_PORT}"
+        for name in PROXY_VARIABLES:
+            env[name] = env[name.lower()] = proxy
+        for name in ("NO_PROXY", "no_proxy"):
+            env.pop(name, None)
+        env["NODE_USE_ENV_PROXY"] = "1"
     return env
 
 
@@ -205,8 +221,18 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path in writable[1:]:
         mounts.append(Mount("bind", path, path, "allowWrite"))
     # After the writable roots, so a program directory inside one stays read-only.
+    argv: tuple[str, ...] = (req.command_path, *req.args)
+    program_files = list(req.program_files)
+    if req.egress_socket:
+        bridge = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netbridge.py")
+        python = req.bridge_python or "/usr/bin/python3"
+        argv = (python, "-I", bridge, str(PROXY_PORT), EGRESS_SOCKET, "--", *argv)
+        program_files += [python, bridge]
+        mounts.append(
+            Mount("bind", EGRESS_SOCKET, req.egress_socket, "the egress proxy: the only way out")
+        )
     programs: list[tuple[str, str]] = []
-    for program in (req.command_path, *req.program_files):
+    for program in (req.command_path, *program_files):
         for directory, reason in program_dirs(program, req.search_path):
             if not any(_under(directory, d) for d, _ in programs):
                 programs.append((directory, reason))
@@ -246,7 +272,8 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
         name=req.name,
-        argv=(req.command_path, *req.args),
+        argv=argv,
+        network="proxy" if req.egress_socket else "none",
         cwd=req.cwd or req.workspace,
         env=sandbox_env(req, command_dir),
         mounts=tuple(_parent_dirs(mounts)),

@@ -41,4 +41,11 @@ PY
 if [ ! -x .venv/bin/mcp-server-filesystem ]; then
   npm install -g -s --no-fund --no-audit --prefix .venv @modelcontextprotocol/server-filesystem
 fi
+# mcp-server-fetch simplifies pages with readabilipy, which installs its Node part with npm on
+# first use; inside the sandbox (read-only, no registry) that fails, so install it now.
+js=$(.venv/bin/python -c 'import os, readabilipy; print(os.path.join(os.path.dirname(readabilipy.__file__), "javascript"))')
+if [ ! -d "$js/node_modules" ]; then
+  (cd "$js" && npm install -s --no-fund --no-audit) \
+    || echo "install.sh: warning: readabilipy's Node part did not install; fetch will fail on HTML" >&2
+fi
 echo "install.sh: ready: .venv/bin/ironcurtain" >&2

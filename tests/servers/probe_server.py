@@ -204,6 +204,38 @@ def connect_tcp(host: str, port: int) -> str:
 
 
 @server.tool()
+def http_get(url: str) -> str:
+    """GET a URL the way most clients do: through the proxy the environment names."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return f"OK {response.status}: " + response.read(200).decode(errors="replace")
+    except Exception as exc:
+        return f"FAILED: {exc}"
+
+
+@server.tool()
+def udp_send(host: str, port: int) -> str:
+    """Send one UDP datagram (a DNS server, say), ignoring any proxy."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.sendto(b"\x00", (host, port))
+    except OSError as exc:
+        return f"FAILED: {exc}"
+    return "OK sent"
+
+
+@server.tool()
+def resolve(name: str) -> str:
+    """A DNS lookup from inside."""
+    try:
+        return "OK " + json.dumps(sorted({a[4][0] for a in socket.getaddrinfo(name, 80)}))
+    except OSError as exc:
+        return f"FAILED: {exc}"
+
+
+@server.tool()
 def connect_unix(path: str) -> str:
     """Connect to a unix socket (``@name``: an abstract one)."""
     address = "\0" + path[1:] if path.startswith("@") else path

@@ -1,0 +1,236 @@
+"""The egress proxy: the only way out of a networked server's sandbox (SPEC §7).
+
+One listener per networked server, on a unix socket that is bound into that server's
+sandbox and nowhere else; inside, a small bridge (``sandbox_profiles/netbridge.py``) turns
+it into ``127.0.0.1:3128`` for the server's HTTP clients. Speaks HTTP ``CONNECT`` (for
+TLS) and plain HTTP with an absolute URL. Every request is checked by
+``policy.egress`` before any DNS lookup; allowed names are resolved here and the checked
+address is the one connected to. Refusals answer ``403`` with the reason and are reported
+(server, host, port, reason) to the session, which logs and audits them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import NoReturn
+from urllib.parse import urlsplit
+
+from policy.egress import EgressRules, check_address, check_host
+
+HEAD_LIMIT = 64 * 1024
+HEAD_TIMEOUT = 15.0
+CONNECT_TIMEOUT = 10.0
+_HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    server: str
+    host: str
+    port: int
+    reason: str
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, host: str = "", port: int = 0) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+        self.host = host
+        self.port = port
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    seen: list[str] = []
+    for _family, _type, _proto, _name, sockaddr in infos:
+        if sockaddr[0] not in seen:
+            seen.append(str(sockaddr[0]))
+    return seen
+
+
+class EgressProxy:
+    def __init__(
+        self,
+        server: str,
+        rules: EgressRules,
+        socket_path: str,
+        on_refusal: Callable[[Refusal], None],
+    ) -> None:
+        self.server = server
+        self.rules = rules
+        self.socket_path = socket_path
+        self.on_refusal = on_refusal
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.resolutions: list[str] = []  # names looked up (tests: none for a refused name)
+
+    async def start(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        self._server = await asyncio.start_unix_server(self._client, path=self.socket_path)
+        # Reachable only through the runtime directory (owner-only) and the sandbox it is
+        # bound into; the sandbox's uid must be able to connect.
+        os.chmod(self.socket_path, 0o666)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(OSError):
+            os.unlink(self.socket_path)
+
+    # -- one client connection ---------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await self._serve(reader, writer)
+        except _Refused as exc:
+            self.on_refusal(Refusal(self.server, exc.host or "?", exc.port, exc.reason))
+            with contextlib.suppress(OSError, ConnectionError):
+                body = f"ironcurtain egress proxy: {exc.reason}\n".encode()
+                writer.write(
+                    f"HTTP/1.1 {exc.status} {'Forbidden' if exc.status == 403 else 'Error'}\r\n"
+                    f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            writer.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        except asyncio.LimitOverrunError:
+            raise _Refused(431, "request head too large") from None
+        if len(head) > HEAD_LIMIT:
+            raise _Refused(431, "request head too large")
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+            raise _Refused(400, "not an HTTP/1.x proxy request")
+        method, target, version = parts
+        headers = [tuple(h.split(":", 1)) for h in lines[1:] if ":" in h]
+        if method == "CONNECT":
+            host, port = _split_authority(target, 443)
+            upstream = await self._open(host, port)
+            writer.write(f"{version} 200 Connection Established\r\n\r\n".encode())
+            await writer.drain()
+            await _pipe(reader, writer, *upstream)
+            return
+        url = urlsplit(target)
+        if url.scheme != "http" or not url.hostname:
+            raise _Refused(400, f"only CONNECT and absolute http:// URLs are proxied: {target!r}")
+        host, port = url.hostname, url.port or 80
+        host_header = next((v.strip() for k, v in headers if k.strip().lower() == "host"), None)
+        if host_header is not None and _split_authority(host_header, 80) != (host.lower(), port):
+            reason = f"the Host header {host_header!r} does not match {host}"
+            raise _Refused(400, reason, host, port)
+        if any(k.strip().lower() == "transfer-encoding" for k, _ in headers):
+            reason = "chunked request bodies are not proxied; send Content-Length"
+            raise _Refused(411, reason, host, port)
+        up_reader, up_writer = await self._open(host, port)
+        path = url.path or "/"
+        if url.query:
+            path += "?" + url.query
+        kept = [(k, v) for k, v in headers if k.strip().lower() not in _HOP_HEADERS]
+        out = [f"{method} {path} {version}", *(f"{k}:{v}" for k, v in kept), "Connection: close"]
+        up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+        length = next((v.strip() for k, v in headers if k.strip().lower() == "content-length"), "0")
+        if not length.isdigit():
+            raise _Refused(400, "bad Content-Length")
+        if int(length):
+            up_writer.write(await reader.readexactly(int(length)))
+        await up_writer.drain()
+        # One request per connection: nothing more is read from the client, so a second
+        # request to another host cannot ride on this checked connection.
+        await _copy(up_reader, writer)
+        up_writer.close()
+
+    async def _open(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        verdict = check_host(self.rules, host, port)
+        if verdict.reason is not None:
+            self._refuse(host, port, verdict.reason)
+        addresses = list(verdict.addresses)
+        if not addresses:
+            self.resolutions.append(host)
+            try:
+                resolved = await asyncio.wait_for(_resolve(host, port), CONNECT_TIMEOUT)
+            except (OSError, TimeoutError):
+                resolved = []
+            if not resolved:
+                self._refuse(host, port, f"{host} could not be resolved", status=502)
+            for address in resolved:
+                reason = check_address(self.rules, address, port)
+                if reason is None:
+                    addresses.append(address)
+            if not addresses:
+                self._refuse(host, port, check_address(self.rules, resolved[0], port) or "")
+        last: Exception | None = None
+        for address in addresses:
+            try:
+                return await asyncio.wait_for(
+                    asyncio.open_connection(address, port), CONNECT_TIMEOUT
+                )
+            except (OSError, TimeoutError) as exc:
+                last = exc
+        raise _Refused(502, f"cannot connect to {host}:{port}: {last}", host, port)
+
+    def _refuse(self, host: str, port: int, reason: str, status: int = 403) -> NoReturn:
+        raise _Refused(status, reason, host, port)
+
+
+def _split_authority(text: str, default_port: int) -> tuple[str, int]:
+    """``host:port``, ``[v6]:port`` or ``host`` -> (lower-cased host, port)."""
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host:
+            host, port = text, ""
+    if port and not port.isdigit():
+        raise _Refused(400, f"bad port in {text!r}")
+    return host.lower().rstrip("."), int(port) if port else default_port
+
+
+async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(65536):
+            dst.write(data)
+            await dst.drain()
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if dst.can_write_eof():
+                dst.write_eof()
+
+
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    up_reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+) -> None:
+    try:
+        await asyncio.gather(_copy(reader, up_writer), _copy(up_reader, writer))
+    finally:
+        up_writer.close()

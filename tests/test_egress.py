@@ -1,0 +1,340 @@
+"""Network egress (SPEC §7): the decision table, the proxy in process, and the real
+``mcp-server-fetch`` and the probe inside the sandbox, with a loopback web server standing
+in for the internet (``sandbox.network.hosts`` pins the test names to it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from launcher import egress
+from launcher.egress import EgressProxy, Refusal
+from policy.egress import EgressRules, check_address, check_host
+from tests.conftest import Home, make_home, needs_bwrap
+from tests.test_containment import probe_server_config, run_probe
+from tests.test_session import audit_entries, call, connect
+
+RULES = EgressRules.from_config(
+    ["example.test", "*.example.test", "api.pinned.test:443", "10.0.0.5:8080", "[fd00::7]:80"],
+    ["secret.example.test"],
+    {"example.test": "127.0.0.1"},
+)
+
+# (host, port, allowed before DNS?)
+HOST_TABLE = [
+    ("example.test", 80, True),
+    ("EXAMPLE.TEST.", 80, True),  # case and trailing dot
+    ("www.example.test", 8443, True),
+    ("secret.example.test", 443, False),  # deniedDomains wins over *.example.test
+    ("evilexample.test", 80, False),  # suffix confusion
+    ("example.test.evil.net", 80, False),
+    ("api.pinned.test", 443, True),
+    ("api.pinned.test", 80, False),  # port scoping
+    ("10.0.0.5", 8080, True),  # an address named with its port
+    ("10.0.0.5", 80, False),
+    ("[fd00::7]", 80, True),
+    ("127.0.0.1", 80, False),
+    ("2130706433", 80, False),  # decimal
+    ("0177.0.0.1", 80, False),  # octal
+    ("0x7f.0.0.1", 80, False),  # hex
+    ("0x7f000001", 80, False),
+    ("127.1", 80, False),  # short form
+    ("[::1]", 80, False),
+    ("[::ffff:127.0.0.1]", 80, False),
+    ("169.254.169.254", 80, False),
+    ("[::ffff:a9fe:a9fe]", 80, False),  # metadata, IPv4-mapped in hex
+    ("xn--exmple-cua.test", 80, False),  # punycode look-alike
+    ("", 80, False),
+]
+
+
+@pytest.mark.parametrize(("host", "port", "allowed"), HOST_TABLE)
+def test_host_decisions(host: str, port: int, allowed: bool) -> None:
+    verdict = check_host(RULES, host, port)
+    assert (verdict.reason is None) == allowed, verdict.reason
+
+
+ADDRESS_TABLE = [
+    ("93.184.216.34", None),
+    ("127.0.0.1", "a loopback address"),
+    ("10.1.2.3", "a private address"),
+    ("192.168.0.1", "a private address"),
+    ("172.16.5.4", "a private address"),
+    ("100.64.0.1", "a carrier-grade NAT address"),
+    ("169.254.169.254", "a cloud metadata address"),
+    ("169.254.1.1", "a link-local address"),
+    ("::1", "a loopback address"),
+    ("fe80::1", "a link-local address"),
+    ("fd00:ec2::254", "a cloud metadata address"),
+    ("::ffff:10.0.0.1", "a private address"),
+    ("0.0.0.0", "a private address"),
+    ("224.0.0.1", "a reserved address"),
+]
+
+
+@pytest.mark.parametrize(("address", "kind"), ADDRESS_TABLE)
+def test_resolved_address_decisions(address: str, kind: str | None) -> None:
+    reason = check_address(RULES, address, 80)
+    assert (reason is None) == (kind is None)
+    if kind:
+        assert kind in str(reason)
+
+
+def test_an_address_named_with_its_port_is_the_only_private_exception() -> None:
+    assert check_address(RULES, "10.0.0.5", 8080) is None
+    assert check_address(RULES, "10.0.0.5", 80) is not None
+
+
+# -- the proxy, in this process ---------------------------------------------------------------
+
+
+class _Page(BaseHTTPRequestHandler):
+    hits: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        type(self).hits.append(f"{self.headers.get('Host')} {self.path}")
+        body = b"<html><head><title>t</title></head><body><p>hello egress</p></body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def web() -> Iterator[tuple[int, list[str]]]:
+    hits: list[str] = []
+    handler = type("Page", (_Page,), {"hits": hits})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], hits
+    server.shutdown()
+
+
+async def _ask(path: str, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(request)
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    return data
+
+
+def test_proxy_forwards_allowed_names_and_never_resolves_refused_ones(
+    tmp_path: Path, web: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    port, hits = web
+    looked_up: list[str] = []
+    real_resolve = egress._resolve
+
+    async def spy(host: str, p: int) -> list[str]:
+        looked_up.append(host)
+        return await real_resolve(host, p)
+
+    monkeypatch.setattr(egress, "_resolve", spy)
+    refusals: list[Refusal] = []
+    rules = EgressRules.from_config(
+        ["example.test", "localhost"], [], {"example.test": "127.0.0.1"}
+    )
+    sock = str(tmp_path / "egress.sock")
+
+    async def scenario() -> None:
+        proxy = EgressProxy("web", rules, sock, refusals.append)
+        await proxy.start()
+        try:
+            head = f"GET http://example.test:{port}/page HTTP/1.1\r\nHost: example.test:{port}"
+            ok = await _ask(sock, (head + "\r\n\r\n").encode())
+            assert b"200 OK" in ok and b"hello egress" in ok
+            refused = await _ask(sock, b"CONNECT denied.test:443 HTTP/1.1\r\n\r\n")
+            assert b"403" in refused and b"not in allowedDomains" in refused
+            # A name that is allowed but resolves to loopback (no hosts pin): refused after
+            # the lookup, before any connection.
+            local = await _ask(sock, f"CONNECT localhost:{port} HTTP/1.1\r\n\r\n".encode())
+            assert b"403" in local and b"loopback" in local
+            # The Host header must agree with the request target.
+            smuggled = await _ask(
+                sock,
+                f"GET http://example.test:{port}/ HTTP/1.1\r\nHost: internal.test\r\n\r\n".encode(),
+            )
+            assert b"400" in smuggled and b"does not match" in smuggled
+            # CONNECT to an allowed name: a tunnel to the pinned address.
+            reader, writer = await asyncio.open_unix_connection(sock)
+            writer.write(f"CONNECT example.test:{port} HTTP/1.1\r\n\r\n".encode())
+            assert b"200" in await reader.readuntil(b"\r\n\r\n")
+            writer.write(f"GET /tunnel HTTP/1.1\r\nHost: example.test:{port}\r\n\r\n".encode())
+            assert b"hello egress" in await reader.read()  # until the server closes
+            writer.close()
+        finally:
+            await proxy.stop()
+
+    asyncio.run(scenario())
+    assert looked_up == ["localhost"]  # never denied.test; example.test is pinned
+    assert [(r.host, r.port) for r in refusals] == [
+        ("denied.test", 443),
+        ("localhost", port),
+        ("example.test", port),  # the Host header that did not match
+    ]
+    assert hits == [f"example.test:{port} /page", f"example.test:{port} /tunnel"]
+
+
+# -- real servers inside the sandbox ------------------------------------------------------------
+
+
+def _fetch_config(user: Home, port: int, policy_raw: bool) -> tuple[Path, Path | None]:
+    server = {
+        "command": "mcp-server-fetch",
+        # The server's own private-address check is switched off: the proxy must hold alone.
+        "args": ["--ignore-robots-txt", "--allow-private-ips"],
+        "sandbox": {
+            "network": {
+                "allowedDomains": ["example.test", "*.example.test"],
+                "deniedDomains": ["secret.example.test"],
+                "hosts": {"example.test": "127.0.0.1", "secret.example.test": "127.0.0.1"},
+            }
+        },
+    }
+    config = user.root / "fetch.json"
+    config.write_text(json.dumps({"mcpServers": {"fetch": server}}))
+    if not policy_raw:
+        return config, None
+    policy = user.root / "fetch-policy"
+    policy.mkdir()
+    tool = {
+        "toolName": "fetch",
+        "serverName": "fetch",
+        "effect": "other",
+        "sideEffects": True,
+        "args": {a: ["none"] for a in ("url", "max_length", "start_index", "raw")},
+    }
+    (policy / "tool-annotations.json").write_text(
+        json.dumps({"servers": {"fetch": {"tools": [tool]}}})
+    )
+    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
+    (policy / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
+    return config, policy
+
+
+def _fetch_session(
+    user: Home, port: int, urls: list[str], policy_raw: bool
+) -> list[tuple[bool, str]]:
+    config, policy = _fetch_config(user, port, policy_raw)
+    audit = user.root / "audit.jsonl"
+    args = ["--config", str(config), "--audit-log", str(audit), "--workspace", str(user.ws())]
+    if policy:
+        args += ["--policy-dir", str(policy)]
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as session:
+            for url in urls:
+                out.append(await call(session, "fetch__fetch", {"url": url}))
+
+    asyncio.run(scenario())
+    return out
+
+
+LITERALS = [
+    "127.0.0.1",
+    "2130706433",
+    "0177.0.0.1",
+    "0x7f.0.0.1",
+    "0x7f000001",
+    "127.1",
+    "[::1]",
+    "[::ffff:127.0.0.1]",
+    "169.254.169.254",
+]
+
+
+@needs_bwrap
+def test_fetch_in_the_sandbox_reaches_only_what_is_allowed(
+    user: Home, web: tuple[int, list[str]]
+) -> None:
+    port, hits = web
+    urls = [
+        f"http://example.test:{port}/page",
+        f"http://secret.example.test:{port}/page",  # denied, though pinned to a reachable address
+        f"http://unlisted.test:{port}/page",
+        *(f"http://{literal}:{port}/page" for literal in LITERALS),
+    ]
+    results = _fetch_session(user, port, urls, policy_raw=True)
+    error, text = results[0]
+    assert not error and "hello egress" in text, text
+    for url, (error, text) in zip(urls[1:], results[1:], strict=True):
+        assert error or "hello egress" not in text, (url, text)
+    assert hits == [f"example.test:{port} /page"]  # nothing else ever arrived
+    refused = [e for e in audit_entries(user.root / "audit.jsonl") if e.get("event")]
+    reasons = {e["host"]: e["reason"] for e in refused if e["event"] == "egress-refused"}
+    assert reasons["secret.example.test"] == "secret.example.test is in deniedDomains"
+    assert reasons["unlisted.test"] == "unlisted.test is not in allowedDomains"
+    assert all(e["server"] == "fetch" for e in refused)
+    # Every literal was refused by the proxy (httpx spells some of them differently on the
+    # wire: 2130706433 arrives as 127.0.0.1, [::1] without its brackets).
+    assert len([e for e in refused if e["event"] == "egress-refused"]) == len(urls) - 1
+
+
+@needs_bwrap
+def test_the_policy_stops_unlisted_domains_before_the_proxy_does(
+    user: Home, web: tuple[int, list[str]]
+) -> None:
+    port, hits = web
+    results = _fetch_session(
+        user,
+        port,
+        [f"http://example.test:{port}/page", f"http://unlisted.test:{port}/", "http://127.0.0.1/"],
+        policy_raw=False,  # the bundled policy
+    )
+    assert not results[0][0] and "hello egress" in results[0][1]
+    assert results[1][0] and results[1][1].startswith("ESCALATION")
+    assert results[2][0] and results[2][1].startswith(("DENIED", "ESCALATION"))
+    assert len(hits) == 1
+
+
+@needs_bwrap
+def test_a_server_that_ignores_the_proxy_has_no_route(
+    tmp_path: Path, web: tuple[int, list[str]]
+) -> None:
+    port, hits = web
+    user = make_home(tmp_path)
+    server = probe_server_config(True)
+    server["sandbox"]["network"] = {
+        "allowedDomains": ["example.test"],
+        "hosts": {"example.test": "127.0.0.1"},
+    }
+    answers = run_probe(
+        user,
+        user.ws("ws"),
+        server,
+        lambda: [
+            ("http_get", {"url": f"http://example.test:{port}/via-proxy"}),
+            ("connect_tcp", {"host": "127.0.0.1", "port": port}),
+            ("connect_tcp", {"host": "1.1.1.1", "port": 443}),
+            ("udp_send", {"host": "8.8.8.8", "port": 53}),
+            ("resolve", {"name": "example.test"}),
+            ("resolve", {"name": "example.com"}),
+        ],
+    )
+    texts = [text for _, text in answers]
+    assert texts[0].startswith("OK 200") and "hello egress" in texts[0]
+    assert all(t.startswith("FAILED") for t in texts[1:]), texts
+    assert hits == [f"example.test:{port} /via-proxy"]
+
+
+def test_no_allowed_domains_means_no_proxy_at_all(user: Home) -> None:
+    from tests.test_config_errors import ironcurtain
+
+    config = user.root / "c.json"
+    config.write_text(json.dumps({"mcpServers": {"t": {"command": "mcp-server-time"}}}))
+    done = ironcurtain(user, "profile", "t", "--config", str(config))
+    assert "egress" not in done.stdout and "PROXY" not in done.stdout
+    assert "--unshare-net" in done.stdout
