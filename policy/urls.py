@@ -14,6 +14,10 @@ _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>\[[^\]]+\]|[^@/:\[\]]+
 
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# git's "<transport>::<address>": run git-remote-<transport> (before any other URL form).
+_REMOTE_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+# A DNS name: dot-separated labels of letters, digits, '-' and '_', none starting with '-'.
+_HOSTNAME = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?:\.(?!-)[a-z0-9_-]{1,63})*")
 
 
 def _normalise_host(host: str) -> str:
@@ -74,9 +78,14 @@ def normalize_git_url(value: str) -> str:
 def extract_git_domain(value: str) -> str:
     """Host of a git remote in any of its forms.
 
-    >>> extract_git_domain("git@github.com:user/repo.git")
-    'github.com'
+    A remote-helper address (``ext::sh -c ...``, ``fd::3``) names a program, not a host:
+    its domain is empty, which no allowlist matches.
+
+    >>> extract_git_domain("git@github.com:user/repo.git"), extract_git_domain("ext::sh -c x")
+    ('github.com', '')
     """
+    if _REMOTE_HELPER.match(value):
+        return ""
     match = _SCP_LIKE.match(value) if is_scp_like(value) else None
     if match:
         return _normalise_host(match.group("host"))
@@ -128,8 +137,8 @@ def domain_matches(domain: str, pattern: str) -> bool:
     """
     domain = _normalise_host(domain)
     pattern = _normalise_host(pattern)
-    if not domain:
-        return False
+    if not domain or not (is_ip_literal(domain) or _HOSTNAME.fullmatch(domain)):
+        return False  # "-oProxyCommand=x", "ext::sh -c ...": not a name at all
     if pattern == "*":
         return not is_ip_literal(domain)
     if pattern.startswith("*."):

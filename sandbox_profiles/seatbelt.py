@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES
+from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT
 
 # What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
 MACOS_SYSTEM_READ: tuple[str, ...] = (
@@ -130,6 +130,8 @@ def render(profile: SandboxProfile) -> str:
                 deny_write.append((dest, mount.reason))
             else:
                 read.append(dest)
+        elif mount.kind == "bind" and dest == EGRESS_SOCKET:
+            continue  # on macOS the proxy is reached over loopback TCP, below
         elif mount.kind == "bind":
             read.append(dest)
             write.append(dest)
@@ -182,8 +184,15 @@ def render(profile: SandboxProfile) -> str:
         ],
         "parent directories on the way to allowed paths",
     )
+    if profile.network == "proxy":
+        lines += [
+            ";; network: only the egress proxy's port (no other route; deny default covers it)",
+            f'(allow network-outbound (remote ip "localhost:{PROXY_PORT}"))',
+        ]
     lines += ["", ";; ---- denies: after every allow, so they win ----"]
-    lines += ["(deny network*)", "(deny appleevent-send)"]
+    if profile.network == "none":
+        lines.append("(deny network*)")
+    lines.append("(deny appleevent-send)")
     for root in profile.writable:
         regexes = [
             f'(regex #"{protected_name_regex(form, name)}")'

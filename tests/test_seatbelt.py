@@ -17,7 +17,12 @@ import pytest
 
 from sandbox_profiles import seatbelt
 from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, ProfileRequest, build_profile
+from sandbox_profiles.profile import (
+    ALWAYS_PROTECTED_NAMES,
+    EGRESS_SOCKET,
+    ProfileRequest,
+    build_profile,
+)
 
 GOLDEN = Path(__file__).parent / "data" / "golden" / "seatbelt-filesystem.sb"
 
@@ -121,7 +126,7 @@ def check_structure(text: str, profile: SandboxProfile) -> list[Rule]:
         if mount.kind == "ro-bind" and mount.source == mount.dest and not inside_writable:
             for form in seatbelt.both_forms(mount.dest):
                 assert form in reads, f"read of {form} missing"
-        if mount.kind == "bind":
+        if mount.kind == "bind" and mount.dest != EGRESS_SOCKET:
             for form in seatbelt.both_forms(mount.dest):
                 assert form in writes, f"write of {form} missing"
     # No allow after a deny for the same path: the deny would lose.
@@ -139,11 +144,16 @@ def check_structure(text: str, profile: SandboxProfile) -> list[Rule]:
         if (r.action == "deny" and r.filters)
         or (r.action == "deny" and r.operations in (("network*",), ("appleevent-send",)))
     )
-    assert any(r.action == "deny" and r.operations == ("network*",) for r in rs)
     assert any(r.action == "deny" and r.operations == ("appleevent-send",) for r in rs)
-    assert not any(
-        r.action == "allow" and any(o.startswith("network") for o in r.operations) for r in rs
-    )
+    network_allows = [
+        r for r in rs if r.action == "allow" and any(o.startswith("network") for o in r.operations)
+    ]
+    if profile.network == "none":
+        assert any(r.action == "deny" and r.operations == ("network*",) for r in rs)
+        assert network_allows == []
+    else:  # only the proxy's loopback port
+        assert [r.operations for r in network_allows] == [("network-outbound",)]
+        assert '(allow network-outbound (remote ip "localhost:3128"))' in text
     return rs
 
 
@@ -233,6 +243,27 @@ def test_a_real_profile_renders_with_the_same_structure(tmp_path: Path) -> None:
 def test_the_reader_rejects_broken_profiles(broken: str) -> None:
     with pytest.raises(ValueError):
         parse(broken)
+
+
+def test_a_networked_server_may_reach_only_the_proxy_port(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    profile = build_profile(
+        ProfileRequest(
+            name="fetch",
+            command_path=sys.executable,
+            args=[],
+            env={},
+            workspace=str(ws),
+            runtime_dir=str(tmp_path / "rt"),
+            egress_socket=str(tmp_path / "rt" / "egress.sock"),
+            bridge_python=sys.executable,
+        )
+    )
+    assert profile.network == "proxy"
+    text = seatbelt.render(profile)
+    check_structure(text, profile)
+    assert "(deny network*)" not in text  # it would override the one allow
 
 
 def test_the_reader_catches_an_allow_after_a_deny() -> None:

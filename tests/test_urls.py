@@ -175,3 +175,22 @@ def test_named_remotes_resolve_to_their_urls(repo: Path) -> None:
 @pytest.mark.parametrize("name", ["--upload-pack=touch /tmp/pwned", "-v", "--", ""])
 def test_remote_names_that_look_like_options_are_never_passed_to_git(repo: Path, name: str) -> None:
     assert resolve_git_remote(name, {"repo_path": str(repo)}) == name
+
+
+CRAFTED_REMOTE_URLS = [
+    "ext::sh -c touch% /tmp/pwned",  # git's command-running transport
+    "-oProxyCommand=touch /tmp/pwned:repo",  # an ssh option as the host
+    "ssh://-oProxyCommand=touch%20/tmp/pwned/repo",
+    "--upload-pack=touch /tmp/pwned",
+    "file:///etc/passwd",
+    "fd::17",
+]
+
+
+@pytest.mark.parametrize("url", CRAFTED_REMOTE_URLS)
+def test_crafted_remote_urls_never_pass_the_domain_gate(repo: Path, url: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "remote", "add", "crafted", "--", url], check=True)
+    # Even an allowlist of "*" (any name) does not take these for names.
+    engine = _engine(["*"], ALLOW_ALL)
+    decision = engine.decide("web", "push", {"repo_path": str(repo), "remote": "crafted"})[0]
+    assert (decision.decision, decision.rule) == ("escalate", "structural-untrusted-domain")
