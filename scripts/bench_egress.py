@@ -95,20 +95,17 @@ def main() -> None:
         sock = socket.create_connection(("127.0.0.1", port))
         return fetch(sock, f"GET {path} HTTP/1.0\r\nHost: bench.test\r\n\r\n".encode())
 
+    def through_proxy(path: str) -> bytes:
+        target = f"http://bench.test:{port}{path}"
+        return f"GET {target} HTTP/1.0\r\nHost: bench.test:{port}\r\n\r\n".encode()
+
     def proxied(path: str) -> int:
         sock = socket.socket(socket.AF_UNIX)
         sock.connect(sock_path)
-        return fetch(
-            sock,
-            f"GET http://bench.test:{port}{path} HTTP/1.0\r\nHost: bench.test:{port}\r\n\r\n".encode(),
-        )
+        return fetch(sock, through_proxy(path))
 
     def bridged(path: str) -> int:
-        sock = socket.create_connection(("127.0.0.1", bridge_port))
-        return fetch(
-            sock,
-            f"GET http://bench.test:{port}{path} HTTP/1.0\r\nHost: bench.test:{port}\r\n\r\n".encode(),
-        )
+        return fetch(socket.create_connection(("127.0.0.1", bridge_port)), through_proxy(path))
 
     variants = {"direct": direct, "proxy": proxied, "bridged": bridged}
     latency: dict[str, list[float]] = {k: [] for k in variants}
