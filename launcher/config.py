@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
@@ -34,6 +35,19 @@ class NetworkSandbox(_Model):
     allowed_domains: list[str] = Field(default_factory=list, alias="allowedDomains")
     denied_domains: list[str] = Field(default_factory=list, alias="deniedDomains")
     hosts: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("hosts")
+    @classmethod
+    def _addresses(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, address in value.items():
+            try:
+                ipaddress.ip_address(address.strip("[]"))
+            except ValueError:
+                raise ValueError(
+                    f"hosts[{name!r}]: {address!r} is not an IP address (hosts pins names to "
+                    'addresses, like {"db.internal": "10.0.0.5"})'
+                ) from None
+        return {k: v.strip("[]") for k, v in value.items()}
 
 
 _SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
@@ -116,6 +130,9 @@ class ConfigFile(_Model):
                     "(tools are exposed as <server>__<tool>)"
                 )
         return value
+
+
+_UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox"})
 
 
 @dataclass(frozen=True)
@@ -218,7 +235,7 @@ def _parse(path: Path) -> tuple[ConfigFile, str]:
     try:
         return ConfigFile.model_validate(data), file
     except ValidationError as exc:
-        loc, detail = describe_validation_error(exc)
+        loc, detail = describe_validation_error(exc, _UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
 
 

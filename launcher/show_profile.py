@@ -13,11 +13,19 @@ from launcher.plan import RunOptions, ServerPlan, plan_session
 from sandbox_profiles import seatbelt
 from sandbox_profiles.bwrap import limits_argv, render_explained
 from sandbox_profiles.model import SandboxProfile
-from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES
+from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, PROXY_VARIABLES
 from sandbox_profiles.seccomp import filter_rules
 
 FORMATS = ("bwrap", "seatbelt", "json")
-_SHOWN_ENV = ("PATH", "HOME", "LANG", "TERM")
+_SHOWN_ENV = (
+    "PATH",
+    "HOME",
+    "LANG",
+    "TERM",
+    *PROXY_VARIABLES,
+    *(v.lower() for v in PROXY_VARIABLES),
+    "NODE_USE_ENV_PROXY",
+)
 
 
 def show_profile(name: str, fmt: str, opts: RunOptions) -> str:
@@ -70,6 +78,7 @@ def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:
         "namespaces": [ns for ns in profile.namespaces if not (profile.run_as and ns == "user")],
         "runAs": {"uid": profile.run_as[0], "gid": profile.run_as[1]} if profile.run_as else None,
         "network": profile.network,
+        "egress": _egress_json(server),
         "writable": list(profile.writable),
         "protectedNames": list(ALWAYS_PROTECTED_NAMES),
         "guarded": list(server.guarded),
@@ -103,6 +112,22 @@ def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:
     }
 
 
+def _egress_json(server: ServerPlan) -> dict[str, Any] | None:
+    rules = server.egress
+    if rules is None:
+        return None
+
+    def entries(items: Any) -> list[str]:
+        return [e.pattern + (f":{e.port}" if e.port else "") for e in items]
+
+    return {
+        "allowedDomains": entries(rules.allowed),
+        "deniedDomains": entries(rules.denied),
+        "hosts": dict(rules.hosts),
+        "socket": server.egress_socket,
+    }
+
+
 def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
     chunks = render_explained(profile, server.launch.bwrap, "FD")
     prefix = limits_argv(profile.limits, "prlimit", 0)
@@ -121,6 +146,13 @@ def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
             cond = f" when {rule.condition}" if rule.condition else ""
             lines.append(f"#   {rule.syscall}: {rule.action}{cond}")
         lines.append("#   any other ABI (x32, i386): the process is killed")
+    if server.egress is not None:
+        rules = _egress_json(server) or {}
+        lines.append(
+            "# network: only through the egress proxy; allowed "
+            + ", ".join(rules["allowedDomains"])
+            + (f"; denied {', '.join(rules['deniedDomains'])}" if rules["deniedDomains"] else "")
+        )
     lines.append(
         "# created later, at any depth of a writable root, and quarantined: "
         + ", ".join(ALWAYS_PROTECTED_NAMES)

@@ -32,13 +32,24 @@ def json_path(loc: tuple[int | str, ...]) -> str:
     return out
 
 
-def describe_validation_error(err: ValidationError) -> tuple[str, str]:
-    first = err.errors()[0]
-    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and "[" in p))
+# Errors that only say "it was not the other member of a union" (`sandbox: false`).
+_ALTERNATIVES = ("literal_error", "none_required", "bool_type")
+
+
+def describe_validation_error(
+    err: ValidationError, union_tags: frozenset[str] = frozenset()
+) -> tuple[str, str]:
+    """(JSON path, what was wrong) for the most specific problem. ``union_tags`` are the
+    model names pydantic puts into a location inside a union; they are not JSON keys."""
+    errors = sorted(err.errors(), key=lambda e: -len(e["loc"]))
+    first = errors[0]
+    loc = tuple(
+        p for p in first["loc"] if not (isinstance(p, str) and ("[" in p or p in union_tags))
+    )
     found = first.get("input")
     found_text = json.dumps(found)[:80] if not isinstance(found, dict) else "an object"
     detail = f"{first['msg']} (found {found_text})"
-    more = len(err.errors()) - 1
+    more = len([e for e in errors[1:] if e["type"] not in _ALTERNATIVES])
     if more:
         detail += f"; and {more} more problem{'s' if more > 1 else ''}"
     return json_path(loc), detail

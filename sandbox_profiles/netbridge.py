@@ -49,8 +49,7 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: netbridge.py PORT SOCKET -- COMMAND [ARGS...]")
     port, path, command = int(argv[0]), argv[1], argv[3:]
     listener = socket.create_server(("127.0.0.1", port), backlog=128)
-    if os.fork() == 0:  # the relay; it ends with the sandbox
-        os.setsid()
+    if os.fork() == 0:  # the relay; it ends with the sandbox (or its process group)
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1):  # never touch the server's stdio (it is the MCP channel)
             os.dup2(devnull, fd)

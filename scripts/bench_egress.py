@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -87,7 +88,8 @@ def main() -> None:
             "--",
             "sleep",
             "3600",
-        ]
+        ],
+        start_new_session=True,
     )
     time.sleep(0.3)
 
@@ -122,7 +124,7 @@ def main() -> None:
             size = get("/big")
             rate[name].append(size / (time.perf_counter() - start) / 2**20)
 
-    bridge.kill()
+    os.killpg(bridge.pid, signal.SIGKILL)  # the server stand-in and the relay
     asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result()
     web.shutdown()
 

@@ -519,7 +519,7 @@ def test_a_server_over_its_memory_limit_is_stopped_with_a_clear_error(tmp_path: 
 
 
 def test_a_server_over_its_cpu_limit_is_stopped_with_a_clear_error(tmp_path: Path) -> None:
-    results = _limited_session(tmp_path, {"cpuSeconds": 1}, [("burn", {"seconds": 5})])
+    results = _limited_session(tmp_path, {"cpuSeconds": 4}, [("burn", {"seconds": 20})])
     error, text = results[0]
     assert error and "CPU time" in text, text
 

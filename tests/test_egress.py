@@ -338,3 +338,20 @@ def test_no_allowed_domains_means_no_proxy_at_all(user: Home) -> None:
     done = ironcurtain(user, "profile", "t", "--config", str(config))
     assert "egress" not in done.stdout and "PROXY" not in done.stdout
     assert "--unshare-net" in done.stdout
+
+
+def test_hosts_must_pin_names_to_addresses(user: Home) -> None:
+    from tests.test_config_errors import ironcurtain
+
+    server = {
+        "command": "mcp-server-fetch",
+        "sandbox": {
+            "network": {"allowedDomains": ["db.internal"], "hosts": {"db.internal": "other.name"}}
+        },
+    }
+    config = user.root / "c.json"
+    config.write_text(json.dumps({"mcpServers": {"f": server}}))
+    done = ironcurtain(user, "run", "--config", str(config))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "$.mcpServers.f.sandbox.network.hosts" in done.stderr
+    assert "'other.name' is not an IP address" in done.stderr
