@@ -1,4 +1,12 @@
-"""The audit log: one JSON line per call (SPEC §8). Arguments hashed unless told otherwise."""
+"""The audit log (SPEC §8): one JSON line per call, each chained to the one before it.
+
+Every entry carries ``hash``, the SHA-256 of its own canonical JSON (without ``hash``), and
+``prev``, the ``hash`` of the entry before it (:data:`GENESIS` for the first line of a
+file). :func:`verify` names the first line where that fails: an edited line no longer
+matches its own hash; a removed, inserted or moved line no longer follows the one before.
+Arguments are stored hashed, per field, unless the session runs with ``--audit-args clear``
+(fields an annotation marks as PII stay hashed even then).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +15,11 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
+
+GENESIS = "sha256:" + "0" * 64
 
 
 def hash_value(value: object) -> str:
@@ -16,13 +27,43 @@ def hash_value(value: object) -> str:
     return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
-def hashed_arguments(args: Mapping[str, object]) -> dict[str, str]:
-    """Each argument as ``sha256:<hex>`` of its canonical JSON.
+def hashed_arguments(
+    args: Mapping[str, object], clear: bool = False, pii: Collection[str] = ()
+) -> dict[str, object]:
+    """Each argument as ``sha256:<hex>`` of its canonical JSON; with ``clear``, as given,
+    except the ``pii`` fields.
 
     >>> hashed_arguments({"a": 1})["a"][:15]
     'sha256:6b86b273'
+    >>> hashed_arguments({"path": "x", "email": "a@b"}, clear=True, pii=["email"])["path"]
+    'x'
     """
-    return {key: hash_value(value) for key, value in args.items()}
+    return {
+        key: value if clear and key not in pii else hash_value(value) for key, value in args.items()
+    }
+
+
+def entry_hash(entry: Mapping[str, Any]) -> str:
+    return hash_value({k: v for k, v in entry.items() if k != "hash"})
+
+
+def _last_hash(path: str) -> str:
+    """The ``hash`` of the last entry of an existing log (to continue its chain)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - (1 << 16)))
+            lines = handle.read().splitlines()
+    except OSError:
+        return GENESIS
+    for raw in reversed(lines):
+        if raw.strip():
+            try:
+                return str(json.loads(raw)["hash"])
+            except (ValueError, KeyError, TypeError):
+                return hash_value(raw.decode("utf-8", "replace"))  # verify will flag it
+    return GENESIS
 
 
 class AuditLog:
@@ -33,31 +74,103 @@ class AuditLog:
         self.session_id = session_id
         self.error: str | None = None
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        self._prev = _last_hash(path)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         self._file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+        self._inode = os.fstat(fd).st_ino
 
     @property
     def healthy(self) -> bool:
+        return self.error is None
+
+    def check(self) -> bool:
+        """Before a call is made: is the log still the file this session opened? (A removed
+        or replaced log would swallow the entry.) A full disk shows only when writing."""
+        if self.error is None:
+            try:
+                if os.stat(self.path).st_ino != self._inode:
+                    self.error = f"{self.path} was replaced"
+            except OSError:
+                self.error = f"{self.path} was removed"
         return self.error is None
 
     def write(self, entry: dict[str, Any]) -> bool:
         if self.error is not None:
             return False
         now = time.time()
-        record = {
+        record: dict[str, Any] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
             + f".{int(now * 1000) % 1000:03d}Z",
             "sessionId": self.session_id,
             **entry,
+            "prev": self._prev,
         }
+        record["hash"] = entry_hash(record)
         try:
             self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
             self._file.flush()
         except (OSError, ValueError) as exc:
             self.error = str(exc)
             return False
+        self._prev = record["hash"]
         return True
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._file.close()
+
+
+@dataclass(frozen=True)
+class Problem:
+    line: int  # 1-based
+    what: str
+
+
+def verify(lines: Iterator[str] | list[str]) -> tuple[int, Problem | None]:
+    """(entries checked, the first problem or None).
+
+    >>> verify([])
+    (0, None)
+    """
+    prev = GENESIS
+    count = 0
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
+            return count, Problem(number, "an empty line")
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            return count, Problem(number, "not a JSON entry")
+        if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
+            return count, Problem(number, "not a chained audit entry (no hash or prev)")
+        if entry_hash(entry) != entry["hash"]:
+            return count, Problem(number, "was changed after it was written (its hash differs)")
+        if entry["prev"] != prev:
+            what = (
+                "does not follow the line before it: a line was removed, inserted or moved here"
+                if number > 1
+                else "is not the first entry of its log: lines were removed before it"
+            )
+            return count, Problem(number, what)
+        prev = entry["hash"]
+        count += 1
+    return count, None
+
+
+def describe(entry: Mapping[str, Any]) -> str:
+    """One readable line for ``audit tail``."""
+    when = str(entry.get("time", ""))[11:23]
+    if entry.get("event"):
+        rest = {k: v for k, v in entry.items() if k not in ("time", "sessionId", "prev", "hash")}
+        detail = " ".join(f"{k}={v}" for k, v in rest.items() if k != "event")
+        return f"{when}  {str(entry['event']).upper():<10} {detail}"
+    policy = entry.get("policy") or {}
+    decision = str(policy.get("decision", "?"))
+    mark = {"allow": "allow", "deny": "DENY", "escalate": "ESCALATE"}.get(decision, decision)
+    line = (
+        f"{when}  {mark:<10} {entry.get('server')}/{entry.get('tool')}  "
+        f"-> {entry.get('result')} ({entry.get('durationMs')} ms)  rule={policy.get('rule')}"
+    )
+    if not entry.get("sandboxed", True):
+        line += "  UNSANDBOXED"
+    return line

@@ -49,6 +49,14 @@ def run(
             help="If no seccomp filter can be built here, sandbox servers without it.",
         ),
     ] = False,
+    audit_args: Annotated[
+        str,
+        typer.Option(
+            "--audit-args",
+            help="hashed (default) or clear: arguments in the audit log in clear text "
+            "(fields annotated as PII stay hashed).",
+        ),
+    ] = "hashed",
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
@@ -63,8 +71,15 @@ def run(
             audit_log,
             allow_unsandboxed,
             allow_no_seccomp,
+            audit_args,
         )
     )
+    if plan.audit_args_clear:
+        print(
+            f"ironcurtain: WARNING: --audit-args clear: tool arguments are written in clear "
+            f"text to {plan.audit_path} (fields annotated as PII stay hashed)",
+            file=sys.stderr,
+        )
     if allow_unsandboxed and plan.sandbox_problem:
         print(
             f"ironcurtain: WARNING: running servers UNSANDBOXED: {plan.sandbox_problem}",
@@ -93,6 +108,35 @@ def profile(
     from launcher.show_profile import show_profile
 
     print(show_profile(name, fmt, RunOptions(config, policy_dir, workspace)))
+
+
+audit_app = typer.Typer(
+    no_args_is_help=True, help="Check or follow an audit log (default: the newest one)."
+)
+app.add_typer(audit_app, name="audit")
+AuditPath = Annotated[
+    str | None, typer.Argument(help="The audit log (default: the newest in the state dir).")
+]
+
+
+@audit_app.command("verify")
+def audit_verify(path: AuditPath = None) -> None:
+    """Check the hash chain; name the first line that was edited, removed, added or moved."""
+    from launcher.audit_cmd import verify_log
+
+    raise typer.Exit(verify_log(path))
+
+
+@audit_app.command("tail")
+def audit_tail(
+    path: AuditPath = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
+) -> None:
+    """Show the last entries readably; with -f, keep printing new ones."""
+    from launcher.audit_cmd import tail_log
+
+    tail_log(path, lines, follow)
 
 
 @app.command()

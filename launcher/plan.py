@@ -50,6 +50,7 @@ class RunOptions:
     audit_log: str | None = None
     allow_unsandboxed: bool = False
     allow_no_seccomp: bool = False
+    audit_args: str = "hashed"  # or "clear": arguments in clear, PII fields still hashed
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -86,6 +87,7 @@ class SessionPlan:
     prefixed: bool
     sandbox_problem: str | None
     run_as: tuple[int, int] | None = None  # set when running as root: the servers' identity
+    audit_args_clear: bool = False
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -298,6 +300,8 @@ def load_policy(policy_dir: str | None) -> PolicyFiles:
 
 
 def plan_session(opts: RunOptions) -> SessionPlan:
+    if opts.audit_args not in ("hashed", "clear"):
+        raise UsageError(f"--audit-args {opts.audit_args}: expected hashed or clear")
     session_id = new_session_id()
     state = dirs.state_dir()
     if opts.workspace:
@@ -432,4 +436,5 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         run_as=run_as if any(p.sandboxed for p in plans.values()) else None,
         seccomp_bpf=bpf,
         seccomp_problem=seccomp_problem,
+        audit_args_clear=opts.audit_args == "clear",
     )

@@ -494,7 +494,7 @@ class Session:
         decision, forward_uri = self.engine.decide_resource_read(server, uri, cwd)
         entry = self._entry(request_id, server, "resources/read", {"uri": forward_uri}, decision)
         assert self.audit is not None
-        if not self.audit.healthy or decision.decision != "allow":
+        if not self.audit.check() or decision.decision != "allow":
             self._finish(entry, started, "denied", None)
             if not self.audit.healthy:
                 decision = Decision(
@@ -539,7 +539,7 @@ class Session:
         entry = self._entry(request_id, server, tool, transport, decision)
         audit = self.audit
         assert audit is not None
-        if not audit.healthy:
+        if not audit.check():
             return self._finish(
                 entry,
                 started,
@@ -609,7 +609,9 @@ class Session:
             "requestId": request_id,
             "server": server,
             "tool": tool,
-            "arguments": hashed_arguments(args),
+            "arguments": hashed_arguments(
+                args, self.plan.audit_args_clear, self._pii(server, tool)
+            ),
             "policy": {
                 "decision": decision.decision,
                 "rule": decision.rule,
@@ -618,6 +620,12 @@ class Session:
             "escalation": None,
             "sandboxed": bool(server and self.plan.servers[server].sandboxed),
         }
+
+    def _pii(self, server: str | None, tool: str) -> list[str]:
+        if not self.plan.audit_args_clear or server is None:
+            return []
+        annotation = self.engine.get_annotation(server, tool)
+        return list(annotation.pii_fields) if annotation else []
 
     def _finish(
         self, entry: dict[str, Any], started: float, status: str, result: Message | None

@@ -1,0 +1,159 @@
+"""The audit log's hash chain, ``audit verify`` and ``tail``, and a log that disappears."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher.audit import AuditLog, verify
+from tests.conftest import Home, needs_bwrap
+from tests.test_config_errors import ironcurtain
+from tests.test_containment import PROBE_TOOLS, probe_server_config, write_raw_policy
+from tests.test_session import call, connect
+
+
+def _log(path: Path, entries: int) -> list[str]:
+    log = AuditLog(str(path), "s1")
+    for i in range(entries):
+        log.write({"requestId": i, "server": "time", "tool": "t", "result": "success"})
+    log.close()
+    return path.read_text().splitlines()
+
+
+def test_a_log_verifies_and_continues_its_chain_across_sessions(tmp_path: Path) -> None:
+    path = tmp_path / "a.jsonl"
+    _log(path, 3)
+    _log(path, 2)  # a second session appending to the same file
+    assert verify(path.read_text().splitlines()) == (5, None)
+
+
+def _edit(lines: list[str]) -> list[str]:
+    entry = json.loads(lines[2])
+    entry["result"] = "denied"
+    return [*lines[:2], json.dumps(entry), *lines[3:]]
+
+
+def _forge(lines: list[str]) -> list[str]:
+    # A careful forger chains the new entry to line 2 and gives it a self-consistent hash;
+    # without rewriting every later line, the next one no longer follows.
+    from launcher.audit import entry_hash
+
+    entry = json.loads(lines[1])
+    entry["tool"] = "rm_everything"
+    entry["prev"] = json.loads(lines[1])["hash"]
+    entry["hash"] = entry_hash(entry)
+    return [*lines[:2], json.dumps(entry), *lines[2:]]
+
+
+TAMPERING = [
+    ("edit", _edit, 3, "was changed"),
+    ("delete", lambda ls: [*ls[:1], *ls[2:]], 2, "does not follow"),
+    ("insert", lambda ls: [*ls[:2], ls[0], *ls[2:]], 3, "does not follow"),
+    ("forged insert", _forge, 4, "does not follow"),
+    ("reorder", lambda ls: [ls[0], ls[2], ls[1], *ls[3:]], 2, "does not follow"),
+    ("cut the head", lambda ls: ls[1:], 1, "is not the first entry"),
+]
+
+
+@pytest.mark.parametrize(
+    ("how", "tamper", "line", "what"), TAMPERING, ids=[t[0] for t in TAMPERING]
+)
+def test_verify_names_the_first_bad_line(
+    user: Home, how: str, tamper: object, line: int, what: str
+) -> None:
+    path = user.root / "audit.jsonl"
+    lines = _log(path, 5)
+    path.write_text("\n".join(tamper(lines)) + "\n")  # type: ignore[operator]
+    done = ironcurtain(user, "audit", "verify", str(path))
+    assert done.returncode == 1, done.stdout
+    assert f"line {line} {what}" in done.stdout
+
+
+def test_verify_and_tail_of_an_intact_log(user: Home) -> None:
+    path = user.root / "audit.jsonl"
+    _log(path, 3)
+    done = ironcurtain(user, "audit", "verify", str(path))
+    assert done.returncode == 0 and "ok, 3 entries, chain intact" in done.stdout
+    done = ironcurtain(user, "audit", "tail", str(path), "-n", "2")
+    assert done.returncode == 0
+    assert done.stdout.count("time/t") == 2 and "-> success" in done.stdout
+
+
+def test_audit_commands_without_a_log_say_so(user: Home) -> None:
+    done = ironcurtain(user, "audit", "verify")
+    assert done.returncode == 2 and "no audit logs in" in done.stderr
+    done = ironcurtain(user, "audit", "verify", str(user.root / "nope.jsonl"))
+    assert done.returncode == 2 and "no such audit log" in done.stderr
+
+
+def _probe_policy_with_pii(directory: Path) -> Path:
+    write_raw_policy(directory)
+    annotations = json.loads((directory / "tool-annotations.json").read_text())
+    for tool in annotations["servers"]["probe"]["tools"]:
+        if tool["toolName"] == "write_path":
+            tool["piiFields"] = ["content"]
+    (directory / "tool-annotations.json").write_text(json.dumps(annotations))
+    assert "write_path" in PROBE_TOOLS
+    return directory
+
+
+@needs_bwrap
+def test_a_removed_log_denies_that_call_and_every_later_one(user: Home) -> None:
+    ws = user.ws()
+    audit = user.root / "audit.jsonl"
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    policy = write_raw_policy(user.root / "policy")
+    texts: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user,
+            "--config",
+            str(config),
+            "--policy-dir",
+            str(policy),
+            "--workspace",
+            str(ws),
+            "--audit-log",
+            str(audit),
+        ) as s:
+            texts.append(await call(s, "probe__write_path", {"path": f"{ws}/a", "content": "1"}))
+            os.unlink(audit)
+            texts.append(await call(s, "probe__write_path", {"path": f"{ws}/b", "content": "2"}))
+            texts.append(await call(s, "probe__env_value", {"name": "HOME"}))
+
+    asyncio.run(scenario())
+    assert texts[0] == (False, "WRITE OK")
+    assert all(error and "audit-log-unwritable" in text for error, text in texts[1:])
+    assert "was removed" in texts[1][1]
+    assert not (ws / "b").exists()  # the call was never made
+
+
+@needs_bwrap
+def test_audit_args_clear_keeps_pii_hashed_and_warns(user: Home) -> None:
+    ws = user.ws()
+    audit = user.root / "audit.jsonl"
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    policy = _probe_policy_with_pii(user.root / "policy")
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+
+    async def scenario() -> None:
+        async with connect(user, *args, "--audit-log", str(audit), "--audit-args", "clear") as s:
+            await call(s, "probe__write_path", {"path": f"{ws}/n.txt", "content": "my secret"})
+
+    asyncio.run(scenario())
+    (entry,) = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert entry["arguments"]["path"] == f"{ws}/n.txt"
+    assert entry["arguments"]["content"].startswith("sha256:")
+    assert "my secret" not in audit.read_text()
+    # The warning is printed at every start.
+    done = ironcurtain(user, "run", *args, "--audit-args", "clear")
+    assert "WARNING: --audit-args clear" in done.stderr
+    done = ironcurtain(user, "run", *args, "--audit-args", "plain")
+    assert done.returncode == 2 and "--audit-args plain" in done.stderr
