@@ -279,11 +279,11 @@ class ServerConnection:
         try:
             self._write(message)
             return await asyncio.wait_for(future, timeout)
-        except TimeoutError:
+        except (TimeoutError, asyncio.CancelledError) as exc:
+            why = "timed out in ironcurtain" if isinstance(exc, TimeoutError) else "cancelled"
             with contextlib.suppress(ServerGone, OSError):
                 await self.notify(
-                    "notifications/cancelled",
-                    {"requestId": request_id, "reason": "timed out in ironcurtain"},
+                    "notifications/cancelled", {"requestId": request_id, "reason": why}
                 )
             raise
         finally:

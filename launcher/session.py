@@ -64,6 +64,7 @@ class Session:
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
         self._placeholders: list[str] = []
+        self._in_flight: dict[str | int, asyncio.Task[None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -409,14 +410,21 @@ class Session:
             await self._client_notification(method, params)
             return
         request_id = message["id"]
+        task = asyncio.current_task()
+        if task is not None and isinstance(request_id, str | int):
+            self._in_flight[request_id] = task
         try:
             result = await self._request(str(method), params, request_id)
+        except asyncio.CancelledError:
+            return  # the client cancelled it: no response (MCP), the server was told
         except _RpcError as exc:
             self.send(_error(request_id, exc.code, exc.message))
             return
         except Exception as exc:  # never take the session down for one request
             self.send(_error(request_id, -32603, f"internal error: {exc}"))
             return
+        finally:
+            self._in_flight.pop(request_id, None)
         if result is not None:
             self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
@@ -511,7 +519,11 @@ class Session:
 
     async def _client_notification(self, method: Any, params: Message) -> None:
         if method == "notifications/cancelled":
-            return  # in-flight calls finish; results for cancelled ids are ignored by clients
+            # Stop waiting for the call; the server gets its own notifications/cancelled.
+            request_id = params.get("requestId")
+            task = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
+            if task is not None:
+                task.cancel()
 
     async def _on_server_notification(self, conn: ServerConnection, message: Message) -> None:
         method = message.get("method")
@@ -566,6 +578,9 @@ class Session:
                 "server-exited",
                 tool_result(f"ERROR: {gone}; it is not running"),
             )
+        except asyncio.CancelledError:
+            self._finish(entry, started, "cancelled", None)  # by the client, or at stop
+            raise
         except TimeoutError:
             return self._finish(
                 entry,

@@ -56,20 +56,24 @@ PROBE_TOOLS = {
 }
 
 
-def write_raw_policy(directory: Path) -> Path:
+def write_raw_policy(
+    directory: Path, server: str = "probe", tools: dict[str, list[str]] | None = None
+) -> Path:
+    """A policy that allows every call of ``server``'s ``tools`` and treats every argument
+    as opaque (role ``none``): only the OS sandbox stands in the way."""
     directory.mkdir(parents=True, exist_ok=True)
-    tools = [
+    annotations = [
         {
             "toolName": tool,
-            "serverName": "probe",
+            "serverName": server,
             "effect": "other",
             "sideEffects": True,
             "args": {a: ["none"] for a in args},
         }
-        for tool, args in PROBE_TOOLS.items()
+        for tool, args in (PROBE_TOOLS if tools is None else tools).items()
     ]
     (directory / "tool-annotations.json").write_text(
-        json.dumps({"servers": {"probe": {"tools": tools}}})
+        json.dumps({"servers": {server: {"tools": annotations}}})
     )
     rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
     (directory / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))

@@ -1,0 +1,69 @@
+"""A test MCP server that misbehaves on request: crashes, hangs, writes garbage or 50 MB.
+
+Cancellations it receives are appended to ``$FAULTY_LOG``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("faulty")
+
+
+def _log(text: str) -> None:
+    path = os.environ.get("FAULTY_LOG")
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Answer at once."""
+    return text
+
+
+@server.tool()
+def crash_now() -> str:
+    """Die in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool()
+def exit_soon() -> str:
+    """Answer, then die between calls."""
+    threading.Timer(0.2, os._exit, args=(4,)).start()
+    return "bye"
+
+
+@server.tool()
+async def hang(seconds: float) -> str:
+    """Take ``seconds`` to answer; record it when cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        _log("cancelled")
+        raise
+    return "done"
+
+
+@server.tool()
+def garbage() -> str:
+    """Write lines that are not JSON-RPC onto the protocol stream, then answer."""
+    os.write(1, b'this is not json\n{"jsonrpc": "2.0", "id": 999999}\n[1, 2]\n\x00\xff\n')
+    return "after garbage"
+
+
+@server.tool()
+def huge(megabytes: int) -> str:
+    """Write one line of ``megabytes`` MB onto the protocol stream, then answer."""
+    os.write(1, b"x" * (megabytes << 20) + b"\n")
+    return "after huge"
+
+
+if __name__ == "__main__":
+    server.run()

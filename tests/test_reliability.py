@@ -1,0 +1,249 @@
+"""A session that survives its servers (SPEC §10): crashes, hangs, garbage, 50 MB lines,
+cancellation from the client, and 500 concurrent calls across two servers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import IRONCURTAIN, PROBE, TESTS, Home, needs_bwrap
+from tests.test_containment import PROBE_TOOLS
+from tests.test_session import audit_entries, call, connect
+
+pytestmark = needs_bwrap
+
+FAULTY = TESTS / "servers" / "faulty_server.py"
+FAULTY_TOOLS = {
+    "echo": ["text"],
+    "crash_now": [],
+    "exit_soon": [],
+    "hang": ["seconds"],
+    "garbage": [],
+    "huge": ["megabytes"],
+}
+
+
+def _setup(user: Home, timeout: float = 30) -> tuple[list[str], Path, Path]:
+    """Config, raw policy and audit log for the faulty server and the probe."""
+    ws = user.ws()
+    sandbox = {"filesystem": {"allowRead": [str(FAULTY.parent)]}}
+    servers = {
+        "faulty": {
+            "command": sys.executable,
+            "args": [str(FAULTY)],
+            "env": {"FAULTY_LOG": "${workspace}/faulty.log"},
+            "timeout": timeout,
+            "sandbox": sandbox,
+        },
+        "probe": {"command": sys.executable, "args": [str(PROBE)], "sandbox": sandbox},
+    }
+    config = user.root / "servers.json"
+    config.write_text(json.dumps({"mcpServers": servers}))
+    policy = user.root / "policy"
+    policy.mkdir()
+    annotations = {
+        name: {
+            "tools": [
+                {
+                    "toolName": tool,
+                    "serverName": name,
+                    "effect": "other",
+                    "sideEffects": True,
+                    "args": {a: ["none"] for a in args},
+                }
+                for tool, args in tools.items()
+            ]
+        }
+        for name, tools in (("faulty", FAULTY_TOOLS), ("probe", PROBE_TOOLS))
+    }
+    (policy / "tool-annotations.json").write_text(json.dumps({"servers": annotations}))
+    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
+    (policy / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
+    audit = user.root / "audit.jsonl"
+    args = [
+        "--config",
+        str(config),
+        "--policy-dir",
+        str(policy),
+        "--workspace",
+        str(ws),
+        "--audit-log",
+        str(audit),
+    ]
+    return args, ws, audit
+
+
+def test_a_crash_mid_call_and_between_calls_leaves_the_others_working(user: Home) -> None:
+    args, _, audit = _setup(user)
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+            out.append(await call(s, "faulty__crash_now", {}))
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+            out.append(await call(s, "faulty__echo", {"text": "still there?"}))
+
+    asyncio.run(scenario())
+    assert out[0] == (True, "ERROR: server 'faulty' exited with status 3; it is not running")
+    assert out[1] == (False, "/tmp/home")
+    assert out[2][0] and "exited with status 3" in out[2][1]
+    assert [e["result"] for e in audit_entries(audit)] == [
+        "server-exited",
+        "success",
+        "server-exited",
+    ]
+
+
+def test_a_server_that_dies_between_calls(user: Home) -> None:
+    args, _, _ = _setup(user)
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+            out.append(await call(s, "faulty__exit_soon", {}))
+            await asyncio.sleep(0.6)
+            out.append(await call(s, "faulty__echo", {"text": "hello"}))
+
+    asyncio.run(scenario())
+    assert out[0] == (False, "bye")
+    assert out[1] == (True, "ERROR: server 'faulty' exited with status 4; it is not running")
+
+
+def test_a_call_over_its_timeout_is_cancelled_downstream(user: Home) -> None:
+    args, ws, _ = _setup(user, timeout=1)
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+            out.append(await call(s, "faulty__hang", {"seconds": 30}))
+            out.append(await call(s, "faulty__echo", {"text": "next"}))
+
+    asyncio.run(scenario())
+    assert out[0] == (
+        True,
+        "ERROR: server 'faulty' did not answer within 1.0 s; the call was cancelled",
+    )
+    assert out[1] == (False, "next")
+    assert (ws / "faulty.log").read_text() == "cancelled\n"
+
+
+def test_garbage_and_a_50_mb_line_do_not_take_the_session_down(user: Home) -> None:
+    args, _, _ = _setup(user)
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+            out.append(await call(s, "faulty__garbage", {}))
+            out.append(await call(s, "faulty__huge", {"megabytes": 50}))
+            out.append(await call(s, "faulty__echo", {"text": "fine"}))
+
+    asyncio.run(scenario())
+    assert out == [(False, "after garbage"), (False, "after huge"), (False, "fine")]
+
+
+def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
+    assert proc.stdin
+    proc.stdin.write(json.dumps(message).encode() + b"\n")
+    proc.stdin.flush()
+
+
+def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
+    user: Home,
+) -> None:
+    args, ws, audit = _setup(user)
+    proc = subprocess.Popen(
+        [IRONCURTAIN, "run", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=user.env,
+    )
+    assert proc.stdout
+    _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "faulty__hang", "arguments": {"seconds": 30}},
+        },
+    )
+    time.sleep(0.5)
+    _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": 5, "reason": "user pressed stop"},
+        },
+    )
+    _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": 6,
+            "method": "tools/call",
+            "params": {"name": "faulty__echo", "arguments": {"text": "after"}},
+        },
+    )
+    reply = json.loads(proc.stdout.readline())
+    assert reply["id"] == 6  # nothing for 5, ever: the next line is the answer to 6
+    log = ws / "faulty.log"
+    for _ in range(30):  # the server hears of it while the session still runs
+        if log.exists():
+            break
+        time.sleep(0.1)
+    assert log.read_text() == "cancelled\n"
+    assert proc.stdin
+    proc.stdin.close()
+    assert proc.stdout.read() == b""
+    proc.wait(timeout=10)
+    assert (ws / "faulty.log").read_text() == "cancelled\n"
+    results = {e["requestId"]: e["result"] for e in audit_entries(audit)}
+    assert results == {5: "cancelled", 6: "success"}
+
+
+def test_500_concurrent_calls_across_two_servers_each_answered_and_audited_once(
+    user: Home,
+) -> None:
+    args, _, audit = _setup(user)
+    answers: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+
+            async def one(i: int) -> tuple[bool, str]:
+                if i % 2:
+                    return await call(s, "faulty__echo", {"text": f"call {i}"})
+                return await call(s, "probe__env_value", {"name": "HOME"})
+
+            answers.extend(await asyncio.gather(*(one(i) for i in range(500))))
+
+    asyncio.run(scenario())
+    for i, (error, text) in enumerate(answers):
+        assert not error and text == (f"call {i}" if i % 2 else "/tmp/home")
+    entries = audit_entries(audit)
+    ids = [e["requestId"] for e in entries]
+    assert len(entries) == 500 and len(set(ids)) == 500
+    assert {e["server"] for e in entries} == {"faulty", "probe"}
+    assert all(e["result"] == "success" for e in entries)
