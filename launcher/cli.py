@@ -57,6 +57,18 @@ def run(
             "(fields annotated as PII stay hashed).",
         ),
     ] = "hashed",
+    approval: Annotated[
+        str,
+        typer.Option(
+            "--approval",
+            help="Who answers escalations: auto (the client, by MCP elicitation, when it "
+            "can; else deny), elicit, or deny.",
+        ),
+    ] = "auto",
+    approval_timeout: Annotated[
+        float,
+        typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
+    ] = 120.0,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
@@ -72,6 +84,8 @@ def run(
             allow_unsandboxed,
             allow_no_seccomp,
             audit_args,
+            approval,
+            approval_timeout,
         )
     )
     if plan.audit_args_clear:

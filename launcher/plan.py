@@ -51,6 +51,8 @@ class RunOptions:
     allow_unsandboxed: bool = False
     allow_no_seccomp: bool = False
     audit_args: str = "hashed"  # or "clear": arguments in clear, PII fields still hashed
+    approval: str = "auto"  # auto | elicit | deny
+    approval_timeout: float = 120.0
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -88,6 +90,8 @@ class SessionPlan:
     sandbox_problem: str | None
     run_as: tuple[int, int] | None = None  # set when running as root: the servers' identity
     audit_args_clear: bool = False
+    approval: str = "auto"
+    approval_timeout: float = 120.0
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -302,6 +306,13 @@ def load_policy(policy_dir: str | None) -> PolicyFiles:
 def plan_session(opts: RunOptions) -> SessionPlan:
     if opts.audit_args not in ("hashed", "clear"):
         raise UsageError(f"--audit-args {opts.audit_args}: expected hashed or clear")
+    if opts.approval not in ("auto", "elicit", "deny"):
+        raise UsageError(
+            f"--approval {opts.approval}: expected auto, elicit or deny "
+            "(the approvals socket is not built yet)"
+        )
+    if not opts.approval_timeout > 0:
+        raise UsageError(f"--approval-timeout {opts.approval_timeout}: must be above 0")
     session_id = new_session_id()
     state = dirs.state_dir()
     if opts.workspace:
@@ -437,4 +448,6 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         seccomp_bpf=bpf,
         seccomp_problem=seccomp_problem,
         audit_args_clear=opts.audit_args == "clear",
+        approval=opts.approval,
+        approval_timeout=opts.approval_timeout,
     )

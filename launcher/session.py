@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import selectors
@@ -15,6 +16,7 @@ import time
 from typing import Any
 
 from launcher import acl, dirs
+from launcher.approval import Approvals
 from launcher.audit import AuditLog, hashed_arguments
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
@@ -65,6 +67,10 @@ class Session:
         self.egress: dict[str, EgressProxy] = {}
         self._placeholders: list[str] = []
         self._in_flight: dict[str | int, asyncio.Task[None]] = {}
+        self.approvals = Approvals(plan.approval, plan.approval_timeout)
+        self.client_elicits = False
+        self._upstream_ids = itertools.count(1)
+        self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -396,8 +402,15 @@ class Session:
         except ValueError:
             self.send(_error(None, -32700, "parse error: not JSON"))
             return
-        if not isinstance(message, dict) or "method" not in message:
-            return  # a response to nothing we asked, or a batch: ignored
+        if not isinstance(message, dict):
+            return  # a batch: ignored
+        if "method" not in message:
+            # The client's answer to a request of ours (an elicitation), else nothing.
+            key = message.get("id")
+            future = self._upstream_pending.pop(key, None) if isinstance(key, str) else None
+            if future is not None and not future.done():
+                future.set_result(message)
+            return
         task = asyncio.create_task(self._handle(message))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -430,6 +443,10 @@ class Session:
 
     async def _request(self, method: str, params: Message, request_id: Any) -> Message | None:
         if method == "initialize":
+            client_caps = params.get("capabilities")
+            self.client_elicits = isinstance(client_caps, dict) and bool(
+                client_caps.get("elicitation") is not None
+            )
             requested = params.get("protocolVersion")
             version = requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL
             capabilities: Message = {"tools": {"listChanged": True}, "logging": {}}
@@ -561,10 +578,22 @@ class Session:
                     f"({audit.error}), so no call is allowed"
                 ),
             )
-        if decision.decision != "allow" or conn is None:
-            if decision.decision == "escalate":
-                entry["escalation"] = "no-approval-channel"
+        if decision.decision == "escalate" and conn is not None and server is not None:
+            outcome = await self.approvals.decide(
+                server, tool, transport, decision, self.client_elicits, self.ask_client
+            )
+            entry["escalation"] = outcome.escalation
+            if not outcome.approved:
+                text = (
+                    denial_text(decision)
+                    if outcome.escalation == "no-approval-channel"
+                    else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
+                    f"{outcome.detail or 'not approved'}"
+                )
+                return self._finish(entry, started, "denied", tool_result(text))
+        elif decision.decision != "allow" or conn is None:
             return self._finish(entry, started, "denied", tool_result(denial_text(decision)))
+        assert conn is not None
         forward = {**params, "name": tool, "arguments": transport}
         try:
             try:
@@ -635,6 +664,26 @@ class Session:
             "escalation": None,
             "sandboxed": bool(server and self.plan.servers[server].sandboxed),
         }
+
+    async def ask_client(self, method: str, params: Message, timeout: float) -> Message:
+        """Send a request to the upstream client and wait for its whole response."""
+        request_id = f"ironcurtain-{next(self._upstream_ids)}"
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._upstream_pending[request_id] = future
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            self.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "notifications/cancelled",
+                    "params": {"requestId": request_id, "reason": "no answer in time"},
+                }
+            )
+            raise
+        finally:
+            self._upstream_pending.pop(request_id, None)
 
     def _pii(self, server: str | None, tool: str) -> list[str]:
         if not self.plan.audit_args_clear or server is None:

@@ -1,0 +1,211 @@
+"""Escalations answered through a real MCP client's elicitation callback (SPEC §8)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.conftest import IRONCURTAIN, Home, needs_bwrap
+from tests.test_containment import probe_server_config, write_raw_policy
+from tests.test_session import audit_entries, call
+
+pytestmark = needs_bwrap
+
+Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
+
+
+def _setup(user: Home) -> tuple[list[str], Path, Path]:
+    ws = user.ws()
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    policy = write_raw_policy(user.root / "policy")
+    compiled = json.loads((policy / "compiled-policy.json").read_text())
+    compiled["rules"].insert(
+        0,
+        {
+            "name": "ask-before-env",
+            "if": {"tool": ["env_value"]},
+            "then": "escalate",
+            "reason": "reading the server's environment needs a human",
+        },
+    )
+    (policy / "compiled-policy.json").write_text(json.dumps(compiled))
+    audit = user.root / "audit.jsonl"
+    args = [
+        "--config",
+        str(config),
+        "--policy-dir",
+        str(policy),
+        "--workspace",
+        str(ws),
+        "--audit-log",
+        str(audit),
+    ]
+    return args, ws, audit
+
+
+@asynccontextmanager
+async def session_with(
+    user: Home, args: list[str], answer: Answer | None
+) -> AsyncIterator[ClientSession]:
+    async def callback(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert answer is not None
+        return await answer(params)
+
+    params = StdioServerParameters(
+        command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
+    )
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, elicitation_callback=callback if answer else None) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def answering(*answers: str) -> tuple[Answer, list[str]]:
+    """A human who gives these answers in turn; the messages they saw are kept."""
+    seen: list[str] = []
+    queue = list(answers)
+
+    async def answer(params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen.append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
+
+    return answer, seen
+
+
+def _probe_calls(ws: Path) -> list[dict[str, Any]]:
+    log = ws / "probe-calls.jsonl"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_approve_and_deny(user: Home) -> None:
+    args, ws, audit = _setup(user)
+    answer, seen = answering("approve", "deny")
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session_with(user, args, answer) as s:
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+            out.append(await call(s, "probe__env_value", {"name": "LANG"}))
+
+    asyncio.run(scenario())
+    assert out[0] == (False, "/tmp/home")
+    assert out[1][0] and out[1][1].startswith("ESCALATION DENIED (rule: ask-before-env)")
+    assert "the user answered deny" in out[1][1]
+    # The human saw which call, why, and the exact arguments.
+    assert "env_value on server 'probe'" in seen[0] and "ask-before-env" in seen[0]
+    assert '"name": "HOME"' in seen[0]
+    assert [c["name"] for c in _probe_calls(ws) if c["tool"] == "env_value"] == ["HOME"]
+    assert [e["escalation"] for e in audit_entries(audit)] == ["approved", "denied"]
+
+
+def test_an_approval_is_used_once(user: Home) -> None:
+    # The same call again is asked again; the second answer (deny) stands.
+    args, ws, _ = _setup(user)
+    answer, seen = answering("approve", "deny")
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session_with(user, args, answer) as s:
+            for _ in range(2):
+                out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+
+    asyncio.run(scenario())
+    assert len(seen) == 2
+    assert out[0] == (False, "/tmp/home") and out[1][1].startswith("ESCALATION DENIED")
+    assert len(_probe_calls(ws)) == 1
+
+
+def test_approve_for_this_session_covers_only_the_same_call(user: Home) -> None:
+    args, _, audit = _setup(user)
+    answer, seen = answering("approve for this session", "deny")
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session_with(user, args, answer) as s:
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))  # not asked
+            out.append(await call(s, "probe__env_value", {"name": "PATH"}))  # asked: deny
+
+    asyncio.run(scenario())
+    assert len(seen) == 2
+    assert out[0] == out[1] == (False, "/tmp/home")
+    assert out[2][0] and out[2][1].startswith("ESCALATION DENIED")
+    assert [e["escalation"] for e in audit_entries(audit)] == [
+        "approved-for-session",
+        "session-whitelist",
+        "denied",
+    ]
+
+
+def test_no_answer_in_time_is_a_deny(user: Home) -> None:
+    args, ws, audit = _setup(user)
+
+    async def slow(params: types.ElicitRequestParams) -> types.ElicitResult:
+        await asyncio.sleep(5)
+        return types.ElicitResult(action="accept", content={"answer": "approve"})
+
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session_with(user, [*args, "--approval-timeout", "1"], slow) as s:
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+
+    asyncio.run(scenario())
+    assert out[0][0] and "no answer within 1 s" in out[0][1]
+    assert _probe_calls(ws) == []
+    assert [e["escalation"] for e in audit_entries(audit)] == ["timeout"]
+
+
+def test_waiting_for_a_human_does_not_block_other_calls(user: Home) -> None:
+    args, _, _ = _setup(user)
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def human(params: types.ElicitRequestParams) -> types.ElicitResult:
+        await release.wait()
+        return types.ElicitResult(action="accept", content={"answer": "approve"})
+
+    async def scenario() -> None:
+        async with session_with(user, args, human) as s:
+
+            async def escalated() -> None:
+                await call(s, "probe__env_value", {"name": "HOME"})
+                order.append("escalated")
+
+            async def unrelated() -> None:
+                await call(s, "probe__read_path", {"path": "/nonexistent"})
+                order.append("unrelated")
+                release.set()
+
+            await asyncio.gather(escalated(), unrelated())
+
+    asyncio.run(scenario())
+    assert order == ["unrelated", "escalated"]
+
+
+def test_without_a_channel_escalations_are_denied(user: Home) -> None:
+    args, ws, audit = _setup(user)
+    answer, seen = answering("approve")
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with session_with(user, args, None) as s:  # a client that cannot elicit
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+        async with session_with(user, [*args, "--approval", "deny"], answer) as s:
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+
+    asyncio.run(scenario())
+    assert all(e and t.startswith("ESCALATION REQUIRED") for e, t in out)
+    assert seen == []  # --approval deny never asks
+    assert _probe_calls(ws) == []
+    assert [e["escalation"] for e in audit_entries(audit)] == ["no-approval-channel"] * 2
