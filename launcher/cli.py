@@ -69,6 +69,14 @@ def run(
         float,
         typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
     ] = 120.0,
+    max_identical_calls: Annotated[
+        int,
+        typer.Option(
+            "--max-identical-calls",
+            help="Refuse the same call (server, tool, arguments) past this many times a "
+            "minute; 0 turns the circuit breaker off.",
+        ),
+    ] = 30,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
@@ -86,6 +94,7 @@ def run(
             audit_args,
             approval,
             approval_timeout,
+            max_identical_calls,
         )
     )
     if plan.audit_args_clear:

@@ -53,6 +53,7 @@ class RunOptions:
     audit_args: str = "hashed"  # or "clear": arguments in clear, PII fields still hashed
     approval: str = "auto"  # auto | elicit | deny
     approval_timeout: float = 120.0
+    max_identical_calls: int = 30  # per minute; 0: no circuit breaker
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -92,6 +93,7 @@ class SessionPlan:
     audit_args_clear: bool = False
     approval: str = "auto"
     approval_timeout: float = 120.0
+    max_identical_calls: int = 30
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -450,4 +452,5 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         audit_args_clear=opts.audit_args == "clear",
         approval=opts.approval,
         approval_timeout=opts.approval_timeout,
+        max_identical_calls=opts.max_identical_calls,
     )

@@ -18,6 +18,7 @@ from typing import Any
 from launcher import acl, dirs
 from launcher.approval import Approvals
 from launcher.audit import AuditLog, hashed_arguments
+from launcher.breaker import CircuitBreaker
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
@@ -68,6 +69,7 @@ class Session:
         self._placeholders: list[str] = []
         self._in_flight: dict[str | int, asyncio.Task[None]] = {}
         self.approvals = Approvals(plan.approval, plan.approval_timeout)
+        self.breaker = CircuitBreaker(plan.max_identical_calls)
         self.client_elicits = False
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
@@ -565,6 +567,17 @@ class Session:
         conn = self.servers.get(server) if server else None
         cwd = self.plan.servers[server].cwd if server else self.plan.workspace
         decision, transport = self.engine.decide(server or "", tool, raw_args, cwd=cwd)
+        if (
+            decision.decision != "deny"
+            and server is not None
+            and not self.breaker.allow(server, tool, transport)
+        ):
+            decision = Decision(
+                "deny",
+                "circuit-breaker",
+                f"the same call was made {self.breaker.limit} times within "
+                f"{self.breaker.window:g} s; it is refused until that slows down",
+            )
         entry = self._entry(request_id, server, tool, transport, decision)
         audit = self.audit
         assert audit is not None

@@ -235,15 +235,32 @@ def test_500_concurrent_calls_across_two_servers_each_answered_and_audited_once(
             async def one(i: int) -> tuple[bool, str]:
                 if i % 2:
                     return await call(s, "faulty__echo", {"text": f"call {i}"})
-                return await call(s, "probe__env_value", {"name": "HOME"})
+                return await call(s, "probe__env_value", {"name": f"UNSET_{i}"})
 
             answers.extend(await asyncio.gather(*(one(i) for i in range(500))))
 
     asyncio.run(scenario())
     for i, (error, text) in enumerate(answers):
-        assert not error and text == (f"call {i}" if i % 2 else "/tmp/home")
+        assert not error and text == (f"call {i}" if i % 2 else "<unset>")
     entries = audit_entries(audit)
     ids = [e["requestId"] for e in entries]
     assert len(entries) == 500 and len(set(ids)) == 500
     assert {e["server"] for e in entries} == {"faulty", "probe"}
     assert all(e["result"] == "success" for e in entries)
+
+
+def test_the_circuit_breaker_refuses_the_same_call_past_its_limit(user: Home) -> None:
+    args, _, audit = _setup(user)
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args, "--max-identical-calls", "3") as s:
+            for _ in range(4):
+                out.append(await call(s, "faulty__echo", {"text": "again"}))
+            out.append(await call(s, "faulty__echo", {"text": "something else"}))
+
+    asyncio.run(scenario())
+    assert out[:3] == [(False, "again")] * 3
+    assert out[3][0] and out[3][1].startswith("DENIED (rule: circuit-breaker)")
+    assert out[4] == (False, "something else")
+    assert [e["policy"]["rule"] for e in audit_entries(audit)][3] == "circuit-breaker"
