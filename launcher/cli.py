@@ -77,6 +77,14 @@ def run(
             "minute; 0 turns the circuit breaker off.",
         ),
     ] = 30,
+    accept_tool_changes: Annotated[
+        bool,
+        typer.Option(
+            "--accept-tool-changes",
+            help="Trust the servers' tools as they are now (re-pin their descriptions and "
+            "schemas); otherwise changed tools are escalated.",
+        ),
+    ] = False,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
@@ -95,6 +103,7 @@ def run(
             approval,
             approval_timeout,
             max_identical_calls,
+            accept_tool_changes,
         )
     )
     if plan.audit_args_clear:

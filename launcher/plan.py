@@ -54,6 +54,7 @@ class RunOptions:
     approval: str = "auto"  # auto | elicit | deny
     approval_timeout: float = 120.0
     max_identical_calls: int = 30  # per minute; 0: no circuit breaker
+    accept_tool_changes: bool = False  # re-pin every server's tools at start
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -94,6 +95,7 @@ class SessionPlan:
     approval: str = "auto"
     approval_timeout: float = 120.0
     max_identical_calls: int = 30
+    accept_tool_changes: bool = False
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -453,4 +455,5 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         approval=opts.approval,
         approval_timeout=opts.approval_timeout,
         max_identical_calls=opts.max_identical_calls,
+        accept_tool_changes=opts.accept_tool_changes,
     )

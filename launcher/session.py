@@ -22,6 +22,7 @@ from launcher.breaker import CircuitBreaker
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
+from launcher.pins import Pins
 from launcher.plan import SessionPlan
 from launcher.servers import (
     LATEST_PROTOCOL,
@@ -70,6 +71,8 @@ class Session:
         self._in_flight: dict[str | int, asyncio.Task[None]] = {}
         self.approvals = Approvals(plan.approval, plan.approval_timeout)
         self.breaker = CircuitBreaker(plan.max_identical_calls)
+        self.pins: dict[str, Pins] = {}
+        self.changed_tools: dict[str, dict[str, str]] = {}
         self.client_elicits = False
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
@@ -242,6 +245,8 @@ class Session:
                     f"server '{conn.name}' failed to start: {why}"
                     + (f"\n  its last output:\n{tail}" if tail else "")
                 )
+        for conn in conns:
+            self._check_pins(conn, at_start=True)
         self._build_routes()
 
     def _public(self, server: str, name: str) -> str:
@@ -551,6 +556,7 @@ class Session:
         elif method == "notifications/tools/list_changed":
             with contextlib.suppress(Exception):
                 await conn.list_tools()
+                self._check_pins(conn, at_start=False)
                 self._build_routes()
                 self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
 
@@ -567,6 +573,14 @@ class Session:
         conn = self.servers.get(server) if server else None
         cwd = self.plan.servers[server].cwd if server else self.plan.workspace
         decision, transport = self.engine.decide(server or "", tool, raw_args, cwd=cwd)
+        changed = self.changed_tools.get(server, {}).get(tool) if server else None
+        if changed and decision.decision == "allow":
+            decision = Decision(
+                "escalate",
+                "tool-changed",
+                f"the tool is {changed} since its description and schema were pinned; "
+                "a human must approve its calls",
+            )
         if (
             decision.decision != "deny"
             and server is not None
@@ -697,6 +711,34 @@ class Session:
             raise
         finally:
             self._upstream_pending.pop(request_id, None)
+
+    def _check_pins(self, conn: ServerConnection, at_start: bool) -> None:
+        """Compare the server's tools with their pins (pinning them the first time, or when
+        the user accepts changes); tools that differ are escalated from now on."""
+        pins = self.pins.get(conn.name) or Pins.load(
+            os.path.join(str(dirs.state_dir()), "pins"), conn.name
+        )
+        self.pins[conn.name] = pins
+        if at_start and (not pins.existed or self.plan.accept_tool_changes):
+            try:
+                pins.save(conn.tools)
+            except OSError as exc:
+                print(
+                    f"ironcurtain: warning: cannot pin tools of '{conn.name}': {exc}",
+                    file=sys.stderr,
+                )
+            self.changed_tools[conn.name] = {}
+            return
+        changed = pins.changed(conn.tools)
+        self.changed_tools[conn.name] = changed
+        if changed:
+            listing = ", ".join(f"{name} ({kind})" for name, kind in sorted(changed.items()))
+            print(
+                f"ironcurtain: server '{conn.name}' has tools that differ from their pins, "
+                f"escalated until accepted (run --accept-tool-changes): {listing}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _pii(self, server: str | None, tool: str) -> list[str]:
         if not self.plan.audit_args_clear or server is None:
