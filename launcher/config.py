@@ -94,6 +94,14 @@ class SandboxConfig(_Model):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
 
 
+class RestartConfig(_Model):
+    """``restart``: start a server again after it exits, waiting ``backoffSeconds`` (doubled
+    each time, at most 30 s) and giving up after ``maxRestarts`` restarts in a session."""
+
+    max_restarts: int = Field(default=3, alias="maxRestarts", ge=1)
+    backoff_seconds: float = Field(default=1.0, alias="backoffSeconds", gt=0)
+
+
 class ServerConfig(_Model):
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -103,6 +111,13 @@ class ServerConfig(_Model):
     disabled: bool = False
     timeout: float | None = Field(default=None, gt=0)
     sandbox: SandboxConfig | Literal[False] = Field(default_factory=SandboxConfig)
+    restart: RestartConfig | bool = False
+
+    @property
+    def restart_policy(self) -> RestartConfig | None:
+        if self.restart is True:
+            return RestartConfig()
+        return self.restart or None
 
     @property
     def sandboxed(self) -> bool:
@@ -132,7 +147,7 @@ class ConfigFile(_Model):
         return value
 
 
-_UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox"})
+_UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox", "RestartConfig"})
 
 
 @dataclass(frozen=True)

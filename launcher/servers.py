@@ -137,6 +137,8 @@ class ServerConnection:
         self._tasks: list[asyncio.Task[None]] = []
         self.gone: ServerGone | None = None
         self.limit_reason: str | None = None
+        self.exited = asyncio.Event()
+        self.restarting = False  # set by the session while a restart is on its way
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
         self.tools: list[Message] = []
@@ -319,6 +321,7 @@ class ServerConnection:
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(self.gone)
+        self.exited.set()
 
     async def _dispatch(self, message: Message) -> None:
         if "method" not in message:

@@ -19,6 +19,7 @@ from launcher import acl, dirs
 from launcher.approval import Approvals
 from launcher.audit import AuditLog, hashed_arguments
 from launcher.breaker import CircuitBreaker
+from launcher.config import RestartConfig
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
@@ -72,6 +73,7 @@ class Session:
         self.approvals = Approvals(plan.approval, plan.approval_timeout)
         self.breaker = CircuitBreaker(plan.max_identical_calls)
         self.pins: dict[str, Pins] = {}
+        self._supervisors: list[asyncio.Task[None]] = []
         self.changed_tools: dict[str, dict[str, str]] = {}
         self.client_elicits = False
         self._upstream_ids = itertools.count(1)
@@ -248,6 +250,10 @@ class Session:
         for conn in conns:
             self._check_pins(conn, at_start=True)
         self._build_routes()
+        for name, sp in self.plan.servers.items():
+            policy = sp.config.restart_policy
+            if policy is not None:
+                self._supervisors.append(asyncio.create_task(self._supervise(name, policy)))
 
     def _public(self, server: str, name: str) -> str:
         return f"{server}{SEPARATOR}{name}" if self.plan.prefixed else name
@@ -280,9 +286,51 @@ class Session:
         # Longest prefix first, so the most specific template wins.
         self.template_prefixes = sorted(prefixes, key=lambda p: -len(p[0]))
 
+    async def _supervise(self, name: str, policy: RestartConfig) -> None:
+        """Restart a server that exits, with back-off, at most ``maxRestarts`` times."""
+        for attempt in range(1, policy.max_restarts + 1):
+            conn = self.servers[name]
+            await conn.exited.wait()
+            conn.restarting = True
+            delay = min(30.0, policy.backoff_seconds * 2 ** (attempt - 1))
+            status = conn.gone.status if conn.gone else None
+            print(
+                f"ironcurtain: server '{name}' exited ({status}); restarting in {delay:g} s "
+                f"(restart {attempt} of {policy.max_restarts})",
+                file=sys.stderr,
+                flush=True,
+            )
+            if self.audit is not None:
+                self.audit.write(
+                    {
+                        "event": "server-restart",
+                        "server": name,
+                        "exitStatus": status,
+                        "attempt": attempt,
+                    }
+                )
+            await asyncio.sleep(delay)
+            fresh = ServerConnection(conn.spec, self._on_server_notification)
+            try:
+                await asyncio.wait_for(self._start_one(fresh), STARTUP_TIMEOUT)
+            except Exception as exc:  # it counts as one more exit
+                print(f"ironcurtain: restarting '{name}' failed: {exc}", file=sys.stderr)
+                await fresh.stop()
+                if fresh.gone is None:
+                    fresh.gone = ServerGone(name, None, f"it could not be restarted: {exc}")
+                fresh.exited.set()
+            self.servers[name] = fresh
+            await conn.stop()
+            if fresh.gone is None:
+                self._check_pins(fresh, at_start=False)
+                self._build_routes()
+                self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        self.servers[name].restarting = False
+
     async def stop(self) -> None:
-        for task in list(self._tasks):
+        for task in [*self._tasks, *self._supervisors]:
             task.cancel()
+        await asyncio.gather(*self._supervisors, return_exceptions=True)
         await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
         await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
         if self.guard is not None:
@@ -632,7 +680,11 @@ class Session:
                 entry,
                 started,
                 "server-exited",
-                tool_result(f"ERROR: {gone}; it is not running"),
+                tool_result(
+                    f"ERROR: {gone}; it is being restarted, try again shortly"
+                    if conn.restarting
+                    else f"ERROR: {gone}; it is not running"
+                ),
             )
         except asyncio.CancelledError:
             self._finish(entry, started, "cancelled", None)  # by the client, or at stop

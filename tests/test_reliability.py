@@ -264,3 +264,39 @@ def test_the_circuit_breaker_refuses_the_same_call_past_its_limit(user: Home) ->
     assert out[3][0] and out[3][1].startswith("DENIED (rule: circuit-breaker)")
     assert out[4] == (False, "something else")
     assert [e["policy"]["rule"] for e in audit_entries(audit)][3] == "circuit-breaker"
+
+
+def test_restart_with_back_off_until_the_limit(user: Home) -> None:
+    args, _, audit = _setup(user)
+    config = user.root / "servers.json"
+    data = json.loads(config.read_text())
+    data["mcpServers"]["faulty"]["restart"] = {"maxRestarts": 2, "backoffSeconds": 0.2}
+    config.write_text(json.dumps(data))
+    out: list[tuple[bool, str]] = []
+
+    async def eventually(s: Any, text: str) -> tuple[bool, str]:
+        for _ in range(50):  # back-off 0.2 s, then 0.4 s, plus a start
+            answer = await call(s, "faulty__echo", {"text": text})
+            if not answer[0]:
+                return answer
+            await asyncio.sleep(0.1)
+        return answer
+
+    async def scenario() -> None:
+        async with connect(user, *args) as s:
+            out.append(await call(s, "faulty__crash_now", {}))
+            out.append(await eventually(s, "back once"))
+            out.append(await call(s, "faulty__crash_now", {}))
+            out.append(await eventually(s, "back twice"))
+            out.append(await call(s, "faulty__crash_now", {}))
+            await asyncio.sleep(1.0)
+            out.append(await call(s, "faulty__echo", {"text": "no more"}))
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+
+    asyncio.run(scenario())
+    assert out[0][0] and "exited with status 3" in out[0][1]
+    assert out[1] == (False, "back once") and out[3] == (False, "back twice")
+    assert out[5] == (True, "ERROR: server 'faulty' exited with status 3; it is not running")
+    assert out[6] == (False, "/tmp/home")
+    restarts = [e for e in audit_entries(audit) if e.get("event") == "server-restart"]
+    assert [(e["attempt"], e["exitStatus"]) for e in restarts] == [(1, 3), (2, 3)]
