@@ -1,8 +1,10 @@
 """Escalations asked of a human (SPEC §8).
 
-An escalated call waits (alone: other calls go on) for an answer from an approval channel:
-MCP elicitation to the upstream client when it declared the capability. No channel, no
-answer within ``--approval-timeout``, or anything but an approval means deny. An approval
+An escalated call waits (alone: other calls go on) for an answer from an approval channel,
+in this order for ``--approval auto``: MCP elicitation to the upstream client when it
+declared the capability; an attached ``ironcurtain approvals`` terminal (a unix socket in
+the session's owner-only runtime directory). No channel, no answer within
+``--approval-timeout``, or anything but an approval means deny. An approval
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
 canonical arguments) that later identical calls match without asking again.
@@ -10,7 +12,11 @@ canonical arguments) that later identical calls match without asking again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import itertools
 import json
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +24,8 @@ from typing import Any
 from launcher.audit import hash_value
 from policy import Decision
 
-MODES = ("auto", "elicit", "deny")
+MODES = ("auto", "elicit", "socket", "deny")
+APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 
 Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
@@ -31,16 +38,96 @@ class Outcome:
     detail: str = ""  # for the client when denied
 
 
+class Terminals:
+    """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
+
+    JSON lines. To a terminal: ``{"type": "request", "id", "server", "tool", "arguments",
+    "rule", "reason"}`` for every question open now or later, and ``{"type": "closed",
+    "id"}`` once it is answered anywhere or given up. From a terminal: ``{"type": "answer",
+    "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._writers)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._terminal, path=self.path)
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    async def ask(self, question: dict[str, Any], timeout: float) -> str:
+        """The answer to ``question`` (TimeoutError when none comes in time)."""
+        qid = f"q{next(self._ids)}"
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        message = {"type": "request", "id": qid, **question}
+        self._open[qid] = (message, future)
+        self._broadcast(message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._open.pop(qid, None)
+            self._broadcast({"type": "closed", "id": qid})
+
+    def _broadcast(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        for writer in list(self._writers):
+            try:
+                writer.write(data)
+            except (OSError, RuntimeError):
+                self._writers.discard(writer)
+
+    async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            for message, _ in list(self._open.values()):
+                writer.write(json.dumps(message).encode() + b"\n")
+            while line := await reader.readline():
+                try:
+                    answer = json.loads(line)
+                except ValueError:
+                    continue
+                if not isinstance(answer, dict) or answer.get("type") != "answer":
+                    continue
+                entry = self._open.get(str(answer.get("id")))
+                if entry is not None and not entry[1].done():
+                    entry[1].set_result(str(answer.get("answer")))
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
 @dataclass
 class Approvals:
     mode: str
     timeout: float
+    terminals: Terminals | None = None
     # (server, tool, argument hash) that the user approved for the rest of the session.
     session_whitelist: set[tuple[str, str, str]] = field(default_factory=set)
 
     def channel(self, client_elicits: bool) -> str | None:
         if self.mode in ("auto", "elicit") and client_elicits:
             return "elicit"
+        if self.terminals is not None and (
+            self.mode == "socket" or (self.mode == "auto" and self.terminals.attached)
+        ):
+            return "socket"
         return None
 
     async def decide(
@@ -55,8 +142,23 @@ class Approvals:
         key = (server, tool, hash_value(arguments))
         if key in self.session_whitelist:
             return Outcome(True, "session-whitelist")
-        if self.channel(client_elicits) is None:
+        channel = self.channel(client_elicits)
+        if channel is None:
             return Outcome(False, "no-approval-channel")
+        if channel == "socket":
+            assert self.terminals is not None
+            question = {
+                "server": server,
+                "tool": tool,
+                "arguments": arguments,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            }
+            try:
+                said = await self.terminals.ask(question, self.timeout)
+            except TimeoutError:
+                return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+            return self._outcome(key, said, said)
         params = {
             "mode": "form",
             "message": approval_message(server, tool, arguments, decision),
@@ -83,13 +185,16 @@ class Approvals:
         content = result.get("content") if isinstance(result.get("content"), dict) else {}
         assert isinstance(content, dict)
         answer = content.get("answer") if result.get("action") == "accept" else None
+        action = result.get("action") or ("error" if "error" in reply else "?")
+        return self._outcome(key, answer, str(answer or action))
+
+    def _outcome(self, key: tuple[str, str, str], answer: object, said: str) -> Outcome:
         if answer == APPROVE:
             return Outcome(True, "approved")
         if answer == APPROVE_SESSION:
             self.session_whitelist.add(key)
             return Outcome(True, "approved-for-session")
-        action = result.get("action") or ("error" if "error" in reply else "?")
-        return Outcome(False, "denied", f"the user answered {answer or action}")
+        return Outcome(False, "denied", f"the user answered {said}")
 
 
 def approval_message(

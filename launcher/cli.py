@@ -61,8 +61,9 @@ def run(
         str,
         typer.Option(
             "--approval",
-            help="Who answers escalations: auto (the client, by MCP elicitation, when it "
-            "can; else deny), elicit, or deny.",
+            help="Who answers escalations: auto (the client by MCP elicitation when it can, "
+            "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
+            "or deny.",
         ),
     ] = "auto",
     approval_timeout: Annotated[
@@ -169,6 +170,18 @@ def audit_tail(
     from launcher.audit_cmd import tail_log
 
     tail_log(path, lines, follow)
+
+
+@app.command()
+def approvals(
+    session: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: the newest).")
+    ] = None,
+) -> None:
+    """Attach to a running session and answer its escalations one by one."""
+    from launcher.approvals_cmd import attach
+
+    raise typer.Exit(attach(session))
 
 
 @app.command()

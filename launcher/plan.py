@@ -37,6 +37,7 @@ SECCOMP_FIX = (
     "binding (scripts/install.sh does); or pass --allow-no-seccomp to sandbox without the "
     "system-call filter"
 )
+UNIX_PATH_MAX = 107
 # The unprivileged identity servers run as when ironcurtain itself runs as root.
 NOBODY = (65534, 65534)
 
@@ -51,7 +52,7 @@ class RunOptions:
     allow_unsandboxed: bool = False
     allow_no_seccomp: bool = False
     audit_args: str = "hashed"  # or "clear": arguments in clear, PII fields still hashed
-    approval: str = "auto"  # auto | elicit | deny
+    approval: str = "auto"  # auto | elicit | socket | deny
     approval_timeout: float = 120.0
     max_identical_calls: int = 30  # per minute; 0: no circuit breaker
     accept_tool_changes: bool = False  # re-pin every server's tools at start
@@ -310,11 +311,8 @@ def load_policy(policy_dir: str | None) -> PolicyFiles:
 def plan_session(opts: RunOptions) -> SessionPlan:
     if opts.audit_args not in ("hashed", "clear"):
         raise UsageError(f"--audit-args {opts.audit_args}: expected hashed or clear")
-    if opts.approval not in ("auto", "elicit", "deny"):
-        raise UsageError(
-            f"--approval {opts.approval}: expected auto, elicit or deny "
-            "(the approvals socket is not built yet)"
-        )
+    if opts.approval not in ("auto", "elicit", "socket", "deny"):
+        raise UsageError(f"--approval {opts.approval}: expected auto, elicit, socket or deny")
     if not opts.approval_timeout > 0:
         raise UsageError(f"--approval-timeout {opts.approval_timeout}: must be above 0")
     session_id = new_session_id()
@@ -353,6 +351,10 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     runtime_dir = os.path.join(
         os.environ.get("XDG_RUNTIME_DIR") or "/tmp", f"ironcurtain-{session_id}"
     )
+    longest = max((len(f"egress-{n}.sock") for n in selected), default=0)
+    if len(runtime_dir) + 1 + max(longest, len("approvals.sock")) > UNIX_PATH_MAX:
+        # Sockets live here, and a unix socket path has at most 107 bytes.
+        runtime_dir = f"/tmp/ironcurtain-{session_id}"
     search = search_path()
     bwrap = shutil.which("bwrap") or "bwrap"
     plans: dict[str, ServerPlan] = {}

@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from launcher import acl, dirs
-from launcher.approval import Approvals
+from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
 from launcher.audit import AuditLog, hashed_arguments
 from launcher.breaker import CircuitBreaker
 from launcher.config import RestartConfig
@@ -70,7 +70,13 @@ class Session:
         self.egress: dict[str, EgressProxy] = {}
         self._placeholders: list[str] = []
         self._in_flight: dict[str | int, asyncio.Task[None]] = {}
-        self.approvals = Approvals(plan.approval, plan.approval_timeout)
+        self.approvals = Approvals(
+            plan.approval,
+            plan.approval_timeout,
+            Terminals(os.path.join(plan.runtime_dir, APPROVALS_SOCKET))
+            if plan.approval in ("auto", "socket")
+            else None,
+        )
         self.breaker = CircuitBreaker(plan.max_identical_calls)
         self.pins: dict[str, Pins] = {}
         self._supervisors: list[asyncio.Task[None]] = []
@@ -86,6 +92,11 @@ class Session:
             self._prepare_files()
             self._start_guard()
             await self._start_egress()
+            if self.approvals.terminals is not None:
+                try:
+                    await self.approvals.terminals.start()
+                except OSError as exc:
+                    raise StartupError(f"cannot open the approvals socket: {exc}") from None
             await self._start_servers()
             self._report()
             await self._serve()
@@ -333,6 +344,8 @@ class Session:
         await asyncio.gather(*self._supervisors, return_exceptions=True)
         await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
         await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
+        if self.approvals.terminals is not None:
+            await self.approvals.terminals.stop()
         if self.guard is not None:
             self.guard.settle()
             self.guard.close()
@@ -375,6 +388,7 @@ class Session:
             f"  audit log:  {plan.audit_path}",
             f"  config:     {plan.config.path} ({plan.config.source})",
             f"  policy:     {plan.policy.directory}",
+            f"  approvals:  {_approval_channels(plan.approval, plan.session_id)}",
         ]
         if sys.stdin.isatty():
             lines.append("ironcurtain: client configuration for this session:")
@@ -812,6 +826,16 @@ class Session:
                 flush=True,
             )
         return result or {}
+
+
+def _approval_channels(mode: str, session_id: str) -> str:
+    terminal = f"`ironcurtain approvals --session {session_id}`"
+    return {
+        "auto": f"the client (MCP elicitation) if it can, else {terminal}, else deny",
+        "elicit": "the client (MCP elicitation) if it can, else deny",
+        "socket": f"{terminal}",
+        "deny": "none: escalations are denied",
+    }.get(mode, mode)
 
 
 def denial_text(decision: Decision) -> str:

@@ -209,3 +209,47 @@ def test_without_a_channel_escalations_are_denied(user: Home) -> None:
     assert seen == []  # --approval deny never asks
     assert _probe_calls(ws) == []
     assert [e["escalation"] for e in audit_entries(audit)] == ["no-approval-channel"] * 2
+
+
+def test_an_attached_approvals_terminal_answers(user: Home) -> None:
+    args, _, audit = _setup(user)
+    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
+    (user.root / "run").mkdir()
+    out: list[tuple[bool, str]] = []
+    shown: list[str] = []
+
+    async def scenario() -> None:
+        # A client that cannot elicit: with a terminal attached, auto asks the terminal.
+        async with session_with(user, args, None) as s:
+            terminal = await asyncio.create_subprocess_exec(
+                IRONCURTAIN,
+                "approvals",
+                env=user.env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert terminal.stdin and terminal.stdout
+            attached = await terminal.stdout.readline()
+            assert b"attached to" in attached
+            terminal.stdin.write(b"x\na\nd\n")  # a typo is asked again
+            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
+            out.append(await call(s, "probe__env_value", {"name": "LANG"}))
+        # The session is over: the terminal sees its socket close and leaves.
+        shown.append((await asyncio.wait_for(terminal.stdout.read(), 10)).decode())
+        await terminal.wait()
+
+    asyncio.run(scenario())
+    assert out[0] == (False, "/tmp/home")
+    assert out[1][0] and "the user answered deny" in out[1][1]
+    assert "probe/env_value needs your approval" in shown[0]
+    assert "rule ask-before-env" in shown[0] and '"name": "HOME"' in shown[0]
+    assert "the session ended" in shown[0]
+    assert [e["escalation"] for e in audit_entries(audit)] == ["approved", "denied"]
+
+
+def test_approvals_without_a_session_says_so(user: Home) -> None:
+    from tests.test_config_errors import ironcurtain
+
+    user.env["XDG_RUNTIME_DIR"] = str(user.root)
+    done = ironcurtain(user, "approvals")
+    assert done.returncode == 2 and "no approvals socket" in done.stderr

@@ -1,0 +1,82 @@
+"""``ironcurtain approvals``: answer a running session's escalations in a terminal."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import socket
+import sys
+
+from launcher.approval import APPROVALS_SOCKET, APPROVE, APPROVE_SESSION, DENY
+from launcher.errors import UsageError
+
+_KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
+
+
+def find_socket(session: str | None) -> str:
+    """The approvals socket of ``session``, else of the newest session of this user."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    pattern = f"ironcurtain-{session}" if session else "ironcurtain-*"
+    found = [
+        p
+        for directory in dict.fromkeys((base, "/tmp"))  # /tmp: where too-long paths go
+        for p in glob.glob(os.path.join(directory, pattern, APPROVALS_SOCKET))
+        if os.stat(p).st_uid == os.getuid()
+    ]
+    if not found:
+        what = f"session {session}" if session else "any session"
+        raise UsageError(
+            f"no approvals socket for {what} in {base}: is `ironcurtain run` running "
+            "(with --approval auto or socket) as this user?"
+        )
+    return max(found, key=os.path.getmtime)
+
+
+def _ask(message: dict[str, object]) -> str:
+    args = json.dumps(message.get("arguments"), indent=2, ensure_ascii=False, sort_keys=True)
+    print(
+        f"\n{message.get('server')}/{message.get('tool')} needs your approval\n"
+        f"  rule {message.get('rule')}: {message.get('reason')}\n"
+        f"  arguments: {args}",
+        flush=True,
+    )
+    while True:
+        print("[a]pprove, approve for this [s]ession, [d]eny? ", end="", flush=True)
+        line = sys.stdin.readline()
+        if not line:
+            raise EOFError
+        choice = line.strip().lower()[:1]
+        if choice in _KEYS:
+            return _KEYS[choice]
+
+
+def attach(session: str | None) -> int:
+    path = find_socket(session)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot attach: {exc.strerror}") from None
+    print(
+        f"ironcurtain approvals: attached to {os.path.dirname(path)}; waiting (Ctrl-C leaves)",
+        flush=True,
+    )
+    stream = sock.makefile("rwb", buffering=0)
+    try:
+        for raw in stream:
+            message = json.loads(raw)
+            if message.get("type") != "request":
+                continue
+            answer = _ask(message)
+            stream.write(
+                json.dumps({"type": "answer", "id": message["id"], "answer": answer}).encode()
+                + b"\n"
+            )
+            print(f"  -> {answer}", flush=True)
+    except (EOFError, KeyboardInterrupt):
+        return 0
+    finally:
+        sock.close()
+    print("ironcurtain approvals: the session ended")
+    return 0
