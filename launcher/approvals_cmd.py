@@ -15,7 +15,8 @@ _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 
 
 def find_socket(session: str | None) -> str:
-    """The approvals socket of ``session``, else of the newest session of this user."""
+    """The approvals socket of ``session``, else of this user's newest running session
+    (a session killed without its clean-up leaves a socket nobody answers: skipped)."""
     base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
     pattern = f"ironcurtain-{session}" if session else "ironcurtain-*"
     found = [
@@ -24,13 +25,20 @@ def find_socket(session: str | None) -> str:
         for p in glob.glob(os.path.join(directory, pattern, APPROVALS_SOCKET))
         if os.stat(p).st_uid == os.getuid()
     ]
-    if not found:
-        what = f"session {session}" if session else "any session"
-        raise UsageError(
-            f"no approvals socket for {what} in {base}: is `ironcurtain run` running "
-            "(with --approval auto or socket) as this user?"
-        )
-    return max(found, key=os.path.getmtime)
+    for path in sorted(found, key=os.path.getmtime, reverse=True):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            continue
+        finally:
+            probe.close()
+        return path
+    what = f"session {session}" if session else "any running session"
+    raise UsageError(
+        f"no approvals socket for {what} in {base}: is `ironcurtain run` running "
+        "(with --approval auto or socket) as this user?"
+    )
 
 
 def _ask(message: dict[str, object]) -> str:

@@ -86,6 +86,14 @@ def run(
             "schemas); otherwise changed tools are escalated.",
         ),
     ] = False,
+    http: Annotated[
+        int | None,
+        typer.Option(
+            "--http",
+            help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
+            "stdio, with a bearer token printed at start.",
+        ),
+    ] = None,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
@@ -93,18 +101,19 @@ def run(
 
     plan = plan_session(
         RunOptions(
-            config,
-            policy_dir,
-            workspace,
-            tuple(server or ()),
-            audit_log,
-            allow_unsandboxed,
-            allow_no_seccomp,
-            audit_args,
-            approval,
-            approval_timeout,
-            max_identical_calls,
-            accept_tool_changes,
+            config=config,
+            policy_dir=policy_dir,
+            workspace=workspace,
+            servers=tuple(server or ()),
+            audit_log=audit_log,
+            allow_unsandboxed=allow_unsandboxed,
+            allow_no_seccomp=allow_no_seccomp,
+            audit_args=audit_args,
+            approval=approval,
+            approval_timeout=approval_timeout,
+            max_identical_calls=max_identical_calls,
+            accept_tool_changes=accept_tool_changes,
+            http_port=http,
         )
     )
     if plan.audit_args_clear:
@@ -140,7 +149,8 @@ def profile(
     from launcher.plan import RunOptions
     from launcher.show_profile import show_profile
 
-    print(show_profile(name, fmt, RunOptions(config, policy_dir, workspace)))
+    opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
+    print(show_profile(name, fmt, opts))
 
 
 audit_app = typer.Typer(

@@ -56,6 +56,7 @@ class RunOptions:
     approval_timeout: float = 120.0
     max_identical_calls: int = 30  # per minute; 0: no circuit breaker
     accept_tool_changes: bool = False  # re-pin every server's tools at start
+    http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -97,6 +98,7 @@ class SessionPlan:
     approval_timeout: float = 120.0
     max_identical_calls: int = 30
     accept_tool_changes: bool = False
+    http_port: int | None = None
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -313,6 +315,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         raise UsageError(f"--audit-args {opts.audit_args}: expected hashed or clear")
     if opts.approval not in ("auto", "elicit", "socket", "deny"):
         raise UsageError(f"--approval {opts.approval}: expected auto, elicit, socket or deny")
+    if opts.http_port is not None and not 0 <= opts.http_port < 65536:
+        raise UsageError(f"--http {opts.http_port}: not a port (0 picks a free one)")
     if not opts.approval_timeout > 0:
         raise UsageError(f"--approval-timeout {opts.approval_timeout}: must be above 0")
     session_id = new_session_id()
@@ -458,4 +462,5 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         approval_timeout=opts.approval_timeout,
         max_identical_calls=opts.max_identical_calls,
         accept_tool_changes=opts.accept_tool_changes,
+        http_port=opts.http_port,
     )

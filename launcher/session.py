@@ -15,14 +15,17 @@ import threading
 import time
 from typing import Any
 
+import psutil
+
 from launcher import acl, dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
-from launcher.audit import AuditLog, hashed_arguments
+from launcher.audit import AuditLog, hash_value, hashed_arguments
 from launcher.breaker import CircuitBreaker
 from launcher.config import RestartConfig
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
+from launcher.http_transport import HttpEndpoint
 from launcher.pins import Pins
 from launcher.plan import SessionPlan
 from launcher.servers import (
@@ -79,6 +82,7 @@ class Session:
         )
         self.breaker = CircuitBreaker(plan.max_identical_calls)
         self.pins: dict[str, Pins] = {}
+        self.http: HttpEndpoint | None = None
         self._supervisors: list[asyncio.Task[None]] = []
         self.changed_tools: dict[str, dict[str, str]] = {}
         self.client_elicits = False
@@ -98,6 +102,14 @@ class Session:
                 except OSError as exc:
                     raise StartupError(f"cannot open the approvals socket: {exc}") from None
             await self._start_servers()
+            if self.plan.http_port is not None:
+                self.http = HttpEndpoint(self.plan.http_port, self._handle_line)
+                try:
+                    await self.http.start()
+                except OSError as exc:
+                    raise StartupError(
+                        f"--http {self.plan.http_port}: cannot listen on 127.0.0.1: {exc.strerror}"
+                    ) from None
             self._report()
             await self._serve()
         finally:
@@ -111,7 +123,10 @@ class Session:
             if plan.create_workspace:
                 os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
             uid, gid = plan.run_as or (os.getuid(), os.getgid())
+            sweep_stale_runtime_dirs(os.environ.get("XDG_RUNTIME_DIR") or "/tmp")
             write_runtime_files(plan.runtime_dir, uid, gid)
+            with open(os.path.join(plan.runtime_dir, "pid"), "w", encoding="utf-8") as pid:
+                pid.write(str(os.getpid()))
             for sp in plan.servers.values():
                 for path, is_dir in sp.placeholders:
                     if os.path.lexists(path):
@@ -187,38 +202,30 @@ class Session:
             self.egress[name] = proxy
 
     def _egress_refused(self, refusal: Refusal) -> None:
-        print(
-            f"ironcurtain: egress refused for '{refusal.server}': "
+        self._event(
+            "egress-refused",
+            f"egress refused for '{refusal.server}': "
             f"{refusal.host}:{refusal.port}: {refusal.reason}",
-            file=sys.stderr,
-            flush=True,
+            server=refusal.server,
+            host=refusal.host,
+            port=refusal.port,
+            reason=refusal.reason,
         )
+
+    def _event(self, event: str, text: str, **fields: object) -> None:
+        """Something the session did on its own: a stderr line and an audit entry."""
+        print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
         if self.audit is not None:
-            self.audit.write(
-                {
-                    "event": "egress-refused",
-                    "server": refusal.server,
-                    "host": refusal.host,
-                    "port": refusal.port,
-                    "reason": refusal.reason,
-                }
-            )
+            self.audit.write({"event": event, **fields})
 
     def _quarantined(self, record: Quarantined) -> None:
-        print(
-            f"ironcurtain: quarantined {record.path} ({record.why}); moved to {record.moved_to}",
-            file=sys.stderr,
-            flush=True,
+        self._event(
+            "quarantine",
+            f"quarantined {record.path} ({record.why}); moved to {record.moved_to}",
+            path=record.path,
+            movedTo=record.moved_to,
+            reason=record.why,
         )
-        if self.audit is not None:
-            self.audit.write(
-                {
-                    "event": "quarantine",
-                    "path": record.path,
-                    "movedTo": record.moved_to,
-                    "reason": record.why,
-                }
-            )
 
     def settle(self) -> None:
         """Quarantine whatever protected path a server has created so far."""
@@ -305,21 +312,14 @@ class Session:
             conn.restarting = True
             delay = min(30.0, policy.backoff_seconds * 2 ** (attempt - 1))
             status = conn.gone.status if conn.gone else None
-            print(
-                f"ironcurtain: server '{name}' exited ({status}); restarting in {delay:g} s "
+            self._event(
+                "server-restart",
+                f"server '{name}' exited ({status}); restarting in {delay:g} s "
                 f"(restart {attempt} of {policy.max_restarts})",
-                file=sys.stderr,
-                flush=True,
+                server=name,
+                exitStatus=status,
+                attempt=attempt,
             )
-            if self.audit is not None:
-                self.audit.write(
-                    {
-                        "event": "server-restart",
-                        "server": name,
-                        "exitStatus": status,
-                        "attempt": attempt,
-                    }
-                )
             await asyncio.sleep(delay)
             fresh = ServerConnection(conn.spec, self._on_server_notification)
             try:
@@ -390,10 +390,21 @@ class Session:
             f"  policy:     {plan.policy.directory}",
             f"  approvals:  {_approval_channels(plan.approval, plan.session_id)}",
         ]
-        if sys.stdin.isatty():
+        if self.http is not None:
+            lines.append(f"ironcurtain: bearer token: {self.http.token}")
             lines.append("ironcurtain: client configuration for this session:")
-            lines.append(client_entry(plan))
-        lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
+            entry = {
+                "type": "http",
+                "url": self.http.url,
+                "headers": {"Authorization": f"Bearer {self.http.token}"},
+            }
+            lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
+            lines.append(f"ironcurtain: ready, serving MCP on {self.http.url} (Ctrl-C stops)")
+        else:
+            if sys.stdin.isatty():
+                lines.append("ironcurtain: client configuration for this session:")
+                lines.append(client_entry(plan))
+            lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
         print("\n".join(lines), file=sys.stderr, flush=True)
 
     # -- upstream --------------------------------------------------------------------------
@@ -421,6 +432,9 @@ class Session:
         return reader
 
     def send(self, message: Message) -> None:
+        if self.http is not None:
+            self.http.deliver(message)
+            return
         data = encode(message)
         if self._writer is not None:
             self._writer.write(data)
@@ -436,6 +450,16 @@ class Session:
         if self.guard is not None:
             # Between calls too: a server's background process is caught as it writes.
             loop.add_reader(self.guard.fd, self.settle)
+        if self.http is not None:
+            try:
+                await self._stop.wait()
+            finally:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+                if self.guard is not None:
+                    loop.remove_reader(self.guard.fd)
+                await self.http.stop()
+            return
         reader = await self._open_stdio()
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
@@ -672,6 +696,12 @@ class Session:
                 server, tool, transport, decision, self.client_elicits, self.ask_client
             )
             entry["escalation"] = outcome.escalation
+            if outcome.escalation == "approved-for-session":
+                entry["whitelisted"] = {  # what later identical calls will match
+                    "server": server,
+                    "tool": tool,
+                    "arguments": hash_value(transport),
+                }
             if not outcome.approved:
                 text = (
                     denial_text(decision)
@@ -826,6 +856,32 @@ class Session:
                 flush=True,
             )
         return result or {}
+
+
+def sweep_stale_runtime_dirs(base: str, min_age: float = 60.0) -> None:
+    """Remove this user's runtime directories of sessions that are gone (a launcher that was
+    killed cannot clean up after itself). A directory's ``pid`` names its launcher."""
+    now = time.time()
+    for directory in {base, "/tmp"}:
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if not entry.name.startswith("ironcurtain-2") or not entry.is_dir(
+                follow_symlinks=False
+            ):
+                continue
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid != os.getuid() or now - st.st_mtime < min_age:
+                    continue
+                with open(os.path.join(entry.path, "pid"), encoding="utf-8") as handle:
+                    alive = psutil.pid_exists(int(handle.read().strip() or 0))
+            except (OSError, ValueError):
+                alive = False
+            if not alive:
+                shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _approval_channels(mode: str, session_id: str) -> str:

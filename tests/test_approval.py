@@ -14,7 +14,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import IRONCURTAIN, Home, needs_bwrap
 from tests.test_containment import probe_server_config, write_raw_policy
-from tests.test_session import audit_entries, call
+from tests.test_session import audit_entries, call, run_args
 
 pytestmark = needs_bwrap
 
@@ -38,17 +38,7 @@ def _setup(user: Home) -> tuple[list[str], Path, Path]:
     )
     (policy / "compiled-policy.json").write_text(json.dumps(compiled))
     audit = user.root / "audit.jsonl"
-    args = [
-        "--config",
-        str(config),
-        "--policy-dir",
-        str(policy),
-        "--workspace",
-        str(ws),
-        "--audit-log",
-        str(audit),
-    ]
-    return args, ws, audit
+    return run_args(config, policy, ws, audit), ws, audit
 
 
 @asynccontextmanager
@@ -140,11 +130,14 @@ def test_approve_for_this_session_covers_only_the_same_call(user: Home) -> None:
     assert len(seen) == 2
     assert out[0] == out[1] == (False, "/tmp/home")
     assert out[2][0] and out[2][1].startswith("ESCALATION DENIED")
-    assert [e["escalation"] for e in audit_entries(audit)] == [
+    entries = audit_entries(audit)
+    assert [e["escalation"] for e in entries] == [
         "approved-for-session",
         "session-whitelist",
         "denied",
     ]
+    assert entries[0]["whitelisted"]["tool"] == "env_value"
+    assert entries[0]["whitelisted"]["arguments"].startswith("sha256:")
 
 
 def test_no_answer_in_time_is_a_deny(user: Home) -> None:
@@ -253,3 +246,37 @@ def test_approvals_without_a_session_says_so(user: Home) -> None:
     user.env["XDG_RUNTIME_DIR"] = str(user.root)
     done = ironcurtain(user, "approvals")
     assert done.returncode == 2 and "no approvals socket" in done.stderr
+
+
+def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None:
+    from launcher.approval import Terminals
+
+    async def scenario() -> None:
+        terminals = Terminals(str(tmp_path / "a.sock"))
+        await terminals.start()
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "a.sock"))
+        first = asyncio.create_task(terminals.ask({"tool": "one"}, 5))
+        question = json.loads(await reader.readline())
+        writer.write(
+            json.dumps({"type": "answer", "id": question["id"], "answer": "approve"}).encode()
+            + b"\n"
+        )
+        assert await first == "approve"
+        assert json.loads(await reader.readline())["type"] == "closed"
+        # A replay of that answer does not answer the next question.
+        second = asyncio.create_task(terminals.ask({"tool": "two"}, 1))
+        await reader.readline()
+        writer.write(
+            json.dumps({"type": "answer", "id": question["id"], "answer": "approve"}).encode()
+            + b"\n"
+        )
+        try:
+            await second
+        except TimeoutError:
+            pass
+        else:
+            raise AssertionError("a replayed answer was taken")
+        writer.close()
+        await terminals.stop()
+
+    asyncio.run(scenario())

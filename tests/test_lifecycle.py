@@ -140,3 +140,26 @@ def test_stdin_that_epoll_refuses_still_ends_the_session(user: Home, kind: str) 
     assert b"Traceback" not in done.stderr
     expected = b"" if kind == "devnull" else b'{"jsonrpc":"2.0","id":7,"result":{}}\n'
     assert done.stdout == expected
+
+
+def test_a_new_session_sweeps_runtime_dirs_of_sessions_that_are_gone(user: Home) -> None:
+    run_dir = user.root / "run"
+    run_dir.mkdir()
+    user.env["XDG_RUNTIME_DIR"] = str(run_dir)
+    dead = run_dir / "ironcurtain-20200101-000000-dead00"
+    alive = run_dir / "ironcurtain-20200101-000000-a1ive0"
+    for directory, pid in ((dead, 4_000_000), (alive, os.getpid())):
+        directory.mkdir()
+        (directory / "pid").write_text(str(pid))
+        (directory / "approvals.sock").write_text("")
+        os.utime(directory, (0, 0))
+    done = subprocess.run(
+        [IRONCURTAIN, "run", "--server", "time", "--workspace", str(user.ws())],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=user.env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert not dead.exists() and alive.exists()

@@ -13,7 +13,7 @@ from typing import Any
 
 from tests.conftest import IRONCURTAIN, PROBE, TESTS, Home, needs_bwrap
 from tests.test_containment import PROBE_TOOLS
-from tests.test_session import audit_entries, call, connect
+from tests.test_session import audit_entries, call, connect, run_args
 
 pytestmark = needs_bwrap
 
@@ -65,17 +65,7 @@ def _setup(user: Home, timeout: float = 30) -> tuple[list[str], Path, Path]:
     rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
     (policy / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
     audit = user.root / "audit.jsonl"
-    args = [
-        "--config",
-        str(config),
-        "--policy-dir",
-        str(policy),
-        "--workspace",
-        str(ws),
-        "--audit-log",
-        str(audit),
-    ]
-    return args, ws, audit
+    return run_args(config, policy, ws, audit), ws, audit
 
 
 def test_a_crash_mid_call_and_between_calls_leaves_the_others_working(user: Home) -> None:

@@ -29,6 +29,20 @@ async def connect(user: Home, *args: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
+def run_args(config: Path, policy: Path, ws: Path, audit: Path) -> list[str]:
+    """The usual `ironcurtain run` options of a test session."""
+    return [
+        "--config",
+        str(config),
+        "--policy-dir",
+        str(policy),
+        "--workspace",
+        str(ws),
+        "--audit-log",
+        str(audit),
+    ]
+
+
 def run(coro: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(coro())  # type: ignore[arg-type]
 
