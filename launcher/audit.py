@@ -105,14 +105,23 @@ class AuditLog:
             **entry,
             "prev": self._prev,
         }
-        record["hash"] = entry_hash(record)
+        # One serialisation: the line is the canonical JSON the hash is taken over, with the
+        # hash appended as the last key (verify takes it out again to check it).
         try:
-            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            canonical = json.dumps(
+                record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
+            )
+        except (TypeError, ValueError) as exc:
+            self.error = f"an entry could not be written: {exc}"
+            return False
+        digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+        try:
+            self._file.write(f'{canonical[:-1]},"hash":"{digest}"}}\n')
             self._file.flush()
         except (OSError, ValueError) as exc:
             self.error = str(exc)
             return False
-        self._prev = record["hash"]
+        self._prev = digest
         return True
 
     def close(self) -> None:

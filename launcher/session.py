@@ -359,27 +359,34 @@ class Session:
             self.audit.close()
         shutil.rmtree(self.plan.runtime_dir, ignore_errors=True)
 
+    def _box(self, name: str) -> str:
+        """How a server is contained, for the start-up report."""
+        plan = self.plan
+        sp = plan.servers[name]
+        if sp.profile is None:
+            return "UNSANDBOXED" + (
+                f" ({plan.sandbox_problem})"
+                if plan.sandbox_problem and sp.config.sandboxed
+                else " (sandbox: false)"
+            )
+        net = "no network"
+        if sp.egress is not None:
+            count = len(sp.egress.allowed)
+            net = f"egress proxy: {count} domain{'s' if count != 1 else ''}"
+        return f"sandboxed (bwrap, {net}" + (")" if sp.profile.seccomp else ", NO seccomp filter)")
+
     def _report(self) -> None:
         plan = self.plan
         lines = [f"ironcurtain: session {plan.session_id}"]
         width = max(len(n) for n in self.servers)
+        boxes = {name: self._box(name) for name in self.servers}
+        box_width = max(32, *(len(b) for b in boxes.values()))
         for name, conn in self.servers.items():
-            sp = plan.servers[name]
-            if sp.profile is not None:
-                net = "no network"
-                if sp.egress is not None:
-                    count = len(sp.egress.allowed)
-                    net = f"egress proxy: {count} domain{'s' if count != 1 else ''}"
-                box = f"sandboxed (bwrap, {net}" + (
-                    ")" if sp.profile.seccomp else ", NO seccomp filter)"
-                )
-            else:
-                box = "UNSANDBOXED" + (
-                    f" ({plan.sandbox_problem})"
-                    if plan.sandbox_problem and sp.config.sandboxed
-                    else " (sandbox: false)"
-                )
-            lines.append(f"  {name:<{width}}  {box:<32} {len(conn.tools)} tools")
+            count = len(conn.tools)
+            lines.append(
+                f"  {name:<{width}}  {boxes[name]:<{box_width}} "
+                f"{count} tool{'' if count == 1 else 's'}"
+            )
         if plan.run_as is not None:
             uid, gid = plan.run_as
             lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")

@@ -139,6 +139,10 @@ def main() -> None:
                 ws,
                 "--audit-log",
                 os.path.join(scratch, "audit.jsonl"),
+                # The same call thousands of times is the benchmark, not a stuck agent; a
+                # huge limit keeps the breaker's cost in the measurement.
+                "--max-identical-calls",
+                "1000000000",
             ],
             env,
         ),
