@@ -194,6 +194,27 @@ def approvals(
     raise typer.Exit(attach(session))
 
 
+@app.command("annotate-tools")
+def annotate_tools(
+    server: Annotated[
+        list[str] | None, typer.Option("--server", help="Annotate this server (repeatable).")
+    ] = None,
+    all_servers: Annotated[bool, typer.Option("--all", help="Every enabled server.")] = False,
+    heuristic: Annotated[
+        bool,
+        typer.Option("--heuristic", help="No LLM: a draft from MCP hints and argument names."),
+    ] = False,
+    output: Annotated[
+        str, typer.Option("--output", help="Where to write the annotations.")
+    ] = "tool-annotations.draft.json",
+    config: ConfigOpt = None,
+) -> None:
+    """Start servers in their sandboxes, list their tools and annotate them."""
+    from launcher.annotate_cmd import annotate_tools as run_annotate
+
+    raise typer.Exit(run_annotate(tuple(server or ()), all_servers, heuristic, output, config))
+
+
 @app.command()
 def doctor() -> None:
     """Can this machine sandbox? One line per check; non-zero exit when it cannot."""

@@ -83,6 +83,7 @@ class Session:
         self.breaker = CircuitBreaker(plan.max_identical_calls)
         self.pins: dict[str, Pins] = {}
         self.http: HttpEndpoint | None = None
+        self._pinning = True
         self._supervisors: list[asyncio.Task[None]] = []
         self.changed_tools: dict[str, dict[str, str]] = {}
         self.client_elicits = False
@@ -90,6 +91,18 @@ class Session:
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
+
+    async def collect_tools(self) -> dict[str, list[Message]]:
+        """Start every server in its sandbox, list its tools, stop (annotate-tools)."""
+        self._pinning = False
+        try:
+            self._prepare_files()
+            await self._start_egress()
+            await self._start_servers()
+            return {name: list(conn.tools) for name, conn in self.servers.items()}
+        finally:
+            await self.stop()
+            self._remove_unused_files()
 
     async def run(self) -> int:
         try:
@@ -266,7 +279,8 @@ class Session:
                     + (f"\n  its last output:\n{tail}" if tail else "")
                 )
         for conn in conns:
-            self._check_pins(conn, at_start=True)
+            if self._pinning:
+                self._check_pins(conn, at_start=True)
         self._build_routes()
         for name, sp in self.plan.servers.items():
             policy = sp.config.restart_policy

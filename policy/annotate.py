@@ -1,0 +1,167 @@
+"""Tool annotations without an LLM (SPEC §9 ``--heuristic``), and the validator every
+annotation must pass.
+
+The heuristic reads what a server says about a tool, its MCP hints (``readOnlyHint``,
+``destructiveHint``), its name and its argument names and schema, and errs on the strict
+side: any argument that looks like a path gets a path role (so the engine checks it), and a
+tool is free of side effects only when it reads and names no resource. Its output is a
+draft for a human to review, never trusted as reviewed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_DELETE = {"delete", "remove", "rm", "unlink", "drop", "destroy", "purge", "erase"}
+_MOVE = {"move", "rename", "mv"}
+_WRITE = {
+    "write", "create", "edit", "update", "set", "put", "add", "commit", "push", "insert",
+    "save", "append", "mkdir", "make", "init", "checkout", "reset", "merge", "apply",
+    "patch", "upload", "post", "send", "replace", "modify", "stage", "unstage", "tag",
+}  # fmt: skip
+_READ = {
+    "read", "get", "list", "search", "find", "show", "status", "diff", "log", "fetch",
+    "view", "describe", "info", "query", "stat", "tree", "head", "cat", "convert", "lookup",
+}  # fmt: skip
+_PATH_NAMES = {
+    "path", "paths", "file", "files", "filename", "filepath", "directory", "dir", "folder",
+    "source", "destination", "src", "dst", "dest", "root", "cwd", "location", "repo",
+    "repository", "workdir",
+}  # fmt: skip
+_URL_NAMES = {"url", "uri", "href", "link", "endpoint"}
+_MOVE_FROM = {"source", "src", "from", "old"}
+_MOVE_TO = {"destination", "dst", "dest", "to", "new", "target"}
+
+
+def words(name: str) -> list[str]:
+    """``read_text_file``, ``readTextFile``, ``read-text-file`` -> read, text, file.
+
+    >>> words("getRepoPath"), words("move_file")
+    (['get', 'repo', 'path'], ['move', 'file'])
+    """
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name)
+    return [w for w in re.split(r"[^A-Za-z0-9]+", spaced.lower()) if w]
+
+
+def _schema_text(schema: Mapping[str, Any]) -> str:
+    return f"{schema.get('title', '')} {schema.get('description', '')}".lower()
+
+
+def looks_like_path(name: str, schema: Mapping[str, Any]) -> bool:
+    """An argument that names a file or directory, by its name (its last word: ``repo_path``
+    yes, ``source_timezone`` no) or its description."""
+    parts = words(name)
+    if parts and parts[-1] in _PATH_NAMES:
+        return True
+    if schema.get("format") in ("uri", "url"):
+        return False
+    text = _schema_text(schema)
+    return bool(re.search(r"\b(file ?path|directory|folder|path to|file to)\b", text))
+
+
+def tool_effect(tool: Mapping[str, Any]) -> str:
+    hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
+    assert isinstance(hints, dict)
+    name = set(words(str(tool.get("name", ""))))
+    if hints.get("readOnlyHint") is True:
+        return "read"
+    for effect, vocabulary in (
+        ("delete", _DELETE),
+        ("move", _MOVE),
+        ("write", _WRITE),
+        ("read", _READ),
+    ):
+        if name & vocabulary:
+            return effect
+    if hints.get("destructiveHint") is True:
+        return "delete"
+    return "other"
+
+
+def _roles(server: str, tool: str, effect: str, arg: str, schema: Mapping[str, Any]) -> list[str]:
+    parts = set(words(arg))
+    gitish = "git" in server.lower() or "git" in tool.lower()
+    if gitish and ("remote" in parts or ({"url"} & parts and "repo" in " ".join(parts))):
+        return ["git-remote-url"]
+    if parts & _URL_NAMES or schema.get("format") in ("uri", "url"):
+        return ["fetch-url"]
+    last = words(arg)[-1] if words(arg) else ""
+    git_refs = {"base", "target", "revision", "rev", "ref", "commit", "sha", "contains"}
+    if last != "type" and ("branch" in parts or (gitish and last in git_refs)):
+        return ["branch-name"]
+    if "message" in parts and ("commit" in tool.lower() or gitish):
+        return ["commit-message"]
+    if looks_like_path(arg, schema):
+        if effect == "move":
+            if parts & _MOVE_FROM:
+                return ["read-path", "delete-path"]
+            return ["write-path"]
+        if effect == "write" and set(words(tool)) & {"edit", "append", "patch", "replace"}:
+            return ["read-path", "write-path"]  # it reads what it changes
+        return {
+            "read": ["read-path"],
+            "delete": ["delete-path"],
+        }.get(effect, ["write-path"])
+    return ["none"]
+
+
+def heuristic_annotation(server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
+    """A draft annotation (the JSON form of ``policy.models.ToolAnnotation``).
+
+    >>> a = heuristic_annotation("fs", {"name": "write_file", "inputSchema": {"properties": {
+    ...     "path": {"type": "string"}, "content": {"type": "string"}}}})
+    >>> a["effect"], a["sideEffects"], a["args"]
+    ('write', True, {'path': ['write-path'], 'content': ['none']})
+    """
+    name = str(tool.get("name", ""))
+    effect = tool_effect(tool)
+    schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
+    assert isinstance(schema, dict)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    assert isinstance(properties, dict)
+    args = {
+        arg: _roles(server, name, effect, arg, spec if isinstance(spec, dict) else {})
+        for arg, spec in properties.items()
+    }
+    names_a_resource = any(r != ["none"] for r in args.values())
+    return {
+        "toolName": name,
+        "serverName": server,
+        "effect": effect,
+        "sideEffects": effect != "read" or names_a_resource,
+        "args": args,
+        "comment": "heuristic draft: review before trusting",
+    }
+
+
+_PATH_ROLES = {"read-path", "write-path", "delete-path"}
+
+
+def validate(tool: Mapping[str, Any], annotation: Mapping[str, Any]) -> list[str]:
+    """Problems that must stop an annotation from being used: an argument that looks like a
+    path without a path role, or an argument the tool has that the annotation lacks.
+
+    >>> tool = {"name": "cat", "inputSchema": {"properties": {"file": {"type": "string"}}}}
+    >>> validate(tool, {"toolName": "cat", "args": {"file": ["none"]}})
+    ["cat: argument 'file' looks like a path but has no path role (it has none)"]
+    """
+    schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
+    assert isinstance(schema, dict)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    assert isinstance(properties, dict)
+    given = annotation.get("args") or {}
+    problems = []
+    for arg, spec in properties.items():
+        roles = given.get(arg)
+        if roles is None:
+            problems.append(f"{tool.get('name')}: argument '{arg}' has no annotation")
+        elif looks_like_path(arg, spec if isinstance(spec, dict) else {}) and not (
+            set(roles) & _PATH_ROLES
+        ):
+            problems.append(
+                f"{tool.get('name')}: argument '{arg}' looks like a path but has no path role "
+                f"(it has {', '.join(roles)})"
+            )
+    return problems
