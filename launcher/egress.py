@@ -21,6 +21,7 @@ from typing import NoReturn
 from urllib.parse import urlsplit
 
 from policy.egress import EgressRules, check_address, check_host
+from policy.urls import split_host_port
 
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
@@ -200,17 +201,10 @@ class EgressProxy:
 
 def _split_authority(text: str, default_port: int) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``host`` -> (lower-cased host, port)."""
-    text = text.strip()
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, sep, port = text.rpartition(":")
-        if not sep or ":" in host:
-            host, port = text, ""
+    host, port = split_host_port(text)
     if port and not port.isdigit():
         raise _Refused(400, f"bad port in {text!r}")
-    return host.lower().rstrip("."), int(port) if port else default_port
+    return host, int(port) if port else default_port
 
 
 async def _copy(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:

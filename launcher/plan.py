@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import dirs
-from launcher.config import LoadedConfig, ServerConfig, load_and_warn
+from launcher.config import FilesystemSandbox, LoadedConfig, ServerConfig, load_and_warn
 from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
@@ -379,6 +379,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         cwd = server.cwd or workspace
         sandboxed = server.sandboxed and problem is None
         args = list(server.args)
+        fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
         egress = egress_rules(server) if sandboxed else None
         egress_socket = os.path.join(runtime_dir, f"egress-{name}.sock") if egress else None
         program_files: list[str] = []
@@ -392,10 +393,10 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             env=server.env,
             workspace=workspace,
             cwd=cwd,
-            allow_read=server.sandbox.filesystem.allow_read if server.sandbox else (),
-            allow_write=server.sandbox.filesystem.allow_write if server.sandbox else (),
-            deny_read=server.sandbox.filesystem.deny_read if server.sandbox else (),
-            deny_write=server.sandbox.filesystem.deny_write if server.sandbox else (),
+            allow_read=fs.allow_read,
+            allow_write=fs.allow_write,
+            deny_read=fs.deny_read,
+            deny_write=fs.deny_write,
             protected=sandbox_protected,
             runtime_dir=runtime_dir,
             search_path=search,

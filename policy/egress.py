@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from policy.urls import IPAddress, domain_matches, parse_ip
+from policy.urls import IPAddress, domain_matches, parse_ip, split_host_port
 
 _METADATA = (
     ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
@@ -61,15 +61,10 @@ class Entry:
         >>> Entry.parse("*.github.com:443"), Entry.parse("[::1]:8080").pattern
         (Entry(pattern='*.github.com', port=443), '::1')
         """
-        text = text.strip()
-        if text.startswith("["):
-            host, _, rest = text[1:].partition("]")
-            port = rest[1:] if rest.startswith(":") else ""
-            return cls(host.lower(), int(port) if port.isdigit() else None)
-        host, sep, port = text.rpartition(":")
-        if sep and port.isdigit() and ":" not in host:
-            return cls(host.lower().rstrip("."), int(port))
-        return cls(text.lower().rstrip("."), None)
+        host, port = split_host_port(text)
+        if port and not port.isdigit():  # not a port: keep it whole, so it matches nothing
+            return cls(text.strip().lower(), None)
+        return cls(host, int(port) if port else None)
 
     def matches(self, host: str, port: int) -> bool:
         if self.port is not None and self.port != port:

@@ -120,6 +120,24 @@ def parse_ip(host: str) -> IPAddress | None:
     return address
 
 
+def split_host_port(text: str) -> tuple[str, str]:
+    """``host:port``, ``[v6]:port``, ``host`` or a bare IPv6 address -> (host, port text,
+    empty when there is none); the host lower-cased, brackets and a trailing dot dropped.
+
+    >>> split_host_port("Example.COM.:443"), split_host_port("[::1]:80"), split_host_port("::1")
+    (('example.com', '443'), ('::1', '80'), ('::1', ''))
+    """
+    text = text.strip()
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host:  # no port, or an unbracketed IPv6 address
+            host, port = text, ""
+    return host.lower().rstrip("."), port
+
+
 def is_ip_literal(host: str) -> bool:
     """Any form of IP address, as a resolver would read it (see :func:`parse_ip`)."""
     return parse_ip(host) is not None

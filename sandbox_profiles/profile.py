@@ -92,7 +92,8 @@ class ProfileRequest:
     seccomp: bool = True
 
 
-def _under(path: str, root: str) -> bool:
+def is_under(path: str, root: str) -> bool:
+    """``path`` is ``root`` or inside it (no prefix confusion: ``/ws-x`` is not in ``/ws``)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
@@ -180,7 +181,7 @@ def _parent_dirs(mounts: list[Mount]) -> list[Mount]:
         parts = mount.dest.strip("/").split("/")
         for i in range(1, len(parts)):
             parent = "/" + "/".join(parts[:i])
-            if parent in made or any(_under(parent, s) for s in shown):
+            if parent in made or any(is_under(parent, s) for s in shown):
                 continue
             out.append(Mount("dir", parent, reason=f"parent of {mount.dest}", mode=0o755))
             made.add(parent)
@@ -234,7 +235,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     programs: list[tuple[str, str]] = []
     for program in (req.command_path, *program_files):
         for directory, reason in program_dirs(program, req.search_path):
-            if not any(_under(directory, d) for d, _ in programs):
+            if not any(is_under(directory, d) for d, _ in programs):
                 programs.append((directory, reason))
     for directory, reason in programs:
         mounts.append(Mount("ro-bind", directory, directory, reason))
@@ -248,7 +249,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         if os.path.exists(path):
             mounts.append(Mount("ro-bind", path, path, "denyWrite"))
     for path in req.protected:
-        if os.path.exists(path) and any(_under(path, r) for r in writable):
+        if os.path.exists(path) and any(is_under(path, r) for r in writable):
             mounts.append(Mount("ro-bind", path, path, "ironcurtain's own file"))
     for path in req.deny_read:
         if os.path.isdir(path):
@@ -258,7 +259,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         elif os.path.lexists(path):
             mask = os.path.join(req.runtime_dir, "masked")
             mounts.append(Mount("mask-file", path, mask, "denyRead: an unreadable file"))
-        elif any(_under(path, b) for b in bound):
+        elif any(is_under(path, b) for b in bound):
             # Not there yet, but inside a tree the server sees: the launcher puts a
             # placeholder at the first missing component (an empty file when that is the
             # path itself, else an empty directory) and this hides whatever appears there.
@@ -299,7 +300,7 @@ def guarded_paths(req: ProfileRequest, profile: SandboxProfile) -> list[str]:
     return [
         p
         for p in (*req.deny_write, *req.protected)
-        if not os.path.lexists(p) and any(_under(p, r) for r in profile.writable)
+        if not os.path.lexists(p) and any(is_under(p, r) for r in profile.writable)
     ]
 
 

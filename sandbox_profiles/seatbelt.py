@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT
+from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT, is_under
 
 # What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
 MACOS_SYSTEM_READ: tuple[str, ...] = (
@@ -93,10 +93,6 @@ def _rule(action: str, operations: str, filters: list[str], comment: str) -> lis
     return lines
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def protected_name_regex(root: str, name: str) -> str:
     """A regex matching ``name`` at any depth below ``root``, and everything inside it, for
     an SBPL ``#"..."`` literal (which takes backslashes as they are and cannot hold ``"``).
@@ -126,7 +122,7 @@ def render(profile: SandboxProfile) -> str:
         if mount.kind in ("ro-bind", "ro-bind-try"):
             if mount.source and mount.source != dest:
                 skipped.append(mount)
-            elif any(_under(dest, w) for w in profile.writable):
+            elif any(is_under(dest, w) for w in profile.writable):
                 deny_write.append((dest, mount.reason))
             else:
                 read.append(dest)

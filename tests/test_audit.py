@@ -13,7 +13,7 @@ from launcher.audit import AuditLog, verify
 from tests.conftest import Home, needs_bwrap
 from tests.test_config_errors import ironcurtain
 from tests.test_containment import PROBE_TOOLS, probe_server_config, write_raw_policy
-from tests.test_session import call, connect
+from tests.test_session import call, connect, run_args
 
 
 def _log(path: Path, entries: int) -> list[str]:
@@ -111,17 +111,7 @@ def test_a_removed_log_denies_that_call_and_every_later_one(user: Home) -> None:
     texts: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
-        async with connect(
-            user,
-            "--config",
-            str(config),
-            "--policy-dir",
-            str(policy),
-            "--workspace",
-            str(ws),
-            "--audit-log",
-            str(audit),
-        ) as s:
+        async with connect(user, *run_args(config, policy, ws, audit)) as s:
             texts.append(await call(s, "probe__write_path", {"path": f"{ws}/a", "content": "1"}))
             os.unlink(audit)
             texts.append(await call(s, "probe__write_path", {"path": f"{ws}/b", "content": "2"}))

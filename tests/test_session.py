@@ -248,17 +248,7 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
     audit = user.root / "audit.jsonl"
 
     async def scenario() -> None:
-        async with connect(
-            user,
-            "--config",
-            str(config),
-            "--policy-dir",
-            str(policy),
-            "--workspace",
-            str(ws),
-            "--audit-log",
-            str(audit),
-        ) as s:
+        async with connect(user, *run_args(config, policy, ws, audit)) as s:
             prompts = {p.name for p in (await s.list_prompts()).prompts}
             assert prompts == {"probe__greet"}
             got = await s.get_prompt("probe__greet", {"name": "Ada"})
