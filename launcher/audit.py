@@ -23,8 +23,7 @@ GENESIS = "sha256:" + "0" * 64
 
 
 def hash_value(value: object) -> str:
-    canonical = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return "sha256:" + hashlib.sha256(_canonical(value).encode("utf-8")).hexdigest()
 
 
 def hashed_arguments(
@@ -41,6 +40,27 @@ def hashed_arguments(
     return {
         key: value if clear and key not in pii else hash_value(value) for key, value in args.items()
     }
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _member(key: str, value: object) -> str:
+    """``"key":value`` as it appears in the canonical JSON of an object."""
+    return f"{_canonical(key)}:{_canonical(value)}"
+
+
+def _timestamp() -> str:
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An entry's fields, each already a canonical ``"key":value`` member, by key."""
+
+    pieces: Mapping[str, str]
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
@@ -94,26 +114,31 @@ class AuditLog:
                 self.error = f"{self.path} was removed"
         return self.error is None
 
-    def write(self, entry: dict[str, Any]) -> bool:
+    def prepare(self, entry: Mapping[str, Any]) -> Prepared:
+        """Serialise an entry's fields now, while the call is out at the server, so that
+        :meth:`write` only adds the outcome. ``entry`` must not change afterwards."""
+        record = {"time": _timestamp(), "sessionId": self.session_id, **entry}
+        return Prepared({k: _member(k, v) for k, v in record.items()})
+
+    def write(self, entry: Mapping[str, Any], prepared: Prepared | None = None) -> bool:
+        """Append one entry (the fields of ``prepared`` plus ``entry``), chained to the one
+        before it. False once the log cannot be written."""
         if self.error is not None:
             return False
-        now = time.time()
-        record: dict[str, Any] = {
-            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
-            + f".{int(now * 1000) % 1000:03d}Z",
-            "sessionId": self.session_id,
-            **entry,
-            "prev": self._prev,
-        }
-        # One serialisation: the line is the canonical JSON the hash is taken over, with the
-        # hash appended as the last key (verify takes it out again to check it).
+        pieces = dict(prepared.pieces) if prepared is not None else {}
+        if prepared is None:
+            pieces["time"] = f'"time":"{_timestamp()}"'
+            pieces["sessionId"] = _member("sessionId", self.session_id)
         try:
-            canonical = json.dumps(
-                record, sort_keys=True, separators=(",", ":"), ensure_ascii=False
-            )
+            for key, value in entry.items():
+                pieces[key] = _member(key, value)
         except (TypeError, ValueError) as exc:
             self.error = f"an entry could not be written: {exc}"
             return False
+        pieces["prev"] = f'"prev":"{self._prev}"'
+        # The line is the canonical JSON the hash is taken over (keys sorted, no spaces),
+        # with the hash appended as the last key (verify takes it out again to check it).
+        canonical = "{" + ",".join([pieces[k] for k in sorted(pieces)]) + "}"
         digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         try:
             self._file.write(f'{canonical[:-1]},"hash":"{digest}"}}\n')

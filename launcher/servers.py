@@ -11,13 +11,16 @@ import itertools
 import json
 import os
 import signal
+import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psutil
 
+from launcher.lines import LineBuffer, LineProtocol
 from sandbox_profiles.bwrap import limits_argv
 from sandbox_profiles.bwrap import render as render_bwrap
 from sandbox_profiles.model import SandboxProfile
@@ -29,7 +32,7 @@ LINE_LIMIT = 64 * 1024 * 1024
 CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
 
 Message = dict[str, Any]
-NotificationHandler = Callable[["ServerConnection", Message], Awaitable[None]]
+NotificationHandler = Callable[["ServerConnection", Message], None]
 
 
 _SIGNAL_MEANING = {
@@ -132,9 +135,15 @@ class ServerConnection:
         self.name = spec.name
         self._on_notification = on_notification
         self._ids = itertools.count(1)
-        self._pending: dict[int, asyncio.Future[Message]] = {}
-        self._proc: asyncio.subprocess.Process | None = None
+        self._pending: dict[int, tuple[Callable[[Message | BaseException], None], Any]] = {}
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._stdin: asyncio.WriteTransport | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self._stdout_open = True
+        self._returncode: int | None = None
+        self._exit: asyncio.Future[int | None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.pid: int | None = None
         self.gone: ServerGone | None = None
         self.limit_reason: str | None = None
         self.exited = asyncio.Event()
@@ -147,43 +156,79 @@ class ServerConnection:
         self.resource_templates: list[Message] = []
 
     async def start(self) -> None:
+        """Start the process. Its pipes are read by plain protocols (not a subprocess
+        transport, which hands every read on through one more trip round the event loop),
+        and its exit is watched through a pidfd."""
+        loop = asyncio.get_running_loop()
+        self._exit = loop.create_future()
         fds: list[int] = []
         try:
             if self.spec.seccomp is not None:
                 fds.append(_memfd("ironcurtain-seccomp", self.spec.seccomp))
             argv = self.spec.command(fds[0] if fds else None)
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 env=dict(self.spec.env),
                 cwd=self.spec.cwd,
                 start_new_session=True,
-                limit=LINE_LIMIT,
                 pass_fds=fds,
             )
         finally:
             for fd in fds:
                 os.close(fd)
-        self._tasks = [
-            asyncio.create_task(self._read_stdout()),
-            asyncio.create_task(self._read_stderr()),
-        ]
+        self._proc, self.pid = proc, proc.pid
+        assert proc.stdin and proc.stdout and proc.stderr
+        stdout = LineBuffer(self._on_stdout_line, LINE_LIMIT, self._on_oversized)
+        stderr = LineBuffer(self._on_stderr_line, LINE_LIMIT)
+        stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
+        assert isinstance(stdin, asyncio.WriteTransport)
+        self._stdin = stdin
+        out, _ = await loop.connect_read_pipe(
+            lambda: LineProtocol(stdout, self._stdout_closed), proc.stdout
+        )
+        err, _ = await loop.connect_read_pipe(lambda: LineProtocol(stderr), proc.stderr)
+        self._transports = [stdin, out, err]
+        self._watch_exit(loop, proc)
         limits = self.spec.profile.limits if self.spec.profile else None
         if limits is not None and (limits.memory or limits.processes or limits.cpu_seconds):
             self._tasks.append(asyncio.create_task(self._watch_limits()))
 
+    def _watch_exit(self, loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # not Linux >= 5.3: a thread waits instead
+
+            def wait() -> None:
+                proc.wait()
+                loop.call_soon_threadsafe(self._process_exited)
+
+            threading.Thread(target=wait, daemon=True).start()
+            return
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            self._process_exited()
+
+        loop.add_reader(pidfd, exited)
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._returncode is None
+
     async def _watch_limits(self, interval: float = 0.25) -> None:
         """Stop the server when its whole process tree goes over a limit. The rlimits set in
         the child bound each process; this bounds the tree, and says why it stopped."""
-        assert self._proc is not None and self.spec.profile is not None
+        assert self.pid is not None and self.spec.profile is not None
         limits = self.spec.profile.limits
         try:
-            root = psutil.Process(self._proc.pid)
+            root = psutil.Process(self.pid)
         except psutil.Error:
             return
-        while self._proc.returncode is None:
+        while self.running:
             await asyncio.sleep(interval)
             try:
                 tree = [root, *root.children(recursive=True)]
@@ -207,7 +252,7 @@ class ServerConnection:
                 self.limit_reason = reason
                 self._log(f"stopped: {reason}")
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self._proc.pid, signal.SIGKILL)
+                    os.killpg(self.pid, signal.SIGKILL)
                 for proc in tree:
                     with contextlib.suppress(psutil.Error):
                         proc.kill()
@@ -221,7 +266,7 @@ class ServerConnection:
         if "error" in response:
             raise RuntimeError(f"initialize failed: {response['error'].get('message')}")
         self.initialize_result = response.get("result") or {}
-        await self.notify("notifications/initialized", None)
+        self.notify("notifications/initialized", None)
 
     @property
     def capabilities(self) -> Message:
@@ -265,69 +310,106 @@ class ServerConnection:
     def _write(self, message: Message) -> None:
         if self.gone is not None:
             raise self.gone
-        assert self._proc is not None and self._proc.stdin is not None
-        self._proc.stdin.write(encode(message))
+        assert self._stdin is not None
+        if self._stdin.is_closing():
+            raise ServerGone(self.name, self._returncode, self.limit_reason)
+        self._stdin.write(encode(message))
+
+    def send_request(
+        self,
+        method: str,
+        params: Message | None,
+        on_done: Callable[[Message | BaseException], None],
+        timeout: float | None = None,
+    ) -> int:
+        """Write a request now; ``on_done`` is called once, from the callback that read the
+        answer, with the whole response message (``result`` or ``error``), or with
+        ``ServerGone`` or ``TimeoutError`` (the server is then told it was cancelled).
+        Raises ``ServerGone`` when the server is not running. Returns the request's id.
+
+        No task and no future: the answer is handled in the same trip round the event loop
+        that read it, which is most of what a relayed call costs."""
+        request_id = next(self._ids)
+        message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self._write(message)
+        timer = None
+        if timeout is not None:
+            loop = asyncio.get_running_loop()
+            timer = loop.call_later(timeout, self._expire, request_id)
+        self._pending[request_id] = (on_done, timer)
+        return request_id
+
+    def cancel_request(self, request_id: int, reason: str) -> bool:
+        """Stop waiting for a request and tell the server; False if it was already done."""
+        entry = self._pending.pop(request_id, None)
+        if entry is None:
+            return False
+        if entry[1] is not None:
+            entry[1].cancel()
+        with contextlib.suppress(ServerGone, OSError):
+            self.notify("notifications/cancelled", {"requestId": request_id, "reason": reason})
+        return True
+
+    def _expire(self, request_id: int) -> None:
+        entry = self._pending.get(request_id)
+        if entry is not None and self.cancel_request(request_id, "timed out in ironcurtain"):
+            entry[0](TimeoutError())
+
+    def _complete(self, request_id: int, outcome: Message | BaseException) -> None:
+        entry = self._pending.pop(request_id, None)
+        if entry is not None:
+            if entry[1] is not None:
+                entry[1].cancel()
+            entry[0](outcome)
 
     async def request(
         self, method: str, params: Message | None, timeout: float | None = None
     ) -> Message:
-        """Send a request; the whole response message (``result`` or ``error``)."""
-        request_id = next(self._ids)
+        """Send a request and wait for its whole response message (``result`` or
+        ``error``); ``TimeoutError`` after ``timeout`` seconds."""
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
-        if params is not None:
-            message["params"] = params
-        try:
-            self._write(message)
-            return await asyncio.wait_for(future, timeout)
-        except (TimeoutError, asyncio.CancelledError) as exc:
-            why = "timed out in ironcurtain" if isinstance(exc, TimeoutError) else "cancelled"
-            with contextlib.suppress(ServerGone, OSError):
-                await self.notify(
-                    "notifications/cancelled", {"requestId": request_id, "reason": why}
-                )
-            raise
-        finally:
-            self._pending.pop(request_id, None)
 
-    async def notify(self, method: str, params: Message | None) -> None:
+        def done(outcome: Message | BaseException) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        request_id = self.send_request(method, params, done, timeout)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self.cancel_request(request_id, "cancelled")
+            raise
+
+    def notify(self, method: str, params: Message | None) -> None:
         message: Message = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
         self._write(message)
 
-    async def _read_stdout(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        stdout = self._proc.stdout
-        while True:
-            try:
-                line = await stdout.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                self._log("sent a line longer than the limit; dropped it")
-                continue
-            if not line:
-                break
-            try:
-                message = json.loads(line)
-            except ValueError:
+    def _on_stdout_line(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            if line.strip():
                 self._log("sent output that is not JSON; ignored")
-                continue
-            if not isinstance(message, dict):
-                continue
-            await self._dispatch(message)
-        status = await self._proc.wait()
-        self.gone = ServerGone(self.name, status, self.limit_reason)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(self.gone)
-        self.exited.set()
+            return
+        if isinstance(message, dict):
+            self._dispatch(message)
 
-    async def _dispatch(self, message: Message) -> None:
+    def _on_oversized(self) -> None:
+        self._log("sent a line longer than the limit; dropped it")
+
+    def _dispatch(self, message: Message) -> None:
         if "method" not in message:
-            future = self._pending.get(message.get("id"))  # type: ignore[arg-type]
-            if future is not None and not future.done():
-                future.set_result(message)
+            key = message.get("id")
+            if type(key) is int:  # our ids are plain ints
+                self._complete(key, message)
             return
         if "id" in message:
             # A request from the server (sampling, roots, elicitation): not offered.
@@ -340,56 +422,70 @@ class ServerConnection:
                 self._write(reply)
             return
         if self._on_notification is not None:
-            await self._on_notification(self, message)
+            self._on_notification(self, message)
 
-    async def _read_stderr(self) -> None:
-        assert self._proc is not None and self._proc.stderr is not None
-        while True:
-            try:
-                line = await self._proc.stderr.readline()
-            except (ValueError, asyncio.LimitOverrunError):
-                continue
-            if not line:
-                break
-            text = line.decode("utf-8", "replace").rstrip()
-            self.stderr_tail = [*self.stderr_tail[-19:], text]
-            self._log(text)
+    def _on_stderr_line(self, line: bytes) -> None:
+        text = line.decode("utf-8", "replace").rstrip()
+        self.stderr_tail = [*self.stderr_tail[-19:], text]
+        self._log(text)
 
     def _log(self, text: str) -> None:
         print(f"[{self.name}] {text}", file=sys.stderr, flush=True)
 
-    # -- stopping --------------------------------------------------------------------------
+    # -- exit and stopping -----------------------------------------------------------------
+
+    def _stdout_closed(self) -> None:
+        self._stdout_open = False
+        self._maybe_gone()
+
+    def _process_exited(self) -> None:
+        assert self._proc is not None
+        self._returncode = self._proc.wait()  # it has exited: this only reaps it
+        if self._exit is not None and not self._exit.done():
+            self._exit.set_result(self._returncode)
+        self._maybe_gone()
+
+    def _maybe_gone(self) -> None:
+        """Gone once it has exited and everything it wrote has been read."""
+        if self._stdout_open or self._returncode is None or self.gone is not None:
+            return
+        self.gone = ServerGone(self.name, self._returncode, self.limit_reason)
+        for request_id in list(self._pending):
+            self._complete(request_id, self.gone)
+        self.exited.set()
 
     async def stop(self, grace: float = 0.6) -> None:
         """Close stdin, then SIGTERM, then SIGKILL the whole process tree; at most ~2 s."""
-        proc = self._proc
-        if proc is None:
+        pid = self.pid
+        if self._proc is None or pid is None:
             return
         try:
-            tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
         except psutil.Error:
             tree = []
-        if proc.returncode is None:
-            if proc.stdin is not None:
+        if self._returncode is None:
+            if self._stdin is not None:
                 with contextlib.suppress(OSError):
-                    proc.stdin.close()
+                    self._stdin.close()
             for sig in (signal.SIGTERM, signal.SIGKILL):
-                if await self._wait(proc, grace):
+                if await self._wait(grace):
                     break
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, sig)
-            await self._wait(proc, grace)
+                    os.killpg(pid, sig)
+            await self._wait(grace)
         for child in tree[1:]:  # anything that left the process group
             with contextlib.suppress(psutil.Error):
                 child.kill()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        for transport in self._transports:
+            transport.close()
 
-    @staticmethod
-    async def _wait(proc: asyncio.subprocess.Process, timeout: float) -> bool:
+    async def _wait(self, timeout: float) -> bool:
+        assert self._exit is not None
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(asyncio.shield(self._exit), timeout)
         except TimeoutError:
             return False
         return True

@@ -13,19 +13,22 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
 
 from launcher import acl, dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
-from launcher.audit import AuditLog, hash_value, hashed_arguments
+from launcher.audit import AuditLog, Prepared, hash_value, hashed_arguments
 from launcher.breaker import CircuitBreaker
 from launcher.config import RestartConfig
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, Quarantined
 from launcher.http_transport import HttpEndpoint
+from launcher.lines import LineBuffer, LineProtocol
 from launcher.pins import Pins
 from launcher.plan import SessionPlan
 from launcher.servers import (
@@ -43,6 +46,22 @@ from sandbox_profiles import write_runtime_files
 SEPARATOR = "__"
 STARTUP_TIMEOUT = 60.0
 FORWARDED_NOTIFICATIONS = ("notifications/progress", "notifications/message")
+
+
+@dataclass(slots=True)
+class _Call:
+    """One ``tools/call`` on its way through the session."""
+
+    request_id: Any
+    params: Message
+    started: float
+    server: str | None
+    tool: str
+    transport: dict[str, object]
+    conn: ServerConnection | None
+    entry: dict[str, Any] = field(default_factory=dict)
+    downstream: int | None = None  # the id it was sent to the server with
+    prepared: Prepared | None = None  # its audit entry, serialised while the server works
 
 
 def tool_result(text: str, is_error: bool = True) -> Message:
@@ -73,6 +92,7 @@ class Session:
         self.egress: dict[str, EgressProxy] = {}
         self._placeholders: list[str] = []
         self._in_flight: dict[str | int, asyncio.Task[None]] = {}
+        self._calls: dict[str | int, _Call] = {}  # forwarded tools/call, by the client's id
         self.approvals = Approvals(
             plan.approval,
             plan.approval_timeout,
@@ -353,6 +373,8 @@ class Session:
         self.servers[name].restarting = False
 
     async def stop(self) -> None:
+        for call in list(self._calls.values()):
+            self._cancel_call(call, "the session is stopping")
         for task in [*self._tasks, *self._supervisors]:
             task.cancel()
         await asyncio.gather(*self._supervisors, return_exceptions=True)
@@ -430,17 +452,24 @@ class Session:
 
     # -- upstream --------------------------------------------------------------------------
 
-    async def _open_stdio(self) -> asyncio.StreamReader:
+    async def _open_stdio(self) -> None:
+        """Read the client's lines as they arrive (each handled in the callback that got it),
+        and write answers through a pipe transport. End of input stops the session."""
         loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader(limit=LINE_LIMIT)
+        lines = LineBuffer(self._handle_line, LINE_LIMIT, self._oversized_request)
+
+        def end_of_input() -> None:
+            lines.close()
+            self._stop.set()
+
         if _pollable(sys.stdin.fileno()):
-            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+            await loop.connect_read_pipe(lambda: LineProtocol(lines, self._stop.set), sys.stdin)
         else:
             # A regular file or /dev/null on stdin (epoll refuses both): read it in a thread.
             def pump() -> None:
-                for line in sys.stdin.buffer:
-                    loop.call_soon_threadsafe(reader.feed_data, line)
-                loop.call_soon_threadsafe(reader.feed_eof)
+                for data in iter(lambda: os.read(sys.stdin.fileno(), 1 << 16), b""):
+                    loop.call_soon_threadsafe(lines.feed, data)
+                loop.call_soon_threadsafe(end_of_input)
 
             threading.Thread(target=pump, daemon=True).start()
         try:
@@ -450,7 +479,9 @@ class Session:
             self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
         except (ValueError, OSError):
             self._writer = None
-        return reader
+
+    def _oversized_request(self) -> None:
+        self.send(_error(None, -32700, "message too large"))
 
     def send(self, message: Message) -> None:
         if self.http is not None:
@@ -471,40 +502,18 @@ class Session:
         if self.guard is not None:
             # Between calls too: a server's background process is caught as it writes.
             loop.add_reader(self.guard.fd, self.settle)
-        if self.http is not None:
-            try:
-                await self._stop.wait()
-            finally:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
-                if self.guard is not None:
-                    loop.remove_reader(self.guard.fd)
-                await self.http.stop()
-            return
-        reader = await self._open_stdio()
-        stop_wait = asyncio.create_task(self._stop.wait())
+        if self.http is None:
+            await self._open_stdio()
         try:
-            while not self._stop.is_set():
-                read = asyncio.create_task(reader.readline())
-                done, _ = await asyncio.wait({read, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if read not in done:
-                    read.cancel()
-                    break
-                try:
-                    line = read.result()
-                except (ValueError, asyncio.LimitOverrunError):
-                    self.send(_error(None, -32700, "message too large"))
-                    continue
-                if not line:
-                    break
-                self._handle_line(line)
+            await self._stop.wait()
         finally:
-            stop_wait.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
             if self.guard is not None:
                 loop.remove_reader(self.guard.fd)
-            if self._writer is not None:
+            if self.http is not None:
+                await self.http.stop()
+            elif self._writer is not None:
                 with contextlib.suppress(Exception):
                     await self._writer.drain()
 
@@ -525,9 +534,14 @@ class Session:
             if future is not None and not future.done():
                 future.set_result(message)
             return
-        task = asyncio.create_task(self._handle(message))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        if message["method"] == "tools/call" and "id" in message:
+            params = message.get("params")
+            try:
+                self._tools_call(message["id"], params if isinstance(params, dict) else {})
+            except Exception as exc:  # never take the session down for one request
+                self.send(_error(message["id"], -32603, f"internal error: {exc}"))
+            return
+        self._spawn(self._handle(message))
 
     async def _handle(self, message: Message) -> None:
         method = message.get("method")
@@ -579,8 +593,6 @@ class Session:
             return {}
         if method == "tools/list":
             return {"tools": self.exposed_tools}
-        if method == "tools/call":
-            return await self._call_tool(params, request_id)
         if method == "prompts/list":
             return {"prompts": self.exposed_prompts}
         if method == "prompts/get":
@@ -634,7 +646,7 @@ class Session:
         entry = self._entry(request_id, server, "resources/read", {"uri": forward_uri}, decision)
         assert self.audit is not None
         if not self.audit.check() or decision.decision != "allow":
-            self._finish(entry, started, "denied", None)
+            self._finish(entry, started, "denied")
             if not self.audit.healthy:
                 decision = Decision(
                     "deny", "audit-log-unwritable", "the audit log cannot be written"
@@ -643,39 +655,58 @@ class Session:
         try:
             result = await self._forward(server, "resources/read", {**params, "uri": forward_uri})
         except _RpcError:
-            self._finish(entry, started, "error", None)
+            self._finish(entry, started, "error")
             raise
-        self._finish(entry, started, "success", None)
+        self._finish(entry, started, "success")
         return result
 
     async def _client_notification(self, method: Any, params: Message) -> None:
         if method == "notifications/cancelled":
             # Stop waiting for the call; the server gets its own notifications/cancelled.
             request_id = params.get("requestId")
-            task = self._in_flight.get(request_id) if isinstance(request_id, str | int) else None
+            if not isinstance(request_id, str | int):
+                return
+            call = self._calls.get(request_id)
+            if call is not None:
+                self._cancel_call(call, "cancelled")
+                return
+            task = self._in_flight.get(request_id)
             if task is not None:
                 task.cancel()
 
-    async def _on_server_notification(self, conn: ServerConnection, message: Message) -> None:
+    def _on_server_notification(self, conn: ServerConnection, message: Message) -> None:
         method = message.get("method")
         if method in FORWARDED_NOTIFICATIONS:
             self.send(message)
         elif method == "notifications/tools/list_changed":
-            with contextlib.suppress(Exception):
-                await conn.list_tools()
-                self._check_pins(conn, at_start=False)
-                self._build_routes()
-                self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            self._spawn(self._tools_changed(conn))
+
+    async def _tools_changed(self, conn: ServerConnection) -> None:
+        with contextlib.suppress(Exception):
+            await conn.list_tools()
+            self._check_pins(conn, at_start=False)
+            self._build_routes()
+            self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     # -- the policy-checked call -----------------------------------------------------------
 
-    async def _call_tool(self, params: Message, request_id: Any) -> Message:
+    def _tools_call(self, request_id: Any, params: Message) -> None:
+        """``tools/call``: decided, audited and forwarded in the callback that read it; the
+        answer is relayed in the callback that reads it (:meth:`_call_done`). Only an
+        escalation, which waits for a human, runs as a task."""
         started = time.perf_counter()
         public = params.get("name")
         raw_args = params.get("arguments") or {}
-        route = self.routes.get(public) if isinstance(public, str) else None
         if not isinstance(raw_args, dict):
-            return tool_result("DENIED: arguments must be a JSON object")
+            self._reply(request_id, tool_result("DENIED: arguments must be a JSON object"))
+            return
+        route = self.routes.get(public) if isinstance(public, str) else None
         server, tool = route if route else (None, str(public))
         conn = self.servers.get(server) if server else None
         cwd = self.plan.servers[server].cwd if server else self.plan.workspace
@@ -699,91 +730,157 @@ class Session:
                 f"the same call was made {self.breaker.limit} times within "
                 f"{self.breaker.window:g} s; it is refused until that slows down",
             )
-        entry = self._entry(request_id, server, tool, transport, decision)
+        call = _Call(request_id, params, started, server, tool, transport, conn)
+        call.entry = self._entry(request_id, server, tool, transport, decision)
         audit = self.audit
         assert audit is not None
         if not audit.check():
-            return self._finish(
-                entry,
-                started,
+            self._end(
+                call,
                 "denied",
                 tool_result(
                     f"DENIED (rule: audit-log-unwritable): the audit log cannot be written "
                     f"({audit.error}), so no call is allowed"
                 ),
             )
-        if decision.decision == "escalate" and conn is not None and server is not None:
-            outcome = await self.approvals.decide(
-                server, tool, transport, decision, self.client_elicits, self.ask_client
-            )
-            entry["escalation"] = outcome.escalation
-            if outcome.escalation == "approved-for-session":
-                entry["whitelisted"] = {  # what later identical calls will match
-                    "server": server,
-                    "tool": tool,
-                    "arguments": hash_value(transport),
-                }
-            if not outcome.approved:
-                text = (
-                    denial_text(decision)
-                    if outcome.escalation == "no-approval-channel"
-                    else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
-                    f"{outcome.detail or 'not approved'}"
-                )
-                return self._finish(entry, started, "denied", tool_result(text))
+        elif decision.decision == "escalate" and conn is not None and server is not None:
+            task = self._spawn(self._escalate(call, decision))
+            if isinstance(request_id, str | int):
+                self._in_flight[request_id] = task
         elif decision.decision != "allow" or conn is None:
-            return self._finish(entry, started, "denied", tool_result(denial_text(decision)))
-        assert conn is not None
-        forward = {**params, "name": tool, "arguments": transport}
+            self._end(call, "denied", tool_result(denial_text(decision)))
+        else:
+            self._forward_call(call)
+
+    async def _escalate(self, call: _Call, decision: Decision) -> None:
+        assert call.server is not None
         try:
-            try:
-                response = await conn.request("tools/call", forward, conn.spec.timeout)
-            finally:
-                self.settle()  # what the call created is dealt with before it returns
-        except ServerGone as gone:
-            return self._finish(
-                entry,
-                started,
-                "server-exited",
-                tool_result(
-                    f"ERROR: {gone}; it is being restarted, try again shortly"
-                    if conn.restarting
-                    else f"ERROR: {gone}; it is not running"
-                ),
+            outcome = await self.approvals.decide(
+                call.server,
+                call.tool,
+                call.transport,
+                decision,
+                self.client_elicits,
+                self.ask_client,
             )
         except asyncio.CancelledError:
-            self._finish(entry, started, "cancelled", None)  # by the client, or at stop
+            self._finish_call(call, "cancelled")  # by the client, or at stop
             raise
-        except TimeoutError:
-            return self._finish(
-                entry,
-                started,
+        finally:
+            if self._in_flight.get(call.request_id) is asyncio.current_task():
+                del self._in_flight[call.request_id]
+        call.entry["escalation"] = outcome.escalation
+        if outcome.escalation == "approved-for-session":
+            call.entry["whitelisted"] = {  # what later identical calls will match
+                "server": call.server,
+                "tool": call.tool,
+                "arguments": hash_value(call.transport),
+            }
+        if outcome.approved:
+            self._forward_call(call)
+            return
+        text = (
+            denial_text(decision)
+            if outcome.escalation == "no-approval-channel"
+            else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
+            f"{outcome.detail or 'not approved'}"
+        )
+        self._end(call, "denied", tool_result(text))
+
+    def _forward_call(self, call: _Call) -> None:
+        conn = call.conn
+        assert conn is not None
+        forward = {**call.params, "name": call.tool, "arguments": call.transport}
+        try:
+            call.downstream = conn.send_request(
+                "tools/call",
+                forward,
+                lambda outcome: self._call_done(call, outcome),
+                conn.spec.timeout,
+            )
+        except ServerGone as gone:
+            self._call_done(call, gone)
+            return
+        if isinstance(call.request_id, str | int):
+            self._calls[call.request_id] = call
+        assert self.audit is not None
+        call.prepared = self.audit.prepare(call.entry)
+
+    def _call_done(self, call: _Call, outcome: Message | BaseException) -> None:
+        """The server answered, exited, or ran out of time: audit, then answer the client."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        try:
+            self.settle()  # what the call created is dealt with before it returns
+            self._relay_answer(call, outcome)
+        except Exception as exc:  # never take the session down for one call
+            self.send(_error(call.request_id, -32603, f"internal error: {exc}"))
+
+    def _relay_answer(self, call: _Call, outcome: Message | BaseException) -> None:
+        server, conn = call.server, call.conn
+        assert conn is not None
+        if isinstance(outcome, ServerGone):
+            self._end(
+                call,
+                "server-exited",
+                tool_result(
+                    f"ERROR: {outcome}; it is being restarted, try again shortly"
+                    if conn.restarting
+                    else f"ERROR: {outcome}; it is not running"
+                ),
+            )
+            return
+        if isinstance(outcome, TimeoutError):
+            self._end(
+                call,
                 "timeout",
                 tool_result(
                     f"ERROR: server '{server}' did not answer within {conn.spec.timeout} s; "
                     "the call was cancelled"
                 ),
             )
-        if "error" in response:
-            err = response["error"] if isinstance(response["error"], dict) else {}
-            self._finish(entry, started, "error", None)
-            raise _RpcError(int(err.get("code", -32603)), str(err.get("message", "error")))
-        result = response.get("result")
+            return
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if "error" in outcome:
+            err = outcome["error"] if isinstance(outcome["error"], dict) else {}
+            self._finish_call(call, "error")
+            code, text = err.get("code", -32603), err.get("message", "error")
+            self.send(_error(call.request_id, code if type(code) is int else -32603, str(text)))
+            return
+        result = outcome.get("result")
         if not isinstance(result, dict):
-            return self._finish(
-                entry,
-                started,
-                "error",
-                tool_result(f"ERROR: server '{server}' returned a malformed result"),
+            self._end(
+                call, "error", tool_result(f"ERROR: server '{server}' returned a malformed result")
             )
-        status = "error" if result.get("isError") else "success"
-        finished = self._finish(entry, started, status, result)
-        if not audit.healthy:
-            return tool_result(
+            return
+        self._finish_call(call, "error" if result.get("isError") else "success")
+        assert self.audit is not None
+        if not self.audit.healthy:
+            result = tool_result(
                 "DENIED (rule: audit-log-unwritable): the audit log cannot be "
                 "written; the call ran but its result is withheld"
             )
-        return finished
+        self._reply(call.request_id, result)
+
+    def _end(self, call: _Call, status: str, result: Message) -> None:
+        self._finish_call(call, status)
+        self._reply(call.request_id, result)
+
+    def _finish_call(self, call: _Call, status: str) -> None:
+        self._finish(call.entry, call.started, status, call.prepared)
+
+    def _reply(self, request_id: Any, result: Message) -> None:
+        self.send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _cancel_call(self, call: _Call, reason: str) -> None:
+        """The client cancelled it, or the session is stopping: the server is told, the
+        audit says ``cancelled``, the client gets no answer (MCP)."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        assert call.conn is not None and call.downstream is not None
+        if call.conn.cancel_request(call.downstream, reason):
+            self._finish_call(call, "cancelled")
 
     def _entry(
         self,
@@ -864,19 +961,27 @@ class Session:
         return list(annotation.pii_fields) if annotation else []
 
     def _finish(
-        self, entry: dict[str, Any], started: float, status: str, result: Message | None
-    ) -> Message:
-        entry["result"] = status
-        entry["durationMs"] = round((time.perf_counter() - started) * 1000, 3)
-        assert self.audit is not None
-        if not self.audit.write(entry):
+        self,
+        entry: dict[str, Any],
+        started: float,
+        status: str,
+        prepared: Prepared | None = None,
+    ) -> None:
+        """Write the call's audit entry with its outcome (``entry`` holds what was known
+        before, already serialised in ``prepared`` when the call was forwarded)."""
+        outcome = {"result": status, "durationMs": round((time.perf_counter() - started) * 1000, 3)}
+        audit = self.audit
+        assert audit is not None
+        if prepared is not None:
+            written = audit.write(outcome, prepared)
+        else:
+            written = audit.write({**entry, **outcome})
+        if not written:
             print(
-                f"ironcurtain: audit log write failed ({self.audit.error}); "
-                "denying every further call",
+                f"ironcurtain: audit log write failed ({audit.error}); denying every further call",
                 file=sys.stderr,
                 flush=True,
             )
-        return result or {}
 
 
 def sweep_stale_runtime_dirs(base: str, min_age: float = 60.0) -> None:
