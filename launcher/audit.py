@@ -26,24 +26,35 @@ def hash_value(value: object) -> str:
     return "sha256:" + hashlib.sha256(_canonical(value).encode("utf-8")).hexdigest()
 
 
+def argument_hashes(args: Mapping[str, object]) -> dict[str, str]:
+    """Each argument's ``sha256:<hex>`` (of its canonical JSON)."""
+    return {key: hash_value(value) for key, value in args.items()}
+
+
 def hashed_arguments(
-    args: Mapping[str, object], clear: bool = False, pii: Collection[str] = ()
+    args: Mapping[str, object],
+    clear: bool = False,
+    pii: Collection[str] = (),
+    hashes: Mapping[str, str] | None = None,
 ) -> dict[str, object]:
-    """Each argument as ``sha256:<hex>`` of its canonical JSON; with ``clear``, as given,
-    except the ``pii`` fields.
+    """Each argument as ``sha256:<hex>`` of its canonical JSON (from ``hashes`` when they
+    were taken already); with ``clear``, as given, except the ``pii`` fields.
 
     >>> hashed_arguments({"a": 1})["a"][:15]
     'sha256:6b86b273'
     >>> hashed_arguments({"path": "x", "email": "a@b"}, clear=True, pii=["email"])["path"]
     'x'
     """
+    if hashes is None:
+        hashes = argument_hashes(args) if not clear else {}
     return {
-        key: value if clear and key not in pii else hash_value(value) for key, value in args.items()
+        key: value if clear and key not in pii else hashes.get(key) or hash_value(value)
+        for key, value in args.items()
     }
 
 
-def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+# One encoder, made once: json.dumps with options builds a new encoder at every call.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 
 
 def _member(key: str, value: object) -> str:

@@ -1,14 +1,13 @@
 """The identical-call circuit breaker: an agent stuck in a loop (or driven to hammer one
 call) is stopped. The same server, tool and canonical arguments more than ``limit`` times
-within ``window`` seconds is refused until the window has room again."""
+within ``window`` seconds is refused until the window has room again. Arguments are known by
+their per-field hashes (the ones the audit entry stores), so they are serialised once."""
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
-
-from launcher.audit import hash_value
+from collections.abc import Callable, Mapping
 
 
 class CircuitBreaker:
@@ -18,19 +17,21 @@ class CircuitBreaker:
         self.limit = limit
         self.window = window
         self._clock = clock
-        self._seen: dict[tuple[str, str, str], deque[float]] = {}
+        self._seen: dict[tuple[str, str, tuple[tuple[str, str], ...]], deque[float]] = {}
 
-    def allow(self, server: str, tool: str, arguments: dict[str, object]) -> bool:
-        """Count this call; False when it is one too many (``limit`` 0: never refuses).
+    def allow(self, server: str, tool: str, hashes: Mapping[str, str]) -> bool:
+        """Count this call (``hashes``: each argument's hash); False when it is one too many
+        (``limit`` 0: never refuses).
 
         >>> b = CircuitBreaker(2, 60, clock=lambda: 0.0)
-        >>> [b.allow("s", "t", {"a": 1}) for _ in range(3)], b.allow("s", "t", {"a": 2})
+        >>> [b.allow("s", "t", {"a": "h1"}) for _ in range(3)], b.allow("s", "t", {"a": "h2"})
         ([True, True, False], True)
         """
         if self.limit <= 0:
             return True
         now = self._clock()
-        times = self._seen.setdefault((server, tool, hash_value(arguments)), deque())
+        key = (server, tool, tuple(sorted(hashes.items())))
+        times = self._seen.setdefault(key, deque())
         while times and now - times[0] > self.window:
             times.popleft()
         if len(times) >= self.limit:

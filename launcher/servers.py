@@ -74,8 +74,11 @@ class ServerGone(Exception):
         super().__init__(f"server '{name}' {how}")
 
 
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def encode(message: Message) -> bytes:
-    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _compact(message).encode() + b"\n"
 
 
 @dataclass(frozen=True)

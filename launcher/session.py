@@ -21,7 +21,7 @@ import psutil
 
 from launcher import acl, dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
-from launcher.audit import AuditLog, Prepared, hash_value, hashed_arguments
+from launcher.audit import AuditLog, Prepared, argument_hashes, hash_value, hashed_arguments
 from launcher.breaker import CircuitBreaker
 from launcher.config import RestartConfig
 from launcher.egress import EgressProxy, Refusal
@@ -719,10 +719,11 @@ class Session:
                 f"the tool is {changed} since its description and schema were pinned; "
                 "a human must approve its calls",
             )
+        hashes = argument_hashes(transport)
         if (
             decision.decision != "deny"
             and server is not None
-            and not self.breaker.allow(server, tool, transport)
+            and not self.breaker.allow(server, tool, hashes)
         ):
             decision = Decision(
                 "deny",
@@ -731,7 +732,7 @@ class Session:
                 f"{self.breaker.window:g} s; it is refused until that slows down",
             )
         call = _Call(request_id, params, started, server, tool, transport, conn)
-        call.entry = self._entry(request_id, server, tool, transport, decision)
+        call.entry = self._entry(request_id, server, tool, transport, decision, hashes)
         audit = self.audit
         assert audit is not None
         if not audit.check():
@@ -889,13 +890,14 @@ class Session:
         tool: str,
         args: dict[str, object],
         decision: Decision,
+        hashes: dict[str, str] | None = None,
     ) -> dict[str, Any]:
         return {
             "requestId": request_id,
             "server": server,
             "tool": tool,
             "arguments": hashed_arguments(
-                args, self.plan.audit_args_clear, self._pii(server, tool)
+                args, self.plan.audit_args_clear, self._pii(server, tool), hashes
             ),
             "policy": {
                 "decision": decision.decision,

@@ -6,6 +6,7 @@ remotes are resolved through the role registry's resolver, which tests can repla
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -53,8 +54,19 @@ class StructuralConfig:
     state_dir: str | None = None
     exempt: tuple[str, ...] = ()
     system_roots: tuple[str, ...] = SYSTEM_ROOTS
+    # Every guarded directory as an exact path and as a prefix, so that the common answer
+    # (the path is under none of them) is two C-level string tests, whatever their number.
+    _guarded: _Prefixes = field(init=False, repr=False, compare=False)
+    _system: _Prefixes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        guarded = [*self.protected, *([self.state_dir] if self.state_dir else [])]
+        object.__setattr__(self, "_guarded", _Prefixes(guarded))
+        object.__setattr__(self, "_system", _Prefixes(self.system_roots))
 
     def protected_label(self, path: str, removing: bool = False) -> str | None:
+        if not self._guarded.covers(path) and not (removing and self._guarded.any_below(path)):
+            return None
         for target, label in self.protected.items():
             if is_within(path, target) or (removing and is_within(target, path)):
                 return label
@@ -70,6 +82,29 @@ class StructuralConfig:
         ):
             return "ironcurtain's state directory"
         return None
+
+    def system_root(self, path: str) -> str | None:
+        """The system root ``path`` is in, if any."""
+        if not self._system.covers(path):
+            return None
+        return next(root for root in self.system_roots if is_within(path, root))
+
+
+class _Prefixes:
+    """``covers(p)``: ``is_within(p, d)`` for some ``d`` of a fixed set, in two C calls."""
+
+    def __init__(self, directories: Iterable[str]) -> None:
+        dirs = list(directories)
+        self.exact = frozenset(dirs)
+        self.prefixes = tuple(os.sep if d == os.sep else d.rstrip(os.sep) + os.sep for d in dirs)
+
+    def covers(self, path: str) -> bool:
+        return path in self.exact or path.startswith(self.prefixes)
+
+    def any_below(self, path: str) -> bool:
+        """Whether some ``d`` is ``path`` or below it (removing ``path`` removes ``d``)."""
+        below = os.sep if path == os.sep else path.rstrip(os.sep) + os.sep
+        return path in self.exact or any(d.startswith(below) for d in self.exact)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +126,7 @@ class _Rule:
     side_effects: bool | None
     path_roles: frozenset[ArgumentRole] | None
     within: str
+    within_prefix: str  # ``within`` and a separator: a path below it starts with this
     domain_roles: frozenset[ArgumentRole] | None
     allowed: tuple[str, ...]
 
@@ -107,6 +143,7 @@ def expand_variables(value: str, variables: Mapping[str, str]) -> str:
 
 def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
     c = rule.condition
+    within = canonical_path(expand_variables(c.paths.within, variables)) if c.paths else ""
     return _Rule(
         name=rule.name,
         then=rule.then,
@@ -116,7 +153,8 @@ def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
         tool=_opt_set(c.tool),
         side_effects=c.side_effects,
         path_roles=frozenset(c.paths.roles) if c.paths else None,
-        within=canonical_path(expand_variables(c.paths.within, variables)) if c.paths else "",
+        within=within,
+        within_prefix=os.sep if within == os.sep else within.rstrip(os.sep) + os.sep,
         domain_roles=frozenset(c.domains.roles) if c.domains else None,
         allowed=tuple(c.domains.allowed) if c.domains else (),
     )
@@ -145,6 +183,7 @@ class PolicyEngine:
             for ann in entry.tools:
                 self._tools[(server, ann.tool_name)] = self._tool_info(ann)
         self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
+        self._candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
         self._resource_infos: dict[str, _ToolInfo] = {}
 
     @staticmethod
@@ -243,13 +282,13 @@ class PolicyEngine:
                     label = structural.protected_label(path, removing)
                     if label:
                         return _deny_protected(key, label)
-                    for root in structural.system_roots:
-                        if is_within(path, root):
-                            return Decision(
-                                "deny",
-                                "structural-system-root",
-                                f"argument '{key}' points into the system directory {root}",
-                            )
+                    root = structural.system_root(path)
+                    if root is not None:
+                        return Decision(
+                            "deny",
+                            "structural-system-root",
+                            f"argument '{key}' points into the system directory {root}",
+                        )
             else:
                 # Defence in depth: anything that looks like a path, whatever its role.
                 for text in iter_strings(value):
@@ -320,16 +359,10 @@ class PolicyEngine:
         cwd: str | None,
         cache: dict[tuple[str, str], str],
     ) -> Decision:
-        ann = info.annotation
-        for rule in self._rules:
-            if rule.effect is not None and ann.effect not in rule.effect:
-                continue
-            if rule.server is not None and server not in rule.server:
-                continue
-            if rule.tool is not None and tool not in rule.tool:
-                continue
-            if rule.side_effects is not None and ann.side_effects != rule.side_effects:
-                continue
+        candidates = self._candidates.get((server, tool))
+        if candidates is None:
+            candidates = self._candidates[(server, tool)] = self._static_matches(server, tool, info)
+        for rule in candidates:
             if rule.path_roles is not None and not self._paths_within(rule, info, args):
                 continue
             if rule.domain_roles is not None and not self._domains_allowed(
@@ -339,6 +372,19 @@ class PolicyEngine:
             return Decision(rule.then, rule.name, rule.reason)
         return Decision("deny", "default-deny", "no policy rule matches this call")
 
+    def _static_matches(self, server: str, tool: str, info: _ToolInfo) -> tuple[_Rule, ...]:
+        """The rules whose conditions on the tool itself (effect, server, name, side
+        effects) hold, in order: only their argument conditions are left to each call."""
+        ann = info.annotation
+        return tuple(
+            rule
+            for rule in self._rules
+            if (rule.effect is None or ann.effect in rule.effect)
+            and (rule.server is None or server in rule.server)
+            and (rule.tool is None or tool in rule.tool)
+            and (rule.side_effects is None or ann.side_effects == rule.side_effects)
+        )
+
     @staticmethod
     def _paths_within(rule: _Rule, info: _ToolInfo, args: Mapping[str, object]) -> bool:
         assert rule.path_roles is not None
@@ -346,7 +392,7 @@ class PolicyEngine:
         for arg, roles in info.path_args:
             if roles & rule.path_roles:
                 for path in iter_strings(args.get(arg)):
-                    if not is_within(path, rule.within):
+                    if path != rule.within and not path.startswith(rule.within_prefix):
                         return False
                     found = True
         return found

@@ -175,3 +175,75 @@ def test_prepare_unknown_tool_uses_heuristic(ws: FakeFilesystem) -> None:
     transport, policy = prepare_tool_args(args, None, cwd=WS, home="/home/ada")
     assert transport == {"p": f"{WS}/x", "q": "plain words", "r": "/home/ada/y", "s": ["/z"]}
     assert policy == transport and policy is not transport
+
+
+def three_tier_reference(path: str, cwd: str | None = None) -> str:
+    """The tiers of SPEC §5 tried one after the other (how resolve_real_path once read)."""
+    joined = path if os.path.isabs(path) else os.path.join(cwd or os.getcwd(), path)
+    try:
+        return os.path.realpath(joined, strict=True)
+    except (OSError, ValueError):
+        pass
+    try:
+        if os.path.islink(joined):
+            return os.path.realpath(joined)
+        parent, name = os.path.split(joined)
+        if name not in ("", ".", ".."):
+            return os.path.join(os.path.realpath(parent, strict=True), name)
+    except (OSError, ValueError):
+        pass
+    try:
+        return os.path.realpath(joined)
+    except (OSError, ValueError):
+        return os.path.normpath(joined)
+
+
+def _link_maze(root: str) -> list[str]:
+    """Links, loops, dangling chains and missing paths under ``root``; the paths to ask."""
+    os.makedirs(f"{root}/ws/sub/deep")
+    os.makedirs(f"{root}/outside/inner")
+    for name in ("ws/notes.txt", "outside/secret.txt", "ws/sub/deep/f"):
+        with open(f"{root}/{name}", "w") as handle:
+            handle.write("x")
+    links = {
+        "ws/escape": f"{root}/outside",
+        "ws/rel": "../outside/inner",
+        "ws/dangling": f"{root}/outside/not-yet",
+        "ws/chain1": f"{root}/ws/chain2",
+        "ws/chain2": f"{root}/outside/planted",
+        "ws/loop1": f"{root}/ws/loop2",
+        "ws/loop2": f"{root}/ws/loop1",
+        "ws/self": f"{root}/ws/self",
+        "ws/sub/up": "..",
+        "ws/to-file": f"{root}/ws/notes.txt",
+        "ws/mid-dangling": f"{root}/nowhere/deeper",
+    }
+    for name, target in links.items():
+        os.symlink(target, f"{root}/{name}")
+    tails = ["", "/x", "/x/y", "/..", "/../loot", "/./z", "/../../q"]
+    heads = [
+        "ws",
+        "ws/notes.txt",
+        "ws/new.txt",
+        "ws/sub/deep",
+        "ws/sub/missing/more",
+        *(f"ws/{name.split('/', 1)[1]}" for name in links),
+        "nothing/at/all",
+    ]
+    return [f"{root}/{head}{tail}" for head in heads for tail in tails]
+
+
+def test_one_walk_agrees_with_the_three_tiers_on_a_real_filesystem(tmp_path: object) -> None:
+    root = os.path.realpath(str(tmp_path))
+    paths = _link_maze(root)
+    assert len(paths) > 100
+    for path in paths:
+        assert resolve_real_path(path) == three_tier_reference(path), path
+    assert resolve_real_path("sub/up/../notes.txt", cwd=f"{root}/ws") == three_tier_reference(
+        "sub/up/../notes.txt", cwd=f"{root}/ws"
+    )
+
+
+def test_one_walk_agrees_with_the_three_tiers_on_a_fake_filesystem(fs: FakeFilesystem) -> None:
+    for path in _link_maze("/r"):
+        assert resolve_real_path(path) == three_tier_reference(path), path

@@ -1,0 +1,434 @@
+#!/usr/bin/env python3
+"""IronCurtain's cost, measured against the goals of SPEC §11, each comparison in one run.
+
+  calls   per-call latency: a server called directly vs through `ironcurtain run`
+          (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path)
+  start   spawn to `initialize` answered: bare vs the full sandbox (bwrap, seccomp, and as
+          root the switch to an unprivileged uid), for a shell, the time and filesystem servers
+  ready   `ironcurtain run` on the bundled config (every server) until the upstream
+          `initialize` is answered vs the same servers started bare, in parallel, until the
+          slowest of them has answered
+  policy  decisions per second of the engine on a 50-rule policy, without paths and with
+          two paths (each canonicalised through the filesystem, as for a real call)
+  memory  RSS of the trusted process with three servers, after a few hundred calls
+
+A and B alternate call by call (start by start), after a warm-up; read the ratios and the
+added times, not the absolute ones: this machine is noisy.
+
+Usage: bench.py [--quick] [section ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from benchlib import BIN, INIT, ROOT, Peer, Scratch, compare, ms
+
+from launcher.plan import RunOptions, plan_session
+from launcher.servers import LaunchSpec, _memfd
+from sandbox_profiles.model import Limits
+from sandbox_profiles.profile import write_runtime_files
+
+GOALS = {
+    "calls": "median added <= 0.3 ms (p99 added <= 1 ms)",
+    "start": "<= 10 ms added",
+    "ready": "<= 250 ms added",
+    "policy": ">= 100 000/s without paths, >= 20 000/s with two paths",
+    "memory": "<= 60 MB RSS",
+}
+results: dict[str, str] = {}
+
+
+# -- per-call latency ---------------------------------------------------------------------
+
+
+def bench_calls(quick: bool) -> None:
+    calls, warm = (300, 30) if quick else (2000, 200)
+    scratch = Scratch.make()
+    env = scratch.env()
+    with open(os.path.join(scratch.ws, "notes.txt"), "w") as handle:
+        handle.write("some notes\n" * 20)
+    cases = [
+        (
+            "time: get_current_time",
+            [os.path.join(BIN, "mcp-server-time")],
+            "time",
+            "get_current_time",
+            {"timezone": "UTC"},
+        ),
+        (
+            "filesystem: read_text_file (one path, canonicalised and checked)",
+            [os.path.join(BIN, "mcp-server-filesystem"), scratch.ws],
+            "filesystem",
+            "read_text_file",
+            {"path": os.path.join(scratch.ws, "notes.txt")},
+        ),
+    ]
+    print(f"per call, {calls} calls each, alternating, after {warm} warm-up calls")
+    added = []
+    for label, bare, server, tool, arguments in cases:
+        direct = Peer(bare, env, cwd=scratch.ws)
+        proxied = Peer(scratch.run_argv("--server", server), env)
+        a: list[float] = []
+        b: list[float] = []
+        for i in range(warm + calls):
+            x, y = direct.call(tool, arguments), proxied.call(tool, arguments)
+            if i >= warm:
+                a.append(x)
+                b.append(y)
+        direct.close()
+        proxied.close()
+        added.append((label.split(":")[0], *compare(label, a, b)))
+    scratch.remove()
+    results["calls"] = "; ".join(
+        f"{name} +{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99" for name, med, p99 in added
+    )
+
+
+# -- sandboxed start ----------------------------------------------------------------------
+
+
+def _time_to_ready(argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None) -> float:
+    fds = [_memfd("bench-seccomp", bpf)] if bpf is not None else []
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [a.replace("{fd}", str(fds[0])) if fds else a for a in argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=cwd,
+        pass_fds=fds,
+        start_new_session=True,
+    )
+    for fd in fds:
+        os.close(fd)
+    assert proc.stdin and proc.stdout
+    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+    proc.stdin.flush()
+    while True:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{argv[0]} exited before answering initialize")
+        if json.loads(line).get("id") == 0:
+            ready = time.perf_counter() - started
+            break
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+    return ready
+
+
+def bench_start(quick: bool) -> None:
+    starts = 5 if quick else 20
+    scratch = Scratch.make()
+    os.environ.update(scratch.env())
+    config = os.path.join(scratch.root, "servers.json")
+    with open(os.path.join(ROOT, "launcher", "defaults", "mcp-servers.json")) as handle:
+        servers = json.load(handle)["mcpServers"]
+    # A shell that answers initialize: the sandbox's own cost without a server's noise.
+    servers["minimal"] = {
+        "command": "/bin/sh",
+        "args": ["-c", 'read l; echo \'{"jsonrpc":"2.0","id":0,"result":{}}\'; cat'],
+    }
+    with open(config, "w") as handle:
+        json.dump({"mcpServers": servers}, handle)
+    plan = plan_session(
+        RunOptions(config=config, workspace=scratch.ws, servers=("minimal", "time", "filesystem"))
+    )
+    uid, gid = plan.run_as or (os.getuid(), os.getgid())
+    write_runtime_files(plan.runtime_dir, uid, gid)
+    if plan.run_as:
+        os.chown(scratch.ws, uid, gid)
+    who = f"as uid {uid} (the launcher is root)" if plan.run_as else "as the caller (userns)"
+    print(f"spawn to `initialize` answered, median of {starts} alternating starts")
+    print(f"  sandbox: bwrap, seccomp {'on' if plan.seccomp_bpf else 'OFF'}, {who}")
+    added = {}
+    for name, sp in plan.servers.items():
+        assert sp.profile is not None
+        spec = sp.launch
+        limited = LaunchSpec(
+            spec.name,
+            [],
+            spec.env,
+            spec.cwd,
+            None,
+            profile=replace(sp.profile, limits=Limits(memory=2 << 30, open_files=1024)),
+            bwrap=spec.bwrap,
+            seccomp=spec.seccomp,
+        )
+        variants = {
+            "bare": (list(sp.profile.argv), sp.cwd, None),
+            # The seccomp descriptor's number is only known at each start.
+            "sandboxed": (_fd_slot(spec.command(-1)), "/", spec.seccomp),
+            "+limits": (_fd_slot(limited.command(-1)), "/", spec.seccomp),
+        }
+        env = dict(spec.env)
+        for argv, cwd, bpf in variants.values():  # warm the page cache
+            _time_to_ready(argv, env, cwd, bpf)
+        ready: dict[str, list[float]] = {k: [] for k in variants}
+        for _ in range(starts):
+            for key, (argv, cwd, bpf) in variants.items():
+                ready[key].append(_time_to_ready(argv, env, cwd, bpf))
+        base = statistics.median(ready["bare"])
+        print(f"\n  {name} ({os.path.basename(sp.profile.argv[0])})")
+        for key, values in ready.items():
+            med = statistics.median(values)
+            print(
+                f"    {key:10} {ms(med, 8, 1)}  added {ms(med - base, 8, 1)}  "
+                f"ratio {med / base:.3f}x  (min {ms(min(values), 8, 1)})"
+            )
+        added[name] = statistics.median(ready["sandboxed"]) - base
+    subprocess.run(["rm", "-rf", plan.runtime_dir], check=False)
+    scratch.remove()
+    results["start"] = "; ".join(f"{k} +{v * 1000:.1f} ms" for k, v in added.items())
+
+
+def _fd_slot(argv: list[str]) -> list[str]:
+    return [a if a != "-1" else "{fd}" for a in argv]
+
+
+# -- ready ----------------------------------------------------------------------------------
+
+
+def _bare_all_ready(commands: list[list[str]], env: dict[str, str], cwd: str) -> float:
+    """Start every server at once (as `run` does); the time until the slowest answered."""
+    started = time.perf_counter()
+    procs = [
+        subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        for argv in commands
+    ]
+    for proc in procs:
+        assert proc.stdin
+        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+        proc.stdin.flush()
+    for proc in procs:
+        assert proc.stdout
+        while json.loads(proc.stdout.readline() or b'{"id": 0}').get("id") != 0:
+            pass
+    slowest = time.perf_counter() - started
+    for proc in procs:
+        assert proc.stdin
+        proc.stdin.close()
+        proc.wait()
+    return slowest
+
+
+def bench_ready(quick: bool) -> None:
+    starts = 3 if quick else 10
+    scratch = Scratch.make()
+    env = scratch.env()
+    with open(os.path.join(ROOT, "launcher", "defaults", "mcp-servers.json")) as handle:
+        servers = json.load(handle)["mcpServers"]
+    bare = [
+        [
+            os.path.join(BIN, s["command"]),
+            *(a.replace("${workspace}", scratch.ws) for a in s.get("args", [])),
+        ]
+        for s in servers.values()
+    ]
+    names = ", ".join(servers)
+    variants: dict[str, Callable[[], float]] = {
+        "bare, slowest": lambda: _bare_all_ready(bare, env, scratch.ws),
+        "ironcurtain": lambda: _run_ready(scratch, env),
+    }
+    for measure in variants.values():  # warm the page cache
+        measure()
+    ready: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(starts):
+        for key, measure in variants.items():
+            ready[key].append(measure())
+    print(f"ready: {len(bare)} servers ({names}) started together, median of {starts}")
+    base = statistics.median(ready["bare, slowest"])
+    for key, values in ready.items():
+        med = statistics.median(values)
+        print(f"  {key:14} {ms(med, 8, 1)}  added {ms(med - base, 8, 1)}  ratio {med / base:.2f}x")
+    scratch.remove()
+    added = statistics.median(ready["ironcurtain"]) - base
+    results["ready"] = f"+{added * 1000:.0f} ms over the slowest bare start"
+
+
+def _run_ready(scratch: Scratch, env: dict[str, str]) -> float:
+    peer = Peer(scratch.run_argv(), env)
+    peer.close()
+    return peer.ready
+
+
+# -- policy decisions -------------------------------------------------------------------------
+
+
+def fifty_rule_policy(workspace: str) -> dict[str, object]:
+    """The bundled rules behind 40 more that a real user's policy might carry (other
+    servers, other directories, other domains), so a call walks most of the list."""
+    with open(os.path.join(ROOT, "policy", "defaults", "compiled-policy.json")) as handle:
+        bundled = json.load(handle)
+    extra: list[dict[str, object]] = []
+    for i in range(10):
+        extra.append(
+            {
+                "name": f"allow-project-{i}-reads",
+                "if": {
+                    "effect": ["read"],
+                    "paths": {"roles": ["read-path"], "within": f"/srv/project-{i}"},
+                },
+                "then": "allow",
+                "reason": "project checkout",
+            }
+        )
+        extra.append(
+            {
+                "name": f"escalate-project-{i}-writes",
+                "if": {
+                    "effect": ["write", "move"],
+                    "paths": {"roles": ["write-path"], "within": f"/srv/project-{i}"},
+                },
+                "then": "escalate",
+                "reason": "writes to a project need a human",
+            }
+        )
+        extra.append(
+            {
+                "name": f"deny-tool-{i}",
+                "if": {"server": [f"other-{i}"], "tool": ["anything"]},
+                "then": "deny",
+                "reason": "not for agents",
+            }
+        )
+        extra.append(
+            {
+                "name": f"allow-docs-{i}",
+                "if": {"domains": {"roles": ["fetch-url"], "allowed": [f"docs-{i}.example.com"]}},
+                "then": "allow",
+                "reason": "documentation site",
+            }
+        )
+    rules = [*extra, *bundled["rules"]]
+    assert len(rules) == 50, len(rules)
+    return {**bundled, "rules": rules}
+
+
+def bench_policy(quick: bool) -> None:
+    rounds, per_round = (3, 5_000) if quick else (7, 20_000)
+    scratch = Scratch.make()
+    os.environ.update(scratch.env())
+    policy_dir = os.path.join(scratch.root, "policy")
+    os.makedirs(policy_dir)
+    with open(os.path.join(policy_dir, "compiled-policy.json"), "w") as handle:
+        json.dump(fifty_rule_policy(scratch.ws), handle)
+    with open(os.path.join(ROOT, "policy", "defaults", "tool-annotations.json")) as handle:
+        annotations = handle.read()
+    with open(os.path.join(policy_dir, "tool-annotations.json"), "w") as handle:
+        handle.write(annotations)
+    plan = plan_session(RunOptions(workspace=scratch.ws, policy_dir=policy_dir))
+    engine, ws = plan.engine, plan.workspace
+    with open(os.path.join(ws, "draft.txt"), "w") as handle:
+        handle.write("x")
+    os.makedirs(os.path.join(ws, "notes", "2026"))
+    cases = {
+        "without paths (time: convert_time)": (
+            "time",
+            "convert_time",
+            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"},
+        ),
+        "with two paths (filesystem: move_file)": (
+            "filesystem",
+            "move_file",
+            {"source": f"{ws}/draft.txt", "destination": f"{ws}/notes/2026/final.txt"},
+        ),
+    }
+    print(f"policy decisions, 50 rules, canonicalisation included; best of {rounds} rounds")
+    rates = {}
+    for label, (server, tool, arguments) in cases.items():
+        decision, _ = engine.decide(server, tool, arguments, cwd=ws)
+        best = 0.0
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for _ in range(per_round):
+                engine.decide(server, tool, arguments, cwd=ws)
+            best = max(best, per_round / (time.perf_counter() - started))
+        rates[label] = best
+        print(f"  {label:42} {best:10,.0f} /s   ({decision.decision}, rule {decision.rule})")
+    scratch.remove()
+    results["policy"] = "; ".join(f"{k.split(' (')[0]} {v:,.0f}/s" for k, v in rates.items())
+
+
+# -- memory ---------------------------------------------------------------------------------
+
+
+def bench_memory(quick: bool) -> None:
+    import psutil
+
+    calls = 100 if quick else 500
+    scratch = Scratch.make()
+    env = scratch.env()
+    subprocess.run(["git", "init", "-q", scratch.ws], check=True)
+    with open(os.path.join(scratch.ws, "notes.txt"), "w") as handle:
+        handle.write("notes\n")
+    peer = Peer(
+        scratch.run_argv("--server", "time", "--server", "git", "--server", "filesystem"), env
+    )
+    proc = psutil.Process(peer.proc.pid)
+    at_ready = proc.memory_info().rss
+    zones = ["UTC", "Europe/Paris", "Asia/Tokyo", "America/New_York"]
+    for i in range(calls):
+        peer.call("time__get_current_time", {"timezone": zones[i % len(zones)]})
+        peer.call("filesystem__read_text_file", {"path": f"{scratch.ws}/notes.txt"})
+        peer.call("git__git_status", {"repo_path": scratch.ws})
+    after = proc.memory_info()
+    uss = proc.memory_full_info().uss
+    peer.close()
+    scratch.remove()
+    print("memory of the trusted process, 3 servers (time, git, filesystem)")
+    print(f"  RSS at ready             {at_ready / 1e6:6.1f} MB")
+    print(
+        f"  RSS after {3 * calls:4} calls      {after.rss / 1e6:6.1f} MB   "
+        f"(unshared: {uss / 1e6:.1f} MB)"
+    )
+    results["memory"] = f"{after.rss / 1e6:.1f} MB RSS"
+
+
+SECTIONS: dict[str, Callable[[bool], None]] = {
+    "calls": bench_calls,
+    "start": bench_start,
+    "ready": bench_ready,
+    "policy": bench_policy,
+    "memory": bench_memory,
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer iterations")
+    parser.add_argument("sections", nargs="*", help=f"any of {', '.join(SECTIONS)} (default: all)")
+    opts = parser.parse_args()
+    unknown = [s for s in opts.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown section {unknown[0]!r}: expected one of {', '.join(SECTIONS)}")
+    for name in opts.sections or SECTIONS:
+        SECTIONS[name](opts.quick)
+        print()
+    print("summary (this machine, this run)")
+    for name, text in results.items():
+        print(f"  {name:7} {text:70}  goal: {GOALS[name]}")
+
+
+if __name__ == "__main__":
+    main()

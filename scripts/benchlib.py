@@ -1,0 +1,162 @@
+"""What the benchmark scripts share: a raw JSON-lines MCP peer, a scratch home, statistics.
+
+Every comparison alternates A and B within one run (machine noise then hits both alike);
+the ratios and the added times are what to read, never the absolute times.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.dirname(sys.executable)
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+class Peer:
+    """A stdio MCP server spoken to in raw JSON lines (no client library in the way)."""
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> None:
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        self.ids = 0
+        self.ready = self.roundtrip(INIT) - self.started
+        self.send(INITIALIZED)
+
+    def send(self, message: dict[str, object]) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def roundtrip(self, message: dict[str, object]) -> float:
+        """Send, read up to the answer; the time it arrived."""
+        self.send(message)
+        assert self.proc.stdout
+        while True:
+            line = self.proc.stdout.readline()
+            if not line:
+                raise RuntimeError(f"{self.proc.args[0]} exited before answering")
+            reply = json.loads(line)
+            if reply.get("id") == message["id"]:
+                if "error" in reply or reply.get("result", {}).get("isError"):
+                    raise RuntimeError(f"call failed: {reply}")
+                return time.perf_counter()
+
+    def call(self, tool: str, arguments: dict[str, object]) -> float:
+        """One tools/call; its round-trip time."""
+        self.ids += 1
+        message = {
+            "jsonrpc": "2.0",
+            "id": self.ids,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
+        start = time.perf_counter()
+        return self.roundtrip(message) - start
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Scratch:
+    """A throw-away home for one benchmark run: workspace, state, config, audit log."""
+
+    root: str
+
+    @classmethod
+    def make(cls) -> Scratch:
+        scratch = cls(tempfile.mkdtemp(prefix="ironcurtain-bench-"))
+        os.makedirs(scratch.ws)
+        return scratch
+
+    @property
+    def ws(self) -> str:
+        return os.path.join(self.root, "ws")
+
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": f"{BIN}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": os.path.expanduser("~"),
+            "LANG": "C.UTF-8",
+            "XDG_STATE_HOME": os.path.join(self.root, "state"),
+            "XDG_CONFIG_HOME": os.path.join(self.root, "config"),
+        }
+
+    def run_argv(self, *extra: str) -> list[str]:
+        """``ironcurtain run`` on this scratch home, its circuit breaker out of the way (the
+        same call thousands of times is the benchmark here, not a stuck agent)."""
+        return [
+            os.path.join(BIN, "ironcurtain"),
+            "run",
+            "--workspace",
+            self.ws,
+            "--audit-log",
+            os.path.join(self.root, "audit.jsonl"),
+            "--max-identical-calls",
+            "1000000000",
+            *extra,
+        ]
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def ms(x: float, width: int = 8, digits: int = 3) -> str:
+    return f"{x * 1000:{width}.{digits}f} ms"
+
+
+def compare(label: str, base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+    """Print one A/B line pair; return (median added, p99 added) in seconds."""
+    med_a, med_b = statistics.median(base), statistics.median(other)
+    p99_a, p99_b = pct(base, 0.99), pct(other, 0.99)
+    print(f"  {label}")
+    print(f"    {'':14} {'median':>11} {'p99':>11}")
+    print(f"    {'direct':14} {ms(med_a)} {ms(p99_a)}")
+    print(f"    {'ironcurtain':14} {ms(med_b)} {ms(p99_b)}")
+    print(
+        f"    added: median {ms(med_b - med_a)}, p99 {ms(p99_b - p99_a)}; "
+        f"ratio {med_b / med_a:.2f}x"
+    )
+    return med_b - med_a, p99_b - p99_a
