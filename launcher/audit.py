@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Collection, Iterator, Mapping
@@ -67,11 +68,52 @@ def _timestamp() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
 
 
+def _late_member(key_text: str, value: object) -> str:
+    """A member whose key is already quoted; plain strings and finite floats (what an
+    outcome is made of) without a trip through the encoder."""
+    if type(value) is str and value.isascii() and value.isprintable():
+        if '"' not in value and "\\" not in value:
+            return f'{key_text}"{value}"'
+    elif type(value) is float and math.isfinite(value):
+        return f"{key_text}{value!r}"  # what the encoder writes for a finite float
+    return f"{key_text}{_canonical(value)}"
+
+
 @dataclass(frozen=True)
 class Prepared:
-    """An entry's fields, each already a canonical ``"key":value`` member, by key."""
+    """An entry's fields, each already a canonical ``"key":value`` member, by key; and the
+    whole line in canonical order with a slot for each field still to come (``late``,
+    ``prev`` among them): between the slots, ``segments`` of members already joined."""
 
     pieces: Mapping[str, str]
+    late: tuple[str, ...] = ()
+    segments: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, pieces: dict[str, str], late: Collection[str]) -> Prepared:
+        keys = sorted({*pieces, *late, "prev"})
+        slots = tuple(k for k in keys if k not in pieces)
+        segments: list[str] = []
+        current: list[str] = []
+        for key in keys:
+            if key in pieces:
+                current.append(pieces[key])
+            else:
+                segments.append(",".join(current))
+                current = []
+        segments.append(",".join(current))
+        return cls(pieces, slots, tuple(segments))
+
+    def line(self, late: Mapping[str, object]) -> str | None:
+        """The canonical line with ``late`` filled in; None unless ``late`` fills exactly
+        the slots."""
+        if len(late) != len(self.late) or any(k not in late for k in self.late):
+            return None
+        parts = [self.segments[0]]
+        for key, segment in zip(self.late, self.segments[1:], strict=True):
+            parts.append(_late_member(_canonical(key) + ":", late[key]))
+            parts.append(segment)
+        return "{" + ",".join([p for p in parts if p]) + "}"
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
@@ -125,31 +167,24 @@ class AuditLog:
                 self.error = f"{self.path} was removed"
         return self.error is None
 
-    def prepare(self, entry: Mapping[str, Any]) -> Prepared:
+    def prepare(self, entry: Mapping[str, Any], late: Collection[str] = ()) -> Prepared:
         """Serialise an entry's fields now, while the call is out at the server, so that
-        :meth:`write` only adds the outcome. ``entry`` must not change afterwards."""
+        :meth:`write` only adds the ``late`` fields (its outcome). ``entry`` must not change
+        afterwards."""
         record = {"time": _timestamp(), "sessionId": self.session_id, **entry}
-        return Prepared({k: _member(k, v) for k, v in record.items()})
+        return Prepared.of({k: _member(k, v) for k, v in record.items()}, late)
 
     def write(self, entry: Mapping[str, Any], prepared: Prepared | None = None) -> bool:
         """Append one entry (the fields of ``prepared`` plus ``entry``), chained to the one
         before it. False once the log cannot be written."""
         if self.error is not None:
             return False
-        pieces = dict(prepared.pieces) if prepared is not None else {}
-        if prepared is None:
-            pieces["time"] = f'"time":"{_timestamp()}"'
-            pieces["sessionId"] = _member("sessionId", self.session_id)
         try:
-            for key, value in entry.items():
-                pieces[key] = _member(key, value)
+            fast = prepared.line({**entry, "prev": self._prev}) if prepared is not None else None
+            canonical = fast if fast is not None else self._canonical_line(entry, prepared)
         except (TypeError, ValueError) as exc:
             self.error = f"an entry could not be written: {exc}"
             return False
-        pieces["prev"] = f'"prev":"{self._prev}"'
-        # The line is the canonical JSON the hash is taken over (keys sorted, no spaces),
-        # with the hash appended as the last key (verify takes it out again to check it).
-        canonical = "{" + ",".join([pieces[k] for k in sorted(pieces)]) + "}"
         digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         try:
             self._file.write(f'{canonical[:-1]},"hash":"{digest}"}}\n')
@@ -159,6 +194,18 @@ class AuditLog:
             return False
         self._prev = digest
         return True
+
+    def _canonical_line(self, entry: Mapping[str, Any], prepared: Prepared | None) -> str:
+        pieces = dict(prepared.pieces) if prepared is not None else {}
+        if prepared is None:
+            pieces["time"] = f'"time":"{_timestamp()}"'
+            pieces["sessionId"] = _member("sessionId", self.session_id)
+        for key, value in entry.items():
+            pieces[key] = _member(key, value)
+        pieces["prev"] = f'"prev":"{self._prev}"'
+        # The line is the canonical JSON the hash is taken over (keys sorted, no spaces),
+        # with the hash appended as the last key (verify takes it out again to check it).
+        return "{" + ",".join([pieces[k] for k in sorted(pieces)]) + "}"
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -44,7 +44,7 @@ class Peer:
             list(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL,
             env=env,
             cwd=cwd,
             start_new_session=True,

@@ -31,6 +31,51 @@ def test_a_log_verifies_and_continues_its_chain_across_sessions(tmp_path: Path) 
     assert verify(path.read_text().splitlines()) == (5, None)
 
 
+ODD_ENTRY = {
+    "requestId": "r-1",
+    "server": "filesystem",
+    "tool": "write_file",
+    "arguments": {"path": "sha256:ab", "content": 'naïve \u2028 "quoted"\n'},
+    "policy": {"decision": "allow", "rule": "r", "reason": "z before a", "extra": [1, 2.5]},
+    "escalation": None,
+    "a": 0,
+    "a!": 1,  # sorts after "a" as a key, before it once quoted: the order must be the keys'
+    "whitelisted": {"b": 1, "a": 2},
+}
+
+
+def test_an_entry_serialised_while_the_call_is_out_is_the_same_canonical_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "a.jsonl"
+    log = AuditLog(str(path), "s1")
+    log.write({**ODD_ENTRY, "result": "success", "durationMs": 1.25})
+    log.write({"result": "success", "durationMs": 1.25}, log.prepare(ODD_ENTRY))
+    late = ("result", "durationMs", "zzz")
+    log.write(
+        {"result": "server-exited", "durationMs": 0.1, "zzz": 'a \\ "b" \u00e9'},
+        log.prepare(ODD_ENTRY, late),
+    )
+    log.write({"result": "success", "durationMs": 3.0}, log.prepare(ODD_ENTRY, late))  # no zzz
+    log.close()
+    # Split on newlines only: a clear argument may hold U+2028, which splitlines() splits on
+    # but JSON (and `audit verify`, reading the file line by line) leaves inside the line.
+    lines = path.read_text(encoding="utf-8").rstrip("\n").split("\n")
+    assert verify(lines) == (4, None)
+    entries = [json.loads(line) for line in lines]
+    first, second = entries[:2]
+    assert entries[2]["zzz"] == 'a \\ "b" \u00e9' and "zzz" not in entries[3]
+    for line, entry in zip(lines, entries, strict=True):
+        # Each line is the canonical form of its entry, with its hash appended last.
+        body = {k: v for k, v in entry.items() if k != "hash"}
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert line == canonical[:-1] + f',"hash":"{entry["hash"]}"}}'
+    strip = ("time", "prev", "hash")
+    assert {k: v for k, v in first.items() if k not in strip} == {
+        k: v for k, v in second.items() if k not in strip
+    }
+
+
 def _edit(lines: list[str]) -> list[str]:
     entry = json.loads(lines[2])
     entry["result"] = "denied"

@@ -213,6 +213,41 @@ def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
     assert results == {5: "cancelled", 6: "success"}
 
 
+def test_a_call_in_flight_when_the_client_leaves_is_audited_as_cancelled(user: Home) -> None:
+    args, _, audit = _setup(user)
+    proc = subprocess.Popen(
+        [IRONCURTAIN, "run", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=user.env,
+    )
+    assert proc.stdout and proc.stdin
+    _rpc(
+        proc,
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+    )
+    assert json.loads(proc.stdout.readline())["id"] == 1
+    call = {"name": "faulty__hang", "arguments": {"seconds": 30}}
+    _rpc(proc, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
+    time.sleep(0.5)
+    started = time.monotonic()
+    proc.stdin.close()  # the client is gone, its call still out at the server
+    assert proc.stdout.read() == b""
+    proc.wait(timeout=10)
+    assert time.monotonic() - started < 5  # not after the server's 30 s
+    assert [(e["requestId"], e["result"]) for e in audit_entries(audit)] == [(7, "cancelled")]
+
+
 def test_500_concurrent_calls_across_two_servers_each_answered_and_audited_once(
     user: Home,
 ) -> None:
