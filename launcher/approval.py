@@ -41,7 +41,8 @@ class Outcome:
 class Terminals:
     """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
 
-    JSON lines. To a terminal: ``{"type": "request", "id", "server", "tool", "arguments",
+    JSON lines. To a terminal: ``{"type": "attached"}`` once it counts as attached (from
+    then on escalations go to it), ``{"type": "request", "id", "server", "tool", "arguments",
     "rule", "reason"}`` for every question open now or later, and ``{"type": "closed",
     "id"}`` once it is answered anywhere or given up. From a terminal: ``{"type": "answer",
     "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
@@ -94,6 +95,7 @@ class Terminals:
     async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
+            writer.write(b'{"type": "attached"}\n')
             for message, _ in list(self._open.values()):
                 writer.write(json.dumps(message).encode() + b"\n")
             while line := await reader.readline():

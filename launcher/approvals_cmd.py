@@ -66,14 +66,18 @@ def attach(session: str | None) -> int:
         sock.connect(path)
     except OSError as exc:
         raise UsageError(f"{path}: cannot attach: {exc.strerror}") from None
-    print(
-        f"ironcurtain approvals: attached to {os.path.dirname(path)}; waiting (Ctrl-C leaves)",
-        flush=True,
-    )
     stream = sock.makefile("rwb", buffering=0)
     try:
         for raw in stream:
             message = json.loads(raw)
+            if message.get("type") == "attached":
+                # Said only once the session counts this terminal in: from now on its
+                # escalations come here.
+                print(
+                    f"ironcurtain approvals: attached to {os.path.dirname(path)}; "
+                    "waiting (Ctrl-C leaves)",
+                    flush=True,
+                )
             if message.get("type") != "request":
                 continue
             answer = _ask(message)

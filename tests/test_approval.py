@@ -255,6 +255,7 @@ def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None
         terminals = Terminals(str(tmp_path / "a.sock"))
         await terminals.start()
         reader, writer = await asyncio.open_unix_connection(str(tmp_path / "a.sock"))
+        assert json.loads(await reader.readline()) == {"type": "attached"}
         first = asyncio.create_task(terminals.ask({"tool": "one"}, 5))
         question = json.loads(await reader.readline())
         writer.write(
