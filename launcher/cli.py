@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from typing import Annotated
+
+# Pydantic looks for plugins in every installed distribution's entry points when it builds
+# the first model: a scan at every start that ironcurtain's own models never need.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer
 

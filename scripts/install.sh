@@ -36,7 +36,11 @@ if sys.version_info < (3, 11):
 PY
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e ".[${extras}]"
+# Editable, in setuptools' strict mode: a plain path entry (links in build/) instead of an
+# import hook that every Python process of this venv would load at start (20 ms each, the
+# servers' too). A new module file needs this script run again.
+PYTHONWARNINGS=ignore .venv/bin/python -m pip install -q --disable-pip-version-check \
+  --config-settings editable_mode=strict -e ".[${extras}]"
 # The filesystem server goes into the venv's prefix: .venv/bin/mcp-server-filesystem.
 if [ ! -x .venv/bin/mcp-server-filesystem ]; then
   npm install -g -s --no-fund --no-audit --prefix .venv @modelcontextprotocol/server-filesystem
