@@ -1,7 +1,8 @@
 """What the benchmark scripts share: a raw JSON-lines MCP peer, a scratch home, statistics.
 
 Every comparison alternates A and B within one run (machine noise then hits both alike);
-the ratios and the added times are what to read, never the absolute times.
+the ratios and the added times are what to read, never the absolute times. BENCH_STDERR=1
+shows the peers' stderr (ironcurtain's start-up report among it).
 """
 
 from __future__ import annotations
