@@ -11,9 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.compile_cmd import LLMOptions, Progress, annotate_with_llm, make_llm
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, plan_session
 from policy.annotate import heuristic_annotation, validate
+from policy.llm import LLM
 
 
 def annotate_tools(
@@ -22,18 +24,14 @@ def annotate_tools(
     heuristic: bool,
     output: str,
     config: str | None,
+    llm_options: LLMOptions | None = None,
+    llm: LLM | None = None,
 ) -> int:
     if not servers and not all_servers:
         raise UsageError("name the servers with --server NAME, or annotate them all with --all")
     if not heuristic:
-        if not os.environ.get("ANTHROPIC_API_KEY"):
-            raise UsageError(
-                "annotate-tools asks an LLM, and ANTHROPIC_API_KEY is not set: set it, or "
-                "pass --heuristic for a draft made from the servers' own hints (no LLM)"
-            )
-        raise UsageError(
-            "annotating with an LLM is not built yet (issue 6); pass --heuristic for a draft"
-        )
+        llm = llm or make_llm(llm_options or LLMOptions(), "annotate-tools")
+        return annotate_with_llm(servers, output, config, llm, Progress())
     from launcher.session import Session
 
     plan = plan_session(RunOptions(config=config, servers=servers))

@@ -26,6 +26,20 @@ ConfigOpt = Annotated[str | None, typer.Option("--config", help="mcp-servers.jso
 PolicyOpt = Annotated[
     str | None, typer.Option("--policy-dir", help="Directory with the compiled policy.")
 ]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="LLM model (default $IRONCURTAIN_MODEL, else a Claude model)."),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Anthropic API key (default $ANTHROPIC_API_KEY, preferred)."),
+]
+BaseUrlOpt = Annotated[
+    str | None, typer.Option("--base-url", help="API base URL (default $ANTHROPIC_BASE_URL).")
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Ask the LLM again even where its answer is cached.")
+]
 WorkspaceOpt = Annotated[
     str | None,
     typer.Option("--workspace", help="Workspace directory (default: a new one per session)."),
@@ -213,11 +227,45 @@ def annotate_tools(
         str, typer.Option("--output", help="Where to write the annotations.")
     ] = "tool-annotations.draft.json",
     config: ConfigOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    base_url: BaseUrlOpt = None,
+    force: ForceOpt = False,
 ) -> None:
-    """Start servers in their sandboxes, list their tools and annotate them."""
+    """Start servers in their sandboxes, list their tools and annotate them (with the LLM,
+    or --heuristic without one)."""
     from launcher.annotate_cmd import annotate_tools as run_annotate
+    from launcher.compile_cmd import LLMOptions
 
-    raise typer.Exit(run_annotate(tuple(server or ()), all_servers, heuristic, output, config))
+    llm = LLMOptions(model, api_key, base_url, force)
+    raise typer.Exit(run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm))
+
+
+@app.command("compile-policy")
+def compile_policy(
+    server: Annotated[
+        list[str] | None,
+        typer.Option("--server", help="Only these servers (repeatable; default: all enabled)."),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", help="Directory for the artifacts (default ~/.config/ironcurtain/policy)."
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    base_url: BaseUrlOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Compile the constitution into a verified policy (annotations, rules, scenarios)."""
+    from launcher.compile_cmd import CompileOptions, LLMOptions
+    from launcher.compile_cmd import compile_policy as run_compile
+
+    llm = LLMOptions(model, api_key, base_url, force)
+    opts = CompileOptions(config=config, servers=tuple(server or ()), output=output, llm=llm)
+    raise typer.Exit(run_compile(opts))
 
 
 @app.command()
