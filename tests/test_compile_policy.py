@@ -78,6 +78,18 @@ def test_the_bundled_policy_is_what_the_pipeline_makes_and_unchanged_inputs_ask_
     assert sources.count("handwritten") == len(HANDWRITTEN)  # always in, every one
     assert sources.count("generated") == 3
     first = {p.name: p.read_text() for p in out.iterdir()}
+    # What it wrote is a policy directory `run` and `check` take.
+    done = ironcurtain(
+        env,
+        "check",
+        "filesystem",
+        "write_file",
+        "--args",
+        json.dumps({"path": "/tmp/elsewhere.txt", "content": "x"}),
+        "--policy-dir",
+        str(out),
+    )
+    assert done.returncode == 0 and "escalate-write-elsewhere" in done.stdout, done.stderr
 
     # Nothing changed: every answer comes from the cache, no request goes out.
     again = Replay("bundled")
@@ -265,3 +277,12 @@ def test_the_output_may_not_overlap_what_the_servers_may_use(env: Home) -> None:
     workspaces = Path(os.environ["XDG_STATE_HOME"]) / "ironcurtain" / "workspaces"
     with pytest.raises(UsageError, match="overlaps"):
         _compile(Replay("bundled"), workspaces / "policy", env)
+
+
+def test_progress_is_shown_on_a_terminal_and_quiet_otherwise(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    Progress(enabled=True).step("annotating the tools of git")
+    Progress().step("not a terminal here")  # pytest's stderr is not a tty
+    err = capsys.readouterr().err
+    assert "annotating the tools of git" in err and "not a terminal" not in err
