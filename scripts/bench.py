@@ -95,24 +95,33 @@ def bench_calls(quick: bool) -> None:
 # -- sandboxed start ----------------------------------------------------------------------
 
 
-def _time_to_ready(argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None) -> float:
-    fds = [_memfd("bench-seccomp", bpf)] if bpf is not None else []
-    started = time.perf_counter()
+def _spawn(
+    argv: list[str], env: dict[str, str], cwd: str, fds: list[int] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a server and send it `initialize`."""
     proc = subprocess.Popen(
-        [a.replace("{fd}", str(fds[0])) if fds else a for a in argv],
+        argv,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         env=env,
         cwd=cwd,
-        pass_fds=fds,
+        pass_fds=fds or [],
         start_new_session=True,
     )
+    assert proc.stdin
+    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
+    proc.stdin.flush()
+    return proc
+
+
+def _time_to_ready(argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None) -> float:
+    fds = [_memfd("bench-seccomp", bpf)] if bpf is not None else []
+    started = time.perf_counter()
+    proc = _spawn([a.replace("{fd}", str(fds[0])) if fds else a for a in argv], env, cwd, fds)
     for fd in fds:
         os.close(fd)
     assert proc.stdin and proc.stdout
-    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-    proc.stdin.flush()
     while True:
         line = proc.stdout.readline()
         if not line:
@@ -204,22 +213,7 @@ def _fd_slot(argv: list[str]) -> list[str]:
 def _bare_all_ready(commands: list[list[str]], env: dict[str, str], cwd: str) -> float:
     """Start every server at once (as `run` does); the time until the slowest answered."""
     started = time.perf_counter()
-    procs = [
-        subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-        for argv in commands
-    ]
-    for proc in procs:
-        assert proc.stdin
-        proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-        proc.stdin.flush()
+    procs = [_spawn(argv, env, cwd) for argv in commands]
     for proc in procs:
         assert proc.stdout
         while json.loads(proc.stdout.readline() or b'{"id": 0}').get("id") != 0:

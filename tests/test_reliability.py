@@ -142,10 +142,8 @@ def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
     proc.stdin.flush()
 
 
-def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
-    user: Home,
-) -> None:
-    args, ws, audit = _setup(user)
+def _initialized(user: Home, args: list[str]) -> subprocess.Popen[bytes]:
+    """`ironcurtain run` spoken to in raw JSON lines, past its initialize."""
     proc = subprocess.Popen(
         [IRONCURTAIN, "run", *args],
         stdin=subprocess.PIPE,
@@ -168,6 +166,15 @@ def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
         },
     )
     assert json.loads(proc.stdout.readline())["id"] == 1
+    return proc
+
+
+def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
+    user: Home,
+) -> None:
+    args, ws, audit = _setup(user)
+    proc = _initialized(user, args)
+    assert proc.stdout
     _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
     _rpc(
         proc,
@@ -215,28 +222,8 @@ def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
 
 def test_a_call_in_flight_when_the_client_leaves_is_audited_as_cancelled(user: Home) -> None:
     args, _, audit = _setup(user)
-    proc = subprocess.Popen(
-        [IRONCURTAIN, "run", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=user.env,
-    )
+    proc = _initialized(user, args)
     assert proc.stdout and proc.stdin
-    _rpc(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    )
-    assert json.loads(proc.stdout.readline())["id"] == 1
     call = {"name": "faulty__hang", "arguments": {"seconds": 30}}
     _rpc(proc, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
     time.sleep(0.5)
