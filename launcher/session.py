@@ -771,6 +771,9 @@ class Session:
         except asyncio.CancelledError:
             self._finish_call(call, "cancelled")  # by the client, or at stop
             raise
+        except Exception as exc:  # never leave the client without an answer
+            self._end(call, "error", tool_result(f"ERROR: the approval failed: {exc}"))
+            return
         finally:
             if self._in_flight.get(call.request_id) is asyncio.current_task():
                 del self._in_flight[call.request_id]
