@@ -117,7 +117,7 @@ def collect_tools(plan: SessionPlan, progress: Progress) -> dict[str, list[dict[
     )
     tools = asyncio.run(Session(plan).collect_tools())
     for name, listed in tools.items():
-        progress.step(f"{name}: {len(listed)} tools")
+        progress.step(f"{name}: {len(listed)} tool{'' if len(listed) == 1 else 's'}")
     return tools
 
 
