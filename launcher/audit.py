@@ -88,6 +88,7 @@ class Prepared:
     pieces: Mapping[str, str]
     late: tuple[str, ...] = ()
     segments: tuple[str, ...] = ()
+    late_keys: tuple[str, ...] = ()  # each slot's key, already quoted, with its colon
 
     @classmethod
     def of(cls, pieces: dict[str, str], late: Collection[str]) -> Prepared:
@@ -102,7 +103,7 @@ class Prepared:
                 segments.append(",".join(current))
                 current = []
         segments.append(",".join(current))
-        return cls(pieces, slots, tuple(segments))
+        return cls(pieces, slots, tuple(segments), tuple(_canonical(k) + ":" for k in slots))
 
     def line(self, late: Mapping[str, object]) -> str | None:
         """The canonical line with ``late`` filled in; None unless ``late`` fills exactly
@@ -110,8 +111,10 @@ class Prepared:
         if len(late) != len(self.late) or any(k not in late for k in self.late):
             return None
         parts = [self.segments[0]]
-        for key, segment in zip(self.late, self.segments[1:], strict=True):
-            parts.append(_late_member(_canonical(key) + ":", late[key]))
+        for key, key_text, segment in zip(
+            self.late, self.late_keys, self.segments[1:], strict=True
+        ):
+            parts.append(_late_member(key_text, late[key]))
             parts.append(segment)
         return "{" + ",".join([p for p in parts if p]) + "}"
 

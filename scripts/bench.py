@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from benchlib import BIN, INIT, ROOT, Peer, Scratch, compare, ms
+from benchlib import BIN, INIT, ROOT, Peer, Scratch, compare, print_medians
 
 from launcher.plan import RunOptions, plan_session
 from launcher.servers import LaunchSpec, _memfd
@@ -189,14 +189,8 @@ def bench_start(quick: bool) -> None:
         for _ in range(starts):
             for key, (argv, cwd, bpf) in variants.items():
                 ready[key].append(_time_to_ready(argv, env, cwd, bpf))
-        base = statistics.median(ready["bare"])
         print(f"\n  {name} ({os.path.basename(sp.profile.argv[0])})")
-        for key, values in ready.items():
-            med = statistics.median(values)
-            print(
-                f"    {key:10} {ms(med, 8, 1)}  added {ms(med - base, 8, 1)}  "
-                f"ratio {med / base:.3f}x  (min {ms(min(values), 8, 1)})"
-            )
+        base = print_medians(ready, "bare", indent="    ", width=10, with_min=True)
         added[name] = statistics.median(ready["sandboxed"]) - base
     subprocess.run(["rm", "-rf", plan.runtime_dir], check=False)
     scratch.remove()
@@ -257,12 +251,7 @@ def bench_ready(quick: bool) -> None:
             for key, measure in variants.items():
                 ready[key].append(measure())
         print(f"ready to `initialize` answered, {label}, median of {starts}")
-        base = statistics.median(ready["bare, slowest"])
-        for key, values in ready.items():
-            med = statistics.median(values)
-            print(
-                f"  {key:14} {ms(med, 8, 1)}  added {ms(med - base, 8, 1)}  ratio {med / base:.2f}x"
-            )
+        base = print_medians(ready, "bare, slowest")
         added.append((names[0] if names else "all", statistics.median(ready["ironcurtain"]) - base))
     scratch.remove()
     results["ready"] = "; ".join(f"{name} +{v * 1000:.0f} ms" for name, v in added)

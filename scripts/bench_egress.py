@@ -31,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchlib import print_medians  # noqa: E402
+
 from launcher.egress import EgressProxy  # noqa: E402
 from policy.egress import EgressRules  # noqa: E402
 
@@ -128,15 +130,9 @@ def main() -> None:
     asyncio.run_coroutine_threadsafe(proxy.stop(), loop).result()
     web.shutdown()
 
-    base_lat = statistics.median(latency["direct"])
     base_rate = statistics.median(rate["direct"])
     print(f"small GET (new connection each), median of {small_n}, alternating")
-    for name, values in latency.items():
-        med = statistics.median(values)
-        print(
-            f"  {name:8} {med * 1000:7.3f} ms  added {(med - base_lat) * 1000:7.3f} ms"
-            f"  ratio {med / base_lat:.2f}x"
-        )
+    print_medians(latency, "direct", width=8, digits=3)
     print(f"\n32 MiB download, median of {big_n}, alternating")
     for name, values in rate.items():
         med = statistics.median(values)

@@ -148,6 +148,27 @@ def ms(x: float, width: int = 8, digits: int = 3) -> str:
     return f"{x * 1000:{width}.{digits}f} ms"
 
 
+def print_medians(
+    times: dict[str, list[float]],
+    base: str,
+    indent: str = "  ",
+    width: int = 14,
+    digits: int = 1,
+    with_min: bool = False,
+) -> float:
+    """One line per variant: median, added over ``base``'s median, ratio (and the minimum);
+    returns ``base``'s median."""
+    reference = statistics.median(times[base])
+    for name, values in times.items():
+        med = statistics.median(values)
+        line = (
+            f"{indent}{name:{width}} {ms(med, 8, digits)}  added {ms(med - reference, 8, digits)}"
+            f"  ratio {med / reference:.2f}x"
+        )
+        print(line + (f"  (min {ms(min(values), 8, digits)})" if with_min else ""))
+    return reference
+
+
 def compare(label: str, base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
     """Print one A/B line pair; return (median added, p99 added) in seconds."""
     med_a, med_b = statistics.median(base), statistics.median(other)

@@ -13,7 +13,7 @@ import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.conftest import IRONCURTAIN, Home, needs_bwrap
-from tests.test_containment import probe_server_config, write_raw_policy
+from tests.test_containment import write_probe_config, write_raw_policy
 from tests.test_session import audit_entries, call, run_args
 
 pytestmark = needs_bwrap
@@ -23,8 +23,7 @@ Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
 
 def _setup(user: Home) -> tuple[list[str], Path, Path]:
     ws = user.ws()
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    config = write_probe_config(user)
     policy = write_raw_policy(user.root / "policy")
     compiled = json.loads((policy / "compiled-policy.json").read_text())
     compiled["rules"].insert(

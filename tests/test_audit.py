@@ -12,7 +12,7 @@ import pytest
 from launcher.audit import AuditLog, verify
 from tests.conftest import Home, needs_bwrap
 from tests.test_config_errors import ironcurtain
-from tests.test_containment import PROBE_TOOLS, probe_server_config, write_raw_policy
+from tests.test_containment import PROBE_TOOLS, write_probe_config, write_raw_policy
 from tests.test_session import call, connect, run_args
 
 
@@ -150,8 +150,7 @@ def _probe_policy_with_pii(directory: Path) -> Path:
 def test_a_removed_log_denies_that_call_and_every_later_one(user: Home) -> None:
     ws = user.ws()
     audit = user.root / "audit.jsonl"
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    config = write_probe_config(user)
     policy = write_raw_policy(user.root / "policy")
     texts: list[tuple[bool, str]] = []
 
@@ -173,8 +172,7 @@ def test_a_removed_log_denies_that_call_and_every_later_one(user: Home) -> None:
 def test_audit_args_clear_keeps_pii_hashed_and_warns(user: Home) -> None:
     ws = user.ws()
     audit = user.root / "audit.jsonl"
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    config = write_probe_config(user)
     policy = _probe_policy_with_pii(user.root / "policy")
     args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
 

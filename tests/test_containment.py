@@ -80,6 +80,13 @@ def write_raw_policy(
     return directory
 
 
+def write_probe_config(user: Home) -> Path:
+    """A config with the hostile probe, sandboxed, as its one server."""
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    return config
+
+
 def probe_server_config(
     sandboxed: bool, limits: dict[str, Any] | None = None, allow_read: tuple[str, ...] = ()
 ) -> dict[str, Any]:
