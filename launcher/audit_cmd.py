@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
+import psutil
+
 from launcher import dirs
-from launcher.audit import describe, verify
+from launcher.audit import describe, printable, verify
 from launcher.errors import UsageError
 
 
@@ -25,16 +28,56 @@ def find_log(path: str | None) -> Path:
 
 
 def verify_log(path: str | None) -> int:
-    """0 when the chain holds, 1 at the first bad line (printed with what is wrong)."""
+    """0 when the chain holds and every session is sealed (or the last one still runs);
+    1 at the first bad line (printed with what is wrong)."""
     log = find_log(path)
     with open(log, encoding="utf-8", errors="replace") as handle:
         count, problem = verify(line.rstrip("\n") for line in handle)
     if problem is None:
-        print(f"{log}: ok, {count} entries, chain intact")
+        print(f"{log}: ok, {count} entries, chain intact, every session sealed")
         return 0
-    print(f"{log}: line {problem.line} {problem.what}")
-    print(f"  ({count} entries before it are intact)")
+    # Still written to: the last session (for an empty log, the one its name names).
+    session = problem.unsealed if problem.line else log.stem if count == 0 else None
+    pid = running_session(session) if session is not None else None
+    if pid is not None:
+        print(
+            f"{log}: ok so far, {count} entries, chain intact; session "
+            f"{session} is still running (pid {pid}): it seals its entries when it ends"
+        )
+        return 0
+    where = f"line {problem.line} " if problem.line else ""
+    print(printable(f"{log}: {where}{problem.what}"))
+    if problem.unsealed is None:
+        print(f"  ({count} entries before it are intact)")
+    else:
+        print(f"  ({count} entries are intact as far as they go)")
     return 1
+
+
+_SESSION_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def running_session(session: str) -> int | None:
+    """The pid of ``session``'s launcher while it runs: its runtime directory (this user's)
+    names it, and that process started before it wrote there and runs ``ironcurtain``."""
+    if not _SESSION_ID.fullmatch(session):
+        return None
+    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
+    for directory in dict.fromkeys((base, "/tmp")):  # /tmp: where too-long paths go
+        pid_file = os.path.join(directory, f"ironcurtain-{session}", "pid")
+        try:
+            written = os.stat(pid_file)
+            if written.st_uid != os.getuid():
+                continue
+            with open(pid_file, encoding="utf-8") as handle:
+                process = psutil.Process(int(handle.read().strip()))
+            started, argv = process.create_time(), process.cmdline()
+        except (OSError, ValueError, psutil.Error):
+            continue
+        launcher = any(os.path.basename(a) == "ironcurtain" for a in argv) and "run" in argv
+        if launcher and started <= written.st_mtime + 1:  # not a later process with its pid
+            return int(process.pid)
+    return None
 
 
 def tail_log(path: str | None, lines: int, follow: bool) -> None:
@@ -58,9 +101,11 @@ def tail_log(path: str | None, lines: int, follow: bool) -> None:
 
 
 def _show(raw: str) -> None:
+    """One entry, readably; what a server or client put in it cannot drive the terminal."""
     try:
         entry = json.loads(raw)
     except ValueError:
-        print(f"(not an entry) {raw.rstrip()}")
+        print(printable(f"(not an entry) {raw.rstrip()}"), flush=True)
         return
-    print(describe(entry) if isinstance(entry, dict) else raw.rstrip(), flush=True)
+    line = describe(entry) if isinstance(entry, dict) else raw.rstrip()
+    print(printable(line), flush=True)

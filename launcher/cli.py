@@ -277,6 +277,20 @@ def doctor() -> None:
 
 
 @app.command()
+def scan(
+    directories: Annotated[list[str], typer.Argument(help="Directories to sweep.")],
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Move what is found into the quarantine directory.")
+    ] = False,
+) -> None:
+    """List files host tools would load or run (git config and hooks, shell rc files, editor
+    and AI-client configs...); exit 1 when any is found. --fix moves them out."""
+    from launcher.scan_cmd import scan as run_scan
+
+    raise typer.Exit(run_scan(directories, fix))
+
+
+@app.command()
 def check(
     server: Annotated[str, typer.Argument(help="Server name as in the config.")],
     tool: Annotated[str, typer.Argument(help="Tool name (unprefixed).")],

@@ -26,6 +26,9 @@ from policy.urls import split_host_port
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 CONNECT_TIMEOUT = 10.0
+# Connections one server may hold open through its proxy at once; more are closed as they
+# come, so a server cannot exhaust the trusted process's descriptors (each holds two).
+MAX_CONNECTIONS = 128
 _HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
 
 
@@ -71,6 +74,7 @@ class EgressProxy:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.resolutions: list[str] = []  # names looked up (tests: none for a refused name)
+        self.turned_away = 0  # connections closed at once because the cap was reached
 
     async def start(self) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -92,6 +96,20 @@ class EgressProxy:
     # -- one client connection ---------------------------------------------------------------
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self._tasks) >= MAX_CONNECTIONS:
+            writer.transport.abort()
+            self.turned_away += 1
+            if self.turned_away == 1:
+                self.on_refusal(
+                    Refusal(
+                        self.server,
+                        "?",
+                        0,
+                        f"more than {MAX_CONNECTIONS} connections open at once; "
+                        "further ones are closed until some end",
+                    )
+                )
+            return
         task = asyncio.current_task()
         if task is not None:
             self._tasks.add(task)

@@ -1,37 +1,42 @@
-"""Watching writable roots for protected names that appear during a session.
+"""Keeping what host tools load or run out of the writable roots during a session.
 
-Existing protected names (``.git/hooks``, ``.bashrc``, ``.mcp.json``...) are mounted
-read-only when a server starts. A sandboxed server can still *create* one, at any depth,
-where none existed. The guard watches every directory of every writable root with inotify
-and moves such a path out of the workspace into the session's quarantine directory, and the
-session settles the guard before it returns each call's result, so the call that made a
-protected path returns only after it is gone.
+What is there when a server starts is mounted read-only in its sandbox. A sandboxed server
+can still *create* such a file or directory, at any depth, where none existed (the
+catalogue in ``sandbox_profiles.autorun`` says which). The guard watches every directory of
+every writable root with inotify and moves such a path out into the session's quarantine
+directory, and the session settles the guard before it returns each call's result, so the
+call that made it returns only after it is gone.
 
-Moving is done through directory descriptors opened without following symlinks, so a server
-that swaps a directory for a symlink cannot make the trusted process move a file outside
-the root.
+It fails closed: whatever it cannot watch, list or move (any error, any depth or name
+length, any permission bits, no descriptors left) is reported through ``on_failure``, and
+the session stops every server that can write to that root. Directories a server made
+unreadable or read-only get their owner's permissions back so they can be moved (the
+launcher runs as their owner, or as root).
+
+Moving is done through directory descriptors opened without following symlinks, one
+component at a time, so a server that swaps a directory for a symlink cannot make the
+trusted process move anything outside the root, and no path is ever too long to handle.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
+import json
 import os
 import shutil
 import stat
 import struct
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from sandbox_profiles.profile import protected_name_match
+from sandbox_profiles import autorun
 
-IN_MODIFY = 0x002
-IN_ATTRIB = 0x004
-IN_CLOSE_WRITE = 0x008
-IN_MOVED_TO = 0x080
 IN_CREATE = 0x100
+IN_MOVED_TO = 0x080
 IN_DELETE_SELF = 0x400
 IN_MOVE_SELF = 0x800
 IN_Q_OVERFLOW = 0x4000
@@ -43,6 +48,14 @@ IN_NONBLOCK = 0o4000
 IN_CLOEXEC = 0o2000000
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
 _EVENT = struct.Struct("iIII")
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+# A path this long is handled through descriptors (the kernel refuses paths over 4096).
+_LONG_PATH = 3500
+# Deeper trees than this below a root are not followed: the server that made one is stopped.
+MAX_DEPTH = 400
+
+Parts = tuple[str, ...]
 
 
 class GuardError(Exception):
@@ -56,11 +69,29 @@ class Quarantined:
     why: str
 
 
+@dataclass(frozen=True)
+class GuardFailure:
+    root: str  # the writable root it happened in
+    path: str
+    reason: str
+
+
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
     libc.inotify_init1.argtypes = [ctypes.c_int]
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     return libc
+
+
+class _Failed(Exception):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+
+
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
 
 
 class Guard:
@@ -72,26 +103,36 @@ class Guard:
         guarded: Iterable[str],
         quarantine_dir: str,
         on_quarantine: Callable[[Quarantined], None],
+        on_failure: Callable[[GuardFailure], None] | None = None,
     ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]
         self.guarded = {os.path.normpath(p) for p in guarded}
         self.quarantine_dir = quarantine_dir
         self.on_quarantine = on_quarantine
+        self.on_failure = on_failure
         self.quarantined: list[Quarantined] = []
+        self.failures: list[GuardFailure] = []
+        # The user's own, present at start (by identity, so a replacement is not): left alone.
+        self.preexisting: dict[str, tuple[int, int, int]] = {}
         self._libc = _libc()
         self.fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self.fd < 0:
             raise GuardError(f"inotify is not available: {os.strerror(ctypes.get_errno())}")
-        self._paths: dict[int, str] = {}
+        self._watched: dict[int, tuple[str, Parts]] = {}
         self._counter = 0
+        self._started = False
 
     # -- watching --------------------------------------------------------------------------
 
     def start(self) -> None:
         """Watch every directory below every root. What is there already is the user's:
-        existing protected names are mounted read-only instead, and left alone here."""
+        existing entries are mounted read-only instead, and left alone here."""
         for root in self.roots:
-            self._scan(root, quarantine=False)
+            try:
+                self._scan(root, ())
+            except _Failed as exc:
+                raise GuardError(f"{exc.path}: {exc.reason}") from None
+        self._started = True
 
     def _root_of(self, path: str) -> str | None:
         for root in self.roots:
@@ -99,64 +140,152 @@ class Guard:
                 return root
         return None
 
-    def _add_watch(self, path: str) -> None:
-        wd = self._libc.inotify_add_watch(
-            self.fd, os.fsencode(path), _MASK | IN_DONT_FOLLOW | IN_ONLYDIR
-        )
+    @contextlib.contextmanager
+    def _dir_path(self, root: str, parts: Parts) -> Iterator[str]:
+        """A path naming ``root/parts`` for a call that takes one: the path itself, or
+        through a descriptor when it is too long for the kernel."""
+        path = os.path.join(root, *parts)
+        if len(path) < _LONG_PATH:
+            yield path
+            return
+        fd = self._open_chain(root, parts, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            yield f"/proc/self/fd/{fd}"
+        finally:
+            os.close(fd)
+
+    def _open_chain(self, root: str, parts: Parts, flags: int = _DIR) -> int:
+        """A descriptor of ``root/parts``, opened one component at a time without following
+        symlinks; a directory in the way that its owner made untraversable is opened up."""
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for i, part in enumerate(parts):
+                last = i == len(parts) - 1
+                want = flags if last else _DIR
+                try:
+                    child = os.open(part, want, dir_fd=fd)
+                except PermissionError:
+                    _open_up(fd)
+                    _open_up_child(fd, part)
+                    child = os.open(part, want, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _add_watch(self, root: str, parts: Parts) -> bool:
+        """Watch ``root/parts``; False when it is gone or is not a directory any more."""
+        with self._dir_path(root, parts) as path:
+            follow = path.startswith("/proc/self/fd/")
+            flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), flags)
         if wd < 0:
             err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                return  # gone again, or replaced by a symlink (IN_DONT_FOLLOW refused it)
+                return False  # gone again, or replaced by a symlink (not followed)
+            where = os.path.join(root, *parts)
             if err == errno.ENOSPC:
-                raise GuardError(
-                    f"out of inotify watches while watching {path}; raise the limit with "
-                    "sudo sysctl -w fs.inotify.max_user_watches=1048576"
+                raise _Failed(
+                    where,
+                    "out of inotify watches; raise the limit with "
+                    "sudo sysctl -w fs.inotify.max_user_watches=1048576",
                 )
-            raise GuardError(f"cannot watch {path}: {os.strerror(err)}")
-        self._paths[wd] = path
+            raise _Failed(where, f"cannot watch it: {os.strerror(err)}")
+        self._watched[wd] = (root, parts)
+        return True
 
-    def _scan(self, top: str, quarantine: bool = True) -> None:
-        """Check ``top`` and everything below it; watch each directory first, then list
-        it, so nothing created in between is missed."""
-        if self._check(top, quarantine):
-            return
+    def _list(self, root: str, parts: Parts) -> list[tuple[str, bool]] | None:
+        """(name, is a directory) of each entry; None when it is gone."""
+        try:
+            fd = self._open_chain(root, parts)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None  # a symlink now: not followed
+            raise _Failed(os.path.join(root, *parts), f"cannot open it: {_why(exc)}") from None
+        try:
+            try:
+                entries = list(os.scandir(fd))
+            except PermissionError:
+                _open_up(fd)
+                entries = list(os.scandir(fd))
+            return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+        except OSError as exc:
+            raise _Failed(os.path.join(root, *parts), f"cannot list it: {_why(exc)}") from None
+        finally:
+            os.close(fd)
+
+    def _scan(self, root: str, top: Parts) -> None:
+        """Check ``root/top`` and everything below it; watch each directory first, then
+        list it, so nothing created in between is missed."""
         stack = [top]
         while stack:
-            directory = stack.pop()
-            self._add_watch(directory)
-            try:
-                entries = list(os.scandir(directory))
-            except OSError:
+            parts = stack.pop()
+            if len(parts) > MAX_DEPTH:
+                raise _Failed(
+                    os.path.join(root, *parts),
+                    f"a directory tree deeper than {MAX_DEPTH} levels",
+                )
+            if not self._add_watch(root, parts):
                 continue
-            for entry in entries:
-                if self._check(entry.path, quarantine):
+            entries = self._list(root, parts)
+            if entries is None:
+                continue
+            names = {name for name, _ in entries}
+            for name, is_dir in entries:
+                child = (*parts, name)
+                if self._check(root, child, is_dir, names.__contains__):
                     continue
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                except OSError:
-                    continue
+                if is_dir:
+                    stack.append(child)
+            if names & _MARKERS:
+                self._check_git_dir(root, parts, names.__contains__)
 
-    def _check(self, path: str, quarantine: bool = True) -> bool:
-        """Quarantine ``path`` (or the protected name it lies in) if it must not exist.
-        True when ``path`` is protected: moved away, or (``quarantine`` off) left alone and
+    def _check(self, root: str, parts: Parts, is_dir: bool, sibling: autorun.Exists) -> bool:
+        """Quarantine ``root/parts`` if it must not exist. True when it is a catalogue entry
+        or a guarded path: moved away, or (before start, or the user's own) left alone and
         not to be descended into."""
-        root = self._root_of(path)
-        if root is None:
+        entry = autorun.match(parts, is_dir, sibling)
+        if entry is not None:
+            why = f"{entry.match}: {entry.loaded_by}"
+        elif os.path.join(root, *parts) in self.guarded:
+            why = "protected path (denyWrite or ironcurtain's)"
+        else:
             return False
-        rel = os.path.relpath(path, root)
-        parts = [] if rel == "." else rel.split("/")
-        end = protected_name_match(parts)
-        if end is not None:
-            if quarantine:
-                name = "/".join(parts[:end])
-                self._quarantine(root, parts[:end], f"always-protected name {name}")
-            return True
-        if path in self.guarded:
-            if quarantine:
-                self._quarantine(root, parts, "protected path (denyWrite or ironcurtain's)")
-            return True
-        return False
+        if not self._started:
+            identity = self._identity(root, parts)
+            if identity is not None:
+                self.preexisting[os.path.join(root, *parts)] = identity
+        elif not self._is_preexisting(root, parts):
+            self._quarantine(root, parts, why)
+        return True
+
+    def _identity(self, root: str, parts: Parts) -> tuple[int, int, int] | None:
+        """What tells the user's file from a replacement: an inode number is reused at
+        once, so its change time too (which no sandbox can set on a read-only mount)."""
+        try:
+            with self._dir_path(root, parts[:-1]) as directory:
+                st = os.lstat(os.path.join(directory, parts[-1]))
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino, st.st_ctime_ns
+
+    def _is_preexisting(self, root: str, parts: Parts) -> bool:
+        known = self.preexisting.get(os.path.join(root, *parts))
+        return known is not None and known == self._identity(root, parts)
+
+    def _check_git_dir(self, root: str, parts: Parts, has: autorun.Exists) -> None:
+        """A directory that has just become one git takes for a repository: what in it git
+        would read or run goes, unless it was the user's before the session."""
+        if not self._started or not autorun.is_git_dir(has):
+            return
+        for member in autorun.GIT_DIR_MEMBERS:
+            if has(member) and not self._is_preexisting(root, (*parts, member)):
+                entry = autorun.GIT_DIR_ENTRY
+                self._quarantine(root, (*parts, member), f"{member}: {entry.loaded_by}")
 
     # -- events ----------------------------------------------------------------------------
 
@@ -168,73 +297,157 @@ class Guard:
                 data = os.read(self.fd, 65536)
             except BlockingIOError:
                 return
-            except OSError:
+            except OSError as exc:
+                for root in self.roots:
+                    self._fail(root, root, f"cannot read its inotify events: {_why(exc)}")
                 return
             self._handle(data)
 
     def _handle(self, data: bytes) -> None:
         offset = 0
-        rescan: list[str] = []
+        rescan: list[tuple[str, Parts]] = []
+        touched: dict[tuple[str, Parts], None] = {}
         while offset + _EVENT.size <= len(data):
             wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
             raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
             offset += _EVENT.size + length
             name = os.fsdecode(raw.rstrip(b"\0"))
             if mask & IN_Q_OVERFLOW:
-                rescan = list(self.roots)
+                rescan = [(root, ()) for root in self.roots]
                 continue
             if mask & IN_IGNORED:
-                self._paths.pop(wd, None)
+                self._watched.pop(wd, None)
                 continue
-            parent = self._paths.get(wd)
-            if parent is None or not name:
+            where = self._watched.get(wd)
+            if where is None or not name:
                 continue
-            path = f"{parent}/{name}"
-            if mask & (IN_CREATE | IN_MOVED_TO):
-                if mask & IN_ISDIR:
-                    rescan.append(path)
-                else:
-                    self._check(path)
-        for path in rescan:
-            self._scan(path)
+            root, parent = where
+            if not mask & (IN_CREATE | IN_MOVED_TO):
+                continue
+            if mask & IN_ISDIR:
+                rescan.append((root, (*parent, name)))
+            else:
+                self._guarded_call(root, (*parent, name), self._check_new)
+            if name.lower() in _MARKERS:
+                touched[(root, parent)] = None
+        for root, parts in rescan:
+            self._guarded_call(root, parts, self._check_new_dir)
+        for root, parts in touched:
+            self._guarded_call(root, parts, self._recheck_git_dir)
+
+    def _guarded_call(self, root: str, parts: Parts, work: Callable[[str, Parts], None]) -> None:
+        try:
+            work(root, parts)
+        except _Failed as exc:
+            self._fail(root, exc.path, exc.reason)
+        except OSError as exc:  # anything unforeseen: never taken as handled
+            self._fail(root, os.path.join(root, *parts), _why(exc))
+
+    def _check_new(self, root: str, parts: Parts) -> None:
+        self._check(root, parts, False, self._sibling(root, parts[:-1]))
+
+    def _check_new_dir(self, root: str, parts: Parts) -> None:
+        if parts and self._check(root, parts, True, self._sibling(root, parts[:-1])):
+            return
+        self._scan(root, parts)
+
+    def _recheck_git_dir(self, root: str, parts: Parts) -> None:
+        entries = self._list(root, parts)
+        if entries is not None:
+            self._check_git_dir(root, parts, {name for name, _ in entries}.__contains__)
+
+    def _sibling(self, root: str, parent: Parts) -> autorun.Exists:
+        def exists(name: str) -> bool:
+            with self._dir_path(root, parent) as path:
+                return os.path.lexists(os.path.join(path, name))
+
+        return exists
+
+    def _fail(self, root: str, path: str, reason: str) -> None:
+        failure = GuardFailure(root, path, reason)
+        self.failures.append(failure)
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    # -- the end-of-session sweep ----------------------------------------------------------
+
+    def sweep(self) -> list[Quarantined]:
+        """Check every root against the catalogue once more, without relying on events, and
+        quarantine what appeared during the session and is still there."""
+        before = len(self.quarantined)
+        for root in self.roots:
+
+            def unreadable(path: str, exc: OSError, root: str = root) -> None:
+                self._fail(root, path, f"the sweep cannot read it: {_why(exc)}")
+
+            for path, entry in autorun.find(root, on_error=unreadable):
+                parts = tuple(os.path.relpath(path, root).split("/"))
+                if self._is_preexisting(root, parts):
+                    continue
+                try:
+                    self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
+                except _Failed as exc:
+                    self._fail(root, exc.path, exc.reason)
+        return self.quarantined[before:]
 
     # -- quarantine ------------------------------------------------------------------------
 
-    def _quarantine(self, root: str, parts: Sequence[str], why: str) -> bool:
+    def _quarantine(self, root: str, parts: Parts, why: str) -> None:
         """Move ``root/parts`` into the quarantine directory without following symlinks on
-        the way. False when it is not there (any more) as a real path inside ``root``."""
+        the way. Nothing to do when it is not there (any more) as a real path inside
+        ``root``; ``_Failed`` when it is there and cannot be moved."""
         if not parts:
-            return False
-        fds: list[int] = []
+            return
+        path = os.path.join(root, *parts)
+        try:
+            parent = self._open_chain(root, parts[:-1]) if parts[:-1] else None
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return  # a symlink on the way: what it points at is not in the root
+            raise _Failed(path, f"cannot reach it to quarantine it: {_why(exc)}") from None
+        if parent is None:
+            parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             try:
-                fds.append(os.open(root, os.O_RDONLY | os.O_DIRECTORY))
-                for part in parts[:-1]:
-                    fds.append(
-                        os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fds[-1])
-                    )
-                os.lstat(parts[-1], dir_fd=fds[-1])
-            except OSError:
-                return False
-            self._counter += 1
-            os.makedirs(self.quarantine_dir, mode=0o700, exist_ok=True)
-            label = "__".join(parts).replace("/", "_")
-            target = f"{time.strftime('%H%M%S')}-{self._counter}-{label}"
-            moved_to = os.path.join(self.quarantine_dir, target)
-            try:
-                os.rename(parts[-1], moved_to, src_dir_fd=fds[-1])
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    return False
-                _copy_out(fds[-1], parts[-1], moved_to)
-                _remove(fds[-1], parts[-1])
+                os.lstat(parts[-1], dir_fd=parent)
+            except FileNotFoundError:
+                return
+            moved_to = self._move_out(parent, parts[-1], path, why)
         finally:
-            for fd in fds:
-                os.close(fd)
-        record = Quarantined(os.path.join(root, *parts), moved_to, why)
+            os.close(parent)
+        record = Quarantined(path, moved_to, why)
         self.quarantined.append(record)
         self.on_quarantine(record)
-        return True
+
+    def _move_out(self, parent: int, name: str, path: str, why: str) -> str:
+        try:
+            os.makedirs(self.quarantine_dir, mode=0o700, exist_ok=True)
+            target = os.open(self.quarantine_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise _Failed(path, f"cannot open the quarantine directory: {_why(exc)}") from None
+        try:
+            self._counter += 1
+            # A short name of its own: the quarantine never depends on the path's length.
+            label = f"{time.strftime('%H%M%S')}-{self._counter}"
+            try:
+                _rename(parent, name, target, label)
+            except OSError as exc:
+                if exc.errno != errno.EXDEV:
+                    raise _Failed(path, f"cannot quarantine it: {_why(exc)}") from None
+                try:
+                    _copy_out(parent, name, target, label)
+                    _remove(parent, name)
+                except OSError as exc2:
+                    raise _Failed(path, f"cannot quarantine it: {_why(exc2)}") from None
+            with open(
+                os.path.join(self.quarantine_dir, "manifest.jsonl"), "a", encoding="utf-8"
+            ) as manifest:
+                manifest.write(json.dumps({"name": label, "path": path, "reason": why}) + "\n")
+        finally:
+            os.close(target)
+        return os.path.join(self.quarantine_dir, label)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -242,26 +455,66 @@ class Guard:
             self.fd = -1
 
 
-def _copy_out(dir_fd: int, name: str, dest: str) -> None:
-    """Copy ``name`` (relative to ``dir_fd``) to ``dest`` without following any symlink."""
+_MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
+
+
+def _open_up(fd: int) -> None:
+    """Give a directory's owner full access to it again (the launcher is its owner)."""
+    mode = os.stat(fd).st_mode
+    os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) | stat.S_IRWXU)
+
+
+def _open_up_child(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(OSError):
+        child = os.open(name, _PATH, dir_fd=dir_fd)
+        try:
+            if stat.S_ISDIR(os.stat(child).st_mode):
+                _open_up(child)
+        finally:
+            os.close(child)
+
+
+def _rename(parent: int, name: str, target: int, label: str) -> None:
+    """Rename ``name`` out of ``parent``; a directory its owner made read-only (itself, or
+    the one it is in) is given write access first, as ``rename`` needs."""
+    try:
+        os.rename(name, label, src_dir_fd=parent, dst_dir_fd=target)
+    except PermissionError:
+        _open_up(parent)
+        _open_up_child(parent, name)
+        os.rename(name, label, src_dir_fd=parent, dst_dir_fd=target)
+
+
+def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str) -> None:
+    """Copy ``name`` (relative to ``dir_fd``) to ``dest`` (relative to ``dest_fd``) without
+    following any symlink."""
     st = os.lstat(name, dir_fd=dir_fd)
     if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(name, dir_fd=dir_fd), dest)
+        os.symlink(os.readlink(name, dir_fd=dir_fd), dest, dir_fd=dest_fd)
     elif stat.S_ISDIR(st.st_mode):
-        os.mkdir(dest, 0o700)
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+        os.mkdir(dest, 0o700, dir_fd=dest_fd)
+        src = os.open(name, _DIR, dir_fd=dir_fd)
+        out = os.open(dest, _DIR, dir_fd=dest_fd)
         try:
-            for child in os.listdir(fd):
-                _copy_out(fd, child, os.path.join(dest, child))
-        finally:
-            os.close(fd)
-    elif stat.S_ISREG(st.st_mode):
-        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
-        try:
-            with open(dest, "wb") as out, os.fdopen(src, "rb", closefd=False) as inp:
-                shutil.copyfileobj(inp, out)
+            for child in os.listdir(src):
+                _copy_out(src, child, out, child)
         finally:
             os.close(src)
+            os.close(out)
+    elif stat.S_ISREG(st.st_mode):
+        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        out = os.open(
+            dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dest_fd
+        )
+        try:
+            with (
+                os.fdopen(src, "rb", closefd=False) as inp,
+                os.fdopen(out, "wb", closefd=False) as o,
+            ):
+                shutil.copyfileobj(inp, o)
+        finally:
+            os.close(src)
+            os.close(out)
 
 
 def _remove(dir_fd: int, name: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import secrets
 import shutil
 import subprocess
@@ -19,12 +20,25 @@ from launcher.servers import LaunchSpec
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import EgressRules, Entry
 from policy.loader import PolicyFiles, check_placeholders
+from policy.models import ToolAnnotationsFile
 from policy.paths import is_within, resolve_real_path
+from policy.roles import get_path_roles
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.bwrap import SETPRIV
-from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx, which
+from sandbox_profiles.discover import (
+    NeedsHiddenDirectory,
+    PackageNotInstalled,
+    npx_roots,
+    resolve_npx,
+    which,
+)
 from sandbox_profiles.model import Limits
-from sandbox_profiles.profile import guarded_paths, placeholders, sandbox_env
+from sandbox_profiles.profile import (
+    WorkspaceAccess,
+    guarded_paths,
+    placeholders,
+    sandbox_env,
+)
 
 BWRAP_FIX = (
     "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) and make sure "
@@ -38,6 +52,16 @@ SECCOMP_FIX = (
     "system-call filter"
 )
 UNIX_PATH_MAX = 107
+# Path roles that change the filesystem: a server with a tool taking one gets the workspace
+# writable; with only other path roles, read-only; with no path role at all, not at all.
+WRITE_ROLES = frozenset({"write-path", "delete-path"})
+PATH_ROLES = frozenset(get_path_roles())
+assert WRITE_ROLES <= PATH_ROLES
+HIDDEN_DIR_FIX = (
+    "install the server so that it needs nothing from there: into a virtualenv made from a "
+    "system Python (python3 -m venv /opt/venvs/NAME, then its pip), with pipx, or under "
+    "/usr/local (npm install -g, pip install --prefix /usr/local)"
+)
 # The unprivileged identity servers run as when ironcurtain itself runs as root.
 NOBODY = (65534, 65534)
 
@@ -69,6 +93,9 @@ class ServerPlan:
     profile: SandboxProfile | None
     cwd: str  # where the server runs; relative paths in its calls resolve here
     guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
+    # How the workspace is shown to it (from its tool annotations), and why.
+    workspace_access: WorkspaceAccess = "write"
+    workspace_reason: str = ""
     egress: EgressRules | None = None  # a networked server: what its proxy lets through
     egress_socket: str | None = None
     # (path, is a dir): made empty on the host for denyRead masks, removed after if still so
@@ -230,8 +257,50 @@ def egress_rules(server: ServerConfig) -> EgressRules | None:
     return EgressRules.from_config(net.allowed_domains, net.denied_domains, net.hosts)
 
 
+def workspace_access(annotations: ToolAnnotationsFile, name: str) -> tuple[WorkspaceAccess, str]:
+    """How a server sees the workspace, from its tools' argument roles, and why: writable
+    when a tool has a write role, read-only when tools take only other paths, not at all
+    when no tool takes a path. Without annotations no call of it is ever made; it gets the
+    workspace read-only, so a server handed the workspace as an argument still starts
+    (``annotate-tools`` lists the tools of exactly such servers)."""
+    entry = annotations.servers.get(name)
+    if entry is None or not entry.tools:
+        return "read", "the policy has no tool annotations for this server (none can be called)"
+    writers = [
+        t.tool_name for t in entry.tools if any(WRITE_ROLES & set(r) for r in t.args.values())
+    ]
+    if writers:
+        more = f" and {len(writers) - 1} more tools" if len(writers) > 1 else ""
+        return "write", f"{writers[0]}{more} {'have' if more else 'has'} a write role"
+    if any(PATH_ROLES & set(r) for t in entry.tools for r in t.args.values()):
+        return "read", "no tool of this server has a write role"
+    return "none", "no tool of this server takes a path"
+
+
+def never_shown() -> dict[str, str]:
+    """Directories a server's program may never be shown by, nor any directory holding
+    one: the home (``$HOME`` and the user database's), its ``.local`` and ``.config``,
+    ironcurtain's configuration and state; each also by its real path."""
+    found: dict[str, str] = {}
+    homes = [os.path.expanduser("~")]
+    with contextlib.suppress(KeyError):
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    for home in dict.fromkeys(h.rstrip("/") for h in homes):
+        if not home:
+            continue
+        found[home] = "your home"
+        found[os.path.join(home, ".local")] = "~/.local (ironcurtain's state, programs' data)"
+        found[os.path.join(home, ".config")] = "~/.config (programs' settings and tokens)"
+    found[str(dirs.config_dir().parent)] = "the XDG configuration directory"
+    found[str(dirs.config_dir())] = "ironcurtain's configuration"
+    found[str(dirs.state_dir())] = "ironcurtain's state (audit logs, pins, quarantine)"
+    return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
+
+
 def limits_of(server: ServerConfig) -> Limits:
-    if server.sandbox is False:
+    """The limits in force: the config's, each field defaulting to
+    :data:`launcher.config.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
+    if server.sandbox is False or server.sandbox.limits is False:
         return Limits()
     cfg = server.sandbox.limits
     return Limits(
@@ -368,6 +437,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     sandbox_protected = list(engine.structural.protected)
     if state_real and not is_within(workspace, state_real):
         sandbox_protected.append(state_real)
+    hidden = never_shown()
     for name, server in selected.items():
         command = resolve_command(server.command, search)
         if command is None:
@@ -377,9 +447,12 @@ def plan_session(opts: RunOptions) -> SessionPlan:
                 f"command {server.command!r} not found on PATH or next to {sys.executable}",
             )
         cwd = server.cwd or workspace
+        access, access_reason = workspace_access(files.annotations, name)
         sandboxed = server.sandboxed and problem is None
         args = list(server.args)
         fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
+        if workspace in fs.allow_write:
+            access, access_reason = "write", "allowWrite names it"
         egress = egress_rules(server) if sandboxed else None
         egress_socket = os.path.join(runtime_dir, f"egress-{name}.sock") if egress else None
         program_files: list[str] = []
@@ -392,7 +465,9 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             args=args,
             env=server.env,
             workspace=workspace,
-            cwd=cwd,
+            cwd=server.cwd,
+            workspace_access=access,
+            workspace_reason=access_reason,
             allow_read=fs.allow_read,
             allow_write=fs.allow_write,
             deny_read=fs.deny_read,
@@ -407,9 +482,15 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             bridge_python=sys.executable,
             limits=limits_of(server),
             seccomp=bpf is not None or opts.display_only,
+            never_shown=hidden,
         )
         if sandboxed:
-            profile = build_profile(request)
+            try:
+                profile = build_profile(request)
+            except NeedsHiddenDirectory as exc:
+                raise ConfigError(
+                    str(config.path), f"$.{config.key}.{name}.command", f"{exc}; {HIDDEN_DIR_FIX}"
+                ) from None
             if profile.limits.any() and shutil.which("prlimit") is None:
                 raise SandboxUnavailable(
                     f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "
@@ -432,6 +513,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
                 profile,
                 cwd,
                 guarded=tuple(guarded_paths(request, profile)),
+                workspace_access=access,
+                workspace_reason=access_reason,
                 placeholders=tuple(placeholders(profile)),
                 egress=egress,
                 egress_socket=egress_socket,

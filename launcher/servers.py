@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import os
@@ -23,7 +24,7 @@ import psutil
 from launcher.lines import LineBuffer, LineProtocol
 from sandbox_profiles.bwrap import limits_argv
 from sandbox_profiles.bwrap import render as render_bwrap
-from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.model import Limits, SandboxProfile
 
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -110,8 +111,53 @@ class LaunchSpec:
         if profile.limits.any():
             uid = profile.run_as[0] if profile.run_as else os.getuid()
             base = _processes_of(uid) if profile.limits.processes is not None else 0
-            argv = limits_argv(profile.limits, "prlimit", base) + argv
+            argv = limits_argv(within_own_limits(profile.limits), "prlimit", base) + argv
         return argv
+
+
+def within_own_limits(limits: Limits) -> Limits:
+    """The limits, none above the launcher's own hard limit: without privilege ``prlimit``
+    cannot raise one, and a server would then not start at all."""
+    import resource
+
+    def cap(value: int | None, which: int) -> int | None:
+        hard = resource.getrlimit(which)[1]
+        if value is None or hard == resource.RLIM_INFINITY:
+            return value
+        return min(value, hard)
+
+    return dataclasses.replace(
+        limits,
+        memory=cap(limits.memory, resource.RLIMIT_DATA),
+        open_files=cap(limits.open_files, resource.RLIMIT_NOFILE),
+        cpu_seconds=cap(limits.cpu_seconds, resource.RLIMIT_CPU),
+        file_size=cap(limits.file_size, resource.RLIMIT_FSIZE),
+    )
+
+
+def process_tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and all its descendants, from ``/proc/PID/task/TID/children`` (no scan of
+    every process on the machine); empty when ``pid`` is gone."""
+    pids = [pid]
+    i = 0
+    while i < len(pids):
+        current = pids[i]
+        i += 1
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
+                    pids.extend(int(child) for child in handle.read().split())
+            except (OSError, ValueError):
+                continue
+    tree = []
+    for member in pids:
+        with contextlib.suppress(psutil.Error):
+            tree.append(psutil.Process(member))
+    return tree
 
 
 def _processes_of(uid: int) -> int:
@@ -222,20 +268,17 @@ class ServerConnection:
     def running(self) -> bool:
         return self._proc is not None and self._returncode is None
 
-    async def _watch_limits(self, interval: float = 0.25) -> None:
+    async def _watch_limits(self, interval: float = 0.5) -> None:
         """Stop the server when its whole process tree goes over a limit. The rlimits set in
-        the child bound each process; this bounds the tree, and says why it stopped."""
+        the child bound each process; this bounds the tree, and says why it stopped. The
+        tree is found through the kernel's own lists of each task's children, so a look
+        costs a few reads per process of the server, not a scan of the whole machine."""
         assert self.pid is not None and self.spec.profile is not None
         limits = self.spec.profile.limits
-        try:
-            root = psutil.Process(self.pid)
-        except psutil.Error:
-            return
         while self.running:
             await asyncio.sleep(interval)
-            try:
-                tree = [root, *root.children(recursive=True)]
-            except psutil.Error:
+            tree = process_tree(self.pid)
+            if not tree:
                 return
             rss = cpu = 0.0
             for proc in tree:
@@ -252,14 +295,23 @@ class ServerConnection:
             elif limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
                 reason = f"it used more CPU time than its limit of {limits.cpu_seconds} s"
             if reason:
-                self.limit_reason = reason
-                self._log(f"stopped: {reason}")
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self.pid, signal.SIGKILL)
-                for proc in tree:
-                    with contextlib.suppress(psutil.Error):
-                        proc.kill()
+                self.halt(reason, tree)
                 return
+
+    def halt(self, reason: str, tree: list[psutil.Process] | None = None) -> None:
+        """Kill the server's whole process tree now; its calls, and every later one, are
+        answered ``server 'x' was stopped: <reason>``."""
+        if self.limit_reason is not None or self.pid is None:
+            return
+        self.limit_reason = reason
+        self._log(f"stopped: {reason}")
+        if tree is None:
+            tree = process_tree(self.pid)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
 
     async def initialize(self) -> None:
         response = await self.request(
@@ -313,6 +365,8 @@ class ServerConnection:
     def _write(self, message: Message) -> None:
         if self.gone is not None:
             raise self.gone
+        if self.limit_reason is not None:
+            raise ServerGone(self.name, None, self.limit_reason)
         assert self._stdin is not None
         if self._stdin.is_closing():
             raise ServerGone(self.name, self._returncode, self.limit_reason)
@@ -428,7 +482,9 @@ class ServerConnection:
             self._on_notification(self, message)
 
     def _on_stderr_line(self, line: bytes) -> None:
-        text = line.decode("utf-8", "replace").rstrip()
+        from launcher.audit import printable  # the operator's terminal is not the server's
+
+        text = printable(line.decode("utf-8", "replace").rstrip())
         self.stderr_tail = [*self.stderr_tail[-19:], text]
         self._log(text)
 

@@ -27,7 +27,7 @@ from launcher.breaker import CircuitBreaker
 from launcher.config import RestartConfig
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
-from launcher.guard import Guard, GuardError, Quarantined
+from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
 from launcher.http_transport import HttpEndpoint
 from launcher.lines import LineBuffer, LineProtocol
 from launcher.pins import Pins
@@ -110,6 +110,9 @@ class Session:
         self.client_elicits = False
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
+        # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
+        self.halted: dict[str, str] = {}
+        self.unneutralised: list[GuardFailure] = []
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -126,6 +129,7 @@ class Session:
             self._remove_unused_files()
 
     async def run(self) -> int:
+        raise_descriptor_limit()
         try:
             self._prepare_files()
             self._start_guard()
@@ -152,7 +156,7 @@ class Session:
         finally:
             await self.stop()
             self._remove_unused_files()
-        return 0
+        return 1 if self.unneutralised else 0
 
     def _prepare_files(self) -> None:
         plan = self.plan
@@ -199,7 +203,16 @@ class Session:
         roots) theirs to use. A workspace this session created is simply given to them; an
         existing one owned by someone else gets an ACL entry, nobody's ownership changes."""
         uid, gid = identity
-        for root in self._writable_roots():
+        roots = self._writable_roots()
+        shown = any(
+            m.dest == self.plan.workspace
+            for sp in self.plan.servers.values()
+            if sp.profile is not None
+            for m in sp.profile.mounts
+        )
+        if shown and self.plan.workspace not in roots:
+            roots.append(self.plan.workspace)  # shown read-only: still theirs to read
+        for root in roots:
             try:
                 if root == self.plan.workspace and self.plan.create_workspace:
                     os.chown(root, uid, gid)
@@ -219,7 +232,7 @@ class Session:
         guarded = [p for sp in self.plan.servers.values() for p in sp.guarded]
         quarantine = os.path.join(str(dirs.state_dir()), "quarantine", self.plan.session_id)
         try:
-            self.guard = Guard(roots, guarded, quarantine, self._quarantined)
+            self.guard = Guard(roots, guarded, quarantine, self._quarantined, self._guard_failed)
             self.guard.start()
         except GuardError as exc:
             raise StartupError(f"cannot watch the workspace for protected files: {exc}") from None
@@ -256,18 +269,51 @@ class Session:
             self.audit.write({"event": event, **fields})
 
     def _quarantined(self, record: Quarantined) -> None:
+        path = _as_text(record.path)
         self._event(
             "quarantine",
-            f"quarantined {record.path} ({record.why}); moved to {record.moved_to}",
-            path=record.path,
+            f"quarantined {path} ({record.why}); moved to {record.moved_to}",
+            path=path,
             movedTo=record.moved_to,
             reason=record.why,
         )
 
+    def _guard_failed(self, failure: GuardFailure) -> None:
+        """The guard could not neutralise something in a writable root: every server that
+        can write there is stopped (the guard cannot tell which of them made it), its calls
+        refused from now on; the others go on."""
+        path = _as_text(failure.path)
+        reason = (
+            f"the guard could not neutralise {path} in its writable root "
+            f"{failure.root} ({failure.reason})"
+        )
+        stopped = []
+        for name, sp in self.plan.servers.items():
+            writable = sp.profile.writable if sp.profile is not None else ()
+            if failure.root in writable and name not in self.halted:
+                self.halted[name] = reason
+                stopped.append(name)
+                self.servers[name].halt(reason)
+        self._event(
+            "guard-failure",
+            f"FAILED CLOSED: {reason}; stopped: {', '.join(stopped) or 'none still running'}",
+            root=failure.root,
+            path=path,
+            reason=failure.reason,
+            stopped=stopped,
+        )
+
     def settle(self) -> None:
-        """Quarantine whatever protected path a server has created so far."""
-        if self.guard is not None:
-            self.guard.settle()
+        """Quarantine whatever protected path a server has created so far. Whatever goes
+        wrong in the guard stops the servers that can write to the roots it watches."""
+        guard = self.guard
+        if guard is None:
+            return
+        try:
+            guard.settle()
+        except Exception as exc:
+            for root in guard.roots:
+                self._guard_failed(GuardFailure(root, root, f"the guard failed: {exc!r}"))
 
     def _remove_unused_files(self) -> None:
         """A session leaves nothing behind that it created and never used (an empty
@@ -347,6 +393,8 @@ class Session:
         for attempt in range(1, policy.max_restarts + 1):
             conn = self.servers[name]
             await conn.exited.wait()
+            if name in self.halted:
+                return  # stopped by the guard: it stays stopped
             conn.restarting = True
             delay = min(30.0, policy.backoff_seconds * 2 ** (attempt - 1))
             status = conn.gone.status if conn.gone else None
@@ -387,7 +435,8 @@ class Session:
         if self.approvals.terminals is not None:
             await self.approvals.terminals.stop()
         if self.guard is not None:
-            self.guard.settle()
+            self.settle()
+            self._sweep(self.guard)
             self.guard.close()
         for path in reversed(self._placeholders):
             with contextlib.suppress(OSError):
@@ -398,6 +447,37 @@ class Session:
         if self.audit is not None:
             self.audit.close()
         shutil.rmtree(self.plan.runtime_dir, ignore_errors=True)
+
+    def _sweep(self, guard: Guard) -> None:
+        """The backstop at the end: the roots checked against the catalogue without
+        relying on events; what is still there and cannot be moved is said loudly."""
+        failed_before = len(guard.failures)
+        try:
+            guard.sweep()
+        except Exception as exc:
+            for root in guard.roots:
+                guard.failures.append(GuardFailure(root, root, f"the sweep failed: {exc!r}"))
+        for failure in guard.failures[failed_before:]:
+            self._event(
+                "guard-failure",
+                f"FAILED CLOSED: the end-of-session sweep could not neutralise {failure.path} "
+                f"({failure.reason})",
+                root=failure.root,
+                path=_as_text(failure.path),
+                reason=failure.reason,
+                stopped=[],
+            )
+        left = [f for f in guard.failures if f.path == f.root or _still_there(f.path)]
+        self.unneutralised = left
+        if left:
+            listing = "\n".join(f"  {f.path}: {f.reason}" for f in left)
+            print(
+                "ironcurtain: WARNING: these paths in the workspace may be loaded or run by "
+                "host tools (git, shells, editors) and could not be moved out; inspect and "
+                f"remove them before using the workspace:\n{listing}",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def _box(self, name: str) -> str:
         """How a server is contained, for the start-up report."""
@@ -430,8 +510,21 @@ class Session:
         if plan.run_as is not None:
             uid, gid = plan.run_as
             lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")
+        # Per sandboxed server: how it sees the workspace, and the limits in force.
+        access: dict[str, list[str]] = {}
+        limits: dict[str, list[str]] = {}
+        for name, sp in plan.servers.items():
+            if sp.profile is not None:
+                access.setdefault(sp.workspace_access, []).append(name)
+                limits.setdefault(sp.profile.limits.describe(), []).append(name)
+        seen = "; ".join(
+            f"{label}: {', '.join(access[key])}"
+            for key, label in (("write", "writable"), ("read", "read-only"), ("none", "not shown"))
+            if key in access
+        )
+        lines.append(f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else ""))
+        lines += [f"  limits:     {', '.join(names)}: {text}" for text, names in limits.items()]
         lines += [
-            f"  workspace:  {plan.workspace}",
             f"  audit log:  {plan.audit_path}",
             f"  config:     {plan.config.path} ({plan.config.source})",
             f"  policy:     {plan.policy.directory}",
@@ -531,6 +624,15 @@ class Session:
             return
         if not isinstance(message, dict):
             return  # a batch: ignored
+        # Nothing the audit log cannot hold reaches a server: a string with no UTF-8 form (a
+        # lone surrogate, which a "\ud800" escape gives) is refused here, cheaply on the call
+        # path (a call's arguments are hashed, which fails on one, before anything is sent).
+        no_utf8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
+        request_id = message.get("id")
+        if type(request_id) is not int and _unencodable(request_id):
+            if "method" in message:
+                self.send(_error(None, -32600, f"invalid request: its id {no_utf8}"))
+            return
         if "method" not in message:
             # The client's answer to a request of ours (an elicitation), else nothing.
             key = message.get("id")
@@ -540,10 +642,23 @@ class Session:
             return
         if message["method"] == "tools/call" and "id" in message:
             params = message.get("params")
+            params = params if isinstance(params, dict) else {}
+            if _unencodable(params.get("name")) or (
+                len(params) > 2
+                and _unencodable({k: v for k, v in params.items() if k != "arguments"})
+            ):
+                self.send(_error(request_id, -32600, f"invalid request: its params {no_utf8}"))
+                return
             try:
-                self._tools_call(message["id"], params if isinstance(params, dict) else {})
+                self._tools_call(request_id, params)
+            except UnicodeEncodeError:  # from hashing its arguments: nothing was sent
+                self.send(_error(request_id, -32600, f"invalid request: an argument {no_utf8}"))
             except Exception as exc:  # never take the session down for one request
-                self.send(_error(message["id"], -32603, f"internal error: {exc}"))
+                self.send(_error(request_id, -32603, f"internal error: {exc}"))
+            return
+        if _unencodable(message):  # not the call path: the whole message is checked
+            if "id" in message:
+                self.send(_error(request_id, -32600, f"invalid request: a string in it {no_utf8}"))
             return
         self._spawn(self._handle(message))
 
@@ -820,6 +935,11 @@ class Session:
             del self._calls[call.request_id]
         try:
             self.settle()  # what the call created is dealt with before it returns
+            halted = self.halted.get(call.server) if call.server else None
+            if halted is not None:
+                text = f"ERROR: server '{call.server}' was stopped: {halted}; it is not running"
+                self._end(call, "error", tool_result(text))
+                return
             self._relay_answer(call, outcome)
         except Exception as exc:  # never take the session down for one call
             self.send(_error(call.request_id, -32603, f"internal error: {exc}"))
@@ -1019,6 +1139,40 @@ def sweep_stale_runtime_dirs(base: str, min_age: float = 60.0) -> None:
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _as_text(path: str) -> str:
+    """A path as text the audit log can hold: bytes that are not UTF-8 (a name a server
+    chose) are shown as escapes, so they cannot make the log fail.
+
+    >>> _as_text("/ws/" + b"\\xff".decode("utf-8", "surrogateescape"))
+    '/ws/\\\\xff'
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
+
+
+def _still_there(path: str) -> bool:
+    """False only when ``path`` is certainly gone (a path too long to look at counts)."""
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def raise_descriptor_limit(wanted: int = 65536) -> None:
+    """Raise this process's soft limit on open descriptors (up to its hard limit), so what
+    servers make it hold (proxy connections, watched directories) cannot exhaust it; the
+    egress proxy caps connections per server on top of that."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
 def _approval_channels(mode: str, session_id: str) -> str:
     terminal = f"`ironcurtain approvals --session {session_id}`"
     return {
@@ -1074,3 +1228,27 @@ def client_entry(plan: SessionPlan) -> str:
     # With one selected server the entry replaces that server in a client's config.
     key = "ironcurtain" if plan.prefixed else next(iter(plan.servers))
     return json.dumps({"mcpServers": {key: {"command": exe, "args": args}}}, indent=2)
+
+
+def _unencodable(value: object) -> bool:
+    """Whether ``value`` holds a string with no UTF-8 form (a lone surrogate), which no
+    audit entry and no message to a server can carry. Quick for an ASCII string.
+
+    >>> _unencodable("call-1"), _unencodable("r\\u00e9"), _unencodable({"a": ["\\ud800"]})
+    (False, False, True)
+    """
+    if type(value) is str:
+        if value.isascii():
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if value is None or type(value) is int:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except ValueError:
+        return True
+    return False

@@ -80,6 +80,10 @@ def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:
         "network": profile.network,
         "egress": _egress_json(server),
         "writable": list(profile.writable),
+        "workspace": {
+            "access": server.workspace_access,
+            "reason": server.workspace_reason,
+        },
         "protectedNames": list(ALWAYS_PROTECTED_NAMES),
         "guarded": list(server.guarded),
         "mounts": [
@@ -135,6 +139,10 @@ def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
     lines = [f"# server '{server.name}': the exact command ironcurtain runs (one part a line)"]
     if prefix:
         lines.append(f"{shlex.join(prefix)}  # resource limits (nproc: + the uid's count)")
+    else:
+        lines.append("# resource limits: none (lifted in its config)")
+    if server.workspace_access == "none":
+        lines.append(f"# the session workspace: not shown ({server.workspace_reason})")
     for chunk, reason in chunks:
         text = shlex.join(chunk)
         lines.append(f"  {text:<{width}}  # {reason}" if reason else f"  {text}")

@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from policy.roles import is_git_tool
+
 _DELETE = {"delete", "remove", "rm", "unlink", "drop", "destroy", "purge", "erase"}
 _MOVE = {"move", "rename", "mv"}
 _WRITE = {
@@ -82,7 +84,7 @@ def tool_effect(tool: Mapping[str, Any]) -> str:
 
 def _roles(server: str, tool: str, effect: str, arg: str, schema: Mapping[str, Any]) -> list[str]:
     parts = set(words(arg))
-    gitish = "git" in server.lower() or "git" in tool.lower()
+    gitish = is_git_tool(server, tool)
     if gitish and ("remote" in parts or ({"url"} & parts and "repo" in " ".join(parts))):
         return ["git-remote-url"]
     if parts & _URL_NAMES or schema.get("format") in ("uri", "url"):

@@ -2,6 +2,13 @@
 
 Plain data in, a :class:`Decision` out; no sockets, no subprocesses of its own (named git
 remotes are resolved through the role registry's resolver, which tests can replace).
+
+A path-role argument must be a string or a list of strings (anything else is refused:
+``structural-path-shape``). For a tool that runs git, each path is also judged by where git
+really works through it (the role registry's ``git_locations``: a ``.git`` file's git
+directory, its common directory...): the structural invariants and the rules see those
+places as more values of the same argument, and a place that cannot be known refuses the
+call (``structural-git-location``). The arguments forwarded stay the ones the agent named.
 """
 
 from __future__ import annotations
@@ -13,13 +20,22 @@ from typing import Literal
 from urllib.parse import quote
 
 from policy.models import CompiledPolicyFile, CompiledRule, ToolAnnotation, ToolAnnotationsFile
-from policy.paths import SYSTEM_ROOTS, canonical_path, is_within, iter_strings, looks_like_path
+from policy.paths import (
+    SYSTEM_ROOTS,
+    UnknownLocationError,
+    canonical_path,
+    is_within,
+    iter_strings,
+    looks_like_path,
+)
 from policy.prepare import prepare_tool_args
 from policy.roles import (
     ArgumentRole,
+    GitLocations,
     get_path_roles,
     get_role_definition,
     get_url_roles,
+    is_git_tool,
 )
 from policy.urls import domain_matches_allowlist, file_uri_path
 
@@ -113,6 +129,8 @@ class _ToolInfo:
     path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
     url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
     path_roles_by_arg: Mapping[str, frozenset[ArgumentRole]]
+    # Path arguments of a tool that runs git, with their roles' ``git_locations``.
+    git_args: tuple[tuple[str, tuple[GitLocations, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,24 +199,33 @@ class PolicyEngine:
         self._tools: dict[tuple[str, str], _ToolInfo] = {}
         for server, entry in annotations.servers.items():
             for ann in entry.tools:
-                self._tools[(server, ann.tool_name)] = self._tool_info(ann)
+                self._tools[(server, ann.tool_name)] = self._tool_info(ann, server)
         self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
         self._candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
         self._resource_infos: dict[str, _ToolInfo] = {}
 
     @staticmethod
-    def _tool_info(ann: ToolAnnotation) -> _ToolInfo:
+    def _tool_info(ann: ToolAnnotation, server: str | None = None) -> _ToolInfo:
         path_args = []
         url_args = []
+        git_args = []
+        runs_git = server is not None and is_git_tool(server, ann.tool_name)
         for arg, roles in ann.args.items():
             role_set = frozenset(roles)
             if role_set & PATH_ROLES:
                 path_args.append((arg, role_set))
+                hooks = dict.fromkeys(
+                    hook
+                    for role in roles
+                    if (hook := get_role_definition(role).git_locations) is not None
+                )
+                if runs_git and hooks:
+                    git_args.append((arg, tuple(hooks)))
             for role in roles:
                 if role in URL_ROLES:
                     url_args.append((arg, role, role_set))
                     break
-        return _ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args))
+        return _ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args), tuple(git_args))
 
     def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
         info = self._tools.get((server, tool))
@@ -248,7 +275,7 @@ class PolicyEngine:
         args = {"uri": canonical}
         verdict = self._structural(info, args, cwd)
         if verdict is None:
-            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {})
+            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {}, args)
         return verdict, "file://" + quote(canonical)
 
     # -- evaluation -------------------------------------------------------------------------
@@ -258,13 +285,28 @@ class PolicyEngine:
     ) -> Decision:
         """Evaluate canonical arguments (as returned by :meth:`prepare`)."""
         info = self._tools.get((server, tool))
-        verdict = self._structural(info, args, cwd)
+        paths = args
+        if info is not None and info.path_args:
+            misshapen = _misshapen_path_arg(info, args)
+            if misshapen is not None:
+                return Decision(
+                    "deny",
+                    "structural-path-shape",
+                    f"argument '{misshapen}' has a path role but is neither a string nor a "
+                    "list of strings, so the path it names cannot be checked",
+                )
+            if info.git_args:
+                located = _with_git_locations(info, args)
+                if isinstance(located, Decision):
+                    return located
+                paths = located
+        verdict = self._structural(info, paths, cwd)
         if verdict is not None:
             return verdict
         assert info is not None  # unknown tools were denied above
         domain_cache: dict[tuple[str, str], str] = {}
         gate = self._domain_gate(server, info, args, cwd, domain_cache)
-        compiled = self._compiled(server, tool, info, args, cwd, domain_cache)
+        compiled = self._compiled(server, tool, info, args, cwd, domain_cache, paths)
         if gate is not None and _SEVERITY[gate.decision] > _SEVERITY[compiled.decision]:
             return gate
         return compiled
@@ -358,12 +400,14 @@ class PolicyEngine:
         args: Mapping[str, object],
         cwd: str | None,
         cache: dict[tuple[str, str], str],
+        paths: Mapping[str, object],
     ) -> Decision:
+        """The first rule that matches; ``paths`` is ``args`` with git's places added."""
         candidates = self._candidates.get((server, tool))
         if candidates is None:
             candidates = self._candidates[(server, tool)] = self._static_matches(server, tool, info)
         for rule in candidates:
-            if rule.path_roles is not None and not self._paths_within(rule, info, args):
+            if rule.path_roles is not None and not self._paths_within(rule, info, paths):
                 continue
             if rule.domain_roles is not None and not self._domains_allowed(
                 rule, info, args, cwd, cache
@@ -415,6 +459,49 @@ class PolicyEngine:
                         return False
                     found = True
         return found
+
+
+def _misshapen_path_arg(info: _ToolInfo, args: Mapping[str, object]) -> str | None:
+    """The first path-role argument whose value is neither a string nor a list of strings
+    (a number, null, an object, a nested list): such a value is never canonicalised, so
+    the call is refused rather than forwarded with a path nobody checked."""
+    for arg, _roles in info.path_args:
+        if arg not in args:
+            continue
+        value = args[arg]
+        if isinstance(value, str):
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return arg
+    return None
+
+
+def _with_git_locations(
+    info: _ToolInfo, args: Mapping[str, object]
+) -> dict[str, object] | Decision:
+    """``args`` with, after each path of a tool that runs git, the places git really
+    reaches through it; a refusal when one of them cannot be known."""
+    view = dict(args)
+    for arg, hooks in info.git_args:
+        value = args.get(arg)
+        names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        found: dict[str, None] = {}
+        for name in names:
+            assert isinstance(name, str)  # shapes were checked first
+            for hook in hooks:
+                try:
+                    found.update(dict.fromkeys(hook(name)))
+                except UnknownLocationError as e:
+                    return Decision(
+                        "deny",
+                        "structural-git-location",
+                        f"argument '{arg}' is given to git, and where git would read and "
+                        f"write through it cannot be known: it {e}",
+                    )
+        extra = [place for place in found if place not in names]
+        if extra:
+            view[arg] = [*names, *extra]
+    return view
 
 
 def _deny_protected(arg: str, label: str) -> Decision:

@@ -45,6 +45,11 @@ def prepare_tool_args(
     Only arguments with a resource-identifier role are canonicalised; ``none`` arguments
     pass unchanged. Without an annotation (unknown tool) every path-looking string is.
 
+    A path-role value is a string or a list of strings, each canonicalised for the policy
+    and for the transport alike. Any other shape (a number, null, an object, a list holding
+    anything but strings) is left as it is here and refused by the engine
+    (``structural-path-shape``): it is never forwarded un-canonicalised.
+
     >>> from policy.models import ToolAnnotation
     >>> ann = ToolAnnotation(toolName="w", serverName="s", effect="write", sideEffects=True,
     ...                      args={"path": ["write-path"], "content": ["none"]})

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeGuard, get_args
 
-from policy.paths import canonical_path
+from policy.paths import canonical_path, git_locations
 from policy.urls import (
     extract_domain,
     extract_git_domain,
@@ -33,6 +33,9 @@ ArgumentRole = Literal[
 # canonicalise(value, cwd, home) -> canonical value; pure in intent, never raises.
 Canonicalise = Callable[[str, str | None, str | None], str]
 ResolveForPolicy = Callable[[str, Mapping[str, object], str | None], str]
+# canonical value -> the other canonical paths a tool that runs git reaches through it;
+# raises ``policy.paths.UnknownLocationError`` when they cannot be known.
+GitLocations = Callable[[str], tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +49,10 @@ class RoleDefinition:
     prepare_for_policy: Callable[[str], str] | None = None
     # Context-aware resolution using sibling arguments (a named git remote -> its URL).
     resolve_for_policy: ResolveForPolicy | None = None
+    # For a tool that runs git (:func:`is_git_tool`): every place git really reads and
+    # writes for the value (a repository's git directory, common directory, working tree),
+    # checked by the policy as if the argument named them too.
+    git_locations: GitLocations | None = None
 
 
 def _identity(value: str, cwd: str | None = None, home: str | None = None) -> str:
@@ -71,6 +78,7 @@ ARGUMENT_ROLE_REGISTRY: Mapping[ArgumentRole, RoleDefinition] = {
         is_resource_identifier=True,
         category="path",
         canonicalize=canonical_path,
+        git_locations=git_locations,
         annotation_guidance="Assign to paths whose contents or metadata the tool reads. "
         + _PATH_GUIDANCE,
     ),
@@ -79,6 +87,7 @@ ARGUMENT_ROLE_REGISTRY: Mapping[ArgumentRole, RoleDefinition] = {
         is_resource_identifier=True,
         category="path",
         canonicalize=canonical_path,
+        git_locations=git_locations,
         annotation_guidance="Assign to paths the tool creates or modifies (a repository "
         "a commit is written to counts). " + _PATH_GUIDANCE,
     ),
@@ -87,6 +96,7 @@ ARGUMENT_ROLE_REGISTRY: Mapping[ArgumentRole, RoleDefinition] = {
         is_resource_identifier=True,
         category="path",
         canonicalize=canonical_path,
+        git_locations=git_locations,
         annotation_guidance="Assign to paths the tool removes; the source of a move is "
         "both read-path and delete-path. " + _PATH_GUIDANCE,
     ),
@@ -170,6 +180,17 @@ def get_path_roles() -> tuple[ArgumentRole, ...]:
 
 def get_url_roles() -> tuple[ArgumentRole, ...]:
     return get_roles_by_category("url")
+
+
+def is_git_tool(server: str, tool: str) -> bool:
+    """A tool that runs git, by its server's or its own name: a path it is given may be a
+    repository whose git directory lies elsewhere (the path roles' ``git_locations``).
+    Generous on purpose: a tool wrongly taken for one is only checked more.
+
+    >>> is_git_tool("git", "git_status"), is_git_tool("filesystem", "read_file")
+    (True, False)
+    """
+    return "git" in server.lower() or "git" in tool.lower()
 
 
 def build_role_descriptions() -> str:

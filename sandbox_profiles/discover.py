@@ -2,12 +2,19 @@
 
 Follows the command to its real file, its interpreter (shebang, ``#!/usr/bin/env x``), the
 interpreter's installation prefix, a Python virtualenv, and a Node package tree.
+
+Some directories are never shown, whatever a program needs: the ones the launcher names
+(the home, ``~/.local``, ``~/.config``, ironcurtain's own), any directory holding one of
+them, and any directory with a ``.ssh`` entry. A command that lives in such a directory is
+shown as the file alone; one that cannot run without such a directory (an interpreter whose
+installation prefix is the home) is refused with :class:`NeedsHiddenDirectory`.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 
 # Directories the base profile already shows read-only: nothing below them needs a mount.
 SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
@@ -79,35 +86,111 @@ def _node_tree(real: str) -> str | None:
     return "/".join(parts[: index + 1])
 
 
-def program_dirs(command_path: str, search: Sequence[str], depth: int = 0) -> list[tuple[str, str]]:
-    """(directory, reason) pairs to show read-only so ``command_path`` can run."""
+class NeedsHiddenDirectory(Exception):
+    """A program cannot run without a directory that is never shown to a server."""
+
+
+# Programs that load their standard library from their installation prefix.
+_INTERPRETER = re.compile(r"(python|pypy|node|nodejs|ruby|perl|php|lua|bun|deno)[0-9.]*")
+
+
+def _contains(outer: str, inner: str) -> bool:
+    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
+
+
+def hidden_reason(directory: str, never_shown: Mapping[str, str]) -> str | None:
+    """Why ``directory`` must never be shown to a server, or None when it may be.
+
+    ``never_shown`` maps directories to what they are (``{"/home/me": "your home"}``); they
+    and every directory holding one are refused, by the given path and by the real one.
+    Any directory with a ``.ssh`` entry is refused too (looked up on the host).
+
+    >>> hidden_reason("/home", {"/home/me": "your home"})
+    'it holds your home (/home/me)'
+    >>> hidden_reason("/home/me/venv", {"/home/me": "your home"}) is None
+    True
+    """
+    for path in dict.fromkeys((directory, os.path.realpath(directory))):
+        for hidden, label in never_shown.items():
+            if _contains(path, hidden):
+                return label if path == hidden else f"it holds {label} ({hidden})"
+        if os.path.lexists(os.path.join(path, ".ssh")):
+            return f"it holds {os.path.join(path, '.ssh')}"
+    return None
+
+
+def program_dirs(
+    command_path: str,
+    search: Sequence[str],
+    depth: int = 0,
+    never_shown: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """(path, reason) pairs to show read-only so ``command_path`` can run: directories, and
+    the command file itself (with each symlink on the way to it) where its directory must
+    not be shown (see :func:`hidden_reason`). Raises :class:`NeedsHiddenDirectory` when the
+    program cannot run without such a directory."""
+    hidden = dict(never_shown or {})
     found: list[tuple[str, str]] = []
 
-    def add(directory: str | None, reason: str) -> None:
+    def add(path: str, reason: str) -> None:
+        # Skip what an earlier, wider mount already shows; a wider one replaces narrower ones.
+        if any(path == d or path.startswith(d + "/") for d, _ in found):
+            return
+        found[:] = [(d, r) for d, r in found if not d.startswith(path + "/")]
+        found.append((path, reason))
+
+    def show(
+        directory: str | None,
+        reason: str,
+        files: Sequence[tuple[str, str]] = (),
+        needed: bool = True,
+    ) -> None:
+        """Show ``directory``; when it must stay hidden, show ``files`` ((path, what it is):
+        those of it the program uses) instead, or skip a guess that is not ``needed``, or
+        refuse."""
         if not directory or directory == "/" or _under_system(directory):
             return
-        # Skip what an earlier, wider mount already shows; a wider one replaces narrower ones.
-        if any(directory == d or directory.startswith(d + "/") for d, _ in found):
-            return
-        found[:] = [(d, r) for d, r in found if not d.startswith(directory + "/")]
-        found.append((directory, reason))
+        why = hidden_reason(directory, hidden)
+        if why is None:
+            add(directory, reason)
+        elif files:
+            for path, what in files:
+                add(path, f"{what}, alone: its directory is never shown ({why})")
+        elif needed:
+            raise NeedsHiddenDirectory(
+                f"{command_path} cannot run without {directory} ({reason}), and that "
+                f"directory is never shown to a server ({why})"
+            )
 
     real = os.path.realpath(command_path)
-    add(os.path.dirname(command_path), f"holds the command {command_path}")
+    # The command, then each symlink on the way to its real file: their directories, or the
+    # links and the file alone.
+    hop, seen = command_path, set[str]()
+    while hop not in seen and len(seen) < 40:
+        seen.add(hop)
+        link = " (a link)" if os.path.islink(hop) else ""
+        show(os.path.dirname(hop), f"holds the command {hop}", [(hop, f"the command{link}")])
+        if not os.path.islink(hop):
+            break
+        hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
     venv = _venv_root(command_path) or _venv_root(real)
     if venv:
-        add(venv, "the command's Python virtualenv")
+        show(venv, "the command's Python virtualenv")
         home = _venv_home(venv)
         if home:
-            add(
+            show(
                 _prefix_of_interpreter(os.path.realpath(os.path.join(home, "python3"))) or home,
                 "the virtualenv's base Python installation",
             )
     node = _node_tree(real)
     if node:
-        add(node, "the command's Node package tree")
+        show(node, "the command's Node package tree")
     elif real != command_path:
-        add(os.path.dirname(real), f"holds {real}, the command's real file")
+        show(
+            os.path.dirname(real),
+            f"holds {real}, the command's real file",
+            [(real, "the command's real file")],
+        )
     shebang = read_shebang(real)
     if shebang and depth < 3:
         interpreter = shebang[0]
@@ -115,12 +198,19 @@ def program_dirs(command_path: str, search: Sequence[str], depth: int = 0) -> li
             rest = [a for a in shebang[1:] if not a.startswith("-")]
             interpreter = (which(rest[0], search) or "") if rest else ""
         if interpreter:
-            for directory, reason in program_dirs(interpreter, search, depth + 1):
+            try:
+                needs = program_dirs(interpreter, search, depth + 1, hidden)
+            except NeedsHiddenDirectory as exc:
+                raise NeedsHiddenDirectory(f"{command_path}: its interpreter {exc}") from None
+            for directory, reason in needs:
                 add(directory, reason if depth else f"interpreter: {reason}")
     else:
         prefix = _prefix_of_interpreter(real)
         if prefix and os.path.isdir(os.path.join(prefix, "lib")):
-            add(prefix, f"installation prefix of {os.path.basename(real)}")
+            # An interpreter needs its prefix (its standard library is there); for another
+            # program the prefix is a guess, left out when it must stay hidden.
+            needed = depth > 0 or bool(_INTERPRETER.fullmatch(os.path.basename(real)))
+            show(prefix, f"installation prefix of {os.path.basename(real)}", needed=needed)
     return found
 
 

@@ -55,6 +55,34 @@ class Limits:
             )
         )
 
+    def describe(self) -> str:
+        """The limits in words, or ``no limits``.
+
+        >>> Limits(memory=4 << 30, processes=256, file_size=1 << 30).describe()
+        'memory 4 GiB, 256 processes, files up to 1 GiB'
+        >>> Limits().describe()
+        'no limits'
+        """
+        parts = []
+        if self.memory is not None:
+            parts.append(f"memory {_size(self.memory)}")
+        if self.processes is not None:
+            parts.append(f"{self.processes} processes")
+        if self.open_files is not None:
+            parts.append(f"{self.open_files} open files")
+        if self.file_size is not None:
+            parts.append(f"files up to {_size(self.file_size)}")
+        if self.cpu_seconds is not None:
+            parts.append(f"{self.cpu_seconds} s of CPU")
+        return ", ".join(parts) or "no limits"
+
+
+def _size(size: int) -> str:
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} bytes"
+
 
 @dataclass(frozen=True)
 class SandboxProfile:
@@ -86,3 +114,6 @@ class SandboxProfile:
     run_as: tuple[int, int] | None = None
     seccomp: bool = True
     limits: Limits = field(default_factory=Limits)
+    # Paths inside writable roots that must not come into being (denyWrite, ironcurtain's
+    # own files, files a git configuration includes): the launcher quarantines them.
+    guarded: tuple[str, ...] = ()

@@ -5,28 +5,16 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
+from sandbox_profiles import autorun
 from sandbox_profiles.discover import program_dirs
 from sandbox_profiles.model import Limits, Mount, SandboxProfile
 
-# Names that stay read-only inside every writable root, at any depth: code that runs later,
-# unsandboxed, on the user's behalf (git hooks and config, shell start-up files, editor and
-# MCP client configs).
-ALWAYS_PROTECTED_NAMES: tuple[str, ...] = (
-    ".git/hooks",
-    ".git/config",
-    ".bashrc",
-    ".bash_profile",
-    ".bash_login",
-    ".profile",
-    ".zshrc",
-    ".zshenv",
-    ".zprofile",
-    ".zlogin",
-    ".mcp.json",
-    ".vscode",
-    ".idea",
-)
+# Path suffixes that stay read-only inside every writable root, at any depth (the name
+# entries of the catalogue of what host tools load or run; the structural ones, git
+# directories and virtualenvs, are found by find_protected and the guard).
+ALWAYS_PROTECTED_NAMES: tuple[str, ...] = autorun.PROTECTED_NAMES
 
 SYSTEM_MOUNTS: tuple[tuple[str, str], ...] = (
     ("/usr", "programs and libraries"),
@@ -58,6 +46,7 @@ PROXY_PORT = 3128
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 NOT_THERE_YET = "denyRead (not there yet)"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+WorkspaceAccess = Literal["write", "read", "none"]
 
 
 @dataclass(frozen=True)
@@ -70,6 +59,10 @@ class ProfileRequest:
     env: Mapping[str, str]
     workspace: str
     cwd: str | None = None
+    # How the workspace is shown: writable, read-only, or not at all; and why (the launcher
+    # decides from the server's tool annotations). allowWrite still makes a path writable.
+    workspace_access: WorkspaceAccess = "write"
+    workspace_reason: str = ""
     allow_read: Sequence[str] = ()
     allow_write: Sequence[str] = ()
     deny_read: Sequence[str] = ()
@@ -90,6 +83,28 @@ class ProfileRequest:
     bridge_python: str = ""
     limits: Limits = field(default_factory=Limits)
     seccomp: bool = True
+    # Directories no program directory may be, or hold (the home, ~/.local, ironcurtain's
+    # state...), with what each is: host facts from the launcher. See discover.hidden_reason.
+    never_shown: Mapping[str, str] = field(default_factory=dict)
+
+
+def workspace_mount(req: ProfileRequest) -> Mount | None:
+    """The workspace's mount: writable, read-only or none (``workspace_access``), writable
+    anyway when allowWrite names it.
+
+    >>> workspace_mount(ProfileRequest("t", "/x", (), {}, "/ws", workspace_access="none")) is None
+    True
+    """
+    why = f": {req.workspace_reason}" if req.workspace_reason else ""
+    if req.workspace in req.allow_write:
+        reason = "the session workspace, writable: allowWrite names it"
+        return Mount("bind", req.workspace, req.workspace, reason)
+    if req.workspace_access == "write":
+        return Mount("bind", req.workspace, req.workspace, f"the session workspace, writable{why}")
+    if req.workspace_access == "read":
+        reason = f"the session workspace, read-only{why}"
+        return Mount("ro-bind", req.workspace, req.workspace, reason)
+    return None
 
 
 def is_under(path: str, root: str) -> bool:
@@ -124,36 +139,11 @@ def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
     return env
 
 
-def protected_name_match(rel_parts: Sequence[str]) -> int | None:
-    """How many leading components of a root-relative path make up a protected name, if
-    the path is one or lies inside one.
-
-    >>> protected_name_match(["src", ".git", "hooks", "pre-commit"])
-    3
-    >>> protected_name_match(["notes", ".bashrc.d"]) is None
-    True
-    """
-    for end in range(1, len(rel_parts) + 1):
-        for name in ALWAYS_PROTECTED_NAMES:
-            parts = name.split("/")
-            if end >= len(parts) and list(rel_parts[end - len(parts) : end]) == parts:
-                return end
-    return None
-
-
 def find_protected(root: str) -> Iterator[str]:
-    """Existing always-protected names anywhere below ``root`` (symlinks are not followed;
-    a protected name that is itself a symlink is reported too)."""
-    for directory, subdirs, files in os.walk(root):
-        rel = os.path.relpath(directory, root)
-        base = [] if rel == "." else rel.split(os.sep)
-        keep = []
-        for name in [*subdirs, *files]:
-            if protected_name_match([*base, name]) is not None:
-                yield os.path.join(directory, name)
-            elif name in subdirs:
-                keep.append(name)
-        subdirs[:] = keep
+    """Existing catalogue entries anywhere below ``root`` (symlinks are not followed; an
+    entry that is itself a symlink is reported too)."""
+    for path, _entry in autorun.find(root):
+        yield path
 
 
 def first_missing(path: str) -> str:
@@ -217,10 +207,15 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path in req.allow_read:
         if os.path.exists(path):
             mounts.append(Mount("ro-bind", path, path, "allowRead"))
-    writable = [req.workspace, *(p for p in req.allow_write if os.path.exists(p))]
-    mounts.append(Mount("bind", req.workspace, req.workspace, "the session workspace"))
-    for path in writable[1:]:
-        mounts.append(Mount("bind", path, path, "allowWrite"))
+    writable = [p for p in dict.fromkeys(req.allow_write) if os.path.exists(p)]
+    ws_mount = workspace_mount(req)
+    if ws_mount is not None:
+        mounts.append(ws_mount)
+        if ws_mount.kind == "bind" and req.workspace not in writable:
+            writable.insert(0, req.workspace)
+    for path in writable:
+        if path != req.workspace:
+            mounts.append(Mount("bind", path, path, "allowWrite"))
     # After the writable roots, so a program directory inside one stays read-only.
     argv: tuple[str, ...] = (req.command_path, *req.args)
     program_files = list(req.program_files)
@@ -234,16 +229,43 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         )
     programs: list[tuple[str, str]] = []
     for program in (req.command_path, *program_files):
-        for directory, reason in program_dirs(program, req.search_path):
+        for directory, reason in program_dirs(program, req.search_path, 0, req.never_shown):
             if not any(is_under(directory, d) for d, _ in programs):
                 programs.append((directory, reason))
-    for directory, reason in programs:
-        mounts.append(Mount("ro-bind", directory, directory, reason))
+    for path, reason in programs:
+        if os.path.islink(path) and not os.path.isdir(path):
+            mounts.append(Mount("symlink", path, os.readlink(path), reason))  # shown alone
+        else:
+            mounts.append(Mount("ro-bind", path, path, reason))
+    git_configs: list[str] = []
     for root in writable:
-        for path in find_protected(root):
+        for path, entry in autorun.find(root):
             if not os.path.islink(path):
                 name = os.path.relpath(path, root)
                 mounts.append(Mount("ro-bind", path, path, f"always protected: {name}"))
+            if os.path.basename(path) in ("config", "config.worktree") and (
+                entry is autorun.GIT_DIR_ENTRY or entry.match == ".git/config"
+            ):
+                git_configs.append(path)
+    guarded = [
+        p
+        for p in (*req.deny_write, *req.protected)
+        if not os.path.lexists(p) and any(is_under(p, r) for r in writable)
+    ]
+    # What a git configuration (the user's own, or one in a root) includes or takes hooks
+    # from, inside a writable root: read-only when there, quarantined when it appears.
+    home = req.host_env.get("HOME", "")
+    if home:
+        git_configs += autorun.host_git_configs(home, req.host_env.get("XDG_CONFIG_HOME"))
+    for config in git_configs:
+        for path in autorun.git_references(config, home):
+            if not any(is_under(path, r) for r in writable):
+                continue
+            if os.path.lexists(path):
+                if not os.path.islink(path):
+                    mounts.append(Mount("ro-bind", path, path, f"named by the git config {config}"))
+            elif path not in guarded:
+                guarded.append(path)
     bound = [m.dest for m in mounts if m.kind in ("ro-bind", "bind")]
     for path in req.deny_write:
         if os.path.exists(path):
@@ -275,13 +297,14 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         name=req.name,
         argv=argv,
         network="proxy" if req.egress_socket else "none",
-        cwd=req.cwd or req.workspace,
+        cwd=req.cwd or (req.workspace if ws_mount is not None else SANDBOX_HOME),
         env=sandbox_env(req, command_dir),
         mounts=tuple(_parent_dirs(mounts)),
         writable=tuple(writable),
         run_as=req.run_as,
         seccomp=req.seccomp,
         limits=req.limits,
+        guarded=tuple(guarded),
     )
 
 
@@ -296,12 +319,9 @@ def placeholders(profile: SandboxProfile) -> list[tuple[str, bool]]:
 
 def guarded_paths(req: ProfileRequest, profile: SandboxProfile) -> list[str]:
     """Paths inside writable roots that must not come into being (denyWrite, ironcurtain's
-    own files): the launcher watches for them and quarantines them."""
-    return [
-        p
-        for p in (*req.deny_write, *req.protected)
-        if not os.path.lexists(p) and any(is_under(p, r) for r in profile.writable)
-    ]
+    own files, what a git configuration includes): the launcher watches for them and
+    quarantines them."""
+    return list(profile.guarded)
 
 
 def write_runtime_files(runtime_dir: str, uid: int, gid: int) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 
+from sandbox_profiles.autorun import PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT, is_under
 
@@ -99,10 +100,14 @@ def protected_name_regex(root: str, name: str) -> str:
 
     >>> print(protected_name_regex("/ws", ".git/hooks"))
     ^/ws/(.*/)?\\.git/hooks(/.*)?$
+    >>> print(protected_name_regex("/ws", "*.pth"))
+    ^/ws/(.*/)?[^/]*\\.pth(/.*)?$
     """
     if '"' in root:
         raise ValueError(f"a writable root with a double quote cannot be expressed: {root!r}")
-    return f"^{_escape(root.rstrip('/'))}/(.*/)?{_escape(name)}(/.*)?$"
+    # A name pattern ("*.pth") matches any last component with that ending.
+    last = "[^/]*" + _escape(name[1:]) if name.startswith("*") else _escape(name)
+    return f"^{_escape(root.rstrip('/'))}/(.*/)?{last}(/.*)?$"
 
 
 def _escape(text: str) -> str:
@@ -194,6 +199,10 @@ def render(profile: SandboxProfile) -> str:
             f'(regex #"{protected_name_regex(form, name)}")'
             for form in both_forms(root)
             for name in ALWAYS_PROTECTED_NAMES
+        ] + [
+            f'(regex #"{protected_name_regex(form, suffix)}")'
+            for form in both_forms(root)
+            for suffix in PROTECTED_SUFFIXES
         ]
         lines += _rule("deny", "file-write*", regexes, f"always-protected names in {root}")
     for path, reason in deny_write:

@@ -67,7 +67,10 @@ def probe_config(user: Home, ws: Path, sandbox: object) -> Path:
     if sandbox is False:
         server["sandbox"] = False
     else:
-        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent)]}}
+        # It logs into the workspace, whatever roles its tools have.
+        server["sandbox"] = {
+            "filesystem": {"allowRead": [str(PROBE.parent)], "allowWrite": ["${workspace}"]}
+        }
     path = user.root / f"probe-{'bare' if sandbox is False else 'boxed'}.json"
     path.write_text(json.dumps({"mcpServers": {"probe": server}}))
     return path

@@ -123,9 +123,10 @@ def test_verify_and_tail_of_an_intact_log(user: Home) -> None:
     _log(path, 3)
     done = ironcurtain(user, "audit", "verify", str(path))
     assert done.returncode == 0 and "ok, 3 entries, chain intact" in done.stdout
-    done = ironcurtain(user, "audit", "tail", str(path), "-n", "2")
+    done = ironcurtain(user, "audit", "tail", str(path), "-n", "3")
     assert done.returncode == 0
     assert done.stdout.count("time/t") == 2 and "-> success" in done.stdout
+    assert done.stdout.splitlines()[-1].endswith("SESSION-END entries=3")
 
 
 def test_audit_commands_without_a_log_say_so(user: Home) -> None:
@@ -181,7 +182,8 @@ def test_audit_args_clear_keeps_pii_hashed_and_warns(user: Home) -> None:
             await call(s, "probe__write_path", {"path": f"{ws}/n.txt", "content": "my secret"})
 
     asyncio.run(scenario())
-    (entry,) = [json.loads(line) for line in audit.read_text().splitlines()]
+    (entry, end) = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert end["event"] == "session-end" and end["entries"] == 1
     assert entry["arguments"]["path"] == f"{ws}/n.txt"
     assert entry["arguments"]["content"].startswith("sha256:")
     assert "my secret" not in audit.read_text()

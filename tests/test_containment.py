@@ -53,6 +53,8 @@ PROBE_TOOLS = {
     "identity": [],
     "burn": ["seconds"],
     "linger": [],
+    "fs_ops": ["base", "ops"],
+    "hold_connections": ["path", "count"],
 }
 
 
@@ -98,7 +100,14 @@ def probe_server_config(
         "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
     }
     if sandboxed:
-        server["sandbox"] = {"filesystem": {"allowRead": [str(PROBE.parent), *allow_read]}}
+        # Its tools take no path role (the raw policy checks nothing), so it would not see
+        # the workspace at all: it asks for it (it logs there and is attacked there).
+        server["sandbox"] = {
+            "filesystem": {
+                "allowRead": [str(PROBE.parent), *allow_read],
+                "allowWrite": ["${workspace}"],
+            }
+        }
         if limits:
             server["sandbox"]["limits"] = limits
     else:

@@ -29,10 +29,9 @@ def _config(user: Home, sandbox: object) -> Path:
 def test_profile_bwrap_shows_every_part_with_its_reason(user: Home) -> None:
     ws = user.ws()
     (ws / "sub" / ".git" / "hooks").mkdir(parents=True)
-    config = _config(
-        user,
-        {"filesystem": {"denyRead": ["${workspace}/.env"]}, "limits": {"memory": "512M"}},
-    )
+    # "clock" has no tool annotations (workspace read-only): allowWrite makes it writable.
+    fs = {"denyRead": ["${workspace}/.env"], "allowWrite": ["${workspace}"]}
+    config = _config(user, {"filesystem": fs, "limits": {"memory": "512M"}})
     done = ironcurtain(user, "profile", "clock", "--config", str(config), "--workspace", str(ws))
     assert done.returncode == 0, done.stderr
     out = done.stdout
@@ -57,7 +56,9 @@ def test_profile_json_and_seatbelt(user: Home) -> None:
     done = ironcurtain(user, "profile", "clock", "--format", "json", *base)
     data = json.loads(done.stdout)
     assert data["sandboxed"] is True and "net" in data["namespaces"]
-    assert any(m["dest"] == str(ws) and m["kind"] == "bind" for m in data["mounts"])
+    # No tool annotations for "clock": it sees the workspace read-only.
+    assert any(m["dest"] == str(ws) and m["kind"] == "ro-bind" for m in data["mounts"])
+    assert data["workspace"]["access"] == "read" and data["writable"] == []
     assert all(m["reason"] for m in data["mounts"])
     assert data["env"]["API_TOKEN"] == "(declared)"
     done = ironcurtain(user, "profile", "clock", "--format", "seatbelt", *base)

@@ -31,7 +31,8 @@ FAULTY_TOOLS = {
 def _setup(user: Home, timeout: float = 30) -> tuple[list[str], Path, Path]:
     """Config, raw policy and audit log for the faulty server and the probe."""
     ws = user.ws()
-    sandbox = {"filesystem": {"allowRead": [str(FAULTY.parent)]}}
+    # The faulty server logs into the workspace, and its tools take no path: allowWrite.
+    sandbox = {"filesystem": {"allowRead": [str(FAULTY.parent)], "allowWrite": ["${workspace}"]}}
     servers = {
         "faulty": {
             "command": sys.executable,

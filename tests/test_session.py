@@ -54,7 +54,9 @@ async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple
 
 
 def audit_entries(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    """The log's entries, without the sealed end each session writes."""
+    entries = [json.loads(line) for line in path.read_text().splitlines()]
+    return [e for e in entries if e.get("event") != "session-end"]
 
 
 def git_repo(ws: Path) -> None:

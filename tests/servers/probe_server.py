@@ -6,6 +6,7 @@ can prove that a denied call never reached it.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -356,6 +357,86 @@ def burn(seconds: float) -> str:
     while time.monotonic() < end:
         n += 1
     return f"OK {n}"
+
+
+def _walk(base: str, rel: str, make: bool) -> tuple[int, str]:
+    """A descriptor of ``rel``'s directory below ``base`` (one component at a time, so no
+    path is too long), making directories on the way with ``make``; and the last name."""
+    parts = [p for p in rel.split("/") if p]
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    for part in parts[:-1]:
+        if make:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, dir_fd=fd)
+        child = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    return fd, parts[-1]
+
+
+@server.tool()
+def fs_ops(base: str, ops: list[list[str]]) -> str:
+    """Filesystem operations below ``base``, in order: ["mkdir", rel], ["write", rel,
+    content], ["chmod", rel, octal], ["rename", rel, new_rel], ["symlink", rel, target].
+    Paths are walked one component at a time, so any depth works."""
+    done = 0
+    try:
+        for op in ops:
+            kind, rel = op[0], op[1]
+            fd, name = _walk(base, rel, kind in ("mkdir", "write", "symlink"))
+            try:
+                if kind == "mkdir":
+                    os.mkdir(name, dir_fd=fd)
+                elif kind == "write":
+                    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755, dir_fd=fd)
+                    os.write(out, op[2].encode())
+                    os.close(out)
+                elif kind == "chmod":
+                    os.chmod(name, int(op[2], 8), dir_fd=fd)
+                elif kind == "rename":
+                    new_fd, new_name = _walk(base, op[2], True)
+                    os.rename(name, new_name, src_dir_fd=fd, dst_dir_fd=new_fd)
+                    os.close(new_fd)
+                elif kind == "symlink":
+                    os.symlink(op[2], name, dir_fd=fd)
+            finally:
+                os.close(fd)
+            done += 1
+    except OSError as exc:
+        return f"FAILED at op {done}: {exc.strerror}"
+    return f"OK {done}"
+
+
+@server.tool()
+def hold_connections(path: str, count: int) -> str:
+    """Open ``count`` connections to the unix socket ``path`` and keep them open, spread
+    over child processes (each has its own descriptor limit) that stay until the end."""
+    opened = 0
+    while opened < count:
+        want = min(150, count - opened)
+        read_end, write_end = os.pipe()
+        if os.fork() == 0:
+            os.close(read_end)
+            held = []
+            for _ in range(want):
+                sock = socket.socket(socket.AF_UNIX)
+                try:
+                    sock.connect(path)
+                except OSError:
+                    sock.close()
+                    break
+                held.append(sock)
+            os.write(write_end, str(len(held)).encode())
+            os.close(write_end)
+            signal.pause()
+            os._exit(0)
+        os.close(write_end)
+        got = int(os.read(read_end, 16) or b"0")
+        os.close(read_end)
+        if got == 0:
+            break
+        opened += got
+    return f"OK {opened}"
 
 
 @server.tool()
