@@ -54,6 +54,11 @@ _PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 _LONG_PATH = 3500
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
 MAX_DEPTH = 400
+# Seconds one settle may spend scanning: a server that changes the tree faster than it can be
+# checked (a rename storm over a big tree) is stopped instead of keeping the guard behind.
+BUDGET = 2.0
+# What may be copied out when the quarantine is on another filesystem (a rename is free).
+COPY_LIMIT = 256 * 1024 * 1024
 
 Parts = tuple[str, ...]
 
@@ -121,6 +126,9 @@ class Guard:
         self._watched: dict[int, tuple[str, Parts]] = {}
         self._counter = 0
         self._started = False
+        self.budget = BUDGET
+        self._deadline = float("inf")
+        self._behind: set[str] = set()  # roots whose events this settle could not keep up with
 
     # -- watching --------------------------------------------------------------------------
 
@@ -177,12 +185,11 @@ class Guard:
 
     def _add_watch(self, root: str, parts: Parts) -> bool:
         """Watch ``root/parts``; False when it is gone or is not a directory any more."""
-        with self._dir_path(root, parts) as path:
-            follow = path.startswith("/proc/self/fd/")
-            flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
-            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), flags)
+        wd, err = self._watch(root, parts)
+        if err == errno.EACCES:  # its owner made it unreadable: the launcher is its owner
+            self._open_up_at(root, parts)
+            wd, err = self._watch(root, parts)
         if wd < 0:
-            err = ctypes.get_errno()
             if err in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
                 return False  # gone again, or replaced by a symlink (not followed)
             where = os.path.join(root, *parts)
@@ -195,6 +202,28 @@ class Guard:
             raise _Failed(where, f"cannot watch it: {os.strerror(err)}")
         self._watched[wd] = (root, parts)
         return True
+
+    def _watch(self, root: str, parts: Parts) -> tuple[int, int]:
+        with self._dir_path(root, parts) as path:
+            follow = path.startswith("/proc/self/fd/")
+            flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
+            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), flags)
+        return wd, (ctypes.get_errno() if wd < 0 else 0)
+
+    def _open_up_at(self, root: str, parts: Parts) -> None:
+        with contextlib.suppress(OSError):
+            if not parts:
+                fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                try:
+                    _open_up(fd)
+                finally:
+                    os.close(fd)
+                return
+            parent = self._open_chain(root, parts[:-1])
+            try:
+                _open_up_child(parent, parts[-1])
+            finally:
+                os.close(parent)
 
     def _list(self, root: str, parts: Parts) -> list[tuple[str, bool]] | None:
         """(name, is a directory) of each entry; None when it is gone."""
@@ -224,6 +253,13 @@ class Guard:
         stack = [top]
         while stack:
             parts = stack.pop()
+            if time.monotonic() > self._deadline:
+                self._behind.add(root)
+                raise _Failed(
+                    root,
+                    f"the guard fell behind: the tree changed faster than it could be checked "
+                    f"within {self.budget:g} s",
+                )
             if len(parts) > MAX_DEPTH:
                 raise _Failed(
                     os.path.join(root, *parts),
@@ -249,6 +285,8 @@ class Guard:
         or a guarded path: moved away, or (before start, or the user's own) left alone and
         not to be descended into."""
         entry = autorun.match(parts, is_dir, sibling)
+        if entry is None and is_dir and self._holds(root, parts, "pyvenv.cfg"):
+            entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
         if entry is not None:
             why = f"{entry.match}: {entry.loaded_by}"
         elif os.path.join(root, *parts) in self.guarded:
@@ -262,6 +300,10 @@ class Guard:
         elif not self._is_preexisting(root, parts):
             self._quarantine(root, parts, why)
         return True
+
+    def _holds(self, root: str, parts: Parts, name: str) -> bool:
+        with self._dir_path(root, parts) as directory:
+            return os.path.lexists(os.path.join(directory, name))
 
     def _identity(self, root: str, parts: Parts) -> tuple[int, int, int] | None:
         """What tells the user's file from a replacement: an inode number is reused at
@@ -291,17 +333,37 @@ class Guard:
 
     def settle(self) -> None:
         """Handle every event queued so far. Events are queued by the system call that
-        caused them, so after a server has answered a call, all it did is here."""
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                for root in self.roots:
-                    self._fail(root, root, f"cannot read its inotify events: {_why(exc)}")
-                return
-            self._handle(data)
+        caused them, so after a server has answered a call, all it did is here. It spends at
+        most ``budget`` seconds scanning: a root it cannot keep up with is reported as a
+        failure (once), the rest of its events are drained, and :meth:`sweep` is then the way
+        to catch up, once the servers writing there are stopped."""
+        self._deadline = time.monotonic() + self.budget
+        self._behind = set()
+        try:
+            while True:
+                if time.monotonic() > self._deadline:
+                    # Events keep coming faster than they are handled: stop the writers.
+                    for root in self.roots:
+                        if root not in self._behind:
+                            self._behind.add(root)
+                            self._fail(root, root, "the guard fell behind: events kept coming")
+                    return
+                try:
+                    data = os.read(self.fd, 65536)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    for root in self.roots:
+                        self._fail(root, root, f"cannot read its inotify events: {_why(exc)}")
+                    return
+                self._handle(data)
+        finally:
+            self._deadline = float("inf")
+
+    @property
+    def fell_behind(self) -> bool:
+        """Whether the last settle left roots unchecked (a sweep catches up)."""
+        return bool(self._behind)
 
     def _handle(self, data: bytes) -> None:
         offset = 0
@@ -330,12 +392,14 @@ class Guard:
                 self._guarded_call(root, (*parent, name), self._check_new)
             if name.lower() in _MARKERS:
                 touched[(root, parent)] = None
-        for root, parts in rescan:
+        for root, parts in _outermost(rescan):
             self._guarded_call(root, parts, self._check_new_dir)
         for root, parts in touched:
             self._guarded_call(root, parts, self._recheck_git_dir)
 
     def _guarded_call(self, root: str, parts: Parts, work: Callable[[str, Parts], None]) -> None:
+        if root in self._behind:
+            return  # reported once; the sweep after the writers stop catches up
         try:
             work(root, parts)
         except _Failed as exc:
@@ -380,7 +444,7 @@ class Guard:
             def unreadable(path: str, exc: OSError, root: str = root) -> None:
                 self._fail(root, path, f"the sweep cannot read it: {_why(exc)}")
 
-            for path, entry in autorun.find(root, on_error=unreadable):
+            for path, entry in autorun.find(root, on_error=unreadable, open_up=_open_up_path):
                 parts = tuple(os.path.relpath(path, root).split("/"))
                 if self._is_preexisting(root, parts):
                     continue
@@ -437,7 +501,7 @@ class Guard:
                 if exc.errno != errno.EXDEV:
                     raise _Failed(path, f"cannot quarantine it: {_why(exc)}") from None
                 try:
-                    _copy_out(parent, name, target, label)
+                    _copy_out(parent, name, target, label, [COPY_LIMIT])
                     _remove(parent, name)
                 except OSError as exc2:
                     raise _Failed(path, f"cannot quarantine it: {_why(exc2)}") from None
@@ -474,6 +538,32 @@ def _open_up_child(dir_fd: int, name: str) -> None:
             os.close(child)
 
 
+def _open_up_path(path: str) -> bool:
+    """Give a directory found unreadable its owner's access back (for the sweep)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    except OSError:
+        return False
+    return True
+
+
+def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
+    """Each (root, parts) once, and none inside another of the list: a rescan covers what
+    is below it (a storm of renames must not make the guard scan one tree many times)."""
+    unique = sorted(set(paths), key=lambda p: (p[0], len(p[1])))
+    kept: list[tuple[str, Parts]] = []
+    seen: set[tuple[str, Parts]] = set()
+    for root, parts in unique:
+        if any((root, parts[:i]) in seen for i in range(len(parts))):
+            continue
+        seen.add((root, parts))
+        kept.append((root, parts))
+    return kept
+
+
 def _rename(parent: int, name: str, target: int, label: str) -> None:
     """Rename ``name`` out of ``parent``; a directory its owner made read-only (itself, or
     the one it is in) is given write access first, as ``rename`` needs."""
@@ -485,10 +575,14 @@ def _rename(parent: int, name: str, target: int, label: str) -> None:
         os.rename(name, label, src_dir_fd=parent, dst_dir_fd=target)
 
 
-def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str) -> None:
+def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str, left: list[int]) -> None:
     """Copy ``name`` (relative to ``dir_fd``) to ``dest`` (relative to ``dest_fd``) without
-    following any symlink."""
+    following any symlink, at most ``left[0]`` bytes in all (hard links and sparse files
+    cannot make a small tree fill the disk)."""
     st = os.lstat(name, dir_fd=dir_fd)
+    left[0] -= st.st_size
+    if left[0] < 0:
+        raise OSError(errno.EFBIG, "too large to copy out of the workspace's filesystem")
     if stat.S_ISLNK(st.st_mode):
         os.symlink(os.readlink(name, dir_fd=dir_fd), dest, dir_fd=dest_fd)
     elif stat.S_ISDIR(st.st_mode):
@@ -497,7 +591,7 @@ def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str) -> None:
         out = os.open(dest, _DIR, dir_fd=dest_fd)
         try:
             for child in os.listdir(src):
-                _copy_out(src, child, out, child)
+                _copy_out(src, child, out, child, left)
         finally:
             os.close(src)
             os.close(out)

@@ -309,11 +309,18 @@ class Session:
         guard = self.guard
         if guard is None:
             return
+        failures = len(guard.failures)
         try:
             guard.settle()
         except Exception as exc:
             for root in guard.roots:
-                self._guard_failed(GuardFailure(root, root, f"the guard failed: {exc!r}"))
+                guard.failures.append(GuardFailure(root, root, f"the guard failed: {exc!r}"))
+                self._guard_failed(guard.failures[-1])
+        if len(guard.failures) > failures:
+            # The servers that could write there are stopped now, so nothing races a sweep:
+            # what the events could not show is found and moved out at once.
+            with contextlib.suppress(Exception):
+                guard.sweep()
 
     def _remove_unused_files(self) -> None:
         """A session leaves nothing behind that it created and never used (an empty
@@ -467,7 +474,8 @@ class Session:
                 reason=failure.reason,
                 stopped=[],
             )
-        left = [f for f in guard.failures if f.path == f.root or _still_there(f.path)]
+        # The sweep looked at every root again: only what it could not handle is left.
+        left = guard.failures[failed_before:]
         self.unneutralised = left
         if left:
             listing = "\n".join(f"  {f.path}: {f.reason}" for f in left)
@@ -1147,17 +1155,6 @@ def _as_text(path: str) -> str:
     '/ws/\\\\xff'
     """
     return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def _still_there(path: str) -> bool:
-    """False only when ``path`` is certainly gone (a path too long to look at counts)."""
-    try:
-        os.lstat(path)
-    except FileNotFoundError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def raise_descriptor_limit(wanted: int = 65536) -> None:

@@ -68,6 +68,8 @@ _NAMES: tuple[tuple[str, str, str, str], ...] = (
     ("mise.toml", "mise, on cd", "mise docs", "name"),
     (".mise.local.toml", "mise, on cd", "mise docs", "name"),
     ("mise.local.toml", "mise, on cd", "mise docs", "name"),
+    ("mise/config.toml", "mise, on cd", "mise docs", "name"),
+    (".mise/config.toml", "mise, on cd", "mise docs", "name"),
     (".config/mise", "mise, on cd", "mise docs", "name"),
     # editors and IDEs
     (".vscode", "VS Code: tasks that run on folder open, settings naming programs", "srt", "name"),
@@ -113,6 +115,9 @@ _NAMES: tuple[tuple[str, str, str, str], ...] = (
     ("usercustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),
     ("pyvenv.cfg", "makes a directory a virtualenv (its home names the Python)", "venv", "name"),
     (".pdbrc", "pdb runs its commands when debugging in the directory", "pdb docs", "name"),
+    ("bin/activate", "sourced to activate a virtualenv", "venv docs", "name"),
+    ("bin/activate.fish", "sourced to activate a virtualenv (fish)", "venv docs", "name"),
+    ("bin/activate.csh", "sourced to activate a virtualenv (csh)", "venv docs", "name"),
     # Node
     (".npmrc", "npm: node-options, script-shell and git name programs", "npm docs", "name"),
     (".yarnrc", "yarn 1: yarn-path runs the given script", "yarn docs", "name"),
@@ -122,6 +127,32 @@ _NAMES: tuple[tuple[str, str, str, str], ...] = (
     # other tools
     (".ripgreprc", "ripgrep (RIPGREP_CONFIG_PATH): --pre runs a program", "srt", "name"),
     (".gdbinit", "gdb auto-loads it (where auto-load safe-path allows)", "gdb manual", "name"),
+    (
+        ".devcontainer.json",
+        "Dev Containers: initializeCommand runs on the host",
+        "containers.dev",
+        "name",
+    ),
+    (
+        ".cargo/config.toml",
+        "cargo: rustc-wrapper, runners and aliases run programs",
+        "cargo docs",
+        "name",
+    ),
+    (".cargo/config", "cargo (older name of config.toml)", "cargo docs", "name"),
+    ("rust-toolchain.toml", "rustup: a toolchain path it runs", "rustup docs", "name"),
+    ("rust-toolchain", "rustup: a toolchain path it runs", "rustup docs", "name"),
+    (".rprofile", "R sources it at start in the directory", "R docs", "name"),
+    (".irbrc", "irb loads it from the directory", "irb docs", "name"),
+    (".pryrc", "pry loads it from the directory", "pry docs", "name"),
+    (".ghci", "GHCi runs it from the directory", "GHC docs", "name"),
+    (".octaverc", "Octave runs it at start in the directory", "Octave docs", "name"),
+    (".lazy.lua", "lazy.nvim loads it from the directory", "lazy.nvim docs", "name"),
+    (".jj/repo/config.toml", "Jujutsu: repository config (aliases, programs)", "jj docs", "name"),
+    (".hg/sharedpath", "Mercurial: sends hg to another repository's hgrc", "Mercurial", "name"),
+    (".git/rebase-merge", "git rebase --continue runs its todo list's exec lines", "git", "name"),
+    (".git/rebase-apply", "git am and rebase state", "git", "name"),
+    (".git/sequencer", "git cherry-pick and revert --continue: their todo list", "git", "name"),
     (".ssh", "ssh: config ProxyCommand, authorized_keys, when a root is a home", "ssh(1)", "name"),
 )
 
@@ -151,11 +182,12 @@ GIT_FILE_ENTRY = Entry(
     "Codex CLI (follows .git files), gitrepository-layout(5)",
     "gitdir-file",
 )
-VENV_BIN_ENTRY = Entry(
-    "bin/ of a virtualenv (a directory holding pyvenv.cfg)",
-    "activating the virtualenv sources bin/activate; its bin/python runs",
+VENV_ENTRY = Entry(
+    "a virtualenv, whole (a directory holding pyvenv.cfg)",
+    "activating it sources bin/activate; its python runs the .pth files and the modules "
+    "they import from site-packages at every start; pip reads its pip.conf",
     "venv docs",
-    "venv-activate",
+    "venv-activate, venv-site-packages",
 )
 GIT_REFERENCE_ENTRY = Entry(
     "a file or directory a git configuration names (include.path, includeIf, core.hooksPath)",
@@ -169,7 +201,7 @@ CATALOGUE: tuple[Entry, ...] = (
     *(Entry(*row) for row in _SUFFIXES),
     GIT_DIR_ENTRY,
     GIT_FILE_ENTRY,
-    VENV_BIN_ENTRY,
+    VENV_ENTRY,
     GIT_REFERENCE_ENTRY,
 )
 
@@ -215,8 +247,6 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
         return GIT_FILE_ENTRY
     if name in GIT_DIR_MEMBERS and is_git_dir(sibling):
         return GIT_DIR_ENTRY
-    if name == "bin" and is_dir and sibling("pyvenv.cfg"):
-        return VENV_BIN_ENTRY
     return None
 
 
@@ -230,16 +260,19 @@ def path_sibling(directory: str) -> Exists:
 
 
 def find(
-    root: str, on_error: Callable[[str, OSError], None] | None = None
+    root: str,
+    on_error: Callable[[str, OSError], None] | None = None,
+    open_up: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, Entry]]:
     """Every catalogue match below ``root`` (not descending into a match, nor following
     symlinks), in a stable order; a match that is itself a symlink is reported too. A
-    directory that cannot be listed goes to ``on_error`` (a sweep must not pass it by)."""
+    directory that cannot be listed is given to ``open_up`` (which may make it readable)
+    and tried once more, else goes to ``on_error`` (a sweep must not pass it by)."""
     stack = [root]
     while stack:
         directory = stack.pop()
         try:
-            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+            entries = _listing(directory, open_up)
         except OSError as exc:
             if on_error is not None and not isinstance(exc, FileNotFoundError):
                 on_error(directory, exc)
@@ -254,11 +287,22 @@ def find(
             except OSError:
                 is_dir = False
             found = match([*base, item.name], is_dir, names.__contains__)
+            if found is None and is_dir and os.path.isfile(os.path.join(item.path, "pyvenv.cfg")):
+                found = VENV_ENTRY
             if found is not None:
                 yield item.path, found
             elif is_dir:
                 subdirs.append(item.path)
         stack.extend(reversed(subdirs))
+
+
+def _listing(directory: str, open_up: Callable[[str], bool] | None) -> list[os.DirEntry[str]]:
+    try:
+        return sorted(os.scandir(directory), key=lambda e: e.name)
+    except PermissionError:
+        if open_up is None or not open_up(directory):
+            raise
+        return sorted(os.scandir(directory), key=lambda e: e.name)
 
 
 # Keys whose value is a program git runs, or a file it reads as more configuration.
@@ -344,10 +388,25 @@ def program_keys(text: str) -> list[str]:
     return keys
 
 
-def git_references(config_file: str, home: str) -> list[str]:
+def _resolve(value: str, base: str, home: str) -> str:
+    if value.startswith("~/"):
+        value = os.path.join(home, value[2:])
+    return os.path.normpath(os.path.join(base, value))
+
+
+def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> list[str]:
     """Files and directories a git configuration file makes git read or run from:
-    ``include.path``, ``includeIf.*.path`` and ``core.hooksPath``, as absolute paths
-    (relative ones are relative to the file's directory, ``~`` is ``home``)."""
+    ``include.path`` and ``includeIf.*.path`` (relative to the file's directory);
+    ``core.hooksPath`` and programs named by a path (``core.fsmonitor``, filter, diff and
+    merge drivers, ``!`` aliases...), relative to each repository's top ``worktrees``
+    (git runs them there); ``~`` is ``home``.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
+    >>> _ = open(c, "w").write("[core]\\n hooksPath = .githooks\\n fsmonitor = tools/fsm x")
+    >>> [p[len(d):] for p in git_config_paths(c, "/h", [d + "/wt"])]
+    ['/wt/.githooks', '/wt/tools/fsm']
+    """
     try:
         with open(config_file, encoding="utf-8", errors="replace") as handle:
             text = handle.read(1 << 20)
@@ -355,15 +414,91 @@ def git_references(config_file: str, home: str) -> list[str]:
         return []
     found: list[str] = []
     for key, value in git_config_entries(text):
-        if not value or not (
-            key in ("include.path", "core.hookspath")
-            or (key.startswith("includeif.") and key.endswith(".path"))
-        ):
+        if not value:
             continue
-        if value.startswith("~/"):
-            value = os.path.join(home, value[2:])
-        path = os.path.normpath(os.path.join(os.path.dirname(config_file), value))
-        found.append(path)
+        if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+            found.append(_resolve(value, os.path.dirname(config_file), home))
+        elif key == "core.hookspath":
+            found += [_resolve(value, top, home) for top in worktrees]
+        elif key in PROGRAM_KEYS or key.endswith(PROGRAM_KEY_ENDINGS) or key.startswith("alias."):
+            words = value.lstrip("!").split()
+            if words and "/" in words[0]:
+                found += [_resolve(words[0], top, home) for top in worktrees]
+    return found
+
+
+@dataclass
+class Protection:
+    """What a writable root holds that host tools load or run, as it is before a server
+    starts: paths to show read-only (with why), and paths that must not come into being."""
+
+    read_only: dict[str, str]
+    guarded: list[str]
+
+
+# How many entries inside one catalogue directory are looked at for symlinks.
+_LINK_SCAN_LIMIT = 5000
+
+
+def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Protection:
+    """Every catalogue entry in ``writable``, and what entries point at: the target of a
+    symlink among them or inside them (a hooks directory whose ``pre-commit`` links to
+    ``scripts/pre-commit``), what git configurations (the user's, and the repositories')
+    include, take hooks from or run, when that lies in a writable root."""
+
+    def inside(path: str) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in writable)
+
+    found = Protection({}, [])
+    seen: set[str] = set()
+
+    def protect(path: str, reason: str) -> None:
+        if path in seen or not inside(path):
+            return
+        seen.add(path)
+        if os.path.islink(path):
+            protect(os.path.realpath(path), f"{reason}, through the link {path}")
+        elif os.path.lexists(path):
+            found.read_only.setdefault(path, reason)
+            if os.path.isdir(path):
+                _links_inside(path, reason)
+        elif path not in found.guarded:
+            found.guarded.append(path)
+
+    def _links_inside(directory: str, reason: str) -> None:
+        count = 0
+        for current, subdirs, files in os.walk(directory):
+            for name in [*subdirs, *files]:
+                count += 1
+                path = os.path.join(current, name)
+                if os.path.islink(path):
+                    protect(os.path.realpath(path), f"{reason}, through the link {path}")
+            if count > _LINK_SCAN_LIMIT:
+                return
+
+    configs: list[tuple[str, list[str]]] = []
+    tops: list[str] = []
+    for root in writable:
+        for path, entry in find(root):
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                # The link cannot be mounted (the guard knows it by identity); its target is.
+                protect(os.path.realpath(path), f"always protected: {rel}, through its link")
+            else:
+                protect(path, f"always protected: {rel}")
+            if "/.git/" in path:
+                top = path.split("/.git/", 1)[0]
+                if top not in tops:
+                    tops.append(top)
+                if entry.match == ".git/config":
+                    configs.append((path, [top]))
+            elif entry is GIT_DIR_ENTRY and os.path.basename(path) == "config":
+                configs.append((path, [os.path.dirname(path)]))
+                tops.append(os.path.dirname(path))
+    configs += [(c, tops) for c in host_git_configs(home, xdg_config)] if home else []
+    for config, worktrees in configs:
+        for path in git_config_paths(config, home, worktrees):
+            protect(path, f"named by the git config {config}")
     return found
 
 

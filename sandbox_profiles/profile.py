@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -13,7 +13,7 @@ from sandbox_profiles.model import Limits, Mount, SandboxProfile
 
 # Path suffixes that stay read-only inside every writable root, at any depth (the name
 # entries of the catalogue of what host tools load or run; the structural ones, git
-# directories and virtualenvs, are found by find_protected and the guard).
+# directories and virtualenvs, are found by autorun.existing and the guard).
 ALWAYS_PROTECTED_NAMES: tuple[str, ...] = autorun.PROTECTED_NAMES
 
 SYSTEM_MOUNTS: tuple[tuple[str, str], ...] = (
@@ -139,13 +139,6 @@ def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
     return env
 
 
-def find_protected(root: str) -> Iterator[str]:
-    """Existing catalogue entries anywhere below ``root`` (symlinks are not followed; an
-    entry that is itself a symlink is reported too)."""
-    for path, _entry in autorun.find(root):
-        yield path
-
-
 def first_missing(path: str) -> str:
     """The outermost component of ``path`` that does not exist (``path`` when it does).
 
@@ -237,35 +230,17 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
             mounts.append(Mount("symlink", path, os.readlink(path), reason))  # shown alone
         else:
             mounts.append(Mount("ro-bind", path, path, reason))
-    git_configs: list[str] = []
-    for root in writable:
-        for path, entry in autorun.find(root):
-            if not os.path.islink(path):
-                name = os.path.relpath(path, root)
-                mounts.append(Mount("ro-bind", path, path, f"always protected: {name}"))
-            if os.path.basename(path) in ("config", "config.worktree") and (
-                entry is autorun.GIT_DIR_ENTRY or entry.match == ".git/config"
-            ):
-                git_configs.append(path)
+    # What host tools would load or run from a writable root, and what that points at:
+    # read-only when there, quarantined when it appears.
+    home = req.host_env.get("HOME", "")
+    protection = autorun.existing(writable, home, req.host_env.get("XDG_CONFIG_HOME"))
+    for path, reason in protection.read_only.items():
+        mounts.append(Mount("ro-bind", path, path, reason))
     guarded = [
         p
-        for p in (*req.deny_write, *req.protected)
+        for p in (*req.deny_write, *req.protected, *protection.guarded)
         if not os.path.lexists(p) and any(is_under(p, r) for r in writable)
     ]
-    # What a git configuration (the user's own, or one in a root) includes or takes hooks
-    # from, inside a writable root: read-only when there, quarantined when it appears.
-    home = req.host_env.get("HOME", "")
-    if home:
-        git_configs += autorun.host_git_configs(home, req.host_env.get("XDG_CONFIG_HOME"))
-    for config in git_configs:
-        for path in autorun.git_references(config, home):
-            if not any(is_under(path, r) for r in writable):
-                continue
-            if os.path.lexists(path):
-                if not os.path.islink(path):
-                    mounts.append(Mount("ro-bind", path, path, f"named by the git config {config}"))
-            elif path not in guarded:
-                guarded.append(path)
     bound = [m.dest for m in mounts if m.kind in ("ro-bind", "bind")]
     for path in req.deny_write:
         if os.path.exists(path):

@@ -165,8 +165,8 @@ def test_read_only_directories_do_not_stop_the_move(setup: tuple) -> None:
     staging = ws / "staging"
     staging.mkdir()
     (staging / "post-checkout").write_text("evil")
-    staging.chmod(0o555)
-    os.rename(staging, ws / "r" / ".git" / "hooks")
+    os.rename(staging, ws / "r" / ".git" / "hooks")  # a directory moves only while writable
+    (ws / "r" / ".git" / "hooks").chmod(0o555)
     (ws / "r" / ".git").chmod(0o555)
     (ws / "locked" / ".git").mkdir(parents=True)
     (ws / "locked" / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
@@ -300,3 +300,43 @@ def test_legitimate_git_work_keeps_working(setup: tuple) -> None:
     )
     assert "one" in log.stdout
     assert {Path(r.path).name for r in seen} <= {"config", "hooks"}
+
+
+def test_falling_behind_fails_closed_once_and_the_sweep_catches_up(setup: tuple) -> None:
+    ws, _, guard, _ = setup
+    failures: list[GuardFailure] = []
+    guard.on_failure = failures.append
+    guard.start()
+    guard.budget = 0.0  # as if a storm of renames kept it scanning
+    for i in range(3):
+        (ws / f"t{i}" / "a").mkdir(parents=True)
+        (ws / f"t{i}" / "a" / ".envrc").write_text("evil")
+    guard.settle()
+    assert len(failures) == 1 and "fell behind" in failures[0].reason
+    assert guard.fell_behind
+    moved = guard.sweep()  # what the session does once the writers are stopped
+    assert sorted(Path(r.path).relative_to(ws).as_posix() for r in moved) == [
+        f"t{i}/a/.envrc" for i in range(3)
+    ]
+
+
+def test_a_directory_its_owner_cannot_list_is_still_checked(setup: tuple) -> None:
+    ws, _, guard, seen = setup
+    guard.start()
+    d = ws / "d"
+    (d / ".git" / "objects").mkdir(parents=True)
+    (d / ".git" / "refs").mkdir()
+    (d / ".git" / "config").write_text("[core]\n\tfsmonitor = evil\n")
+    (d / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    d.chmod(0o311)  # write and search, no read: inotify and listing are refused
+    guard.settle()
+    assert guard.failures == []
+    assert not (d / ".git" / "config").exists()
+    assert [Path(r.path).relative_to(ws).as_posix() for r in seen] == ["d/.git/config"]
+
+
+def test_a_rename_storm_scans_each_tree_once(setup: tuple) -> None:
+    from launcher.guard import _outermost
+
+    kept = _outermost([("/r", ("a",)), ("/r", ("a", "b")), ("/r", ("a",)), ("/r", ("c",))])
+    assert sorted(kept) == [("/r", ("a",)), ("/r", ("c",))]

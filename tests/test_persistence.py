@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,16 +133,32 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     (user.home / ".gitconfig").write_text(
         f"[safe]\n\tdirectory = *\n[include]\n\tpath = {ws}/shared.gitconfig\n"
     )
-    # The user's own virtualenv in the workspace.
-    (ws / "venv" / "bin").mkdir(parents=True)
+    # The user's own virtualenv; a repository whose hooks live in the tree (relative
+    # core.hooksPath); one whose hook is a link to a script of the tree.
+    (ws / "venv" / "pyvenv.cfg").parent.mkdir()
     (ws / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
-    (ws / "venv" / "bin" / "activate").write_text("# the user's\n")
+    subprocess.run(["git", "init", "-q", str(ws / "work2")], check=True)
+    subprocess.run(["git", "-C", str(ws / "work2"), "config", "core.hooksPath", ".githooks"])
+    subprocess.run(["git", "init", "-q", str(ws / "sl")], check=True)
+    (ws / "sl" / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+    for rel in CONTENT.values():
+        (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+        (ws / rel).write_text("# the user's\n")
     if os.geteuid() == 0:  # servers then run as the workspace's owner: make it nobody
         subprocess.run(["chown", "-R", "65534:65534", str(ws)], check=True)
     markers = base / "markers"
     markers.mkdir()
     markers.chmod(0o777)
     return user, ws, markers
+
+
+# Files of the user's that host tools run, which a server tries to rewrite: id -> path.
+CONTENT = {
+    "venv-activate": "venv/bin/activate",
+    "venv-site-packages": "venv/lib/python3/site-packages/_distutils_hack/__init__.py",
+    "relative-hooks-path": "work2/.githooks/post-checkout",
+    "linked-hook": "sl/scripts/pre-commit",
+}
 
 
 def _ran(ws: Path, user: Home, markers: Path) -> dict[str, bool]:
@@ -162,10 +179,12 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
         for attack in GIT_ATTACKS
     ]
     calls.append(("fs_ops", {"base": str(ws), "ops": _name_ops()}))
-    calls.append(("fs_ops", {"base": str(ws), "ops": [["write", "venv/bin/activate", "evil"]]}))
+    calls += [
+        ("fs_ops", {"base": str(ws), "ops": [["write", rel, "evil"]]}) for rel in CONTENT.values()
+    ]
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
     ran = _ran(ws, user, markers)
-    ran["venv-activate"] = (ws / "venv" / "bin" / "activate").read_text() == "evil"
+    ran.update({key: (ws / rel).read_text() == "evil" for key, rel in CONTENT.items()})
     return ran, _left(ws), [text for _, text in answers]
 
 
@@ -179,7 +198,7 @@ def hostile_bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
-HOSTILE = [a.id for a in GIT_ATTACKS] + ["venv-activate"]
+HOSTILE = [*(a.id for a in GIT_ATTACKS), *CONTENT]
 
 
 @pytest.mark.parametrize("attack", HOSTILE)
@@ -348,8 +367,79 @@ def test_scan_finds_and_fixes_what_was_planted(tmp_path: Path) -> None:
 
 
 def test_every_catalogue_entry_is_documented_and_tested() -> None:
-    docs = (Path(launcher.__file__).parent.parent / "docs" / "containment.md").read_text()
+    top = Path(launcher.__file__).parent.parent
+    docs = (top / "docs" / "containment.md").read_text()
+    table = subprocess.run(
+        [sys.executable, str(top / "scripts" / "catalogue_table.py")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert table in docs, "docs/containment.md: run scripts/catalogue_table.py for the table"
     for entry in autorun.CATALOGUE:
-        assert entry.match in docs, entry.match
         for test in entry.test.split(", "):
             assert test == "name" or test in HOSTILE, (entry.match, test)
+
+
+def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(
+    tmp_path: Path,
+) -> None:
+    """A tree deeper than the guard follows: the server that can write there is stopped and
+    its call answered with an error, the event audited; a server that cannot write there
+    goes on; the end-of-session sweep still leaves nothing host git would run."""
+    user, ws, markers = _world(tmp_path)
+    bundled = json.loads(
+        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    )
+    config = user.root / "probe.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "probe": probe_server_config(True),
+                    "time": bundled["mcpServers"]["time"],
+                }
+            }
+        )
+    )
+    from tests.test_containment import write_raw_policy
+
+    policy = write_raw_policy(user.root / "policy")
+    # The raw policy knows only the probe; the bundled annotations and rule for time.
+    bundled_policy = Path(launcher.__file__).parent.parent / "policy" / "defaults"
+    annotations = json.loads((policy / "tool-annotations.json").read_text())
+    time_annotations = json.loads((bundled_policy / "tool-annotations.json").read_text())
+    annotations["servers"]["time"] = time_annotations["servers"]["time"]
+    (policy / "tool-annotations.json").write_text(json.dumps(annotations))
+    deep = "/".join(["x"] * 405)
+    ops = _git_dir(f"{deep}/.git", _fsmonitor(str(markers / "deep")))
+    audit = user.root / "audit.jsonl"
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(
+            user,
+            "--config",
+            str(config),
+            "--policy-dir",
+            str(policy),
+            "--workspace",
+            str(ws),
+            "--audit-log",
+            str(audit),
+        ) as session:
+            out.append(await call(session, "probe__fs_ops", {"base": str(ws), "ops": ops}))
+            out.append(await call(session, "probe__identity", {}))
+            out.append(await call(session, "time__get_current_time", {"timezone": "UTC"}))
+
+    asyncio.run(scenario())
+    (error, text), (error2, text2), (error3, text3) = out
+    assert error and "was stopped: the guard could not neutralise" in text, text
+    assert "deeper than 400 levels" in text
+    assert error2 and "was stopped" in text2
+    assert not error3 and "UTC" in text3, text3  # the server that cannot write goes on
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    failures = [e for e in events if e.get("event") == "guard-failure"]
+    assert failures and failures[0]["stopped"] == ["probe"]
+    _host_git(ws, deep, user.home)
+    assert not (markers / "deep").exists()
