@@ -63,6 +63,10 @@ class HttpEndpoint:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1)
 
+    def backlog(self) -> int:
+        """Messages waiting for a client to read them."""
+        return self._events.qsize()
+
     def deliver(self, message: Message) -> None:
         """Where the session's outgoing messages go: the waiting POST, else the event stream."""
         key = message.get("id")

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -160,8 +161,22 @@ def process_tree(pid: int) -> list[psutil.Process]:
     return tree
 
 
+_THREAD_COUNTS: dict[int, tuple[float, int]] = {}
+
+
 def _processes_of(uid: int) -> int:
-    """Threads of ``uid`` (RLIMIT_NPROC counts threads, not processes)."""
+    """Threads of ``uid`` (RLIMIT_NPROC counts threads, not processes). Servers started
+    together share one count (a scan of every process of the machine each)."""
+    now = time.monotonic()
+    cached = _THREAD_COUNTS.get(uid)
+    if cached is not None and now - cached[0] < 2.0:
+        return cached[1]
+    count = _count_threads(uid)
+    _THREAD_COUNTS[uid] = (now, count)
+    return count
+
+
+def _count_threads(uid: int) -> int:
     count = 0
     for proc in psutil.process_iter(["uids", "num_threads"]):
         uids = proc.info.get("uids")

@@ -47,6 +47,8 @@ from sandbox_profiles import write_runtime_files
 SEPARATOR = "__"
 STARTUP_TIMEOUT = 60.0
 FORWARDED_NOTIFICATIONS = ("notifications/progress", "notifications/message")
+# Bytes waiting for the client beyond which servers' notifications are dropped.
+NOTIFICATION_BACKLOG = 16 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -112,6 +114,8 @@ class Session:
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
         # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
         self.halted: dict[str, str] = {}
+        self._dropping = False
+        self._refreshing: dict[str, bool] = {}  # list refreshes under way: another wanted?
         self.unneutralised: list[GuardFailure] = []
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -804,16 +808,49 @@ class Session:
     def _on_server_notification(self, conn: ServerConnection, message: Message) -> None:
         method = message.get("method")
         if method in FORWARDED_NOTIFICATIONS:
+            if self._backlog() > NOTIFICATION_BACKLOG:
+                # The client is not reading: a server's progress and log messages are
+                # dropped rather than held without limit (answers are never dropped).
+                if not self._dropping:
+                    print(
+                        f"ironcurtain: the client is not reading; dropping notifications from "
+                        f"'{conn.name}' until it catches up",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                self._dropping = True
+                return
+            self._dropping = False
             self.send(message)
         elif method == "notifications/tools/list_changed":
+            # One refresh per server at a time; changes meanwhile make one more.
+            if conn.name in self._refreshing:
+                self._refreshing[conn.name] = True
+                return
+            self._refreshing[conn.name] = False
             self._spawn(self._tools_changed(conn))
 
+    def _backlog(self) -> int:
+        """Bytes (stdio) or messages (HTTP) written for the client and not yet taken."""
+        if self.http is not None:
+            return self.http.backlog() * 1024
+        if self._writer is not None:
+            return self._writer.transport.get_write_buffer_size()
+        return 0
+
     async def _tools_changed(self, conn: ServerConnection) -> None:
-        with contextlib.suppress(Exception):
-            await conn.list_tools()
-            self._check_pins(conn, at_start=False)
-            self._build_routes()
-            self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        try:
+            while True:
+                with contextlib.suppress(Exception):
+                    await conn.list_tools()
+                    self._check_pins(conn, at_start=False)
+                    self._build_routes()
+                    self.send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+                if not self._refreshing.get(conn.name):
+                    return
+                self._refreshing[conn.name] = False
+        finally:
+            self._refreshing.pop(conn.name, None)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
