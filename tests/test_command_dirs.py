@@ -16,7 +16,7 @@ import pytest
 from sandbox_profiles import ProfileRequest, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, program_dirs
 from sandbox_profiles.model import Mount
-from tests.conftest import IRONCURTAIN, PROBE, Home, make_home, needs_bwrap
+from tests.conftest import PROBE, Home, make_home, needs_bwrap
 from tests.test_containment import run_probe
 from tests.test_session import connect
 
@@ -150,16 +150,9 @@ def _config(user: Home, name: str, server: dict[str, object]) -> Path:
 
 
 def _ironcurtain(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [IRONCURTAIN, *args],
-        capture_output=True,
-        text=True,
-        env=user.env,
-        cwd=user.root,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
+    from tests.test_config_errors import ironcurtain
+
+    return ironcurtain(user, *args)
 
 
 @pytest.mark.parametrize("where", PLACES.values(), ids=PLACES.keys())

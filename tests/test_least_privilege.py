@@ -270,14 +270,9 @@ def test_limits_false_lifts_them_all(user: Home, monkeypatch: pytest.MonkeyPatch
 )
 def test_bad_limits_are_one_clear_error(user: Home, limits: object, where: str, what: str) -> None:
     config = _config(user, {"t": {"command": "mcp-server-time", "sandbox": {"limits": limits}}})
-    done = subprocess.run(
-        [IRONCURTAIN, "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=user.env,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
+    from tests.test_config_errors import ironcurtain
+
+    done = ironcurtain(user, "run", "--config", str(config))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"$.mcpServers.t.sandbox.{where.removeprefix('sandbox.')}" in done.stderr
     assert what in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -27,7 +27,7 @@ import launcher
 from sandbox_profiles import autorun
 from tests.conftest import IRONCURTAIN, Home, make_home, needs_bwrap
 from tests.test_containment import probe_server_config, run_probe
-from tests.test_session import call, connect
+from tests.test_session import call, connect, run_args
 
 pytestmark = needs_bwrap
 
@@ -417,17 +417,7 @@ def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
-        async with connect(
-            user,
-            "--config",
-            str(config),
-            "--policy-dir",
-            str(policy),
-            "--workspace",
-            str(ws),
-            "--audit-log",
-            str(audit),
-        ) as session:
+        async with connect(user, *run_args(config, policy, ws, audit)) as session:
             out.append(await call(session, "probe__fs_ops", {"base": str(ws), "ops": ops}))
             out.append(await call(session, "probe__identity", {}))
             out.append(await call(session, "time__get_current_time", {"timezone": "UTC"}))
