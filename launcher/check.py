@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 
-from launcher import dirs
-from launcher.config import load_and_warn
 from launcher.errors import UsageError
-from launcher.plan import build_engine, load_policy
-from policy.paths import resolve_real_path
+from launcher.plan import RunOptions, plan_session
 
 
 def check_call(
@@ -26,22 +22,20 @@ def check_call(
         raise UsageError(f"--args: not valid JSON ({exc})") from None
     if not isinstance(args, dict):
         raise UsageError('--args: must be a JSON object, like \'{"path": "notes.txt"}\'')
-    ws = resolve_real_path(
-        os.path.expanduser(workspace)
-        if workspace
-        else str(dirs.state_dir() / "workspaces" / "check")
-    )
-    config = load_and_warn(config_path, ws)
-    if server not in config.servers:
-        raise UsageError(
-            f"no server {server!r} in {config.path} "
-            f"(it defines: {', '.join(sorted(config.servers))})"
+    # The same planning as `run` and `profile`: this server, its config, its policy, its
+    # workspace and working directory, nothing started.
+    plan = plan_session(
+        RunOptions(
+            config=config_path,
+            policy_dir=policy_dir,
+            workspace=workspace,
+            servers=(server,),
+            display_only=True,
+            command="check",
         )
-    files = load_policy(policy_dir)
-    audit = resolve_real_path(str(dirs.state_dir() / "audit"))
-    engine = build_engine(config, files, ws, audit, config.servers)
-    cwd = config.servers[server].cwd or ws
-    decision, transport = engine.decide(server, tool, args, cwd=cwd)
+    )
+    decision, transport = plan.engine.decide(server, tool, args, cwd=plan.servers[server].cwd)
+    ws = plan.workspace
     return "\n".join(
         [
             f"decision:  {decision.decision}",

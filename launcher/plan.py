@@ -83,6 +83,8 @@ class RunOptions:
     http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
     # `ironcurtain profile`: plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
+    # The command planning it (run, profile, check): what a server selection is called in errors.
+    command: str = "run"
 
 
 @dataclass(frozen=True)
@@ -397,7 +399,9 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     else:
         workspace = resolve_real_path(str(state / "workspaces" / session_id))
     config = load_and_warn(opts.config, workspace)
-    selected = select_servers(config, opts.servers, "profile" if opts.display_only else "--server")
+    selected = select_servers(
+        config, opts.servers, "--server" if opts.command == "run" else opts.command
+    )
     files = load_policy(opts.policy_dir)
     audit_path = resolve_real_path(
         os.path.expanduser(opts.audit_log)

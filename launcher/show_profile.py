@@ -38,6 +38,7 @@ def show_profile(name: str, fmt: str, opts: RunOptions) -> str:
             workspace=opts.workspace,
             servers=(name,),
             display_only=True,
+            command="profile",
         )
     )
     server = plan.servers[name]

@@ -259,3 +259,30 @@ def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:
     done = ironcurtain(user, "run", "--server", "time", "--audit-log", str(blocker / "a.jsonl"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"cannot open the audit log {blocker / 'a.jsonl'}" in done.stderr
+
+
+def test_check_plans_like_run_and_names_itself_in_errors(user: Home) -> None:
+    done = ironcurtain(user, "check", "nope", "read_file")
+    assert done.returncode == 2 and "check nope: no such server in" in done.stderr
+    ws = user.ws()
+    (ws / "sub").mkdir()
+    config = user.root / "mcp-servers.json"
+    # A server with its own working directory: relative paths resolve there, as in run.
+    server = {"command": "mcp-server-filesystem", "args": ["${workspace}"]}
+    config.write_text(
+        json.dumps({"mcpServers": {"filesystem": {**server, "cwd": "${workspace}/sub"}}})
+    )
+    done = ironcurtain(
+        user,
+        "check",
+        "filesystem",
+        "read_file",
+        "--config",
+        str(config),
+        "--workspace",
+        str(ws),
+        "--args",
+        '{"path": "notes.txt"}',
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.dumps({"path": str(ws / "sub" / "notes.txt")}) in done.stdout
