@@ -615,6 +615,11 @@ class Session:
             await self._open_stdio()
         try:
             await self._stop.wait()
+            # Requests read before the input ended (a file on stdin) are still answered,
+            # given a moment; what waits longer (a human's approval) is cancelled at stop.
+            pending = [t for t in self._tasks if not t.done()]
+            if pending:
+                await asyncio.wait(pending, timeout=0.5)
         finally:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(sig)
