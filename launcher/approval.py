@@ -1,4 +1,4 @@
-"""Escalations asked of a human (SPEC §8).
+"""Escalations asked of a human.
 
 An escalated call waits (alone: other calls go on) for an answer from an approval channel,
 in this order for ``--approval auto``: MCP elicitation to the upstream client when it

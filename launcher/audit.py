@@ -1,4 +1,4 @@
-"""The audit log (SPEC §8): one JSON line per call, each chained to the one before it.
+"""The audit log: one JSON line per call, each chained to the one before it.
 
 Every entry carries ``hash``, the SHA-256 of its own canonical JSON (without ``hash``), and
 ``prev``, the ``hash`` of the entry before it (:data:`GENESIS` for the first line of a

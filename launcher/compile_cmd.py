@@ -1,4 +1,4 @@
-"""``ironcurtain compile-policy`` and the LLM path of ``annotate-tools`` (SPEC §9).
+"""``ironcurtain compile-policy`` and the LLM path of ``annotate-tools``.
 
 compile-policy: start each server in its sandbox and list its tools; annotate them (LLM),
 validate the annotations; compile the constitution (bundled base plus the user's) into

@@ -1,4 +1,4 @@
-"""``mcp-servers.json``: models, lookup order, ``${VAR}`` expansion (SPEC §3)."""
+"""``mcp-servers.json``: models, lookup order, ``${VAR}`` expansion."""
 
 from __future__ import annotations
 
@@ -183,7 +183,8 @@ class LoadedConfig:
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> tuple[Path, str]:
-    """The config file to use, in SPEC §3 order."""
+    """The config file to use: the one given, $IRONCURTAIN_CONFIG, ./mcp-servers.json,
+    the user's, then the bundled default."""
     env = os.environ if env is None else env
     if explicit:
         return Path(explicit), "--config"

@@ -1,4 +1,4 @@
-"""The egress proxy: the only way out of a networked server's sandbox (SPEC §7).
+"""The egress proxy: the only way out of a networked server's sandbox.
 
 One listener per networked server, on a unix socket that is bound into that server's
 sandbox and nowhere else; inside, a small bridge (``sandbox_profiles/netbridge.py``) turns

@@ -1,4 +1,4 @@
-"""Tool annotations without an LLM (SPEC §9 ``--heuristic``), and the validator every
+"""Tool annotations without an LLM (``--heuristic``), and the validator every
 annotation must pass.
 
 The heuristic reads what a server says about a tool, its MCP hints (``readOnlyHint``,

@@ -1,4 +1,4 @@
-"""Tool annotations by an LLM (SPEC §9, seed 001 §2): one question per server.
+"""Tool annotations by an LLM: one question per server.
 
 The prompt's role list comes from the role registry (``build_role_descriptions``), so a new
 role teaches the annotator by itself. The answer must annotate every listed tool and every

@@ -1,4 +1,4 @@
-"""The constitution compiler (SPEC §9, seed 001 §3): the constitution and the tool
+"""The constitution compiler: the constitution and the tool
 annotations in, an ordered rule chain out.
 
 Structural invariants (protected paths, system roots, unknown tools, the domain gate) are

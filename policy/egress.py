@@ -1,4 +1,4 @@
-"""Egress decisions (SPEC §7): may a sandboxed server open a connection to host:port?
+"""Egress decisions: may a sandboxed server open a connection to host:port?
 
 Plain data in, a reason out; the proxy in ``launcher/egress.py`` does the sockets. The order
 is fixed: ``deniedDomains``, then ``allowedDomains`` (with optional ``:port`` scoping), both

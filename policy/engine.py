@@ -352,7 +352,7 @@ class PolicyEngine:
         cwd: str | None,
         cache: dict[tuple[str, str], str],
     ) -> str:
-        """resolve_for_policy -> canonicalize -> prepare_for_policy (seed 003 §4.2)."""
+        """resolve_for_policy -> canonicalize -> prepare_for_policy."""
         key = (role, value)
         hit = cache.get(key)
         if hit is not None:

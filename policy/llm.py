@@ -1,4 +1,4 @@
-"""The LLM behind one small interface (SPEC §9): a question (system text and prompt) in,
+"""The LLM behind one small interface: a question (system text and prompt) in,
 text out. ``AnthropicLLM`` asks the real API through the ``anthropic`` SDK; ``CachedLLM``
 answers an unchanged question from disk; tests put the real SDK client on a transport
 that replays recorded responses.

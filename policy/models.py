@@ -1,4 +1,4 @@
-"""Models of the policy files (seed 001 formats, with seed 003's ``domains`` condition)."""
+"""Models of the policy files (annotations and compiled rules, with the ``domains`` condition)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class ToolAnnotation(_Model):
     effect: Effect
     side_effects: bool = Field(alias="sideEffects")
     args: dict[str, list[ArgumentRole]] = Field(default_factory=dict)
-    # Argument names whose values identify a person: never logged in clear (SPEC §8).
+    # Argument names whose values identify a person: never logged in clear.
     pii_fields: list[str] = Field(default_factory=list, alias="piiFields")
     comment: str | None = None
 

@@ -1,4 +1,4 @@
-"""Annotation-driven canonicalisation of tool arguments (seed 000)."""
+"""Annotation-driven canonicalisation of tool arguments."""
 
 from __future__ import annotations
 

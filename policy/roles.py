@@ -1,4 +1,4 @@
-"""The argument-role registry (seeds 000 and 003): the one place that knows what a role means.
+"""The argument-role registry: the one place that knows what a role means.
 
 Every other module asks this registry; nothing else spells role names out in lists.
 """

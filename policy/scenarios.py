@@ -1,4 +1,4 @@
-"""Test scenarios for a compiled policy (SPEC §9, seed 001 §4, seed 003 §6.3): the
+"""Test scenarios for a compiled policy: the
 handwritten ones, always included, and the ones an LLM generates from the constitution.
 
 Arguments may use ``${workspace}`` and ``${outside}``: the verifier runs every scenario on a
@@ -48,7 +48,7 @@ def _hw(description: str, server: str, tool: str, args: dict[str, Any], expected
             "tool": tool,
             "arguments": args,
             "expected": expected,
-            "reasoning": "handwritten ground truth (seed 001, seed 003)",
+            "reasoning": "handwritten ground truth",
             "source": "handwritten",
         }
     )
@@ -57,7 +57,7 @@ def _hw(description: str, server: str, tool: str, args: dict[str, Any], expected
 WS, OUT = "${workspace}", "${outside}"
 REPO = f"{WS}/repo"
 
-# Seed 001's filesystem cases and seed 003's git cases, for the bundled constitution.
+# Filesystem and git cases with known answers, for the bundled constitution.
 HANDWRITTEN: tuple[Scenario, ...] = (
     _hw("read inside the workspace", "filesystem", "read_text_file", {"path": f"{WS}/notes.txt"}, "allow"),
     _hw("read outside the workspace", "filesystem", "read_text_file", {"path": f"{OUT}/secret.txt"}, "deny"),

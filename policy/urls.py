@@ -1,4 +1,4 @@
-"""URL canonicalisation, domain extraction and domain matching (seed 003 §3.4, §4.4)."""
+"""URL canonicalisation, domain extraction and domain matching."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The policy verifier (SPEC §9, seed 001 §5): every scenario through the real engine, then
+"""The policy verifier: every scenario through the real engine, then
 an LLM judge reads the results, for up to three rounds.
 
 The judge may ask for more scenarios to probe a gap; they run in the next round. The policy

@@ -1,4 +1,4 @@
-"""Building a server's profile from its configuration: the safe defaults of SPEC §6."""
+"""Building a server's profile from its configuration: the safe defaults."""
 
 from __future__ import annotations
 

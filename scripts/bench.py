@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""IronCurtain's cost, measured against the goals of SPEC §11, each comparison in one run.
+"""IronCurtain's cost, measured against its performance goals, each comparison in one run.
 
   calls   per-call latency: a server called directly vs through `ironcurtain run`
           (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path)

@@ -1,4 +1,4 @@
-"""Escalations answered through a real MCP client's elicitation callback (SPEC §8)."""
+"""Escalations answered through a real MCP client's elicitation callback."""
 
 from __future__ import annotations
 

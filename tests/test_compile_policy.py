@@ -1,4 +1,4 @@
-"""The offline policy pipeline end to end (SPEC §9): the real reference servers started in
+"""The offline policy pipeline end to end: the real reference servers started in
 their sandboxes, the real ``anthropic`` client, its HTTP transport replaying recorded
 answers (tests/llm_replay.py), the real engine in the verifier."""
 

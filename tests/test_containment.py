@@ -1,4 +1,4 @@
-"""The containment layer alone against a hostile server (SPEC §6).
+"""The containment layer alone against a hostile server.
 
 The probe server (tests/servers/probe_server.py) runs under a policy that allows every call
 and treats every argument as opaque, so nothing but the OS sandbox stands in its way. Every

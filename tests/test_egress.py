@@ -1,4 +1,4 @@
-"""Network egress (SPEC §7): the decision table, the proxy in process, and the real
+"""Network egress: the decision table, the proxy in process, and the real
 ``mcp-server-fetch`` and the probe inside the sandbox, with a loopback web server standing
 in for the internet (``sandbox.network.hosts`` pins the test names to it)."""
 

@@ -1,4 +1,4 @@
-"""The handwritten scenarios of seed 001 (and the structural invariants of SPEC §5), run
+"""The handwritten scenarios (and the structural invariants of the policy), run
 through the real engine with the bundled policy, on a real temporary directory tree."""
 
 from __future__ import annotations

@@ -178,7 +178,8 @@ def test_prepare_unknown_tool_uses_heuristic(ws: FakeFilesystem) -> None:
 
 
 def three_tier_reference(path: str, cwd: str | None = None) -> str:
-    """The tiers of SPEC §5 tried one after the other (how resolve_real_path once read)."""
+    """The three tiers (existing path; existing parent + name; plain resolve) tried one
+    after the other (how resolve_real_path once read)."""
     joined = path if os.path.isabs(path) else os.path.join(cwd or os.getcwd(), path)
     try:
         return os.path.realpath(joined, strict=True)

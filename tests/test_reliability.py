@@ -1,4 +1,4 @@
-"""A session that survives its servers (SPEC §10): crashes, hangs, garbage, 50 MB lines,
+"""A session that survives its servers: crashes, hangs, garbage, 50 MB lines,
 cancellation from the client, and 500 concurrent calls across two servers."""
 
 from __future__ import annotations
