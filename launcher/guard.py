@@ -24,15 +24,19 @@ import contextlib
 import ctypes
 import ctypes.util
 import errno
-import json
 import os
-import shutil
-import stat
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
+from launcher.quarantine import (
+    QuarantineDir,
+    QuarantineError,
+    open_up,
+    open_up_child,
+    open_up_path,
+)
 from sandbox_profiles import autorun
 
 IN_CREATE = 0x100
@@ -57,8 +61,6 @@ MAX_DEPTH = 400
 # Seconds one settle may spend scanning: a server that changes the tree faster than it can be
 # checked (a rename storm over a big tree) is stopped instead of keeping the guard behind.
 BUDGET = 2.0
-# What may be copied out when the quarantine is on another filesystem (a rename is free).
-COPY_LIMIT = 256 * 1024 * 1024
 
 Parts = tuple[str, ...]
 
@@ -124,7 +126,7 @@ class Guard:
         if self.fd < 0:
             raise GuardError(f"inotify is not available: {os.strerror(ctypes.get_errno())}")
         self._watched: dict[int, tuple[str, Parts]] = {}
-        self._counter = 0
+        self._store = QuarantineDir(quarantine_dir)
         self._started = False
         self.budget = BUDGET
         self._deadline = float("inf")
@@ -173,8 +175,8 @@ class Guard:
                 try:
                     child = os.open(part, want, dir_fd=fd)
                 except PermissionError:
-                    _open_up(fd)
-                    _open_up_child(fd, part)
+                    open_up(fd)
+                    open_up_child(fd, part)
                     child = os.open(part, want, dir_fd=fd)
                 os.close(fd)
                 fd = child
@@ -215,13 +217,13 @@ class Guard:
             if not parts:
                 fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
-                    _open_up(fd)
+                    open_up(fd)
                 finally:
                     os.close(fd)
                 return
             parent = self._open_chain(root, parts[:-1])
             try:
-                _open_up_child(parent, parts[-1])
+                open_up_child(parent, parts[-1])
             finally:
                 os.close(parent)
 
@@ -239,7 +241,7 @@ class Guard:
             try:
                 entries = list(os.scandir(fd))
             except PermissionError:
-                _open_up(fd)
+                open_up(fd)
                 entries = list(os.scandir(fd))
             return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
         except OSError as exc:
@@ -357,8 +359,14 @@ class Guard:
                         self._fail(root, root, f"cannot read its inotify events: {_why(exc)}")
                     return
                 self._handle(data)
+        except Exception as exc:  # a fault of the guard itself is never taken as handled
+            self._fail_all(f"the guard failed: {exc!r}")
         finally:
             self._deadline = float("inf")
+
+    def _fail_all(self, reason: str) -> None:
+        for root in self.roots:
+            self._fail(root, root, reason)
 
     @property
     def fell_behind(self) -> bool:
@@ -439,20 +447,25 @@ class Guard:
         """Check every root against the catalogue once more, without relying on events, and
         quarantine what appeared during the session and is still there."""
         before = len(self.quarantined)
-        for root in self.roots:
-
-            def unreadable(path: str, exc: OSError, root: str = root) -> None:
-                self._fail(root, path, f"the sweep cannot read it: {_why(exc)}")
-
-            for path, entry in autorun.find(root, on_error=unreadable, open_up=_open_up_path):
-                parts = tuple(os.path.relpath(path, root).split("/"))
-                if self._is_preexisting(root, parts):
-                    continue
-                try:
-                    self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
-                except _Failed as exc:
-                    self._fail(root, exc.path, exc.reason)
+        try:
+            for root in self.roots:
+                self._sweep_root(root)
+        except Exception as exc:  # as in settle: said, never taken as handled
+            self._fail_all(f"the sweep failed: {exc!r}")
         return self.quarantined[before:]
+
+    def _sweep_root(self, root: str) -> None:
+        def unreadable(path: str, exc: OSError) -> None:
+            self._fail(root, path, f"the sweep cannot read it: {_why(exc)}")
+
+        for path, entry in autorun.find(root, on_error=unreadable, open_up=open_up_path):
+            parts = tuple(os.path.relpath(path, root).split("/"))
+            if self._is_preexisting(root, parts):
+                continue
+            try:
+                self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
+            except _Failed as exc:
+                self._fail(root, exc.path, exc.reason)
 
     # -- quarantine ------------------------------------------------------------------------
 
@@ -478,40 +491,15 @@ class Guard:
                 os.lstat(parts[-1], dir_fd=parent)
             except FileNotFoundError:
                 return
-            moved_to = self._move_out(parent, parts[-1], path, why)
+            try:
+                moved_to = self._store.move_out(parent, parts[-1], path, why)
+            except QuarantineError as exc:
+                raise _Failed(path, str(exc)) from None
         finally:
             os.close(parent)
         record = Quarantined(path, moved_to, why)
         self.quarantined.append(record)
         self.on_quarantine(record)
-
-    def _move_out(self, parent: int, name: str, path: str, why: str) -> str:
-        try:
-            os.makedirs(self.quarantine_dir, mode=0o700, exist_ok=True)
-            target = os.open(self.quarantine_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise _Failed(path, f"cannot open the quarantine directory: {_why(exc)}") from None
-        try:
-            self._counter += 1
-            # A short name of its own: the quarantine never depends on the path's length.
-            label = f"{time.strftime('%H%M%S')}-{self._counter}"
-            try:
-                _rename(parent, name, target, label)
-            except OSError as exc:
-                if exc.errno != errno.EXDEV:
-                    raise _Failed(path, f"cannot quarantine it: {_why(exc)}") from None
-                try:
-                    _copy_out(parent, name, target, label, [COPY_LIMIT])
-                    _remove(parent, name)
-                except OSError as exc2:
-                    raise _Failed(path, f"cannot quarantine it: {_why(exc2)}") from None
-            with open(
-                os.path.join(self.quarantine_dir, "manifest.jsonl"), "a", encoding="utf-8"
-            ) as manifest:
-                manifest.write(json.dumps({"name": label, "path": path, "reason": why}) + "\n")
-        finally:
-            os.close(target)
-        return os.path.join(self.quarantine_dir, label)
 
     def close(self) -> None:
         if self.fd >= 0:
@@ -520,34 +508,6 @@ class Guard:
 
 
 _MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
-
-
-def _open_up(fd: int) -> None:
-    """Give a directory's owner full access to it again (the launcher is its owner)."""
-    mode = os.stat(fd).st_mode
-    os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) | stat.S_IRWXU)
-
-
-def _open_up_child(dir_fd: int, name: str) -> None:
-    with contextlib.suppress(OSError):
-        child = os.open(name, _PATH, dir_fd=dir_fd)
-        try:
-            if stat.S_ISDIR(os.stat(child).st_mode):
-                _open_up(child)
-        finally:
-            os.close(child)
-
-
-def _open_up_path(path: str) -> bool:
-    """Give a directory found unreadable its owner's access back (for the sweep)."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
-    except OSError:
-        return False
-    return True
 
 
 def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
@@ -562,58 +522,3 @@ def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
         seen.add((root, parts))
         kept.append((root, parts))
     return kept
-
-
-def _rename(parent: int, name: str, target: int, label: str) -> None:
-    """Rename ``name`` out of ``parent``; a directory its owner made read-only (itself, or
-    the one it is in) is given write access first, as ``rename`` needs."""
-    try:
-        os.rename(name, label, src_dir_fd=parent, dst_dir_fd=target)
-    except PermissionError:
-        _open_up(parent)
-        _open_up_child(parent, name)
-        os.rename(name, label, src_dir_fd=parent, dst_dir_fd=target)
-
-
-def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str, left: list[int]) -> None:
-    """Copy ``name`` (relative to ``dir_fd``) to ``dest`` (relative to ``dest_fd``) without
-    following any symlink, at most ``left[0]`` bytes in all (hard links and sparse files
-    cannot make a small tree fill the disk)."""
-    st = os.lstat(name, dir_fd=dir_fd)
-    left[0] -= st.st_size
-    if left[0] < 0:
-        raise OSError(errno.EFBIG, "too large to copy out of the workspace's filesystem")
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(name, dir_fd=dir_fd), dest, dir_fd=dest_fd)
-    elif stat.S_ISDIR(st.st_mode):
-        os.mkdir(dest, 0o700, dir_fd=dest_fd)
-        src = os.open(name, _DIR, dir_fd=dir_fd)
-        out = os.open(dest, _DIR, dir_fd=dest_fd)
-        try:
-            for child in os.listdir(src):
-                _copy_out(src, child, out, child, left)
-        finally:
-            os.close(src)
-            os.close(out)
-    elif stat.S_ISREG(st.st_mode):
-        src = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-        out = os.open(
-            dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600, dir_fd=dest_fd
-        )
-        try:
-            with (
-                os.fdopen(src, "rb", closefd=False) as inp,
-                os.fdopen(out, "wb", closefd=False) as o,
-            ):
-                shutil.copyfileobj(inp, o)
-        finally:
-            os.close(src)
-            os.close(out)
-
-
-def _remove(dir_fd: int, name: str) -> None:
-    st = os.lstat(name, dir_fd=dir_fd)
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(name, dir_fd=dir_fd)
-    else:
-        os.unlink(name, dir_fd=dir_fd)

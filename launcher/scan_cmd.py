@@ -7,7 +7,7 @@ import time
 
 from launcher import dirs
 from launcher.errors import UsageError
-from sandbox_profiles import autorun
+from sandbox_profiles import autorun, gitconfig
 
 
 def _detail(path: str, entry: autorun.Entry) -> str:
@@ -16,7 +16,7 @@ def _detail(path: str, entry: autorun.Entry) -> str:
     if os.path.isfile(path) and (name in ("config", ".gitconfig", "config.worktree")):
         try:
             with open(path, encoding="utf-8", errors="replace") as handle:
-                keys = autorun.program_keys(handle.read(1 << 20))
+                keys = gitconfig.program_keys(handle.read(1 << 20))
         except OSError:
             return ""
         return f" [runs or reads: {', '.join(keys)}]" if keys else ""

@@ -296,8 +296,9 @@ class Session:
             writable = sp.profile.writable if sp.profile is not None else ()
             if failure.root in writable and name not in self.halted:
                 self.halted[name] = reason
-                stopped.append(name)
-                self.servers[name].halt(reason)
+                if self.servers[name].running:
+                    stopped.append(name)
+                    self.servers[name].halt(reason)
         self._event(
             "guard-failure",
             f"FAILED CLOSED: {reason}; stopped: {', '.join(stopped) or 'none still running'}",
@@ -314,17 +315,11 @@ class Session:
         if guard is None:
             return
         failures = len(guard.failures)
-        try:
-            guard.settle()
-        except Exception as exc:
-            for root in guard.roots:
-                guard.failures.append(GuardFailure(root, root, f"the guard failed: {exc!r}"))
-                self._guard_failed(guard.failures[-1])
+        guard.settle()
         if len(guard.failures) > failures:
             # The servers that could write there are stopped now, so nothing races a sweep:
             # what the events could not show is found and moved out at once.
-            with contextlib.suppress(Exception):
-                guard.sweep()
+            guard.sweep()
 
     def _remove_unused_files(self) -> None:
         """A session leaves nothing behind that it created and never used (an empty
@@ -461,23 +456,10 @@ class Session:
 
     def _sweep(self, guard: Guard) -> None:
         """The backstop at the end: the roots checked against the catalogue without
-        relying on events; what is still there and cannot be moved is said loudly."""
+        relying on events (each failure is reported as it happens); what is still there and
+        cannot be moved is said loudly once more."""
         failed_before = len(guard.failures)
-        try:
-            guard.sweep()
-        except Exception as exc:
-            for root in guard.roots:
-                guard.failures.append(GuardFailure(root, root, f"the sweep failed: {exc!r}"))
-        for failure in guard.failures[failed_before:]:
-            self._event(
-                "guard-failure",
-                f"FAILED CLOSED: the end-of-session sweep could not neutralise {failure.path} "
-                f"({failure.reason})",
-                root=failure.root,
-                path=_as_text(failure.path),
-                reason=failure.reason,
-                stopped=[],
-            )
+        guard.sweep()
         # The sweep looked at every root again: only what it could not handle is left.
         left = guard.failures[failed_before:]
         self.unneutralised = left

@@ -9,7 +9,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeGuard, get_args
 
-from policy.paths import canonical_path, git_locations
+from policy.gitrepo import git_locations
+from policy.paths import canonical_path
 from policy.urls import (
     extract_domain,
     extract_git_domain,

@@ -20,6 +20,8 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
+from sandbox_profiles.gitconfig import git_config_paths, host_git_configs
+
 
 @dataclass(frozen=True)
 class Entry:
@@ -305,128 +307,6 @@ def _listing(directory: str, open_up: Callable[[str], bool] | None) -> list[os.D
         return sorted(os.scandir(directory), key=lambda e: e.name)
 
 
-# Keys whose value is a program git runs, or a file it reads as more configuration.
-PROGRAM_KEYS: tuple[str, ...] = (
-    "core.fsmonitor",
-    "core.hookspath",
-    "core.sshcommand",
-    "core.editor",
-    "core.pager",
-    "core.askpass",
-    "core.gitproxy",
-    "core.worktree",
-    "diff.external",
-    "sequence.editor",
-    "credential.helper",
-    "gpg.program",
-    "uploadpack.packobjectshook",
-    "include.path",
-)
-PROGRAM_KEY_ENDINGS: tuple[str, ...] = (
-    ".command",  # diff.<driver>.command, mergetool.<tool>.cmd is below
-    ".cmd",
-    ".textconv",
-    ".clean",
-    ".smudge",
-    ".process",
-    ".driver",
-    ".program",
-    ".helper",
-    ".uploadpack",
-    ".receivepack",
-    ".path",  # includeIf.<condition>.path
-)
-
-
-def git_config_entries(text: str) -> Iterator[tuple[str, str]]:
-    """(lower-cased key, value) pairs of a git configuration file, enough to find what it
-    runs: sections with subsections, quoted values, comments.
-
-    >>> list(git_config_entries('[core]\\n\\tfsmonitor = "touch x" ; note\\n[alias]\\n x = !sh'))
-    [('core.fsmonitor', 'touch x'), ('alias.x', '!sh')]
-    """
-    section = ""
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#;":
-            continue
-        if line.startswith("["):
-            head = line[1 : line.find("]")] if "]" in line else line[1:]
-            name, _, sub = head.partition(" ")
-            section = name.lower() + ("." + sub.strip().strip('"') if sub.strip() else "")
-            rest = line[line.find("]") + 1 :].strip() if "]" in line else ""
-            if not rest:
-                continue
-            line = rest
-        key, eq, value = line.partition("=")
-        yield f"{section}.{key.strip().lower()}", _git_value(value) if eq else "true"
-
-
-def _git_value(value: str) -> str:
-    out: list[str] = []
-    quoted = False
-    for ch in value.strip():
-        if ch == '"':
-            quoted = not quoted
-        elif ch in "#;" and not quoted:
-            break
-        else:
-            out.append(ch)
-    return "".join(out).strip()
-
-
-def program_keys(text: str) -> list[str]:
-    """The keys of a git configuration that run a program or read another file."""
-    keys: list[str] = []
-    for key, value in git_config_entries(text):
-        if (
-            key in PROGRAM_KEYS
-            or key.endswith(PROGRAM_KEY_ENDINGS)
-            or (key.startswith("alias.") and value.startswith("!"))
-        ):
-            keys.append(key)
-    return keys
-
-
-def _resolve(value: str, base: str, home: str) -> str:
-    if value.startswith("~/"):
-        value = os.path.join(home, value[2:])
-    return os.path.normpath(os.path.join(base, value))
-
-
-def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> list[str]:
-    """Files and directories a git configuration file makes git read or run from:
-    ``include.path`` and ``includeIf.*.path`` (relative to the file's directory);
-    ``core.hooksPath`` and programs named by a path (``core.fsmonitor``, filter, diff and
-    merge drivers, ``!`` aliases...), relative to each repository's top ``worktrees``
-    (git runs them there); ``~`` is ``home``.
-
-    >>> import tempfile, os
-    >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
-    >>> _ = open(c, "w").write("[core]\\n hooksPath = .githooks\\n fsmonitor = tools/fsm x")
-    >>> [p[len(d):] for p in git_config_paths(c, "/h", [d + "/wt"])]
-    ['/wt/.githooks', '/wt/tools/fsm']
-    """
-    try:
-        with open(config_file, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        return []
-    found: list[str] = []
-    for key, value in git_config_entries(text):
-        if not value:
-            continue
-        if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
-            found.append(_resolve(value, os.path.dirname(config_file), home))
-        elif key == "core.hookspath":
-            found += [_resolve(value, top, home) for top in worktrees]
-        elif key in PROGRAM_KEYS or key.endswith(PROGRAM_KEY_ENDINGS) or key.startswith("alias."):
-            words = value.lstrip("!").split()
-            if words and "/" in words[0]:
-                found += [_resolve(words[0], top, home) for top in worktrees]
-    return found
-
-
 @dataclass
 class Protection:
     """What a writable root holds that host tools load or run, as it is before a server
@@ -500,13 +380,3 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
         for path in git_config_paths(config, home, worktrees):
             protect(path, f"named by the git config {config}")
     return found
-
-
-def host_git_configs(home: str, xdg_config: str | None) -> list[str]:
-    """The user's and the system's git configuration files, where they exist."""
-    candidates = [
-        "/etc/gitconfig",
-        os.path.join(home, ".gitconfig"),
-        os.path.join(xdg_config or os.path.join(home, ".config"), "git", "config"),
-    ]
-    return [p for p in candidates if os.path.isfile(p)]

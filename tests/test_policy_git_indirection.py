@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
-from policy.paths import UnknownLocationError, git_locations, parse_config
+from policy.gitrepo import git_locations, parse_config
+from policy.paths import UnknownLocationError
 
 GIT_ENV = {
     **os.environ,
