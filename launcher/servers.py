@@ -22,65 +22,20 @@ from typing import Any
 
 import psutil
 
+from launcher.jsonrpc import (
+    CLIENT_INFO,
+    LATEST_PROTOCOL,
+    LINE_LIMIT,
+    Message,
+    ServerGone,
+    encode,
+)
 from launcher.lines import LineBuffer, LineProtocol
 from sandbox_profiles.bwrap import limits_argv
 from sandbox_profiles.bwrap import render as render_bwrap
 from sandbox_profiles.model import Limits, SandboxProfile
 
-# MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
-PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
-LINE_LIMIT = 64 * 1024 * 1024
-CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
-
-Message = dict[str, Any]
 NotificationHandler = Callable[["ServerConnection", Message], None]
-
-
-_SIGNAL_MEANING = {
-    signal.SIGXCPU: "its CPU time limit was reached",
-    signal.SIGXFSZ: "it wrote past its file size limit",
-    signal.SIGSYS: "it made a system call the sandbox forbids",
-}
-
-
-def describe_exit(status: int | None) -> str:
-    """``exited with status 3``, ``was killed by SIGXCPU (its CPU time limit was reached)``.
-
-    bwrap (like a shell) reports a child killed by signal N as status 128 + N.
-
-    >>> describe_exit(152)
-    'was killed by SIGXCPU (its CPU time limit was reached)'
-    """
-    if status is not None and 128 < status < 128 + 65:
-        status = 128 - status
-    if status is None or status >= 0:
-        return f"exited with status {status}"
-    try:
-        sig = signal.Signals(-status)
-    except ValueError:
-        return f"was killed by signal {-status}"
-    meaning = _SIGNAL_MEANING.get(sig)
-    return f"was killed by {sig.name}" + (f" ({meaning})" if meaning else "")
-
-
-class ServerGone(Exception):
-    """The server process exited; carries its exit status, and why the launcher stopped it
-    when it did (a resource limit)."""
-
-    def __init__(self, name: str, status: int | None, reason: str | None = None) -> None:
-        self.name = name
-        self.status = status
-        self.reason = reason
-        how = f"was stopped: {reason}" if reason else describe_exit(status)
-        super().__init__(f"server '{name}' {how}")
-
-
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-
-
-def encode(message: Message) -> bytes:
-    return _compact(message).encode() + b"\n"
 
 
 @dataclass(frozen=True)

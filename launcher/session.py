@@ -29,18 +29,18 @@ from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
 from launcher.http_transport import HttpEndpoint
-from launcher.lines import LineBuffer, LineProtocol
-from launcher.pins import Pins
-from launcher.plan import SessionPlan
-from launcher.servers import (
+from launcher.jsonrpc import (
     LATEST_PROTOCOL,
     LINE_LIMIT,
     PROTOCOL_VERSIONS,
     Message,
-    ServerConnection,
     ServerGone,
     encode,
 )
+from launcher.lines import LineBuffer, LineProtocol
+from launcher.pins import Pins
+from launcher.plan import SessionPlan
+from launcher.servers import ServerConnection
 from policy import Decision
 from sandbox_profiles import write_runtime_files
 
@@ -128,6 +128,22 @@ class Session:
             await self._start_egress()
             await self._start_servers()
             return {name: list(conn.tools) for name, conn in self.servers.items()}
+        finally:
+            await self.stop()
+            self._remove_unused_files()
+
+    async def collect_listings(self) -> dict[str, dict[str, list[Message]]]:
+        """Start every server in its sandbox, list its tools and prompts, stop: for
+        annotating them (``annotate-tools``, ``compile-policy``)."""
+        self._pinning = False
+        try:
+            self._prepare_files()
+            await self._start_egress()
+            await self._start_servers()
+            return {
+                name: {"tools": list(conn.tools), "prompts": list(conn.prompts)}
+                for name, conn in self.servers.items()
+            }
         finally:
             await self.stop()
             self._remove_unused_files()
