@@ -7,10 +7,11 @@ what is created later inherits it) rather than by changing anyone's ownership.
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import struct
+
+from launcher.oscalls import read_xattr, write_xattr
 
 ACCESS = "system.posix_acl_access"
 DEFAULT = "system.posix_acl_default"
@@ -53,12 +54,8 @@ def _with_user(entries: list[Entry], uid: int, perm: int) -> list[Entry]:
 
 
 def _read(path: str, name: str) -> list[Entry] | None:
-    try:
-        return _decode(os.getxattr(path, name, follow_symlinks=False))
-    except OSError as exc:
-        if exc.errno == errno.ENODATA:
-            return None
-        raise
+    data = read_xattr(path, name)
+    return None if data is None else _decode(data)
 
 
 def grant(path: str, uid: int) -> None:
@@ -82,10 +79,10 @@ def _grant_one(path: str, uid: int, is_dir: bool, mode: int | None = None) -> No
         mode = os.lstat(path).st_mode
     perm = 7 if is_dir or mode & 0o111 else 6
     current = _read(path, ACCESS) or _from_mode(mode)
-    os.setxattr(path, ACCESS, _encode(_with_user(current, uid, perm)), follow_symlinks=False)
+    write_xattr(path, ACCESS, _encode(_with_user(current, uid, perm)))
     if is_dir:
         default = _read(path, DEFAULT) or _from_mode(mode | 0o700)
-        os.setxattr(path, DEFAULT, _encode(_with_user(default, uid, 7)), follow_symlinks=False)
+        write_xattr(path, DEFAULT, _encode(_with_user(default, uid, 7)))
 
 
 def has_access(path: str, uid: int) -> bool:

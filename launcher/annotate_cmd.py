@@ -1,21 +1,32 @@
-"""``ironcurtain annotate-tools``: start each server in its sandbox, list its tools, and
-annotate them. ``--heuristic`` needs no LLM and writes a draft for review."""
+"""``ironcurtain annotate-tools``: start each server in its sandbox, list its tools and
+prompts, and annotate them (by the LLM, or with ``--heuristic`` by rules of thumb, no LLM).
+
+Either way the drafts are merged into the output file as ``compile-policy`` merges them:
+reviewed entries are kept, and every change is said."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-from launcher.compile_cmd import LLMOptions, Progress, annotate_with_llm, make_llm
+from launcher.compile_cmd import (
+    Listings,
+    LLMOptions,
+    Progress,
+    annotate_all,
+    collect_listings,
+    count,
+    make_llm,
+    merge_into,
+    report_changes,
+    write_all,
+)
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, plan_session
-from policy.annotate import heuristic_annotation, validate
-from policy.llm import LLM
+from policy.annotations_file import KINDS, file_json
+from policy.heuristic import heuristic_annotation, validate
+from policy.llm import LLM, LLMError
+from policy.models import ServerAnnotations
 
 
 def annotate_tools(
@@ -26,44 +37,56 @@ def annotate_tools(
     config: str | None,
     llm_options: LLMOptions | None = None,
     llm: LLM | None = None,
+    progress: Progress | None = None,
 ) -> int:
     if not servers and not all_servers:
         raise UsageError("name the servers with --server NAME, or annotate them all with --all")
     if not heuristic:
         llm = llm or make_llm(llm_options or LLMOptions(), "annotate-tools")
-        return annotate_with_llm(servers, output, config, llm, Progress())
-    from launcher.session import Session
-
+    progress = progress or Progress()
     plan = plan_session(RunOptions(config=config, servers=servers))
-    tools = asyncio.run(Session(plan).collect_tools())
-    out = Path(output)
-    existing: dict[str, Any] = {}
-    if out.exists():
+    listings = collect_listings(plan, progress)
+    if llm is None or heuristic:
+        fresh = heuristic_drafts(listings)
+        by = "the heuristic"
+    else:
         try:
-            existing = json.loads(out.read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise UsageError(f"{out}: exists and is not JSON ({exc}); not overwritten") from None
-    result: dict[str, Any] = {
-        "generatedAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "constitutionHash": None,
-        "reviewed": False,
-        "servers": dict(existing.get("servers") or {}),
-    }
-    problems: list[str] = []
-    for name, listed in tools.items():
-        annotations = [heuristic_annotation(name, tool) for tool in listed]
-        for tool, annotation in zip(listed, annotations, strict=True):
-            problems += [f"{name}/{p}" for p in validate(tool, annotation)]
-        result["servers"][name] = {"tools": annotations}
-        print(f"{name}: {len(annotations)} tools annotated (heuristic draft)", file=sys.stderr)
-    if problems:  # the heuristic gives every path-like argument a path role: a bug if not
-        raise UsageError("the draft does not validate:\n  " + "\n  ".join(problems))
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+            fresh = annotate_all(llm, listings, progress)
+        except LLMError as exc:
+            print(f"ironcurtain: annotate-tools: {exc}\nnothing was written", file=sys.stderr)
+            return 1
+        by = llm.model
+    out = Path(output)
+    merged = merge_into(out, fresh, listings)
+    write_all({out: file_json(merged.file)})
+    for name, entry in fresh.items():
+        print(
+            f"{name}: {count(len(entry.tools), 'tool')}, {count(len(entry.prompts), 'prompt')} "
+            f"annotated by {by}",
+            file=sys.stderr,
+        )
+    report_changes(merged)
     print(
-        f'wrote {out}: a DRAFT ("reviewed": false). Check every effect and argument role '
-        "before using it as a policy's tool-annotations.json.",
+        f'wrote {out}: new entries are DRAFTS, marked "draft": true. Check every effect and '
+        "argument role and remove the mark before trusting an entry; a later run keeps what "
+        "you reviewed.",
         file=sys.stderr,
     )
     return 0
+
+
+def heuristic_drafts(listings: Listings) -> dict[str, ServerAnnotations]:
+    """Every listed tool and prompt annotated by the heuristic, validated."""
+    fresh: dict[str, ServerAnnotations] = {}
+    problems: list[str] = []
+    for name, listed in listings.items():
+        entry: dict[str, list[dict[str, object]]] = {}
+        for kind in KINDS:
+            drafts = [heuristic_annotation(name, item, kind[:-1]) for item in listed[kind]]
+            for item, draft in zip(listed[kind], drafts, strict=True):
+                problems += [f"{name}/{p}" for p in validate(item, draft)]
+            entry[kind] = drafts
+        fresh[name] = ServerAnnotations.model_validate(entry)
+    if problems:  # the heuristic gives every path-like argument a path role: a bug if not
+        raise UsageError("the draft does not validate:\n  " + "\n  ".join(problems))
+    return fresh

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
 import sys
 
+from launcher import rundir
 from launcher.approval import APPROVALS_SOCKET, APPROVE, APPROVE_SESSION, DENY
 from launcher.errors import UsageError
 
@@ -17,15 +17,7 @@ _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 def find_socket(session: str | None) -> str:
     """The approvals socket of ``session``, else of this user's newest running session
     (a session killed without its clean-up leaves a socket nobody answers: skipped)."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    pattern = f"ironcurtain-{session}" if session else "ironcurtain-*"
-    found = [
-        p
-        for directory in dict.fromkeys((base, "/tmp"))  # /tmp: where too-long paths go
-        for p in glob.glob(os.path.join(directory, pattern, APPROVALS_SOCKET))
-        if os.stat(p).st_uid == os.getuid()
-    ]
-    for path in sorted(found, key=os.path.getmtime, reverse=True):
+    for path in rundir.find(session, APPROVALS_SOCKET):
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(path)
@@ -36,7 +28,8 @@ def find_socket(session: str | None) -> str:
         return path
     what = f"session {session}" if session else "any running session"
     raise UsageError(
-        f"no approvals socket for {what} in {base}: is `ironcurtain run` running "
+        f"no approvals socket for {what} in {rundir.bases()[0]}: "
+        "is `ironcurtain run` running "
         "(with --approval auto or socket) as this user?"
     )
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from launcher import dirs
+from launcher import dirs, rundir
 from launcher.audit import describe, printable, verify
 from launcher.errors import UsageError
 
@@ -62,9 +62,7 @@ def running_session(session: str) -> int | None:
     names it, and that process started before it wrote there and runs ``ironcurtain``."""
     if not _SESSION_ID.fullmatch(session):
         return None
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    for directory in dict.fromkeys((base, "/tmp")):  # /tmp: where too-long paths go
-        pid_file = os.path.join(directory, f"ironcurtain-{session}", "pid")
+    for pid_file in rundir.find(session, rundir.PID_FILE):
         try:
             written = os.stat(pid_file)
             if written.st_uid != os.getuid():

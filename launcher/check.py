@@ -31,7 +31,6 @@ def check_call(
             workspace=workspace,
             servers=(server,),
             display_only=True,
-            command="check",
         )
     )
     decision, transport = plan.engine.decide(server, tool, args, cwd=plan.servers[server].cwd)

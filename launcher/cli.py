@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Annotated
 
 # Pydantic looks for plugins in every installed distribution's entry points when it builds
@@ -21,6 +23,38 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Run MCP servers in OS sandboxes behind a policy proxy.",
 )
+
+# How the command line names each field of launcher.plan.RunOptions.
+FLAGS = {
+    "config": "--config",
+    "policy_dir": "--policy-dir",
+    "workspace": "--workspace",
+    "servers": "--server",
+    "audit_log": "--audit-log",
+    "allow_unsandboxed": "--allow-unsandboxed",
+    "allow_no_seccomp": "--allow-no-seccomp",
+    "audit_args": "--audit-args",
+    "approval": "--approval",
+    "approval_timeout": "--approval-timeout",
+    "max_identical_calls": "--max-identical-calls",
+    "accept_tool_changes": "--accept-tool-changes",
+    "http_port": "--http",
+}
+
+
+@contextlib.contextmanager
+def cli_words(servers: str = "--server") -> Iterator[None]:
+    """Planning errors name the option as the command line does (``--audit-args``, not
+    ``audit_args``). ``servers``: what a server selection is called in this command (an
+    argument of ``check`` and ``profile``, ``--server`` elsewhere)."""
+    from launcher.plan import OptionError, SandboxRefused
+
+    try:
+        yield
+    except (OptionError, SandboxRefused) as exc:
+        exc.shown_as = servers if exc.option == "servers" else FLAGS.get(exc.option, exc.option)
+        raise
+
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="mcp-servers.json to use.")]
 PolicyOpt = Annotated[
@@ -118,23 +152,24 @@ def run(
     from launcher.plan import RunOptions, plan_session
     from launcher.session import Session
 
-    plan = plan_session(
-        RunOptions(
-            config=config,
-            policy_dir=policy_dir,
-            workspace=workspace,
-            servers=tuple(server or ()),
-            audit_log=audit_log,
-            allow_unsandboxed=allow_unsandboxed,
-            allow_no_seccomp=allow_no_seccomp,
-            audit_args=audit_args,
-            approval=approval,
-            approval_timeout=approval_timeout,
-            max_identical_calls=max_identical_calls,
-            accept_tool_changes=accept_tool_changes,
-            http_port=http,
+    with cli_words():
+        plan = plan_session(
+            RunOptions(
+                config=config,
+                policy_dir=policy_dir,
+                workspace=workspace,
+                servers=tuple(server or ()),
+                audit_log=audit_log,
+                allow_unsandboxed=allow_unsandboxed,
+                allow_no_seccomp=allow_no_seccomp,
+                audit_args=audit_args,
+                approval=approval,
+                approval_timeout=approval_timeout,
+                max_identical_calls=max_identical_calls,
+                accept_tool_changes=accept_tool_changes,
+                http_port=http,
+            )
         )
-    )
     if plan.audit_args_clear:
         print(
             f"ironcurtain: WARNING: --audit-args clear: tool arguments are written in clear "
@@ -169,7 +204,8 @@ def profile(
     from launcher.show_profile import show_profile
 
     opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
-    print(show_profile(name, fmt, opts))
+    with cli_words(servers="profile"):
+        print(show_profile(name, fmt, opts))
 
 
 audit_app = typer.Typer(
@@ -238,7 +274,9 @@ def annotate_tools(
     from launcher.compile_cmd import LLMOptions
 
     llm = LLMOptions(model, api_key, base_url, force)
-    raise typer.Exit(run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm))
+    with cli_words():
+        code = run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm)
+    raise typer.Exit(code)
 
 
 @app.command("compile-policy")
@@ -265,7 +303,9 @@ def compile_policy(
 
     llm = LLMOptions(model, api_key, base_url, force)
     opts = CompileOptions(config=config, servers=tuple(server or ()), output=output, llm=llm)
-    raise typer.Exit(run_compile(opts))
+    with cli_words():
+        code = run_compile(opts)
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -302,7 +342,8 @@ def check(
     """Dry-run one call through the policy: decision, rule, reason, canonical arguments."""
     from launcher.check import check_call
 
-    print(check_call(server, tool, args, config, policy_dir, workspace))
+    with cli_words(servers="check"):
+        print(check_call(server, tool, args, config, policy_dir, workspace))
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
-"""``ironcurtain compile-policy`` and the LLM path of ``annotate-tools``.
+"""``ironcurtain compile-policy``, and the LLM and listing helpers ``annotate-tools`` shares.
 
-compile-policy: start each server in its sandbox and list its tools; annotate them (LLM),
-validate the annotations; compile the constitution (bundled base plus the user's) into
+compile-policy: start each server in its sandbox and list its tools and prompts; annotate
+them (LLM), validate the annotations and merge them with the reviewed ones already in the
+output directory; compile the constitution (bundled base plus the user's) into
 rules; generate scenarios (the handwritten ones always included); verify with the real
 engine and an LLM judge. The artifacts are written, all at once, only when verification
 passes; otherwise diagnostics, exit 1, nothing overwritten.
@@ -28,17 +29,14 @@ from launcher import dirs
 from launcher.config import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
-from policy.engine import PolicyEngine, StructuralConfig, expand_variables
+from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
+from policy.engine import PolicyEngine, StructuralConfig
+from policy.errors import PolicyFileError
 from policy.llm import DEFAULT_MODEL, LLM, AnthropicLLM, CachedLLM, LLMError
 from policy.loader import bundled_policy_dir
-from policy.models import (
-    CompiledPolicyFile,
-    CompiledRule,
-    ServerAnnotations,
-    ToolAnnotation,
-    ToolAnnotationsFile,
-)
-from policy.paths import canonical_path, is_within
+from policy.models import CompiledPolicyFile, CompiledRule, ServerAnnotations
+from policy.paths import canonical_path, is_under
+from policy.variables import expand
 
 USER_CONSTITUTION = "constitution-user.md"
 NO_KEY = (
@@ -109,49 +107,59 @@ def sha256(text: str) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def collect_tools(plan: SessionPlan, progress: Progress) -> dict[str, list[dict[str, Any]]]:
+Listings = Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]]
+
+
+def count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def collect_listings(plan: SessionPlan, progress: Progress) -> Listings:
+    """Each server's tools and prompts: ``{server: {"tools": [...], "prompts": [...]}}``."""
     from launcher.session import Session
 
     progress.step(
         f"starting {len(plan.servers)} server(s) in their sandboxes: " + ", ".join(plan.servers)
     )
-    tools = asyncio.run(Session(plan).collect_tools())
-    for name, listed in tools.items():
-        progress.step(f"{name}: {len(listed)} tool{'' if len(listed) == 1 else 's'}")
-    return tools
+    listings = asyncio.run(Session(plan).collect_listings())
+    for name, listed in listings.items():
+        progress.step(
+            f"{name}: {count(len(listed['tools']), 'tool')}, "
+            f"{count(len(listed['prompts']), 'prompt')}"
+        )
+    return listings
 
 
-def annotate_all(
-    llm: LLM, tools: Mapping[str, Sequence[Mapping[str, Any]]], progress: Progress
-) -> dict[str, list[ToolAnnotation]]:
-    from policy.annotator import annotate_tools
+def annotate_all(llm: LLM, listings: Listings, progress: Progress) -> dict[str, ServerAnnotations]:
+    from policy.llm_annotator import annotate_server
 
     result = {}
-    for server, listed in tools.items():
-        progress.step(f"annotating the tools of {server}")
-        result[server] = annotate_tools(llm, server, listed)
+    for server, listed in listings.items():
+        progress.step(f"annotating the tools and prompts of {server}")
+        result[server] = annotate_server(llm, server, listed["tools"], listed.get("prompts", ()))
     return result
 
 
-def annotations_file(
-    annotated: Mapping[str, Sequence[ToolAnnotation]], constitution_hash: str | None
-) -> dict[str, Any]:
-    return {
-        "generatedAt": _now(),
-        "constitutionHash": constitution_hash,
-        "reviewed": False,
-        "servers": {
-            server: {"tools": [_annotation_json(a) for a in listed]}
-            for server, listed in annotated.items()
-        },
-    }
+def merge_into(
+    path: Path,
+    fresh: Mapping[str, ServerAnnotations],
+    listings: Listings,
+    constitution_hash: str | None = None,
+) -> Merged:
+    """``fresh`` drafts merged into the annotations file at ``path`` (if there is one):
+    what every annotator writes. A file there that is not a valid annotations file is
+    never overwritten."""
+    try:
+        existing = read_annotations(path)
+    except PolicyFileError as exc:
+        raise UsageError(f"{exc}; not overwritten (move it away or fix it)") from None
+    return merge_annotations(existing, fresh, listings, constitution_hash)
 
 
-def _annotation_json(annotation: ToolAnnotation) -> dict[str, Any]:
-    data = annotation.model_dump(by_alias=True, exclude_none=True)
-    if not data.get("piiFields"):
-        data.pop("piiFields", None)  # as the reviewed files write it: only when there are some
-    return data
+def report_changes(merged: Merged) -> None:
+    """What the merge changed in the annotations file, one line each."""
+    for change in merged.changes or ["annotations: nothing changed"]:
+        print(f"  {change}", file=sys.stderr)
 
 
 def _now() -> str:
@@ -178,28 +186,6 @@ def write_all(files: Mapping[Path, Any]) -> None:
         os.replace(tmp, path)
 
 
-# -- annotate-tools (LLM) -------------------------------------------------------------------
-
-
-def annotate_with_llm(
-    servers: tuple[str, ...], output: str, config: str | None, llm: LLM, progress: Progress
-) -> int:
-    plan = plan_session(RunOptions(config=config, servers=servers))
-    tools = collect_tools(plan, progress)
-    try:
-        annotated = annotate_all(llm, tools, progress)
-    except LLMError as exc:
-        print(f"ironcurtain: annotate-tools: {exc}\nnothing was written", file=sys.stderr)
-        return 1
-    write_all({Path(output): annotations_file(annotated, None)})
-    print(
-        f"wrote {output}: {sum(len(a) for a in annotated.values())} tools annotated by "
-        f'{llm.model} ("reviewed": false: check them before use)',
-        file=sys.stderr,
-    )
-    return 0
-
-
 # -- compile-policy -------------------------------------------------------------------------
 
 
@@ -224,12 +210,12 @@ def permitted_directories(
     variables = {"workspace": workspaces}
     for rule in rules:
         if rule.then != "deny" and rule.condition.paths is not None:
-            found.append(canonical_path(expand_variables(rule.condition.paths.within, variables)))
+            found.append(canonical_path(expand(rule.condition.paths.within, variables)))
     return found
 
 
 def _overlapping(output: Path, directories: Sequence[str]) -> list[str]:
-    return [d for d in directories if is_within(str(output), d) or is_within(d, str(output))]
+    return [d for d in directories if is_under(str(output), d) or is_under(d, str(output))]
 
 
 def compile_policy(
@@ -254,17 +240,22 @@ def compile_policy(
             "directory outside it"
         )
     progress.step("constitution: " + " + ".join(str(p) for p in sources))
-    tools = collect_tools(plan, progress)
+    listings = collect_listings(plan, progress)
     try:
-        annotated = annotate_all(llm, tools, progress)
-        flat = [a for listed in annotated.values() for a in listed]
+        fresh = annotate_all(llm, listings, progress)
+        # The reviewed annotations already in the output win over the new drafts: the rules
+        # are compiled and verified against what will be written.
+        merged = merge_into(output / "tool-annotations.json", fresh, listings, constitution_hash)
+        annotated = {s: merged.file.servers[s] for s in fresh}
+        flat = [a for entry in annotated.values() for a in entry.tools]
+        prompts = [a for entry in annotated.values() for a in entry.prompts]
         structural = plan.engine.structural
         variables = {"workspace": plan.workspace}
         directories = {"the agent's workspace": "${workspace}", "the user's home": "~"}
         domains = {n: list(sp.config.allowed_domains) for n, sp in plan.servers.items()}
         progress.step("compiling the constitution into rules")
         rules = compile_constitution(
-            llm, constitution, flat, directories, domains, structural, variables
+            llm, constitution, flat, directories, domains, structural, variables, prompts
         )
         progress.step(f"{len(rules)} rules; generating test scenarios")
         handwritten = applicable(HANDWRITTEN, flat)
@@ -281,9 +272,7 @@ def compile_policy(
         with scenario_tree() as places:
             engine = PolicyEngine(
                 CompiledPolicyFile(rules=rules),
-                ToolAnnotationsFile(
-                    servers={s: ServerAnnotations(tools=a) for s, a in annotated.items()}
-                ),
+                merged.file,
                 StructuralConfig(
                     protected=structural.protected,
                     state_dir=structural.state_dir,
@@ -316,7 +305,7 @@ def compile_policy(
     )
     write_all(
         {
-            output / "tool-annotations.json": annotations_file(annotated, constitution_hash),
+            output / "tool-annotations.json": file_json(merged.file),
             output / "compiled-policy.json": policy.model_dump(by_alias=True, exclude_none=True),
             output / "test-scenarios.json": {
                 **stamp,
@@ -325,6 +314,7 @@ def compile_policy(
             },
         }
     )
+    report_changes(merged)
     print(
         f"compile-policy: verified ({len(verification.scenarios)} scenarios, "
         f"{len(verification.rounds)} round(s)); wrote {output}\n"

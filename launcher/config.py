@@ -17,6 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from launcher import dirs
 from launcher.errors import ConfigError
 from policy.loader import describe_validation_error, json_path
+from policy.variables import PlaceholderError
+from policy.variables import expand as expand_placeholders
 
 
 class _Model(BaseModel):
@@ -199,30 +201,16 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> t
     return dirs.bundled_config(), "bundled default"
 
 
-_VAR = re.compile(r"\$\{([^}]*)\}")
-
-
 def expand(value: str, variables: Mapping[str, str], where: Callable[[], str], file: str) -> str:
     """Expand ``${VAR}``, ``${VAR:-default}``; ``${workspace}`` comes from ``variables``.
 
     >>> expand("${A}-${B:-x}", {"A": "1"}, lambda: "$", "f")
     '1-x'
     """
-
-    def sub(match: re.Match[str]) -> str:
-        body = match.group(1)
-        name, sep, default = body.partition(":-")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
-            raise ConfigError(file, where(), f"invalid variable reference ${{{body}}}")
-        if name in variables and variables[name] != "":
-            return variables[name]
-        if sep:
-            return default
-        raise ConfigError(
-            file, where(), f"${{{name}}} is not set (use ${{{name}:-default}} to give a default)"
-        )
-
-    return _VAR.sub(sub, value)
+    try:
+        return expand_placeholders(value, variables)
+    except PlaceholderError as exc:
+        raise ConfigError(file, where(), str(exc)) from None
 
 
 def _expand_path(

@@ -6,12 +6,12 @@ import os
 import platform
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from launcher.plan import SECCOMP_FIX, sandbox_problem
+from launcher.host import MACOS, SECCOMP_FIX, sandbox_problem
 from sandbox_profiles.bwrap import SETPRIV
+from sandbox_profiles.launch import SANDBOX_EXEC
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -108,7 +108,8 @@ def check_seccomp() -> Check:
         return Check(FAIL, "seccomp", "this kernel has no seccomp support")
     problem = seccomp.available()
     if problem:
-        return Check(FAIL, "seccomp", problem, SECCOMP_FIX)
+        fix = f"{SECCOMP_FIX}; or pass --allow-no-seccomp to sandbox without the system-call filter"
+        return Check(FAIL, "seccomp", problem, fix)
     return Check(
         OK, "seccomp", f"filter of {len(seccomp.filter_rules())} rules builds (libseccomp)"
     )
@@ -133,13 +134,13 @@ def check_inotify() -> Check:
 
 
 def check_seatbelt() -> Check:
-    if os.access("/usr/bin/sandbox-exec", os.X_OK):
-        return Check(OK, "sandbox-exec", "/usr/bin/sandbox-exec")
+    if os.access(SANDBOX_EXEC, os.X_OK):
+        return Check(OK, "sandbox-exec", SANDBOX_EXEC)
     return Check(FAIL, "sandbox-exec", "not found (it ships with macOS)")
 
 
 def checks() -> list[Callable[[], Check]]:
-    if sys.platform == "darwin":
+    if MACOS:
         return [check_seatbelt]
     return [
         check_bwrap,

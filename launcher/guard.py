@@ -15,54 +15,46 @@ launcher runs as their owner, or as root).
 
 Moving is done through directory descriptors opened without following symlinks, one
 component at a time, so a server that swaps a directory for a symlink cannot make the
-trusted process move anything outside the root, and no path is ever too long to handle.
+trusted process move anything outside the root, and no path is ever too long to handle
+(``launcher.nofollow``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import errno
+import functools
 import os
-import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from launcher.quarantine import (
-    QuarantineDir,
-    QuarantineError,
-    open_up,
-    open_up_child,
+from launcher import nofollow
+from launcher.nofollow import Parts
+from launcher.oscalls import (
+    IN_CREATE,
+    IN_DELETE_SELF,
+    IN_DONT_FOLLOW,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVE_SELF,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    IN_Q_OVERFLOW,
+    explain,
+    inotify_add_watch,
+    inotify_events,
+    inotify_init,
     open_up_path,
 )
+from launcher.quarantine import QuarantineDir, QuarantineError
 from sandbox_profiles import autorun
 
-IN_CREATE = 0x100
-IN_MOVED_TO = 0x080
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_ISDIR = 0x40000000
-IN_DONT_FOLLOW = 0x02000000
-IN_ONLYDIR = 0x01000000
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
-_EVENT = struct.Struct("iIII")
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
-# A path this long is handled through descriptors (the kernel refuses paths over 4096).
-_LONG_PATH = 3500
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
 MAX_DEPTH = 400
 # Seconds one settle may spend scanning: a server that changes the tree faster than it can be
 # checked (a rename storm over a big tree) is stopped instead of keeping the guard behind.
 BUDGET = 2.0
-
-Parts = tuple[str, ...]
 
 
 class GuardError(Exception):
@@ -83,22 +75,11 @@ class GuardFailure:
     reason: str
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.inotify_init1.argtypes = [ctypes.c_int]
-    libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    return libc
-
-
 class _Failed(Exception):
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(reason)
         self.path = path
         self.reason = reason
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)
 
 
 class Guard:
@@ -121,10 +102,10 @@ class Guard:
         self.failures: list[GuardFailure] = []
         # The user's own, present at start (by identity, so a replacement is not): left alone.
         self.preexisting: dict[str, tuple[int, int, int]] = {}
-        self._libc = _libc()
-        self.fd = self._libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if self.fd < 0:
-            raise GuardError(f"inotify is not available: {os.strerror(ctypes.get_errno())}")
+        try:
+            self.fd = inotify_init()
+        except OSError as exc:
+            raise GuardError(f"inotify is not available: {exc.strerror}") from None
         self._watched: dict[int, tuple[str, Parts]] = {}
         self._store = QuarantineDir(quarantine_dir)
         self._started = False
@@ -144,52 +125,11 @@ class Guard:
                 raise GuardError(f"{exc.path}: {exc.reason}") from None
         self._started = True
 
-    def _root_of(self, path: str) -> str | None:
-        for root in self.roots:
-            if path == root or path.startswith(root + "/"):
-                return root
-        return None
-
-    @contextlib.contextmanager
-    def _dir_path(self, root: str, parts: Parts) -> Iterator[str]:
-        """A path naming ``root/parts`` for a call that takes one: the path itself, or
-        through a descriptor when it is too long for the kernel."""
-        path = os.path.join(root, *parts)
-        if len(path) < _LONG_PATH:
-            yield path
-            return
-        fd = self._open_chain(root, parts, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:
-            yield f"/proc/self/fd/{fd}"
-        finally:
-            os.close(fd)
-
-    def _open_chain(self, root: str, parts: Parts, flags: int = _DIR) -> int:
-        """A descriptor of ``root/parts``, opened one component at a time without following
-        symlinks; a directory in the way that its owner made untraversable is opened up."""
-        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            for i, part in enumerate(parts):
-                last = i == len(parts) - 1
-                want = flags if last else _DIR
-                try:
-                    child = os.open(part, want, dir_fd=fd)
-                except PermissionError:
-                    open_up(fd)
-                    open_up_child(fd, part)
-                    child = os.open(part, want, dir_fd=fd)
-                os.close(fd)
-                fd = child
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
     def _add_watch(self, root: str, parts: Parts) -> bool:
         """Watch ``root/parts``; False when it is gone or is not a directory any more."""
         wd, err = self._watch(root, parts)
         if err == errno.EACCES:  # its owner made it unreadable: the launcher is its owner
-            self._open_up_at(root, parts)
+            nofollow.open_up_at(root, parts)
             wd, err = self._watch(root, parts)
         if wd < 0:
             if err in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
@@ -206,48 +146,16 @@ class Guard:
         return True
 
     def _watch(self, root: str, parts: Parts) -> tuple[int, int]:
-        with self._dir_path(root, parts) as path:
+        with nofollow.dir_path(root, parts) as path:
             follow = path.startswith("/proc/self/fd/")
             flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
-            wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), flags)
-        return wd, (ctypes.get_errno() if wd < 0 else 0)
-
-    def _open_up_at(self, root: str, parts: Parts) -> None:
-        with contextlib.suppress(OSError):
-            if not parts:
-                fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    open_up(fd)
-                finally:
-                    os.close(fd)
-                return
-            parent = self._open_chain(root, parts[:-1])
-            try:
-                open_up_child(parent, parts[-1])
-            finally:
-                os.close(parent)
+            return inotify_add_watch(self.fd, path, flags)
 
     def _list(self, root: str, parts: Parts) -> list[tuple[str, bool]] | None:
-        """(name, is a directory) of each entry; None when it is gone."""
         try:
-            fd = self._open_chain(root, parts)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return None  # a symlink now: not followed
-            raise _Failed(os.path.join(root, *parts), f"cannot open it: {_why(exc)}") from None
-        try:
-            try:
-                entries = list(os.scandir(fd))
-            except PermissionError:
-                open_up(fd)
-                entries = list(os.scandir(fd))
-            return [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
-        except OSError as exc:
-            raise _Failed(os.path.join(root, *parts), f"cannot list it: {_why(exc)}") from None
-        finally:
-            os.close(fd)
+            return nofollow.entries(root, parts)
+        except nofollow.Unreadable as exc:
+            raise _Failed(os.path.join(root, *parts), str(exc)) from None
 
     def _scan(self, root: str, top: Parts) -> None:
         """Check ``root/top`` and everything below it; watch each directory first, then
@@ -287,7 +195,7 @@ class Guard:
         or a guarded path: moved away, or (before start, or the user's own) left alone and
         not to be descended into."""
         entry = autorun.match(parts, is_dir, sibling)
-        if entry is None and is_dir and self._holds(root, parts, "pyvenv.cfg"):
+        if entry is None and is_dir and nofollow.lexists(root, parts, "pyvenv.cfg"):
             entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
         if entry is not None:
             why = f"{entry.match}: {entry.loaded_by}"
@@ -296,30 +204,16 @@ class Guard:
         else:
             return False
         if not self._started:
-            identity = self._identity(root, parts)
+            identity = nofollow.identity(root, parts)
             if identity is not None:
                 self.preexisting[os.path.join(root, *parts)] = identity
         elif not self._is_preexisting(root, parts):
             self._quarantine(root, parts, why)
         return True
 
-    def _holds(self, root: str, parts: Parts, name: str) -> bool:
-        with self._dir_path(root, parts) as directory:
-            return os.path.lexists(os.path.join(directory, name))
-
-    def _identity(self, root: str, parts: Parts) -> tuple[int, int, int] | None:
-        """What tells the user's file from a replacement: an inode number is reused at
-        once, so its change time too (which no sandbox can set on a read-only mount)."""
-        try:
-            with self._dir_path(root, parts[:-1]) as directory:
-                st = os.lstat(os.path.join(directory, parts[-1]))
-        except FileNotFoundError:
-            return None
-        return st.st_dev, st.st_ino, st.st_ctime_ns
-
     def _is_preexisting(self, root: str, parts: Parts) -> bool:
         known = self.preexisting.get(os.path.join(root, *parts))
-        return known is not None and known == self._identity(root, parts)
+        return known is not None and known == nofollow.identity(root, parts)
 
     def _check_git_dir(self, root: str, parts: Parts, has: autorun.Exists) -> None:
         """A directory that has just become one git takes for a repository: what in it git
@@ -356,7 +250,7 @@ class Guard:
                     return
                 except OSError as exc:
                     for root in self.roots:
-                        self._fail(root, root, f"cannot read its inotify events: {_why(exc)}")
+                        self._fail(root, root, f"cannot read its inotify events: {explain(exc)}")
                     return
                 self._handle(data)
         except Exception as exc:  # a fault of the guard itself is never taken as handled
@@ -374,14 +268,9 @@ class Guard:
         return bool(self._behind)
 
     def _handle(self, data: bytes) -> None:
-        offset = 0
         rescan: list[tuple[str, Parts]] = []
         touched: dict[tuple[str, Parts], None] = {}
-        while offset + _EVENT.size <= len(data):
-            wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-            raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
-            offset += _EVENT.size + length
-            name = os.fsdecode(raw.rstrip(b"\0"))
+        for wd, mask, name in inotify_events(data):
             if mask & IN_Q_OVERFLOW:
                 rescan = [(root, ()) for root in self.roots]
                 continue
@@ -413,13 +302,15 @@ class Guard:
         except _Failed as exc:
             self._fail(root, exc.path, exc.reason)
         except OSError as exc:  # anything unforeseen: never taken as handled
-            self._fail(root, os.path.join(root, *parts), _why(exc))
+            self._fail(root, os.path.join(root, *parts), explain(exc))
 
     def _check_new(self, root: str, parts: Parts) -> None:
-        self._check(root, parts, False, self._sibling(root, parts[:-1]))
+        self._check(root, parts, False, functools.partial(nofollow.lexists, root, parts[:-1]))
 
     def _check_new_dir(self, root: str, parts: Parts) -> None:
-        if parts and self._check(root, parts, True, self._sibling(root, parts[:-1])):
+        if parts and self._check(
+            root, parts, True, functools.partial(nofollow.lexists, root, parts[:-1])
+        ):
             return
         self._scan(root, parts)
 
@@ -427,13 +318,6 @@ class Guard:
         entries = self._list(root, parts)
         if entries is not None:
             self._check_git_dir(root, parts, {name for name, _ in entries}.__contains__)
-
-    def _sibling(self, root: str, parent: Parts) -> autorun.Exists:
-        def exists(name: str) -> bool:
-            with self._dir_path(root, parent) as path:
-                return os.path.lexists(os.path.join(path, name))
-
-        return exists
 
     def _fail(self, root: str, path: str, reason: str) -> None:
         failure = GuardFailure(root, path, reason)
@@ -456,7 +340,7 @@ class Guard:
 
     def _sweep_root(self, root: str) -> None:
         def unreadable(path: str, exc: OSError) -> None:
-            self._fail(root, path, f"the sweep cannot read it: {_why(exc)}")
+            self._fail(root, path, f"the sweep cannot read it: {explain(exc)}")
 
         for path, entry in autorun.find(root, on_error=unreadable, open_up=open_up_path):
             parts = tuple(os.path.relpath(path, root).split("/"))
@@ -475,29 +359,13 @@ class Guard:
         ``root``; ``_Failed`` when it is there and cannot be moved."""
         if not parts:
             return
-        path = os.path.join(root, *parts)
         try:
-            parent = self._open_chain(root, parts[:-1]) if parts[:-1] else None
-        except (FileNotFoundError, NotADirectoryError):
+            moved_to = self._store.move_from(root, parts, why)
+        except QuarantineError as exc:
+            raise _Failed(os.path.join(root, *parts), str(exc)) from None
+        if moved_to is None:
             return
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return  # a symlink on the way: what it points at is not in the root
-            raise _Failed(path, f"cannot reach it to quarantine it: {_why(exc)}") from None
-        if parent is None:
-            parent = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            try:
-                os.lstat(parts[-1], dir_fd=parent)
-            except FileNotFoundError:
-                return
-            try:
-                moved_to = self._store.move_out(parent, parts[-1], path, why)
-            except QuarantineError as exc:
-                raise _Failed(path, str(exc)) from None
-        finally:
-            os.close(parent)
-        record = Quarantined(path, moved_to, why)
+        record = Quarantined(os.path.join(root, *parts), moved_to, why)
         self.quarantined.append(record)
         self.on_quarantine(record)
 

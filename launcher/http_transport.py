@@ -64,8 +64,8 @@ class HttpEndpoint:
                 await asyncio.wait_for(self._server.wait_closed(), 1)
 
     def backlog(self) -> int:
-        """Messages waiting for a client to read them."""
-        return self._events.qsize()
+        """Roughly the bytes waiting for a client to read them (a message counts 1 KiB)."""
+        return self._events.qsize() * 1024
 
     def deliver(self, message: Message) -> None:
         """Where the session's outgoing messages go: the waiting POST, else the event stream."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Callable
 from typing import Any
 
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
@@ -17,6 +18,9 @@ LINE_LIMIT = 64 * 1024 * 1024
 CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
 
 Message = dict[str, Any]
+# Called once with a request's whole response (``result`` or ``error``), or with why there
+# is none (``ServerGone``, ``TimeoutError``).
+OnDone = Callable[[Message | BaseException], None]
 
 
 _SIGNAL_MEANING = {
@@ -91,3 +95,27 @@ def notification(method: str, params: Message | None = None) -> Message:
     if params is not None:
         message["params"] = params
     return message
+
+
+def unencodable(value: object) -> bool:
+    """Whether ``value`` holds a string with no UTF-8 form (a lone surrogate), which no
+    audit entry and no message to a server can carry. Quick for an ASCII string.
+
+    >>> unencodable("call-1"), unencodable("r\\u00e9"), unencodable({"a": ["\\ud800"]})
+    (False, False, True)
+    """
+    if type(value) is str:
+        if value.isascii():
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if value is None or type(value) is int:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except ValueError:
+        return True
+    return False

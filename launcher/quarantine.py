@@ -9,7 +9,6 @@ its owner, or root).
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
@@ -17,18 +16,15 @@ import shutil
 import stat
 import time
 
+from launcher.nofollow import Parts, open_chain
+from launcher.oscalls import DIR, explain, open_dir, open_up, open_up_child
+
 # What may be copied out when the quarantine is on another filesystem (a rename is free).
 COPY_LIMIT = 256 * 1024 * 1024
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class QuarantineError(Exception):
     """Something could not be moved into the quarantine."""
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)
 
 
 class QuarantineDir:
@@ -38,13 +34,37 @@ class QuarantineDir:
         self.path = path
         self._counter = 0
 
+    def move_from(self, root: str, parts: Parts, why: str) -> str | None:
+        """Move ``root/parts`` here without following symlinks on the way; where it is now.
+        None when it is not there (any more) as a real path inside ``root``;
+        ``QuarantineError`` when it is there and cannot be moved."""
+        path = os.path.join(root, *parts)
+        try:
+            parent = open_chain(root, parts[:-1]) if parts[:-1] else None
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return None  # a symlink on the way: what it points at is not in the root
+            raise QuarantineError(f"cannot reach it to quarantine it: {explain(exc)}") from None
+        if parent is None:
+            parent = open_dir(root)
+        try:
+            try:
+                os.lstat(parts[-1], dir_fd=parent)
+            except FileNotFoundError:
+                return None
+            return self.move_out(parent, parts[-1], path, why)
+        finally:
+            os.close(parent)
+
     def move_out(self, parent: int, name: str, path: str, why: str) -> str:
         """Move ``name`` (in the directory ``parent``) here; where it is now."""
         try:
             os.makedirs(self.path, mode=0o700, exist_ok=True)
-            target = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            target = open_dir(self.path)
         except OSError as exc:
-            raise QuarantineError(f"cannot open the quarantine directory: {_why(exc)}") from None
+            raise QuarantineError(f"cannot open the quarantine directory: {explain(exc)}") from None
         try:
             self._counter += 1
             # A short name of its own: the quarantine never depends on the path's length.
@@ -53,45 +73,17 @@ class QuarantineDir:
                 _rename(parent, name, target, label)
             except OSError as exc:
                 if exc.errno != errno.EXDEV:
-                    raise QuarantineError(f"cannot quarantine it: {_why(exc)}") from None
+                    raise QuarantineError(f"cannot quarantine it: {explain(exc)}") from None
                 try:
                     _copy_out(parent, name, target, label, [COPY_LIMIT])
                     _remove(parent, name)
                 except OSError as exc2:
-                    raise QuarantineError(f"cannot quarantine it: {_why(exc2)}") from None
+                    raise QuarantineError(f"cannot quarantine it: {explain(exc2)}") from None
             with open(os.path.join(self.path, "manifest.jsonl"), "a", encoding="utf-8") as log:
                 log.write(json.dumps({"name": label, "path": path, "reason": why}) + "\n")
         finally:
             os.close(target)
         return os.path.join(self.path, label)
-
-
-def open_up(fd: int) -> None:
-    """Give a directory's owner full access to it again (the launcher is its owner)."""
-    mode = os.stat(fd).st_mode
-    os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(mode) | stat.S_IRWXU)
-
-
-def open_up_child(dir_fd: int, name: str) -> None:
-    with contextlib.suppress(OSError):
-        child = os.open(name, _PATH, dir_fd=dir_fd)
-        try:
-            if stat.S_ISDIR(os.stat(child).st_mode):
-                open_up(child)
-        finally:
-            os.close(child)
-
-
-def open_up_path(path: str) -> bool:
-    """Give a directory found unreadable its owner's access back (for the sweep)."""
-    try:
-        st = os.lstat(path)
-        if not stat.S_ISDIR(st.st_mode):
-            return False
-        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
-    except OSError:
-        return False
-    return True
 
 
 def _rename(parent: int, name: str, target: int, label: str) -> None:
@@ -117,8 +109,8 @@ def _copy_out(dir_fd: int, name: str, dest_fd: int, dest: str, left: list[int]) 
         os.symlink(os.readlink(name, dir_fd=dir_fd), dest, dir_fd=dest_fd)
     elif stat.S_ISDIR(st.st_mode):
         os.mkdir(dest, 0o700, dir_fd=dest_fd)
-        src = os.open(name, _DIR, dir_fd=dir_fd)
-        out = os.open(dest, _DIR, dir_fd=dest_fd)
+        src = os.open(name, DIR, dir_fd=dir_fd)
+        out = os.open(dest, DIR, dir_fd=dest_fd)
         try:
             for child in os.listdir(src):
                 _copy_out(src, child, out, child, left)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import json
 import os
@@ -15,9 +14,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -27,125 +24,16 @@ from launcher.jsonrpc import (
     LATEST_PROTOCOL,
     LINE_LIMIT,
     Message,
+    OnDone,
     ServerGone,
     encode,
 )
+from launcher.launchspec import LaunchSpec as LaunchSpec
 from launcher.lines import LineBuffer, LineProtocol
-from sandbox_profiles.bwrap import limits_argv
-from sandbox_profiles.bwrap import render as render_bwrap
-from sandbox_profiles.model import Limits, SandboxProfile
+from launcher.oscalls import memfd, pidfd_open
+from launcher.proctree import over_limits, process_tree
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
-
-
-@dataclass(frozen=True)
-class LaunchSpec:
-    """How to start one server. A sandboxed one has a ``profile``; its argv (bwrap, with the
-    seccomp descriptor and the ``prlimit`` prefix) is rendered at each start."""
-
-    name: str
-    argv: Sequence[str]
-    env: Mapping[str, str]
-    cwd: str
-    timeout: float | None
-    profile: SandboxProfile | None = None
-    bwrap: str = "bwrap"
-    seccomp: bytes | None = None
-
-    def command(self, seccomp_fd: int | None) -> list[str]:
-        profile = self.profile
-        if profile is None:
-            return list(self.argv)
-        if sys.platform == "darwin":  # rendered and structure-tested; not run on macOS yet
-            from sandbox_profiles import seatbelt
-
-            tmp = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"ironcurtain-{profile.name}")
-            os.makedirs(tmp, mode=0o700, exist_ok=True)
-            sbpl = seatbelt.render(profile)
-            return ["/usr/bin/sandbox-exec", "-p", sbpl, "-D", f"TMPDIR={tmp}", *profile.argv]
-        argv = render_bwrap(profile, self.bwrap, seccomp_fd)
-        if profile.limits.any():
-            uid = profile.run_as[0] if profile.run_as else os.getuid()
-            base = _processes_of(uid) if profile.limits.processes is not None else 0
-            argv = limits_argv(within_own_limits(profile.limits), "prlimit", base) + argv
-        return argv
-
-
-def within_own_limits(limits: Limits) -> Limits:
-    """The limits, none above the launcher's own hard limit: without privilege ``prlimit``
-    cannot raise one, and a server would then not start at all."""
-    import resource
-
-    def cap(value: int | None, which: int) -> int | None:
-        hard = resource.getrlimit(which)[1]
-        if value is None or hard == resource.RLIM_INFINITY:
-            return value
-        return min(value, hard)
-
-    return dataclasses.replace(
-        limits,
-        memory=cap(limits.memory, resource.RLIMIT_DATA),
-        open_files=cap(limits.open_files, resource.RLIMIT_NOFILE),
-        cpu_seconds=cap(limits.cpu_seconds, resource.RLIMIT_CPU),
-        file_size=cap(limits.file_size, resource.RLIMIT_FSIZE),
-    )
-
-
-def process_tree(pid: int) -> list[psutil.Process]:
-    """``pid`` and all its descendants, from ``/proc/PID/task/TID/children`` (no scan of
-    every process on the machine); empty when ``pid`` is gone."""
-    pids = [pid]
-    i = 0
-    while i < len(pids):
-        current = pids[i]
-        i += 1
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for task in tasks:
-            try:
-                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
-                    pids.extend(int(child) for child in handle.read().split())
-            except (OSError, ValueError):
-                continue
-    tree = []
-    for member in pids:
-        with contextlib.suppress(psutil.Error):
-            tree.append(psutil.Process(member))
-    return tree
-
-
-_THREAD_COUNTS: dict[int, tuple[float, int]] = {}
-
-
-def _processes_of(uid: int) -> int:
-    """Threads of ``uid`` (RLIMIT_NPROC counts threads, not processes). Servers started
-    together share one count (a scan of every process of the machine each)."""
-    now = time.monotonic()
-    cached = _THREAD_COUNTS.get(uid)
-    if cached is not None and now - cached[0] < 2.0:
-        return cached[1]
-    count = _count_threads(uid)
-    _THREAD_COUNTS[uid] = (now, count)
-    return count
-
-
-def _count_threads(uid: int) -> int:
-    count = 0
-    for proc in psutil.process_iter(["uids", "num_threads"]):
-        uids = proc.info.get("uids")
-        if uids is not None and uids.real == uid:
-            count += proc.info.get("num_threads") or 1
-    return count
-
-
-def _memfd(name: str, data: bytes) -> int:
-    """An anonymous file holding ``data``, readable from its start, inheritable."""
-    fd = os.memfd_create(name, 0)
-    os.write(fd, data)
-    os.lseek(fd, 0, os.SEEK_SET)
-    return fd
 
 
 class ServerConnection:
@@ -154,7 +42,7 @@ class ServerConnection:
         self.name = spec.name
         self._on_notification = on_notification
         self._ids = itertools.count(1)
-        self._pending: dict[int, tuple[Callable[[Message | BaseException], None], Any]] = {}
+        self._pending: dict[int, tuple[OnDone, Any]] = {}
         self._proc: subprocess.Popen[bytes] | None = None
         self._stdin: asyncio.WriteTransport | None = None
         self._transports: list[asyncio.BaseTransport] = []
@@ -183,7 +71,7 @@ class ServerConnection:
         fds: list[int] = []
         try:
             if self.spec.seccomp is not None:
-                fds.append(_memfd("ironcurtain-seccomp", self.spec.seccomp))
+                fds.append(memfd("ironcurtain-seccomp", self.spec.seccomp))
             argv = self.spec.command(fds[0] if fds else None)
             proc = subprocess.Popen(
                 argv,
@@ -216,9 +104,8 @@ class ServerConnection:
             self._tasks.append(asyncio.create_task(self._watch_limits()))
 
     def _watch_exit(self, loop: asyncio.AbstractEventLoop, proc: subprocess.Popen[bytes]) -> None:
-        try:
-            pidfd = os.pidfd_open(proc.pid)
-        except (AttributeError, OSError):  # not Linux >= 5.3: a thread waits instead
+        pidfd = pidfd_open(proc.pid)
+        if pidfd is None:  # not Linux >= 5.3: a thread waits instead
 
             def wait() -> None:
                 proc.wait()
@@ -239,10 +126,8 @@ class ServerConnection:
         return self._proc is not None and self._returncode is None
 
     async def _watch_limits(self, interval: float = 0.5) -> None:
-        """Stop the server when its whole process tree goes over a limit. The rlimits set in
-        the child bound each process; this bounds the tree, and says why it stopped. The
-        tree is found through the kernel's own lists of each task's children, so a look
-        costs a few reads per process of the server, not a scan of the whole machine."""
+        """Stop the server when its whole process tree goes over a limit (the rlimits set in
+        the child bound each process; this bounds the tree), and say why it stopped."""
         assert self.pid is not None and self.spec.profile is not None
         limits = self.spec.profile.limits
         while self.running:
@@ -250,20 +135,7 @@ class ServerConnection:
             tree = process_tree(self.pid)
             if not tree:
                 return
-            rss = cpu = 0.0
-            for proc in tree:
-                with contextlib.suppress(psutil.Error):
-                    rss += proc.memory_info().rss
-                    times = proc.cpu_times()
-                    cpu += times.user + times.system
-            reason = None
-            if limits.memory is not None and rss > limits.memory:
-                reason = f"it used more memory than its limit of {limits.memory // 2**20} MiB"
-            elif limits.processes is not None and len(tree) - 2 > limits.processes:
-                # bwrap and its init process are not the server's own.
-                reason = f"it ran more processes than its limit of {limits.processes}"
-            elif limits.cpu_seconds is not None and cpu > limits.cpu_seconds:
-                reason = f"it used more CPU time than its limit of {limits.cpu_seconds} s"
+            reason = over_limits(limits, tree)
             if reason:
                 self.halt(reason, tree)
                 return
@@ -343,11 +215,7 @@ class ServerConnection:
         self._stdin.write(encode(message))
 
     def send_request(
-        self,
-        method: str,
-        params: Message | None,
-        on_done: Callable[[Message | BaseException], None],
-        timeout: float | None = None,
+        self, method: str, params: Message | None, on_done: OnDone, timeout: float | None = None
     ) -> int:
         """Write a request now; ``on_done`` is called once, from the callback that read the
         answer, with the whole response message (``result`` or ``error``), or with

@@ -38,7 +38,6 @@ def show_profile(name: str, fmt: str, opts: RunOptions) -> str:
             workspace=opts.workspace,
             servers=(name,),
             display_only=True,
-            command="profile",
         )
     )
     server = plan.servers[name]

@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from policy.engine import StructuralConfig, expand_variables
+from policy.engine import StructuralConfig
 from policy.llm import LLM, ask
-from policy.models import CompiledRule, ToolAnnotation
-from policy.paths import canonical_path, is_within
+from policy.models import CompiledRule, PromptAnnotation, ToolAnnotation
+from policy.paths import canonical_path, is_under
+from policy.variables import PlaceholderError, expand
 
 SYSTEM = (
     "You compile a natural-language security constitution into declarative policy rules "
@@ -36,6 +37,7 @@ def compiler_prompt(
     annotations: Sequence[ToolAnnotation],
     directories: Mapping[str, str],
     allowed_domains: Mapping[str, Sequence[str]],
+    prompts: Sequence[PromptAnnotation] = (),
 ) -> str:
     tools = [a.model_dump(by_alias=True, exclude_none=True) for a in annotations]
     places = "\n".join(f"- {label}: {path}" for label, path in directories.items())
@@ -49,7 +51,7 @@ A rule: {{"name": kebab-case, "description": ..., "principle": the constitution 
 implements, "if": {{conditions}}, "then": "allow"|"deny"|"escalate", "reason": short, never
 quoting argument values}}. Conditions (all optional; omitted means any):
 - "effect": list of "read", "write", "delete", "move", "other";
-- "server": list of server names; "tool": list of tool names;
+- "server": list of server names; "tool": list of tool names;{_PROMPT_CONDITION if prompts else ""}
 - "sideEffects": true or false;
 - "paths": {{"roles": [path roles], "within": directory}}: holds when every argument with
   one of those roles is inside the directory (and there is at least one);
@@ -72,9 +74,26 @@ Answer with one JSON object: {{"rules": [...]}}
 
 The tools, as annotated:
 {json.dumps(tools, indent=1, sort_keys=True)}
-
+{_prompts_part(prompts)}
 The constitution:
 {constitution}
+"""
+
+
+_PROMPT_CONDITION = """
+- "prompt": list of prompt names. Tools and prompts are separate namespaces: a rule with
+  "tool" applies to no prompt, one with "prompt" to no tool, one with both to the tools and
+  prompts it names, one with neither to every tool and prompt;"""
+
+
+def _prompts_part(prompts: Sequence[PromptAnnotation]) -> str:
+    if not prompts:
+        return ""
+    listed = [a.model_dump(by_alias=True, exclude_none=True) for a in prompts]
+    return f"""
+The prompts, as annotated (a prompt is decided like a tool: its effect, its arguments'
+roles; a rule meant for a tool and the prompt that does the same must name both):
+{json.dumps(listed, indent=1, sort_keys=True)}
 """
 
 
@@ -90,15 +109,19 @@ def structural_problems(
             problems.append(f"rule '{rule.name}': structural rules are the engine's, not compiled")
         if rule.condition.paths is None:
             continue
-        within = canonical_path(expand_variables(rule.condition.paths.within, variables))
+        try:
+            within = canonical_path(expand(rule.condition.paths.within, variables))
+        except PlaceholderError as exc:
+            problems.append(f"rule '{rule.name}': its 'within' cannot be used: {exc}")
+            continue
         state = structural.state_dir
         inside_state = (
             state is not None
-            and is_within(within, state)
-            and not any(is_within(within, e) for e in structural.exempt)
+            and is_under(within, state)
+            and not any(is_under(within, e) for e in structural.exempt)
         )
         if inside_state or any(
-            is_within(within, p) for p in (*structural.protected, *structural.system_roots)
+            is_under(within, p) for p in (*structural.protected, *structural.system_roots)
         ):
             problems.append(
                 f"rule '{rule.name}': its 'within' ({rule.condition.paths.within}) is a "
@@ -115,10 +138,13 @@ def compile_constitution(
     allowed_domains: Mapping[str, Sequence[str]],
     structural: StructuralConfig,
     variables: Mapping[str, str],
+    prompts: Sequence[PromptAnnotation] = (),
 ) -> list[CompiledRule]:
-    """The rule chain for ``constitution``; ``LLMError`` when no usable answer came."""
-    tool_names = {(a.server_name, a.tool_name) for a in annotations}
-    servers = {a.server_name for a in annotations}
+    """The rule chain for ``constitution`` (its tools' and prompts' annotations given);
+    ``LLMError`` when no usable answer came."""
+    tool_names = {a.tool_name for a in annotations}
+    prompt_names = {a.prompt_name for a in prompts}
+    servers = {a.server_name for a in (*annotations, *prompts)}
 
     def check(answer: CompilerAnswer) -> list[str]:
         problems = structural_problems(answer.rules, structural, variables)
@@ -129,8 +155,11 @@ def compile_constitution(
                 if server not in servers:
                     problems.append(f"rule '{rule.name}': no server is called '{server}'")
             for tool in rule.condition.tool or ():
-                if not any(t == tool for _, t in tool_names):
+                if tool not in tool_names:
                     problems.append(f"rule '{rule.name}': no tool is called '{tool}'")
+            for prompt in rule.condition.prompt or ():
+                if prompt not in prompt_names:
+                    problems.append(f"rule '{rule.name}': no prompt is called '{prompt}'")
         if not answer.rules:
             problems.append("there are no rules")
         return problems
@@ -138,7 +167,7 @@ def compile_constitution(
     answer = ask(
         llm,
         SYSTEM,
-        compiler_prompt(constitution, annotations, directories, allowed_domains),
+        compiler_prompt(constitution, annotations, directories, allowed_domains, prompts),
         CompilerAnswer,
         check=check,
         what="compiling the constitution",

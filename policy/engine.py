@@ -19,12 +19,19 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import quote
 
-from policy.models import CompiledPolicyFile, CompiledRule, ToolAnnotation, ToolAnnotationsFile
+from policy.models import (
+    Annotation,
+    CompiledPolicyFile,
+    CompiledRule,
+    PromptAnnotation,
+    ToolAnnotation,
+    ToolAnnotationsFile,
+)
 from policy.paths import (
     SYSTEM_ROOTS,
     UnknownLocationError,
     canonical_path,
-    is_within,
+    is_under,
     iter_strings,
     looks_like_path,
 )
@@ -38,6 +45,7 @@ from policy.roles import (
     is_git_tool,
 )
 from policy.urls import domain_matches_allowlist, file_uri_path
+from policy.variables import PlaceholderError, expand
 
 DecisionKind = Literal["allow", "deny", "escalate"]
 _SEVERITY: Mapping[str, int] = {"allow": 0, "escalate": 1, "deny": 2}
@@ -56,6 +64,11 @@ class Decision:
     decision: DecisionKind
     rule: str
     reason: str
+
+
+_UNKNOWN_TOOL = Decision(
+    "deny", "structural-unknown-tool", "tool has no annotation, so it is never called"
+)
 
 
 @dataclass(frozen=True)
@@ -84,16 +97,16 @@ class StructuralConfig:
         if not self._guarded.covers(path) and not (removing and self._guarded.any_below(path)):
             return None
         for target, label in self.protected.items():
-            if is_within(path, target) or (removing and is_within(target, path)):
+            if is_under(path, target) or (removing and is_under(target, path)):
                 return label
         state = self.state_dir
         if (
             state is not None
-            and (is_within(path, state) or (removing and is_within(state, path)))
+            and (is_under(path, state) or (removing and is_under(state, path)))
             # An exemption only carves a directory out of the state dir, never the other
             # way round: a workspace that *contains* the state dir exempts nothing.
             and not any(
-                is_within(path, e) and e != state and is_within(e, state) for e in self.exempt
+                is_under(path, e) and e != state and is_under(e, state) for e in self.exempt
             )
         ):
             return "ironcurtain's state directory"
@@ -103,11 +116,11 @@ class StructuralConfig:
         """The system root ``path`` is in, if any."""
         if not self._system.covers(path):
             return None
-        return next(root for root in self.system_roots if is_within(path, root))
+        return next(root for root in self.system_roots if is_under(path, root))
 
 
 class _Prefixes:
-    """``covers(p)``: ``is_within(p, d)`` for some ``d`` of a fixed set, in two C calls."""
+    """``covers(p)``: ``is_under(p, d)`` for some ``d`` of a fixed set, in two C calls."""
 
     def __init__(self, directories: Iterable[str]) -> None:
         dirs = list(directories)
@@ -125,7 +138,9 @@ class _Prefixes:
 
 @dataclass(frozen=True, slots=True)
 class _ToolInfo:
-    annotation: ToolAnnotation
+    """An annotation (a tool's or a prompt's) with what each call needs precomputed."""
+
+    annotation: Annotation
     path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
     url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
     path_roles_by_arg: Mapping[str, frozenset[ArgumentRole]]
@@ -141,6 +156,7 @@ class _Rule:
     effect: frozenset[str] | None
     server: frozenset[str] | None
     tool: frozenset[str] | None
+    prompt: frozenset[str] | None
     side_effects: bool | None
     path_roles: frozenset[ArgumentRole] | None
     within: str
@@ -153,15 +169,12 @@ def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
     return None if values is None else frozenset(values)
 
 
-def expand_variables(value: str, variables: Mapping[str, str]) -> str:
-    for key, replacement in variables.items():
-        value = value.replace("${" + key + "}", replacement)
-    return value
-
-
 def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
     c = rule.condition
-    within = canonical_path(expand_variables(c.paths.within, variables)) if c.paths else ""
+    try:
+        within = canonical_path(expand(c.paths.within, variables)) if c.paths else ""
+    except PlaceholderError as exc:
+        raise PlaceholderError(f"rule '{rule.name}', its 'within': {exc}") from None
     return _Rule(
         name=rule.name,
         then=rule.then,
@@ -169,6 +182,7 @@ def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
         effect=_opt_set(c.effect),
         server=_opt_set(c.server),
         tool=_opt_set(c.tool),
+        prompt=_opt_set(c.prompt),
         side_effects=c.side_effects,
         path_roles=frozenset(c.paths.roles) if c.paths else None,
         within=within,
@@ -179,11 +193,17 @@ def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
 
 
 class PolicyEngine:
-    """Decides every tool call: ``allow``, ``deny`` or ``escalate``.
+    """Decides every tool call and every prompt: ``allow``, ``deny`` or ``escalate``.
+
+    A prompt is decided exactly as a tool is, from its own annotation (the file's
+    ``prompts``); tools and prompts are separate namespaces, in the annotations as in the
+    rules' ``tool`` and ``prompt`` conditions.
 
     >>> engine = PolicyEngine(CompiledPolicyFile(rules=[]), ToolAnnotationsFile(servers={}))
     >>> engine.evaluate("fs", "read_file", {"path": "/tmp/x"}).rule
     'structural-unknown-tool'
+    >>> engine.decide_prompt("fs", "summarize", {"path": "/tmp/x"})[0].rule
+    'structural-unknown-prompt'
     """
 
     def __init__(
@@ -197,19 +217,25 @@ class PolicyEngine:
         self.structural = structural or StructuralConfig()
         self._allowlists = {k: tuple(v) for k, v in (domain_allowlists or {}).items()}
         self._tools: dict[tuple[str, str], _ToolInfo] = {}
+        self._prompts: dict[tuple[str, str], _ToolInfo] = {}
         for server, entry in annotations.servers.items():
             for ann in entry.tools:
                 self._tools[(server, ann.tool_name)] = self._tool_info(ann, server)
+            for prompt in entry.prompts:
+                # A prompt never runs git: the server renders a text, so no git hooks.
+                self._prompts[(server, prompt.prompt_name)] = self._tool_info(prompt)
         self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
         self._candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
+        self._prompt_candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
         self._resource_infos: dict[str, _ToolInfo] = {}
 
     @staticmethod
-    def _tool_info(ann: ToolAnnotation, server: str | None = None) -> _ToolInfo:
+    def _tool_info(ann: Annotation, server: str | None = None) -> _ToolInfo:
+        """``server`` is given for a tool, whose git use the role registry knows."""
         path_args = []
         url_args = []
         git_args = []
-        runs_git = server is not None and is_git_tool(server, ann.tool_name)
+        runs_git = server is not None and is_git_tool(server, ann.name)
         for arg, roles in ann.args.items():
             role_set = frozenset(roles)
             if role_set & PATH_ROLES:
@@ -229,7 +255,17 @@ class PolicyEngine:
 
     def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
         info = self._tools.get((server, tool))
-        return info.annotation if info else None
+        if info is None:
+            return None
+        assert isinstance(info.annotation, ToolAnnotation)
+        return info.annotation
+
+    def get_prompt_annotation(self, server: str, prompt: str) -> PromptAnnotation | None:
+        info = self._prompts.get((server, prompt))
+        if info is None:
+            return None
+        assert isinstance(info.annotation, PromptAnnotation)
+        return info.annotation
 
     def prepare(
         self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
@@ -244,6 +280,29 @@ class PolicyEngine:
         arguments to forward."""
         transport, for_policy = self.prepare(server, tool, args, cwd)
         return self.evaluate(server, tool, for_policy, cwd), transport
+
+    def decide_prompt(
+        self, server: str, prompt: str, args: Mapping[str, object], cwd: str | None = None
+    ) -> tuple[Decision, dict[str, object]]:
+        """A ``prompts/get`` (or a completion of one of its arguments), decided as a tool
+        call is: arguments prepared by their roles, the structural invariants (a prompt
+        with no annotation is denied), then the rules that apply to prompts. Returns the
+        decision and the arguments to forward.
+
+        >>> engine = PolicyEngine(CompiledPolicyFile(rules=[]), ToolAnnotationsFile(servers={}))
+        >>> engine.decide_prompt("fetch", "fetch", {"url": "https://x.org"})[0].reason
+        "prompt 'fetch' of server 'fetch' has no annotation, so it is never called"
+        """
+        info = self._prompts.get((server, prompt))
+        transport, for_policy = prepare_tool_args(args, info.annotation if info else None, cwd)
+        if info is None:
+            unknown = Decision(
+                "deny",
+                "structural-unknown-prompt",
+                f"prompt '{prompt}' of server '{server}' has no annotation, so it is never called",
+            )
+            return self._structural(None, for_policy, cwd, unknown) or unknown, transport
+        return self._evaluate(server, prompt, info, for_policy, cwd, prompt=True), transport
 
     def decide_resource_read(
         self, server: str, uri: str, cwd: str | None = None
@@ -275,7 +334,7 @@ class PolicyEngine:
         args = {"uri": canonical}
         verdict = self._structural(info, args, cwd)
         if verdict is None:
-            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {}, args)
+            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {}, args, False)
         return verdict, "file://" + quote(canonical)
 
     # -- evaluation -------------------------------------------------------------------------
@@ -285,8 +344,21 @@ class PolicyEngine:
     ) -> Decision:
         """Evaluate canonical arguments (as returned by :meth:`prepare`)."""
         info = self._tools.get((server, tool))
+        if info is None:
+            return self._structural(None, args, cwd, _UNKNOWN_TOOL) or _UNKNOWN_TOOL
+        return self._evaluate(server, tool, info, args, cwd, prompt=False)
+
+    def _evaluate(
+        self,
+        server: str,
+        name: str,
+        info: _ToolInfo,
+        args: Mapping[str, object],
+        cwd: str | None,
+        prompt: bool,
+    ) -> Decision:
         paths = args
-        if info is not None and info.path_args:
+        if info.path_args:
             misshapen = _misshapen_path_arg(info, args)
             if misshapen is not None:
                 return Decision(
@@ -303,17 +375,21 @@ class PolicyEngine:
         verdict = self._structural(info, paths, cwd)
         if verdict is not None:
             return verdict
-        assert info is not None  # unknown tools were denied above
         domain_cache: dict[tuple[str, str], str] = {}
         gate = self._domain_gate(server, info, args, cwd, domain_cache)
-        compiled = self._compiled(server, tool, info, args, cwd, domain_cache, paths)
+        compiled = self._compiled(server, name, info, args, cwd, domain_cache, paths, prompt)
         if gate is not None and _SEVERITY[gate.decision] > _SEVERITY[compiled.decision]:
             return gate
         return compiled
 
     def _structural(
-        self, info: _ToolInfo | None, args: Mapping[str, object], cwd: str | None
+        self,
+        info: _ToolInfo | None,
+        args: Mapping[str, object],
+        cwd: str | None,
+        unknown: Decision = _UNKNOWN_TOOL,
     ) -> Decision | None:
+        """The first invariant ``args`` break; ``unknown`` when there is no annotation."""
         structural = self.structural
         annotated = info.path_roles_by_arg if info else {}
         for key, value in args.items():
@@ -339,9 +415,7 @@ class PolicyEngine:
                         if label:
                             return _deny_protected(key, label)
         if info is None:
-            return Decision(
-                "deny", "structural-unknown-tool", "tool has no annotation, so it is never called"
-            )
+            return unknown
         return None
 
     @staticmethod
@@ -401,11 +475,14 @@ class PolicyEngine:
         cwd: str | None,
         cache: dict[tuple[str, str], str],
         paths: Mapping[str, object],
+        prompt: bool,
     ) -> Decision:
-        """The first rule that matches; ``paths`` is ``args`` with git's places added."""
-        candidates = self._candidates.get((server, tool))
+        """The first rule that matches; ``paths`` is ``args`` with git's places added.
+        ``tool`` is a prompt's name when ``prompt``."""
+        known = self._prompt_candidates if prompt else self._candidates
+        candidates = known.get((server, tool))
         if candidates is None:
-            candidates = self._candidates[(server, tool)] = self._static_matches(server, tool, info)
+            candidates = known[(server, tool)] = self._static_matches(server, tool, info, prompt)
         for rule in candidates:
             if rule.path_roles is not None and not self._paths_within(rule, info, paths):
                 continue
@@ -416,16 +493,21 @@ class PolicyEngine:
             return Decision(rule.then, rule.name, rule.reason)
         return Decision("deny", "default-deny", "no policy rule matches this call")
 
-    def _static_matches(self, server: str, tool: str, info: _ToolInfo) -> tuple[_Rule, ...]:
-        """The rules whose conditions on the tool itself (effect, server, name, side
-        effects) hold, in order: only their argument conditions are left to each call."""
+    def _static_matches(
+        self, server: str, name: str, info: _ToolInfo, prompt: bool
+    ) -> tuple[_Rule, ...]:
+        """The rules whose conditions on the tool or prompt itself (effect, server, name,
+        side effects) hold, in order: only their argument conditions are left to each call.
+
+        A rule that names tools or prompts applies only to those it names, in its own
+        namespace: ``tool: ["fetch"]`` never matches the prompt ``fetch``."""
         ann = info.annotation
         return tuple(
             rule
             for rule in self._rules
             if (rule.effect is None or ann.effect in rule.effect)
             and (rule.server is None or server in rule.server)
-            and (rule.tool is None or tool in rule.tool)
+            and _names_match(rule, name, prompt)
             and (rule.side_effects is None or ann.side_effects == rule.side_effects)
         )
 
@@ -459,6 +541,13 @@ class PolicyEngine:
                         return False
                     found = True
         return found
+
+
+def _names_match(rule: _Rule, name: str, prompt: bool) -> bool:
+    if rule.tool is None and rule.prompt is None:
+        return True
+    names = rule.prompt if prompt else rule.tool
+    return names is not None and name in names
 
 
 def _misshapen_path_arg(info: _ToolInfo, args: Mapping[str, object]) -> str | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from policy.errors import PolicyFileError
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from policy.variables import placeholder_names
 
 ANNOTATIONS_FILE = "tool-annotations.json"
 POLICY_FILE = "compiled-policy.json"
@@ -85,18 +85,29 @@ def load_policy_dir(directory: Path) -> PolicyFiles:
         raise PolicyFileError(str(directory), "", "policy directory does not exist")
     annotations = load_json_model(directory / ANNOTATIONS_FILE, ToolAnnotationsFile)
     policy = load_json_model(directory / POLICY_FILE, CompiledPolicyFile)
-    for server, entry in annotations.servers.items():
-        for i, tool in enumerate(entry.tools):
-            if tool.server_name != server:
-                raise PolicyFileError(
-                    str(directory / ANNOTATIONS_FILE),
-                    f"$.servers.{server}.tools[{i}].serverName",
-                    f"says {tool.server_name!r} but is listed under server {server!r}",
-                )
+    check_annotations(annotations, directory / ANNOTATIONS_FILE)
     return PolicyFiles(directory, annotations, policy)
 
 
-PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
+def check_annotations(annotations: ToolAnnotationsFile, path: Path) -> None:
+    """Each annotation is listed under its own server, and each name once per server
+    (tools and prompts are separate namespaces: a tool and a prompt may share a name)."""
+    for server, entry in annotations.servers.items():
+        for kind, listed in (("tools", entry.tools), ("prompts", entry.prompts)):
+            seen: set[str] = set()
+            for i, item in enumerate(listed):
+                where = f"$.servers.{server}.{kind}[{i}]"
+                if item.server_name != server:
+                    raise PolicyFileError(
+                        str(path),
+                        f"{where}.serverName",
+                        f"says {item.server_name!r} but is listed under server {server!r}",
+                    )
+                if item.name in seen:
+                    raise PolicyFileError(
+                        str(path), where, f"{kind[:-1]} {item.name!r} is annotated twice"
+                    )
+                seen.add(item.name)
 
 
 def check_placeholders(files: PolicyFiles, known: Iterable[str]) -> None:
@@ -106,7 +117,7 @@ def check_placeholders(files: PolicyFiles, known: Iterable[str]) -> None:
         paths = rule.condition.paths
         if paths is None:
             continue
-        for name in PLACEHOLDER.findall(paths.within):
+        for name in placeholder_names(paths.within):
             if name not in names:
                 raise PolicyFileError(
                     str(files.directory / POLICY_FILE),

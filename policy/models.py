@@ -16,8 +16,9 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
 
-class ToolAnnotation(_Model):
-    tool_name: str = Field(alias="toolName")
+class Annotation(_Model):
+    """What a tool or a prompt does, and the role of each of its arguments."""
+
     server_name: str = Field(alias="serverName")
     effect: Effect
     side_effects: bool = Field(alias="sideEffects")
@@ -25,10 +26,36 @@ class ToolAnnotation(_Model):
     # Argument names whose values identify a person: never logged in clear.
     pii_fields: list[str] = Field(default_factory=list, alias="piiFields")
     comment: str | None = None
+    # Written by an annotator and not yet checked by a person: a later run may replace it.
+    draft: bool = False
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+
+class ToolAnnotation(Annotation):
+    tool_name: str = Field(alias="toolName")
+
+    @property
+    def name(self) -> str:
+        return self.tool_name
+
+
+class PromptAnnotation(Annotation):
+    """A prompt's annotation: a ``prompts/get`` is decided like a tool call with these
+    roles (prompt arguments are always strings)."""
+
+    prompt_name: str = Field(alias="promptName")
+
+    @property
+    def name(self) -> str:
+        return self.prompt_name
 
 
 class ServerAnnotations(_Model):
     tools: list[ToolAnnotation]
+    prompts: list[PromptAnnotation] = Field(default_factory=list)
 
 
 class ToolAnnotationsFile(_Model):
@@ -51,7 +78,11 @@ class DomainCondition(_Model):
 class RuleCondition(_Model):
     effect: list[Effect] | None = None
     server: list[str] | None = None
+    # Tools and prompts are separate namespaces: a rule naming tools applies to no prompt,
+    # one naming prompts to no tool, one naming both to those tools and those prompts, and
+    # one naming neither to every tool and prompt its other conditions hold for.
     tool: list[str] | None = None
+    prompt: list[str] | None = None
     side_effects: bool | None = Field(default=None, alias="sideEffects")
     paths: PathCondition | None = None
     domains: DomainCondition | None = None

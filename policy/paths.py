@@ -1,14 +1,17 @@
 """Canonical filesystem paths for policy decisions.
 
 Every path the policy sees goes through :func:`canonical_path`: tilde expansion, then a
-symlink-aware real path. Containment is then a plain string test on canonical forms. A path
-given to git may lead git elsewhere still: :func:`policy.gitrepo.git_locations` says where.
+symlink-aware real path. Containment is then a plain string test on canonical forms
+(:func:`is_under`, the sandbox's own, re-exported here). A path given to git may lead git
+elsewhere still: :func:`policy.gitrepo.git_locations` says where.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+
+from sandbox_profiles.profile import is_under as is_under
 
 # Roots whose contents a tool must never be pointed at, whatever the compiled rules say.
 SYSTEM_ROOTS: tuple[str, ...] = ("/proc", "/sys", "/dev", "/etc", "/boot")
@@ -101,19 +104,6 @@ def canonical_path(value: str, cwd: str | None = None, home: str | None = None) 
     '/nonexistent-home/b'
     """
     return resolve_real_path(expand_tilde(value, home), cwd)
-
-
-def is_within(path: str, directory: str) -> bool:
-    """True when canonical ``path`` is ``directory`` or below it (no prefix confusion).
-
-    >>> is_within("/ws-evil/x", "/ws"), is_within("/ws/x", "/ws")
-    (False, True)
-    """
-    if path == directory:
-        return True
-    if directory == os.sep:
-        return path.startswith(os.sep)
-    return path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def looks_like_path(value: str) -> bool:

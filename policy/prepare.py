@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from policy.models import ToolAnnotation
+from policy.models import Annotation
 from policy.paths import canonical_path, looks_like_path
 from policy.roles import ArgumentRole, RoleDefinition, get_role_definition
 
@@ -36,7 +36,7 @@ def _heuristic(value: object, cwd: str | None, home: str | None) -> object:
 
 def prepare_tool_args(
     args: Mapping[str, object],
-    annotation: ToolAnnotation | None,
+    annotation: Annotation | None,
     cwd: str | None = None,
     home: str | None = None,
 ) -> tuple[dict[str, object], dict[str, object]]:

@@ -23,6 +23,7 @@ from policy.engine import PolicyEngine
 from policy.llm import LLM, ask
 from policy.models import CompiledRule
 from policy.scenarios import Scenario
+from policy.variables import PlaceholderError, expand
 
 MAX_ROUNDS = 3
 SYSTEM = (
@@ -84,9 +85,10 @@ def scenario_tree() -> Iterator[dict[str, str]]:
 
 def _fill(value: Any, places: dict[str, str]) -> Any:
     if isinstance(value, str):
-        for key, path in places.items():
-            value = value.replace("${" + key + "}", path)
-        return value
+        try:
+            return expand(value, places)
+        except PlaceholderError:
+            return value  # a placeholder the tree has no place for: the call names it as is
     if isinstance(value, list):
         return [_fill(v, places) for v in value]
     if isinstance(value, dict):

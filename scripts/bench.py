@@ -29,12 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from benchlib import BIN, INIT, ROOT, Peer, Scratch, compare, print_medians
+from benchlib import BIN, ROOT, Peer, Scratch, compare, print_medians
 
+from launcher.oscalls import memfd
 from launcher.plan import RunOptions, plan_session
-from launcher.servers import LaunchSpec, _memfd
 from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import write_runtime_files
+from tests.support.client import Client
 
 GOALS = {
     "calls": "median added <= 0.3 ms (p99 added <= 1 ms)",
@@ -95,46 +96,22 @@ def bench_calls(quick: bool) -> None:
 # -- sandboxed start ----------------------------------------------------------------------
 
 
-def _spawn(
-    argv: list[str], env: dict[str, str], cwd: str, fds: list[int] | None = None
-) -> subprocess.Popen[bytes]:
-    """Start a server and send it `initialize`."""
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
-        cwd=cwd,
-        pass_fds=fds or [],
-        start_new_session=True,
-    )
-    assert proc.stdin
-    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-    proc.stdin.flush()
-    return proc
+def _spawn(argv: list[str], env: dict[str, str], cwd: str, fds: list[int] | None = None) -> Client:
+    """Start a server and send it `initialize` (its id: 0), not waiting for the answer."""
+    client = Client.spawn(argv, env, cwd, pass_fds=fds or [], new_session=True)
+    client.start_initialize(client="bench")
+    return client
 
 
 def _time_to_ready(argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None) -> float:
-    fds = [_memfd("bench-seccomp", bpf)] if bpf is not None else []
+    fds = [memfd("bench-seccomp", bpf)] if bpf is not None else []
     started = time.perf_counter()
-    proc = _spawn([a.replace("{fd}", str(fds[0])) if fds else a for a in argv], env, cwd, fds)
+    client = _spawn([a.replace("{fd}", str(fds[0])) if fds else a for a in argv], env, cwd, fds)
     for fd in fds:
         os.close(fd)
-    assert proc.stdin and proc.stdout
-    while True:
-        line = proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{argv[0]} exited before answering initialize")
-        if json.loads(line).get("id") == 0:
-            ready = time.perf_counter() - started
-            break
-    proc.stdin.close()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, 9)
-        proc.wait()
+    client.answer(0)
+    ready = time.perf_counter() - started
+    client.close(timeout=5)
     return ready
 
 
@@ -166,15 +143,10 @@ def bench_start(quick: bool) -> None:
     for name, sp in plan.servers.items():
         assert sp.profile is not None
         spec = sp.launch
-        limited = LaunchSpec(
-            spec.name,
-            [],
-            spec.env,
-            spec.cwd,
-            None,
+        limited = replace(
+            spec,
+            timeout=None,
             profile=replace(sp.profile, limits=Limits(memory=2 << 30, open_files=1024)),
-            bwrap=spec.bwrap,
-            seccomp=spec.seccomp,
         )
         variants = {
             "bare": (list(sp.profile.argv), sp.cwd, None),
@@ -207,16 +179,12 @@ def _fd_slot(argv: list[str]) -> list[str]:
 def _bare_all_ready(commands: list[list[str]], env: dict[str, str], cwd: str) -> float:
     """Start every server at once (as `run` does); the time until the slowest answered."""
     started = time.perf_counter()
-    procs = [_spawn(argv, env, cwd) for argv in commands]
-    for proc in procs:
-        assert proc.stdout
-        while json.loads(proc.stdout.readline() or b'{"id": 0}').get("id") != 0:
-            pass
+    clients = [_spawn(argv, env, cwd) for argv in commands]
+    for client in clients:
+        client.answer(0)
     slowest = time.perf_counter() - started
-    for proc in procs:
-        assert proc.stdin
-        proc.stdin.close()
-        proc.wait()
+    for client in clients:
+        client.close()
     return slowest
 
 

@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: a raw JSON-lines MCP peer, a scratch home, statistics.
+"""What the benchmark scripts share: a timed MCP peer (on the tests' JSON-lines client,
+tests/support/client.py), a scratch home, statistics.
 
 Every comparison alternates A and B within one run (machine noise then hits both alike);
 the ratios and the added times are what to read, never the absolute times. BENCH_STDERR=1
@@ -7,7 +8,6 @@ shows the peers' stderr (ironcurtain's start-up report among it).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -23,76 +23,32 @@ BIN = os.path.dirname(sys.executable)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 0,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "0"},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+from tests.support.client import Client  # noqa: E402  (the one JSON-lines client)
 
 
 class Peer:
-    """A stdio MCP server spoken to in raw JSON lines (no client library in the way)."""
+    """A stdio MCP server spoken to in raw JSON lines (no client library in the way): its
+    start (``ready``: spawn to ``initialize`` answered) and each call timed."""
 
     def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> None:
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-        self.ids = 0
-        self.ready = self.roundtrip(INIT) - self.started
-        self.send(INITIALIZED)
-
-    def send(self, message: dict[str, object]) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
-
-    def roundtrip(self, message: dict[str, object]) -> float:
-        """Send, read up to the answer; the time it arrived."""
-        self.send(message)
-        assert self.proc.stdout
-        while True:
-            line = self.proc.stdout.readline()
-            if not line:
-                raise RuntimeError(f"{self.proc.args[0]} exited before answering")
-            reply = json.loads(line)
-            if reply.get("id") == message["id"]:
-                if "error" in reply or reply.get("result", {}).get("isError"):
-                    raise RuntimeError(f"call failed: {reply}")
-                return time.perf_counter()
+        started = time.perf_counter()
+        stderr = None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL
+        self.client = Client.spawn(argv, env, cwd, stderr=stderr, new_session=True)
+        self.proc = self.client.proc
+        self.client.initialize(client="bench")
+        self.ready = time.perf_counter() - started
 
     def call(self, tool: str, arguments: dict[str, object]) -> float:
         """One tools/call; its round-trip time."""
-        self.ids += 1
-        message = {
-            "jsonrpc": "2.0",
-            "id": self.ids,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments},
-        }
         start = time.perf_counter()
-        return self.roundtrip(message) - start
+        reply = self.client.call(tool, arguments)
+        took = time.perf_counter() - start
+        if "error" in reply or reply.get("result", {}).get("isError"):
+            raise RuntimeError(f"call failed: {reply}")
+        return took
 
     def close(self) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        self.client.close(timeout=5)
 
 
 @dataclass

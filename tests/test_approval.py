@@ -10,11 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as types
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession
 
-from tests.conftest import IRONCURTAIN, Home, needs_bwrap
-from tests.test_containment import write_probe_config, write_raw_policy
-from tests.test_session import audit_entries, call, run_args
+from tests.support.audit import audit_entries
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.probe import probe_calls, probe_session
+from tests.support.sdk import Elicitation, call, connect, session_calls
 
 pytestmark = needs_bwrap
 
@@ -22,41 +26,40 @@ Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
 
 
 def _setup(user: Home) -> tuple[list[str], Path, Path]:
-    ws = user.ws()
-    config = write_probe_config(user)
-    policy = write_raw_policy(user.root / "policy")
-    compiled = json.loads((policy / "compiled-policy.json").read_text())
-    compiled["rules"].insert(
-        0,
-        {
-            "name": "ask-before-env",
-            "if": {"tool": ["env_value"]},
-            "then": "escalate",
-            "reason": "reading the server's environment needs a human",
-        },
-    )
-    (policy / "compiled-policy.json").write_text(json.dumps(compiled))
-    audit = user.root / "audit.jsonl"
-    return run_args(config, policy, ws, audit), ws, audit
+    ask = {
+        "name": "ask-before-env",
+        "if": {"tool": ["env_value"]},
+        "then": "escalate",
+        "reason": "reading the server's environment needs a human",
+    }
+    return probe_session(user, first=[ask])
+
+
+def _elicitation(answer: Answer | None) -> Elicitation | None:
+    """The client's elicitation callback: ``answer`` asked; None, a client that cannot."""
+    if answer is None:
+        return None
+
+    async def callback(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    return callback
 
 
 @asynccontextmanager
 async def session_with(
     user: Home, args: list[str], answer: Answer | None
 ) -> AsyncIterator[ClientSession]:
-    async def callback(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        assert answer is not None
-        return await answer(params)
-
-    params = StdioServerParameters(
-        command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
-    )
-    async with (
-        stdio_client(params) as (read, write),
-        ClientSession(read, write, elicitation_callback=callback if answer else None) as session,
-    ):
-        await session.initialize()
+    async with connect(user, *args, elicitation=_elicitation(answer)) as session:
         yield session
+
+
+def _env_values(
+    user: Home, args: list[str], answer: Answer | None, *names: str
+) -> list[tuple[bool, str]]:
+    """One session: ``probe__env_value`` of each name in turn (the rule asks before each)."""
+    calls = [("probe__env_value", {"name": name}) for name in names]
+    return session_calls(user, args, calls, _elicitation(answer))
 
 
 def answering(*answers: str) -> tuple[Answer, list[str]]:
@@ -71,29 +74,17 @@ def answering(*answers: str) -> tuple[Answer, list[str]]:
     return answer, seen
 
 
-def _probe_calls(ws: Path) -> list[dict[str, Any]]:
-    log = ws / "probe-calls.jsonl"
-    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-
-
 def test_approve_and_deny(user: Home) -> None:
     args, ws, audit = _setup(user)
     answer, seen = answering("approve", "deny")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with session_with(user, args, answer) as s:
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-            out.append(await call(s, "probe__env_value", {"name": "LANG"}))
-
-    asyncio.run(scenario())
+    out = _env_values(user, args, answer, "HOME", "LANG")
     assert out[0] == (False, "/tmp/home")
     assert out[1][0] and out[1][1].startswith("ESCALATION DENIED (rule: ask-before-env)")
     assert "the user answered deny" in out[1][1]
     # The human saw which call, why, and the exact arguments.
     assert "env_value on server 'probe'" in seen[0] and "ask-before-env" in seen[0]
     assert '"name": "HOME"' in seen[0]
-    assert [c["name"] for c in _probe_calls(ws) if c["tool"] == "env_value"] == ["HOME"]
+    assert [c["name"] for c in probe_calls(ws) if c["tool"] == "env_value"] == ["HOME"]
     assert [e["escalation"] for e in audit_entries(audit)] == ["approved", "denied"]
 
 
@@ -101,31 +92,17 @@ def test_an_approval_is_used_once(user: Home) -> None:
     # The same call again is asked again; the second answer (deny) stands.
     args, ws, _ = _setup(user)
     answer, seen = answering("approve", "deny")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with session_with(user, args, answer) as s:
-            for _ in range(2):
-                out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-
-    asyncio.run(scenario())
+    out = _env_values(user, args, answer, "HOME", "HOME")
     assert len(seen) == 2
     assert out[0] == (False, "/tmp/home") and out[1][1].startswith("ESCALATION DENIED")
-    assert len(_probe_calls(ws)) == 1
+    assert len(probe_calls(ws)) == 1
 
 
 def test_approve_for_this_session_covers_only_the_same_call(user: Home) -> None:
     args, _, audit = _setup(user)
     answer, seen = answering("approve for this session", "deny")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with session_with(user, args, answer) as s:
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))  # not asked
-            out.append(await call(s, "probe__env_value", {"name": "PATH"}))  # asked: deny
-
-    asyncio.run(scenario())
+    # The second HOME is not asked; PATH is, and denied.
+    out = _env_values(user, args, answer, "HOME", "HOME", "PATH")
     assert len(seen) == 2
     assert out[0] == out[1] == (False, "/tmp/home")
     assert out[2][0] and out[2][1].startswith("ESCALATION DENIED")
@@ -146,15 +123,9 @@ def test_no_answer_in_time_is_a_deny(user: Home) -> None:
         await asyncio.sleep(5)
         return types.ElicitResult(action="accept", content={"answer": "approve"})
 
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with session_with(user, [*args, "--approval-timeout", "1"], slow) as s:
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-
-    asyncio.run(scenario())
+    out = _env_values(user, [*args, "--approval-timeout", "1"], slow, "HOME")
     assert out[0][0] and "no answer within 1 s" in out[0][1]
-    assert _probe_calls(ws) == []
+    assert probe_calls(ws) == []
     assert [e["escalation"] for e in audit_entries(audit)] == ["timeout"]
 
 
@@ -188,18 +159,13 @@ def test_waiting_for_a_human_does_not_block_other_calls(user: Home) -> None:
 def test_without_a_channel_escalations_are_denied(user: Home) -> None:
     args, ws, audit = _setup(user)
     answer, seen = answering("approve")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with session_with(user, args, None) as s:  # a client that cannot elicit
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-        async with session_with(user, [*args, "--approval", "deny"], answer) as s:
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-
-    asyncio.run(scenario())
+    out = [
+        *_env_values(user, args, None, "HOME"),  # a client that cannot elicit
+        *_env_values(user, [*args, "--approval", "deny"], answer, "HOME"),
+    ]
     assert all(e and t.startswith("ESCALATION REQUIRED") for e, t in out)
     assert seen == []  # --approval deny never asks
-    assert _probe_calls(ws) == []
+    assert probe_calls(ws) == []
     assert [e["escalation"] for e in audit_entries(audit)] == ["no-approval-channel"] * 2
 
 
@@ -240,8 +206,6 @@ def test_an_attached_approvals_terminal_answers(user: Home) -> None:
 
 
 def test_approvals_without_a_session_says_so(user: Home) -> None:
-    from tests.test_config_errors import ironcurtain
-
     user.env["XDG_RUNTIME_DIR"] = str(user.root)
     done = ironcurtain(user, "approvals")
     assert done.returncode == 2 and "no approvals socket" in done.stderr

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from launcher.audit import AuditLog, verify
-from tests.conftest import Home, needs_bwrap
-from tests.test_config_errors import ironcurtain
-from tests.test_containment import PROBE_TOOLS, write_probe_config, write_raw_policy
-from tests.test_session import call, connect, run_args
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.probe import PROBE_TOOLS, probe_session, write_probe_config, write_raw_policy
+from tests.support.sdk import call, connect
 
 
 def _log(path: Path, entries: int) -> list[str]:
@@ -149,14 +150,11 @@ def _probe_policy_with_pii(directory: Path) -> Path:
 
 @needs_bwrap
 def test_a_removed_log_denies_that_call_and_every_later_one(user: Home) -> None:
-    ws = user.ws()
-    audit = user.root / "audit.jsonl"
-    config = write_probe_config(user)
-    policy = write_raw_policy(user.root / "policy")
+    args, ws, audit = probe_session(user)
     texts: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
-        async with connect(user, *run_args(config, policy, ws, audit)) as s:
+        async with connect(user, *args) as s:
             texts.append(await call(s, "probe__write_path", {"path": f"{ws}/a", "content": "1"}))
             os.unlink(audit)
             texts.append(await call(s, "probe__write_path", {"path": f"{ws}/b", "content": "2"}))

@@ -7,10 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +16,12 @@ from typing import Any
 import pytest
 
 from launcher.audit import AuditLog, entry_hash, printable, verify
-from tests.conftest import IRONCURTAIN, Home, needs_bwrap
-from tests.test_config_errors import ironcurtain
-from tests.test_containment import write_probe_config, write_raw_policy
-from tests.test_session import run_args
+from tests.support.cli import ironcurtain
+from tests.support.client import Client
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.probe import probe_session
 
 SESSION = "20260101-000000-abcdef"  # shaped like a real session id
 
@@ -208,76 +208,22 @@ def test_server_stderr_cannot_drive_the_terminal(user: Home) -> None:
 # -- a real session ----------------------------------------------------------------------------
 
 
-class _Raw:
-    """``ironcurtain run`` spoken to in raw JSON lines; its answers read by a thread, so a
-    test waits for one at most ``timeout`` seconds."""
-
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-        self.lines: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout
-        for line in self.proc.stdout:
-            self.lines.put(line)
-        self.lines.put(b"")  # the end
-
-    def send(self, message: dict[str, Any] | bytes) -> None:
-        # json.dumps writes a lone surrogate as its \ud800 escape
-        data = message if isinstance(message, bytes) else json.dumps(message).encode()
-        assert self.proc.stdin
-        self.proc.stdin.write(data + b"\n")
-        self.proc.stdin.flush()
-
-    def reply(self, timeout: float = 30) -> dict[str, Any]:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            raise AssertionError(f"no answer within {timeout} s") from None
-        assert line, "the session ended without answering"
-        answer: dict[str, Any] = json.loads(line)
-        return answer
-
-    def finish(self) -> None:
-        assert self.proc.stdin
-        self.proc.stdin.close()
-        self.proc.wait(timeout=20)
-
-
 @contextlib.contextmanager
-def _session(user: Home, args: list[str]) -> Iterator[_Raw]:
-    """A session whose client can answer elicitations (so escalations ask it)."""
-    proc = subprocess.Popen(
-        [IRONCURTAIN, "run", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=user.env,
-    )
+def _session(user: Home, args: list[str]) -> Iterator[Client]:
+    """A session in raw JSON lines whose client can answer elicitations (so escalations ask
+    it); each answer waited for at most 30 s."""
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env, timeout=30)
     try:
-        session = _Raw(proc)
-        capabilities = {"elicitation": {}}
-        client = {"name": "t", "version": "1"}
-        session.send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": capabilities,
-                    "clientInfo": client,
-                },
-            }
-        )
-        assert session.reply(60)["id"] == 1
-        session.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        yield session
+        client.initialize({"elicitation": {}}, protocol="2025-06-18", timeout=60)
+        yield client
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        client.kill()
+        client.proc.wait()
+
+
+def _finish(client: Client) -> None:
+    client.hang_up()
+    client.proc.wait(timeout=20)
 
 
 def _write(ws: Path, name: str, request_id: object = 1, **extra: Any) -> dict[str, Any]:
@@ -288,13 +234,8 @@ def _write(ws: Path, name: str, request_id: object = 1, **extra: Any) -> dict[st
 
 @needs_bwrap
 def test_a_request_the_audit_log_could_not_record_reaches_no_server(user: Home) -> None:
-    ws = user.ws()
-    audit = user.root / "audit.jsonl"
-    policy = write_raw_policy(user.root / "policy")
-    compiled = json.loads((policy / "compiled-policy.json").read_text())
     ask = {"name": "ask", "if": {"tool": ["env_value"]}, "then": "escalate", "reason": "ask"}
-    (policy / "compiled-policy.json").write_text(json.dumps({"rules": [ask, *compiled["rules"]]}))
-    args = run_args(write_probe_config(user), policy, ws, audit)
+    args, ws, audit = probe_session(user, first=[ask])
     read = {"uri": "probe://status"}
     by_argument = _write(ws, "by-argument", 4)
     by_argument["params"]["arguments"]["content"] = "\ud800"
@@ -345,15 +286,15 @@ def test_a_request_the_audit_log_could_not_record_reaches_no_server(user: Home) 
     with _session(user, args) as session:
         for what, message, answer_id, error in hostile:
             session.send(message)
-            reply = session.reply()
+            reply = session.receive()
             assert reply["id"] == answer_id, (what, reply)
             assert reply["error"]["code"] == -32600, (what, reply)
             assert reply["error"]["message"].startswith(error), (what, reply)
             assert "surrogate" in reply["error"]["message"], (what, reply)
         session.send(_write(ws, "good", 9))
-        reply = session.reply()
+        reply = session.receive()
         assert reply["id"] == 9 and reply["result"]["content"][0]["text"] == "WRITE OK", reply
-        session.finish()
+        _finish(session)
     # Nothing reached the server but the good call, which has its one entry, and the log
     # is intact and sealed.
     calls = [json.loads(line) for line in (ws / "probe-calls.jsonl").read_text().splitlines()]
@@ -371,17 +312,15 @@ def test_a_request_the_audit_log_could_not_record_reaches_no_server(user: Home) 
 
 @needs_bwrap
 def test_verify_tells_a_running_session_from_a_truncated_log(user: Home) -> None:
-    ws = user.ws()
-    audit = user.root / "audit.jsonl"
-    args = run_args(write_probe_config(user), write_raw_policy(user.root / "policy"), ws, audit)
+    args, ws, audit = probe_session(user)
     with _session(user, args) as session:
         session.send(_write(ws, "a", 2))
-        assert session.reply()["id"] == 2
+        assert session.receive()["id"] == 2
         done = _verify(user, audit)  # its launcher is alive: not sealed yet, and said so
         assert done.returncode == 0, done.stdout
         assert "ok so far, 1 entries, chain intact; session" in done.stdout
         assert f"is still running (pid {session.proc.pid})" in done.stdout
-        session.finish()
+        _finish(session)
     done = _verify(user, audit)
     assert done.returncode == 0 and "ok, 1 entries, chain intact, every session sealed" in (
         done.stdout

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +15,12 @@ import pytest
 from sandbox_profiles import ProfileRequest, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, program_dirs
 from sandbox_profiles.model import Mount
-from tests.conftest import PROBE, Home, make_home, needs_bwrap
-from tests.test_containment import run_probe
-from tests.test_session import connect
+from tests.support.cli import ironcurtain
+from tests.support.home import Home, make_home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import PROBE
+from tests.support.probe import run_probe
+from tests.support.sdk import connect
 
 # Where the server is installed, relative to the home.
 PLACES = {"home": "probe-server", "local-bin": ".local/bin/probe-server"}
@@ -35,7 +37,7 @@ def install_probe(user: Home, where: str) -> Path:
 
 
 def _never_shown(user: Home, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    from launcher.plan import never_shown
+    from launcher.serverplan import never_shown
 
     for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"):
         monkeypatch.setenv(key, user.env[key])
@@ -149,17 +151,11 @@ def _config(user: Home, name: str, server: dict[str, object]) -> Path:
     return path
 
 
-def _ironcurtain(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    from tests.test_config_errors import ironcurtain
-
-    return ironcurtain(user, *args)
-
-
 @pytest.mark.parametrize("where", PLACES.values(), ids=PLACES.keys())
 def test_ironcurtain_profile_never_shows_the_home(user: Home, where: str) -> None:
     command = install_probe(user, where)
     config = _config(user, "probe", {"command": str(command)})
-    done = _ironcurtain(
+    done = ironcurtain(
         user,
         "profile",
         "probe",
@@ -190,7 +186,7 @@ def test_a_command_that_needs_the_home_is_a_config_error(user: Home) -> None:
     server.chmod(0o755)
     config = _config(user, "x", {"command": str(server)})
     for args in (["run"], ["profile", "x"]):
-        done = _ironcurtain(user, *args, "--config", str(config))
+        done = ironcurtain(user, *args, "--config", str(config))
         assert done.returncode == 2, done.stderr
         message = done.stderr.strip()
         assert len(message.splitlines()) == 1 and "Traceback" not in message

@@ -16,9 +16,10 @@ from launcher.compile_cmd import CompileOptions, Progress, compile_policy
 from policy.llm import CachedLLM, LLMError, ask
 from policy.loader import bundled_policy_dir
 from policy.scenarios import HANDWRITTEN
-from tests.conftest import Home, needs_bwrap
 from tests.llm_replay import Replay
-from tests.test_config_errors import ironcurtain
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
 
 BUNDLED = bundled_policy_dir()
 
@@ -44,9 +45,13 @@ def _rules(path: Path) -> list[dict[str, Any]]:
 
 
 def _tools(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each server's tool and prompt annotations, without comments and draft marks."""
     data = json.loads(path.read_text())["servers"]
     return {
-        server: [{k: v for k, v in t.items() if k != "comment"} for t in entry["tools"]]
+        server: [
+            {k: v for k, v in t.items() if k not in ("comment", "draft")}
+            for t in (*entry["tools"], *entry.get("prompts", ()))
+        ]
         for server, entry in data.items()
     }
 

@@ -6,25 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.conftest import IRONCURTAIN, Home
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
 
 GOOD_SERVER = {"command": "mcp-server-time"}
-
-
-def ironcurtain(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [IRONCURTAIN, *args],
-        capture_output=True,
-        text=True,
-        env=user.env,
-        cwd=user.root,
-        stdin=subprocess.DEVNULL,
-        timeout=60,
-        check=False,
-    )
 
 
 CASES = [
@@ -192,34 +181,25 @@ def test_unknown_placeholder_in_policy(user: Home) -> None:
     assert "$.rules[0].if.paths.within: unknown placeholder ${workspce}" in done.stderr
 
 
+def _check(
+    user: Home, server: str, tool: str, arguments: dict[str, Any], *options: str
+) -> subprocess.CompletedProcess[str]:
+    """``ironcurtain check`` of one call, its arguments given as JSON."""
+    return ironcurtain(user, "check", server, tool, *options, "--args", json.dumps(arguments))
+
+
 def test_unknown_keys_warn_and_are_ignored(user: Home, tmp_path: Path) -> None:
     config = user.root / "mcp-servers.json"
     config.write_text(json.dumps({"mcpServers": {"time": {**GOOD_SERVER, "comand": "typo"}}}))
-    done = ironcurtain(
-        user,
-        "check",
-        "time",
-        "get_current_time",
-        "--config",
-        str(config),
-        "--args",
-        '{"timezone": "UTC"}',
-    )
+    done = _check(user, "time", "get_current_time", {"timezone": "UTC"}, "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert "$.mcpServers.time.comand: unknown key, ignored" in done.stderr
 
 
 def test_check_prints_decision_rule_reason_and_canonical_arguments(user: Home) -> None:
     ws = user.ws()
-    done = ironcurtain(
-        user,
-        "check",
-        "filesystem",
-        "read_file",
-        "--workspace",
-        str(ws),
-        "--args",
-        '{"path": "sub/../notes.txt"}',
+    done = _check(
+        user, "filesystem", "read_file", {"path": "sub/../notes.txt"}, "--workspace", str(ws)
     )
     assert done.returncode == 0, done.stderr
     assert "decision:  allow" in done.stdout
@@ -272,17 +252,7 @@ def test_check_plans_like_run_and_names_itself_in_errors(user: Home) -> None:
     config.write_text(
         json.dumps({"mcpServers": {"filesystem": {**server, "cwd": "${workspace}/sub"}}})
     )
-    done = ironcurtain(
-        user,
-        "check",
-        "filesystem",
-        "read_file",
-        "--config",
-        str(config),
-        "--workspace",
-        str(ws),
-        "--args",
-        '{"path": "notes.txt"}',
-    )
+    options = ["--config", str(config), "--workspace", str(ws)]
+    done = _check(user, "filesystem", "read_file", {"path": "notes.txt"}, *options)
     assert done.returncode == 0, done.stderr
     assert json.dumps({"path": str(ws / "sub" / "notes.txt")}) in done.stdout

@@ -9,12 +9,11 @@ tries and that it is the sandbox that stops it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,97 +21,12 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.conftest import PROBE, Home, make_home, needs_bwrap
-from tests.test_session import call, connect
+from tests.support.home import Home, make_home
+from tests.support.marks import needs_bwrap
+from tests.support.probe import probe_server_config, run_probe
 
 pytestmark = needs_bwrap
 ROOT = os.geteuid() == 0
-
-# name -> argument names; every argument has the role "none", so no path is checked by policy
-PROBE_TOOLS = {
-    "read_path": ["path"],
-    "write_path": ["path", "content", "parents"],
-    "env_value": ["name"],
-    "list_dir": ["path"],
-    "symlink_write": ["link", "target", "content"],
-    "processes": [],
-    "find_secret": ["needle"],
-    "connect_tcp": ["host", "port"],
-    "connect_unix": ["path"],
-    "http_get": ["url"],
-    "udp_send": ["host", "port"],
-    "resolve": ["name"],
-    "send_signal": ["pid"],
-    "ptrace_child": [],
-    "new_user_namespace": [],
-    "raw_syscall": ["name"],
-    "x32_syscall": [],
-    "inject_tty": [],
-    "allocate": ["megabytes", "processes"],
-    "spawn": ["count"],
-    "identity": [],
-    "burn": ["seconds"],
-    "linger": [],
-    "fs_ops": ["base", "ops"],
-    "hold_connections": ["path", "count"],
-}
-
-
-def write_raw_policy(
-    directory: Path, server: str = "probe", tools: dict[str, list[str]] | None = None
-) -> Path:
-    """A policy that allows every call of ``server``'s ``tools`` and treats every argument
-    as opaque (role ``none``): only the OS sandbox stands in the way."""
-    directory.mkdir(parents=True, exist_ok=True)
-    annotations = [
-        {
-            "toolName": tool,
-            "serverName": server,
-            "effect": "other",
-            "sideEffects": True,
-            "args": {a: ["none"] for a in args},
-        }
-        for tool, args in (PROBE_TOOLS if tools is None else tools).items()
-    ]
-    (directory / "tool-annotations.json").write_text(
-        json.dumps({"servers": {server: {"tools": annotations}}})
-    )
-    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
-    (directory / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
-    return directory
-
-
-def write_probe_config(user: Home) -> Path:
-    """A config with the hostile probe, sandboxed, as its one server."""
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
-    return config
-
-
-def probe_server_config(
-    sandboxed: bool, limits: dict[str, Any] | None = None, allow_read: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    import sys
-
-    server: dict[str, Any] = {
-        "command": sys.executable,
-        "args": [str(PROBE)],
-        "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
-    }
-    if sandboxed:
-        # Its tools take no path role (the raw policy checks nothing), so it would not see
-        # the workspace at all: it asks for it (it logs there and is attacked there).
-        server["sandbox"] = {
-            "filesystem": {
-                "allowRead": [str(PROBE.parent), *allow_read],
-                "allowWrite": ["${workspace}"],
-            }
-        }
-        if limits:
-            server["sandbox"]["limits"] = limits
-    else:
-        server["sandbox"] = False
-    return server
 
 
 @dataclass
@@ -394,36 +308,6 @@ def _world(base: Path, listeners: tuple[int, Path, str]) -> World:
     return World(user, ws, outside, *listeners)
 
 
-Calls = Iterable[tuple[str, dict[str, Any]]]
-
-
-def run_probe(
-    user: Home,
-    ws: Path,
-    server: dict[str, Any],
-    calls: Callable[[], Calls],
-    before: Callable[[], None] = lambda: None,
-) -> list[tuple[bool, str]]:
-    """One ``ironcurtain run`` session of the probe under the raw policy: ``before`` runs
-    once it is up, then each call of ``calls()`` (made only then, so it can use what
-    ``before`` found); every (is error, text) answer, in order."""
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    policy = write_raw_policy(user.root / "policy")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with connect(
-            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
-        ) as session:
-            before()
-            for tool, args in calls():
-                out.append(await call(session, f"probe__{tool}", args))
-
-    asyncio.run(scenario())
-    return out
-
-
 def _run_attacks(world: World, sandboxed: bool) -> dict[str, str]:
     limits = SANDBOX_LIMITS if sandboxed else None
     shown = (str(world.user.root / "root-only"), "/etc/shadow")
@@ -444,22 +328,25 @@ def _run_attacks(world: World, sandboxed: bool) -> dict[str, str]:
     }
 
 
+def _attacked(base: Path, listeners: tuple[int, Path, str], sandboxed: bool) -> World:
+    """A world, and every attack run against it in one session."""
+    world = _world(base, listeners)
+    world.results = _run_attacks(world, sandboxed)
+    return world
+
+
 @pytest.fixture(scope="module")
 def sandboxed_world(
     tmp_path_factory: pytest.TempPathFactory, host_listeners: tuple[int, Path, str]
 ) -> World:
-    world = _world(tmp_path_factory.mktemp("boxed"), host_listeners)
-    world.results = _run_attacks(world, sandboxed=True)
-    return world
+    return _attacked(tmp_path_factory.mktemp("boxed"), host_listeners, sandboxed=True)
 
 
 @pytest.fixture(scope="module")
 def bare_world(
     tmp_path_factory: pytest.TempPathFactory, host_listeners: tuple[int, Path, str]
 ) -> World:
-    world = _world(tmp_path_factory.mktemp("bare"), host_listeners)
-    world.results = _run_attacks(world, sandboxed=False)
-    return world
+    return _attacked(tmp_path_factory.mktemp("bare"), host_listeners, sandboxed=False)
 
 
 SANDBOXED_CASES = [a for a in ATTACKS if a.sandboxed_applies]

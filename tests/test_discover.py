@@ -9,10 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.plan import resolve_command
+from launcher.programs import resolve_command
 from sandbox_profiles.discover import program_dirs, which
-from tests.conftest import IRONCURTAIN, Home
-from tests.test_session import connect
+from tests.support.home import Home
+from tests.support.paths import IRONCURTAIN
+from tests.support.sdk import connect
 
 
 def _exe(path: Path, text: str) -> Path:

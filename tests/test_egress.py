@@ -13,13 +13,17 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from mcp import MCPError as McpError
 
 from launcher import egress
 from launcher.egress import EgressProxy, Refusal
 from policy.egress import EgressRules, check_address, check_host
-from tests.conftest import Home, make_home, needs_bwrap
-from tests.test_containment import probe_server_config, run_probe
-from tests.test_session import audit_entries, call, connect
+from tests.support.audit import audit_entries
+from tests.support.cli import ironcurtain
+from tests.support.home import Home, make_home
+from tests.support.marks import needs_bwrap
+from tests.support.probe import probe_server_config, run_probe, write_raw_policy
+from tests.support.sdk import call, connect
 
 RULES = EgressRules.from_config(
     ["example.test", "*.example.test", "api.pinned.test:443", "10.0.0.5:8080", "[fd00::7]:80"],
@@ -207,21 +211,8 @@ def _fetch_config(user: Home, port: int, policy_raw: bool) -> tuple[Path, Path |
     config.write_text(json.dumps({"mcpServers": {"fetch": server}}))
     if not policy_raw:
         return config, None
-    policy = user.root / "fetch-policy"
-    policy.mkdir()
-    tool = {
-        "toolName": "fetch",
-        "serverName": "fetch",
-        "effect": "other",
-        "sideEffects": True,
-        "args": {a: ["none"] for a in ("url", "max_length", "start_index", "raw")},
-    }
-    (policy / "tool-annotations.json").write_text(
-        json.dumps({"servers": {"fetch": {"tools": [tool]}}})
-    )
-    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
-    (policy / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
-    return config, policy
+    fetch_tools = {"fetch": ["url", "max_length", "start_index", "raw"]}
+    return config, write_raw_policy(user.root / "fetch-policy", {"fetch": fetch_tools})
 
 
 def _fetch_session(
@@ -301,6 +292,36 @@ def test_the_policy_stops_unlisted_domains_before_the_proxy_does(
 
 
 @needs_bwrap
+def test_the_fetch_prompt_is_checked_like_the_fetch_tool(
+    user: Home, web: tuple[int, list[str]]
+) -> None:
+    # The fetch server's `fetch` prompt fetches its `url` while it builds the prompt: a way
+    # to the network that is not a tool call. It passes the same gate as the tool.
+    port, hits = web
+    config, _ = _fetch_config(user, port, policy_raw=False)
+    tools_only = write_raw_policy(user.root / "tools-only", {"fetch": {"fetch": ["url"]}})
+    base = ["--config", str(config), "--workspace", str(user.ws())]
+    page = {"url": f"http://example.test:{port}/page"}
+
+    async def scenario() -> None:
+        async with connect(user, *base) as session:  # the bundled policy
+            got = await session.get_prompt("fetch__fetch", page)
+            assert "hello egress" in str(got.messages[0].content)
+            outside = {"url": f"http://unlisted.test:{port}/page"}
+            with pytest.raises(
+                McpError, match=r"ESCALATION REQUIRED \(rule: structural-untrusted-domain\)"
+            ):
+                await session.get_prompt("fetch__fetch", outside)
+        # A policy that annotates the tool and not the prompt: the prompt is never called.
+        async with connect(user, *base, "--policy-dir", str(tools_only)) as session:
+            with pytest.raises(McpError, match=r"DENIED \(rule: structural-unknown-prompt\)"):
+                await session.get_prompt("fetch__fetch", page)
+
+    asyncio.run(scenario())
+    assert hits == [f"example.test:{port} /page"]  # the allowed fetch, and nothing else
+
+
+@needs_bwrap
 def test_a_server_that_ignores_the_proxy_has_no_route(
     tmp_path: Path, web: tuple[int, list[str]]
 ) -> None:
@@ -331,8 +352,6 @@ def test_a_server_that_ignores_the_proxy_has_no_route(
 
 
 def test_no_allowed_domains_means_no_proxy_at_all(user: Home) -> None:
-    from tests.test_config_errors import ironcurtain
-
     config = user.root / "c.json"
     config.write_text(json.dumps({"mcpServers": {"t": {"command": "mcp-server-time"}}}))
     done = ironcurtain(user, "profile", "t", "--config", str(config))
@@ -341,8 +360,6 @@ def test_no_allowed_domains_means_no_proxy_at_all(user: Home) -> None:
 
 
 def test_hosts_must_pin_names_to_addresses(user: Home) -> None:
-    from tests.test_config_errors import ironcurtain
-
     server = {
         "command": "mcp-server-fetch",
         "sandbox": {

@@ -13,8 +13,10 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.conftest import IRONCURTAIN, Home, needs_bwrap
-from tests.test_session import call
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.sdk import call
 
 pytestmark = needs_bwrap
 

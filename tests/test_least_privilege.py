@@ -13,12 +13,16 @@ from typing import Any
 import pytest
 
 from launcher.config import DEFAULT_LIMITS
-from launcher.plan import RunOptions, SessionPlan, plan_session, workspace_access
+from launcher.plan import RunOptions, SessionPlan, plan_session
+from launcher.serverplan import workspace_access
 from policy.models import ToolAnnotationsFile
 from sandbox_profiles.model import Limits
-from tests.conftest import IRONCURTAIN, PROBE, Home, make_home, needs_bwrap
-from tests.test_containment import write_raw_policy
-from tests.test_session import call, connect, git_repo
+from tests.support.cli import ironcurtain
+from tests.support.home import Home, git_repo, make_home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN, PROBE
+from tests.support.probe import write_raw_policy
+from tests.support.sdk import call, connect
 
 DEFAULTS = Limits(
     memory=DEFAULT_LIMITS["memory"],
@@ -270,8 +274,6 @@ def test_limits_false_lifts_them_all(user: Home, monkeypatch: pytest.MonkeyPatch
 )
 def test_bad_limits_are_one_clear_error(user: Home, limits: object, where: str, what: str) -> None:
     config = _config(user, {"t": {"command": "mcp-server-time", "sandbox": {"limits": limits}}})
-    from tests.test_config_errors import ironcurtain
-
     done = ironcurtain(user, "run", "--config", str(config))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert f"$.mcpServers.t.sandbox.{where.removeprefix('sandbox.')}" in done.stderr

@@ -11,82 +11,35 @@ import time
 import psutil
 import pytest
 
-from tests.conftest import IRONCURTAIN, TESTS, Home, needs_bwrap, probe_config
+from tests.support.client import Client
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN, TESTS
+from tests.support.probe import write_probe_config
 
 pytestmark = needs_bwrap
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "0"},
-    },
-}
-
 
 def start(user: Home) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
-    ws = user.ws()
-    proc = subprocess.Popen(
-        [IRONCURTAIN, "run", "--workspace", str(ws)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=user.env,
-        cwd=user.root,
-    )
-    assert proc.stdin and proc.stdout
-    proc.stdin.write(json.dumps(INIT).encode() + b"\n")
-    proc.stdin.flush()
-    answer = json.loads(proc.stdout.readline())
+    client = Client.spawn([IRONCURTAIN, "run", "--workspace", str(user.ws())], user.env, user.root)
+    answer = client.initialize()
     assert answer["result"]["serverInfo"]["name"] == "ironcurtain"
-    tree = psutil.Process(proc.pid).children(recursive=True)
+    tree = psutil.Process(client.proc.pid).children(recursive=True)
     # bwrap, the sandbox's init and the server, for each of the three servers
     assert len(tree) >= 6, [p.name() for p in tree]
-    return proc, tree
-
-
-def send(proc: subprocess.Popen[bytes], message: dict[str, object]) -> dict[str, object]:
-    assert proc.stdin and proc.stdout
-    proc.stdin.write(json.dumps(message).encode() + b"\n")
-    proc.stdin.flush()
-    return json.loads(proc.stdout.readline())  # type: ignore[no-any-return]
+    return client.proc, tree
 
 
 def start_lingering_probe(user: Home) -> tuple[subprocess.Popen[bytes], list[psutil.Process]]:
     ws = user.ws("probe-ws")
-    config = probe_config(user, ws, {})
-    proc = subprocess.Popen(
-        [
-            IRONCURTAIN,
-            "run",
-            "--config",
-            str(config),
-            "--workspace",
-            str(ws),
-            "--policy-dir",
-            str(TESTS / "data" / "probe-policy-allow-all"),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=user.env,
-        cwd=user.root,
-    )
-    send(proc, INIT)
-    answer = send(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tools/call",
-            "params": {"name": "probe__linger", "arguments": {}},
-        },
-    )
-    assert answer["result"]["content"][0]["text"] == "lingering"  # type: ignore[index]
-    return proc, psutil.Process(proc.pid).children(recursive=True)
+    policy = TESTS / "data" / "probe-policy-allow-all"
+    config = write_probe_config(user)
+    argv = ["--config", str(config), "--workspace", str(ws), "--policy-dir", str(policy)]
+    client = Client.spawn([IRONCURTAIN, "run", *argv], user.env, user.root)
+    client.initialize()
+    answer = client.call("probe__linger", {})
+    assert answer["result"]["content"][0]["text"] == "lingering"
+    return client.proc, psutil.Process(client.proc.pid).children(recursive=True)
 
 
 def assert_all_gone(tree: list[psutil.Process]) -> None:

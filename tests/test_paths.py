@@ -8,7 +8,7 @@ import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
 from policy.models import ToolAnnotation
-from policy.paths import canonical_path, expand_tilde, is_within, resolve_real_path
+from policy.paths import canonical_path, expand_tilde, is_under, resolve_real_path
 from policy.prepare import prepare_tool_args
 
 WS = "/ws"
@@ -49,7 +49,7 @@ def test_symlink_inside_workspace_pointing_outside(ws: FakeFilesystem, suffix: s
     ws.create_symlink(f"{WS}/escape", "/outside")
     resolved = resolve_real_path(f"{WS}/escape{suffix}")
     assert resolved == "/outside" + suffix
-    assert not is_within(resolved, WS)
+    assert not is_under(resolved, WS)
 
 
 def test_symlink_escape_in_a_new_subdirectory(ws: FakeFilesystem) -> None:
@@ -109,11 +109,11 @@ def test_nul_byte_never_raises(ws: FakeFilesystem) -> None:
     ],
 )
 def test_prefix_attacks(path: str, inside: bool) -> None:
-    assert is_within(os.path.normpath(path), "/ws") is inside
+    assert is_under(os.path.normpath(path), "/ws") is inside
 
 
 def test_root_contains_everything() -> None:
-    assert is_within("/etc/passwd", "/")
+    assert is_under("/etc/passwd", "/")
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,12 @@ import pytest
 
 import launcher
 from sandbox_profiles import autorun
-from tests.conftest import IRONCURTAIN, Home, make_home, needs_bwrap
-from tests.test_containment import probe_server_config, run_probe
-from tests.test_session import call, connect, run_args
+from tests.support.cli import run_args
+from tests.support.home import Home, make_home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.probe import probe_server_config, run_probe, write_raw_policy
+from tests.support.sdk import call, connect
 
 pytestmark = needs_bwrap
 
@@ -237,43 +240,9 @@ def test_holding_every_proxy_connection_does_not_switch_the_guard_off(tmp_path: 
         ("fs_ops", {"base": str(ws), "ops": attack.ops(str(markers / attack.id), str(ws))}),
     ]
     # The launcher gets few descriptors, as on a machine with a low limit.
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    from tests.test_containment import write_raw_policy
-
-    policy = write_raw_policy(user.root / "policy")
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with _connect_limited(
-            user, "--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)
-        ) as session:
-            for tool, args in calls:
-                out.append(await call(session, f"probe__{tool}", args))
-
-    asyncio.run(scenario())
+    out = run_probe(user, ws, server, lambda: calls, prefix=["prlimit", "--nofile=256:256"])
     assert out[0][1].startswith("OK"), out
     assert not _ran(ws, user, markers)[attack.id], out
-
-
-def _connect_limited(user: Home, *args: str) -> Any:
-    from contextlib import asynccontextmanager
-
-    from mcp import ClientSession, StdioServerParameters, stdio_client
-
-    @asynccontextmanager
-    async def opened() -> Any:
-        params = StdioServerParameters(
-            command="prlimit",
-            args=["--nofile=256:256", IRONCURTAIN, "run", *args],
-            env=user.env,
-            cwd=str(user.root),
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
-            await s.initialize()
-            yield s
-
-    return opened()
 
 
 # -- the agent, through allowed calls of the bundled servers -------------------------------
@@ -402,8 +371,6 @@ def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(
             }
         )
     )
-    from tests.test_containment import write_raw_policy
-
     policy = write_raw_policy(user.root / "policy")
     # The raw policy knows only the probe; the bundled annotations and rule for time.
     bundled_policy = Path(launcher.__file__).parent.parent / "policy" / "defaults"

@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from tests.conftest import Home, needs_bwrap
-from tests.test_reliability import _setup
-from tests.test_session import call, connect
+from tests.support.faulty import faulty_and_probe
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.sdk import call, connect
 
 pytestmark = needs_bwrap
 
@@ -30,7 +31,7 @@ def _echo(user: Home, args: list[str], variant: str, *extra: str) -> tuple[bool,
 
 
 def test_a_changed_tool_is_escalated_until_the_change_is_accepted(user: Home) -> None:
-    args, _, _ = _setup(user)
+    args, _, _ = faulty_and_probe(user)
     assert _echo(user, args, "1") == (False, "hi")  # first use: pinned
     pins = json.loads((user.state / "ironcurtain" / "pins" / "faulty.json").read_text())
     assert set(pins["tools"]) == {"echo", "crash_now", "exit_soon", "hang", "garbage", "huge"}

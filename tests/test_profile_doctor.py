@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Home, needs_bwrap
-from tests.test_config_errors import ironcurtain
-from tests.test_seatbelt import check_structure, parse
+from tests.support.audit import audit_entries
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.sdk import call, connect
+from tests.support.seatbelt import check_structure, parse
 
 
 def _config(user: Home, sandbox: object) -> Path:
@@ -169,8 +172,6 @@ def test_run_refuses_when_bwrap_cannot_start_and_says_how_to_fix_it(user: Home) 
 
 def test_allow_unsandboxed_runs_and_the_audit_log_says_so(user: Home) -> None:
     import asyncio
-
-    from tests.test_session import audit_entries, call, connect
 
     user.env["PATH"] = f"{_fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
     audit = user.root / "audit.jsonl"

@@ -5,81 +5,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from tests.conftest import IRONCURTAIN, PROBE, TESTS, Home, needs_bwrap
-from tests.test_containment import PROBE_TOOLS
-from tests.test_session import audit_entries, call, connect, run_args
+from tests.support.audit import audit_entries
+from tests.support.client import Client
+from tests.support.faulty import faulty_and_probe
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.sdk import Calls, call, connect, session_calls
 
 pytestmark = needs_bwrap
 
-FAULTY = TESTS / "servers" / "faulty_server.py"
-FAULTY_TOOLS = {
-    "echo": ["text"],
-    "crash_now": [],
-    "exit_soon": [],
-    "hang": ["seconds"],
-    "garbage": [],
-    "huge": ["megabytes"],
-}
-
-
-def _setup(user: Home, timeout: float = 30) -> tuple[list[str], Path, Path]:
-    """Config, raw policy and audit log for the faulty server and the probe."""
-    ws = user.ws()
-    # The faulty server logs into the workspace, and its tools take no path: allowWrite.
-    sandbox = {"filesystem": {"allowRead": [str(FAULTY.parent)], "allowWrite": ["${workspace}"]}}
-    servers = {
-        "faulty": {
-            "command": sys.executable,
-            "args": [str(FAULTY)],
-            "env": {"FAULTY_LOG": "${workspace}/faulty.log"},
-            "timeout": timeout,
-            "sandbox": sandbox,
-        },
-        "probe": {"command": sys.executable, "args": [str(PROBE)], "sandbox": sandbox},
-    }
-    config = user.root / "servers.json"
-    config.write_text(json.dumps({"mcpServers": servers}))
-    policy = user.root / "policy"
-    policy.mkdir()
-    annotations = {
-        name: {
-            "tools": [
-                {
-                    "toolName": tool,
-                    "serverName": name,
-                    "effect": "other",
-                    "sideEffects": True,
-                    "args": {a: ["none"] for a in args},
-                }
-                for tool, args in tools.items()
-            ]
-        }
-        for name, tools in (("faulty", FAULTY_TOOLS), ("probe", PROBE_TOOLS))
-    }
-    (policy / "tool-annotations.json").write_text(json.dumps({"servers": annotations}))
-    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
-    (policy / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
-    audit = user.root / "audit.jsonl"
-    return run_args(config, policy, ws, audit), ws, audit
-
 
 def test_a_crash_mid_call_and_between_calls_leaves_the_others_working(user: Home) -> None:
-    args, _, audit = _setup(user)
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with connect(user, *args) as s:
-            out.append(await call(s, "faulty__crash_now", {}))
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-            out.append(await call(s, "faulty__echo", {"text": "still there?"}))
-
-    asyncio.run(scenario())
+    args, _, audit = faulty_and_probe(user)
+    out = session_calls(
+        user,
+        args,
+        [
+            ("faulty__crash_now", {}),
+            ("probe__env_value", {"name": "HOME"}),
+            ("faulty__echo", {"text": "still there?"}),
+        ],
+    )
     assert out[0] == (True, "ERROR: server 'faulty' exited with status 3; it is not running")
     assert out[1] == (False, "/tmp/home")
     assert out[2][0] and "exited with status 3" in out[2][1]
@@ -91,7 +41,7 @@ def test_a_crash_mid_call_and_between_calls_leaves_the_others_working(user: Home
 
 
 def test_a_server_that_dies_between_calls(user: Home) -> None:
-    args, _, _ = _setup(user)
+    args, _, _ = faulty_and_probe(user)
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
@@ -106,15 +56,9 @@ def test_a_server_that_dies_between_calls(user: Home) -> None:
 
 
 def test_a_call_over_its_timeout_is_cancelled_downstream(user: Home) -> None:
-    args, ws, _ = _setup(user, timeout=1)
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with connect(user, *args) as s:
-            out.append(await call(s, "faulty__hang", {"seconds": 30}))
-            out.append(await call(s, "faulty__echo", {"text": "next"}))
-
-    asyncio.run(scenario())
+    args, ws, _ = faulty_and_probe(user, timeout=1)
+    calls: Calls = [("faulty__hang", {"seconds": 30}), ("faulty__echo", {"text": "next"})]
+    out = session_calls(user, args, calls)
     assert out[0] == (
         True,
         "ERROR: server 'faulty' did not answer within 1.0 s; the call was cancelled",
@@ -124,114 +68,57 @@ def test_a_call_over_its_timeout_is_cancelled_downstream(user: Home) -> None:
 
 
 def test_garbage_and_a_50_mb_line_do_not_take_the_session_down(user: Home) -> None:
-    args, _, _ = _setup(user)
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        async with connect(user, *args) as s:
-            out.append(await call(s, "faulty__garbage", {}))
-            out.append(await call(s, "faulty__huge", {"megabytes": 50}))
-            out.append(await call(s, "faulty__echo", {"text": "fine"}))
-
-    asyncio.run(scenario())
+    args, _, _ = faulty_and_probe(user)
+    calls: Calls = [
+        ("faulty__garbage", {}),
+        ("faulty__huge", {"megabytes": 50}),
+        ("faulty__echo", {"text": "fine"}),
+    ]
+    out = session_calls(user, args, calls)
     assert out == [(False, "after garbage"), (False, "after huge"), (False, "fine")]
 
 
-def _rpc(proc: subprocess.Popen[bytes], message: dict[str, Any]) -> None:
-    assert proc.stdin
-    proc.stdin.write(json.dumps(message).encode() + b"\n")
-    proc.stdin.flush()
-
-
-def _initialized(user: Home, args: list[str]) -> subprocess.Popen[bytes]:
-    """`ironcurtain run` spoken to in raw JSON lines, past its initialize."""
-    proc = subprocess.Popen(
-        [IRONCURTAIN, "run", *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=user.env,
-    )
-    assert proc.stdout
-    _rpc(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-    )
-    assert json.loads(proc.stdout.readline())["id"] == 1
-    return proc
+def _session(user: Home, args: list[str]) -> Client:
+    """`ironcurtain run` spoken to in raw JSON lines, past its handshake."""
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env)
+    client.initialize(protocol="2025-06-18")
+    return client
 
 
 def test_a_call_the_client_cancels_is_cancelled_downstream_and_never_answered(
     user: Home,
 ) -> None:
-    args, ws, audit = _setup(user)
-    proc = _initialized(user, args)
-    assert proc.stdout
-    _rpc(proc, {"jsonrpc": "2.0", "method": "notifications/initialized"})
-    _rpc(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "id": 5,
-            "method": "tools/call",
-            "params": {"name": "faulty__hang", "arguments": {"seconds": 30}},
-        },
-    )
+    args, ws, audit = faulty_and_probe(user)
+    client = _session(user, args)
+    client.request("tools/call", {"name": "faulty__hang", "arguments": {"seconds": 30}}, id=5)
     time.sleep(0.5)
-    _rpc(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "method": "notifications/cancelled",
-            "params": {"requestId": 5, "reason": "user pressed stop"},
-        },
-    )
-    _rpc(
-        proc,
-        {
-            "jsonrpc": "2.0",
-            "id": 6,
-            "method": "tools/call",
-            "params": {"name": "faulty__echo", "arguments": {"text": "after"}},
-        },
-    )
-    reply = json.loads(proc.stdout.readline())
-    assert reply["id"] == 6  # nothing for 5, ever: the next line is the answer to 6
+    client.notify("notifications/cancelled", {"requestId": 5, "reason": "user pressed stop"})
+    client.request("tools/call", {"name": "faulty__echo", "arguments": {"text": "after"}}, id=6)
+    reply = client.receive()
+    assert reply["id"] == 6  # nothing for 5, ever: the next message is the answer to 6
     log = ws / "faulty.log"
     for _ in range(30):  # the server hears of it while the session still runs
         if log.exists():
             break
         time.sleep(0.1)
     assert log.read_text() == "cancelled\n"
-    assert proc.stdin
-    proc.stdin.close()
-    assert proc.stdout.read() == b""
-    proc.wait(timeout=10)
+    client.hang_up()
+    assert client.rest() == b""
+    client.proc.wait(timeout=10)
     assert (ws / "faulty.log").read_text() == "cancelled\n"
     results = {e["requestId"]: e["result"] for e in audit_entries(audit)}
     assert results == {5: "cancelled", 6: "success"}
 
 
 def test_a_call_in_flight_when_the_client_leaves_is_audited_as_cancelled(user: Home) -> None:
-    args, _, audit = _setup(user)
-    proc = _initialized(user, args)
-    assert proc.stdout and proc.stdin
-    call = {"name": "faulty__hang", "arguments": {"seconds": 30}}
-    _rpc(proc, {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": call})
+    args, _, audit = faulty_and_probe(user)
+    client = _session(user, args)
+    client.request("tools/call", {"name": "faulty__hang", "arguments": {"seconds": 30}}, id=7)
     time.sleep(0.5)
     started = time.monotonic()
-    proc.stdin.close()  # the client is gone, its call still out at the server
-    assert proc.stdout.read() == b""
-    proc.wait(timeout=10)
+    client.hang_up()  # the client is gone, its call still out at the server
+    assert client.rest() == b""
+    client.proc.wait(timeout=10)
     assert time.monotonic() - started < 5  # not after the server's 30 s
     assert [(e["requestId"], e["result"]) for e in audit_entries(audit)] == [(7, "cancelled")]
 
@@ -239,7 +126,7 @@ def test_a_call_in_flight_when_the_client_leaves_is_audited_as_cancelled(user: H
 def test_500_concurrent_calls_across_two_servers_each_answered_and_audited_once(
     user: Home,
 ) -> None:
-    args, _, audit = _setup(user)
+    args, _, audit = faulty_and_probe(user)
     answers: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
@@ -263,7 +150,7 @@ def test_500_concurrent_calls_across_two_servers_each_answered_and_audited_once(
 
 
 def test_the_circuit_breaker_refuses_the_same_call_past_its_limit(user: Home) -> None:
-    args, _, audit = _setup(user)
+    args, _, audit = faulty_and_probe(user)
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
@@ -280,7 +167,7 @@ def test_the_circuit_breaker_refuses_the_same_call_past_its_limit(user: Home) ->
 
 
 def test_restart_with_back_off_until_the_limit(user: Home) -> None:
-    args, _, audit = _setup(user)
+    args, _, audit = faulty_and_probe(user)
     config = user.root / "servers.json"
     data = json.loads(config.read_text())
     data["mcpServers"]["faulty"]["restart"] = {"maxRestarts": 2, "backoffSeconds": 0.2}

@@ -4,64 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp import MCPError as McpError
 
-from tests.conftest import IRONCURTAIN, TESTS, Home, needs_bwrap, probe_config
+from tests.support.audit import audit_entries
+from tests.support.cli import run_args
+from tests.support.home import Home, git_repo
+from tests.support.marks import needs_bwrap
+from tests.support.paths import TESTS
+from tests.support.probe import probe_calls, probe_server_config, write_probe_config
+from tests.support.sdk import call, connect
 
 pytestmark = needs_bwrap
 
 
-@asynccontextmanager
-async def connect(user: Home, *args: str) -> AsyncIterator[ClientSession]:
-    params = StdioServerParameters(
-        command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
-    )
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await session.initialize()
-        yield session
-
-
-def run_args(config: Path, policy: Path, ws: Path, audit: Path) -> list[str]:
-    """The usual `ironcurtain run` options of a test session."""
-    return [
-        "--config",
-        str(config),
-        "--policy-dir",
-        str(policy),
-        "--workspace",
-        str(ws),
-        "--audit-log",
-        str(audit),
-    ]
-
-
 def run(coro: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(coro())  # type: ignore[arg-type]
-
-
-async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, str]:
-    result = await session.call_tool(name, args)
-    text = "\n".join(getattr(c, "text", "") for c in result.content)
-    return bool(result.is_error), text
-
-
-def audit_entries(path: Path) -> list[dict[str, Any]]:
-    """The log's entries, without the sealed end each session writes."""
-    entries = [json.loads(line) for line in path.read_text().splitlines()]
-    return [e for e in entries if e.get("event") != "session-end"]
-
-
-def git_repo(ws: Path) -> None:
-    subprocess.run(["git", "init", "-q", str(ws)], check=True)
-    (ws / "README.md").write_text("hello\n")
 
 
 def test_reference_servers_work_and_are_listed(user: Home) -> None:
@@ -148,9 +110,9 @@ PROBE_ATTACKS = [
 ]
 
 
-def _probe_results(user: Home, sandbox: object) -> list[str]:
+def _probe_results(user: Home, sandboxed: bool) -> list[str]:
     ws = user.ws("probe-ws")
-    config = probe_config(user, ws, sandbox)
+    config = write_probe_config(user, probe_server_config(sandboxed))
     policy = TESTS / "data" / "probe-policy-allow-all"
     results: list[str] = []
 
@@ -167,7 +129,7 @@ def _probe_results(user: Home, sandbox: object) -> list[str]:
 
 
 def test_sandbox_contains_a_server_the_policy_allows(user: Home) -> None:
-    results = _probe_results(user, {"filesystem": {}})
+    results = _probe_results(user, sandboxed=True)
     assert results[0].startswith("READ FAILED") and user.secret not in results[0]
     assert results[1].startswith("WRITE FAILED")
     assert not (user.home / ".bashrc").exists()
@@ -177,7 +139,7 @@ def test_sandbox_contains_a_server_the_policy_allows(user: Home) -> None:
 
 def test_the_probe_really_attacks_when_unsandboxed(user: Home) -> None:
     # The same calls with the OS layer switched off succeed: the probe is a real attacker.
-    results = _probe_results(user, False)
+    results = _probe_results(user, sandboxed=False)
     assert results[0] == "READ OK: " + user.secret
     assert results[1] == "WRITE OK" and (user.home / ".bashrc").read_text() == "pwned"
     # The caller's environment is never handed to a server, sandboxed or not.
@@ -215,6 +177,12 @@ def _workspace_read_policy(user: Home) -> Path:
                         "then": "allow",
                         "reason": "ws",
                     },
+                    {
+                        "name": "allow-greetings",
+                        "if": {"prompt": ["greet"]},
+                        "then": "allow",
+                        "reason": "a greeting reads nothing",
+                    },
                 ]
             }
         )
@@ -224,7 +192,7 @@ def _workspace_read_policy(user: Home) -> Path:
 
 def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
     ws = user.ws("probe-ws")
-    config = probe_config(user, ws, {})
+    config = write_probe_config(user)
     policy = _workspace_read_policy(user)
 
     async def scenario() -> None:
@@ -237,7 +205,7 @@ def test_policy_denial_is_not_forwarded_to_the_probe(user: Home) -> None:
             assert error and text.startswith("DENIED (rule: default-deny)")
 
     run(scenario)
-    calls = [json.loads(x) for x in (ws / "probe-calls.jsonl").read_text().splitlines()]
+    calls = probe_calls(ws)
     assert calls == [{"tool": "read_path", "path": str(ws / "x")}]
 
 
@@ -245,7 +213,7 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
     ws = user.ws("probe-ws")
     (ws / "hello.txt").write_text("hello from the workspace")
     (user.root / "outside.txt").write_text(user.secret)
-    config = probe_config(user, ws, {})
+    config = write_probe_config(user)
     policy = _workspace_read_policy(user)
     audit = user.root / "audit.jsonl"
 
@@ -271,14 +239,16 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
                 await s.read_resource("file:///nowhere")
 
     run(scenario)
-    calls = [json.loads(x) for x in (ws / "probe-calls.jsonl").read_text().splitlines()]
+    calls = probe_calls(ws)
     assert [c.get("uri") for c in calls] == ["hello.txt", "probe://status"]
     entries = audit_entries(audit)
-    assert [(e["tool"], e["result"]) for e in entries] == [
-        ("resources/read", "success"),
-        ("resources/read", "success"),
-        ("resources/read", "denied"),
-        ("resources/read", "denied"),
+    assert [(e["method"], e["tool"], e["result"]) for e in entries] == [
+        ("prompts/get", "greet", "success"),
+        ("resources/read", "resources/read", "success"),
+        ("resources/read", "resources/read", "success"),
+        ("resources/read", "resources/read", "denied"),
+        ("resources/read", "resources/read", "denied"),
+        ("resources/read", "resources/read", "denied"),  # no server offers it
     ]
     assert user.secret not in audit.read_text()
 
@@ -290,7 +260,7 @@ def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Hom
     state = user.home / ".local" / "state"
     env = {**user.env, "XDG_STATE_HOME": str(state)}
     (state / "ironcurtain" / "audit").mkdir(parents=True)
-    config = probe_config(user, user.home, {})
+    config = write_probe_config(user)
     policy = user.root / "blind-policy"
     policy.mkdir()
     base = TESTS / "data" / "probe-policy-allow-all"
@@ -302,23 +272,10 @@ def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Hom
     (policy / "compiled-policy.json").write_text((base / "compiled-policy.json").read_text())
     target = ".local/state/ironcurtain/audit/planted.jsonl"
 
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.home)]
+
     async def scenario() -> None:
-        params = StdioServerParameters(
-            command=IRONCURTAIN,
-            args=[
-                "run",
-                "--config",
-                str(config),
-                "--policy-dir",
-                str(policy),
-                "--workspace",
-                str(user.home),
-            ],
-            env=env,
-            cwd=str(user.root),
-        )
-        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
-            await s.initialize()
+        async with connect(replace(user, env=env), *args) as s:
             error, text = await call(s, "probe__write_path", {"path": target, "content": "x"})
             assert not error and text.startswith("WRITE FAILED"), text
             error, text = await call(s, "probe__write_path", {"path": "ok.txt", "content": "x"})

@@ -1,11 +1,12 @@
-"""Tool annotations without an LLM (``--heuristic``), and the validator every
-annotation must pass.
+"""Annotations without an LLM (``--heuristic``), and the validator every annotation
+must pass, the LLM's included.
 
-The heuristic reads what a server says about a tool, its MCP hints (``readOnlyHint``,
-``destructiveHint``), its name and its argument names and schema, and errs on the strict
+The heuristic reads what a server says about a tool or a prompt: a tool's MCP hints
+(``readOnlyHint``, ``destructiveHint``), its name, its argument names and their schema or
+description (a prompt's arguments are strings with a description). It errs on the strict
 side: any argument that looks like a path gets a path role (so the engine checks it), and a
-tool is free of side effects only when it reads and names no resource. Its output is a
-draft for a human to review, never trusted as reviewed.
+tool or prompt is free of side effects only when it reads and names no resource. Its output
+is a draft for a human to review, never trusted as reviewed.
 """
 
 from __future__ import annotations
@@ -63,6 +64,26 @@ def looks_like_path(name: str, schema: Mapping[str, Any]) -> bool:
     return bool(re.search(r"\b(file ?path|directory|folder|path to|file to)\b", text))
 
 
+def arguments_of(item: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A tool's input-schema properties, or a prompt's arguments in the same form (a
+    prompt argument is a string with a description).
+
+    >>> arguments_of({"name": "fetch", "arguments": [{"name": "url", "description": "URL"}]})
+    {'url': {'type': 'string', 'description': 'URL'}}
+    """
+    if isinstance(item.get("arguments"), list):
+        return {
+            str(arg["name"]): {"type": "string", "description": str(arg.get("description") or "")}
+            for arg in item["arguments"]
+            if isinstance(arg, dict) and "name" in arg
+        }
+    schema = item.get("inputSchema") if isinstance(item.get("inputSchema"), dict) else {}
+    assert isinstance(schema, dict)
+    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    assert isinstance(properties, dict)
+    return {str(k): v if isinstance(v, dict) else {} for k, v in properties.items()}
+
+
 def tool_effect(tool: Mapping[str, Any]) -> str:
     hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     assert isinstance(hints, dict)
@@ -82,9 +103,8 @@ def tool_effect(tool: Mapping[str, Any]) -> str:
     return "other"
 
 
-def _roles(server: str, tool: str, effect: str, arg: str, schema: Mapping[str, Any]) -> list[str]:
+def _roles(tool: str, gitish: bool, effect: str, arg: str, schema: Mapping[str, Any]) -> list[str]:
     parts = set(words(arg))
-    gitish = is_git_tool(server, tool)
     if gitish and ("remote" in parts or ({"url"} & parts and "repo" in " ".join(parts))):
         return ["git-remote-url"]
     if parts & _URL_NAMES or schema.get("format") in ("uri", "url"):
@@ -109,61 +129,62 @@ def _roles(server: str, tool: str, effect: str, arg: str, schema: Mapping[str, A
     return ["none"]
 
 
-def heuristic_annotation(server: str, tool: Mapping[str, Any]) -> dict[str, Any]:
-    """A draft annotation (the JSON form of ``policy.models.ToolAnnotation``).
+def heuristic_annotation(
+    server: str, item: Mapping[str, Any], kind: str = "tool"
+) -> dict[str, Any]:
+    """A draft annotation of a tool, or of a prompt when ``kind`` is ``"prompt"`` (the
+    JSON form of ``policy.models.ToolAnnotation`` or ``PromptAnnotation``).
 
     >>> a = heuristic_annotation("fs", {"name": "write_file", "inputSchema": {"properties": {
     ...     "path": {"type": "string"}, "content": {"type": "string"}}}})
     >>> a["effect"], a["sideEffects"], a["args"]
     ('write', True, {'path': ['write-path'], 'content': ['none']})
+    >>> p = heuristic_annotation("web", {"name": "fetch", "arguments": [{"name": "url"}]}, "prompt")
+    >>> p["promptName"], p["effect"], p["args"]
+    ('fetch', 'read', {'url': ['fetch-url']})
     """
-    name = str(tool.get("name", ""))
-    effect = tool_effect(tool)
-    schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
-    assert isinstance(schema, dict)
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    assert isinstance(properties, dict)
+    name = str(item.get("name", ""))
+    effect = tool_effect(item)
+    # Only a tool runs git (a prompt renders a text): the registry knows which tools do.
+    gitish = kind == "tool" and is_git_tool(server, name)
     args = {
-        arg: _roles(server, name, effect, arg, spec if isinstance(spec, dict) else {})
-        for arg, spec in properties.items()
+        arg: _roles(name, gitish, effect, arg, spec) for arg, spec in arguments_of(item).items()
     }
     names_a_resource = any(r != ["none"] for r in args.values())
     return {
-        "toolName": name,
+        NAME_KEYS[kind]: name,
         "serverName": server,
         "effect": effect,
         "sideEffects": effect != "read" or names_a_resource,
         "args": args,
         "comment": "heuristic draft: review before trusting",
+        "draft": True,
     }
 
 
 _PATH_ROLES = {"read-path", "write-path", "delete-path"}
+# The key that names what an annotation is for, by kind.
+NAME_KEYS = {"tool": "toolName", "prompt": "promptName"}
 
 
-def validate(tool: Mapping[str, Any], annotation: Mapping[str, Any]) -> list[str]:
-    """Problems that must stop an annotation from being used: an argument that looks like a
-    path without a path role, or an argument the tool has that the annotation lacks.
+def validate(item: Mapping[str, Any], annotation: Mapping[str, Any]) -> list[str]:
+    """Problems that must stop an annotation of a tool or a prompt from being used: an
+    argument that looks like a path without a path role, or an argument the tool or
+    prompt has that the annotation lacks.
 
     >>> tool = {"name": "cat", "inputSchema": {"properties": {"file": {"type": "string"}}}}
     >>> validate(tool, {"toolName": "cat", "args": {"file": ["none"]}})
     ["cat: argument 'file' looks like a path but has no path role (it has none)"]
     """
-    schema = tool.get("inputSchema") if isinstance(tool.get("inputSchema"), dict) else {}
-    assert isinstance(schema, dict)
-    properties = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    assert isinstance(properties, dict)
     given = annotation.get("args") or {}
     problems = []
-    for arg, spec in properties.items():
+    for arg, spec in arguments_of(item).items():
         roles = given.get(arg)
         if roles is None:
-            problems.append(f"{tool.get('name')}: argument '{arg}' has no annotation")
-        elif looks_like_path(arg, spec if isinstance(spec, dict) else {}) and not (
-            set(roles) & _PATH_ROLES
-        ):
+            problems.append(f"{item.get('name')}: argument '{arg}' has no annotation")
+        elif looks_like_path(arg, spec) and not (set(roles) & _PATH_ROLES):
             problems.append(
-                f"{tool.get('name')}: argument '{arg}' looks like a path but has no path role "
+                f"{item.get('name')}: argument '{arg}' looks like a path but has no path role "
                 f"(it has {', '.join(roles)})"
             )
     return problems

@@ -1,0 +1,369 @@
+"""The checked call: one path for every request that reaches a server (``tools/call``,
+``prompts/get``, ``resources/read``, ``resources/subscribe``/``unsubscribe``,
+``completion/complete``).
+
+Route → gate (one decision) → approval when escalated → forward → audit. The request is
+decided, audited and forwarded in the callback that read it, and the answer relayed in the
+callback that read it; only an escalation, which waits for a human, runs as a task. A
+refused tool call is answered with a tool result whose text starts ``DENIED`` (the model
+reads it); any other refused method with an error answer saying the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.approval import Requester
+from launcher.audit import Prepared, hash_value, hashed_arguments
+from launcher.gate import BY_URI, COMPLETE, PROMPT, SUBSCRIBE, TOOL, UNSUBSCRIBE
+from launcher.jsonrpc import Message, ServerGone, error, result
+from launcher.seams import Core, Downstream
+from policy import Decision
+from policy.models import Annotation
+
+DENIED = -32001  # a request the policy did not let through (not a tool call)
+NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
+CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
+
+
+@dataclass(slots=True)
+class _Call:
+    """One checked request on its way through the relay."""
+
+    request_id: Any
+    method: str
+    params: Message
+    started: float
+    server: str | None
+    name: str  # the server's own name of the tool or prompt; the method for a resource
+    arguments: dict[str, object]
+    conn: Downstream | None
+    entry: dict[str, Any] = field(default_factory=dict)
+    downstream: int | None = None  # the id it was sent to the server with
+    prepared: Prepared | None = None  # its audit entry, serialised while the server works
+
+
+def tool_result(text: str, is_error: bool = True) -> Message:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def denial_text(decision: Decision) -> str:
+    """What the client is told when a request is not made; the first word is the contract."""
+    if decision.decision == "escalate":
+        return (
+            f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
+            "No approval channel is available in this session, so the call was not made."
+        )
+    return f"DENIED (rule: {decision.rule}): {decision.reason}"
+
+
+class CheckedCalls:
+    def __init__(
+        self,
+        core: Core,
+        *,
+        send: Callable[[Message], None],
+        ask: Requester,
+        client_elicits: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self.core = core
+        self.send = send
+        self.ask = ask
+        self.client_elicits = client_elicits
+        self._spawn = spawn
+        self._calls: dict[str | int, _Call] = {}  # forwarded, by the client's id
+        self._waiting: dict[str | int, asyncio.Task[None]] = {}  # escalations, by id
+
+    def cancel(self, request_id: str | int) -> None:
+        """The client cancelled ``request_id``: the server is told (or the human no longer
+        asked); the audit says ``cancelled``; the client gets no answer (MCP)."""
+        call = self._calls.get(request_id)
+        if call is not None:
+            self._cancel(call, "cancelled")
+            return
+        task = self._waiting.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    def stop(self) -> None:
+        """Calls still out are cancelled at their servers and audited ``cancelled``."""
+        for call in list(self._calls.values()):
+            self._cancel(call, "the session is stopping")
+
+    def _route(self, method: str, params: Message) -> tuple[str | None, str, dict[str, object]]:
+        """The server, its own name of what is asked for, and the arguments to check."""
+        router = self.core.router
+        if method == TOOL:
+            public = params.get("name")
+            route = router.tools.get(public) if isinstance(public, str) else None
+            arguments = params.get("arguments") or {}
+            args = arguments if isinstance(arguments, dict) else {"": arguments}
+            return (*route, args) if route else (None, str(public), args)
+        if method == PROMPT:
+            public = params.get("name")
+            route = router.prompts.get(public) if isinstance(public, str) else None
+            arguments = params.get("arguments") or {}
+            args = arguments if isinstance(arguments, dict) else {}
+            return (*route, args) if route else (None, str(public), args)
+        if method == COMPLETE:
+            ref = params.get("ref") if isinstance(params.get("ref"), dict) else {}
+            assert isinstance(ref, dict)
+            argument = params.get("argument") if isinstance(params.get("argument"), dict) else {}
+            assert isinstance(argument, dict)
+            args = {str(argument.get("name", "")): str(argument.get("value", ""))}
+            if ref.get("type") == "ref/prompt":
+                route = router.prompts.get(str(ref.get("name")))
+                if route is None:
+                    return None, f"ref/prompt {ref.get('name')}", args
+                return route[0], f"ref/prompt {route[1]}", args
+            template = str(ref.get("uri"))
+            return router.template(template), f"ref/resource {template}", args
+        uri = params.get("uri")
+        server = router.resource(uri) if isinstance(uri, str) else None
+        return server, method, {"uri": str(uri)}
+
+    def start(self, method: str, params: Message, request_id: Any) -> None:
+        """Decided, audited and forwarded in the callback that read it; the answer is
+        relayed in the callback that reads it (:meth:`_done`)."""
+        started = time.perf_counter()
+        if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
+            self.send(result(request_id, tool_result("DENIED: arguments must be a JSON object")))
+            return
+        server, name, args = self._route(method, params)
+        subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
+        if server is not None and subscribing and server not in self.core.router.subscribes:
+            self.send(error(request_id, -32601, f"server '{server}' has no subscriptions"))
+            return
+        if server is not None and method == COMPLETE and server not in self.core.router.completes:
+            self.send(result(request_id, {"completion": {"values": [], "hasMore": False}}))
+            return
+        cwd = self.core.settings[server].cwd if server else self.core.workspace
+        checked = self.core.gate.check(method, server, name, args, cwd)
+        decision = checked.decision
+        conn = self.core.servers.get(server) if server else None
+        call = _Call(request_id, method, params, started, server, name, checked.arguments, conn)
+        call.entry = self._entry(call, decision, checked.hashes)
+        if decision.decision == "escalate" and conn is not None and server is not None:
+            task = self._spawn(self._escalate(call, decision))
+            if isinstance(request_id, str | int):
+                self._waiting[request_id] = task
+        elif decision.decision != "allow" or conn is None:
+            self._end(call, "denied", denial=denial_text(decision), missing=server is None)
+        else:
+            self._forward(call)
+
+    async def _escalate(self, call: _Call, decision: Decision) -> None:
+        assert call.server is not None
+        label = call.name if call.method == TOOL else f"{call.method} {call.name}"
+        try:
+            outcome = await self.core.gate.approve(
+                call.server,
+                label,
+                call.arguments,
+                decision,
+                self.client_elicits(),
+                self.ask,
+            )
+        except asyncio.CancelledError:
+            self._finish(call, "cancelled")  # by the client, or at stop
+            raise
+        except Exception as exc:  # never leave the client without an answer
+            self._end(call, "error", failure=f"ERROR: the approval failed: {exc}")
+            return
+        finally:
+            if self._waiting.get(call.request_id) is asyncio.current_task():
+                del self._waiting[call.request_id]
+        call.entry["escalation"] = outcome.escalation
+        if outcome.escalation == "approved-for-session":
+            call.entry["whitelisted"] = {  # what later identical calls will match
+                "server": call.server,
+                "tool": label,
+                "arguments": hash_value(call.arguments),
+            }
+        if outcome.approved:
+            self._forward(call)
+            return
+        text = (
+            denial_text(decision)
+            if outcome.escalation == "no-approval-channel"
+            else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
+            f"{outcome.detail or 'not approved'}"
+        )
+        self._end(call, "denied", denial=text)
+
+    def _forward(self, call: _Call) -> None:
+        conn, server = call.conn, call.server
+        assert conn is not None and server is not None
+        try:
+            call.downstream = conn.send_request(
+                call.method,
+                self._forwarded_params(call),
+                lambda outcome: self._done(call, outcome),
+                self.core.settings[server].timeout,
+            )
+        except ServerGone as gone:
+            self._done(call, gone)
+            return
+        if isinstance(call.request_id, str | int):
+            self._calls[call.request_id] = call
+        call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
+
+    def _forwarded_params(self, call: _Call) -> Message:
+        """The client's params as the server knows them: its own names, canonical values."""
+        params, method = call.params, call.method
+        if method == TOOL:
+            return {**params, "name": call.name, "arguments": call.arguments}
+        if method == PROMPT:
+            return {**params, "name": call.name, "arguments": call.arguments}
+        if method == COMPLETE:
+            ref = params.get("ref")
+            if isinstance(ref, dict) and ref.get("type") == "ref/prompt":
+                return {**params, "ref": {**ref, "name": call.name.removeprefix("ref/prompt ")}}
+            return params
+        return {**params, "uri": call.arguments["uri"]}
+
+    def _done(self, call: _Call, outcome: Message | BaseException) -> None:
+        """The server answered, exited, or ran out of time: audit, then answer the client."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        try:
+            self.core.settle()  # what the call created is dealt with before it returns
+            halted = self.core.halted.get(call.server) if call.server else None
+            if halted is not None:
+                text = f"ERROR: server '{call.server}' was stopped: {halted}; it is not running"
+                self._end(call, "error", failure=text)
+                return
+            self._answer(call, outcome)
+        except Exception as exc:  # never take the session down for one call
+            self.send(error(call.request_id, -32603, f"internal error: {exc}"))
+
+    def _answer(self, call: _Call, outcome: Message | BaseException) -> None:
+        server, conn = call.server, call.conn
+        assert conn is not None and server is not None
+        if isinstance(outcome, ServerGone):
+            again = "it is being restarted, try again shortly" if conn.restarting else None
+            self._end(
+                call, "server-exited", failure=f"ERROR: {outcome}; {again or 'it is not running'}"
+            )
+            return
+        if isinstance(outcome, TimeoutError):
+            timeout = self.core.settings[server].timeout
+            text = (
+                f"ERROR: server '{server}' did not answer within {timeout} s; "
+                "the call was cancelled"
+            )
+            self._end(call, "timeout", failure=text)
+            return
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if "error" in outcome:
+            self._finish(call, "error")
+            err = outcome["error"] if isinstance(outcome["error"], dict) else {}
+            code = err.get("code")
+            relayed: Message = {
+                **err,
+                "code": code if type(code) is int else -32603,
+                "message": str(err.get("message", "error")),
+            }
+            self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
+            return
+        answer = outcome.get("result")
+        if not isinstance(answer, dict):
+            text = f"ERROR: server '{server}' returned a malformed result"
+            self._end(call, "error", failure=text)
+            return
+        failed = call.method == TOOL and bool(answer.get("isError"))
+        self._finish(call, "error" if failed else "success")
+        if not self.core.audit.healthy:
+            text = (
+                "DENIED (rule: audit-log-unwritable): the audit log cannot be "
+                "written; the call ran but its result is withheld"
+            )
+            self._reply(call, text, DENIED)
+            return
+        self.send(result(call.request_id, answer))
+
+    def _end(
+        self,
+        call: _Call,
+        status: str,
+        *,
+        denial: str | None = None,
+        failure: str | None = None,
+        missing: bool = False,
+    ) -> None:
+        """Audit ``call`` with ``status`` and tell the client why it was not made (a denial)
+        or did not work (a failure)."""
+        self._finish(call, status)
+        if denial is not None:
+            code = NOT_FOUND.get(call.method, DENIED) if missing else DENIED
+            self._reply(call, denial, code)
+        else:
+            self._reply(call, failure or "ERROR", -32603)
+
+    def _reply(self, call: _Call, text: str, code: int) -> None:
+        """A tool call's refusal is a tool result (so the model reads it); any other
+        method's is an error answer."""
+        if call.method == TOOL:
+            self.send(result(call.request_id, tool_result(text)))
+        else:
+            self.send(error(call.request_id, code, text))
+
+    def _cancel(self, call: _Call, reason: str) -> None:
+        """The client cancelled it, or the session is stopping: the server is told, the
+        audit says ``cancelled``, the client gets no answer (MCP)."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        assert call.conn is not None and call.downstream is not None
+        if call.conn.cancel_request(call.downstream, reason):
+            self._finish(call, "cancelled")
+
+    def _entry(self, call: _Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
+        server = call.server
+        return {
+            "requestId": call.request_id,
+            "method": call.method,
+            "server": server,
+            "tool": call.name,
+            "arguments": hashed_arguments(
+                call.arguments, self.core.audit_args_clear, self._pii(call), hashes
+            ),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": bool(server and self.core.settings[server].sandboxed),
+        }
+
+    def _pii(self, call: _Call) -> list[str]:
+        if not self.core.audit_args_clear or call.server is None:
+            return []
+        engine = self.core.gate.engine
+        annotation: Annotation | None = None
+        if call.method == TOOL:
+            annotation = engine.get_annotation(call.server, call.name)
+        elif call.method == PROMPT:
+            annotation = engine.get_prompt_annotation(call.server, call.name)
+        return list(annotation.pii_fields) if annotation else []
+
+    def _finish(self, call: _Call, status: str) -> None:
+        """Write the call's audit entry with its outcome (what was known before is already
+        serialised in ``call.prepared`` when the call was forwarded)."""
+        outcome = {
+            "result": status,
+            "durationMs": round((time.perf_counter() - call.started) * 1000, 3),
+        }
+        audit = self.core.audit
+        if call.prepared is not None:
+            written = audit.write(outcome, call.prepared)
+        else:
+            written = audit.write({**call.entry, **outcome})
+        if not written:
+            self.core.say(f"audit log write failed ({audit.error}); denying every further call")

@@ -1,0 +1,142 @@
+"""The machine the launcher runs on: which platform, whether and as whom it can sandbox, and
+the facts a launch argv is built from. The one place that asks which platform this is."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+
+import psutil
+
+from sandbox_profiles.bwrap import SETPRIV
+from sandbox_profiles.launch import SANDBOX_EXEC, HostFacts
+from sandbox_profiles.model import Limits, SandboxProfile
+
+PLATFORM = sys.platform  # "linux" or "darwin"
+MACOS = PLATFORM == "darwin"
+
+BWRAP_FIX = (
+    "install bubblewrap (Debian/Ubuntu: sudo apt-get install bubblewrap) and make sure "
+    "unprivileged user namespaces are enabled (sudo sysctl -w kernel.unprivileged_userns_clone=1; "
+    "on Ubuntu 24.04+ also kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor "
+    "profile for bwrap)"
+)
+SECCOMP_FIX = (
+    "install libseccomp (Debian/Ubuntu: sudo apt-get install libseccomp2) and the pyseccomp "
+    "binding (scripts/install.sh does)"
+)
+# The unprivileged identity servers run as when ironcurtain itself runs as root.
+NOBODY = (65534, 65534)
+
+
+def host_facts(profile: SandboxProfile | None = None, bwrap: str = "bwrap") -> HostFacts:
+    """The facts :func:`sandbox_profiles.launch.launch_argv` needs, as they are now. The
+    thread count of the server's uid is only taken when ``profile`` limits processes."""
+    processes = 0
+    if profile is not None and profile.limits.processes is not None:
+        processes = threads_of(profile.run_as[0] if profile.run_as else os.getuid())
+    return HostFacts(
+        platform=PLATFORM,
+        bwrap=bwrap,
+        hard_limits=own_hard_limits(),
+        processes=processes,
+        tmpdir=os.environ.get("TMPDIR", "/tmp"),
+    )
+
+
+def own_hard_limits() -> Limits:
+    """The launcher's own hard rlimits (None: unlimited). The process count is left out:
+    a server's allowance is added to what its uid runs already, not capped."""
+
+    def hard(which: int) -> int | None:
+        value = resource.getrlimit(which)[1]
+        return None if value == resource.RLIM_INFINITY else value
+
+    return Limits(
+        memory=hard(resource.RLIMIT_DATA),
+        open_files=hard(resource.RLIMIT_NOFILE),
+        cpu_seconds=hard(resource.RLIMIT_CPU),
+        file_size=hard(resource.RLIMIT_FSIZE),
+    )
+
+
+_THREAD_COUNTS: dict[int, tuple[float, int]] = {}
+
+
+def threads_of(uid: int) -> int:
+    """Threads of ``uid`` (RLIMIT_NPROC counts threads, not processes). Servers started
+    together share one count (a scan of every process of the machine each)."""
+    now = time.monotonic()
+    cached = _THREAD_COUNTS.get(uid)
+    if cached is not None and now - cached[0] < 2.0:
+        return cached[1]
+    count = 0
+    for proc in psutil.process_iter(["uids", "num_threads"]):
+        uids = proc.info.get("uids")
+        if uids is not None and uids.real == uid:
+            count += proc.info.get("num_threads") or 1
+    _THREAD_COUNTS[uid] = (now, count)
+    return count
+
+
+def sandbox_problem(privileged: bool = False) -> str | None:
+    """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe).
+
+    ``privileged``: the launcher runs as root, so bwrap builds the sandbox without a user
+    namespace and ``setpriv`` switches the server to an unprivileged uid."""
+    if MACOS:
+        ok = os.access(SANDBOX_EXEC, os.X_OK)
+        return None if ok else "sandbox-exec is missing (it ships with macOS)"
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    if privileged and not os.access(SETPRIV, os.X_OK):
+        return f"{SETPRIV} (util-linux) is missing; it drops root for sandboxed servers"
+    spaces = ["pid", "ipc", "net", "uts", "cgroup", *([] if privileged else ["user"])]
+    probe = [
+        bwrap,
+        *(f"--unshare-{ns}" for ns in spaces),
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--",
+        "true",
+    ]
+    try:
+        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"bwrap could not be started: {exc}"
+    if done.returncode != 0:
+        return f"bwrap cannot create a sandbox here: {done.stderr.strip() or done.returncode}"
+    return None
+
+
+def sandbox_identity(workspace: str) -> tuple[int, int] | None:
+    """Who sandboxed servers run as. None (the caller's own uid, mapped in a user
+    namespace) unless ironcurtain runs as root: then the workspace's owner when that is an
+    ordinary user, else ``nobody``. A server never keeps root's access to host files."""
+    if os.geteuid() != 0:
+        return None
+    with contextlib.suppress(OSError):
+        st = os.stat(workspace)
+        if st.st_uid != 0:
+            return st.st_uid, st.st_gid
+    return NOBODY
+
+
+def seccomp_filter() -> tuple[bytes | None, str | None]:
+    """The compiled system-call filter, or why none can be built here. macOS has none."""
+    if MACOS:
+        return None, None
+    from sandbox_profiles import seccomp
+
+    try:
+        return seccomp.compile_filter(), None
+    except seccomp.SeccompUnavailable as exc:
+        return None, f"no seccomp filter can be built: {exc}"

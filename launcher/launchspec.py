@@ -1,0 +1,37 @@
+"""How to start one server: a plain command, or a sandbox profile whose launch argv is
+rendered at each start from the host's facts as they are then."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher.host import host_facts
+from sandbox_profiles.launch import launch_argv, launch_dirs
+from sandbox_profiles.model import SandboxProfile
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """How to start one server. A sandboxed one has a ``profile``; its argv (bwrap, with the
+    seccomp descriptor and the ``prlimit`` prefix) is rendered at each start."""
+
+    name: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    cwd: str
+    timeout: float | None
+    profile: SandboxProfile | None = None
+    bwrap: str = "bwrap"
+    seccomp: bytes | None = None
+
+    def command(self, seccomp_fd: int | None) -> list[str]:
+        """The argv to start it now (creating what that needs, as a private TMPDIR)."""
+        profile = self.profile
+        if profile is None:
+            return list(self.argv)
+        host = host_facts(profile, self.bwrap)
+        for directory in launch_dirs(profile, host):
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        return launch_argv(profile, host, seccomp_fd)

@@ -1,0 +1,151 @@
+"""The raw OS calls: inotify (through libc), POSIX ACLs as extended attributes, memfd,
+pidfd, and descriptors opened without following symlinks (``O_PATH``). Linux only; what
+uses them says what happens where one is missing."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import errno
+import functools
+import os
+import stat
+import struct
+from collections.abc import Iterator
+
+# -- descriptors ---------------------------------------------------------------------------
+
+# A directory, never through a symlink.
+DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Any file, only to name it (fstat, chmod through /proc), never through a symlink.
+PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def explain(exc: OSError) -> str:
+    """An OSError in words, without its errno number."""
+    return exc.strerror or str(exc)
+
+
+def open_dir(path: str) -> int:
+    """A descriptor of the directory ``path`` (a root the caller trusts: followed)."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def fd_path(fd: int) -> str:
+    """A path naming what ``fd`` is open on, for calls that take only a path."""
+    return f"/proc/self/fd/{fd}"
+
+
+def open_up(fd: int) -> None:
+    """Give a directory's owner full access to it again (the launcher is its owner)."""
+    mode = os.stat(fd).st_mode
+    os.chmod(fd_path(fd), stat.S_IMODE(mode) | stat.S_IRWXU)
+
+
+def open_up_child(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(OSError):
+        child = os.open(name, PATH, dir_fd=dir_fd)
+        try:
+            if stat.S_ISDIR(os.stat(child).st_mode):
+                open_up(child)
+        finally:
+            os.close(child)
+
+
+def open_up_path(path: str) -> bool:
+    """Give a directory found unreadable its owner's access back (for the sweep)."""
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode):
+            return False
+        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    except OSError:
+        return False
+    return True
+
+
+# -- memfd and pidfd -----------------------------------------------------------------------
+
+
+def memfd(name: str, data: bytes) -> int:
+    """An anonymous file holding ``data``, readable from its start, inheritable."""
+    fd = os.memfd_create(name, 0)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def pidfd_open(pid: int) -> int | None:
+    """A descriptor that becomes readable when ``pid`` exits; None before Linux 5.3 (or
+    off Linux), where the caller waits some other way."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+# -- extended attributes -------------------------------------------------------------------
+
+
+def read_xattr(path: str, name: str) -> bytes | None:
+    """The attribute ``name`` of ``path`` itself (not a symlink's target); None when unset."""
+    try:
+        return os.getxattr(path, name, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.ENODATA:
+            return None
+        raise
+
+
+def write_xattr(path: str, name: str, value: bytes) -> None:
+    os.setxattr(path, name, value, follow_symlinks=False)
+
+
+# -- inotify -------------------------------------------------------------------------------
+
+IN_CREATE = 0x100
+IN_MOVED_TO = 0x080
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ISDIR = 0x40000000
+IN_DONT_FOLLOW = 0x02000000
+IN_ONLYDIR = 0x01000000
+IN_NONBLOCK = 0o4000
+IN_CLOEXEC = 0o2000000
+_EVENT = struct.Struct("iIII")
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.inotify_init1.argtypes = [ctypes.c_int]
+    libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    return libc
+
+
+def inotify_init() -> int:
+    """A non-blocking inotify descriptor; OSError when inotify is not available."""
+    fd: int = _libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return fd
+
+
+def inotify_add_watch(fd: int, path: str, mask: int) -> tuple[int, int]:
+    """(watch descriptor, 0), or (-1, errno) when ``path`` cannot be watched."""
+    wd: int = _libc().inotify_add_watch(fd, os.fsencode(path), mask)
+    return wd, (ctypes.get_errno() if wd < 0 else 0)
+
+
+def inotify_events(data: bytes) -> Iterator[tuple[int, int, str]]:
+    """(watch descriptor, mask, name) of each event in what one read returned."""
+    offset = 0
+    while offset + _EVENT.size <= len(data):
+        wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+        raw = data[offset + _EVENT.size : offset + _EVENT.size + length]
+        offset += _EVENT.size + length
+        yield wd, mask, os.fsdecode(raw.rstrip(b"\0"))

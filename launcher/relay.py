@@ -1,0 +1,253 @@
+r"""The relay core: the client's messages in, the servers' answers out, every request that
+reaches a server checked on the way (:mod:`launcher.checked`).
+
+It knows no process and no socket: servers are :class:`~launcher.seams.Downstream`\ s, the
+client an :class:`~launcher.seams.Upstream`. It answers what it can itself (``initialize``,
+``ping``, the lists gathered from the servers), relays the servers' notifications (routes
+rebuilt when a list changes) and asks the client what the approvals need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Coroutine
+from typing import Any
+
+from launcher.checked import CHECKED, CheckedCalls
+from launcher.gate import TOOL
+from launcher.jsonrpc import (
+    LATEST_PROTOCOL,
+    PROTOCOL_VERSIONS,
+    Message,
+    error,
+    notification,
+    result,
+    unencodable,
+)
+from launcher.seams import Core, Downstream, Upstream
+
+FORWARDED_NOTIFICATIONS = (
+    "notifications/progress",
+    "notifications/message",
+    "notifications/resources/updated",
+)
+LIST_CHANGED = {
+    "notifications/tools/list_changed": "tools",
+    "notifications/prompts/list_changed": "prompts",
+    "notifications/resources/list_changed": "resources",
+}
+# Bytes waiting for the client beyond which servers' notifications are dropped.
+NOTIFICATION_BACKLOG = 16 * 1024 * 1024
+_NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
+
+
+class Relay:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.upstream: Upstream | None = None
+        self.client_elicits = False
+        self.calls = CheckedCalls(
+            core,
+            send=self.send,
+            ask=self.ask_client,
+            client_elicits=lambda: self.client_elicits,
+            spawn=self._spawn,
+        )
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._upstream_ids = itertools.count(1)
+        self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
+        self._dropping = False
+        self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
+        core.router.build(core.servers)
+
+    # -- upstream --------------------------------------------------------------------------
+
+    def send(self, message: Message) -> None:
+        if self.upstream is not None:
+            self.upstream.deliver(message)
+
+    def feed(self, line: bytes) -> None:
+        """One message from the client (JSON text)."""
+        if not line.strip():
+            return
+        try:
+            message = json.loads(line)
+        except ValueError:
+            self.send(error(None, -32700, "parse error: not JSON"))
+            return
+        if not isinstance(message, dict):
+            self.send(error(None, -32600, "invalid request: batches are not supported"))
+            return
+        # Nothing the audit log cannot hold reaches a server: a string with no UTF-8 form (a
+        # lone surrogate, which a "\ud800" escape gives) is refused here; a call's arguments
+        # are hashed before anything is sent, which refuses one there too.
+        request_id = message.get("id")
+        if type(request_id) is not int and unencodable(request_id):
+            if "method" in message:
+                self.send(error(None, -32600, f"invalid request: its id {_NO_UTF8}"))
+            return
+        method = message.get("method")
+        if method is None:
+            self._client_answer(message)
+            return
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if "id" not in message:
+            self._client_notification(str(method), params)
+            return
+        try:
+            if method == TOOL:
+                if unencodable(params.get("name")) or (
+                    len(params) > 2
+                    and unencodable({k: v for k, v in params.items() if k != "arguments"})
+                ):
+                    self.send(error(request_id, -32600, f"invalid request: its params {_NO_UTF8}"))
+                    return
+            elif unencodable(message):
+                self.send(error(request_id, -32600, f"invalid request: a string in it {_NO_UTF8}"))
+                return
+            self._request(str(method), params, request_id)
+        except UnicodeEncodeError:  # from hashing the arguments: nothing was sent
+            self.send(error(request_id, -32600, f"invalid request: an argument {_NO_UTF8}"))
+        except Exception as exc:  # never take the session down for one request
+            self.send(error(request_id, -32603, f"internal error: {exc}"))
+
+    def _client_answer(self, message: Message) -> None:
+        """The client's answer to a request of ours (an elicitation), else nothing."""
+        key = message.get("id")
+        future = self._upstream_pending.pop(key, None) if isinstance(key, str) else None
+        if future is not None and not future.done():
+            future.set_result(message)
+
+    def _client_notification(self, method: str, params: Message) -> None:
+        if method != "notifications/cancelled":
+            return
+        request_id = params.get("requestId")
+        if isinstance(request_id, str | int):
+            self.calls.cancel(request_id)
+
+    def _request(self, method: str, params: Message, request_id: Any) -> None:
+        router = self.core.router
+        if method in CHECKED:
+            self.calls.start(method, params, request_id)
+            return
+        answer: Message
+        if method == "initialize":
+            answer = self._initialize(params)
+        elif method in ("ping", "logging/setLevel"):
+            answer = {}
+        elif method == "tools/list":
+            answer = {"tools": router.exposed_tools}
+        elif method == "prompts/list":
+            answer = {"prompts": router.exposed_prompts}
+        elif method == "resources/list":
+            answer = {"resources": router.resources}
+        elif method == "resources/templates/list":
+            answer = {"resourceTemplates": router.resource_templates}
+        else:
+            self.send(error(request_id, -32601, f"method not found: {method}"))
+            return
+        self.send(result(request_id, answer))
+
+    def _initialize(self, params: Message) -> Message:
+        client_caps = params.get("capabilities")
+        self.client_elicits = isinstance(client_caps, dict) and bool(
+            client_caps.get("elicitation") is not None
+        )
+        requested = params.get("protocolVersion")
+        return {
+            "protocolVersion": requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL,
+            "capabilities": self.core.router.capabilities(),
+            "serverInfo": {"name": "ironcurtain", "version": "0.1.0"},
+            "instructions": "Tools of several MCP servers, each sandboxed; every call is "
+            "checked by policy. Denied calls return an error result starting with DENIED.",
+        }
+
+    async def ask_client(self, method: str, params: Message, timeout: float) -> Message:
+        """Send a request to the client and wait for its whole response."""
+        request_id = f"ironcurtain-{next(self._upstream_ids)}"
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._upstream_pending[request_id] = future
+        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            reason = {"requestId": request_id, "reason": "no answer in time"}
+            self.send(notification("notifications/cancelled", reason))
+            raise
+        finally:
+            self._upstream_pending.pop(request_id, None)
+
+    # -- from the servers ------------------------------------------------------------------
+
+    def on_server_notification(self, conn: Downstream, message: Message) -> None:
+        method = message.get("method")
+        if method in FORWARDED_NOTIFICATIONS:
+            upstream = self.upstream
+            if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
+                # The client is not reading: a server's progress and log messages are
+                # dropped rather than held without limit (answers are never dropped).
+                if not self._dropping:
+                    self.core.say(
+                        f"the client is not reading; dropping notifications from "
+                        f"'{conn.name}' until it catches up"
+                    )
+                self._dropping = True
+                return
+            self._dropping = False
+            self.send(message)
+        elif isinstance(method, str) and method in LIST_CHANGED:
+            # One refresh per server and list at a time; changes meanwhile make one more.
+            key = (conn.name, LIST_CHANGED[method])
+            if key in self._refreshing:
+                self._refreshing[key] = True
+                return
+            self._refreshing[key] = False
+            self._spawn(self._refresh(conn, key[1], method))
+
+    async def _refresh(self, conn: Downstream, kind: str, method: str) -> None:
+        key = (conn.name, kind)
+        try:
+            while True:
+                try:
+                    if kind == "tools":
+                        tools = await conn.list_tools()
+                        self.core.gate.pin(conn.name, tools, at_start=False)
+                    else:
+                        await conn.list_extras()
+                except Exception as exc:  # the old list stays
+                    self.core.say(f"server '{conn.name}': listing its {kind} again failed: {exc}")
+                else:
+                    self.lists_changed(method)
+                if not self._refreshing.get(key):
+                    return
+                self._refreshing[key] = False
+        finally:
+            self._refreshing.pop(key, None)
+
+    def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
+        """A server's lists changed (or a restarted server replaced one): routes anew."""
+        self.core.router.build(self.core.servers)
+        self.send(notification(method))
+
+    # -- tasks and stopping ----------------------------------------------------------------
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    @property
+    def pending(self) -> list[asyncio.Task[None]]:
+        return [t for t in self._tasks if not t.done()]
+
+    async def stop(self) -> None:
+        """Calls still out are cancelled at their servers and audited ``cancelled``."""
+        self.calls.stop()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,134 @@
+"""Public names to servers: which server answers a tool, a prompt, a resource.
+
+With several servers, tools and prompts are named ``<server>__<name>`` on the endpoint; with
+one selected server their own names pass through. A resource is found by its exact URI,
+else by the longest URI-template prefix. The router is rebuilt from the servers' lists
+whenever one of them changes; it knows no process and no transport.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from launcher.jsonrpc import Message
+
+SEPARATOR = "__"
+
+
+class Listing(Protocol):
+    """What a server said it offers (its ``*/list`` answers and its capabilities)."""
+
+    @property
+    def tools(self) -> list[Message]: ...
+
+    @property
+    def prompts(self) -> list[Message]: ...
+
+    @property
+    def resources(self) -> list[Message]: ...
+
+    @property
+    def resource_templates(self) -> list[Message]: ...
+
+    @property
+    def capabilities(self) -> Message: ...
+
+
+@dataclass
+class Router:
+    prefixed: bool
+    tools: dict[str, tuple[str, str]] = field(default_factory=dict)
+    prompts: dict[str, tuple[str, str]] = field(default_factory=dict)
+    exposed_tools: list[Message] = field(default_factory=list)
+    exposed_prompts: list[Message] = field(default_factory=list)
+    resources: list[Message] = field(default_factory=list)
+    resource_templates: list[Message] = field(default_factory=list)
+    _resource_servers: dict[str, str] = field(default_factory=dict)
+    _template_prefixes: list[tuple[str, str]] = field(default_factory=list)
+    _template_servers: dict[str, str] = field(default_factory=dict)
+    # Which servers declared what (for the endpoint's own capabilities and routing).
+    completes: set[str] = field(default_factory=set)
+    subscribes: set[str] = field(default_factory=set)
+
+    def public(self, server: str, name: str) -> str:
+        """The name clients see for a server's tool or prompt.
+
+        >>> Router(prefixed=True).public("fs", "read_file")
+        'fs__read_file'
+        """
+        return f"{server}{SEPARATOR}{name}" if self.prefixed else name
+
+    def build(self, servers: Mapping[str, Listing]) -> None:
+        tools: dict[str, tuple[str, str]] = {}
+        prompts: dict[str, tuple[str, str]] = {}
+        exposed_tools: list[Message] = []
+        exposed_prompts: list[Message] = []
+        resources: dict[str, str] = {}
+        prefixes: list[tuple[str, str]] = []
+        templates: dict[str, str] = {}
+        self.completes, self.subscribes = set(), set()
+        for name, listing in servers.items():
+            _route(name, listing.tools, self.public, tools, exposed_tools)
+            _route(name, listing.prompts, self.public, prompts, exposed_prompts)
+            for resource in listing.resources:
+                resources.setdefault(str(resource.get("uri", "")), name)
+            for template in listing.resource_templates:
+                uri_template = str(template.get("uriTemplate", ""))
+                templates.setdefault(uri_template, name)
+                prefix = uri_template.split("{", 1)[0]
+                if prefix:
+                    prefixes.append((prefix, name))
+            caps = listing.capabilities
+            if isinstance(caps.get("completions"), dict):
+                self.completes.add(name)
+            offered = caps.get("resources")
+            if isinstance(offered, dict) and offered.get("subscribe") is True:
+                self.subscribes.add(name)
+        self.tools, self.exposed_tools = tools, exposed_tools
+        self.prompts, self.exposed_prompts = prompts, exposed_prompts
+        self.resources = [r for s in servers.values() for r in s.resources]
+        self.resource_templates = [t for s in servers.values() for t in s.resource_templates]
+        self._resource_servers, self._template_servers = resources, templates
+        # Longest prefix first, so the most specific template wins.
+        self._template_prefixes = sorted(prefixes, key=lambda p: -len(p[0]))
+
+    def resource(self, uri: str) -> str | None:
+        """The server that answers for ``uri``, if any."""
+        server = self._resource_servers.get(uri)
+        if server is not None:
+            return server
+        for prefix, owner in self._template_prefixes:
+            if uri.startswith(prefix):
+                return owner
+        return None
+
+    def template(self, uri_template: str) -> str | None:
+        """The server that offers the resource template ``uri_template`` (completions)."""
+        return self._template_servers.get(uri_template)
+
+    def capabilities(self) -> Message:
+        """What the endpoint offers its client: the union of what the servers offer."""
+        caps: Message = {"tools": {"listChanged": True}, "logging": {}}
+        if self.exposed_prompts:
+            caps["prompts"] = {"listChanged": True}
+        if self.resources or self.resource_templates:
+            caps["resources"] = {"listChanged": True, "subscribe": bool(self.subscribes)}
+        if self.completes:
+            caps["completions"] = {}
+        return caps
+
+
+def _route(
+    server: str,
+    items: Sequence[Message],
+    public: Callable[[str, str], str],
+    routes: dict[str, tuple[str, str]],
+    exposed: list[Message],
+) -> None:
+    for item in items:
+        own = str(item.get("name", ""))
+        name = public(server, own)
+        routes[name] = (server, own)
+        exposed.append({**item, "name": name})

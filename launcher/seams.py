@@ -1,0 +1,74 @@
+"""The relay core's two seams, as plain callbacks so a relayed call costs no extra trip
+round the event loop.
+
+- **downstream**: a server connection (:class:`Downstream`): send a request with a
+  completion callback, cancel it, notify; what the server lists;
+- **upstream**: a client transport (:class:`Upstream`): it hands each message it reads to
+  the relay's ``feed`` and takes what the relay sends through ``deliver``.
+
+A server process over stdio (:mod:`launcher.servers`) is one downstream, a fake in the
+tests is another; stdio and streamable HTTP are the upstreams.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from launcher.audit import AuditLog
+from launcher.gate import Gate
+from launcher.jsonrpc import Message, OnDone
+from launcher.router import Listing, Router
+
+
+class Downstream(Listing, Protocol):
+    """One server, as the relay sees it."""
+
+    name: str
+    restarting: bool
+
+    def send_request(
+        self, method: str, params: Message | None, on_done: OnDone, timeout: float | None = None
+    ) -> int: ...
+
+    def cancel_request(self, request_id: int, reason: str) -> bool: ...
+
+    def notify(self, method: str, params: Message | None) -> None: ...
+
+    async def list_tools(self) -> list[Message]: ...
+
+    async def list_extras(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """The client's side: where the relay's messages go."""
+
+    def deliver(self, message: Message) -> None: ...
+
+    def backlog(self) -> int:
+        """Bytes written for the client and not yet taken by it."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    cwd: str  # where its relative paths are resolved
+    timeout: float | None  # seconds a request may take
+    sandboxed: bool
+
+
+@dataclass
+class Core:
+    """What the relay core works with; the session gives it."""
+
+    servers: Mapping[str, Downstream]  # live: a restarted server's connection replaces one
+    settings: Mapping[str, ServerSettings]
+    gate: Gate
+    audit: AuditLog
+    router: Router
+    workspace: str  # where a request no server takes is resolved
+    audit_args_clear: bool = False
+    halted: Mapping[str, str] = field(default_factory=dict)  # servers stopped, and why
+    settle: Callable[[], None] = lambda: None  # the guard: deal with what servers wrote
+    say: Callable[[str], None] = print  # a line for the operator

@@ -1,0 +1,239 @@
+"""How one server of a session is planned: the program it runs, how it sees the workspace,
+its sandbox profile and launch, what its egress proxy lets through."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import shutil
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from launcher import dirs
+from launcher.config import FilesystemSandbox, LoadedConfig, ServerConfig
+from launcher.errors import ConfigError, SandboxUnavailable
+from launcher.host import PLATFORM
+from launcher.launchspec import LaunchSpec
+from launcher.programs import npx_to_node, resolve_command
+from policy.egress import EgressRules
+from policy.models import ToolAnnotationsFile
+from policy.roles import get_path_roles
+from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
+from sandbox_profiles.discover import NeedsHiddenDirectory
+from sandbox_profiles.launch import launch_cwd
+from sandbox_profiles.model import Limits
+from sandbox_profiles.profile import (
+    WorkspaceAccess,
+    guarded_paths,
+    placeholders,
+    sandbox_env,
+)
+
+# Path roles that change the filesystem: a server with a tool taking one gets the workspace
+# writable; with only other path roles, read-only; with no path role at all, not at all.
+WRITE_ROLES = frozenset({"write-path", "delete-path"})
+PATH_ROLES = frozenset(get_path_roles())
+assert WRITE_ROLES <= PATH_ROLES
+HIDDEN_DIR_FIX = (
+    "install the server so that it needs nothing from there: into a virtualenv made from a "
+    "system Python (python3 -m venv /opt/venvs/NAME, then its pip), with pipx, or under "
+    "/usr/local (npm install -g, pip install --prefix /usr/local)"
+)
+
+
+@dataclass(frozen=True)
+class ServerPlan:
+    name: str
+    config: ServerConfig
+    launch: LaunchSpec
+    profile: SandboxProfile | None
+    cwd: str  # where the server runs; relative paths in its calls resolve here
+    guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
+    # How the workspace is shown to it (from its tool annotations), and why.
+    workspace_access: WorkspaceAccess = "write"
+    workspace_reason: str = ""
+    egress: EgressRules | None = None  # a networked server: what its proxy lets through
+    egress_socket: str | None = None
+    # (path, is a dir): made empty on the host for denyRead masks, removed after if still so
+    placeholders: tuple[tuple[str, bool], ...] = ()
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.profile is not None
+
+
+@dataclass(frozen=True)
+class Surroundings:
+    """What every server of one session is planned against."""
+
+    config: LoadedConfig
+    annotations: ToolAnnotationsFile
+    workspace: str
+    runtime_dir: str
+    search: Sequence[str]
+    bwrap: str
+    protected: Sequence[str]  # read-only inside any writable root
+    never_shown: Mapping[str, str]  # see never_shown()
+    run_as: tuple[int, int] | None
+    seccomp_bpf: bytes | None
+    can_sandbox: bool  # False: sandboxed servers run unsandboxed (allowed by the caller)
+    display_only: bool  # planned to be shown, not run
+
+
+def egress_rules(server: ServerConfig) -> EgressRules | None:
+    """What the egress proxy lets a server reach; None (no network at all) when its config
+    allows no domain."""
+    if server.sandbox is False or not server.sandbox.network:
+        return None
+    net = server.sandbox.network
+    if not net.allowed_domains:
+        return None
+    return EgressRules.from_config(net.allowed_domains, net.denied_domains, net.hosts)
+
+
+def workspace_access(annotations: ToolAnnotationsFile, name: str) -> tuple[WorkspaceAccess, str]:
+    """How a server sees the workspace, from its tools' argument roles, and why: writable
+    when a tool has a write role, read-only when tools take only other paths, not at all
+    when no tool takes a path. Without annotations no call of it is ever made; it gets the
+    workspace read-only, so a server handed the workspace as an argument still starts
+    (``annotate-tools`` lists the tools of exactly such servers)."""
+    entry = annotations.servers.get(name)
+    if entry is None or not entry.tools:
+        return "read", "the policy has no tool annotations for this server (none can be called)"
+    writers = [
+        t.tool_name for t in entry.tools if any(WRITE_ROLES & set(r) for r in t.args.values())
+    ]
+    if writers:
+        more = f" and {len(writers) - 1} more tools" if len(writers) > 1 else ""
+        return "write", f"{writers[0]}{more} {'have' if more else 'has'} a write role"
+    if any(PATH_ROLES & set(r) for t in entry.tools for r in t.args.values()):
+        return "read", "no tool of this server has a write role"
+    return "none", "no tool of this server takes a path"
+
+
+def never_shown() -> dict[str, str]:
+    """Directories a server's program may never be shown by, nor any directory holding
+    one: the home (``$HOME`` and the user database's), its ``.local`` and ``.config``,
+    ironcurtain's configuration and state; each also by its real path."""
+    found: dict[str, str] = {}
+    homes = [os.path.expanduser("~")]
+    with contextlib.suppress(KeyError):
+        homes.append(pwd.getpwuid(os.getuid()).pw_dir)
+    for home in dict.fromkeys(h.rstrip("/") for h in homes):
+        if not home:
+            continue
+        found[home] = "your home"
+        found[os.path.join(home, ".local")] = "~/.local (ironcurtain's state, programs' data)"
+        found[os.path.join(home, ".config")] = "~/.config (programs' settings and tokens)"
+    found[str(dirs.config_dir().parent)] = "the XDG configuration directory"
+    found[str(dirs.config_dir())] = "ironcurtain's configuration"
+    found[str(dirs.state_dir())] = "ironcurtain's state (audit logs, pins, quarantine)"
+    return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
+
+
+def limits_of(server: ServerConfig) -> Limits:
+    """The limits in force: the config's, each field defaulting to
+    :data:`launcher.config.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
+    if server.sandbox is False or server.sandbox.limits is False:
+        return Limits()
+    cfg = server.sandbox.limits
+    return Limits(
+        memory=cfg.memory,  # type: ignore[arg-type]  # validated to int
+        open_files=cfg.open_files,
+        processes=cfg.processes,
+        cpu_seconds=cfg.cpu_seconds,
+        file_size=cfg.file_size,  # type: ignore[arg-type]
+    )
+
+
+def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
+    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false``
+    (or the host cannot sandbox and the caller allowed that)."""
+    command = resolve_command(server.command, list(at.search))
+    if command is None:
+        raise ConfigError(
+            str(at.config.path),
+            f"$.{at.config.key}.{name}.command",
+            f"command {server.command!r} not found on PATH or next to {sys.executable}",
+        )
+    cwd = server.cwd or at.workspace
+    access, access_reason = workspace_access(at.annotations, name)
+    sandboxed = server.sandboxed and at.can_sandbox
+    args = list(server.args)
+    fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
+    if at.workspace in fs.allow_write:
+        access, access_reason = "write", "allowWrite names it"
+    egress = egress_rules(server) if sandboxed else None
+    egress_socket = os.path.join(at.runtime_dir, f"egress-{name}.sock") if egress else None
+    program_files: list[str] = []
+    if sandboxed and os.path.basename(command) == "npx":
+        command, args = npx_to_node(command, args, list(at.search), at.config, name)
+        program_files.append(args[0])
+    request = ProfileRequest(
+        name=name,
+        command_path=command,
+        args=args,
+        env=server.env,
+        workspace=at.workspace,
+        cwd=server.cwd,
+        workspace_access=access,
+        workspace_reason=access_reason,
+        allow_read=fs.allow_read,
+        allow_write=fs.allow_write,
+        deny_read=fs.deny_read,
+        deny_write=fs.deny_write,
+        protected=at.protected,
+        runtime_dir=at.runtime_dir,
+        search_path=at.search,
+        host_env=os.environ,
+        run_as=at.run_as,
+        program_files=program_files,
+        egress_socket=egress_socket,
+        bridge_python=sys.executable,
+        limits=limits_of(server),
+        seccomp=at.seccomp_bpf is not None or at.display_only,
+        never_shown=at.never_shown,
+    )
+    if sandboxed:
+        try:
+            profile = build_profile(request)
+        except NeedsHiddenDirectory as exc:
+            raise ConfigError(
+                str(at.config.path), f"$.{at.config.key}.{name}.command", f"{exc}; {HIDDEN_DIR_FIX}"
+            ) from None
+        if profile.limits.any() and shutil.which("prlimit") is None:
+            raise SandboxUnavailable(
+                f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "
+                "installed.\nTo fix: sudo apt-get install util-linux."
+            )
+        launch = LaunchSpec(
+            name,
+            [],
+            profile.env,
+            launch_cwd(profile, PLATFORM),
+            server.timeout,
+            profile=profile,
+            bwrap=at.bwrap,
+            seccomp=at.seccomp_bpf if profile.seccomp else None,
+        )
+        return ServerPlan(
+            name,
+            server,
+            launch,
+            profile,
+            cwd,
+            guarded=tuple(guarded_paths(request, profile)),
+            workspace_access=access,
+            workspace_reason=access_reason,
+            placeholders=tuple(placeholders(profile)),
+            egress=egress,
+            egress_socket=egress_socket,
+        )
+    env = {
+        **sandbox_env(request, os.path.dirname(command)),
+        "HOME": os.path.expanduser("~"),
+    }
+    launch = LaunchSpec(name, [command, *server.args], env, cwd, server.timeout)
+    return ServerPlan(name, server, launch, None, cwd)

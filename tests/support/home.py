@@ -1,0 +1,51 @@
+"""An isolated user for one test: its own HOME and XDG directories, a secret SSH key."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.support.paths import BIN
+
+
+@dataclass
+class Home:
+    """An isolated user: HOME, XDG dirs, a secret SSH key, and the environment to run with."""
+
+    root: Path
+    home: Path
+    state: Path
+    config: Path
+    env: dict[str, str]
+    secret: str
+
+    def ws(self, name: str = "ws") -> Path:
+        path = self.root / name
+        path.mkdir(exist_ok=True)
+        return path
+
+
+def make_home(tmp_path: Path) -> Home:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    secret = "SECRET-KEY-" + os.urandom(8).hex()
+    (home / ".ssh" / "id_rsa").write_text(secret)
+    state = tmp_path / "state"
+    config = tmp_path / "xdg-config"
+    env = {
+        "PATH": f"{BIN}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(home),
+        "XDG_STATE_HOME": str(state),
+        "XDG_CONFIG_HOME": str(config),
+        "LANG": "C.UTF-8",
+        "CALLER_SECRET_TOKEN": secret,
+    }
+    return Home(tmp_path, home, state, config, env, secret)
+
+
+def git_repo(ws: Path) -> None:
+    """Make ``ws`` a git repository with one file, README.md."""
+    subprocess.run(["git", "init", "-q", str(ws)], check=True)
+    (ws / "README.md").write_text("hello\n")

@@ -1,0 +1,64 @@
+"""Sessions of ``ironcurtain run`` through the ``mcp`` SDK's own client over stdio: what a
+real MCP client does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import ElicitationFnT
+
+from tests.support.home import Home
+from tests.support.paths import IRONCURTAIN
+
+Calls = Iterable[tuple[str, dict[str, Any]]]
+Elicitation = ElicitationFnT
+
+
+@asynccontextmanager
+async def connect(
+    user: Home,
+    *args: str,
+    elicitation: Elicitation | None = None,
+    prefix: Sequence[str] = (),
+) -> AsyncIterator[ClientSession]:
+    """``ironcurtain run *args`` as ``user``, initialized; ``elicitation`` answers what it
+    asks the client, ``prefix`` runs it through another program (``prlimit …``)."""
+    argv = [*prefix, IRONCURTAIN, "run", *args]
+    params = StdioServerParameters(command=argv[0], args=argv[1:], env=user.env, cwd=str(user.root))
+    async with (
+        stdio_client(params) as (read, write),
+        ClientSession(read, write, elicitation_callback=elicitation) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def call(session: ClientSession, name: str, args: dict[str, Any]) -> tuple[bool, str]:
+    """One tool call: (is error, its text)."""
+    result = await session.call_tool(name, args)
+    text = "\n".join(getattr(c, "text", "") for c in result.content)
+    return bool(result.is_error), text
+
+
+def session_calls(
+    user: Home,
+    args: Sequence[str],
+    calls: Calls,
+    elicitation: Elicitation | None = None,
+    prefix: Sequence[str] = (),
+) -> list[tuple[bool, str]]:
+    """One session (``connect``'s arguments): each (tool, arguments) called in turn; every
+    (is error, text) answer."""
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, *args, elicitation=elicitation, prefix=prefix) as session:
+            for tool, arguments in calls:
+                out.append(await call(session, tool, arguments))
+
+    asyncio.run(scenario())
+    return out

@@ -1,0 +1,626 @@
+"""The relay core in-process: every method that reaches a server × every decision, with a fake
+server (tests/support/downstream.py), the real policy engine, gate, approvals and audit log.
+
+What only the OS can show (sandboxes, processes, stdio framing) is tested through bwrap in
+the other modules; here the routing, the one gate, escalation, cancellation and the audit
+entries are checked fast and exhaustively.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.approval import APPROVE, APPROVE_SESSION, DENY, Approvals
+from launcher.audit import AuditLog
+from launcher.breaker import CircuitBreaker
+from launcher.gate import Gate
+from launcher.jsonrpc import Message, ServerGone
+from launcher.pins import Pins
+from launcher.relay import Relay
+from launcher.router import Router
+from launcher.seams import Core, ServerSettings
+from policy import PolicyEngine
+from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from tests.support.downstream import FakeServer
+
+TIMEOUT = 7.5
+
+
+def _tool(name: str, arg: str, description: str = "") -> Message:
+    schema = {"type": "object", "properties": {arg: {"type": "string"}}}
+    return {"name": name, "description": description or name, "inputSchema": schema}
+
+
+def _prompt(name: str, arg: str) -> Message:
+    return {"name": name, "arguments": [{"name": arg, "required": True}]}
+
+
+def _annotation(server: str, key: str, name: str, effect: str, args: dict[str, list[str]]) -> Any:
+    return {key: name, "serverName": server, "effect": effect, "sideEffects": True, "args": args}
+
+
+def _annotations(server: str) -> dict[str, Any]:
+    return {
+        "tools": [
+            _annotation(server, "toolName", "read_file", "read", {"path": ["read-path"]}),
+            _annotation(server, "toolName", "write_file", "write", {"path": ["write-path"]}),
+        ],
+        "prompts": [
+            _annotation(server, "promptName", "summarize", "read", {"path": ["read-path"]}),
+        ],
+    }
+
+
+RULES = {
+    "rules": [
+        {
+            "name": "escalate-private-reads",
+            "if": {
+                "effect": ["read"],
+                "paths": {"roles": ["read-path"], "within": "${ws}/private"},
+            },
+            "then": "escalate",
+            "reason": "private files need a human",
+        },
+        {
+            "name": "allow-reads-in-workspace",
+            "if": {"effect": ["read"], "paths": {"roles": ["read-path"], "within": "${ws}"}},
+            "then": "allow",
+            "reason": "reading the workspace",
+        },
+    ]
+}
+
+
+@dataclass
+class Client:
+    """The upstream: collects what the relay sends, answers its elicitations with
+    ``approval`` (or never, when None)."""
+
+    approval: str | None = APPROVE
+    sent: list[Message] = field(default_factory=list)
+    relay: Relay | None = None
+
+    def deliver(self, message: Message) -> None:
+        self.sent.append(message)
+        if message.get("method") == "elicitation/create" and self.approval is not None:
+            content = {"answer": self.approval}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "accept"}}
+            answer["result"]["content"] = content
+            assert self.relay is not None
+            line = json.dumps(answer).encode()
+            asyncio.get_running_loop().call_soon(self.relay.feed, line)
+
+    def backlog(self) -> int:
+        return 0
+
+    @property
+    def elicitations(self) -> list[Message]:
+        return [m for m in self.sent if m.get("method") == "elicitation/create"]
+
+
+@dataclass
+class Harness:
+    tmp: Path
+    ws: Path
+    relay: Relay
+    client: Client
+    servers: dict[str, FakeServer]
+    audit: AuditLog
+    said: list[str]
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def fs(self) -> FakeServer:
+        return self.servers["fs"]
+
+    def feed(self, message: Message) -> None:
+        self.relay.feed(json.dumps(message).encode())
+
+    async def request(self, method: str, params: Message) -> Message | None:
+        """Send a request; its answer, or None when none came (within a generous bound)."""
+        rid = next(self._ids)
+        self.feed({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return await self.answer(rid)
+
+    async def answer(self, rid: int, wait: float = 2.0) -> Message | None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while loop.time() < deadline:
+            for message in self.client.sent:
+                if message.get("id") == rid and ("result" in message or "error" in message):
+                    return message
+            await asyncio.sleep(0.001)
+        return None
+
+    def entries(self) -> list[dict[str, Any]]:
+        text = (self.tmp / "audit.jsonl").read_text()
+        return [e for e in map(json.loads, text.splitlines()) if "event" not in e]
+
+
+def build(
+    tmp: Path,
+    *,
+    approval: str = "elicit",
+    answer: str | None = APPROVE,
+    breaker: int = 0,
+    servers: tuple[str, ...] = ("fs",),
+) -> Harness:
+    ws = tmp / "ws"
+    (ws / "private").mkdir(parents=True, exist_ok=True)
+    annotations = {"servers": {name: _annotations(name) for name in servers}}
+    engine = PolicyEngine(
+        CompiledPolicyFile.model_validate(RULES),
+        ToolAnnotationsFile.model_validate(annotations),
+        variables={"ws": str(ws)},
+    )
+    audit = AuditLog(str(tmp / "audit.jsonl"), "relay-test")
+    said: list[str] = []
+    gate = Gate(
+        engine,
+        CircuitBreaker(breaker),
+        audit,
+        Approvals(approval, 2.0),
+        str(tmp / "pins"),
+        say=said.append,
+    )
+    fakes = {
+        name: FakeServer(
+            name,
+            tools=[_tool("read_file", "path"), _tool("write_file", "path")],
+            prompts=[_prompt("summarize", "path")],
+            resources=[{"uri": f"file://{ws}/a.txt", "name": "a"}],
+            resource_templates=[{"uriTemplate": "file:///{path}", "name": "files"}],
+            capabilities={
+                "tools": {},
+                "prompts": {},
+                "completions": {},
+                "resources": {"subscribe": True},
+            },
+        )
+        for name in servers
+    }
+    for name, fake in fakes.items():
+        gate.pin(name, fake.tools, at_start=True)
+    settings = {name: ServerSettings(str(ws), TIMEOUT, True) for name in servers}
+    router = Router(len(servers) > 1)
+    relay = Relay(Core(fakes, settings, gate, audit, router, str(ws), say=said.append))
+    client = Client(answer, relay=relay)
+    relay.upstream = client
+    harness = Harness(tmp, ws, relay, client, fakes, audit, said)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"form": {}}}}
+    harness.feed({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+    assert client.sent.pop()["result"]["serverInfo"]["name"] == "ironcurtain"
+    return harness
+
+
+def run(work: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(asyncio.wait_for(work(), 20))
+
+
+# -- every method × every decision -----------------------------------------------------------
+
+METHODS = [
+    "tools/call",
+    "prompts/get",
+    "resources/read",
+    "resources/subscribe",
+    "resources/unsubscribe",
+    "completion/complete",
+    "completion/complete (resource)",
+]
+
+
+def params_for(method: str, path: str) -> tuple[str, Message]:
+    if method == "tools/call":
+        return method, {"name": "read_file", "arguments": {"path": path}}
+    if method == "prompts/get":
+        return method, {"name": "summarize", "arguments": {"path": path}}
+    if method == "completion/complete":
+        ref = {"type": "ref/prompt", "name": "summarize"}
+        return method, {"ref": ref, "argument": {"name": "path", "value": path}}
+    if method == "completion/complete (resource)":
+        ref = {"type": "ref/resource", "uri": "file:///{path}"}
+        value = path.removeprefix("/")
+        return "completion/complete", {"ref": ref, "argument": {"name": "path", "value": value}}
+    return method, {"uri": f"file://{path}"}
+
+
+def where(h: Harness, decision: str) -> str:
+    return {
+        "allow": str(h.ws / "a.txt"),
+        "deny": str(h.tmp / "outside.txt"),
+        "escalate": str(h.ws / "private" / "key.txt"),
+    }[decision]
+
+
+def refusal(answer: Message | None, method: str) -> str:
+    """The text a refused request was answered with (a tool result, or an error)."""
+    assert answer is not None, "no answer"
+    if method == "tools/call":
+        result = answer["result"]
+        assert result["isError"] is True
+        return str(result["content"][0]["text"])
+    assert answer["error"]["code"] == -32001, answer
+    return str(answer["error"]["message"])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_allowed_requests_reach_the_server_and_are_audited(tmp_path: Path, method: str) -> None:
+    h = build(tmp_path)
+
+    async def scenario() -> None:
+        wire, params = params_for(method, where(h, "allow"))
+        answer = await h.request(wire, params)
+        assert answer is not None and "result" in answer, answer
+        assert h.fs.methods == [wire]
+        assert h.fs.timeouts == [TIMEOUT]
+
+    run(scenario)
+    (entry,) = h.entries()
+    assert entry["method"] == params_for(method, "")[0]
+    assert entry["policy"]["decision"] == "allow" and entry["result"] == "success"
+    assert entry["server"] == "fs" and entry["escalation"] is None
+
+
+def assert_refused(h: Harness, requests: list[tuple[str, str]], starts: str) -> None:
+    """Each ``(method, path)`` request is answered with a refusal starting ``starts``, no
+    human is asked, and none of them reaches the server."""
+
+    async def scenario() -> None:
+        for method, path in requests:
+            wire, params = params_for(method, path)
+            text = refusal(await h.request(wire, params), wire)
+            assert text.startswith(starts), text
+
+    run(scenario)
+    assert h.fs.requests == []
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_denied_requests_never_reach_the_server(tmp_path: Path, method: str) -> None:
+    h = build(tmp_path)
+    assert_refused(h, [(method, where(h, "deny"))], "DENIED (rule: default-deny)")
+    (entry,) = h.entries()
+    assert entry["policy"]["rule"] == "default-deny" and entry["result"] == "denied"
+
+
+ASKED = [m for m in METHODS if not m.startswith("completion")]
+
+
+@pytest.mark.parametrize("method", ASKED)
+@pytest.mark.parametrize("said", [APPROVE, APPROVE_SESSION])
+def test_an_escalation_approved_by_the_human_is_forwarded(
+    tmp_path: Path, method: str, said: str
+) -> None:
+    h = build(tmp_path, answer=said)
+
+    async def scenario() -> None:
+        wire, params = params_for(method, where(h, "escalate"))
+        answer = await h.request(wire, params)
+        assert answer is not None and "result" in answer
+        assert not answer["result"].get("isError")
+        assert h.fs.methods == [wire]
+        (asked,) = h.client.elicitations
+        assert "private files need a human" in asked["params"]["message"]
+
+    run(scenario)
+    (entry,) = h.entries()
+    assert entry["policy"]["decision"] == "escalate" and entry["result"] == "success"
+    expected = "approved" if said == APPROVE else "approved-for-session"
+    assert entry["escalation"] == expected
+
+
+@pytest.mark.parametrize("method", ASKED)
+def test_an_escalation_the_human_refuses_is_not_forwarded(tmp_path: Path, method: str) -> None:
+    h = build(tmp_path, answer=DENY)
+    starts = "ESCALATION DENIED (rule: escalate-private-reads)"
+    assert_refused(h, [(method, where(h, "escalate"))], starts)
+    (entry,) = h.entries()
+    assert entry["escalation"] == "denied" and entry["result"] == "denied"
+
+
+@pytest.mark.parametrize("method", ASKED)
+def test_an_escalation_without_an_approval_channel_is_refused(tmp_path: Path, method: str) -> None:
+    h = build(tmp_path, approval="deny")
+    starts = "ESCALATION REQUIRED (rule: escalate-private-reads)"
+    assert_refused(h, [(method, where(h, "escalate"))], starts)
+    assert h.client.elicitations == []
+    (entry,) = h.entries()
+    assert entry["escalation"] == "no-approval-channel" and entry["result"] == "denied"
+
+
+@pytest.mark.parametrize("method", [m for m in METHODS if m.startswith("completion")])
+def test_a_completion_is_never_put_to_a_human(tmp_path: Path, method: str) -> None:
+    h = build(tmp_path, answer=APPROVE)
+    assert_refused(h, [(method, where(h, "escalate"))], "DENIED (rule: escalate-private-reads)")
+    assert h.client.elicitations == []
+    (entry,) = h.entries()
+    assert "never put to a human" in entry["policy"]["reason"]
+
+
+def test_a_completion_of_a_system_path_is_denied(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    request = ("completion/complete (resource)", "/etc/pas")
+    assert_refused(h, [request], "DENIED (rule: structural-system-root)")
+
+
+# -- routing ---------------------------------------------------------------------------------
+
+
+def test_names_are_prefixed_with_several_servers_and_forwarded_as_the_servers_own(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path, servers=("fs", "notes"))
+    path = where(h, "allow")
+
+    async def scenario() -> None:
+        listed = await h.request("tools/list", {})
+        assert listed is not None
+        names = {t["name"] for t in listed["result"]["tools"]}
+        assert names == {f"{s}__{t}" for s in ("fs", "notes") for t in ("read_file", "write_file")}
+        prompts = await h.request("prompts/list", {})
+        assert prompts is not None
+        assert {p["name"] for p in prompts["result"]["prompts"]} == {
+            "fs__summarize",
+            "notes__summarize",
+        }
+        await h.request("tools/call", {"name": "notes__read_file", "arguments": {"path": path}})
+        await h.request("prompts/get", {"name": "fs__summarize", "arguments": {"path": path}})
+        ref = {"type": "ref/prompt", "name": "notes__summarize"}
+        argument = {"name": "path", "value": path}
+        await h.request("completion/complete", {"ref": ref, "argument": argument})
+
+    run(scenario)
+    notes, fs = h.servers["notes"], h.fs
+    assert notes.requests[0] == ("tools/call", {"name": "read_file", "arguments": {"path": path}})
+    assert fs.requests == [("prompts/get", {"name": "summarize", "arguments": {"path": path}})]
+    assert notes.requests[1][1]["ref"] == {"type": "ref/prompt", "name": "summarize"}
+
+
+def test_what_no_server_offers_is_refused_and_audited(tmp_path: Path) -> None:
+    h = build(tmp_path)
+
+    async def scenario() -> None:
+        tool = await h.request("tools/call", {"name": "nope", "arguments": {}})
+        assert refusal(tool, "tools/call").startswith("DENIED (rule: structural-unknown-tool)")
+        prompt = await h.request("prompts/get", {"name": "nope"})
+        assert prompt is not None and prompt["error"]["code"] == -32602
+        resource = await h.request("resources/read", {"uri": "mem://nowhere"})
+        assert resource is not None and resource["error"]["code"] == -32002
+
+    run(scenario)
+    assert h.fs.requests == []
+    assert [(e["method"], e["result"]) for e in h.entries()] == [
+        ("tools/call", "denied"),
+        ("prompts/get", "denied"),
+        ("resources/read", "denied"),
+    ]
+
+
+def test_an_unannotated_prompt_is_never_called(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.fs.prompts.append(_prompt("shout", "text"))
+    h.relay.lists_changed("notifications/prompts/list_changed")
+
+    async def scenario() -> None:
+        answer = await h.request("prompts/get", {"name": "shout", "arguments": {"text": "hi"}})
+        assert refusal(answer, "prompts/get").startswith("DENIED (rule: structural-unknown")
+
+    run(scenario)
+    assert h.fs.requests == []
+
+
+def test_initialize_offers_what_the_servers_offer(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.fs.capabilities = {"tools": {}}  # no completions, no subscriptions
+    h.fs.prompts.clear()
+    h.relay.lists_changed()
+
+    async def scenario() -> None:
+        init = await h.request("initialize", {"protocolVersion": "2025-06-18"})
+        assert init is not None
+        caps = init["result"]["capabilities"]
+        assert "completions" not in caps and "prompts" not in caps
+        assert caps["resources"]["subscribe"] is False
+        sub = await h.request("resources/subscribe", {"uri": f"file://{h.ws}/a.txt"})
+        assert sub is not None and sub["error"]["code"] == -32601
+
+    run(scenario)
+    assert h.fs.requests == []
+
+
+# -- the gate's other parts ------------------------------------------------------------------
+
+
+def test_the_breaker_stops_the_same_request_on_every_method(tmp_path: Path) -> None:
+    h = build(tmp_path, breaker=2)
+
+    async def scenario() -> None:
+        for method in ("tools/call", "prompts/get", "resources/read"):
+            wire, params = params_for(method, where(h, "allow"))
+            for _ in range(2):
+                answer = await h.request(wire, params)
+                assert answer is not None and "result" in answer
+            text = refusal(await h.request(wire, params), wire)
+            assert text.startswith("DENIED (rule: circuit-breaker)"), text
+
+    run(scenario)
+    assert h.fs.methods == ["tools/call"] * 2 + ["prompts/get"] * 2 + ["resources/read"] * 2
+
+
+def test_a_tool_changed_since_it_was_pinned_is_escalated(tmp_path: Path) -> None:
+    Pins.load(str(tmp_path / "pins"), "fs").save([_tool("read_file", "path", "reads a file")])
+    h = build(tmp_path, approval="deny")
+    assert_refused(
+        h, [("tools/call", where(h, "allow"))], "ESCALATION REQUIRED (rule: tool-changed)"
+    )
+    assert any("differ from their pins" in line for line in h.said)
+
+
+def test_nothing_reaches_a_server_once_the_audit_log_is_gone(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    (tmp_path / "audit.jsonl").unlink()
+    requests = [(method, where(h, "allow")) for method in METHODS]
+    assert_refused(h, requests, "DENIED (rule: audit-log-unwritable)")
+
+
+def test_approve_for_session_answers_the_same_request_later_without_asking(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path, answer=APPROVE_SESSION)
+
+    async def scenario() -> None:
+        for method in ("prompts/get", "tools/call"):
+            wire, params = params_for(method, where(h, "escalate"))
+            for _ in range(2):
+                answer = await h.request(wire, params)
+                assert answer is not None and "result" in answer
+
+    run(scenario)
+    assert len(h.client.elicitations) == 2  # once per method: the whitelist is per method
+    assert [e["escalation"] for e in h.entries()] == [
+        "approved-for-session",
+        "session-whitelist",
+    ] * 2
+
+
+# -- cancellation, failures, answers ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
+def test_a_cancelled_request_is_cancelled_at_the_server_and_never_answered(
+    tmp_path: Path, method: str
+) -> None:
+    h = build(tmp_path)
+    h.fs.answer = lambda method, params: None  # holds every request
+
+    async def scenario() -> None:
+        wire, params = params_for(method, where(h, "allow"))
+        h.feed({"jsonrpc": "2.0", "id": "c1", "method": wire, "params": params})
+        await asyncio.sleep(0.01)
+        assert list(h.fs.held) == [1]
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "c1", "reason": "user"}})  # fmt: skip
+        await asyncio.sleep(0.01)
+        assert h.client.sent == []
+
+    run(scenario)
+    assert h.fs.cancelled == [(1, "cancelled")]
+    (entry,) = h.entries()
+    assert entry["result"] == "cancelled"
+
+
+def test_a_request_cancelled_while_a_human_is_asked_is_never_made(tmp_path: Path) -> None:
+    h = build(tmp_path, answer=None)  # the human never answers
+
+    async def scenario() -> None:
+        wire, params = params_for("prompts/get", where(h, "escalate"))
+        h.feed({"jsonrpc": "2.0", "id": "c2", "method": wire, "params": params})
+        await asyncio.sleep(0.01)
+        (asked,) = h.client.elicitations
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "c2"}})  # fmt: skip
+        await asyncio.sleep(0.01)
+        withdrawn = [m for m in h.client.sent if m.get("method") == "notifications/cancelled"]
+        assert [m["params"]["requestId"] for m in withdrawn] == [asked["id"]]
+        assert await h.answer("c2", wait=0.05) is None  # type: ignore[arg-type]
+
+    run(scenario)
+    assert h.fs.requests == []
+    (entry,) = h.entries()
+    assert entry["result"] == "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "status", "said"),
+    [
+        (ServerGone("fs", 3), "server-exited", "exited with status 3"),
+        (TimeoutError(), "timeout", f"did not answer within {TIMEOUT} s"),
+        ({"result": "not an object"}, "error", "malformed result"),
+    ],
+)
+@pytest.mark.parametrize("method", ["tools/call", "prompts/get", "resources/read"])
+def test_a_server_that_fails_gets_an_answer_and_an_audit_entry(
+    tmp_path: Path, method: str, outcome: Any, status: str, said: str
+) -> None:
+    h = build(tmp_path)
+    h.fs.answer = lambda method, params: outcome
+
+    async def scenario() -> None:
+        wire, params = params_for(method, where(h, "allow"))
+        answer = await h.request(wire, params)
+        assert answer is not None
+        if wire == "tools/call":
+            assert answer["result"]["isError"] is True
+            assert said in answer["result"]["content"][0]["text"]
+        else:
+            assert said in answer["error"]["message"]
+
+    run(scenario)
+    (entry,) = h.entries()
+    assert entry["result"] == status
+
+
+def test_a_servers_error_is_relayed_whole(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    failure = {"code": -32602, "message": "bad path", "data": {"path": "x"}}
+    h.fs.answer = lambda method, params: {"error": failure}
+
+    async def scenario() -> None:
+        wire, params = params_for("prompts/get", where(h, "allow"))
+        answer = await h.request(wire, params)
+        assert answer is not None and answer["error"] == failure
+
+    run(scenario)
+    (entry,) = h.entries()
+    assert entry["result"] == "error"
+
+
+def test_a_halted_servers_answer_is_withheld(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.relay.core.halted = {"fs": "the guard failed"}
+
+    async def scenario() -> None:
+        wire, params = params_for("tools/call", where(h, "allow"))
+        answer = await h.request(wire, params)
+        assert answer is not None
+        assert "was stopped: the guard failed" in answer["result"]["content"][0]["text"]
+
+    run(scenario)
+
+
+def test_progress_and_list_changes_reach_the_client(tmp_path: Path) -> None:
+    h = build(tmp_path)
+
+    async def scenario() -> None:
+        progress = {"jsonrpc": "2.0", "method": "notifications/progress",
+                    "params": {"progressToken": 1, "progress": 0.5}}  # fmt: skip
+        h.relay.on_server_notification(h.fs, progress)
+        h.fs.tools.append(_tool("delete_file", "path"))
+        changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        h.relay.on_server_notification(h.fs, changed)
+        await asyncio.sleep(0.01)
+        listed = await h.request("tools/list", {})
+        assert listed is not None
+        assert "delete_file" in {t["name"] for t in listed["result"]["tools"]}
+
+    run(scenario)
+    methods = [m.get("method") for m in h.client.sent]
+    assert methods[:2] == ["notifications/progress", "notifications/tools/list_changed"]
+    assert h.relay.core.gate.changed_tools["fs"] == {"delete_file": "new"}
+
+
+def test_batches_and_broken_json_get_an_error_not_silence(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.relay.feed(b"[1, 2]")
+    h.relay.feed(b"{not json")
+    assert [m["error"]["code"] for m in h.client.sent] == [-32600, -32700]
