@@ -26,26 +26,26 @@ SYSTEM = (
 )
 
 
-class _Annotated(BaseModel):
+class _AnnotatedFields(BaseModel):
+    """What the model says of a tool or a prompt, its name aside."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    tool_name: str = Field(alias="toolName")
     effect: Effect
     side_effects: bool = Field(alias="sideEffects")
     args: dict[str, list[ArgumentRole]] = Field(default_factory=dict)
     pii_fields: list[str] = Field(default_factory=list, alias="piiFields")
+
+
+class _Annotated(_AnnotatedFields):
+    tool_name: str = Field(alias="toolName")
 
     @property
     def name(self) -> str:
         return self.tool_name
 
 
-class _AnnotatedPrompt(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+class _AnnotatedPrompt(_AnnotatedFields):
     prompt_name: str = Field(alias="promptName")
-    effect: Effect
-    side_effects: bool = Field(alias="sideEffects")
-    args: dict[str, list[ArgumentRole]] = Field(default_factory=dict)
-    pii_fields: list[str] = Field(default_factory=list, alias="piiFields")
 
     @property
     def name(self) -> str:

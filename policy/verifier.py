@@ -102,9 +102,8 @@ def execute(
     results = []
     for scenario in scenarios:
         arguments = _fill(scenario.arguments, places)
-        decision, _ = engine.decide(
-            scenario.server, scenario.tool, arguments, cwd=places["workspace"]
-        )
+        decide = engine.decide_prompt if scenario.kind == "prompt" else engine.decide
+        decision, _ = decide(scenario.server, scenario.tool, arguments, cwd=places["workspace"])
         results.append(Result(scenario, decision.decision, decision.rule))
     return results
 
@@ -115,7 +114,8 @@ def judge_prompt(
     table = [
         {
             "description": r.scenario.description,
-            "call": f"{r.scenario.server}/{r.scenario.tool}",
+            "call": f"{r.scenario.server}/{r.scenario.tool}"
+            + (" (prompt)" if r.scenario.kind == "prompt" else ""),
             "arguments": r.scenario.arguments,
             "expected": r.scenario.expected,
             "actual": r.actual,

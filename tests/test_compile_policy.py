@@ -162,6 +162,9 @@ def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) ->
         "traversal out of the workspace",
         "a symlink out of the workspace",
         "git status outside the workspace",
+        # a prompt is decided like a tool: the over-broad read rule lets it read too
+        "the fetch prompt on the cloud metadata address",
+        "the fetch prompt on a local file",
     ]
     # And with the bundled rules, the same judge and scenarios pass.
     with scenario_tree() as places:
