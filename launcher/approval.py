@@ -101,7 +101,7 @@ class Terminals:
             while line := await reader.readline():
                 try:
                     answer = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
                     continue
                 if not isinstance(answer, dict) or answer.get("type") != "answer":
                     continue
@@ -122,6 +122,13 @@ class Approvals:
     terminals: Terminals | None = None
     # (server, tool, argument hash) that the user approved for the rest of the session.
     session_whitelist: set[tuple[str, str, str]] = field(default_factory=set)
+
+    def forget(self, server: str, tool: str) -> None:
+        """What was approved for the session for ``tool`` of ``server`` no longer counts
+        (it changed since)."""
+        self.session_whitelist = {
+            key for key in self.session_whitelist if key[:2] != (server, tool)
+        }
 
     def channel(self, client_elicits: bool) -> str | None:
         if self.mode in ("auto", "elicit") and client_elicits:

@@ -19,7 +19,16 @@ from typing import Any
 
 from launcher.approval import Requester
 from launcher.audit import Prepared, hash_value, hashed_arguments
-from launcher.gate import BY_URI, COMPLETE, PROMPT, SUBSCRIBE, TOOL, UNSUBSCRIBE
+from launcher.gate import (
+    BY_URI,
+    COMPLETE,
+    PROMPT,
+    SUBSCRIBE,
+    TOOL,
+    UNSUBSCRIBE,
+    completion_arguments,
+    label,
+)
 from launcher.jsonrpc import Message, ServerGone, error, result
 from launcher.seams import Core, Downstream
 from policy import Decision
@@ -107,22 +116,20 @@ class CheckedCalls:
         if method == PROMPT:
             public = params.get("name")
             route = router.prompts.get(public) if isinstance(public, str) else None
-            arguments = params.get("arguments") or {}
-            args = arguments if isinstance(arguments, dict) else {}
+            args = params.get("arguments") or {}
+            assert isinstance(args, dict)  # checked by start()
             return (*route, args) if route else (None, str(public), args)
         if method == COMPLETE:
-            ref = params.get("ref") if isinstance(params.get("ref"), dict) else {}
-            assert isinstance(ref, dict)
-            argument = params.get("argument") if isinstance(params.get("argument"), dict) else {}
-            assert isinstance(argument, dict)
-            args = {str(argument.get("name", "")): str(argument.get("value", ""))}
+            ref = params["ref"]
+            completed = completion_arguments(params)
+            assert completed is not None  # checked by start()
             if ref.get("type") == "ref/prompt":
                 route = router.prompts.get(str(ref.get("name")))
                 if route is None:
-                    return None, f"ref/prompt {ref.get('name')}", args
-                return route[0], f"ref/prompt {route[1]}", args
+                    return None, f"ref/prompt {ref.get('name')}", completed
+                return route[0], f"ref/prompt {route[1]}", completed
             template = str(ref.get("uri"))
-            return router.template(template), f"ref/resource {template}", args
+            return router.template(template), f"ref/resource {template}", completed
         uri = params.get("uri")
         server = router.resource(uri) if isinstance(uri, str) else None
         return server, method, {"uri": str(uri)}
@@ -133,6 +140,16 @@ class CheckedCalls:
         started = time.perf_counter()
         if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
             self.send(result(request_id, tool_result("DENIED: arguments must be a JSON object")))
+            return
+        if method == PROMPT and not isinstance(params.get("arguments") or {}, dict):
+            self.send(error(request_id, -32602, "invalid params: arguments must be an object"))
+            return
+        if method == COMPLETE and completion_arguments(params) is None:
+            text = (
+                "invalid params: a completion needs a ref (ref/prompt or ref/resource), an "
+                "argument with a string name and value, and context arguments that are strings"
+            )
+            self.send(error(request_id, -32602, text))
             return
         server, name, args = self._route(method, params)
         subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
@@ -159,11 +176,11 @@ class CheckedCalls:
 
     async def _escalate(self, call: _Call, decision: Decision) -> None:
         assert call.server is not None
-        label = call.name if call.method == TOOL else f"{call.method} {call.name}"
+        named = label(call.method, call.name)
         try:
             outcome = await self.core.gate.approve(
                 call.server,
-                label,
+                named,
                 call.arguments,
                 decision,
                 self.client_elicits(),
@@ -182,7 +199,7 @@ class CheckedCalls:
         if outcome.escalation == "approved-for-session":
             call.entry["whitelisted"] = {  # what later identical calls will match
                 "server": call.server,
-                "tool": label,
+                "tool": named,
                 "arguments": hash_value(call.arguments),
             }
         if outcome.approved:
@@ -209,6 +226,9 @@ class CheckedCalls:
         except ServerGone as gone:
             self._done(call, gone)
             return
+        except Exception as exc:  # whatever it was, the call is audited and answered
+            self._end(call, "error", failure=f"ERROR: the request could not be sent: {exc}")
+            return
         if isinstance(call.request_id, str | int):
             self._calls[call.request_id] = call
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
@@ -221,10 +241,15 @@ class CheckedCalls:
         if method == PROMPT:
             return {**params, "name": call.name, "arguments": call.arguments}
         if method == COMPLETE:
-            ref = params.get("ref")
-            if isinstance(ref, dict) and ref.get("type") == "ref/prompt":
-                return {**params, "ref": {**ref, "name": call.name.removeprefix("ref/prompt ")}}
-            return params
+            # Rebuilt from what was checked: the completed argument first, then the context.
+            (argument, value), *context = call.arguments.items()
+            ref = dict(params["ref"])
+            if ref.get("type") == "ref/prompt":
+                ref["name"] = call.name.removeprefix("ref/prompt ")
+            forward: Message = {"ref": ref, "argument": {"name": argument, "value": value}}
+            if context:
+                forward["context"] = {"arguments": dict(context)}
+            return forward
         return {**params, "uri": call.arguments["uri"]}
 
     def _done(self, call: _Call, outcome: Message | BaseException) -> None:

@@ -164,10 +164,11 @@ class ConfigFile(_Model):
     @classmethod
     def _names(cls, value: dict[str, ServerConfig] | None) -> dict[str, ServerConfig] | None:
         for name in value or {}:
-            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "__" in name:
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "__" in name or name.endswith("_"):
                 raise ValueError(
                     f"server name {name!r} must use letters, digits, '.', '-' or single '_' "
-                    "(tools are exposed as <server>__<tool>)"
+                    "inside it (tools are exposed as <server>__<tool>: 'git_' with tool 'push' "
+                    "and 'git' with tool '_push' would both be git___push)"
                 )
         return value
 

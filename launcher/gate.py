@@ -27,6 +27,7 @@ COMPLETE = "completion/complete"
 BY_URI = (READ, SUBSCRIBE, UNSUBSCRIBE)
 
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
+_URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +39,41 @@ class Checked:
     hashes: dict[str, str]
 
 
-def expand_template(uri_template: str, variable: str, value: str) -> str:
-    """A URI template with one variable given (the one being completed), the others empty.
+def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
+    """A URI template with the variables ``values`` gives; the others empty.
 
-    >>> expand_template("file:///{path}", "path", "etc/pa")
+    >>> expand_template("file:///{path}", {"path": "etc/pa"})
     'file:///etc/pa'
-    >>> expand_template("db://{table}/{+id}", "id", "7")
+    >>> expand_template("db://{table}/{+id}", {"id": "7"})
     'db:///7'
     """
     return _TEMPLATE_VARIABLE.sub(
-        lambda m: value if m.group(2).split(":")[0].rstrip("*") == variable else "", uri_template
+        lambda m: str(values.get(m.group(2).split(":")[0].rstrip("*"), "")), uri_template
     )
+
+
+def completion_arguments(params: Message) -> dict[str, object] | None:
+    """A completion's arguments to check: the one being completed first, then those its
+    ``context`` gives; None when they are not all strings or the ref is not one MCP has.
+
+    >>> completion_arguments({"ref": {"type": "ref/prompt", "name": "p"},
+    ...     "argument": {"name": "b", "value": "x"}, "context": {"arguments": {"a": "y"}}})
+    {'b': 'x', 'a': 'y'}
+    >>> completion_arguments({"ref": {"type": "ref/prompt"}, "argument": {"name": "b", "value": 1}})
+    """
+    ref, argument = params.get("ref"), params.get("argument")
+    if not isinstance(ref, dict) or ref.get("type") not in ("ref/prompt", "ref/resource"):
+        return None
+    if not isinstance(argument, dict):
+        return None
+    name, value = argument.get("name"), argument.get("value")
+    context = params.get("context")
+    given = context.get("arguments", {}) if isinstance(context, dict) else {}
+    if not isinstance(name, str) or not isinstance(value, str) or not isinstance(given, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        return None
+    return {name: value, **{k: v for k, v in given.items() if k != name}}
 
 
 class Gate:
@@ -69,9 +94,9 @@ class Gate:
         self.pins_dir = pins_dir
         self.accept_tool_changes = accept_tool_changes
         self.say = say
-        self.changed_tools: dict[str, dict[str, str]] = {}
+        # Per server, the tools and prompts (by method and name) that differ from their pins.
+        self.changed: dict[str, dict[tuple[str, str], str]] = {}
         self._pins: dict[str, Pins] = {}
-        self.pinning = True
 
     # -- the decision ----------------------------------------------------------------------
 
@@ -82,15 +107,18 @@ class Gate:
         are the client's (a resource's ``{"uri"}``; a completion's ``{argument: value}``
         with ``name`` the prompt or URI template completed)."""
         decision, forward = self._policy(method, server, name, args, cwd)
-        if method == TOOL and decision.decision == "allow" and server is not None:
-            changed = self.changed_tools.get(server, {}).get(name)
-            if changed:
-                decision = Decision(
-                    "escalate",
-                    "tool-changed",
-                    f"the tool is {changed} since its description and schema were pinned; "
-                    "a human must approve its calls",
-                )
+        changed = self.changed.get(server, {}).get((method, name)) if server else None
+        if changed and decision.decision != "deny":
+            what = "tool" if method == TOOL else "prompt"
+            also = (
+                f"; and {decision.rule}: {decision.reason}" if decision.decision != "allow" else ""
+            )
+            decision = Decision(
+                "escalate",
+                f"{what}-changed",
+                f"the {what} is {changed} since it was pinned; a human must approve its "
+                f"calls{also}",
+            )
         hashes = argument_hashes(forward)
         if (
             decision.decision != "deny"
@@ -135,16 +163,20 @@ class Gate:
         self, server: str | None, name: str, args: Mapping[str, object], cwd: str
     ) -> tuple[Decision, dict[str, object]]:
         """A completion reveals what the server would do with the value typed so far: it is
-        decided as that request would be (the prompt with this argument; a read of the
-        resource the template names with this value), and never asked of a human."""
+        decided as that request would be (the prompt with this argument and its context; a
+        read of the resource the template names with these values), and never asked of a
+        human. ``args``: the completed argument, then the context's."""
         if server is None:
             return _unknown("prompt or resource template", name), dict(args)
-        (variable, value), *_ = list(args.items()) or [("", "")]
         if name.startswith("ref/prompt "):
             prompt = name.removeprefix("ref/prompt ")
             decision, forward = self.engine.decide_prompt(server, prompt, args, cwd=cwd)
+        elif any(_URI_SPECIAL.search(str(v)) for v in args.values()):
+            # Parsed as a URI, the value would be judged on less than the server gets.
+            refused = "a value completed into a URI template may not hold ?, #, % or controls"
+            return Decision("deny", "completion-value-shape", refused), dict(args)
         else:
-            uri = expand_template(name.removeprefix("ref/resource "), variable, str(value))
+            uri = expand_template(name.removeprefix("ref/resource "), args)
             decision, _ = self.engine.decide_resource_read(server, uri, cwd)
             forward = dict(args)
         if decision.decision == "escalate":
@@ -167,30 +199,50 @@ class Gate:
         """Put an escalated request to a human (or find it approved for the session)."""
         return await self.approvals.decide(server, label, arguments, decision, client_elicits, ask)
 
-    # -- tool pins -------------------------------------------------------------------------
+    # -- pins ------------------------------------------------------------------------------
 
-    def pin(self, server: str, tools: list[Message], at_start: bool) -> None:
-        """Compare a server's tools with their pins (pinning them the first time, or when
-        the user accepts changes); tools that differ are escalated from now on."""
-        if not self.pinning:
-            return
+    def pin(
+        self, server: str, tools: list[Message], prompts: list[Message], at_start: bool
+    ) -> None:
+        """Compare a server's tools and prompts with their pins (pinning them the first
+        time, or when the user accepts changes); those that differ are escalated from now
+        on, and what was approved for the session for them no longer counts."""
         pins = self._pins.get(server) or Pins.load(self.pins_dir, server)
         self._pins[server] = pins
-        if at_start and (not pins.existed or self.accept_tool_changes):
+        fresh = not pins.existed or self.accept_tool_changes
+        if at_start and (fresh or pins.prompts is None):
             try:
-                pins.save(tools)
+                # A pins file from before prompts were pinned keeps its tools' pins.
+                pins.save(tools if fresh else _pinned_only(tools, pins), prompts)
             except OSError as exc:
-                self.say(f"warning: cannot pin tools of '{server}': {exc}")
-            self.changed_tools[server] = {}
-            return
-        changed = pins.changed(tools)
-        self.changed_tools[server] = changed
+                self.say(f"warning: cannot pin the tools of '{server}': {exc}")
+        changed = {
+            **{(TOOL, name): kind for name, kind in pins.changed(tools).items()},
+            **{(PROMPT, name): kind for name, kind in pins.changed(prompts, "prompts").items()},
+        }
+        self.changed[server] = changed
         if changed:
-            listing = ", ".join(f"{name} ({kind})" for name, kind in sorted(changed.items()))
+            for method, name in changed:
+                self.approvals.forget(server, label(method, name))
+            listing = ", ".join(
+                f"{'prompt ' if method == PROMPT else ''}{name} ({kind})"
+                for (method, name), kind in sorted(changed.items())
+            )
             self.say(
-                f"server '{server}' has tools that differ from their pins, "
+                f"server '{server}' has tools or prompts that differ from their pins, "
                 f"escalated until accepted (run --accept-tool-changes): {listing}"
             )
+
+
+def label(method: str, name: str) -> str:
+    """How an escalated request is named to the human, and in the session's approvals."""
+    return name if method == TOOL else f"{method} {name}"
+
+
+def _pinned_only(tools: list[Message], pins: Pins) -> list[Message]:
+    """The tools as pinned: a changed or new one keeps its old pin (or none)."""
+    same = set(pins.pinned) - set(pins.changed(tools))
+    return [t for t in tools if str(t.get("name", "")) in same]
 
 
 def _unknown(kind: str, name: str) -> Decision:

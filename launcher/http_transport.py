@@ -150,7 +150,7 @@ class HttpEndpoint:
             return True
         try:
             message = json.loads(body)
-        except ValueError:
+        except (ValueError, RecursionError):
             await _respond(writer, 400, b"the body is not JSON")
             return True
         if not isinstance(message, dict):

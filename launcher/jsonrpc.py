@@ -116,6 +116,6 @@ def unencodable(value: object) -> bool:
         return False
     try:
         json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past what can be written is refused too
         return True
     return False

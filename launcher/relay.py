@@ -74,7 +74,7 @@ class Relay:
             return
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
             self.send(error(None, -32700, "parse error: not JSON"))
             return
         if not isinstance(message, dict):
@@ -84,10 +84,15 @@ class Relay:
         # lone surrogate, which a "\ud800" escape gives) is refused here; a call's arguments
         # are hashed before anything is sent, which refuses one there too.
         request_id = message.get("id")
-        if type(request_id) is not int and unencodable(request_id):
-            if "method" in message:
-                self.send(error(None, -32600, f"invalid request: its id {_NO_UTF8}"))
-            return
+        if type(request_id) is not int:
+            if type(request_id) not in (str, float, type(None)):
+                if "method" in message:  # true and 1 would share a slot, a list none at all
+                    self.send(error(None, -32600, "invalid request: an id is a string or number"))
+                return
+            if unencodable(request_id):
+                if "method" in message:
+                    self.send(error(None, -32600, f"invalid request: its id {_NO_UTF8}"))
+                return
         method = message.get("method")
         if method is None:
             self._client_answer(message)
@@ -99,9 +104,11 @@ class Relay:
             return
         try:
             if method == TOOL:
+                # The arguments are checked when they are hashed; the rest here (quick for
+                # the usual {name, arguments}).
+                others = len(params) - ("name" in params) - ("arguments" in params)
                 if unencodable(params.get("name")) or (
-                    len(params) > 2
-                    and unencodable({k: v for k, v in params.items() if k != "arguments"})
+                    others and unencodable({k: v for k, v in params.items() if k != "arguments"})
                 ):
                     self.send(error(request_id, -32600, f"invalid request: its params {_NO_UTF8}"))
                     return
@@ -213,10 +220,10 @@ class Relay:
             while True:
                 try:
                     if kind == "tools":
-                        tools = await conn.list_tools()
-                        self.core.gate.pin(conn.name, tools, at_start=False)
+                        await conn.list_tools()
                     else:
                         await conn.list_extras()
+                    self.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
                 except Exception as exc:  # the old list stays
                     self.core.say(f"server '{conn.name}': listing its {kind} again failed: {exc}")
                 else:

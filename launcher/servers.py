@@ -290,7 +290,7 @@ class ServerConnection:
     def _on_stdout_line(self, line: bytes) -> None:
         try:
             message = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             if line.strip():
                 self._log("sent output that is not JSON; ignored")
             return

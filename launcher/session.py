@@ -125,7 +125,7 @@ class Session:
             say,
         )
         for name, conn in self.servers.items():
-            gate.pin(name, conn.tools, at_start=True)
+            gate.pin(name, conn.tools, conn.prompts, at_start=True)
         settings = {
             name: ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed)
             for name, sp in plan.servers.items()
@@ -150,7 +150,7 @@ class Session:
 
     def _restarted(self, conn: ServerConnection) -> None:
         if self.relay is not None:
-            self.relay.core.gate.pin(conn.name, conn.tools, at_start=False)
+            self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
             self.relay.lists_changed()
 
     def _start_guard(self) -> None:

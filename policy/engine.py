@@ -302,6 +302,17 @@ class PolicyEngine:
                 f"prompt '{prompt}' of server '{server}' has no annotation, so it is never called",
             )
             return self._structural(None, for_policy, cwd, unknown) or unknown, transport
+        unnamed = sorted(k for k in args if k not in info.annotation.args)
+        if unnamed:
+            # A prompt declares its arguments: one its annotation gives no role was never
+            # judged, so it is not passed on (a server can add one at any time).
+            refused = Decision(
+                "deny",
+                "structural-unannotated-argument",
+                f"argument {', '.join(map(repr, unnamed))} of prompt '{prompt}' has no role "
+                "in its annotation",
+            )
+            return refused, transport
         return self._evaluate(server, prompt, info, for_policy, cwd, prompt=True), transport
 
     def decide_resource_read(

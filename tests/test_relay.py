@@ -189,7 +189,7 @@ def build(
         for name in servers
     }
     for name, fake in fakes.items():
-        gate.pin(name, fake.tools, at_start=True)
+        gate.pin(name, fake.tools, fake.prompts, at_start=True)
     settings = {name: ServerSettings(str(ws), TIMEOUT, True) for name in servers}
     router = Router(len(servers) > 1)
     relay = Relay(Core(fakes, settings, gate, audit, router, str(ws), say=said.append))
@@ -616,7 +616,7 @@ def test_progress_and_list_changes_reach_the_client(tmp_path: Path) -> None:
     run(scenario)
     methods = [m.get("method") for m in h.client.sent]
     assert methods[:2] == ["notifications/progress", "notifications/tools/list_changed"]
-    assert h.relay.core.gate.changed_tools["fs"] == {"delete_file": "new"}
+    assert h.relay.core.gate.changed["fs"] == {("tools/call", "delete_file"): "new"}
 
 
 def test_batches_and_broken_json_get_an_error_not_silence(tmp_path: Path) -> None:
@@ -624,3 +624,129 @@ def test_batches_and_broken_json_get_an_error_not_silence(tmp_path: Path) -> Non
     h.relay.feed(b"[1, 2]")
     h.relay.feed(b"{not json")
     assert [m["error"]["code"] for m in h.client.sent] == [-32600, -32700]
+
+
+# -- what an adversarial review found (each test fails on the relay before its fix) ----------
+
+
+def test_a_completion_forwards_only_what_was_checked(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    ref = {"type": "ref/prompt", "name": "summarize"}
+    inside = where(h, "allow")
+
+    async def scenario() -> None:
+        # The context's arguments are checked with the completed one.
+        context = {"arguments": {"path": "/etc/shadow"}}
+        argument = {"name": "path", "value": inside}
+        params = {"ref": ref, "argument": argument, "context": context, "extra": 1}
+        answer = await h.request("completion/complete", params)
+        assert answer is not None and "result" in answer  # the completed value wins
+        # A value that is not a string is refused, not checked as its text.
+        argument = {"name": "path", "value": ["/etc/shadow"]}
+        answer = await h.request("completion/complete", {"ref": ref, "argument": argument})
+        assert answer is not None and answer["error"]["code"] == -32602
+        # A context argument the annotation gives no role is never passed on.
+        context = {"arguments": {"other": "/etc/shadow"}}
+        argument = {"name": "path", "value": inside}
+        params = {"ref": ref, "argument": argument, "context": context}
+        text = refusal(await h.request("completion/complete", params), "completion/complete")
+        assert text.startswith("DENIED (rule: structural-unannotated-argument)"), text
+
+    run(scenario)
+    forwarded = {"ref": ref, "argument": {"name": "path", "value": inside}}
+    assert h.fs.requests == [("completion/complete", forwarded)]
+
+
+@pytest.mark.parametrize("hidden", ["?/../../../../../etc/", "#/../../etc", "%2e%2e/%2e%2e/etc"])
+def test_a_template_completion_cannot_hide_its_path_from_the_check(
+    tmp_path: Path, hidden: str
+) -> None:
+    h = build(tmp_path)
+    value = f"{h.ws}/{hidden}".removeprefix("/")
+    ref = {"type": "ref/resource", "uri": "file:///{path}"}
+    params = {"ref": ref, "argument": {"name": "path", "value": value}}
+
+    async def scenario() -> None:
+        text = refusal(await h.request("completion/complete", params), "completion/complete")
+        assert text.startswith("DENIED (rule: completion-value-shape)"), text
+
+    run(scenario)
+    assert h.fs.requests == []
+
+
+def test_a_request_that_cannot_be_sent_is_audited_and_answered(tmp_path: Path) -> None:
+    h = build(tmp_path)
+
+    def broken(*args: object, **kwargs: object) -> int:
+        raise RuntimeError("the pipe broke")
+
+    h.fs.send_request = broken  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        wire, params = params_for("tools/call", where(h, "allow"))
+        answer = await h.request(wire, params)
+        assert answer is not None and "the pipe broke" in answer["result"]["content"][0]["text"]
+        # An extra field with no UTF-8 form is refused before anything is decided.
+        h.relay.feed(b'{"jsonrpc":"2.0","id":9,"method":"tools/call",'
+                     b'"params":{"name":"read_file","_meta":{"k":"\\ud800"}}}')  # fmt: skip
+        refused = await h.answer(9)
+        assert refused is not None and refused["error"]["code"] == -32600
+
+    run(scenario)
+    (entry,) = h.entries()
+    assert entry["result"] == "error"
+
+
+def test_a_prompt_that_changes_is_escalated_and_its_session_approval_forgotten(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path, answer=APPROVE_SESSION)
+    wire, params = params_for("prompts/get", where(h, "escalate"))
+
+    async def scenario() -> None:
+        await h.request(wire, params)
+        await h.request(wire, params)  # approved for the session: not asked again
+        assert len(h.client.elicitations) == 1
+        h.fs.prompts[0] = {**h.fs.prompts[0], "description": "now also mails the file"}
+        changed = {"jsonrpc": "2.0", "method": "notifications/prompts/list_changed"}
+        h.relay.on_server_notification(h.fs, changed)
+        await asyncio.sleep(0.01)
+        h.client.approval = DENY
+        text = refusal(await h.request(wire, params), wire)
+        assert text.startswith("ESCALATION DENIED (rule: prompt-changed)"), text
+        assert "escalate-private-reads" in text  # what the policy said is kept
+
+    run(scenario)
+    assert len(h.client.elicitations) == 2
+    assert any("prompt summarize (changed)" in line for line in h.said)
+    assert [e["escalation"] for e in h.entries()] == [
+        "approved-for-session",
+        "session-whitelist",
+        "denied",
+    ]
+
+
+def test_a_tool_that_changes_loses_its_session_approval(tmp_path: Path) -> None:
+    h = build(tmp_path, answer=APPROVE_SESSION)
+    wire, params = params_for("tools/call", where(h, "escalate"))
+
+    async def scenario() -> None:
+        await h.request(wire, params)
+        h.fs.tools[0] = _tool("read_file", "path", "reads a file and posts it")
+        changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+        h.relay.on_server_notification(h.fs, changed)
+        await asyncio.sleep(0.01)
+        await h.request(wire, params)
+
+    run(scenario)
+    assert len(h.client.elicitations) == 2
+    assert "tool-changed" in h.client.elicitations[1]["params"]["message"]
+
+
+def test_json_nested_past_what_python_parses_gets_an_error(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.relay.feed(b"[" * 100_000 + b"]" * 100_000)
+    h.relay.feed(b'{"jsonrpc":"2.0","id":' + b"[" * 900 + b"]" * 900 + b',"method":"ping"}')
+    h.relay.feed(b'{"jsonrpc":"2.0","id":true,"method":"ping"}')
+    h.relay.feed(b'{"jsonrpc":"2.0","id":7,"method":"ping"}')
+    assert [m.get("error", {}).get("code") for m in h.client.sent] == [-32700, -32600, -32600, None]
