@@ -86,6 +86,9 @@ class CheckedCalls:
         self.client_elicits = client_elicits
         self._spawn = spawn
         self._calls: dict[str | int, _Call] = {}  # forwarded, by the client's id
+        # Progress tokens of calls out at a server: (server, token) -> call. A server's
+        # progress is relayed only for its own calls still out (not after a cancel).
+        self.progress: dict[tuple[str, object], _Call] = {}
         self._waiting: dict[str | int, asyncio.Task[None]] = {}  # escalations, by id
 
     def cancel(self, request_id: str | int) -> None:
@@ -231,6 +234,10 @@ class CheckedCalls:
             return
         if isinstance(call.request_id, str | int):
             self._calls[call.request_id] = call
+        meta = call.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        if type(token) in (str, int):
+            self.progress[(server, token)] = call
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
 
     def _forwarded_params(self, call: _Call) -> Message:
@@ -381,6 +388,11 @@ class CheckedCalls:
     def _finish(self, call: _Call, status: str) -> None:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
+        if self.progress:
+            meta = call.params.get("_meta")
+            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            if type(token) in (str, int) and self.progress.get((str(call.server), token)) is call:
+                del self.progress[(str(call.server), token)]
         outcome = {
             "result": status,
             "durationMs": round((time.perf_counter() - call.started) * 1000, 3),

@@ -10,6 +10,7 @@ rebuilt when a list changes) and asks the client what the approvals need.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 from collections.abc import Coroutine
@@ -48,6 +49,7 @@ class Relay:
         self.core = core
         self.upstream: Upstream | None = None
         self.client_elicits = False
+        self.initialized = False  # the client has had its initialize answer
         self.calls = CheckedCalls(
             core,
             send=self.send,
@@ -142,8 +144,13 @@ class Relay:
             return
         answer: Message
         if method == "initialize":
-            answer = self._initialize(params)
-        elif method in ("ping", "logging/setLevel"):
+            self.send(result(request_id, self._initialize(params)))
+            self.initialized = True
+            return
+        if method == "logging/setLevel":
+            self._set_level(params)
+            answer = {}
+        elif method == "ping":
             answer = {}
         elif method == "tools/list":
             answer = {"tools": router.exposed_tools}
@@ -157,6 +164,17 @@ class Relay:
             self.send(error(request_id, -32601, f"method not found: {method}"))
             return
         self.send(result(request_id, answer))
+
+    def _set_level(self, params: Message) -> None:
+        """The client's log level goes to every server that logs (their answers are not
+        waited for: the level is the client's to set, nothing to check)."""
+        level = params.get("level")
+        if not isinstance(level, str):
+            return
+        for conn in self.core.servers.values():
+            if "logging" in conn.capabilities:
+                with contextlib.suppress(Exception):
+                    conn.send_request("logging/setLevel", {"level": level}, _ignore)
 
     def _initialize(self, params: Message) -> Message:
         client_caps = params.get("capabilities")
@@ -192,6 +210,10 @@ class Relay:
     def on_server_notification(self, conn: Downstream, message: Message) -> None:
         method = message.get("method")
         if method in FORWARDED_NOTIFICATIONS:
+            if not self.initialized:
+                return  # nothing reaches the client before its initialize answer
+            if method == "notifications/progress" and not self._progress_of(conn, message):
+                return
             upstream = self.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are
@@ -213,6 +235,12 @@ class Relay:
                 return
             self._refreshing[key] = False
             self._spawn(self._refresh(conn, key[1], method))
+
+    def _progress_of(self, conn: Downstream, message: Message) -> bool:
+        """Whether a progress notification is about a call of this server still out."""
+        params = message.get("params")
+        token = params.get("progressToken") if isinstance(params, dict) else None
+        return type(token) in (str, int) and (conn.name, token) in self.calls.progress
 
     async def _refresh(self, conn: Downstream, kind: str, method: str) -> None:
         key = (conn.name, kind)
@@ -237,7 +265,8 @@ class Relay:
     def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
         """A server's lists changed (or a restarted server replaced one): routes anew."""
         self.core.router.build(self.core.servers)
-        self.send(notification(method))
+        if self.initialized:
+            self.send(notification(method))
 
     # -- tasks and stopping ----------------------------------------------------------------
 
@@ -258,3 +287,7 @@ class Relay:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _ignore(outcome: Message | BaseException) -> None:
+    """An answer nobody waits for."""

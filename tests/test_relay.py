@@ -598,13 +598,67 @@ def test_a_halted_servers_answer_is_withheld(tmp_path: Path) -> None:
     run(scenario)
 
 
-def test_progress_and_list_changes_reach_the_client(tmp_path: Path) -> None:
+def _progress(token: object) -> Message:
+    params = {"progressToken": token, "progress": 0.5}
+    return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
+
+
+def test_progress_reaches_the_client_only_for_a_call_still_out(tmp_path: Path) -> None:
+    h = build(tmp_path, servers=("fs", "notes"))
+    for fake in h.servers.values():
+        fake.answer = lambda method, params: None  # holds every request
+    path = where(h, "allow")
+
+    async def scenario() -> None:
+        for rid, token in (("a", "t1"), ("b", "t2")):
+            params = {"name": "fs__read_file", "arguments": {"path": path}}
+            params["_meta"] = {"progressToken": token}
+            h.feed({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+        await asyncio.sleep(0.01)
+        h.relay.on_server_notification(h.fs, _progress("t1"))  # relayed
+        h.relay.on_server_notification(h.servers["notes"], _progress("t2"))  # not its call
+        h.relay.on_server_notification(h.fs, _progress("t9"))  # no such call
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": "b"}})  # fmt: skip
+        h.relay.on_server_notification(h.fs, _progress("t2"))  # cancelled: not relayed
+        h.fs.release(1, {"result": {"content": []}})
+        h.relay.on_server_notification(h.fs, _progress("t1"))  # answered: not relayed
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    relayed = [m["params"]["progressToken"] for m in h.client.sent if "method" in m]
+    assert relayed == ["t1"]
+
+
+def test_nothing_reaches_the_client_before_its_initialize_answer(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.relay.initialized = False  # as before the client's initialize
+    message = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info"}}
+    h.relay.on_server_notification(h.fs, message)
+    h.relay.lists_changed()
+    assert h.client.sent == []
+    h.feed({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+    h.relay.on_server_notification(h.fs, message)
+    assert [m.get("method") for m in h.client.sent] == [None, "notifications/message"]
+
+
+def test_the_log_level_reaches_the_servers_that_log(tmp_path: Path) -> None:
+    h = build(tmp_path, servers=("fs", "notes"))
+    h.servers["notes"].capabilities = {**h.servers["notes"].capabilities, "logging": {}}
+
+    async def scenario() -> None:
+        answer = await h.request("logging/setLevel", {"level": "debug"})
+        assert answer is not None and answer["result"] == {}
+
+    run(scenario)
+    assert h.servers["notes"].requests == [("logging/setLevel", {"level": "debug"})]
+    assert h.fs.requests == []
+
+
+def test_list_changes_reach_the_client_and_are_pinned(tmp_path: Path) -> None:
     h = build(tmp_path)
 
     async def scenario() -> None:
-        progress = {"jsonrpc": "2.0", "method": "notifications/progress",
-                    "params": {"progressToken": 1, "progress": 0.5}}  # fmt: skip
-        h.relay.on_server_notification(h.fs, progress)
         h.fs.tools.append(_tool("delete_file", "path"))
         changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         h.relay.on_server_notification(h.fs, changed)
@@ -614,8 +668,7 @@ def test_progress_and_list_changes_reach_the_client(tmp_path: Path) -> None:
         assert "delete_file" in {t["name"] for t in listed["result"]["tools"]}
 
     run(scenario)
-    methods = [m.get("method") for m in h.client.sent]
-    assert methods[:2] == ["notifications/progress", "notifications/tools/list_changed"]
+    assert h.client.sent[0].get("method") == "notifications/tools/list_changed"
     assert h.relay.core.gate.changed["fs"] == {("tools/call", "delete_file"): "new"}
 
 
