@@ -27,9 +27,10 @@ from launcher.gate import (
     TOOL,
     UNSUBSCRIBE,
     completion_arguments,
+    denial_text,
     label,
 )
-from launcher.jsonrpc import Message, ServerGone, error, result
+from launcher.jsonrpc import Message, ServerGone, error, result, tool_result
 from launcher.seams import Core, Downstream
 from policy import Decision
 from policy.models import Annotation
@@ -54,20 +55,6 @@ class _Call:
     entry: dict[str, Any] = field(default_factory=dict)
     downstream: int | None = None  # the id it was sent to the server with
     prepared: Prepared | None = None  # its audit entry, serialised while the server works
-
-
-def tool_result(text: str, is_error: bool = True) -> Message:
-    return {"content": [{"type": "text", "text": text}], "isError": is_error}
-
-
-def denial_text(decision: Decision) -> str:
-    """What the client is told when a request is not made; the first word is the contract."""
-    if decision.decision == "escalate":
-        return (
-            f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
-            "No approval channel is available in this session, so the call was not made."
-        )
-    return f"DENIED (rule: {decision.rule}): {decision.reason}"
 
 
 class CheckedCalls:

@@ -30,7 +30,8 @@ from launcher.config import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
 from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
-from policy.engine import PolicyEngine, StructuralConfig
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
 from policy.errors import PolicyFileError
 from policy.llm import DEFAULT_MODEL, LLM, AnthropicLLM, CachedLLM, LLMError
 from policy.loader import bundled_policy_dir

@@ -76,6 +76,16 @@ def completion_arguments(params: Message) -> dict[str, object] | None:
     return {name: value, **{k: v for k, v in given.items() if k != name}}
 
 
+def denial_text(decision: Decision) -> str:
+    """What the client is told when a request is not made; the first word is the contract."""
+    if decision.decision == "escalate":
+        return (
+            f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
+            "No approval channel is available in this session, so the call was not made."
+        )
+    return f"DENIED (rule: {decision.rule}): {decision.reason}"
+
+
 class Gate:
     def __init__(
         self,

@@ -119,3 +119,7 @@ def unencodable(value: object) -> bool:
     except (ValueError, RecursionError):  # nested past what can be written is refused too
         return True
     return False
+
+
+def tool_result(text: str, is_error: bool = True) -> Message:
+    return {"content": [{"type": "text", "text": text}], "isError": is_error}

@@ -1,6 +1,7 @@
 """Policy decisions: roles, canonical paths and URLs, policy files, the engine."""
 
-from policy.engine import Decision, PolicyEngine, StructuralConfig
+from policy.decision import Decision, StructuralConfig
+from policy.engine import PolicyEngine
 from policy.errors import PolicyFileError
 from policy.loader import PolicyFiles, bundled_policy_dir, load_policy_dir
 from policy.models import CompiledPolicyFile, ToolAnnotation, ToolAnnotationsFile

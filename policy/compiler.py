@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from policy.engine import StructuralConfig
+from policy.decision import StructuralConfig
 from policy.llm import LLM, ask
 from policy.models import CompiledRule, PromptAnnotation, ToolAnnotation
 from policy.paths import canonical_path, is_under

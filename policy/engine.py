@@ -13,183 +13,44 @@ call (``structural-git-location``). The arguments forwarded stay the ones the ag
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
+from policy.compiled import (
+    Rule,
+    ToolInfo,
+    compile_rule,
+    misshapen_path_arg,
+    names_match,
+    tool_info,
+    with_git_locations,
+)
+from policy.decision import UNKNOWN_TOOL, Decision, StructuralConfig, deny_protected
 from policy.models import (
-    Annotation,
     CompiledPolicyFile,
-    CompiledRule,
     PromptAnnotation,
     ToolAnnotation,
     ToolAnnotationsFile,
 )
 from policy.paths import (
-    SYSTEM_ROOTS,
-    UnknownLocationError,
     canonical_path,
-    is_under,
     iter_strings,
     looks_like_path,
 )
 from policy.prepare import prepare_tool_args
 from policy.roles import (
     ArgumentRole,
-    GitLocations,
-    get_path_roles,
     get_role_definition,
-    get_url_roles,
-    is_git_tool,
 )
 from policy.urls import domain_matches_allowlist, file_uri_path
-from policy.variables import PlaceholderError, expand
 
-DecisionKind = Literal["allow", "deny", "escalate"]
 _SEVERITY: Mapping[str, int] = {"allow": 0, "escalate": 1, "deny": 2}
 # ``resources/read`` is evaluated as this tool, whose one argument is the resource's path.
 RESOURCE_READ_TOOL = "resources/read"
 
-PATH_ROLES: frozenset[ArgumentRole] = frozenset(get_path_roles())
-URL_ROLES: frozenset[ArgumentRole] = frozenset(get_url_roles())
 # Roles that remove their target: deleting or moving away a directory that holds a protected
 # path is as bad as touching the protected path itself. (Writing *into* an ancestor is not.)
 _REMOVING_ROLES: frozenset[ArgumentRole] = frozenset({"delete-path"})
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    decision: DecisionKind
-    rule: str
-    reason: str
-
-
-_UNKNOWN_TOOL = Decision(
-    "deny", "structural-unknown-tool", "tool has no annotation, so it is never called"
-)
-
-
-@dataclass(frozen=True)
-class StructuralConfig:
-    """Hard-coded protections, derived from the session's configuration, never compiled.
-
-    ``protected`` maps canonical paths to a label used in reasons. ``state_dir`` is
-    protected as a whole except for the ``exempt`` directories (this session's workspace).
-    """
-
-    protected: Mapping[str, str] = field(default_factory=dict)
-    state_dir: str | None = None
-    exempt: tuple[str, ...] = ()
-    system_roots: tuple[str, ...] = SYSTEM_ROOTS
-    # Every guarded directory as an exact path and as a prefix, so that the common answer
-    # (the path is under none of them) is two C-level string tests, whatever their number.
-    _guarded: _Prefixes = field(init=False, repr=False, compare=False)
-    _system: _Prefixes = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        guarded = [*self.protected, *([self.state_dir] if self.state_dir else [])]
-        object.__setattr__(self, "_guarded", _Prefixes(guarded))
-        object.__setattr__(self, "_system", _Prefixes(self.system_roots))
-
-    def protected_label(self, path: str, removing: bool = False) -> str | None:
-        if not self._guarded.covers(path) and not (removing and self._guarded.any_below(path)):
-            return None
-        for target, label in self.protected.items():
-            if is_under(path, target) or (removing and is_under(target, path)):
-                return label
-        state = self.state_dir
-        if (
-            state is not None
-            and (is_under(path, state) or (removing and is_under(state, path)))
-            # An exemption only carves a directory out of the state dir, never the other
-            # way round: a workspace that *contains* the state dir exempts nothing.
-            and not any(
-                is_under(path, e) and e != state and is_under(e, state) for e in self.exempt
-            )
-        ):
-            return "ironcurtain's state directory"
-        return None
-
-    def system_root(self, path: str) -> str | None:
-        """The system root ``path`` is in, if any."""
-        if not self._system.covers(path):
-            return None
-        return next(root for root in self.system_roots if is_under(path, root))
-
-
-class _Prefixes:
-    """``covers(p)``: ``is_under(p, d)`` for some ``d`` of a fixed set, in two C calls."""
-
-    def __init__(self, directories: Iterable[str]) -> None:
-        dirs = list(directories)
-        self.exact = frozenset(dirs)
-        self.prefixes = tuple(os.sep if d == os.sep else d.rstrip(os.sep) + os.sep for d in dirs)
-
-    def covers(self, path: str) -> bool:
-        return path in self.exact or path.startswith(self.prefixes)
-
-    def any_below(self, path: str) -> bool:
-        """Whether some ``d`` is ``path`` or below it (removing ``path`` removes ``d``)."""
-        below = os.sep if path == os.sep else path.rstrip(os.sep) + os.sep
-        return path in self.exact or any(d.startswith(below) for d in self.exact)
-
-
-@dataclass(frozen=True, slots=True)
-class _ToolInfo:
-    """An annotation (a tool's or a prompt's) with what each call needs precomputed."""
-
-    annotation: Annotation
-    path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
-    url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
-    path_roles_by_arg: Mapping[str, frozenset[ArgumentRole]]
-    # Path arguments of a tool that runs git, with their roles' ``git_locations``.
-    git_args: tuple[tuple[str, tuple[GitLocations, ...]], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Rule:
-    name: str
-    then: DecisionKind
-    reason: str
-    effect: frozenset[str] | None
-    server: frozenset[str] | None
-    tool: frozenset[str] | None
-    prompt: frozenset[str] | None
-    side_effects: bool | None
-    path_roles: frozenset[ArgumentRole] | None
-    within: str
-    within_prefix: str  # ``within`` and a separator: a path below it starts with this
-    domain_roles: frozenset[ArgumentRole] | None
-    allowed: tuple[str, ...]
-
-
-def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
-    return None if values is None else frozenset(values)
-
-
-def _compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> _Rule:
-    c = rule.condition
-    try:
-        within = canonical_path(expand(c.paths.within, variables)) if c.paths else ""
-    except PlaceholderError as exc:
-        raise PlaceholderError(f"rule '{rule.name}', its 'within': {exc}") from None
-    return _Rule(
-        name=rule.name,
-        then=rule.then,
-        reason=rule.reason,
-        effect=_opt_set(c.effect),
-        server=_opt_set(c.server),
-        tool=_opt_set(c.tool),
-        prompt=_opt_set(c.prompt),
-        side_effects=c.side_effects,
-        path_roles=frozenset(c.paths.roles) if c.paths else None,
-        within=within,
-        within_prefix=os.sep if within == os.sep else within.rstrip(os.sep) + os.sep,
-        domain_roles=frozenset(c.domains.roles) if c.domains else None,
-        allowed=tuple(c.domains.allowed) if c.domains else (),
-    )
 
 
 class PolicyEngine:
@@ -216,42 +77,18 @@ class PolicyEngine:
     ) -> None:
         self.structural = structural or StructuralConfig()
         self._allowlists = {k: tuple(v) for k, v in (domain_allowlists or {}).items()}
-        self._tools: dict[tuple[str, str], _ToolInfo] = {}
-        self._prompts: dict[tuple[str, str], _ToolInfo] = {}
+        self._tools: dict[tuple[str, str], ToolInfo] = {}
+        self._prompts: dict[tuple[str, str], ToolInfo] = {}
         for server, entry in annotations.servers.items():
             for ann in entry.tools:
-                self._tools[(server, ann.tool_name)] = self._tool_info(ann, server)
+                self._tools[(server, ann.tool_name)] = tool_info(ann, server)
             for prompt in entry.prompts:
                 # A prompt never runs git: the server renders a text, so no git hooks.
-                self._prompts[(server, prompt.prompt_name)] = self._tool_info(prompt)
-        self._rules = [_compile_rule(r, variables or {}) for r in policy.rules]
-        self._candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
-        self._prompt_candidates: dict[tuple[str, str], tuple[_Rule, ...]] = {}
-        self._resource_infos: dict[str, _ToolInfo] = {}
-
-    @staticmethod
-    def _tool_info(ann: Annotation, server: str | None = None) -> _ToolInfo:
-        """``server`` is given for a tool, whose git use the role registry knows."""
-        path_args = []
-        url_args = []
-        git_args = []
-        runs_git = server is not None and is_git_tool(server, ann.name)
-        for arg, roles in ann.args.items():
-            role_set = frozenset(roles)
-            if role_set & PATH_ROLES:
-                path_args.append((arg, role_set))
-                hooks = dict.fromkeys(
-                    hook
-                    for role in roles
-                    if (hook := get_role_definition(role).git_locations) is not None
-                )
-                if runs_git and hooks:
-                    git_args.append((arg, tuple(hooks)))
-            for role in roles:
-                if role in URL_ROLES:
-                    url_args.append((arg, role, role_set))
-                    break
-        return _ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args), tuple(git_args))
+                self._prompts[(server, prompt.prompt_name)] = tool_info(prompt)
+        self._rules = [compile_rule(r, variables or {}) for r in policy.rules]
+        self._candidates: dict[tuple[str, str], tuple[Rule, ...]] = {}
+        self._prompt_candidates: dict[tuple[str, str], tuple[Rule, ...]] = {}
+        self._resource_infos: dict[str, ToolInfo] = {}
 
     def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
         info = self._tools.get((server, tool))
@@ -333,7 +170,7 @@ class PolicyEngine:
         canonical = canonical_path(path, cwd)
         info = self._resource_infos.get(server)
         if info is None:
-            info = self._resource_infos[server] = self._tool_info(
+            info = self._resource_infos[server] = tool_info(
                 ToolAnnotation(
                     tool_name=RESOURCE_READ_TOOL,
                     server_name=server,
@@ -356,21 +193,21 @@ class PolicyEngine:
         """Evaluate canonical arguments (as returned by :meth:`prepare`)."""
         info = self._tools.get((server, tool))
         if info is None:
-            return self._structural(None, args, cwd, _UNKNOWN_TOOL) or _UNKNOWN_TOOL
+            return self._structural(None, args, cwd, UNKNOWN_TOOL) or UNKNOWN_TOOL
         return self._evaluate(server, tool, info, args, cwd, prompt=False)
 
     def _evaluate(
         self,
         server: str,
         name: str,
-        info: _ToolInfo,
+        info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
         prompt: bool,
     ) -> Decision:
         paths = args
         if info.path_args:
-            misshapen = _misshapen_path_arg(info, args)
+            misshapen = misshapen_path_arg(info, args)
             if misshapen is not None:
                 return Decision(
                     "deny",
@@ -379,7 +216,7 @@ class PolicyEngine:
                     "list of strings, so the path it names cannot be checked",
                 )
             if info.git_args:
-                located = _with_git_locations(info, args)
+                located = with_git_locations(info, args)
                 if isinstance(located, Decision):
                     return located
                 paths = located
@@ -395,10 +232,10 @@ class PolicyEngine:
 
     def _structural(
         self,
-        info: _ToolInfo | None,
+        info: ToolInfo | None,
         args: Mapping[str, object],
         cwd: str | None,
-        unknown: Decision = _UNKNOWN_TOOL,
+        unknown: Decision = UNKNOWN_TOOL,
     ) -> Decision | None:
         """The first invariant ``args`` break; ``unknown`` when there is no annotation."""
         structural = self.structural
@@ -410,7 +247,7 @@ class PolicyEngine:
                 for path in iter_strings(value):
                     label = structural.protected_label(path, removing)
                     if label:
-                        return _deny_protected(key, label)
+                        return deny_protected(key, label)
                     root = structural.system_root(path)
                     if root is not None:
                         return Decision(
@@ -424,7 +261,7 @@ class PolicyEngine:
                     if looks_like_path(text):
                         label = structural.protected_label(canonical_path(text, cwd))
                         if label:
-                            return _deny_protected(key, label)
+                            return deny_protected(key, label)
         if info is None:
             return unknown
         return None
@@ -458,7 +295,7 @@ class PolicyEngine:
     def _domain_gate(
         self,
         server: str,
-        info: _ToolInfo,
+        info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
         cache: dict[tuple[str, str], str],
@@ -481,7 +318,7 @@ class PolicyEngine:
         self,
         server: str,
         tool: str,
-        info: _ToolInfo,
+        info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
         cache: dict[tuple[str, str], str],
@@ -505,8 +342,8 @@ class PolicyEngine:
         return Decision("deny", "default-deny", "no policy rule matches this call")
 
     def _static_matches(
-        self, server: str, name: str, info: _ToolInfo, prompt: bool
-    ) -> tuple[_Rule, ...]:
+        self, server: str, name: str, info: ToolInfo, prompt: bool
+    ) -> tuple[Rule, ...]:
         """The rules whose conditions on the tool or prompt itself (effect, server, name,
         side effects) hold, in order: only their argument conditions are left to each call.
 
@@ -518,12 +355,12 @@ class PolicyEngine:
             for rule in self._rules
             if (rule.effect is None or ann.effect in rule.effect)
             and (rule.server is None or server in rule.server)
-            and _names_match(rule, name, prompt)
+            and names_match(rule, name, prompt)
             and (rule.side_effects is None or ann.side_effects == rule.side_effects)
         )
 
     @staticmethod
-    def _paths_within(rule: _Rule, info: _ToolInfo, args: Mapping[str, object]) -> bool:
+    def _paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool:
         assert rule.path_roles is not None
         found = False
         for arg, roles in info.path_args:
@@ -536,8 +373,8 @@ class PolicyEngine:
 
     def _domains_allowed(
         self,
-        rule: _Rule,
-        info: _ToolInfo,
+        rule: Rule,
+        info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
         cache: dict[tuple[str, str], str],
@@ -552,61 +389,3 @@ class PolicyEngine:
                         return False
                     found = True
         return found
-
-
-def _names_match(rule: _Rule, name: str, prompt: bool) -> bool:
-    if rule.tool is None and rule.prompt is None:
-        return True
-    names = rule.prompt if prompt else rule.tool
-    return names is not None and name in names
-
-
-def _misshapen_path_arg(info: _ToolInfo, args: Mapping[str, object]) -> str | None:
-    """The first path-role argument whose value is neither a string nor a list of strings
-    (a number, null, an object, a nested list): such a value is never canonicalised, so
-    the call is refused rather than forwarded with a path nobody checked."""
-    for arg, _roles in info.path_args:
-        if arg not in args:
-            continue
-        value = args[arg]
-        if isinstance(value, str):
-            continue
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            return arg
-    return None
-
-
-def _with_git_locations(
-    info: _ToolInfo, args: Mapping[str, object]
-) -> dict[str, object] | Decision:
-    """``args`` with, after each path of a tool that runs git, the places git really
-    reaches through it; a refusal when one of them cannot be known."""
-    view = dict(args)
-    for arg, hooks in info.git_args:
-        value = args.get(arg)
-        names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
-        found: dict[str, None] = {}
-        for name in names:
-            assert isinstance(name, str)  # shapes were checked first
-            for hook in hooks:
-                try:
-                    found.update(dict.fromkeys(hook(name)))
-                except UnknownLocationError as e:
-                    return Decision(
-                        "deny",
-                        "structural-git-location",
-                        f"argument '{arg}' is given to git, and where git would read and "
-                        f"write through it cannot be known: it {e}",
-                    )
-        extra = [place for place in found if place not in names]
-        if extra:
-            view[arg] = [*names, *extra]
-    return view
-
-
-def _deny_protected(arg: str, label: str) -> Decision:
-    return Decision(
-        "deny",
-        "structural-protected-path",
-        f"argument '{arg}' points into {label}, which is protected",
-    )

@@ -240,7 +240,7 @@ def test_ask_feeds_back_what_was_wrong_and_gives_up_after_a_bound() -> None:
 
 def test_compiled_rules_may_not_do_the_engines_structural_work() -> None:
     from policy.compiler import structural_problems
-    from policy.engine import StructuralConfig
+    from policy.decision import StructuralConfig
     from policy.models import CompiledRule
 
     structural = StructuralConfig(

@@ -1,0 +1,155 @@
+"""The policy in the form the engine evaluates fast: annotations with what each call needs
+precomputed (:class:`ToolInfo`), compiled rules with their conditions as sets and their
+``within`` made canonical (:class:`Rule`), and the argument checks every call makes first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from policy.decision import Decision, DecisionKind
+from policy.models import Annotation, CompiledRule
+from policy.paths import UnknownLocationError, canonical_path
+from policy.roles import (
+    ArgumentRole,
+    GitLocations,
+    get_path_roles,
+    get_role_definition,
+    get_url_roles,
+    is_git_tool,
+)
+from policy.variables import PlaceholderError, expand
+
+PATH_ROLES: frozenset[ArgumentRole] = frozenset(get_path_roles())
+URL_ROLES: frozenset[ArgumentRole] = frozenset(get_url_roles())
+
+
+@dataclass(frozen=True, slots=True)
+class ToolInfo:
+    """An annotation (a tool's or a prompt's) with what each call needs precomputed."""
+
+    annotation: Annotation
+    path_args: tuple[tuple[str, frozenset[ArgumentRole]], ...]
+    url_args: tuple[tuple[str, ArgumentRole, frozenset[ArgumentRole]], ...]
+    path_roles_by_arg: Mapping[str, frozenset[ArgumentRole]]
+    # Path arguments of a tool that runs git, with their roles' ``git_locations``.
+    git_args: tuple[tuple[str, tuple[GitLocations, ...]], ...] = ()
+
+
+def tool_info(ann: Annotation, server: str | None = None) -> ToolInfo:
+    """An annotation with what each call needs precomputed. ``server`` is given for a
+    tool, whose git use the role registry knows."""
+    path_args = []
+    url_args = []
+    git_args = []
+    runs_git = server is not None and is_git_tool(server, ann.name)
+    for arg, roles in ann.args.items():
+        role_set = frozenset(roles)
+        if role_set & PATH_ROLES:
+            path_args.append((arg, role_set))
+            hooks = dict.fromkeys(
+                hook
+                for role in roles
+                if (hook := get_role_definition(role).git_locations) is not None
+            )
+            if runs_git and hooks:
+                git_args.append((arg, tuple(hooks)))
+        for role in roles:
+            if role in URL_ROLES:
+                url_args.append((arg, role, role_set))
+                break
+    return ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args), tuple(git_args))
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    name: str
+    then: DecisionKind
+    reason: str
+    effect: frozenset[str] | None
+    server: frozenset[str] | None
+    tool: frozenset[str] | None
+    prompt: frozenset[str] | None
+    side_effects: bool | None
+    path_roles: frozenset[ArgumentRole] | None
+    within: str
+    within_prefix: str  # ``within`` and a separator: a path below it starts with this
+    domain_roles: frozenset[ArgumentRole] | None
+    allowed: tuple[str, ...]
+
+
+def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
+    return None if values is None else frozenset(values)
+
+
+def compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> Rule:
+    c = rule.condition
+    try:
+        within = canonical_path(expand(c.paths.within, variables)) if c.paths else ""
+    except PlaceholderError as exc:
+        raise PlaceholderError(f"rule '{rule.name}', its 'within': {exc}") from None
+    return Rule(
+        name=rule.name,
+        then=rule.then,
+        reason=rule.reason,
+        effect=_opt_set(c.effect),
+        server=_opt_set(c.server),
+        tool=_opt_set(c.tool),
+        prompt=_opt_set(c.prompt),
+        side_effects=c.side_effects,
+        path_roles=frozenset(c.paths.roles) if c.paths else None,
+        within=within,
+        within_prefix=os.sep if within == os.sep else within.rstrip(os.sep) + os.sep,
+        domain_roles=frozenset(c.domains.roles) if c.domains else None,
+        allowed=tuple(c.domains.allowed) if c.domains else (),
+    )
+
+
+def names_match(rule: Rule, name: str, prompt: bool) -> bool:
+    if rule.tool is None and rule.prompt is None:
+        return True
+    names = rule.prompt if prompt else rule.tool
+    return names is not None and name in names
+
+
+def misshapen_path_arg(info: ToolInfo, args: Mapping[str, object]) -> str | None:
+    """The first path-role argument whose value is neither a string nor a list of strings
+    (a number, null, an object, a nested list): such a value is never canonicalised, so
+    the call is refused rather than forwarded with a path nobody checked."""
+    for arg, _roles in info.path_args:
+        if arg not in args:
+            continue
+        value = args[arg]
+        if isinstance(value, str):
+            continue
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return arg
+    return None
+
+
+def with_git_locations(info: ToolInfo, args: Mapping[str, object]) -> dict[str, object] | Decision:
+    """``args`` with, after each path of a tool that runs git, the places git really
+    reaches through it; a refusal when one of them cannot be known."""
+    view = dict(args)
+    for arg, hooks in info.git_args:
+        value = args.get(arg)
+        names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        found: dict[str, None] = {}
+        for name in names:
+            assert isinstance(name, str)  # shapes were checked first
+            for hook in hooks:
+                try:
+                    found.update(dict.fromkeys(hook(name)))
+                except UnknownLocationError as e:
+                    return Decision(
+                        "deny",
+                        "structural-git-location",
+                        f"argument '{arg}' is given to git, and where git would read and "
+                        f"write through it cannot be known: it {e}",
+                    )
+        extra = [place for place in found if place not in names]
+        if extra:
+            view[arg] = [*names, *extra]
+    return view
