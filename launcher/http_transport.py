@@ -67,7 +67,7 @@ class HttpEndpoint:
         """Roughly the bytes waiting for a client to read them (a message counts 1 KiB)."""
         return self._events.qsize() * 1024
 
-    def deliver(self, message: Message) -> None:
+    def deliver(self, message: Message, related: str | int | None = None) -> None:
         """Where the session's outgoing messages go: the waiting POST, else the event stream."""
         key = message.get("id")
         if ("result" in message or "error" in message) and isinstance(key, str | int):

@@ -16,7 +16,7 @@ import json
 from collections.abc import Coroutine
 from typing import Any
 
-from launcher.checked import CHECKED, CheckedCalls
+from launcher.checked import CHECKED, CheckedCalls, _Call
 from launcher.gate import TOOL
 from launcher.jsonrpc import (
     LATEST_PROTOCOL,
@@ -66,9 +66,9 @@ class Relay:
 
     # -- upstream --------------------------------------------------------------------------
 
-    def send(self, message: Message) -> None:
+    def send(self, message: Message, related: str | int | None = None) -> None:
         if self.upstream is not None:
-            self.upstream.deliver(message)
+            self.upstream.deliver(message, related)
 
     def feed(self, line: bytes) -> None:
         """One message from the client (JSON text)."""
@@ -212,8 +212,12 @@ class Relay:
         if method in FORWARDED_NOTIFICATIONS:
             if not self.initialized:
                 return  # nothing reaches the client before its initialize answer
-            if method == "notifications/progress" and not self._progress_of(conn, message):
-                return
+            related = None
+            if method == "notifications/progress":
+                call = self._progress_of(conn, message)
+                if call is None:
+                    return
+                related = call.request_id
             upstream = self.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are
@@ -226,7 +230,7 @@ class Relay:
                 self._dropping = True
                 return
             self._dropping = False
-            self.send(message)
+            self.send(message, related)
         elif isinstance(method, str) and method in LIST_CHANGED:
             # One refresh per server and list at a time; changes meanwhile make one more.
             key = (conn.name, LIST_CHANGED[method])
@@ -236,11 +240,11 @@ class Relay:
             self._refreshing[key] = False
             self._spawn(self._refresh(conn, key[1], method))
 
-    def _progress_of(self, conn: Downstream, message: Message) -> bool:
-        """Whether a progress notification is about a call of this server still out."""
+    def _progress_of(self, conn: Downstream, message: Message) -> _Call | None:
+        """The call of this server still out that a progress notification is about."""
         params = message.get("params")
         token = params.get("progressToken") if isinstance(params, dict) else None
-        return type(token) in (str, int) and (conn.name, token) in self.calls.progress
+        return self.calls.progress.get((conn.name, token)) if type(token) in (str, int) else None
 
     async def _refresh(self, conn: Downstream, kind: str, method: str) -> None:
         key = (conn.name, kind)

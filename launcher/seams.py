@@ -36,6 +36,10 @@ class Downstream(Listing, Protocol):
 
     def notify(self, method: str, params: Message | None) -> None: ...
 
+    def reply(self, request_id: object, outcome: Message) -> None:
+        """Answer a request the server made (``outcome`` holds ``result`` or ``error``)."""
+        ...
+
     async def list_tools(self) -> list[Message]: ...
 
     async def list_extras(self) -> None: ...
@@ -44,7 +48,12 @@ class Downstream(Listing, Protocol):
 class Upstream(Protocol):
     """The client's side: where the relay's messages go."""
 
-    def deliver(self, message: Message) -> None: ...
+    def deliver(self, message: Message, related: str | int | None = None) -> None:
+        """Send ``message`` to the client; ``related`` is the id of the client's request it
+        belongs to (an answer's own id, or the call a progress notification or a server's
+        request was made during), so a transport with a stream per request (streamable
+        HTTP) sends it there; None: the client's stream for what nobody asked."""
+        ...
 
     def backlog(self) -> int:
         """Bytes written for the client and not yet taken by it."""

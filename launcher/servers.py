@@ -281,6 +281,10 @@ class ServerConnection:
             self.cancel_request(request_id, "cancelled")
             raise
 
+    def reply(self, request_id: object, outcome: Message) -> None:
+        """Answer a request the server made (``outcome`` holds ``result`` or ``error``)."""
+        self._write({"jsonrpc": "2.0", "id": request_id, **outcome})
+
     def notify(self, method: str, params: Message | None) -> None:
         message: Message = {"jsonrpc": "2.0", "method": method}
         if params is not None:

@@ -56,7 +56,7 @@ class StdioTransport:
     def _oversized(self) -> None:
         self.deliver(error(None, -32700, "message too large"))
 
-    def deliver(self, message: Message) -> None:
+    def deliver(self, message: Message, related: str | int | None = None) -> None:
         data = encode(message)
         if self._writer is not None:
             self._writer.write(data)

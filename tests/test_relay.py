@@ -87,10 +87,12 @@ class Client:
 
     approval: str | None = APPROVE
     sent: list[Message] = field(default_factory=list)
+    related: list[str | int | None] = field(default_factory=list)
     relay: Relay | None = None
 
-    def deliver(self, message: Message) -> None:
+    def deliver(self, message: Message, related: str | int | None = None) -> None:
         self.sent.append(message)
+        self.related.append(related)
         if message.get("method") == "elicitation/create" and self.approval is not None:
             content = {"answer": self.approval}
             answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "accept"}}
@@ -199,6 +201,7 @@ def build(
     hello = {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"form": {}}}}
     harness.feed({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
     assert client.sent.pop()["result"]["serverInfo"]["name"] == "ironcurtain"
+    client.related.pop()
     return harness
 
 
@@ -626,8 +629,12 @@ def test_progress_reaches_the_client_only_for_a_call_still_out(tmp_path: Path) -
         await asyncio.sleep(0.01)
 
     run(scenario)
-    relayed = [m["params"]["progressToken"] for m in h.client.sent if "method" in m]
-    assert relayed == ["t1"]
+    relayed = [
+        (m["params"]["progressToken"], related)
+        for m, related in zip(h.client.sent, h.client.related, strict=True)
+        if "method" in m
+    ]
+    assert relayed == [("t1", "a")]  # on the stream of the call it is about
 
 
 def test_nothing_reaches_the_client_before_its_initialize_answer(tmp_path: Path) -> None:

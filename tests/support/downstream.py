@@ -50,6 +50,7 @@ class FakeServer:
     cancelled: list[tuple[int, str]] = field(default_factory=list)
     notified: list[tuple[str, Message | None]] = field(default_factory=list)
     held: dict[int, OnDone] = field(default_factory=dict)
+    replies: list[tuple[object, Message]] = field(default_factory=list)
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     def send_request(
@@ -86,6 +87,9 @@ class FakeServer:
 
     def notify(self, method: str, params: Message | None) -> None:
         self.notified.append((method, params))
+
+    def reply(self, request_id: object, outcome: Message) -> None:
+        self.replies.append((request_id, outcome))
 
     async def list_tools(self) -> list[Message]:
         return self.tools
