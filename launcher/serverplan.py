@@ -17,6 +17,7 @@ from launcher.errors import ConfigError, SandboxUnavailable
 from launcher.host import PLATFORM
 from launcher.launchspec import LaunchSpec
 from launcher.programs import npx_to_node, resolve_command
+from launcher.seams import ServerSettings
 from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.roles import get_path_roles
@@ -62,6 +63,11 @@ class ServerPlan:
     @property
     def sandboxed(self) -> bool:
         return self.profile is not None
+
+
+def relay_settings(sp: ServerPlan) -> ServerSettings:
+    """What the relay core needs to know of one planned server."""
+    return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed)
 
 
 @dataclass(frozen=True)

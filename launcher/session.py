@@ -33,7 +33,8 @@ from launcher.plan import SessionPlan
 from launcher.relay import Relay
 from launcher.report import startup_report
 from launcher.router import Router
-from launcher.seams import Core, ServerSettings
+from launcher.seams import Core
+from launcher.serverplan import relay_settings
 from launcher.servers import ServerConnection
 from launcher.stdio import StdioTransport
 
@@ -126,10 +127,7 @@ class Session:
         )
         for name, conn in self.servers.items():
             gate.pin(name, conn.tools, conn.prompts, at_start=True)
-        settings = {
-            name: ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed)
-            for name, sp in plan.servers.items()
-        }
+        settings = {name: relay_settings(sp) for name, sp in plan.servers.items()}
         core = Core(
             self.servers,
             settings,
