@@ -11,6 +11,7 @@ from launcher.config import RestartConfig
 from launcher.errors import StartupError
 from launcher.jsonrpc import Message, ServerGone
 from launcher.plan import SessionPlan
+from launcher.serverplan import client_capabilities
 from launcher.servers import ServerConnection
 
 STARTUP_TIMEOUT = 60.0
@@ -24,7 +25,8 @@ class Fleet:
         self.plan = plan
         self._on_notification = on_notification
         self.servers: dict[str, ServerConnection] = {
-            name: ServerConnection(sp.launch, on_notification) for name, sp in plan.servers.items()
+            name: ServerConnection(sp.launch, on_notification, client_capabilities(sp))
+            for name, sp in plan.servers.items()
         }
         # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
         self.halted: dict[str, str] = {}

@@ -65,6 +65,11 @@ class ServerPlan:
         return self.profile is not None
 
 
+def client_capabilities(sp: ServerPlan) -> dict[str, object]:
+    """What a server is told its client can do: what ironcurtain answers or relays for it."""
+    return {}
+
+
 def relay_settings(sp: ServerPlan) -> ServerSettings:
     """What the relay core needs to know of one planned server."""
     return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed)

@@ -37,8 +37,14 @@ NotificationHandler = Callable[["ServerConnection", Message], None]
 
 
 class ServerConnection:
-    def __init__(self, spec: LaunchSpec, on_notification: NotificationHandler | None = None):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        on_notification: NotificationHandler | None = None,
+        client_capabilities: Message | None = None,
+    ):
         self.spec = spec
+        self.client_capabilities = client_capabilities or {}
         self.name = spec.name
         self._on_notification = on_notification
         self._ids = itertools.count(1)
@@ -158,7 +164,11 @@ class ServerConnection:
     async def initialize(self) -> None:
         response = await self.request(
             "initialize",
-            {"protocolVersion": LATEST_PROTOCOL, "capabilities": {}, "clientInfo": CLIENT_INFO},
+            {
+                "protocolVersion": LATEST_PROTOCOL,
+                "capabilities": self.client_capabilities,
+                "clientInfo": CLIENT_INFO,
+            },
         )
         if "error" in response:
             raise RuntimeError(f"initialize failed: {response['error'].get('message')}")
