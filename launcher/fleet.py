@@ -90,7 +90,7 @@ class Fleet:
                 attempt=attempt,
             )
             await asyncio.sleep(delay)
-            fresh = ServerConnection(conn.spec, self._on_notification)
+            fresh = ServerConnection(conn.spec, self._on_notification, conn.client_capabilities)
             try:
                 await asyncio.wait_for(self._start_one(fresh), STARTUP_TIMEOUT)
             except Exception as exc:  # it counts as one more exit
