@@ -15,7 +15,7 @@ import asyncio
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from launcher.approval import Requester
 from launcher.audit import Prepared, hash_value, hashed_arguments
@@ -30,7 +30,7 @@ from launcher.gate import (
     denial_text,
     label,
 )
-from launcher.jsonrpc import Message, ServerGone, error, result, tool_result
+from launcher.jsonrpc import Message, ServerGone, error, notification, result, tool_result
 from launcher.seams import Core, Downstream
 from policy import Decision
 from policy.models import Annotation
@@ -38,6 +38,14 @@ from policy.models import Annotation
 DENIED = -32001  # a request the policy did not let through (not a tool call)
 NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
 CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
+# While a human decides, a call with a progress token hears this often that it is alive.
+KEEPALIVE_SECONDS = 10.0
+
+
+class Send(Protocol):
+    """Where messages for the client go; ``related``: the client's request one belongs to."""
+
+    def __call__(self, message: Message, related: str | int | None = None) -> None: ...
 
 
 @dataclass(slots=True)
@@ -55,6 +63,7 @@ class _Call:
     entry: dict[str, Any] = field(default_factory=dict)
     downstream: int | None = None  # the id it was sent to the server with
     prepared: Prepared | None = None  # its audit entry, serialised while the server works
+    progress_sent: int = 0  # progress ironcurtain reported while a human decided
 
 
 class CheckedCalls:
@@ -62,7 +71,7 @@ class CheckedCalls:
         self,
         core: Core,
         *,
-        send: Callable[[Message], None],
+        send: Send,
         ask: Requester,
         client_elicits: Callable[[], bool],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
@@ -77,6 +86,13 @@ class CheckedCalls:
         # progress is relayed only for its own calls still out (not after a cancel).
         self.progress: dict[tuple[str, object], _Call] = {}
         self._waiting: dict[str | int, asyncio.Task[None]] = {}  # escalations, by id
+        self.keepalive = KEEPALIVE_SECONDS
+
+    def only_call_at(self, server: str) -> str | int | None:
+        """The client's id of the one call out at ``server``; None when there are none or
+        several (what the server asks then cannot be told apart)."""
+        found = [c.request_id for c in self._calls.values() if c.server == server]
+        return found[0] if len(found) == 1 else None
 
     def cancel(self, request_id: str | int) -> None:
         """The client cancelled ``request_id``: the server is told (or the human no longer
@@ -167,6 +183,8 @@ class CheckedCalls:
     async def _escalate(self, call: _Call, decision: Decision) -> None:
         assert call.server is not None
         named = label(call.method, call.name)
+        token = _progress_token(call)
+        alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
             outcome = await self.core.gate.approve(
                 call.server,
@@ -183,6 +201,8 @@ class CheckedCalls:
             self._end(call, "error", failure=f"ERROR: the approval failed: {exc}")
             return
         finally:
+            if alive is not None:
+                alive.cancel()
             if self._waiting.get(call.request_id) is asyncio.current_task():
                 del self._waiting[call.request_id]
         call.entry["escalation"] = outcome.escalation
@@ -203,6 +223,20 @@ class CheckedCalls:
         )
         self._end(call, "denied", denial=text)
 
+    async def _keep_alive(self, call: _Call, token: str | int) -> None:
+        """Progress for a call waiting for a human, so a client that times requests out
+        (and counts progress as life) keeps waiting; the server's own progress for it later
+        is reported after these."""
+        while True:
+            await asyncio.sleep(self.keepalive)
+            call.progress_sent += 1
+            params = {
+                "progressToken": token,
+                "progress": call.progress_sent,
+                "message": "waiting for a human to approve this call",
+            }
+            self.send(notification("notifications/progress", params), call.request_id)
+
     def _forward(self, call: _Call) -> None:
         conn, server = call.conn, call.server
         assert conn is not None and server is not None
@@ -221,9 +255,8 @@ class CheckedCalls:
             return
         if isinstance(call.request_id, str | int):
             self._calls[call.request_id] = call
-        meta = call.params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        if type(token) in (str, int):
+        token = _progress_token(call)
+        if token is not None:
             self.progress[(server, token)] = call
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
 
@@ -376,9 +409,8 @@ class CheckedCalls:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
         if self.progress:
-            meta = call.params.get("_meta")
-            token = meta.get("progressToken") if isinstance(meta, dict) else None
-            if type(token) in (str, int) and self.progress.get((str(call.server), token)) is call:
+            token = _progress_token(call)
+            if token is not None and self.progress.get((str(call.server), token)) is call:
                 del self.progress[(str(call.server), token)]
         outcome = {
             "result": status,
@@ -391,3 +423,9 @@ class CheckedCalls:
             written = audit.write({**call.entry, **outcome})
         if not written:
             self.core.say(f"audit log write failed ({audit.error}); denying every further call")
+
+
+def _progress_token(call: _Call) -> str | int | None:
+    meta = call.params.get("_meta")
+    token = meta.get("progressToken") if isinstance(meta, dict) else None
+    return token if type(token) in (str, int) else None

@@ -127,6 +127,19 @@ class RestartConfig(_Model):
     backoff_seconds: float = Field(default=1.0, alias="backoffSeconds", gt=0)
 
 
+class ClientRequestsConfig(_Model):
+    """``clientRequests``: what a server may ask of the client through ironcurtain.
+
+    ``elicitation`` (allow by default): the question goes to the human, named as the
+    server's, who can decline; it shows the server only what the human types in.
+    ``sampling`` (ask by default): a server's text is put to the user's model and the
+    server reads the answer, at the user's cost, so a human approves each one first
+    (through the approval channels) unless this says ``allow``."""
+
+    elicitation: Literal["allow", "deny"] = "allow"
+    sampling: Literal["allow", "ask", "deny"] = "ask"
+
+
 class ServerConfig(_Model):
     command: str = Field(min_length=1)
     args: list[str] = Field(default_factory=list)
@@ -137,6 +150,9 @@ class ServerConfig(_Model):
     timeout: float | None = Field(default=None, gt=0)
     sandbox: SandboxConfig | Literal[False] = Field(default_factory=SandboxConfig)
     restart: RestartConfig | bool = False
+    client_requests: ClientRequestsConfig = Field(
+        default_factory=ClientRequestsConfig, alias="clientRequests"
+    )
 
     @property
     def restart_policy(self) -> RestartConfig | None:

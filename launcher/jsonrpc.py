@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
@@ -21,6 +22,15 @@ Message = dict[str, Any]
 # Called once with a request's whole response (``result`` or ``error``), or with why there
 # is none (``ServerGone``, ``TimeoutError``).
 OnDone = Callable[[Message | BaseException], None]
+
+
+@dataclass(frozen=True)
+class ClientSide:
+    """What a server is told of its client, which ironcurtain plays for it: the capabilities
+    declared at ``initialize`` and the roots it answers ``roots/list`` with."""
+
+    capabilities: Message = field(default_factory=dict)
+    roots: tuple[Message, ...] = ()
 
 
 _SIGNAL_MEANING = {

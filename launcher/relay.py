@@ -16,6 +16,7 @@ import json
 from collections.abc import Coroutine
 from typing import Any
 
+from launcher.asks import ServerAsks, elicitation_modes
 from launcher.checked import CHECKED, CheckedCalls, _Call
 from launcher.gate import TOOL
 from launcher.jsonrpc import (
@@ -48,7 +49,8 @@ class Relay:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.upstream: Upstream | None = None
-        self.client_elicits = False
+        self.client_capabilities: Message | None = None  # as declared at initialize
+        self.client_elicits = False  # it takes form elicitations (approvals can ask it)
         self.initialized = False  # the client has had its initialize answer
         self.calls = CheckedCalls(
             core,
@@ -57,12 +59,22 @@ class Relay:
             client_elicits=lambda: self.client_elicits,
             spawn=self._spawn,
         )
+        self.asks = ServerAsks(
+            core,
+            ask_client=self.ask_client,
+            client_capabilities=lambda: self.client_capabilities if self.initialized else None,
+            approve_via=self.ask_client,
+            client_elicits=lambda: self.client_elicits,
+            related=self.calls.only_call_at,
+            spawn=self._spawn,
+        )
         self._tasks: set[asyncio.Task[None]] = set()
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
         self._dropping = False
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
         core.router.build(core.servers)
+        self._attach()
 
     # -- upstream --------------------------------------------------------------------------
 
@@ -178,9 +190,8 @@ class Relay:
 
     def _initialize(self, params: Message) -> Message:
         client_caps = params.get("capabilities")
-        self.client_elicits = isinstance(client_caps, dict) and bool(
-            client_caps.get("elicitation") is not None
-        )
+        self.client_capabilities = client_caps if isinstance(client_caps, dict) else {}
+        self.client_elicits = "form" in elicitation_modes(self.client_capabilities)
         requested = params.get("protocolVersion")
         return {
             "protocolVersion": requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL,
@@ -190,26 +201,38 @@ class Relay:
             "checked by policy. Denied calls return an error result starting with DENIED.",
         }
 
-    async def ask_client(self, method: str, params: Message, timeout: float) -> Message:
-        """Send a request to the client and wait for its whole response."""
+    async def ask_client(
+        self, method: str, params: Message, timeout: float, related: str | int | None = None
+    ) -> Message:
+        """Send a request to the client and wait for its whole response; ``related``: the
+        client's request it is asked during."""
         request_id = f"ironcurtain-{next(self._upstream_ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._upstream_pending[request_id] = future
-        self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        self.send(message, related)
         try:
             return await asyncio.wait_for(future, timeout)
         except (TimeoutError, asyncio.CancelledError):
             reason = {"requestId": request_id, "reason": "no answer in time"}
-            self.send(notification("notifications/cancelled", reason))
+            self.send(notification("notifications/cancelled", reason), related)
             raise
         finally:
             self._upstream_pending.pop(request_id, None)
 
     # -- from the servers ------------------------------------------------------------------
 
+    def _attach(self) -> None:
+        """The servers' requests of the client come here (a restarted server's too)."""
+        for conn in self.core.servers.values():
+            conn.on_request = self.asks.request
+
     def on_server_notification(self, conn: Downstream, message: Message) -> None:
         method = message.get("method")
-        if method in FORWARDED_NOTIFICATIONS:
+        if method == "notifications/cancelled":
+            params = message.get("params")
+            self.asks.cancelled(conn, params if isinstance(params, dict) else {})
+        elif method in FORWARDED_NOTIFICATIONS:
             if not self.initialized:
                 return  # nothing reaches the client before its initialize answer
             related = None
@@ -218,6 +241,8 @@ class Relay:
                 if call is None:
                     return
                 related = call.request_id
+                if call.progress_sent:  # after what was reported while a human decided
+                    message = _after(message, call.progress_sent)
             upstream = self.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are
@@ -268,6 +293,7 @@ class Relay:
 
     def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
         """A server's lists changed (or a restarted server replaced one): routes anew."""
+        self._attach()
         self.core.router.build(self.core.servers)
         if self.initialized:
             self.send(notification(method))
@@ -291,6 +317,16 @@ class Relay:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _after(message: Message, offset: int) -> Message:
+    """A server's progress moved past what ironcurtain reported for the call already, so
+    the client sees it go on increasing."""
+    params = dict(message["params"])
+    for key in ("progress", "total"):
+        if isinstance(params.get(key), int | float):
+            params[key] += offset
+    return {**message, "params": params}
 
 
 def _ignore(outcome: Message | BaseException) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from launcher.audit import AuditLog
 from launcher.gate import Gate
@@ -27,6 +27,8 @@ class Downstream(Listing, Protocol):
 
     name: str
     restarting: bool
+    # Where the server's requests of the client go (the relay core sets it).
+    on_request: Callable[[Any, Message], None] | None
 
     def send_request(
         self, method: str, params: Message | None, on_done: OnDone, timeout: float | None = None
@@ -65,6 +67,8 @@ class ServerSettings:
     cwd: str  # where its relative paths are resolved
     timeout: float | None  # seconds a request may take
     sandboxed: bool
+    elicitation: str = "allow"  # what it may ask of the client: allow, deny
+    sampling: str = "ask"  # allow, ask (a human first), deny
 
 
 @dataclass

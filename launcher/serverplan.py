@@ -10,11 +10,13 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher import dirs
 from launcher.config import FilesystemSandbox, LoadedConfig, ServerConfig
 from launcher.errors import ConfigError, SandboxUnavailable
 from launcher.host import PLATFORM
+from launcher.jsonrpc import ClientSide
 from launcher.launchspec import LaunchSpec
 from launcher.programs import npx_to_node, resolve_command
 from launcher.seams import ServerSettings
@@ -59,20 +61,34 @@ class ServerPlan:
     egress_socket: str | None = None
     # (path, is a dir): made empty on the host for denyRead masks, removed after if still so
     placeholders: tuple[tuple[str, bool], ...] = ()
+    # The directories it is given to work in: what it is told at roots/list.
+    roots: tuple[str, ...] = ()
 
     @property
     def sandboxed(self) -> bool:
         return self.profile is not None
 
 
-def client_capabilities(sp: ServerPlan) -> dict[str, object]:
-    """What a server is told its client can do: what ironcurtain answers or relays for it."""
-    return {}
+def client_capabilities(sp: ServerPlan) -> ClientSide:
+    """What a server is told of its client: ironcurtain answers ``roots/list`` itself (with
+    the directories its sandbox holds, never the client's host roots) and declares
+    elicitation and sampling when its ``clientRequests`` let them through. They are declared
+    before any client has connected; a request the client turns out not to support is
+    answered with an error then."""
+    asks = sp.config.client_requests
+    capabilities: dict[str, object] = {"roots": {"listChanged": False}}
+    if asks.elicitation != "deny":
+        capabilities["elicitation"] = {"form": {}, "url": {}}
+    if asks.sampling != "deny":
+        capabilities["sampling"] = {}
+    roots = tuple({"uri": Path(root).as_uri(), "name": root} for root in sp.roots)
+    return ClientSide(capabilities, roots)
 
 
 def relay_settings(sp: ServerPlan) -> ServerSettings:
     """What the relay core needs to know of one planned server."""
-    return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed)
+    asks = sp.config.client_requests
+    return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed, asks.elicitation, asks.sampling)
 
 
 @dataclass(frozen=True)
@@ -241,10 +257,20 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             placeholders=tuple(placeholders(profile)),
             egress=egress,
             egress_socket=egress_socket,
+            roots=_roots(at.workspace, access, fs),
         )
     env = {
         **sandbox_env(request, os.path.dirname(command)),
         "HOME": os.path.expanduser("~"),
     }
     launch = LaunchSpec(name, [command, *server.args], env, cwd, server.timeout)
-    return ServerPlan(name, server, launch, None, cwd)
+    return ServerPlan(name, server, launch, None, cwd, roots=(at.workspace,))
+
+
+def _roots(workspace: str, access: WorkspaceAccess, fs: FilesystemSandbox) -> tuple[str, ...]:
+    """The directories a sandboxed server is given: the workspace when it is shown at all,
+    then those its config mounts."""
+    shown = [workspace] if access != "none" else []
+    return tuple(
+        dict.fromkeys(os.path.abspath(p) for p in (*shown, *fs.allow_write, *fs.allow_read))
+    )

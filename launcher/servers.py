@@ -23,6 +23,7 @@ from launcher.jsonrpc import (
     CLIENT_INFO,
     LATEST_PROTOCOL,
     LINE_LIMIT,
+    ClientSide,
     Message,
     OnDone,
     ServerGone,
@@ -34,6 +35,7 @@ from launcher.oscalls import memfd, pidfd_open
 from launcher.proctree import over_limits, process_tree
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
+RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
 
 
 class ServerConnection:
@@ -41,10 +43,13 @@ class ServerConnection:
         self,
         spec: LaunchSpec,
         on_notification: NotificationHandler | None = None,
-        client_capabilities: Message | None = None,
+        client: ClientSide | None = None,
     ):
         self.spec = spec
-        self.client_capabilities = client_capabilities or {}
+        self.client_capabilities = client or ClientSide()
+        # Where the server's requests of the client go (elicitation, sampling): set by the
+        # relay core; None until then, and such a request is refused.
+        self.on_request: RequestHandler | None = None
         self.name = spec.name
         self._on_notification = on_notification
         self._ids = itertools.count(1)
@@ -166,7 +171,7 @@ class ServerConnection:
             "initialize",
             {
                 "protocolVersion": LATEST_PROTOCOL,
-                "capabilities": self.client_capabilities,
+                "capabilities": self.client_capabilities.capabilities,
                 "clientInfo": CLIENT_INFO,
             },
         )
@@ -321,17 +326,28 @@ class ServerConnection:
                 self._complete(key, message)
             return
         if "id" in message:
-            # A request from the server (sampling, roots, elicitation): not offered.
-            reply: Message = {"jsonrpc": "2.0", "id": message["id"]}
-            if message["method"] == "ping":
-                reply["result"] = {}
-            else:
-                reply["error"] = {"code": -32601, "message": "not supported by ironcurtain"}
-            with contextlib.suppress(ServerGone, OSError):
-                self._write(reply)
+            self._server_request(message)
             return
         if self._on_notification is not None:
             self._on_notification(self, message)
+
+    def _server_request(self, message: Message) -> None:
+        """A request of the server's: ``ping`` and ``roots/list`` are answered here (the
+        same for any client); elicitation and sampling go to the relay core."""
+        method = message["method"]
+        outcome: Message
+        if method == "ping":
+            outcome = {"result": {}}
+        elif method == "roots/list":
+            outcome = {"result": {"roots": list(self.client_capabilities.roots)}}
+        elif self.on_request is not None:
+            self.on_request(self, message)
+            return
+        else:
+            text = f"{method} is not available: no client is connected to ironcurtain yet"
+            outcome = {"error": {"code": -32603, "message": text}}
+        with contextlib.suppress(ServerGone, OSError):
+            self.reply(message["id"], outcome)
 
     def _on_stderr_line(self, line: bytes) -> None:
         from launcher.audit import printable  # the operator's terminal is not the server's

@@ -9,6 +9,7 @@ entries are checked fast and exhaustively.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -100,6 +101,11 @@ class Client:
             assert self.relay is not None
             line = json.dumps(answer).encode()
             asyncio.get_running_loop().call_soon(self.relay.feed, line)
+        elif message.get("method") == "sampling/createMessage":
+            sampled = {"role": "assistant", "content": {"type": "text", "text": "sampled"}}
+            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {**sampled, "model": "m"}}
+            assert self.relay is not None
+            asyncio.get_running_loop().call_soon(self.relay.feed, json.dumps(answer).encode())
 
     def backlog(self) -> int:
         return 0
@@ -810,3 +816,225 @@ def test_json_nested_past_what_python_parses_gets_an_error(tmp_path: Path) -> No
     h.relay.feed(b'{"jsonrpc":"2.0","id":true,"method":"ping"}')
     h.relay.feed(b'{"jsonrpc":"2.0","id":7,"method":"ping"}')
     assert [m.get("error", {}).get("code") for m in h.client.sent] == [-32700, -32600, -32600, None]
+
+
+# -- what servers ask of the client ----------------------------------------------------------
+
+
+def _asked(method: str, rid: int = 77, **params: Any) -> Message:
+    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+
+
+QUESTION = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {}}}
+SAMPLING = {
+    "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
+    "maxTokens": 10,
+    "includeContext": "allServers",
+}
+
+
+def _settings(h: Harness, **changes: str) -> None:
+    settings = dict(h.relay.core.settings)
+    settings["fs"] = dataclasses.replace(settings["fs"], **changes)
+    h.relay.core.settings = settings
+
+
+def _hello(h: Harness, capabilities: Message) -> None:
+    hello = {"protocolVersion": "2025-06-18", "capabilities": capabilities}
+    h.feed({"jsonrpc": "2.0", "id": "hello", "method": "initialize", "params": hello})
+    h.client.sent.clear()
+    h.client.related.clear()
+
+
+def test_a_servers_question_reaches_the_client_named_as_its_and_the_answer_goes_back(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path)
+    h.fs.answer = lambda method, params: None  # the call stays out while the server asks
+
+    async def scenario() -> None:
+        wire, params = params_for("tools/call", where(h, "allow"))
+        h.feed({"jsonrpc": "2.0", "id": "call-1", "method": wire, "params": params})
+        await asyncio.sleep(0.01)
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("elicitation/create", **QUESTION))
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    (asked,) = h.client.elicitations
+    assert asked["params"]["message"] == "[server 'fs'] Your name?"
+    assert h.client.related[h.client.sent.index(asked)] == "call-1"  # on the call's stream
+    ((rid, outcome),) = h.fs.replies
+    assert rid == 77 and outcome["result"]["action"] == "accept"
+    entry = next(e for e in h.entries() if e["method"] == "elicitation/create")
+    assert entry["server"] == "fs" and entry["direction"] == "server-to-client"
+    assert entry["result"] == "success" and entry["policy"]["decision"] == "allow"
+    assert "Your name?" not in json.dumps(entry)  # the question is hashed
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "setting", "asked", "code", "rule"),
+    [
+        ({}, "allow", {}, -32601, "client-capability"),  # the client takes no elicitation
+        ({"elicitation": {"form": {}}}, "allow", {"mode": "url"}, -32601, "client-capability"),
+        ({"elicitation": {"url": {}}}, "allow", {}, -32601, "client-capability"),
+        ({"elicitation": {}}, "deny", {}, -32001, "client-requests"),  # its config says no
+    ],
+)
+def test_a_question_the_client_cannot_take_or_the_config_refuses_never_reaches_it(
+    tmp_path: Path, capabilities: Message, setting: str, asked: Message, code: int, rule: str
+) -> None:
+    h = build(tmp_path)
+    _hello(h, capabilities)
+    _settings(h, elicitation=setting)
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("elicitation/create", **QUESTION, **asked))
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    assert h.client.sent == []
+    ((_, outcome),) = h.fs.replies
+    assert outcome["error"]["code"] == code and rule in outcome["error"]["message"]
+    (entry,) = h.entries()
+    assert entry["result"] == "denied" and entry["policy"]["rule"] == rule
+
+
+def test_nothing_a_server_asks_reaches_a_client_before_its_initialize(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    h.relay.initialized = False
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("elicitation/create", **QUESTION))
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    assert h.client.sent == []
+    ((_, outcome),) = h.fs.replies
+    assert "client-not-connected" in outcome["error"]["message"]
+
+
+def test_sampling_is_put_to_a_human_first_and_asks_for_no_other_servers_context(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path)
+    _hello(h, {"elicitation": {}, "sampling": {}})
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("sampling/createMessage", **SAMPLING))
+        await asyncio.sleep(0.05)
+
+    run(scenario)
+    (approval,) = h.client.elicitations  # the human was asked first (default: ask)
+    assert "sampling/createMessage" in approval["params"]["message"]
+    assert "user: Say hi" in approval["params"]["message"]
+    (sampled,) = [m for m in h.client.sent if m.get("method") == "sampling/createMessage"]
+    assert sampled["params"]["includeContext"] == "none"
+    ((_, outcome),) = h.fs.replies
+    assert outcome["result"]["content"]["text"] == "sampled"
+    (entry,) = h.entries()
+    assert entry["escalation"] == "approved" and entry["result"] == "success"
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "setting", "answer", "code", "rule"),
+    [
+        ({"sampling": {}}, "deny", APPROVE, -32001, "client-requests"),
+        ({"elicitation": {}}, "allow", APPROVE, -32601, "client-capability"),
+        ({"elicitation": {}, "sampling": {}}, "ask", DENY, -32001, "client-requests"),
+    ],
+)
+def test_sampling_refused_by_config_client_or_human_never_reaches_the_model(
+    tmp_path: Path, capabilities: Message, setting: str, answer: str, code: int, rule: str
+) -> None:
+    h = build(tmp_path, answer=answer)
+    _hello(h, capabilities)
+    _settings(h, sampling=setting)
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("sampling/createMessage", **SAMPLING))
+        await asyncio.sleep(0.05)
+
+    run(scenario)
+    assert not [m for m in h.client.sent if m.get("method") == "sampling/createMessage"]
+    ((_, outcome),) = h.fs.replies
+    assert outcome["error"]["code"] == code and rule in outcome["error"]["message"]
+    (entry,) = h.entries()
+    assert entry["result"] == "denied"
+
+
+def test_a_question_the_server_cancels_is_withdrawn_from_the_client(tmp_path: Path) -> None:
+    h = build(tmp_path, answer=None)  # the human does not answer
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("elicitation/create", **QUESTION))
+        await asyncio.sleep(0.01)
+        cancel = {"requestId": 77, "reason": "gave up"}
+        message = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        h.relay.on_server_notification(h.fs, message)
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    (asked,) = h.client.elicitations
+    (withdrawn,) = [m for m in h.client.sent if m.get("method") == "notifications/cancelled"]
+    assert withdrawn["params"]["requestId"] == asked["id"]
+    assert h.fs.replies == []  # the server cancelled it: no answer (MCP)
+    (entry,) = h.entries()
+    assert entry["result"] == "cancelled"
+
+
+def test_other_requests_of_a_server_are_not_found(tmp_path: Path) -> None:
+    h = build(tmp_path)
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("tools/call", name="x"))
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    assert h.client.sent == [] and h.entries() == []
+    ((_, outcome),) = h.fs.replies
+    assert outcome["error"]["code"] == -32601
+
+
+def test_a_call_waiting_for_a_human_is_kept_alive_and_its_progress_goes_on_after(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path, answer=None)
+    h.fs.answer = lambda method, params: None  # the server works on it for a while
+    h.relay.calls.keepalive = 0.01
+
+    async def scenario() -> None:
+        wire, params = params_for("tools/call", where(h, "escalate"))
+        params["_meta"] = {"progressToken": "p"}
+        h.feed({"jsonrpc": "2.0", "id": "slow", "method": wire, "params": params})
+        await asyncio.sleep(0.1)
+        (asked,) = h.client.elicitations
+        answer = {"action": "accept", "content": {"answer": APPROVE}}
+        h.feed({"jsonrpc": "2.0", "id": asked["id"], "result": answer})
+        await asyncio.sleep(0.01)
+        # The server reports progress of its own, from 1 (as servers do).
+        progress = {"progressToken": "p", "progress": 1, "total": 2}
+        message = {"jsonrpc": "2.0", "method": "notifications/progress", "params": progress}
+        h.relay.on_server_notification(h.fs, message)
+        await asyncio.sleep(0.05)
+
+    run(scenario)
+    reported = [
+        (m["params"]["progress"], related)
+        for m, related in zip(h.client.sent, h.client.related, strict=True)
+        if m.get("method") == "notifications/progress"
+    ]
+    values = [value for value, _ in reported]
+    assert len(values) >= 3 and values == sorted(set(values))  # always increasing
+    assert {related for _, related in reported} == {"slow"}
+    kept_alive = values[-2]  # none once approved: the last is the server's own, moved on
+    (last,) = [m for m in h.client.sent if m.get("params", {}).get("total")]
+    assert last["params"] == {"progressToken": "p", "progress": kept_alive + 1,
+                              "total": kept_alive + 2}  # fmt: skip
+    assert h.fs.requests  # approved, then made

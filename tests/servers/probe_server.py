@@ -17,9 +17,12 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import SamplingMessage, TextContent
+from pydantic import BaseModel
 
 server = MCPServer("probe")
 
@@ -113,6 +116,49 @@ async def linger() -> str:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
     return "lingering"
+
+
+# -- what a server asks of the client -------------------------------------------------------
+
+
+class _Answer(BaseModel):
+    name: str
+
+
+@server.tool()
+async def ask_user(question: str, ctx: Context) -> str:
+    """Ask the human a question (elicitation)."""
+    answered = await ctx.elicit(question, _Answer)
+    return f"ASKED: {answered.action} {answered.data.name if answered.data else ''}".rstrip()
+
+
+@server.tool()
+async def sample(prompt: str, ctx: Context) -> str:
+    """Have the client's model answer a prompt, asking for every server's context with it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        said = await ctx.session.create_message(
+            [SamplingMessage(role="user", content=TextContent(type="text", text=prompt))],
+            max_tokens=20,
+            include_context="allServers",
+        )
+    return f"SAMPLED: {getattr(said.content, 'text', said.content)}"
+
+
+@server.tool()
+async def roots(ctx: Context) -> str:
+    """The roots the client names (where a server is meant to work)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        listed = await ctx.session.list_roots()
+    return "ROOTS: " + json.dumps([str(r.uri) for r in listed.roots])
+
+
+@server.tool()
+def client_can(ctx: Context) -> str:
+    """What the client declared it can do, as this server was told."""
+    declared = ctx.client_capabilities
+    return "CAN: " + json.dumps(sorted(declared.model_dump(exclude_none=True)) if declared else [])
 
 
 # -- attacks on the containment layer: each answers "OK ..." when the attack worked ----------

@@ -42,6 +42,10 @@ PROBE_TOOLS = {
     "linger": [],
     "fs_ops": ["base", "ops"],
     "hold_connections": ["path", "count"],
+    "ask_user": ["question"],
+    "sample": ["prompt"],
+    "roots": [],
+    "client_can": [],
 }
 
 ALLOW_EVERYTHING = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.client.session import ElicitationFnT
+from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
 
 from tests.support.home import Home
 from tests.support.paths import IRONCURTAIN
@@ -24,14 +24,24 @@ async def connect(
     *args: str,
     elicitation: Elicitation | None = None,
     prefix: Sequence[str] = (),
+    sampling: SamplingFnT | None = None,
+    roots: ListRootsFnT | None = None,
+    command: Sequence[str] | None = None,
 ) -> AsyncIterator[ClientSession]:
-    """``ironcurtain run *args`` as ``user``, initialized; ``elicitation`` answers what it
-    asks the client, ``prefix`` runs it through another program (``prlimit …``)."""
-    argv = [*prefix, IRONCURTAIN, "run", *args]
+    """``ironcurtain run *args`` as ``user``, initialized; ``elicitation``, ``sampling`` and
+    ``roots`` answer what is asked of the client, ``prefix`` runs it through another program
+    (``prlimit …``); ``command``: run that instead of ironcurtain (a server directly)."""
+    argv = list(command) if command else [*prefix, IRONCURTAIN, "run", *args]
     params = StdioServerParameters(command=argv[0], args=argv[1:], env=user.env, cwd=str(user.root))
     async with (
         stdio_client(params) as (read, write),
-        ClientSession(read, write, elicitation_callback=elicitation) as session,
+        ClientSession(
+            read,
+            write,
+            elicitation_callback=elicitation,
+            sampling_callback=sampling,
+            list_roots_callback=roots,
+        ) as session,
     ):
         await session.initialize()
         yield session

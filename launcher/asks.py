@@ -1,0 +1,256 @@
+"""What servers ask of the client: ``elicitation/create`` and ``sampling/createMessage``,
+relayed through one path (``ping`` and ``roots/list`` a server connection answers itself).
+
+- **Elicitation** reaches the client when the client declared the mode asked for (``form``,
+  the default, or ``url``) and the server's ``clientRequests.elicitation`` is ``allow``. The
+  message is prefixed with the server's name, so the human knows who asks.
+- **Sampling** reaches the client when it declared ``sampling`` and the server's
+  ``clientRequests.sampling`` lets it: ``allow``, or ``ask`` (a human approves each first,
+  through the approval channels). ``includeContext`` is sent as ``none``: to the client,
+  "this server" is ironcurtain, so any context it added would be every server's.
+- Anything else a server asks is answered "method not found".
+
+Each is audited like a call (server, method, the request's fields hashed, the decision, the
+outcome); the client's answer goes back to the server as it came. A server that cancels its
+request has the question withdrawn from the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from launcher.approval import Requester
+from launcher.audit import hashed_arguments
+from launcher.jsonrpc import Message, ServerGone
+from launcher.seams import Core, Downstream
+from policy import Decision
+
+ELICIT = "elicitation/create"
+SAMPLE = "sampling/createMessage"
+DENIED = -32001
+# How long a question of a server's may wait for the client (a human answering a form).
+ASK_TIMEOUT = 600.0
+
+AskClient = Callable[[str, Message, float, "str | int | None"], Awaitable[Message]]
+
+
+class ServerAsks:
+    def __init__(
+        self,
+        core: Core,
+        *,
+        ask_client: AskClient,
+        client_capabilities: Callable[[], Message | None],
+        approve_via: Requester,
+        client_elicits: Callable[[], bool],
+        related: Callable[[str], str | int | None],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self.core = core
+        self._ask_client = ask_client
+        self._client = client_capabilities  # None until the client's initialize
+        self._approve_via = approve_via
+        self._client_elicits = client_elicits
+        self._related = related
+        self._spawn = spawn
+        self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
+
+    def request(self, conn: Downstream, message: Message) -> None:
+        """A request ``conn``'s server sent; it is answered (now or when the client has)."""
+        method = str(message.get("method"))
+        request_id = message.get("id")
+        if method not in (ELICIT, SAMPLE):
+            _reply(conn, request_id, error=(-32601, f"method not found: {method}"))
+            return
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        started = time.perf_counter()
+        decision = self._decide(conn.name, method, params)
+        entry = self._entry(conn.name, request_id, method, params, decision)
+        if decision.decision == "deny":
+            code = -32601 if decision.rule == "client-capability" else DENIED
+            self._finish(entry, "denied", started)
+            _reply(
+                conn, request_id, error=(code, f"DENIED (rule: {decision.rule}): {decision.reason}")
+            )
+            return
+        task = self._spawn(self._relay(conn, request_id, method, params, decision, entry, started))
+        if isinstance(request_id, str | int):
+            key = (conn.name, request_id)
+            self._open[key] = task
+            task.add_done_callback(lambda _: self._open.pop(key, None))
+
+    def cancelled(self, conn: Downstream, params: Message) -> None:
+        """The server cancelled a request of its own: the client's question is withdrawn."""
+        request_id = params.get("requestId")
+        task = (
+            self._open.get((conn.name, request_id)) if isinstance(request_id, str | int) else None
+        )
+        if task is not None:
+            task.cancel()
+
+    def _decide(self, server: str, method: str, params: Message) -> Decision:
+        settings = self.core.settings[server]
+        client = self._client()
+        if client is None:
+            return Decision("deny", "client-not-connected", "no client has connected yet")
+        if method == ELICIT:
+            mode = params.get("mode", "form")
+            if settings.elicitation != "allow":
+                return Decision(
+                    "deny",
+                    "client-requests",
+                    f"server '{server}' may not ask the user questions "
+                    "(its clientRequests.elicitation is deny)",
+                )
+            if mode not in elicitation_modes(client):
+                return Decision(
+                    "deny",
+                    "client-capability",
+                    f"the client does not take {mode!r} elicitation requests",
+                )
+            return Decision("allow", "client-requests", "elicitation is allowed for this server")
+        if settings.sampling == "deny":
+            return Decision(
+                "deny",
+                "client-requests",
+                f"server '{server}' may not ask for sampling (its clientRequests.sampling is deny)",
+            )
+        if not isinstance(client.get("sampling"), dict):
+            return Decision("deny", "client-capability", "the client does not take sampling")
+        if settings.sampling == "ask":
+            return Decision(
+                "escalate",
+                "client-requests",
+                f"server '{server}' wants the user's model to answer its own prompt",
+            )
+        return Decision("allow", "client-requests", "sampling is allowed for this server")
+
+    async def _relay(
+        self,
+        conn: Downstream,
+        request_id: Any,
+        method: str,
+        params: Message,
+        decision: Decision,
+        entry: dict[str, Any],
+        started: float,
+    ) -> None:
+        server = conn.name
+        try:
+            if decision.decision == "escalate":
+                shown = _sampling_summary(params)
+                outcome = await self.core.gate.approve(
+                    server, method, shown, decision, self._client_elicits(), self._approve_via
+                )
+                entry["escalation"] = outcome.escalation
+                if not outcome.approved:
+                    text = f"DENIED (rule: {decision.rule}): {outcome.detail or 'not approved'}"
+                    self._finish(entry, "denied", started)
+                    _reply(conn, request_id, error=(DENIED, text))
+                    return
+            answer = await self._ask_client(
+                method, _forwarded(server, method, params), ASK_TIMEOUT, self._related(server)
+            )
+        except asyncio.CancelledError:
+            self._finish(entry, "cancelled", started)  # by the server, or at stop
+            raise
+        except TimeoutError:
+            self._finish(entry, "timeout", started)
+            _reply(conn, request_id, error=(-32603, "the client did not answer in time"))
+            return
+        except Exception as exc:  # never leave the server without an answer
+            self._finish(entry, "error", started)
+            _reply(conn, request_id, error=(-32603, f"the request failed in ironcurtain: {exc}"))
+            return
+        failed = "error" in answer or not isinstance(answer.get("result"), dict)
+        self._finish(entry, "error" if failed else "success", started)
+        if failed:
+            err = answer.get("error")
+            err = err if isinstance(err, dict) else {"code": -32603, "message": "no result"}
+            with contextlib.suppress(ServerGone, OSError):
+                conn.reply(request_id, {"error": err})
+        else:
+            with contextlib.suppress(ServerGone, OSError):
+                conn.reply(request_id, {"result": answer["result"]})
+
+    def _entry(
+        self, server: str, request_id: Any, method: str, params: Message, decision: Decision
+    ) -> dict[str, Any]:
+        fields = {k: v for k, v in params.items() if k != "_meta"}
+        return {
+            "requestId": request_id,
+            "method": method,
+            "server": server,
+            "tool": method,
+            "direction": "server-to-client",
+            "arguments": hashed_arguments(fields, self.core.audit_args_clear),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": self.core.settings[server].sandboxed,
+        }
+
+    def _finish(self, entry: dict[str, Any], status: str, started: float) -> None:
+        duration = round((time.perf_counter() - started) * 1000, 3)
+        audit = self.core.audit
+        if not audit.write({**entry, "result": status, "durationMs": duration}):
+            self.core.say(f"audit log write failed ({audit.error}); denying every further call")
+
+
+def elicitation_modes(capabilities: Message) -> frozenset[str]:
+    """The elicitation modes a client declared: an empty ``elicitation`` object means form
+    (as before modes existed).
+
+    >>> sorted(elicitation_modes({"elicitation": {}}))
+    ['form']
+    >>> sorted(elicitation_modes({"elicitation": {"url": {}}}))
+    ['url']
+    >>> sorted(elicitation_modes({}))
+    []
+    """
+    declared = capabilities.get("elicitation")
+    if not isinstance(declared, dict):
+        return frozenset()
+    modes = frozenset(m for m in ("form", "url") if isinstance(declared.get(m), dict))
+    return modes or frozenset({"form"})
+
+
+def _forwarded(server: str, method: str, params: Message) -> Message:
+    """The request as the client gets it: named as the server's, no context of others."""
+    if method == ELICIT:
+        message = params.get("message")
+        return {**params, "message": f"[server '{server}'] {message if message else ''}".rstrip()}
+    if params.get("includeContext") not in (None, "none"):
+        return {**params, "includeContext": "none"}
+    return params
+
+
+def _sampling_summary(params: Message) -> dict[str, object]:
+    """What a human approving a sampling request is shown: the prompt, as text."""
+    texts: list[str] = []
+    messages = params.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        parts = content if isinstance(content, list) else [content]
+        for part in parts:
+            if isinstance(part, dict):
+                text = part.get("text") if part.get("type") == "text" else f"<{part.get('type')}>"
+                texts.append(f"{message.get('role')}: {text}")
+    return {
+        "systemPrompt": params.get("systemPrompt"),
+        "messages": texts,
+        "maxTokens": params.get("maxTokens"),
+    }
+
+
+def _reply(conn: Downstream, request_id: Any, *, error: tuple[int, str]) -> None:
+    with contextlib.suppress(ServerGone, OSError):
+        conn.reply(request_id, {"error": {"code": error[0], "message": error[1]}})
