@@ -39,6 +39,7 @@ FLAGS = {
     "max_identical_calls": "--max-identical-calls",
     "accept_tool_changes": "--accept-tool-changes",
     "http_port": "--http",
+    "http_token_file": "--http-token-file",
 }
 
 
@@ -144,7 +145,15 @@ def run(
         typer.Option(
             "--http",
             help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
-            "stdio, with a bearer token printed at start.",
+            "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
+        ),
+    ] = None,
+    http_token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--http-token-file",
+            help="Read the --http bearer token from this owner-only file (else "
+            "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
         ),
     ] = None,
 ) -> None:
@@ -168,6 +177,7 @@ def run(
                 max_identical_calls=max_identical_calls,
                 accept_tool_changes=accept_tool_changes,
                 http_port=http,
+                http_token_file=http_token_file,
             )
         )
     if plan.audit_args_clear:
@@ -344,6 +354,30 @@ def check(
 
     with cli_words(servers="check"):
         print(check_call(server, tool, args, config, policy_dir, workspace))
+
+
+@app.command("http-token")
+def http_token_command(
+    rotate: Annotated[
+        bool,
+        typer.Option("--rotate", help="Replace the kept token; clients must be given the new one."),
+    ] = False,
+) -> None:
+    """Print the bearer token `ironcurtain run --http` expects (made on first use, kept
+    owner-only in the state directory), or replace it with --rotate."""
+    from launcher import http_token
+
+    path = http_token.default_path()
+    if rotate:
+        value = http_token.make(path)
+        print(
+            f"ironcurtain: a new token is in {path}; running sessions keep the old one until "
+            "they stop",
+            file=sys.stderr,
+        )
+    else:
+        value = http_token.resolve(None, env={}).value
+    print(value)
 
 
 def main() -> None:

@@ -21,7 +21,9 @@ Event = Callable[..., None]  # (event, text, **fields): stderr and the audit log
 
 
 class Fleet:
-    def __init__(self, plan: SessionPlan, on_notification: Notified) -> None:
+    def __init__(
+        self, plan: SessionPlan, on_notification: Notified, halted: dict[str, str] | None = None
+    ) -> None:
         self.plan = plan
         self._on_notification = on_notification
         self.servers: dict[str, ServerConnection] = {
@@ -29,7 +31,8 @@ class Fleet:
             for name, sp in plan.servers.items()
         }
         # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
-        self.halted: dict[str, str] = {}
+        # Shared by every fleet of a session: a server halted in one is started in none.
+        self.halted: dict[str, str] = {} if halted is None else halted
         self._supervisors: list[asyncio.Task[None]] = []
 
     @staticmethod
@@ -42,7 +45,7 @@ class Fleet:
     async def start(self) -> None:
         """Start every server and list what it offers; the first that fails is reported with
         its last output, and none of them is left running (the caller stops them)."""
-        conns = list(self.servers.values())
+        conns = [c for name, c in self.servers.items() if name not in self.halted]
         results = await asyncio.gather(
             *(asyncio.wait_for(self._start_one(c), STARTUP_TIMEOUT) for c in conns),
             return_exceptions=True,
@@ -111,8 +114,8 @@ class Fleet:
         stopped = []
         for name, sp in self.plan.servers.items():
             writable = sp.profile.writable if sp.profile is not None else ()
-            if root in writable and name not in self.halted:
-                self.halted[name] = reason
+            if root in writable:
+                self.halted.setdefault(name, reason)
                 if self.servers[name].running:
                     stopped.append(name)
                     self.servers[name].halt(reason)

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher import dirs, rundir
+from launcher import dirs, http_token, rundir
 from launcher.config import LoadedConfig, ServerConfig, load_and_warn
 from launcher.errors import SandboxUnavailable, UsageError
 from launcher.host import (
@@ -24,6 +24,7 @@ from launcher.host import (
     sandbox_problem,
     seccomp_filter,
 )
+from launcher.http_token import Token
 from launcher.programs import search_path
 from launcher.serverplan import ServerPlan, Surroundings, never_shown, plan_server
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
@@ -57,6 +58,7 @@ class RunOptions:
     max_identical_calls: int = 30  # per minute; 0: no circuit breaker
     accept_tool_changes: bool = False  # re-pin every server's tools at start
     http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
+    http_token_file: str | None = None  # where its bearer token is (else launcher.http_token)
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -115,6 +117,7 @@ class SessionPlan:
     max_identical_calls: int = 30
     accept_tool_changes: bool = False
     http_port: int | None = None
+    http_token: Token | None = None  # set with http_port
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -188,8 +191,22 @@ def check_options(opts: RunOptions) -> None:
         raise OptionError("approval", opts.approval, "expected auto, elicit, socket or deny")
     if opts.http_port is not None and not 0 <= opts.http_port < 65536:
         raise OptionError("http_port", opts.http_port, "not a port (0 picks a free one)")
+    if opts.http_port is not None and not all(map(_importable, ("mcp", "uvicorn"))):
+        raise OptionError(
+            "http_port",
+            opts.http_port,
+            "needs the HTTP stack, which is not installed: pip install 'ironcurtain[http]'",
+        )
+    if opts.http_token_file is not None and opts.http_port is None:
+        raise OptionError("http_token_file", opts.http_token_file, "is only used with --http")
     if not opts.approval_timeout > 0:
         raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
 
 
 def plan_session(opts: RunOptions) -> SessionPlan:
@@ -279,4 +296,9 @@ def plan_session(opts: RunOptions) -> SessionPlan:
         max_identical_calls=opts.max_identical_calls,
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
+        http_token=(
+            http_token.resolve(opts.http_token_file)
+            if opts.http_port is not None and not opts.display_only
+            else None
+        ),
     )

@@ -85,15 +85,20 @@ def startup_report(
         f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
     ]
     if http is not None:
-        lines.append(f"ironcurtain: bearer token: {http.token}")
-        lines.append("ironcurtain: client configuration for this session:")
-        entry = {
-            "type": "http",
-            "url": http.url,
-            "headers": {"Authorization": f"Bearer {http.token}"},
-        }
-        lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
-        lines.append(f"ironcurtain: ready, serving MCP on {http.url} (Ctrl-C stops)")
+        source = plan.http_token.source if plan.http_token is not None else "given"
+        lines.append(f"ironcurtain: bearer token: {source} (`ironcurtain http-token` prints it)")
+        if sys.stderr.isatty():  # the token is not written to a log file
+            lines.append("ironcurtain: client configuration:")
+            entry = {
+                "type": "http",
+                "url": http.url,
+                "headers": {"Authorization": f"Bearer {http.token}"},
+            }
+            lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
+        lines.append(
+            f"ironcurtain: ready, serving MCP on {http.url} "
+            "(each client session gets its own servers; Ctrl-C stops)"
+        )
     else:
         if sys.stdin.isatty():
             lines.append("ironcurtain: client configuration for this session:")

@@ -13,9 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import importlib
 import os
 import signal
 import sys
+from typing import TYPE_CHECKING
 
 from launcher import dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
@@ -27,26 +29,72 @@ from launcher.fleet import Fleet
 from launcher.gate import Gate
 from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
 from launcher.hostfiles import HostFiles, writable_roots
-from launcher.http_transport import HttpEndpoint
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
 from launcher.relay import Relay
 from launcher.report import startup_report
 from launcher.router import Router
-from launcher.seams import Core
+from launcher.seams import Core, Upstream
 from launcher.serverplan import relay_settings
 from launcher.servers import ServerConnection
 from launcher.stdio import StdioTransport
+
+if TYPE_CHECKING:
+    from launcher.http_transport import HttpEndpoint
 
 
 def say(text: str) -> None:
     print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
 
 
+class Served:
+    """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
+    session, so a client's subscriptions, log level and questions stay its own."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.fleet = Fleet(session.plan, self._notified, session.halted)
+        self.relay: Relay | None = None
+
+    def attach(self, upstream: Upstream | None, at_start: bool) -> Relay:
+        """The relay over these servers, sending to ``upstream`` (None: given later)."""
+        relay = self.relay = self.session.relay_for(self.fleet, at_start)
+        relay.upstream = upstream
+        self.fleet.supervise(self.session.event, self._restarted)
+        return relay
+
+    def feed(self, line: bytes) -> None:
+        if self.relay is not None:
+            self.relay.feed(line)
+
+    async def close(self) -> None:
+        """Stop this client's relay and servers (the session goes on)."""
+        if self.relay is not None:
+            await self.relay.stop()
+        await self.fleet.stop()
+        if self in self.session.served:
+            self.session.served.remove(self)
+        self.session.settle()
+
+    def _notified(self, conn: ServerConnection, message: Message) -> None:
+        if self.relay is not None:
+            self.relay.on_server_notification(conn, message)
+
+    def _restarted(self, conn: ServerConnection) -> None:
+        if self.relay is not None:
+            self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
+            self.relay.lists_changed()
+
+
 class Session:
     def __init__(self, plan: SessionPlan) -> None:
         self.plan = plan
-        self.fleet = Fleet(plan, self._notified)
+        # Servers the guard stopped (it could not neutralise what their sandbox wrote), and
+        # why: in every client's fleet, and never started again in a new one.
+        self.halted: dict[str, str] = {}
+        self.first = Served(self)
+        self.served: list[Served] = [self.first]
+        self.fleet = self.first.fleet
         self.servers = self.fleet.servers
         self.files = HostFiles(plan)
         self.audit: AuditLog | None = None
@@ -62,6 +110,7 @@ class Session:
         self.relay: Relay | None = None
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
+        self._spare: asyncio.Task[Served] | None = None
         self._stop = asyncio.Event()
         self.unneutralised: list[GuardFailure] = []
 
@@ -92,64 +141,102 @@ class Session:
                     await self.approvals.terminals.start()
                 except OSError as exc:
                     raise StartupError(f"cannot open the approvals socket: {exc}") from None
+            # The HTTP stack takes about half a second to import: done while servers start.
+            stack = (
+                asyncio.get_running_loop().run_in_executor(
+                    None, importlib.import_module, "launcher.http_transport"
+                )
+                if self.plan.http_port is not None
+                else None
+            )
             await self.fleet.start()
-            relay = self.relay = self._relay(self.audit)
-            self.fleet.supervise(self._event, self._restarted)
-            if self.plan.http_port is not None:
-                self.http = HttpEndpoint(self.plan.http_port, relay.feed)
-                relay.upstream = self.http
-                try:
-                    await self.http.start()
-                except OSError as exc:
-                    raise StartupError(
-                        f"--http {self.plan.http_port}: cannot listen on 127.0.0.1: {exc.strerror}"
-                    ) from None
+            if stack is not None and self.plan.http_port is not None:
+                await stack
+                self.relay = self.first.attach(None, at_start=True)  # the first client's
+                await self._listen(self.plan.http_port)
+            else:
+                self.stdio = StdioTransport(self.first.feed, self._stop.set)
+                self.relay = self.first.attach(self.stdio, at_start=True)
             tools = {name: conn.tools for name, conn in self.servers.items()}
             say(startup_report(self.plan, tools, self.http).removeprefix("ironcurtain: "))
             # What start-up built lives as long as the session: out of the collector's way,
             # so a full collection during a call walks only what calls allocate.
             gc.freeze()
-            await self._serve(relay)
+            await self._serve()
         finally:
             await self.stop()
         return 1 if self.unneutralised else 0
 
-    def _relay(self, audit: AuditLog) -> Relay:
+    async def _listen(self, port: int) -> None:
+        from launcher.http_transport import HttpEndpoint  # the HTTP stack: only for --http
+
+        assert self.plan.http_token is not None
+        self.http = HttpEndpoint(port, self.plan.http_token.value, self._open_client, say)
+        try:
+            await self.http.start()
+        except OSError as exc:
+            raise StartupError(
+                f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}"
+            ) from None
+
+    async def _open_client(self, upstream: Upstream) -> Served:
+        """Servers and a relay for a new HTTP session: the ones started with the session
+        for the first, then a spare started in advance (the next one is started at once)."""
+        first = self.first.relay
+        if first is not None and first.upstream is None:
+            first.upstream = upstream
+            served = self.first
+        else:
+            spare = self._spare or asyncio.create_task(self._start_spare())
+            self._spare = None
+            served = await spare
+            served.attach(upstream, at_start=False)
+        from launcher.http_transport import MAX_SESSIONS
+
+        if self._spare is None and len(self.served) < MAX_SESSIONS:
+            self._spare = asyncio.create_task(self._start_spare())
+        return served
+
+    async def _start_spare(self) -> Served:
+        served = Served(self)
+        self.served.append(served)  # from now on the guard can halt its servers too
+        try:
+            await served.fleet.start()
+        except BaseException:
+            await served.close()
+            raise
+        return served
+
+    def relay_for(self, fleet: Fleet, at_start: bool) -> Relay:
+        """A relay over ``fleet``'s servers: its own gate (pins compared for its own
+        servers, its own circuit breaker), the session's audit log and approvals."""
         plan = self.plan
+        assert self.audit is not None
         gate = Gate(
             plan.engine,
             CircuitBreaker(plan.max_identical_calls),
-            audit,
+            self.audit,
             self.approvals,
             os.path.join(str(dirs.state_dir()), "pins"),
             plan.accept_tool_changes,
             say,
         )
-        for name, conn in self.servers.items():
-            gate.pin(name, conn.tools, conn.prompts, at_start=True)
+        for name, conn in fleet.servers.items():
+            gate.pin(name, conn.tools, conn.prompts, at_start=at_start)
         settings = {name: relay_settings(sp) for name, sp in plan.servers.items()}
         core = Core(
-            self.servers,
+            fleet.servers,
             settings,
             gate,
-            audit,
+            self.audit,
             Router(plan.prefixed),
             workspace=plan.workspace,
             audit_args_clear=plan.audit_args_clear,
-            halted=self.fleet.halted,
+            halted=self.halted,
             settle=self.settle,
             say=say,
         )
         return Relay(core)
-
-    def _notified(self, conn: ServerConnection, message: Message) -> None:
-        if self.relay is not None:
-            self.relay.on_server_notification(conn, message)
-
-    def _restarted(self, conn: ServerConnection) -> None:
-        if self.relay is not None:
-            self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
-            self.relay.lists_changed()
 
     def _start_guard(self) -> None:
         roots = writable_roots(self.plan)
@@ -179,13 +266,13 @@ class Session:
 
     # -- what the session does on its own: stderr and the audit log ------------------------
 
-    def _event(self, event: str, text: str, **fields: object) -> None:
+    def event(self, event: str, text: str, **fields: object) -> None:
         say(text)
         if self.audit is not None:
             self.audit.write({"event": event, **fields})
 
     def _egress_refused(self, refusal: Refusal) -> None:
-        self._event(
+        self.event(
             "egress-refused",
             f"egress refused for '{refusal.server}': "
             f"{refusal.host}:{refusal.port}: {refusal.reason}",
@@ -197,7 +284,7 @@ class Session:
 
     def _quarantined(self, record: Quarantined) -> None:
         path = _as_text(record.path)
-        self._event(
+        self.event(
             "quarantine",
             f"quarantined {path} ({record.why}); moved to {record.moved_to}",
             path=path,
@@ -214,8 +301,11 @@ class Session:
             f"the guard could not neutralise {path} in its writable root "
             f"{failure.root} ({failure.reason})"
         )
-        stopped = self.fleet.halt(failure.root, reason)
-        self._event(
+        stopped = [
+            name for served in self.served for name in served.fleet.halt(failure.root, reason)
+        ]
+        stopped = list(dict.fromkeys(stopped))
+        self.event(
             "guard-failure",
             f"FAILED CLOSED: {reason}; stopped: {', '.join(stopped) or 'none still running'}",
             root=failure.root,
@@ -239,22 +329,20 @@ class Session:
 
     # -- serving ---------------------------------------------------------------------------
 
-    async def _serve(self, relay: Relay) -> None:
+    async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         if self.guard is not None:
             # Between calls too: a server's background process is caught as it writes.
             loop.add_reader(self.guard.fd, self.settle)
-        if self.http is None:
-            self.stdio = StdioTransport(relay.feed, self._stop.set)
-            relay.upstream = self.stdio
+        if self.stdio is not None:
             await self.stdio.open()
         try:
             await self._stop.wait()
             # Requests read before the input ended (a file on stdin) are still answered,
             # given a moment; what waits longer (a human's approval) is cancelled at stop.
-            pending = relay.pending
+            pending = [t for served in self.served if served.relay for t in served.relay.pending]
             if pending:
                 await asyncio.wait(pending, timeout=0.5)
         finally:
@@ -268,9 +356,13 @@ class Session:
                 await self.stdio.close()
 
     async def stop(self) -> None:
-        if self.relay is not None:
-            await self.relay.stop()
-        await self.fleet.stop()
+        if self._spare is not None:
+            self._spare.cancel()
+            await asyncio.gather(self._spare, return_exceptions=True)
+        for served in list(self.served):
+            if served.relay is not None:
+                await served.relay.stop()
+        await asyncio.gather(*(s.fleet.stop() for s in self.served), return_exceptions=True)
         await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
         if self.approvals.terminals is not None:
             await self.approvals.terminals.stop()

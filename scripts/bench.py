@@ -3,6 +3,8 @@
 
   calls   per-call latency: a server called directly vs through `ironcurtain run`
           (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path)
+  http    per-call latency through `ironcurtain run` over streamable HTTP (--http) vs the
+          same over stdio (the time server)
   start   spawn to `initialize` answered: bare vs the full sandbox (bwrap, seccomp, and as
           root the switch to an unprivileged uid), for a shell, the time and filesystem servers
   ready   `ironcurtain run` on the bundled config (every server) until the upstream
@@ -29,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from benchlib import BIN, ROOT, Peer, Scratch, compare, print_medians
+from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, print_medians
 
 from launcher.oscalls import memfd
 from launcher.plan import RunOptions, plan_session
@@ -39,6 +41,7 @@ from tests.support.client import Client
 
 GOALS = {
     "calls": "median added <= 0.3 ms (p99 added <= 1 ms)",
+    "http": "<= 0.5 ms added over stdio",
     "start": "<= 10 ms added",
     "ready": "<= 250 ms added",
     "policy": ">= 100 000/s without paths, >= 20 000/s with two paths",
@@ -91,6 +94,30 @@ def bench_calls(quick: bool) -> None:
     results["calls"] = "; ".join(
         f"{name} +{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99" for name, med, p99 in added
     )
+
+
+def bench_http(quick: bool) -> None:
+    calls, warm = (300, 30) if quick else (2000, 200)
+    scratch = Scratch.make()
+    env = scratch.env()
+    print(f"per call over HTTP, {calls} calls each, alternating, after {warm} warm-up calls")
+    argv = scratch.run_argv("--server", "time")
+    stdio, http = Peer(argv, env), HttpPeer(argv, env)
+    a: list[float] = []
+    b: list[float] = []
+    try:
+        for i in range(warm + calls):
+            x = stdio.call("get_current_time", {"timezone": "UTC"})
+            y = http.call("get_current_time", {"timezone": "UTC"})
+            if i >= warm:
+                a.append(x)
+                b.append(y)
+    finally:
+        stdio.close()
+        http.close()
+        scratch.remove()
+    med, p99 = compare("time: get_current_time (direct = ironcurtain over stdio)", a, b)
+    results["http"] = f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 over stdio"
 
 
 # -- sandboxed start ----------------------------------------------------------------------
@@ -366,6 +393,7 @@ def bench_memory(quick: bool) -> None:
 
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
+    "http": bench_http,
     "start": bench_start,
     "ready": bench_ready,
     "policy": bench_policy,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -49,6 +50,93 @@ class Peer:
 
     def close(self) -> None:
         self.client.close(timeout=5)
+
+
+class HttpPeer:
+    """``ironcurtain run --http 0`` spoken to over one kept-alive connection (stdlib
+    ``http.client``, no client library in the way): each call is a POST whose answer comes
+    on that request's event stream."""
+
+    TOKEN = "bench-token-" + "0" * 24
+
+    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+        import http.client
+        import json
+        import re
+
+        self._json = json
+        stderr = subprocess.PIPE
+        self.proc = subprocess.Popen(
+            [*argv, "--http", "0"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env={**env, "IRONCURTAIN_HTTP_TOKEN": self.TOKEN},
+            text=True,
+            start_new_session=True,
+        )
+        assert self.proc.stderr is not None
+        port = 0
+        for line in self.proc.stderr:
+            if os.environ.get("BENCH_STDERR"):
+                sys.stderr.write(line)
+            if m := re.search(r"serving MCP on http://127.0.0.1:(\d+)/", line):
+                port = int(m.group(1))
+                break
+        if not port:
+            raise RuntimeError("ironcurtain --http did not start")
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.headers = {
+            "Authorization": f"Bearer {self.TOKEN}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+        }
+        self._ids = 0
+        init = {"protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
+        self._post("initialize", init)
+        self.headers["Mcp-Session-Id"] = self.session
+        self.headers["MCP-Protocol-Version"] = "2025-11-25"
+        self._post(None, None, notify="notifications/initialized")
+
+    def _post(
+        self, method: str | None, params: object, notify: str | None = None
+    ) -> dict[str, object]:
+        if notify is not None:
+            body = {"jsonrpc": "2.0", "method": notify}
+        else:
+            self._ids += 1
+            body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
+        self.conn.request("POST", "/mcp", self._json.dumps(body), self.headers)
+        response = self.conn.getresponse()
+        self.session = response.getheader("mcp-session-id") or ""
+        text = response.read().decode()
+        if notify is not None:
+            return {}
+        for line in text.splitlines():
+            if line.startswith("data: {"):
+                message = self._json.loads(line[6:])
+                if message.get("id") == self._ids:
+                    return dict(message)
+        raise RuntimeError(f"no answer: {response.status} {text[:200]}")
+
+    def call(self, tool: str, arguments: dict[str, object]) -> float:
+        start = time.perf_counter()
+        reply = self._post("tools/call", {"name": tool, "arguments": arguments})
+        took = time.perf_counter() - start
+        if "error" in reply or reply.get("result", {}).get("isError"):  # type: ignore[union-attr]
+            raise RuntimeError(f"call failed: {reply}")
+        return took
+
+    def close(self) -> None:
+        self.conn.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
 
 
 @dataclass

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
-#   scripts/install.sh          ironcurtain + mcp-server-git/-time/-fetch + the npm filesystem server
+#   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools
 # System packages (bubblewrap, libseccomp2, util-linux, git, node) are installed with
 # apt-get when run as root,
@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-extras="servers"
+extras="servers,http"
 [ "${1:-}" = "--dev" ] && extras="test"
 
 missing=()

@@ -1,87 +1,318 @@
-"""``ironcurtain run --http``: streamable HTTP on 127.0.0.1, bearer token, no rebinding."""
+"""``ironcurtain run --http``: streamable HTTP on 127.0.0.1 with the real ``mcp`` client: many
+sessions at once, each with its own servers and streams; the bearer token checked before
+anything else and stable across restarts; rebinding, unknown sessions and unknown protocol
+versions refused; a cancelled call's request answered."""
 
 from __future__ import annotations
 
 import asyncio
-import http.client
+import json
+import os
 import re
+import socket
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import httpx2
-import pytest
+import mcp_types as types
+import psutil
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from tests.support.audit import audit_entries
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.paths import IRONCURTAIN, PROBE
+from tests.support.probe import probe_server_config, write_raw_policy
 from tests.support.sdk import call
 
 pytestmark = needs_bwrap
 
+TOKEN = "a-test-token-" + "x" * 20
+ACCEPT = "application/json, text/event-stream"
 
-@pytest.fixture
-def served(user: Home) -> Iterator[tuple[str, str, int]]:
+
+@dataclass
+class Served:
+    url: str
+    port: int
+    proc: subprocess.Popen[str]
+    stderr: list[str]
+
+
+@contextmanager
+def serving(user: Home, *args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
+    """``ironcurtain run --http 0 *args`` as ``user`` (token: ``TOKEN`` unless ``env`` says
+    otherwise), once it says it is ready; stopped after."""
     proc = subprocess.Popen(
-        [IRONCURTAIN, "run", "--server", "time", "--http", "0", "--workspace", str(user.ws())],
+        [IRONCURTAIN, "run", *args, "--http", "0"],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env=user.env,
+        env={**user.env, "IRONCURTAIN_HTTP_TOKEN": TOKEN} if env is None else env,
         text=True,
     )
     assert proc.stderr
-    token = url = ""
+    said: list[str] = []
+    url = ""
     for line in proc.stderr:
-        if m := re.search(r"bearer token: (\S+)", line):
-            token = m.group(1)
+        said.append(line)
         if m := re.search(r"ready, serving MCP on (http://\S+)", line):
             url = m.group(1)
             break
-    assert token and url, "no URL or token printed"
-    port = int(url.split(":")[2].split("/")[0])
-    yield url, token, port
-    proc.terminate()
-    proc.wait(timeout=10)
+    assert url, "not ready:\n" + "".join(said)
+    try:
+        yield Served(url, int(url.split(":")[2].split("/")[0]), proc, said)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
 
 
-def test_a_real_client_works_with_the_token(served: tuple[str, str, int]) -> None:
-    url, token, _ = served
+def _probe_args(user: Home, **asks: str) -> list[str]:
+    server = probe_server_config(True)
+    if asks:
+        server["clientRequests"] = asks
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.ws()),
+            "--audit-log", str(user.root / "audit.jsonl"), "--server", "probe",
+            "--approval", "elicit"]  # fmt: skip
+
+
+@asynccontextmanager
+async def client(url: str, token: str = TOKEN, **callbacks: Any) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=30) as http,
+        streamable_http_client(url, http_client=http) as (read, write, *_),
+        ClientSession(read, write, **callbacks) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def _status(port: int, method: str = "POST", **headers: str) -> int:
+    """The status of one request with a ``ping`` body (the token unless told otherwise)."""
+    body = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    sent = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+            "Accept": ACCEPT, **headers}  # fmt: skip
+    with httpx2.Client(timeout=10) as http:
+        return http.request(method, f"http://127.0.0.1:{port}/mcp", content=body,
+                            headers={k: v for k, v in sent.items() if v}).status_code  # fmt: skip
+
+
+def _events(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+
+
+def _probes() -> int:
+    """How many probe server processes run on this machine."""
+    count = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if str(PROBE) in cmdline and "bwrap" not in os.path.basename(cmdline[0]):
+            count += 1
+    return count
+
+
+def test_a_real_client_works_and_the_token_outlives_a_restart(user: Home) -> None:
+    env = {k: v for k, v in user.env.items() if k != "IRONCURTAIN_HTTP_TOKEN"}
+    args = ["--server", "time", "--workspace", str(user.ws())]
+    texts: list[str] = []
+
+    async def one_call(url: str, token: str) -> None:
+        async with client(url, token) as session:
+            assert {t.name for t in (await session.list_tools()).tools} >= {"get_current_time"}
+            failed, text = await call(session, "get_current_time", {"timezone": "UTC"})
+            assert not failed
+            texts.append(text)
+
+    with serving(user, *args, env=env) as first:
+        printed = "".join(first.stderr)
+        token_file = user.state / "ironcurtain" / "http-token"
+        assert f"bearer token: new, kept in {token_file}" in printed
+        assert os.stat(token_file).st_mode & 0o777 == 0o600
+        token = subprocess.run(
+            [IRONCURTAIN, "http-token"], env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        assert token and token not in printed  # stderr is not a terminal: never written out
+        asyncio.run(one_call(first.url, token))
+    with serving(user, *args, env=env) as second:
+        assert f"bearer token: kept in {token_file}" in "".join(second.stderr)
+        asyncio.run(one_call(second.url, token))  # the client entry written once still works
+    assert all("UTC" in text for text in texts) and len(texts) == 2
+
+    rotated = subprocess.run(
+        [IRONCURTAIN, "http-token", "--rotate"], env=env, capture_output=True, text=True
+    )
+    assert rotated.returncode == 0 and rotated.stdout.strip() not in ("", token)
+
+
+def test_a_token_file_others_can_read_is_refused_and_one_owner_only_is_used(user: Home) -> None:
+    token_file = user.root / "token"
+    token_file.write_text("  file-token-0123456789abcdef\n")
+    token_file.chmod(0o644)
+    args = ["run", "--server", "time", "--workspace", str(user.ws()), "--http", "0",
+            "--http-token-file", str(token_file)]  # fmt: skip
+    refused = subprocess.run([IRONCURTAIN, *args], env=user.env, capture_output=True, text=True)
+    assert refused.returncode == 2
+    assert f"{token_file} can be read by others (mode 644)" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    token_file.chmod(0o600)
+    with serving(user, *args[1:5], "--http-token-file", str(token_file)) as served:
+        assert "bearer token: from " + str(token_file) in "".join(served.stderr)
+        assert _status(served.port, Authorization=f"Bearer {TOKEN}") == 401
+        # Initialize with the file's token opens a session.
+        status = _status(served.port, Authorization="Bearer file-token-0123456789abcdef")
+        assert status == 400  # a ping without a session: authenticated, then refused
+
+
+def test_refused_before_anything_is_read_or_opened(user: Home) -> None:
+    with serving(user, "--server", "time", "--workspace", str(user.ws())) as served:
+        port = served.port
+        assert _status(port, Authorization="") == 401
+        assert _status(port, Authorization="Bearer not-the-token") == 401
+        # DNS rebinding: a page on evil.example resolved to 127.0.0.1 sends its Host/Origin.
+        assert _status(port, Host=f"evil.example:{port}") == 421
+        assert _status(port, Origin="http://evil.example") == 403
+        assert _status(port, **{"MCP-Protocol-Version": "1999-01-01"}) == 400
+        assert _status(port, "PUT") == 405
+        assert _status(port) == 400  # no session, and not an initialize
+        assert _status(port, **{"Mcp-Session-Id": "no-such-session"}) == 404
+
+        # A request without the token that announces a huge body is refused from its head:
+        # the answer comes although the body is never sent.
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
+            raw.sendall(
+                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                "Content-Type: application/json\r\nContent-Length: 50000000\r\n\r\n".encode()
+            )
+            assert raw.recv(200).startswith(b"HTTP/1.1 401 ")
+
+
+def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) -> None:
+    progress: dict[str, list[float]] = {"a": [], "b": []}
+    found: dict[str, Any] = {}
+
+    async def scenario(url: str) -> None:
+        async with client(url) as a, client(url) as b:
+            ids = [(await call(s, "instance", {}))[1] for s in (a, b)]
+            found["instances"] = ids
+
+            async def noted(key: str, value: float, total: float | None, msg: str | None) -> None:
+                progress[key].append(value)
+
+            async def slow(session: ClientSession, key: str, steps: int) -> str:
+                result = await session.call_tool(
+                    "slow",
+                    {"steps": steps},
+                    progress_callback=lambda v, t, m: noted(key, v, t, m),
+                )
+                return "".join(getattr(c, "text", "") for c in result.content)
+
+            found["answers"] = await asyncio.gather(slow(a, "a", 4), slow(b, "b", 7))
+            found["running"] = _probes()  # a's, b's and the spare started for the next
+        # Both sessions ended (the client DELETEs its session): their servers stop.
+        deadline = time.monotonic() + 10
+        while _probes() > 1 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        found["after"] = _probes()
+
+    with serving(user, *_probe_args(user)) as served:
+        asyncio.run(scenario(served.url))
+    assert found["instances"][0] != found["instances"][1]
+    assert all(i.startswith("INSTANCE ") for i in found["instances"])
+    assert found["answers"] == ["SLOW done 4", "SLOW done 7"]
+    # Each call heard its own progress, all of it, and nothing of the other's.
+    assert progress == {"a": [1, 2, 3, 4], "b": [1, 2, 3, 4, 5, 6, 7]}
+    assert found["running"] == 3
+    assert found["after"] == 1  # the spare, kept warm for the next client
+
+
+def test_an_ended_session_is_not_found_and_a_cancelled_call_is_answered(user: Home) -> None:
+    with serving(user, *_probe_args(user)) as served, httpx2.Client(timeout=20) as http:
+        head = {"Authorization": f"Bearer {TOKEN}", "Accept": ACCEPT,
+                "Content-Type": "application/json"}  # fmt: skip
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}  # fmt: skip
+        opened = http.post(served.url, json=init, headers=head)
+        assert opened.status_code == 200, opened.text
+        sid = opened.headers["mcp-session-id"]
+        assert _events(opened.text)[0]["result"]["protocolVersion"] == "2025-11-25"
+        head |= {"Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+        done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert http.post(served.url, json=done, headers=head).status_code == 202
+
+        # A long call, cancelled by the client while it runs: its request is answered
+        # (its event stream ends) instead of hanging, and nothing else is sent for it.
+        answer: list[list[dict[str, Any]]] = []
+
+        def long_call() -> None:
+            slow = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                    "params": {"name": "slow", "arguments": {"steps": 100},
+                               "_meta": {"progressToken": "p7"}}}  # fmt: skip
+            lines: list[str] = []
+            deadline = time.monotonic() + 15
+            with http.stream("POST", served.url, json=slow, headers=head) as streamed:
+                for line in streamed.iter_lines():
+                    lines.append(line)
+                    if time.monotonic() > deadline:
+                        lines.append('data: {"hung": true}')
+                        break
+            answer.append(_events("\n".join(lines)))
+
+        async def cancel_soon() -> None:
+            worker = asyncio.get_running_loop().run_in_executor(None, long_call)
+            await asyncio.sleep(1.0)
+            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                      "params": {"requestId": 7, "reason": "the user pressed stop"}}  # fmt: skip
+            with httpx2.Client(timeout=5) as other:
+                assert other.post(served.url, json=cancel, headers=head).status_code == 202
+            await worker
+
+        asyncio.run(cancel_soon())
+        events = answer[0]
+        assert "hung" not in events[-1], "the cancelled call's request was never answered"
+        assert events[-1]["id"] == 7 and events[-1]["error"]["code"] == -32800
+        assert not any("result" in e for e in events)
+        # Its progress came on its own request's stream, before the end.
+        progress = [e for e in events if e.get("method") == "notifications/progress"]
+        assert progress and all(e["params"]["progressToken"] == "p7" for e in progress)
+
+        ended = http.delete(served.url, headers=head)
+        assert ended.status_code == 200
+        ping = {"jsonrpc": "2.0", "id": 8, "method": "ping"}
+        assert http.post(served.url, json=ping, headers=head).status_code == 404
+
+    entries = audit_entries(user.root / "audit.jsonl")
+    slow_calls = [e for e in entries if e.get("tool") == "slow"]
+    assert slow_calls and slow_calls[-1].get("result") == "cancelled", slow_calls
+
+
+def test_a_server_asks_the_client_during_a_call_over_http(user: Home) -> None:
+    asked: list[str] = []
     out: list[tuple[bool, str]] = []
 
-    async def scenario() -> None:
-        headers = {"Authorization": f"Bearer {token}"}
-        async with (
-            httpx2.AsyncClient(headers=headers) as client,
-            streamable_http_client(url, http_client=client) as (read, write, *_),
-            ClientSession(read, write) as session,
-        ):
-            await session.initialize()
-            names = {t.name for t in (await session.list_tools()).tools}
-            assert "get_current_time" in names
-            out.append(await call(session, "get_current_time", {"timezone": "UTC"}))
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
 
-    asyncio.run(scenario())
-    assert not out[0][0] and "UTC" in out[0][1]
+    async def sample(context: Any, params: types.CreateMessageRequestParams) -> Any:
+        text = types.TextContent(type="text", text="from the model")
+        return types.CreateMessageResult(role="assistant", content=text, model="recorded")
 
+    async def scenario(url: str) -> None:
+        async with client(url, elicitation_callback=elicit, sampling_callback=sample) as s:
+            out.append(await call(s, "ask_user", {"question": "Your name?"}))
+            out.append(await call(s, "sample", {"prompt": "say hi"}))
 
-def _post(port: int, headers: dict[str, str]) -> int:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    body = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
-    conn.request("POST", "/mcp", body=body, headers={"Content-Type": "application/json", **headers})
-    status = conn.getresponse().status
-    conn.close()
-    return status
-
-
-def test_no_token_wrong_host_or_foreign_origin_is_refused(served: tuple[str, str, int]) -> None:
-    _, token, port = served
-    auth = {"Authorization": f"Bearer {token}"}
-    assert _post(port, {}) == 401
-    assert _post(port, {"Authorization": "Bearer not-the-token"}) == 401
-    # DNS rebinding: a page on evil.example resolved to 127.0.0.1 sends its own Host/Origin.
-    assert _post(port, {**auth, "Host": f"evil.example:{port}"}) == 421
-    assert _post(port, {**auth, "Origin": "http://evil.example"}) == 403
-    # With the token and the right host, a request without a session is still refused.
-    assert _post(port, auth) == 400
+    with serving(user, *_probe_args(user, elicitation="allow", sampling="allow")) as served:
+        asyncio.run(scenario(served.url))
+    assert out == [(False, "ASKED: accept Ada"), (False, "SAMPLED: from the model")]
+    assert asked == ["[server 'probe'] Your name?"]

@@ -6,6 +6,7 @@ can prove that a denied call never reached it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import errno
@@ -20,6 +21,7 @@ import time
 import warnings
 from collections.abc import Callable
 
+import mcp_types as types
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
@@ -116,6 +118,75 @@ async def linger() -> str:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     threading.Thread(target=time.sleep, args=(3600,), daemon=False).start()
     return "lingering"
+
+
+_INSTANCE = os.urandom(6).hex()
+
+
+@server.tool()
+def instance() -> str:
+    """Which process of this server answers (a random name made at its start)."""
+    return f"INSTANCE {_INSTANCE}"
+
+
+@server.tool()
+async def slow(steps: int, ctx: Context) -> str:
+    """Take ``steps`` tenths of a second, reporting progress after each."""
+    _record("slow", steps=str(steps))
+    for done in range(1, steps + 1):
+        await asyncio.sleep(0.1)
+        await ctx.report_progress(done, steps, f"step {done}")
+    return f"SLOW done {steps}"
+
+
+# -- subscriptions and log levels, as the client sets them --------------------------------
+
+_subscribed: set[str] = set()
+_LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+_level = ["debug"]
+
+
+async def _subscribe(ctx: object, params: types.SubscribeRequestParams) -> types.EmptyResult:
+    _subscribed.add(str(params.uri))
+    return types.EmptyResult()
+
+
+async def _unsubscribe(ctx: object, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+    _subscribed.discard(str(params.uri))
+    return types.EmptyResult()
+
+
+async def _set_level(ctx: object, params: types.SetLevelRequestParams) -> types.EmptyResult:
+    _level[0] = params.level
+    return types.EmptyResult()
+
+
+for _method, _params, _handler in (
+    ("resources/subscribe", types.SubscribeRequestParams, _subscribe),
+    ("resources/unsubscribe", types.UnsubscribeRequestParams, _unsubscribe),
+    ("logging/setLevel", types.SetLevelRequestParams, _set_level),
+):
+    server._lowlevel_server.add_request_handler(_method, _params, _handler)
+
+
+@server.tool()
+async def touch(uri: str, ctx: Context) -> str:
+    """Change a resource: its subscribers are told."""
+    if uri not in _subscribed:
+        return "TOUCHED, nobody subscribed"
+    await ctx.session.send_resource_updated(uri)
+    return "TOUCHED, subscribers told"
+
+
+@server.tool()
+async def log_each(ctx: Context) -> str:
+    """Log once at debug, info and error, each only at or above the level the client set."""
+    sent = []
+    for level in ("debug", "info", "error"):
+        if _LEVELS.index(level) >= _LEVELS.index(_level[0]):
+            await ctx.session.send_log_message(level=level, data=f"at {level}", logger="probe")
+            sent.append(level)
+    return "LOGGED " + ",".join(sent)
 
 
 # -- what a server asks of the client -------------------------------------------------------

@@ -46,6 +46,10 @@ PROBE_TOOLS = {
     "sample": ["prompt"],
     "roots": [],
     "client_can": [],
+    "instance": [],
+    "slow": ["steps"],
+    "touch": ["uri"],
+    "log_each": [],
 }
 
 ALLOW_EVERYTHING = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
