@@ -13,8 +13,11 @@ at:
 - ``Authorization: Bearer TOKEN`` (401): there is no unauthenticated endpoint;
 - the path is ``/mcp`` (404), the method POST, GET or DELETE (405);
 - ``MCP-Protocol-Version``, when sent, is one this endpoint speaks (400);
-- the body is at most ``BODY_LIMIT`` bytes (413), a session id is known (404), at most
-  ``MAX_SESSIONS`` sessions are open (503).
+- the body is at most ``BODY_LIMIT`` bytes (413), a session id is known (404).
+
+At most ``MAX_SESSIONS`` sessions are open: a new one ends the session unused longest that
+has no request being served (clients that go away without DELETE leave theirs behind), and
+is refused (503) only when every one is busy.
 
 A session no request has used for ``IDLE_TIMEOUT`` seconds (no call out, no GET stream
 open) is ended, as is one the client DELETEs; its servers stop.
@@ -28,6 +31,7 @@ import hmac
 import json
 import logging
 import socket
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
@@ -175,14 +179,14 @@ class HttpEndpoint:
             if client is None:
                 await _json_error(send, 404, -32001, "session not found (it ended or expired)")
                 return
-            await client.transport.handle_request(scope, receive, send)
+            await client.serve(scope, receive, send)
             if client.transport.is_terminated:
                 await client.end()
             return
         if scope["method"] != "POST":
             await _json_error(send, 400, -32600, "missing Mcp-Session-Id: initialize first")
             return
-        if len(self.sessions) >= MAX_SESSIONS:
+        if len(self.sessions) >= MAX_SESSIONS and not await self._evict():
             await _json_error(send, 503, -32603, f"too many open sessions ({MAX_SESSIONS})")
             return
         client = ClientStream(self)
@@ -196,11 +200,23 @@ class HttpEndpoint:
             await send(message)
 
         try:
-            await client.transport.handle_request(scope, receive, noting)
+            await client.serve(scope, receive, noting)
         finally:
             # Only an initialize opens a session; whatever else came without an id did not.
             if not client.initialized or not status or status[0] >= 400:
                 await client.end()
+
+    async def _evict(self) -> bool:
+        """Make room for a new session by ending the one unused longest, if one has no
+        request being served (a client that went away without DELETE leaves its session
+        behind; it would answer 404 and initialize again)."""
+        idle = [c for c in self.sessions.values() if not c.busy]
+        if not idle:
+            return False
+        oldest = min(idle, key=lambda c: c.last_used)
+        self._say(f"http session {oldest.id[:8]} ended: the oldest idle one, for a new client")
+        await oldest.end()
+        return True
 
     async def attach(self, client: ClientStream) -> Attached:
         return await self._opener(client)
@@ -225,6 +241,16 @@ class ClientStream:
         self._connected = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ended = False
+        self.busy = 0  # requests being served, an open GET stream among them
+        self.last_used = time.monotonic()
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.busy += 1
+        try:
+            await self.transport.handle_request(scope, receive, send)
+        finally:
+            self.busy -= 1
+            self.last_used = time.monotonic()
 
     async def open(self) -> None:
         self._task = asyncio.create_task(self._run())

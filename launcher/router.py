@@ -51,6 +51,7 @@ class Router:
     # Which servers declared what (for the endpoint's own capabilities and routing).
     completes: set[str] = field(default_factory=set)
     subscribes: set[str] = field(default_factory=set)
+    offers_resources: set[str] = field(default_factory=set)
 
     def public(self, server: str, name: str) -> str:
         """The name clients see for a server's tool or prompt.
@@ -68,7 +69,7 @@ class Router:
         resources: dict[str, str] = {}
         prefixes: list[tuple[str, str]] = []
         templates: dict[str, str] = {}
-        self.completes, self.subscribes = set(), set()
+        self.completes, self.subscribes, self.offers_resources = set(), set(), set()
         for name, listing in servers.items():
             _route(name, listing.tools, self.public, tools, exposed_tools)
             _route(name, listing.prompts, self.public, prompts, exposed_prompts)
@@ -84,8 +85,10 @@ class Router:
             if isinstance(caps.get("completions"), dict):
                 self.completes.add(name)
             offered = caps.get("resources")
-            if isinstance(offered, dict) and offered.get("subscribe") is True:
-                self.subscribes.add(name)
+            if isinstance(offered, dict):
+                self.offers_resources.add(name)
+                if offered.get("subscribe") is True:
+                    self.subscribes.add(name)
         self.tools, self.exposed_tools = tools, exposed_tools
         self.prompts, self.exposed_prompts = prompts, exposed_prompts
         self.resources = [r for s in servers.values() for r in s.resources]
@@ -102,6 +105,10 @@ class Router:
         for prefix, owner in self._template_prefixes:
             if uri.startswith(prefix):
                 return owner
+        # A URI nobody lists (made at run time, or read before it is listed) goes to the
+        # one server that offers resources, as it would without ironcurtain in between.
+        if len(self.offers_resources) == 1:
+            return next(iter(self.offers_resources))
         return None
 
     def template(self, uri_template: str) -> str | None:
@@ -113,7 +120,7 @@ class Router:
         caps: Message = {"tools": {"listChanged": True}, "logging": {}}
         if self.exposed_prompts:
             caps["prompts"] = {"listChanged": True}
-        if self.resources or self.resource_templates:
+        if self.resources or self.resource_templates or self.offers_resources:
             caps["resources"] = {"listChanged": True, "subscribe": bool(self.subscribes)}
         if self.completes:
             caps["completions"] = {}

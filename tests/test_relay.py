@@ -396,22 +396,44 @@ def test_names_are_prefixed_with_several_servers_and_forwarded_as_the_servers_ow
 
 
 def test_what_no_server_offers_is_refused_and_audited(tmp_path: Path) -> None:
-    h = build(tmp_path)
+    h = build(tmp_path, servers=("fs", "notes"))
 
     async def scenario() -> None:
         tool = await h.request("tools/call", {"name": "nope", "arguments": {}})
         assert refusal(tool, "tools/call").startswith("DENIED (rule: structural-unknown-tool)")
         prompt = await h.request("prompts/get", {"name": "nope"})
         assert prompt is not None and prompt["error"]["code"] == -32602
+        # Two servers offer resources: a URI neither lists belongs to neither.
         resource = await h.request("resources/read", {"uri": "mem://nowhere"})
         assert resource is not None and resource["error"]["code"] == -32002
 
     run(scenario)
-    assert h.fs.requests == []
+    assert h.servers["fs"].requests == [] and h.servers["notes"].requests == []
     assert [(e["method"], e["result"]) for e in h.entries()] == [
         ("tools/call", "denied"),
         ("prompts/get", "denied"),
         ("resources/read", "denied"),
+    ]
+
+
+def test_a_uri_nobody_lists_goes_to_the_one_server_with_resources_and_is_checked(
+    tmp_path: Path,
+) -> None:
+    h = build(tmp_path)
+    ws = tmp_path / "ws"
+
+    async def scenario() -> None:
+        made = await h.request("resources/subscribe", {"uri": "mem://made-at-run-time"})
+        assert made is not None and "result" in made
+        inside = await h.request("resources/read", {"uri": f"file://{ws}/later.txt"})
+        assert inside is not None and "result" in inside
+        outside = await h.request("resources/read", {"uri": "file:///etc/shadow"})
+        assert outside is not None and outside["error"]["code"] == -32001
+
+    run(scenario)
+    assert [r[1]["uri"] for r in h.fs.requests] == [
+        "mem://made-at-run-time",
+        f"file://{ws}/later.txt",
     ]
 
 

@@ -1,0 +1,268 @@
+"""The official MCP conformance suite's server scenarios, run against a reference server
+directly (its streamable-HTTP form) and through ``ironcurtain run --http`` (its stdio form,
+sandboxed), then compared scenario by scenario. Exit 1 when a scenario that passes directly
+fails through ironcurtain. Called by scripts/conformance.sh, which installs what it needs.
+
+The policy given to ironcurtain allows every tool and prompt of the server with every
+argument opaque: this measures the proxy (transport, relay, server requests), not a policy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+BIN = Path(sys.executable).parent
+SPEC_VERSION = "2025-11-25"
+
+
+@dataclass
+class Reference:
+    """A reference server: how to serve it over HTTP directly, how to start its stdio form,
+    and the directories its sandbox must be able to read."""
+
+    name: str
+    http: list[str]  # PORT in it is replaced by a free port; it serves /mcp
+    stdio: list[str]
+    reads: list[str]
+    env: dict[str, str]
+
+
+def references(node: str, npm_dir: Path, python_everything: Path | None) -> list[Reference]:
+    everything = npm_dir / "node_modules" / "@modelcontextprotocol" / "server-everything"
+    found = [
+        Reference(
+            "server-everything (npm)",
+            [node, str(everything / "dist" / "index.js"), "streamableHttp"],
+            [node, str(everything / "dist" / "index.js"), "stdio"],
+            [str(npm_dir), str(Path(node).resolve().parent.parent)],
+            {"PORT": "PORT"},
+        )
+    ]
+    if python_everything is not None:
+        package = str(python_everything)
+        found.append(
+            Reference(
+                "mcp_everything_server (python SDK)",
+                [sys.executable, "-m", "mcp_everything_server", "--port", "PORT"],
+                [sys.executable, "-c", "from mcp_everything_server.server import mcp; mcp.run()"],
+                [package],
+                {"PYTHONPATH": package},
+            )
+        )
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited ({proc.returncode}) before listening")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port} after {seconds:g} s")
+
+
+def conformance(
+    node: str, npm_dir: Path, url: str, out: Path, env: dict[str, str] | None = None
+) -> dict[str, bool]:
+    """Run every server scenario of the suite against ``url``; scenario -> passed."""
+    cli = npm_dir / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+    argv = [node, str(cli), "server", "--url", url, "--spec-version", SPEC_VERSION,
+            "-o", str(out)]  # fmt: skip
+    subprocess.run(argv, env={**os.environ, **(env or {})}, capture_output=True, timeout=600)
+    results: dict[str, bool] = {}
+    for checks in sorted(out.glob("server-*/checks.json")):
+        match = re.match(r"server-(.+)-\d{4}-\d\d-\d\dT", checks.parent.name)
+        if match is None:
+            continue
+        statuses = [c.get("status") for c in json.loads(checks.read_text())]
+        results[match.group(1)] = bool(statuses) and "FAILURE" not in statuses
+    if not results:
+        raise RuntimeError(f"the conformance suite reported nothing for {url}")
+    return results
+
+
+def direct(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, bool]:
+    port = free_port()
+    argv = [a.replace("PORT", str(port)) for a in ref.http]
+    env = {**os.environ, **{k: v.replace("PORT", str(port)) for k, v in ref.env.items()}}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        return conformance(node, npm_dir, f"http://localhost:{port}/mcp", work / "direct")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+async def _listing(ref: Reference) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """The server's tools and prompts, as a client that can sample and elicit sees them."""
+    import mcp_types as types
+    from mcp import ClientSession, StdioServerParameters, stdio_client
+
+    async def sample(context: object, params: object) -> types.CreateMessageResult:
+        text = types.TextContent(type="text", text="")
+        return types.CreateMessageResult(role="assistant", content=text, model="none")
+
+    async def elicit(context: object, params: object) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    env = {**os.environ, **{k: v for k, v in ref.env.items() if v != "PORT"}}
+    params = StdioServerParameters(command=ref.stdio[0], args=ref.stdio[1:], env=env)
+    async with (
+        stdio_client(params, errlog=open(os.devnull, "w")) as (read, write),
+        ClientSession(read, write, sampling_callback=sample, elicitation_callback=elicit) as s,
+    ):
+        await s.initialize()
+        tools = [t.model_dump(by_alias=True) for t in (await s.list_tools()).tools]
+        prompts = [p.model_dump(by_alias=True) for p in (await s.list_prompts()).prompts]
+    return tools, prompts
+
+
+def write_policy(ref: Reference, directory: Path) -> None:
+    """Annotations for every tool and prompt (each argument opaque) and one rule allowing
+    every call."""
+    tools, prompts = asyncio.run(_listing(ref))
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def arguments(schema: object) -> dict[str, list[str]]:
+        properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+        return {name: ["none"] for name in properties}
+
+    annotations = {
+        "tools": [
+            {"toolName": t["name"], "serverName": "everything", "effect": "other",
+             "sideEffects": True, "args": arguments(t.get("inputSchema"))}
+            for t in tools
+        ],
+        "prompts": [
+            {"promptName": p["name"], "serverName": "everything", "effect": "read",
+             "sideEffects": False,
+             "args": {str(a["name"]): ["none"] for a in p.get("arguments") or []}}  # type: ignore[attr-defined]
+            for p in prompts
+        ],
+    }  # fmt: skip
+    (directory / "tool-annotations.json").write_text(
+        json.dumps({"servers": {"everything": annotations}}, indent=1)
+    )
+    rule = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "conformance"}
+    (directory / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
+
+
+def through(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, bool]:
+    config = {
+        "mcpServers": {
+            "everything": {
+                "command": ref.stdio[0],
+                "args": ref.stdio[1:],
+                "env": {k: v for k, v in ref.env.items() if v != "PORT"},
+                "sandbox": {"filesystem": {"allowRead": ref.reads}},
+                "clientRequests": {"elicitation": "allow", "sampling": "allow"},
+            }
+        }
+    }
+    (work / "config.json").write_text(json.dumps(config, indent=1))
+    write_policy(ref, work / "policy")
+    (work / "ws").mkdir(exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(work / "state"),
+           "XDG_CONFIG_HOME": str(work / "config")}  # fmt: skip
+    argv = [str(BIN / "ironcurtain"), "run", "--config", str(work / "config.json"),
+            "--policy-dir", str(work / "policy"), "--workspace", str(work / "ws"),
+            "--audit-log", str(work / "audit.jsonl"), "--server", "everything",
+            "--approval", "deny", "--max-identical-calls", "0", "--http", "0"]  # fmt: skip
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    assert proc.stderr is not None
+    said: list[str] = []
+    url = ""
+    for line in proc.stderr:
+        said.append(line)
+        if m := re.search(r"serving MCP on (http://\S+)", line):
+            url = m.group(1)
+            break
+    try:
+        if not url:
+            raise RuntimeError("ironcurtain did not start:\n" + "".join(said))
+        cli = npm_dir / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
+        preload = {"NODE_OPTIONS": f"--import={HERE / 'preload.mjs'}",
+                   "CONFORMANCE_URL": url, "CONFORMANCE_TOKEN": token,
+                   "CONFORMANCE_CLI": str(cli / "index.js")}  # fmt: skip
+        return conformance(node, npm_dir, url, work / "through", preload)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=15)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--node", required=True, help="a Node.js of version 22 or newer")
+    parser.add_argument("--npm-dir", required=True, type=Path, help="where the suite is")
+    parser.add_argument(
+        "--python-everything",
+        type=Path,
+        help="also run the python SDK's conformance server (a directory holding its "
+        "mcp_everything_server package)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the results directory")
+    opts = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="ironcurtain-conformance-"))
+    regressions = 0
+    try:
+        for number, ref in enumerate(references(opts.node, opts.npm_dir, opts.python_everything)):
+            place = work / str(number)
+            place.mkdir()
+            started = time.monotonic()
+            a = direct(ref, opts.node, opts.npm_dir, place)
+            b = through(ref, opts.node, opts.npm_dir, place)
+            took = time.monotonic() - started
+            print(f"\n{ref.name}: conformance {SPEC_VERSION} server scenarios ({took:.0f} s)")
+            print(f"  {'scenario':34} {'direct':8} {'through ironcurtain'}")
+            for scenario in sorted(a.keys() | b.keys()):
+                x, y = a.get(scenario), b.get(scenario)
+                mark = "  <- REGRESSION" if x and not y else ""
+                regressions += bool(mark)
+                print(f"  {scenario:34} {_word(x):8} {_word(y)}{mark}")
+            print(f"  passed: {sum(a.values())} directly, {sum(b.values())} through ironcurtain")
+    finally:
+        if opts.keep:
+            print(f"\nresults: {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    if regressions:
+        print(f"\n{regressions} scenario(s) pass directly and fail through ironcurtain")
+        return 1
+    print("\nevery scenario that passes directly passes through ironcurtain")
+    return 0
+
+
+def _word(passed: bool | None) -> str:
+    return "-" if passed is None else "pass" if passed else "FAIL"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

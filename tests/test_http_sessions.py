@@ -1,0 +1,118 @@
+"""The session registry of ``--http`` in process, on the real HTTP stack (uvicorn and the
+``mcp`` SDK's transport) with a relay that answers by itself: a client that goes away
+without DELETE does not lock the next one out, and a busy session is never taken away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx2
+import pytest
+
+from launcher import http_transport
+from launcher.http_transport import ClientStream, HttpEndpoint
+from launcher.jsonrpc import result
+
+TOKEN = "t" * 32
+HEAD = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream"}  # fmt: skip
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"}}}  # fmt: skip
+
+
+class Answering:
+    """A relay that answers every request at once, and records that it was closed."""
+
+    def __init__(self, upstream: ClientStream, closed: list[str]) -> None:
+        self.upstream = upstream
+        self.closed = closed
+
+    def feed(self, line: bytes) -> None:
+        message = json.loads(line)
+        if "id" in message and "method" in message:
+            answer: dict[str, Any] = {}
+            if message["method"] == "initialize":
+                answer = {"protocolVersion": "2025-11-25", "capabilities": {},
+                          "serverInfo": {"name": "fake", "version": "1"}}  # fmt: skip
+            self.upstream.deliver(result(message["id"], answer))
+
+    async def close(self) -> None:
+        self.closed.append(self.upstream.id)
+
+
+async def _endpoint(closed: list[str]) -> HttpEndpoint:
+    async def opener(upstream: ClientStream) -> Answering:
+        return Answering(upstream, closed)
+
+    endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None)
+    await endpoint.start()
+    return endpoint
+
+
+async def _open(http: httpx2.AsyncClient, url: str) -> str:
+    opened = await http.post(url, json=INIT, headers=HEAD)
+    assert opened.status_code == 200, opened.text
+    return str(opened.headers["mcp-session-id"])
+
+
+async def _ping(http: httpx2.AsyncClient, url: str, sid: str) -> int:
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    headers = {**HEAD, "Mcp-Session-Id": sid, "MCP-Protocol-Version": "2025-11-25"}
+    return (await http.post(url, json=ping, headers=headers)).status_code
+
+
+def test_a_new_client_ends_the_session_unused_longest(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_transport, "MAX_SESSIONS", 3)
+    closed: list[str] = []
+    found: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        endpoint = await _endpoint(closed)
+        try:
+            async with httpx2.AsyncClient(timeout=10) as http:
+                sids = [await _open(http, endpoint.url) for _ in range(3)]
+                assert await _ping(http, endpoint.url, sids[0]) == 200  # the first is used again
+                fourth = await _open(http, endpoint.url)  # the second, unused longest, ends
+                found["statuses"] = [await _ping(http, endpoint.url, s) for s in (*sids, fourth)]
+                found["sids"] = sids
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(scenario())
+    assert found["statuses"] == [200, 404, 200, 200]
+    assert closed[0] == found["sids"][1]
+
+
+def test_busy_sessions_are_kept_and_the_new_client_is_told_to_come_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_transport, "MAX_SESSIONS", 2)
+    found: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        endpoint = await _endpoint([])
+        try:
+            async with httpx2.AsyncClient(timeout=10) as http:
+                sids = [await _open(http, endpoint.url) for _ in range(2)]
+                # Each keeps its GET stream open: both are in use.
+                streams = []
+                for sid in sids:
+                    get = http.build_request("GET", endpoint.url, headers={
+                        **HEAD, "Mcp-Session-Id": sid, "Accept": "text/event-stream"})  # fmt: skip
+                    streams.append(await http.send(get, stream=True))
+                refused = await http.post(endpoint.url, json=INIT, headers=HEAD)
+                found["refused"] = refused.status_code
+                for stream in streams:
+                    await stream.aclose()
+                await asyncio.sleep(0.2)
+                found["after"] = (
+                    await http.post(endpoint.url, json=INIT, headers=HEAD)
+                ).status_code
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(scenario())
+    assert found == {"refused": 503, "after": 200}
