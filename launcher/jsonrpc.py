@@ -75,6 +75,29 @@ class ServerGone(Exception):
 _compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 
+def _not_json(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_strict = json.JSONDecoder(parse_constant=_not_json).decode
+
+
+def loads(data: bytes | str) -> Any:
+    """One JSON text, as RFC 8259 has it: Python's parser also takes ``NaN`` and
+    ``Infinity``, which no client's parser does, so a peer that sends them is refused
+    (raises ValueError) rather than relayed.
+
+    >>> loads(b'{"progress": 1.5}')
+    {'progress': 1.5}
+    >>> loads(b'{"progress": NaN}')
+    Traceback (most recent call last):
+    ValueError: NaN is not a JSON value
+    """
+    if isinstance(data, bytes | bytearray):
+        data = data.decode(json.detect_encoding(data), "surrogatepass")
+    return _strict(data)
+
+
 def encode(message: Message) -> bytes:
     return _compact(message).encode() + b"\n"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 from collections.abc import Coroutine
 from typing import Any
 
@@ -24,6 +23,7 @@ from launcher.jsonrpc import (
     PROTOCOL_VERSIONS,
     Message,
     error,
+    loads,
     notification,
     result,
     unencodable,
@@ -87,7 +87,7 @@ class Relay:
         if not line.strip():
             return
         try:
-            message = json.loads(line)
+            message = loads(line)
         except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
             self.send(error(None, -32700, "parse error: not JSON"))
             return

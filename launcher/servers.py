@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 import os
 import signal
 import subprocess
@@ -28,6 +27,7 @@ from launcher.jsonrpc import (
     OnDone,
     ServerGone,
     encode,
+    loads,
 )
 from launcher.launchspec import LaunchSpec as LaunchSpec
 from launcher.lines import LineBuffer, LineProtocol
@@ -308,7 +308,7 @@ class ServerConnection:
 
     def _on_stdout_line(self, line: bytes) -> None:
         try:
-            message = json.loads(line)
+            message = loads(line)
         except (ValueError, RecursionError):
             if line.strip():
                 self._log("sent output that is not JSON; ignored")

@@ -6,6 +6,7 @@ versions refused; a cancelled call's request answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -110,13 +111,14 @@ def _events(text: str) -> list[dict[str, Any]]:
     return [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
 
 
-def _probes() -> int:
-    """How many probe server processes run on this machine."""
+def _probes(pid: int) -> int:
+    """How many probe server processes run below the process ``pid``."""
     count = 0
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = proc.info["cmdline"] or []
-        if str(PROBE) in cmdline and "bwrap" not in os.path.basename(cmdline[0]):
-            count += 1
+    for proc in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            cmdline = proc.cmdline()
+            if str(PROBE) in cmdline and "bwrap" not in os.path.basename(cmdline[0]):
+                count += 1
     return count
 
 
@@ -199,7 +201,7 @@ def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) 
     progress: dict[str, list[float]] = {"a": [], "b": []}
     found: dict[str, Any] = {}
 
-    async def scenario(url: str) -> None:
+    async def scenario(url: str, pid: int) -> None:
         async with client(url) as a, client(url) as b:
             ids = [(await call(s, "instance", {}))[1] for s in (a, b)]
             found["instances"] = ids
@@ -216,15 +218,15 @@ def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) 
                 return "".join(getattr(c, "text", "") for c in result.content)
 
             found["answers"] = await asyncio.gather(slow(a, "a", 4), slow(b, "b", 7))
-            found["running"] = _probes()  # a's, b's and the spare started for the next
+            found["running"] = _probes(pid)  # a's, b's and the spare started for the next
         # Both sessions ended (the client DELETEs its session): their servers stop.
         deadline = time.monotonic() + 10
-        while _probes() > 1 and time.monotonic() < deadline:
+        while _probes(pid) > 1 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
-        found["after"] = _probes()
+        found["after"] = _probes(pid)
 
     with serving(user, *_probe_args(user)) as served:
-        asyncio.run(scenario(served.url))
+        asyncio.run(scenario(served.url, served.proc.pid))
     assert found["instances"][0] != found["instances"][1]
     assert all(i.startswith("INSTANCE ") for i in found["instances"])
     assert found["answers"] == ["SLOW done 4", "SLOW done 7"]

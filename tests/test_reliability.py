@@ -200,3 +200,18 @@ def test_restart_with_back_off_until_the_limit(user: Home) -> None:
     assert out[6] == (False, "/tmp/home")
     restarts = [e for e in audit_entries(audit) if e.get("event") == "server-restart"]
     assert [(e["attempt"], e["exitStatus"]) for e in restarts] == [(1, 3), (2, 3)]
+
+
+def test_a_server_writing_what_no_client_can_parse_is_not_relayed(user: Home) -> None:
+    args, _, _ = faulty_and_probe(user)
+    client = _session(user, args)
+    try:
+        # The server also writes a log message holding NaN (valid for Python's json module
+        # alone); the strict reader of every message here would fail on it.
+        answer = client.call("faulty__garbage", {})
+        assert answer["result"]["content"][0]["text"] == "after garbage"
+        assert (
+            client.call("faulty__echo", {"text": "fine"})["result"]["content"][0]["text"] == "fine"
+        )
+    finally:
+        client.close(timeout=10)

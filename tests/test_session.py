@@ -235,7 +235,9 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
             ]:
                 with pytest.raises(McpError, match=rf"DENIED \(rule: {rule}\)"):
                     await s.read_resource(uri)
-            with pytest.raises(McpError, match="resource not found"):
+            # A URI the probe does not list still goes to it (the one server with
+            # resources), and is decided as a read of that path: outside, so denied.
+            with pytest.raises(McpError, match=r"DENIED \(rule: default-deny\)"):
                 await s.read_resource("file:///nowhere")
 
     run(scenario)
@@ -248,7 +250,7 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
         ("resources/read", "resources/read", "success"),
         ("resources/read", "resources/read", "denied"),
         ("resources/read", "resources/read", "denied"),
-        ("resources/read", "resources/read", "denied"),  # no server offers it
+        ("resources/read", "resources/read", "denied"),  # listed by nobody, outside
     ]
     assert user.secret not in audit.read_text()
 

@@ -12,6 +12,9 @@ import threading
 from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("faulty")
+# The protocol stream itself: the SDK's stdio transport points descriptor 1 at stderr once it
+# serves, so what is written to 1 would never reach ironcurtain.
+_WIRE = os.dup(1)
 
 
 def _log(text: str) -> None:
@@ -61,14 +64,20 @@ async def hang(seconds: float) -> str:
 @server.tool()
 def garbage() -> str:
     """Write lines that are not JSON-RPC onto the protocol stream, then answer."""
-    os.write(1, b'this is not json\n{"jsonrpc": "2.0", "id": 999999}\n[1, 2]\n\x00\xff\n')
+    os.write(_WIRE, b'this is not json\n{"jsonrpc": "2.0", "id": 999999}\n[1, 2]\n\x00\xff\n')
+    # Python's json module reads NaN; no client's parser does.
+    os.write(
+        _WIRE,
+        b'{"jsonrpc": "2.0", "method": "notifications/message", '
+        b'"params": {"level": "error", "data": NaN}}\n',
+    )
     return "after garbage"
 
 
 @server.tool()
 def huge(megabytes: int) -> str:
     """Write one line of ``megabytes`` MB onto the protocol stream, then answer."""
-    os.write(1, b"x" * (megabytes << 20) + b"\n")
+    os.write(_WIRE, b"x" * (megabytes << 20) + b"\n")
     return "after huge"
 
 

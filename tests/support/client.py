@@ -92,7 +92,9 @@ class Client:
         line = self._line(self.timeout if timeout is None else timeout)
         if not line:
             raise EOFError(f"{self.name} ended its output")
-        message: Message = json.loads(line)
+        # Strictly JSON (no NaN or Infinity, which Python alone would take): what a client
+        # in another language can parse.
+        message: Message = json.loads(line, parse_constant=_not_json)
         return message
 
     def answer(self, request_id: object, timeout: float | None = None) -> Message:
@@ -205,3 +207,7 @@ class Client:
         except ProcessLookupError:
             return
         self.proc.kill()
+
+
+def _not_json(name: str) -> object:
+    raise ValueError(f"{name} is not a JSON value: the peer wrote invalid JSON")
