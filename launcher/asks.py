@@ -154,7 +154,10 @@ class ServerAsks:
                     _reply(conn, request_id, error=(DENIED, text))
                     return
             answer = await self._ask_client(
-                method, _forwarded(server, method, params), ASK_TIMEOUT, self._related(server)
+                method,
+                _forwarded(server, method, self.core.outputs.message(server, params)),
+                ASK_TIMEOUT,
+                self._related(server),
             )
         except asyncio.CancelledError:
             self._finish(entry, "cancelled", started)  # by the server, or at stop

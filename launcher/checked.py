@@ -322,6 +322,7 @@ class CheckedCalls:
                 "code": code if type(code) is int else -32603,
                 "message": str(err.get("message", "error")),
             }
+            relayed = self.core.outputs.message(server, relayed)
             self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
             return
         answer = outcome.get("result")
@@ -330,7 +331,8 @@ class CheckedCalls:
             self._end(call, "error", failure=text)
             return
         failed = call.method == TOOL and bool(answer.get("isError"))
-        self._finish(call, "error" if failed else "success")
+        answer, filtered = self.core.outputs.answer(server, call.method, call.name or "", answer)
+        self._finish(call, "error" if failed else "success", filtered)
         if not self.core.audit.healthy:
             text = (
                 "DENIED (rule: audit-log-unwritable): the audit log cannot be "
@@ -405,17 +407,19 @@ class CheckedCalls:
             annotation = engine.get_prompt_annotation(call.server, call.name)
         return list(annotation.pii_fields) if annotation else []
 
-    def _finish(self, call: _Call, status: str) -> None:
+    def _finish(self, call: _Call, status: str, output: Message | None = None) -> None:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
         if self.progress:
             token = _progress_token(call)
             if token is not None and self.progress.get((str(call.server), token)) is call:
                 del self.progress[(str(call.server), token)]
-        outcome = {
+        outcome: Message = {
             "result": status,
             "durationMs": round((time.perf_counter() - call.started) * 1000, 3),
         }
+        if output is not None:
+            outcome["output"] = output  # what the output filters did: counts, detector names
         audit = self.core.audit
         if call.prepared is not None:
             written = audit.write(outcome, call.prepared)

@@ -348,12 +348,22 @@ def check(
     config: ConfigOpt = None,
     policy_dir: PolicyOpt = None,
     workspace: WorkspaceOpt = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            help="A sample of what the tool returns (JSON: its result, or the value of its "
+            "structured content): shown as the agent would get it, through the tool's "
+            "output policy and the credential detectors.",
+        ),
+    ] = None,
 ) -> None:
-    """Dry-run one call through the policy: decision, rule, reason, canonical arguments."""
+    """Dry-run one call through the policy: decision, rule, reason, canonical arguments;
+    with --output, what a result of the tool would look like to the agent."""
     from launcher.check import check_call
 
     with cli_words(servers="check"):
-        print(check_call(server, tool, args, config, policy_dir, workspace))
+        print(check_call(server, tool, args, config, policy_dir, workspace, output))
 
 
 @app.command("http-token")

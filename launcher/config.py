@@ -153,6 +153,8 @@ class ServerConfig(_Model):
     client_requests: ClientRequestsConfig = Field(
         default_factory=ClientRequestsConfig, alias="clientRequests"
     )
+    # Credentials in what the server sends the client are masked (policy.secrets).
+    mask_secrets: bool = Field(default=True, alias="maskSecrets")
 
     @property
     def restart_policy(self) -> RestartConfig | None:

@@ -73,7 +73,7 @@ class HttpEndpoint:
         self.port = port
         self.token = token
         self._opener = opener
-        self._say = say
+        self.say = say
         self.sessions: dict[str, ClientStream] = {}
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
@@ -85,7 +85,7 @@ class HttpEndpoint:
 
     async def start(self) -> None:
         """Listen on 127.0.0.1:port (raises OSError when that is not possible)."""
-        _quiet_logs(self._say)
+        _quiet_logs(self.say)
         # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0
         # it does not, and an event after its headers waits out the client's delayed ACK).
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -129,9 +129,6 @@ class HttpEndpoint:
                 await asyncio.wait_for(self._server.shutdown(), 3)
         if self._socket is not None:
             self._socket.close()
-
-    def backlog(self) -> int:
-        return sum(c.backlog() for c in self.sessions.values())
 
     # -- ASGI ------------------------------------------------------------------------------
 
@@ -214,7 +211,7 @@ class HttpEndpoint:
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.last_used)
-        self._say(f"http session {oldest.id[:8]} ended: the oldest idle one, for a new client")
+        self.say(f"http session {oldest.id[:8]} ended: the oldest idle one, for a new client")
         await oldest.end()
         return True
 
@@ -298,7 +295,7 @@ class ClientStream:
                             if not isinstance(item, Exception):
                                 await self._take(item.message)
                     if idle.cancelled_caught:
-                        self.endpoint._say(f"http session {self.id[:8]} ended: idle")
+                        self.endpoint.say(f"http session {self.id[:8]} ended: idle")
                 finally:
                     pump.cancel()
                     await asyncio.gather(pump, return_exceptions=True)
@@ -341,7 +338,7 @@ class ClientStream:
             try:
                 parsed = jsonrpc_message_adapter.validate_python(message, by_name=False)
             except ValidationError as exc:
-                self.endpoint._say(f"http: a message could not be sent: {exc.errors()[0]['msg']}")
+                self.endpoint.say(f"http: a message could not be sent: {exc.errors()[0]['msg']}")
                 continue
             metadata = None
             if related is not None and "method" in message:
@@ -380,13 +377,13 @@ class _OneLine(logging.Handler):
 
     def __init__(self, say: Callable[[str], None]) -> None:
         super().__init__(logging.WARNING)
-        self._say = say
+        self.say = say
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage().splitlines()[0] if record.getMessage() else ""
         if record.exc_info and record.exc_info[1] is not None:
             text += f": {record.exc_info[1]!r}"
-        self._say(f"http: {text}")
+        self.say(f"http: {text}")
 
 
 def _quiet_logs(say: Callable[[str], None]) -> None:

@@ -7,10 +7,12 @@ names it as its users know it (``--audit-args``).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,7 +31,9 @@ from launcher.programs import search_path
 from launcher.serverplan import ServerPlan, Surroundings, never_shown, plan_server
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import Entry
+from policy.errors import PolicyFileError
 from policy.loader import PolicyFiles, check_placeholders
+from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
 from sandbox_profiles.profile import is_under
 
@@ -178,6 +182,20 @@ def build_engine(
     )
 
 
+def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:
+    """Each entry of ``output-policy.json`` names a server the config defines (a glob:
+    matches one): a policy for a server that does not exist is a mistake, not a no-op."""
+    names = list(servers)
+    for i, entry in enumerate(files.output.tools):
+        if not any(fnmatch.fnmatchcase(name, entry.server) for name in names):
+            raise PolicyFileError(
+                str(files.directory / OUTPUT_POLICY_FILE),
+                f"$.tools[{i}].server",
+                f"{entry.server!r} matches no server of the config "
+                f"(it defines: {', '.join(sorted(names)) or 'none'})",
+            )
+
+
 def load_policy(policy_dir: str | None) -> PolicyFiles:
     files = load_policy_dir(Path(policy_dir).resolve() if policy_dir else bundled_policy_dir())
     check_placeholders(files, ["workspace"])
@@ -224,6 +242,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     config = load_and_warn(opts.config, workspace)
     selected = select_servers(config, opts.servers)
     files = load_policy(opts.policy_dir)
+    check_output_servers(files, config.servers)
     audit_path = resolve_real_path(
         os.path.expanduser(opts.audit_log)
         if opts.audit_log

@@ -255,7 +255,7 @@ class Relay:
                 self._dropping = True
                 return
             self._dropping = False
-            self.send(message, related)
+            self.send(self.core.outputs.message(conn.name, message), related)
         elif isinstance(method, str) and method in LIST_CHANGED:
             # One refresh per server and list at a time; changes meanwhile make one more.
             key = (conn.name, LIST_CHANGED[method])

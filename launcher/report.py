@@ -49,6 +49,18 @@ def containment(plan: SessionPlan, name: str) -> str:
     return f"sandboxed (bwrap, {net}" + (")" if sp.profile.seccomp else ", NO seccomp filter)")
 
 
+def output_filters(plan: SessionPlan) -> str:
+    """What is filtered out of what servers send, in a few words."""
+    off = [name for name, sp in plan.servers.items() if not sp.config.mask_secrets]
+    text = "credentials masked in everything servers send" + (
+        f" (off for: {', '.join(off)})" if off else ""
+    )
+    if len(off) == len(plan.servers):
+        text = "credentials NOT masked (maskSecrets: false)"
+    tools = [f"{e.server}/{e.tool}" for e in plan.policy.output.tools]
+    return text + (f"; output policy for {', '.join(tools)}" if tools else "")
+
+
 def startup_report(
     plan: SessionPlan, tools: Mapping[str, list[Message]], http: HttpAddress | None
 ) -> str:
@@ -82,6 +94,7 @@ def startup_report(
         f"  audit log:  {plan.audit_path}",
         f"  config:     {plan.config.path} ({plan.config.source})",
         f"  policy:     {plan.policy.directory}",
+        f"  output:     {output_filters(plan)}",
         f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
     ]
     if http is not None:

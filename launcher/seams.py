@@ -19,7 +19,9 @@ from typing import Any, Protocol
 from launcher.audit import AuditLog
 from launcher.gate import Gate
 from launcher.jsonrpc import Message, OnDone
+from launcher.outputs import Outputs
 from launcher.router import Listing, Router
+from policy.output import OutputPolicy
 
 
 class Downstream(Listing, Protocol):
@@ -85,3 +87,5 @@ class Core:
     halted: Mapping[str, str] = field(default_factory=dict)  # servers stopped, and why
     settle: Callable[[], None] = lambda: None  # the guard: deal with what servers wrote
     say: Callable[[str], None] = print  # a line for the operator
+    # What servers send the client, filtered (output policies, credential detectors).
+    outputs: Outputs = field(default_factory=lambda: Outputs(OutputPolicy(), {}))

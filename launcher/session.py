@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import gc
 import importlib
 import os
@@ -30,6 +31,7 @@ from launcher.gate import Gate
 from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
 from launcher.hostfiles import HostFiles, writable_roots
 from launcher.jsonrpc import Message
+from launcher.outputs import Outputs
 from launcher.plan import SessionPlan
 from launcher.relay import Relay
 from launcher.report import startup_report
@@ -38,6 +40,7 @@ from launcher.seams import Core, Upstream
 from launcher.serverplan import relay_settings
 from launcher.servers import ServerConnection
 from launcher.stdio import StdioTransport
+from policy.output import OUTPUT_POLICY_FILE
 
 if TYPE_CHECKING:
     from launcher.http_transport import HttpEndpoint
@@ -150,6 +153,7 @@ class Session:
                 else None
             )
             await self.fleet.start()
+            check_output_tools(self.plan, {n: c.tools for n, c in self.servers.items()})
             if stack is not None and self.plan.http_port is not None:
                 await stack
                 self.relay = self.first.attach(None, at_start=True)  # the first client's
@@ -235,6 +239,10 @@ class Session:
             halted=self.halted,
             settle=self.settle,
             say=say,
+            outputs=Outputs(
+                plan.policy.output,
+                {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
+            ),
         )
         return Relay(core)
 
@@ -387,6 +395,20 @@ class Session:
                 "WARNING: these paths in the workspace may be loaded or run by "
                 "host tools (git, shells, editors) and could not be moved out; inspect and "
                 f"remove them before using the workspace:\n{listing}"
+            )
+
+
+def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> None:
+    """Each entry of ``output-policy.json`` for a server of this session names a tool it
+    has (a glob: matches one); otherwise the session does not start."""
+    for i, entry in enumerate(plan.policy.output.tools):
+        servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]
+        names = sorted({str(t.get("name")) for s in servers for t in tools[s]})
+        if servers and not any(fnmatch.fnmatchcase(name, entry.tool) for name in names):
+            raise StartupError(
+                f"{plan.policy.directory / OUTPUT_POLICY_FILE}: $.tools[{i}].tool: "
+                f"{entry.tool!r} matches no tool of {', '.join(servers)} "
+                f"(its tools: {', '.join(names) or 'none'})"
             )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from policy.errors import PolicyFileError
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from policy.output import OUTPUT_POLICY_FILE, OutputPolicy, load_output_policy
 from policy.variables import placeholder_names
 
 ANNOTATIONS_FILE = "tool-annotations.json"
@@ -78,6 +79,7 @@ class PolicyFiles:
     directory: Path
     annotations: ToolAnnotationsFile
     policy: CompiledPolicyFile
+    output: OutputPolicy = field(default_factory=OutputPolicy)  # output-policy.json
 
 
 def load_policy_dir(directory: Path) -> PolicyFiles:
@@ -86,7 +88,8 @@ def load_policy_dir(directory: Path) -> PolicyFiles:
     annotations = load_json_model(directory / ANNOTATIONS_FILE, ToolAnnotationsFile)
     policy = load_json_model(directory / POLICY_FILE, CompiledPolicyFile)
     check_annotations(annotations, directory / ANNOTATIONS_FILE)
-    return PolicyFiles(directory, annotations, policy)
+    output = load_output_policy(directory / OUTPUT_POLICY_FILE)
+    return PolicyFiles(directory, annotations, policy, output)
 
 
 def check_annotations(annotations: ToolAnnotationsFile, path: Path) -> None:

@@ -5,6 +5,8 @@
           (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path)
   http    per-call latency through `ironcurtain run` over streamable HTTP (--http) vs the
           same over stdio (the time server)
+  output  per-call cost of the credential detectors on a 100 kB answer (the filesystem
+          server's read_text_file, detectors off vs on), and the scan alone in process
   start   spawn to `initialize` answered: bare vs the full sandbox (bwrap, seccomp, and as
           root the switch to an unprivileged uid), for a shell, the time and filesystem servers
   ready   `ironcurtain run` on the bundled config (every server) until the upstream
@@ -42,6 +44,7 @@ from tests.support.client import Client
 GOALS = {
     "calls": "median added <= 0.3 ms (p99 added <= 1 ms)",
     "http": "<= 0.5 ms added over stdio",
+    "output": "a result without secrets pays only the scan",
     "start": "<= 10 ms added",
     "ready": "<= 250 ms added",
     "policy": ">= 100 000/s without paths, >= 20 000/s with two paths",
@@ -118,6 +121,53 @@ def bench_http(quick: bool) -> None:
         scratch.remove()
     med, p99 = compare("time: get_current_time (direct = ironcurtain over stdio)", a, b)
     results["http"] = f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 over stdio"
+
+
+def bench_output(quick: bool) -> None:
+    from policy.secrets import mask_strings
+
+    calls, warm = (200, 20) if quick else (1000, 100)
+    scratch = Scratch.make()
+    env = scratch.env()
+    line = "The quick brown fox jumps over the lazy dog; notes, numbers 12345 and words.\n"
+    text = line * (100_000 // len(line))
+    big = os.path.join(scratch.ws, "big.txt")
+    with open(big, "w") as handle:
+        handle.write(text)
+    peers = []
+    for mask in (False, True):
+        server = {"command": os.path.join(BIN, "mcp-server-filesystem"), "args": ["${workspace}"]}
+        if not mask:
+            server["maskSecrets"] = False  # type: ignore[assignment]
+        config = os.path.join(scratch.root, f"fs-{mask}.json")
+        with open(config, "w") as handle:
+            json.dump({"mcpServers": {"filesystem": server}}, handle)
+        peers.append(Peer(scratch.run_argv("--config", config, "--server", "filesystem"), env))
+    print(f"a 100 kB answer without secrets, {calls} calls each, alternating, after {warm}")
+    a: list[float] = []
+    b: list[float] = []
+    try:
+        for i in range(warm + calls):
+            x = peers[0].call("read_text_file", {"path": big})
+            y = peers[1].call("read_text_file", {"path": big})
+            if i >= warm:
+                a.append(x)
+                b.append(y)
+    finally:
+        for peer in peers:
+            peer.close()
+        scratch.remove()
+    med, _ = compare("filesystem: read_text_file (direct = detectors off)", a, b)
+    # The scan alone, in process: the answer holds the text twice (content, structured).
+    answer = {"content": [{"type": "text", "text": text}], "structuredContent": {"content": text}}
+    scans = []
+    for _ in range(200):
+        start = time.perf_counter()
+        mask_strings(answer, [])
+        scans.append(time.perf_counter() - start)
+    scan = statistics.median(scans)
+    print(f"  the scan alone (2 x 100 kB, in process): median {scan * 1000:.3f} ms")
+    results["output"] = f"+{med * 1000:.3f} ms per call with 100 kB; scan {scan * 1000:.3f} ms"
 
 
 # -- sandboxed start ----------------------------------------------------------------------
@@ -394,6 +444,7 @@ def bench_memory(quick: bool) -> None:
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
+    "output": bench_output,
     "start": bench_start,
     "ready": bench_ready,
     "policy": bench_policy,

@@ -139,6 +139,20 @@ async def slow(steps: int, ctx: Context) -> str:
     return f"SLOW done {steps}"
 
 
+@server.tool()
+def record(customer_id: int) -> dict[str, object]:
+    """A customer record, as structured content (and its JSON text)."""
+    return {
+        "customer": {
+            "id": customer_id,
+            "name": {"first_name": "Ada", "last_name": "Lovelace"},
+            "email": "ada@example.com",
+            "ssn": "123-45-6789",
+        },
+        "note": "api key AKIAIOSFODNN7EXAMPLE in a field the policy lets through",
+    }
+
+
 # -- subscriptions and log levels, as the client sets them --------------------------------
 
 _subscribed: set[str] = set()

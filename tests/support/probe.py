@@ -50,6 +50,7 @@ PROBE_TOOLS = {
     "slow": ["steps"],
     "touch": ["uri"],
     "log_each": [],
+    "record": ["customer_id"],
 }
 
 ALLOW_EVERYTHING = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}

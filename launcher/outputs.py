@@ -1,0 +1,115 @@
+"""What a server sends the client, filtered on its way: a tool's answer through its output
+policy (:mod:`policy.output`), and everything a server sends (answers, resource contents,
+prompts, log and progress messages, its questions) through the credential detectors
+(:mod:`policy.secrets`), unless its config turns them off (``"maskSecrets": false``).
+
+A tool's output policy applies to ``structuredContent``, to text content that is a JSON
+object or array, and to embedded resources whose MIME type is JSON; other text passes as
+it is (the detectors still see it)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.jsonrpc import Message, loads
+from policy.output import Filtered, OutputPolicy, ToolOutputPolicy
+from policy.secrets import mask_strings
+
+TOOL = "tools/call"
+
+
+class Outputs:
+    def __init__(self, policy: OutputPolicy, mask_secrets: Mapping[str, bool]) -> None:
+        self.policy = policy
+        self.mask_secrets = mask_secrets  # per server; absent: on
+
+    def answer(
+        self, server: str, method: str, name: str, answer: Message
+    ) -> tuple[Message, Message | None]:
+        """The answer to one request as the client is to see it, and what was done to it
+        for the audit entry (counts and detector names, never values; None: nothing)."""
+        counts = Filtered()
+        if method == TOOL:
+            tool_policy = self.policy.for_tool(server, name)
+            if tool_policy is not None:
+                answer = _filter_tool_result(tool_policy, answer, counts)
+        found: list[str] = []
+        if self.mask_secrets.get(server, True):
+            answer = mask_strings(answer, found)
+        record: Message = {}
+        if counts.masked:
+            record["fieldsMasked"] = counts.masked
+        if counts.removed:
+            record["fieldsRemoved"] = counts.removed
+        if found:
+            record["secretsMasked"] = dict(sorted(Counter(found).items()))
+        return answer, record or None
+
+    def message(self, server: str, message: Message) -> Message:
+        """A notification or a request from ``server``, credentials masked."""
+        if not self.mask_secrets.get(server, True):
+            return message
+        found: list[str] = []
+        masked: Message = mask_strings(message, found)
+        return masked
+
+
+def _filter_tool_result(policy: ToolOutputPolicy, answer: Message, counts: Filtered) -> Message:
+    out = dict(answer)
+    structured = answer.get("structuredContent")
+    if isinstance(structured, dict | list):
+        out["structuredContent"] = _apply(policy, structured, counts)
+    content = answer.get("content")
+    if isinstance(content, list):
+        out["content"] = [_filter_item(policy, item, counts) for item in content]
+    return out
+
+
+def _filter_item(policy: ToolOutputPolicy, item: Any, counts: Filtered) -> Any:
+    if not isinstance(item, dict):
+        return item
+    if item.get("type") == "text" and isinstance(item.get("text"), str):
+        filtered = _filter_json_text(policy, item["text"], counts)
+        return item if filtered is None else {**item, "text": filtered}
+    resource = item.get("resource")
+    if item.get("type") == "resource" and isinstance(resource, dict):
+        mime = str(resource.get("mimeType", ""))
+        if _is_json(mime) and isinstance(resource.get("text"), str):
+            filtered = _filter_json_text(policy, resource["text"], counts)
+            if filtered is not None:
+                return {**item, "resource": {**resource, "text": filtered}}
+    return item
+
+
+def _filter_json_text(policy: ToolOutputPolicy, text: str, counts: Filtered) -> str | None:
+    """The text filtered when it is a JSON object or array (None: it is not)."""
+    start = text.lstrip()[:1]
+    if start not in ("{", "["):
+        return None
+    try:
+        value = loads(text)
+    except (ValueError, RecursionError):
+        return None
+    filtered = _apply(policy, value, counts)
+    indent = 2 if "\n" in text.strip() else None
+    return json.dumps(filtered, ensure_ascii=False, indent=indent)
+
+
+def _apply(policy: ToolOutputPolicy, value: Any, counts: Filtered) -> Any:
+    filtered, done = policy.apply(value)
+    counts.add(done)
+    return filtered
+
+
+def _is_json(mime: str) -> bool:
+    """
+    >>> _is_json("application/json"), _is_json("application/ld+json; charset=utf-8")
+    (True, True)
+    >>> _is_json("text/plain")
+    False
+    """
+    base = mime.split(";", 1)[0].strip().lower()
+    return base == "application/json" or base.endswith("+json")

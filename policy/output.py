@@ -1,0 +1,286 @@
+"""Output policy: which fields of what a tool returns reach the agent.
+
+``output-policy.json`` names, per server and tool (``*`` globs), field paths in jq syntax
+and what happens to the fields they match:
+
+======================== ================================================================
+``.customer.id``         the ``id`` field of the ``customer`` object
+``.customer.name``       the ``name`` object itself: the path ends at an object, so its
+                         whole subtree is covered
+``.customer[]``          every element of the ``customer`` array
+``.customer[].email``    the ``email`` field of each element
+``.phones[].number``     a field of each element of a nested array
+``..email``              a field named ``email`` at any depth (jq's ``.. | .email``)
+======================== ================================================================
+
+Actions: ``allow`` (kept), ``mask`` (the value is replaced by a marker of the same type:
+a string says why, a number becomes 0, a boolean false) and ``redact`` (the field is
+removed). Once a tool has an output policy, a field no path covers is removed (default
+deny).
+
+Which path decides a field: the one that matches the field itself, else the one that
+matches its nearest enclosing object or array (a path ending at an object covers its
+subtree). Among paths matching the same field, the most specific wins: the one with more
+named steps (``.a.b.c`` beats ``..c``; ``.a[].b`` beats ``.a[]`` for ``b``); at equal
+specificity the stricter action wins (redact, then mask, then allow), so the order of
+the rules in the file never matters.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from policy.errors import PolicyFileError
+
+OUTPUT_POLICY_FILE = "output-policy.json"
+ACTIONS = ("allow", "mask", "redact")
+_STRICTNESS = {"allow": 0, "mask": 1, "redact": 2}
+MASKED = "[masked by the output policy]"
+
+# One step of a path: .name, ."quoted name", [] or ..name
+_STEP = re.compile(
+    r'\.\.(?P<deep>[A-Za-z_][\w-]*|"(?:[^"\\]|\\.)*")'
+    r'|\.(?P<key>[A-Za-z_][\w-]*|"(?:[^"\\]|\\.)*")'
+    r"|(?P<each>\[\])"
+)
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # "key", "each" or "deep" (the named field at any depth below)
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class FieldRule:
+    path: str
+    steps: tuple[Step, ...]
+    action: str
+
+    @property
+    def specificity(self) -> tuple[int, int]:
+        named = sum(1 for s in self.steps if s.kind != "deep")
+        return named, _STRICTNESS[self.action]
+
+
+def parse_path(path: str) -> tuple[Step, ...]:
+    """The steps of a jq-style path; ValueError says what is wrong and where.
+
+    >>> parse_path(".customer[].email")
+    (Step(kind='key', name='customer'), Step(kind='each', name=''), Step(kind='key', name='email'))
+    >>> parse_path('..email')
+    (Step(kind='deep', name='email'),)
+    >>> parse_path(".a.")
+    Traceback (most recent call last):
+    ValueError: not a field path at character 3 ('.'): expected .name, ."name", [] or ..name
+    """
+    if not path.startswith("."):
+        raise ValueError("a field path starts with '.' (jq syntax: .a.b, .a[], ..name)")
+    steps: list[Step] = []
+    at = 0
+    while at < len(path):
+        match = _STEP.match(path, at)
+        if match is None:
+            raise ValueError(
+                f"not a field path at character {at + 1} ({path[at : at + 8]!r}): "
+                'expected .name, ."name", [] or ..name'
+            )
+        if match.group("each"):
+            if not steps:
+                raise ValueError("[] follows a field (.items[]); the result itself is an object")
+            steps.append(Step("each"))
+        else:
+            raw = match.group("deep") or match.group("key")
+            name = json.loads(raw) if raw.startswith('"') else raw
+            steps.append(Step("deep" if match.group("deep") else "key", name))
+        at = match.end()
+    if path == ".":
+        raise ValueError("'.' is the whole result: name the fields to let through")
+    return tuple(steps)
+
+
+def _matches(steps: tuple[Step, ...], where: tuple[str | None, ...]) -> bool:
+    """Whether ``steps`` name exactly the field at ``where`` (keys; None for an array
+    element)."""
+    if not steps:
+        return not where
+    step, rest = steps[0], steps[1:]
+    if not where:
+        return False
+    if step.kind == "key":
+        return where[0] == step.name and _matches(rest, where[1:])
+    if step.kind == "each":
+        return where[0] is None and _matches(rest, where[1:])
+    # deep: the named field at this level or any level below
+    return any(where[i] == step.name and _matches(rest, where[i + 1 :]) for i in range(len(where)))
+
+
+@dataclass
+class Filtered:
+    """What the filter did: counts only, never values (for the audit log)."""
+
+    masked: int = 0
+    removed: int = 0
+
+    def add(self, other: Filtered) -> None:
+        self.masked += other.masked
+        self.removed += other.removed
+
+
+@dataclass(frozen=True)
+class ToolOutputPolicy:
+    server: str  # a glob
+    tool: str  # a glob
+    rules: tuple[FieldRule, ...]
+
+    def covers(self, server: str, tool: str) -> bool:
+        return fnmatch.fnmatchcase(server, self.server) and fnmatch.fnmatchcase(tool, self.tool)
+
+    def apply(self, value: Any) -> tuple[Any, Filtered]:
+        """``value`` with the policy applied (a new object; ``value`` is not changed). The
+        result itself is never removed: at worst an empty object or list."""
+        counts = Filtered()
+        kept = self._node(value, (), None, counts)
+        if kept is _GONE:
+            kept = {} if isinstance(value, dict) else [] if isinstance(value, list) else None
+        return kept, counts
+
+    def _decide(self, where: tuple[str | None, ...]) -> FieldRule | None:
+        best: FieldRule | None = None
+        for rule in self.rules:
+            if _matches(rule.steps, where) and (
+                best is None or rule.specificity > best.specificity
+            ):
+                best = rule
+        return best
+
+    def _node(
+        self, value: Any, where: tuple[str | None, ...], inherited: FieldRule | None, n: Filtered
+    ) -> Any:
+        """The field at ``where``, filtered; ``_GONE`` when it is removed. ``inherited``:
+        the rule of the nearest enclosing object or array a path ended at."""
+        rule = (self._decide(where) if where else None) or inherited
+        if isinstance(value, dict | list):
+            if isinstance(value, dict):
+                pairs = ((k, self._node(v, (*where, str(k)), rule, n)) for k, v in value.items())
+                out: Any = {k: v for k, v in pairs if v is not _GONE}
+            else:
+                kept = (self._node(v, (*where, None), rule, n) for v in value)
+                out = [v for v in kept if v is not _GONE]
+            if out or (not value and rule is not None and rule.action != "redact"):
+                return out
+            if not value:
+                n.removed += 1  # an empty object or list nothing lets through
+            return _GONE
+        if rule is None or rule.action == "redact":
+            n.removed += 1
+            return _GONE
+        if rule.action == "mask":
+            n.masked += 1
+            return mask(value)
+        return value
+
+
+class _Gone:
+    def __repr__(self) -> str:
+        return "<removed>"
+
+
+_GONE: Any = _Gone()
+
+
+def mask(value: Any) -> Any:
+    """A marker of ``value``'s type: a string says why; a number is 0, a boolean false.
+
+    >>> mask("ada@example.com"), mask(42), mask(2.5), mask(True), mask(None)
+    ('[masked by the output policy]', 0, 0.0, False, None)
+    """
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return 0
+    if isinstance(value, float):
+        return 0.0
+    if isinstance(value, str):
+        return MASKED
+    return None
+
+
+@dataclass
+class OutputPolicy:
+    tools: list[ToolOutputPolicy] = field(default_factory=list)
+
+    def for_tool(self, server: str, tool: str) -> ToolOutputPolicy | None:
+        """The policy of this tool: the first entry whose globs match (None: no output
+        policy, everything passes)."""
+        for entry in self.tools:
+            if entry.covers(server, tool):
+                return entry
+        return None
+
+    def __iter__(self) -> Iterator[ToolOutputPolicy]:
+        return iter(self.tools)
+
+
+def load_output_policy(path: Path) -> OutputPolicy:
+    """``output-policy.json``, checked; an absent file is no output policy."""
+    if not path.exists():
+        return OutputPolicy()
+    where = str(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PolicyFileError(where, "", f"cannot read it: {exc.strerror}") from None
+    except ValueError as exc:
+        raise PolicyFileError(where, "", f"not JSON: {exc}") from None
+    return parse_output_policy(data, where)
+
+
+def parse_output_policy(data: Any, where: str) -> OutputPolicy:
+    """The policy from its JSON form; PolicyFileError names the file and the JSON path of
+    the first mistake.
+
+    >>> try:
+    ...     parse_output_policy({"tools": [{"server": "crm", "tool": "get", "fields": {
+    ...         ".a": "hide"}}]}, "p.json")
+    ... except PolicyFileError as exc:
+    ...     print(exc)
+    p.json: $.tools[0].fields[".a"]: 'hide': expected allow, mask or redact
+    """
+    if not isinstance(data, dict) or set(data) - {"tools"}:
+        raise PolicyFileError(where, "$", 'expected {"tools": [...]} and nothing else')
+    tools = data.get("tools", [])
+    if not isinstance(tools, list):
+        raise PolicyFileError(where, "$.tools", "expected a list")
+    out: list[ToolOutputPolicy] = []
+    for i, entry in enumerate(tools):
+        at = f"$.tools[{i}]"
+        if not isinstance(entry, dict):
+            raise PolicyFileError(where, at, "expected an object with server, tool and fields")
+        unknown = set(entry) - {"server", "tool", "fields"}
+        if unknown:
+            raise PolicyFileError(where, at, f"unknown key {sorted(unknown)[0]!r}")
+        for key in ("server", "tool"):
+            if not isinstance(entry.get(key), str) or not entry[key]:
+                raise PolicyFileError(where, f"{at}.{key}", "expected a name or a glob")
+        fields = entry.get("fields")
+        if not isinstance(fields, dict) or not fields:
+            raise PolicyFileError(where, f"{at}.fields", "expected an object of path: action")
+        rules = []
+        for path, action in fields.items():
+            place = f"{at}.fields[{json.dumps(path)}]"
+            if action not in ACTIONS:
+                raise PolicyFileError(where, place, f"{action!r}: expected allow, mask or redact")
+            try:
+                steps = parse_path(path)
+            except ValueError as exc:
+                raise PolicyFileError(where, place, str(exc)) from None
+            rules.append(FieldRule(path, steps, action))
+        out.append(ToolOutputPolicy(entry["server"], entry["tool"], tuple(rules)))
+    return OutputPolicy(out)

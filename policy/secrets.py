@@ -1,0 +1,172 @@
+"""Credential detectors: what a server sends to the client is scanned for credentials in
+formats with a recognisable shape, and each match is replaced by a marker naming its kind.
+
+The table: each kind, its pattern, where the rule comes from, and what else it may match.
+Rules named ``gitleaks:ID`` are those of gitleaks' default configuration
+(``config/gitleaks.toml``), ``detect-secrets:NAME`` the plugins of Yelp's detect-secrets.
+Every pattern carries a literal part that any match contains (``marker``: a string, or a
+small pattern of alternatives): a text without it is passed over with one fast search,
+which is what keeps the scan cheap on results without secrets (``scripts/bench.py output``).
+
+================== ==================================== =====================================
+kind               source                               false positives
+================== ==================================== =====================================
+private-key        gitleaks:private-key                 key blocks in documentation or test
+                                                        fixtures (masked too: no way to tell)
+aws-access-key-id  gitleaks:aws-access-token            AWS's documented example key
+                                                        (AKIAIOSFODNN7EXAMPLE) is masked too
+github-token       gitleaks:github-pat, github-oauth,   none known: fixed prefix and length
+                   github-app-token,
+                   github-refresh-token,
+                   github-fine-grained-pat
+gitlab-token       gitleaks:gitlab-pat                  none known: fixed prefix and length
+slack-token        gitleaks:slack-bot-token,            an identifier that starts ``xoxb-``
+                   slack-user-token, slack-app-token    and is not a token (rare)
+stripe-key         gitleaks:stripe-access-token         test-mode keys (``sk_test_``) are
+                                                        masked as well
+google-api-key     gitleaks:gcp-api-key                 public browser keys (they are meant
+                                                        to be restricted, not secret)
+openai-api-key     gitleaks:openai-api-key              none known: needs the ``T3BlbkFJ``
+                                                        marker; keys without it are missed
+anthropic-api-key  gitleaks:anthropic-api-key,          none known: fixed prefix and length
+                   anthropic-admin-api-key
+npm-token          gitleaks:npm-access-token            none known
+pypi-token         gitleaks:pypi-upload-token           none known
+huggingface-token  gitleaks:huggingface-access-token    an identifier ``hf_`` + 34 letters
+jwt                gitleaks:jwt                         JWTs shown on purpose (documentation,
+                                                        a debugging tool's output)
+azure-storage-key  detect-secrets:AzureStorageKey       none known
+================== ==================================== =====================================
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Detector:
+    kind: str
+    marker: str | re.Pattern[str]  # what every match contains
+    pattern: re.Pattern[str]
+
+    def may_be_in(self, text: str) -> bool:
+        if isinstance(self.marker, str):
+            return self.marker in text
+        return self.marker.search(text) is not None
+
+
+def _detector(kind: str, marker: str, pattern: str, literal: bool = True) -> Detector:
+    return Detector(kind, marker if literal else re.compile(marker), re.compile(pattern))
+
+
+DETECTORS: tuple[Detector, ...] = (
+    _detector(
+        "private-key",
+        "PRIVATE KEY",
+        r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
+        r"[\s\S]{64,}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
+    ),
+    _detector(
+        "aws-access-key-id",
+        "A(?:KIA|SIA|BIA|CCA|3T)",
+        r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        literal=False,
+    ),
+    _detector(
+        "github-token",
+        "gh(?:[pousr]|ithub_pat)_",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{82})\b",
+        literal=False,
+    ),
+    _detector("gitlab-token", "glpat-", r"\bglpat-[A-Za-z0-9_-]{20,}\b"),
+    _detector("slack-token", "xox", r"\bxox[abposr]-[0-9A-Za-z-]{10,}\b"),
+    _detector(
+        "stripe-key",
+        "_(?:live|test)_",
+        r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{24,}\b",
+        literal=False,
+    ),
+    _detector("google-api-key", "AIza", r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
+    _detector(
+        "openai-api-key",
+        "T3BlbkFJ",
+        r"\bsk-(?:[a-z]+-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}(?![A-Za-z0-9_-])",
+    ),
+    _detector(
+        "anthropic-api-key",
+        "sk-ant-",
+        r"\bsk-ant-(?:api03|admin01)-[A-Za-z0-9_-]{93}AA(?![A-Za-z0-9_-])",
+    ),
+    _detector("npm-token", "npm_", r"\bnpm_[A-Za-z0-9]{36}\b"),
+    _detector("pypi-token", "pypi-AgEIcHlwaS5vcmc", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
+    _detector("huggingface-token", "hf_", r"\bhf_[A-Za-z]{34}\b"),
+    _detector(
+        "jwt",
+        "eyJ",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}(?![A-Za-z0-9_-])",
+    ),
+    _detector("azure-storage-key", "AccountKey=", r"AccountKey=[A-Za-z0-9+/]{86}==?"),
+)
+
+
+def marker(kind: str) -> str:
+    return f"[secret masked: {kind}]"
+
+
+def mask_text(text: str, found: list[str] | None = None) -> str:
+    """``text`` with every credential a detector recognises replaced by a marker naming
+    its kind; each kind found is appended to ``found``.
+
+    >>> mask_text("key: AKIAIOSFODNN7EXAMPLE, region: eu")
+    'key: [secret masked: aws-access-key-id], region: eu'
+    >>> mask_text("no secrets here, just a plain sentence")
+    'no secrets here, just a plain sentence'
+    """
+    for detector in DETECTORS:
+        if detector.may_be_in(text):
+            text, count = detector.pattern.subn(marker(detector.kind), text)
+            if count and found is not None:
+                found.extend([detector.kind] * count)
+    return text
+
+
+def mask_strings(value: Any, found: list[str]) -> Any:
+    """``value`` (JSON: objects, lists, strings, numbers) with every string masked; the
+    same object when nothing was found (no copy on the common path). A long text that
+    comes twice (a tool's answer as text and as structured content) is scanned once and
+    counted each time."""
+    seen: dict[str, tuple[str, list[str]]] = {}
+
+    def change(text: str) -> str:
+        if len(text) < 1024:
+            return mask_text(text, found)
+        if text not in seen:
+            kinds: list[str] = []
+            seen[text] = (mask_text(text, kinds), kinds)
+        masked, kinds = seen[text]
+        found.extend(kinds)
+        return masked
+
+    return _walk(value, change)
+
+
+def _walk(value: Any, change: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return change(value)
+    if isinstance(value, dict):
+        changed = None
+        for key, item in value.items():
+            new = _walk(item, change)
+            if new is not item:
+                if changed is None:
+                    changed = dict(value)
+                changed[key] = new
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items = [_walk(item, change) for item in value]
+        return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+    return value

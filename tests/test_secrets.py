@@ -1,0 +1,86 @@
+"""The credential detectors on text: each kind found in a realistic sample (made here, not a
+live credential), the look-alikes each one must leave alone, and the walk over a message."""
+
+from __future__ import annotations
+
+import pytest
+
+from policy.secrets import DETECTORS, mask_strings, mask_text
+
+B64 = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
+KEY_BODY = "\n".join(["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" + "x" * 12] * 3)
+
+TRUE = {
+    "private-key": f"-----BEGIN RSA PRIVATE KEY-----\n{KEY_BODY}\n-----END RSA PRIVATE KEY-----",
+    "aws-access-key-id": "AKIAIOSFODNN7EXAMPLE",
+    "github-token": "ghp_" + B64,
+    "gitlab-token": "glpat-" + "x1Y2z3W4v5U6t7S8r9Q0",
+    "slack-token": "xoxb-1234567890-0987654321-" + "AbCdEfGhIjKlMnOpQrStUvWx",
+    "stripe-key": "sk_live_" + "51H8aBcDeFgHiJkLmNoPqRsT",
+    "google-api-key": "AIza" + "SyA-1234567890abcdefghijklmnopqrstu",
+    "openai-api-key": "sk-proj-" + "A" * 20 + "T3BlbkFJ" + "B" * 20,
+    "anthropic-api-key": "sk-ant-api03-" + "a" * 93 + "AA",
+    "npm-token": "npm_" + B64,
+    "pypi-token": "pypi-AgEIcHlwaS5vcmc" + "C" * 60,
+    "huggingface-token": "hf_" + "abcdefghijklmnopqrstuvwxyzABCDEFGH",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0."
+    + "dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "azure-storage-key": "AccountKey=" + "A" * 86 + "==",
+}
+
+FALSE = {
+    "private-key": "-----BEGIN PUBLIC KEY-----\nMIIBIjANBgkqhkiG9w0BAQEFAAOCAQ8A\n"
+    + "-----END PUBLIC KEY-----",
+    "aws-access-key-id": "AKIA is the prefix of AWS key ids; AKIA1234 is too short",
+    "github-token": "ghp_short and the word ghost_protocol",
+    "gitlab-token": "glpat- is the prefix, glpat-short",
+    "slack-token": "xoxo, gossip girl; xoxb-short",
+    "stripe-key": "pk_live_ is a publishable key prefix; sk_live_short",
+    "google-api-key": "AIza is a prefix; AIzaShort",
+    "openai-api-key": "sk-1234567890abcdefghijklmnop (no OpenAI marker)",
+    "anthropic-api-key": "sk-ant-api03-tooshort",
+    "npm-token": "npm_config_cache=/tmp/npm",
+    "pypi-token": "pypi-token-for-docs",
+    "huggingface-token": "hf_hub_download(repo_id='gpt2') and hf_1234",
+    "jwt": "eyJhbGciOiJIUzI1NiJ9 alone is only a header",
+    "azure-storage-key": "AccountKey=short",
+}
+
+
+def test_every_detector_has_a_true_and_a_false_sample() -> None:
+    kinds = {d.kind for d in DETECTORS}
+    assert kinds == set(TRUE) == set(FALSE)
+
+
+@pytest.mark.parametrize("kind", sorted(TRUE))
+def test_each_kind_is_found_and_named(kind: str) -> None:
+    found: list[str] = []
+    text = f"before {TRUE[kind]} after"
+    masked = mask_text(text, found)
+    assert masked == f"before [secret masked: {kind}] after"
+    assert found == [kind]
+
+
+@pytest.mark.parametrize("kind", sorted(FALSE))
+def test_look_alikes_are_left_alone(kind: str) -> None:
+    found: list[str] = []
+    assert mask_text(FALSE[kind], found) == FALSE[kind]
+    assert found == []
+
+
+def test_every_occurrence_is_masked_and_counted() -> None:
+    found: list[str] = []
+    text = f"{TRUE['aws-access-key-id']} and again {TRUE['aws-access-key-id']}"
+    assert mask_text(text, found).count("[secret masked: aws-access-key-id]") == 2
+    assert found == ["aws-access-key-id", "aws-access-key-id"]
+
+
+def test_a_message_is_walked_and_left_as_it_is_when_clean() -> None:
+    clean = {"content": [{"type": "text", "text": "hello"}], "n": 3, "ok": True}
+    found: list[str] = []
+    assert mask_strings(clean, found) is clean and found == []
+    dirty = {"content": [{"type": "text", "text": "k=" + TRUE["npm-token"]}], "meta": [clean]}
+    masked = mask_strings(dirty, found)
+    assert masked["content"][0]["text"] == "k=[secret masked: npm-token]"
+    assert masked["meta"][0] is clean  # untouched parts are shared, not copied
+    assert dirty["content"][0]["text"].startswith("k=npm_")  # the input is not changed
