@@ -4,8 +4,13 @@ prompts, log and progress messages, its questions) through the credential detect
 (:mod:`policy.secrets`), unless its config turns them off (``"maskSecrets": false``).
 
 A tool's output policy applies to ``structuredContent``, to text content that is a JSON
-object or array, and to embedded resources whose MIME type is JSON; other text passes as
-it is (the detectors still see it)."""
+object or array, and to embedded resources whose MIME type is JSON. What it cannot filter
+field by field (prose, an image, a resource of another type) is removed from the answer of a
+tool that has an output policy, and a text item says so: once a tool has one, only what the
+policy lets through reaches the agent.
+
+The credential detectors catch what passes by accident (a file that holds a key). A hostile
+server can always encode a secret past them; that it never sees one is the sandbox's job."""
 
 from __future__ import annotations
 
@@ -19,6 +24,10 @@ from policy.output import Filtered, OutputPolicy, ToolOutputPolicy
 from policy.secrets import mask_strings
 
 TOOL = "tools/call"
+UNFILTERABLE = (
+    "[removed by the output policy: content that is not a JSON object or array cannot be "
+    "filtered field by field]"
+)
 
 
 class Outputs:
@@ -69,19 +78,21 @@ def _filter_tool_result(policy: ToolOutputPolicy, answer: Message, counts: Filte
 
 
 def _filter_item(policy: ToolOutputPolicy, item: Any, counts: Filtered) -> Any:
-    if not isinstance(item, dict):
-        return item
-    if item.get("type") == "text" and isinstance(item.get("text"), str):
-        filtered = _filter_json_text(policy, item["text"], counts)
-        return item if filtered is None else {**item, "text": filtered}
-    resource = item.get("resource")
-    if item.get("type") == "resource" and isinstance(resource, dict):
-        mime = str(resource.get("mimeType", ""))
-        if _is_json(mime) and isinstance(resource.get("text"), str):
-            filtered = _filter_json_text(policy, resource["text"], counts)
+    """One content item through the policy; what cannot be filtered is replaced."""
+    if isinstance(item, dict):
+        if item.get("type") == "text" and isinstance(item.get("text"), str):
+            filtered = _filter_json_text(policy, item["text"], counts)
             if filtered is not None:
-                return {**item, "resource": {**resource, "text": filtered}}
-    return item
+                return {**item, "text": filtered}
+        resource = item.get("resource")
+        if item.get("type") == "resource" and isinstance(resource, dict):
+            mime = str(resource.get("mimeType", ""))
+            if _is_json(mime) and isinstance(resource.get("text"), str):
+                filtered = _filter_json_text(policy, resource["text"], counts)
+                if filtered is not None:
+                    return {**item, "resource": {**resource, "text": filtered}}
+    counts.removed += 1
+    return {"type": "text", "text": UNFILTERABLE}
 
 
 def _filter_json_text(policy: ToolOutputPolicy, text: str, counts: Filtered) -> str | None:

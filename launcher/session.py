@@ -40,7 +40,7 @@ from launcher.seams import Core, Upstream
 from launcher.serverplan import relay_settings
 from launcher.servers import ServerConnection
 from launcher.stdio import StdioTransport
-from policy.output import OUTPUT_POLICY_FILE
+from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
 if TYPE_CHECKING:
     from launcher.http_transport import HttpEndpoint
@@ -153,7 +153,10 @@ class Session:
                 else None
             )
             await self.fleet.start()
-            check_output_tools(self.plan, {n: c.tools for n, c in self.servers.items()})
+            for warning in check_output_tools(
+                self.plan, {n: c.tools for n, c in self.servers.items()}
+            ):
+                say(warning)
             if stack is not None and self.plan.http_port is not None:
                 await stack
                 self.relay = self.first.attach(None, at_start=True)  # the first client's
@@ -398,10 +401,13 @@ class Session:
             )
 
 
-def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> None:
+def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> list[str]:
     """Each entry of ``output-policy.json`` for a server of this session names a tool it
-    has (a glob: matches one); otherwise the session does not start."""
-    for i, entry in enumerate(plan.policy.output.tools):
+    has (a glob: matches one); otherwise the session does not start. Returns a warning for
+    each tool whose ``outputSchema`` its output policy would break (the client may then
+    refuse its results)."""
+    output = plan.policy.output
+    for i, entry in enumerate(output.tools):
         servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]
         names = sorted({str(t.get("name")) for s in servers for t in tools[s]})
         if servers and not any(fnmatch.fnmatchcase(name, entry.tool) for name in names):
@@ -410,6 +416,21 @@ def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> No
                 f"{entry.tool!r} matches no tool of {', '.join(servers)} "
                 f"(its tools: {', '.join(names) or 'none'})"
             )
+    warnings = []
+    for server, listed in tools.items():
+        for tool in listed:
+            name = str(tool.get("name"))
+            own = output.for_tool(server, name)
+            schema = tool.get("outputSchema")
+            if own is None or schema is None:
+                continue
+            conflicts = schema_conflicts(own, schema)
+            if conflicts:
+                warnings.append(
+                    f"WARNING: the output policy of {server}/{name} breaks its outputSchema "
+                    f"(a client that checks results will refuse them): {'; '.join(conflicts)}"
+                )
+    return warnings
 
 
 def _as_text(path: str) -> str:

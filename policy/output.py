@@ -160,6 +160,52 @@ class ToolOutputPolicy:
                 best = rule
         return best
 
+    def _keeps_some(self, where: tuple[str | None, ...]) -> bool:
+        """Whether a rule that lets something through names a field below ``where``."""
+        for rule in self.rules:
+            if rule.action == "redact":
+                continue
+            for depth in range(1, len(rule.steps)):
+                if _matches(rule.steps[:depth], where):
+                    return True
+        return False
+
+    def _schema(
+        self,
+        schema: Any,
+        where: tuple[str | None, ...],
+        inherited: FieldRule | None,
+        found: list[str],
+    ) -> None:
+        if not isinstance(schema, dict):
+            return
+        rule = (self._decide(where) if where else None) or inherited
+        properties = schema.get("properties")
+        if isinstance(properties, dict):
+            required = schema.get("required")
+            needed = set(required) if isinstance(required, list) else set()
+            for name, sub in properties.items():
+                child = (*where, str(name))
+                child_rule = self._decide(child) or rule
+                kept = child_rule is not None and child_rule.action != "redact"
+                if not kept and not self._keeps_some(child):
+                    if name in needed:  # what is inside it does not matter then
+                        found.append(f"{_shown(child)} is required and removed")
+                    continue
+                self._schema(sub, child, rule, found)
+        items = schema.get("items")
+        if isinstance(items, dict):
+            self._schema(items, (*where, None), rule, found)
+        if where and rule is not None and rule.action == "mask" and not properties:
+            limits = [k for k in ("enum", "const", "pattern", "format") if k in schema]
+            limits += [
+                k
+                for k in ("minimum", "exclusiveMinimum")
+                if isinstance(schema.get(k), int | float) and schema[k] > 0
+            ]
+            if limits:
+                found.append(f"{_shown(where)} is masked and its schema has {', '.join(limits)}")
+
     def _node(
         self, value: Any, where: tuple[str | None, ...], inherited: FieldRule | None, n: Filtered
     ) -> Any:
@@ -185,6 +231,28 @@ class ToolOutputPolicy:
             n.masked += 1
             return mask(value)
         return value
+
+
+def schema_conflicts(policy: ToolOutputPolicy, schema: Any) -> list[str]:
+    """Where results filtered by ``policy`` would no longer match the tool's
+    ``outputSchema``: a required field the policy removes, a masked value its schema
+    constrains (enum, const, pattern, format, a minimum above 0).
+
+    >>> p = parse_output_policy({"tools": [{"server": "s", "tool": "t", "fields": {
+    ...     ".id": "allow", ".state": "mask"}}]}, "p").tools[0]
+    >>> schema = {"type": "object", "required": ["id", "ssn", "state"], "properties": {
+    ...     "id": {"type": "integer"}, "ssn": {"type": "string"},
+    ...     "state": {"type": "string", "enum": ["open", "closed"]}}}
+    >>> schema_conflicts(p, schema)
+    ['.ssn is required and removed', '.state is masked and its schema has enum']
+    """
+    found: list[str] = []
+    policy._schema(schema, (), None, found)
+    return found
+
+
+def _shown(where: tuple[str | None, ...]) -> str:
+    return "".join("[]" if step is None else f".{step}" for step in where) or "."
 
 
 class _Gone:

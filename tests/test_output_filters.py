@@ -184,3 +184,24 @@ def test_check_previews_what_the_agent_would_get(user: Home) -> None:
     expected = {"customer": {"id": 7, "email": "[masked by the output policy]"}}
     assert shown["structuredContent"] == expected
     assert json.loads(shown["content"][0]["text"]) == expected
+
+
+def test_a_policy_that_breaks_a_tools_output_schema_is_reported_at_start(user: Home) -> None:
+    policy = {"tools": [{"server": "probe", "tool": "card", "fields": {".id": "allow"}}]}
+    done = subprocess.run(
+        [IRONCURTAIN, "run", *_probe_args(user, policy)], env=user.env,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (
+        "WARNING: the output policy of probe/card breaks its outputSchema (a client that "
+        "checks results will refuse them): .ssn is required and removed"
+    ) in done.stderr
+    fine = {
+        "tools": [{"server": "probe", "tool": "card", "fields": {".id": "allow", ".ssn": "mask"}}]
+    }
+    done = subprocess.run(
+        [IRONCURTAIN, "run", *_probe_args(user, fine)], env=user.env,
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0 and "outputSchema" not in done.stderr

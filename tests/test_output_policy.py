@@ -188,3 +188,75 @@ def test_the_file_is_read_and_its_absence_is_no_policy(tmp_path: Path) -> None:
         json.dumps({"tools": [{"server": "s", "tool": "t", "fields": {"..x": "mask"}}]})
     )
     assert [t.tool for t in load_output_policy(path)] == ["t"]
+
+
+def test_what_cannot_be_filtered_by_field_is_removed_from_a_tool_with_a_policy() -> None:
+    from launcher.outputs import UNFILTERABLE, Outputs
+
+    policy = parse_output_policy(
+        {"tools": [{"server": "crm", "tool": "get", "fields": {".id": "allow"}}]}, "p"
+    )
+    answer = {
+        "content": [
+            {"type": "text", "text": '{"id": 1, "ssn": "123-45-6789"}'},
+            {"type": "text", "text": "Customer 1, SSN 123-45-6789"},  # prose: no fields
+            {"type": "image", "data": "iVBORw0KGgo=", "mimeType": "image/png"},
+            {"type": "resource", "resource": {"uri": "crm://1", "mimeType": "text/csv",
+                                              "text": "id,ssn\n1,123-45-6789"}},
+            {"type": "resource", "resource": {"uri": "crm://1.json", "mimeType": "application/json",
+                                              "text": '{"id": 1, "ssn": "x"}'}},
+        ]
+    }  # fmt: skip
+    shown, record = Outputs(policy, {}).answer("crm", "tools/call", "get", answer)
+    content = shown["content"]
+    assert json.loads(content[0]["text"]) == {"id": 1}
+    assert content[1] == content[2] == content[3] == {"type": "text", "text": UNFILTERABLE}
+    assert json.loads(content[4]["resource"]["text"]) == {"id": 1}
+    assert "123-45-6789" not in json.dumps(shown)
+    assert record == {"fieldsRemoved": 5}
+    # Another tool of the server has no output policy: its prose passes.
+    other, none = Outputs(policy, {}).answer("crm", "tools/call", "list", answer)
+    assert other == answer and none is None
+
+
+def test_schema_conflicts_name_required_fields_removed_and_constrained_masks() -> None:
+    from policy.output import schema_conflicts
+
+    schema = {
+        "type": "object",
+        "required": ["customer", "orders"],
+        "properties": {
+            "customer": {
+                "type": "object",
+                "required": ["id", "ssn", "tier"],
+                "properties": {
+                    "id": {"type": "integer"},
+                    "ssn": {"type": "string"},
+                    "tier": {"type": "string", "enum": ["gold", "silver"]},
+                    "email": {"type": "string", "format": "email"},
+                },
+            },
+            "orders": {
+                "type": "array",
+                "items": {"type": "object", "required": ["id"], "properties": {"id": {}}},
+            },
+        },
+    }
+
+    def conflicts(fields: dict[str, str]) -> list[str]:
+        entry = {"server": "s", "tool": "t", "fields": fields}
+        return schema_conflicts(parse_output_policy({"tools": [entry]}, "p").tools[0], schema)
+
+    assert conflicts({".customer": "allow", ".orders": "allow"}) == []
+    assert conflicts({".customer.id": "allow", ".orders[].id": "allow"}) == [
+        ".customer.ssn is required and removed",
+        ".customer.tier is required and removed",
+    ]
+    assert conflicts({".customer": "mask", ".orders": "allow"}) == [
+        ".customer.tier is masked and its schema has enum",
+        ".customer.email is masked and its schema has format",
+    ]
+    assert conflicts({".customer": "allow", ".customer.ssn": "redact", ".orders[]": "allow"}) == [
+        ".customer.ssn is required and removed"
+    ]
+    assert conflicts({".customer": "allow"}) == [".orders is required and removed"]

@@ -153,6 +153,17 @@ def record(customer_id: int) -> dict[str, object]:
     }
 
 
+class _Card(BaseModel):
+    id: int
+    ssn: str
+
+
+@server.tool()
+def card(customer_id: int) -> _Card:
+    """A customer card, with an output schema that requires every field."""
+    return _Card(id=customer_id, ssn="123-45-6789")
+
+
 # -- subscriptions and log levels, as the client sets them --------------------------------
 
 _subscribed: set[str] = set()

@@ -51,6 +51,7 @@ PROBE_TOOLS = {
     "touch": ["uri"],
     "log_each": [],
     "record": ["customer_id"],
+    "card": ["customer_id"],
 }
 
 ALLOW_EVERYTHING = {"name": "allow-everything", "if": {}, "then": "allow", "reason": "test"}
