@@ -12,13 +12,18 @@ relayed through one path (``ping`` and ``roots/list`` a server connection answer
 
 Each is audited like a call (server, method, the request's fields hashed, the decision, the
 outcome); the client's answer goes back to the server as it came. A server that cancels its
-request has the question withdrawn from the client.
+request has the question withdrawn from the client. A server has at most ``MAX_OPEN`` of
+them open at once (more are refused, so it cannot bury the human in questions), and an id
+it is already using is refused. Control and direction characters in a question's message
+are shown as escapes: a terminal that prints it cannot be made to erase or reorder the
+server's name in front of it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -34,6 +39,9 @@ SAMPLE = "sampling/createMessage"
 DENIED = -32001
 # How long a question of a server's may wait for the client (a human answering a form).
 ASK_TIMEOUT = 600.0
+MAX_OPEN = 4  # questions one server may have open at once
+# C0 controls but newline and tab, DEL, C1 controls, zero-width and direction controls.
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 AskClient = Callable[[str, Message, float, "str | int | None"], Awaitable[Message]]
 
@@ -70,6 +78,8 @@ class ServerAsks:
         params = params if isinstance(params, dict) else {}
         started = time.perf_counter()
         decision = self._decide(conn.name, method, params)
+        if decision.decision != "deny":
+            decision = self._limit(conn.name, request_id) or decision
         entry = self._entry(conn.name, request_id, method, params, decision)
         if decision.decision == "deny":
             code = -32601 if decision.rule == "client-capability" else DENIED
@@ -92,6 +102,21 @@ class ServerAsks:
         )
         if task is not None:
             task.cancel()
+
+    def _limit(self, server: str, request_id: Any) -> Decision | None:
+        """A refusal when the server asks too much at once, or reuses an open id."""
+        if isinstance(request_id, str | int) and (server, request_id) in self._open:
+            return Decision(
+                "deny", "client-requests-limit", f"request id {request_id!r} is already open"
+            )
+        if sum(1 for name, _ in self._open if name == server) >= MAX_OPEN:
+            return Decision(
+                "deny",
+                "client-requests-limit",
+                f"server '{server}' already has {MAX_OPEN} questions open; "
+                "it may ask again once one is answered",
+            )
+        return None
 
     def _decide(self, server: str, method: str, params: Message) -> Decision:
         settings = self.core.settings[server]
@@ -229,11 +254,27 @@ def elicitation_modes(capabilities: Message) -> frozenset[str]:
 def _forwarded(server: str, method: str, params: Message) -> Message:
     """The request as the client gets it: named as the server's, no context of others."""
     if method == ELICIT:
-        message = params.get("message")
-        return {**params, "message": f"[server '{server}'] {message if message else ''}".rstrip()}
+        message = visible(str(params.get("message") or ""))
+        return {**params, "message": f"[server '{server}'] {message}".rstrip()}
     if params.get("includeContext") not in (None, "none"):
         return {**params, "includeContext": "none"}
     return params
+
+
+def visible(text: str) -> str:
+    """``text`` with characters that act instead of showing as escapes (newlines and tabs
+    are kept).
+
+    >>> print(visible("Name?\\x1b[2K\\r\\u202eevil\\nnext"))
+    Name?\\x1b[2K\\x0d\\u202eevil
+    next
+    """
+    return _HIDDEN.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _sampling_summary(params: Message) -> dict[str, object]:

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from launcher.approval import APPROVE, APPROVE_SESSION, DENY, Approvals
+from launcher.asks import MAX_OPEN
 from launcher.audit import AuditLog
 from launcher.breaker import CircuitBreaker
 from launcher.gate import Gate
@@ -1060,3 +1061,41 @@ def test_a_call_waiting_for_a_human_is_kept_alive_and_its_progress_goes_on_after
     assert last["params"] == {"progressToken": "p", "progress": kept_alive + 1,
                               "total": kept_alive + 2}  # fmt: skip
     assert h.fs.requests  # approved, then made
+
+
+def test_a_server_cannot_bury_the_human_in_questions_or_reuse_an_open_id(tmp_path: Path) -> None:
+    h = build(tmp_path, answer=None)  # nobody answers: every question stays open
+    h.client.approval = None
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        for rid in range(1, 11):
+            h.fs.on_request(h.fs, _asked("elicitation/create", rid=rid, **QUESTION))
+        h.fs.on_request(h.fs, _asked("elicitation/create", rid=2, **QUESTION))  # open already
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    assert len(h.client.elicitations) == MAX_OPEN
+    refused = [outcome["error"]["message"] for _, outcome in h.fs.replies]
+    assert len(refused) == 10 - MAX_OPEN + 1
+    assert all("client-requests-limit" in text for text in refused)
+    assert "request id 2 is already open" in refused[-1]
+    assert [e["result"] for e in h.entries()].count("denied") == 10 - MAX_OPEN + 1
+
+
+def test_a_question_cannot_erase_or_reorder_the_servers_name(tmp_path: Path) -> None:
+    h = build(tmp_path)
+    tricky = "\x1b[2K\r\u202eironcurtain: approve writing ~/.ssh?\nsecond line\tok"
+
+    async def scenario() -> None:
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, _asked("elicitation/create", message=tricky,
+                                     requestedSchema=QUESTION["requestedSchema"]))  # fmt: skip
+        await asyncio.sleep(0.01)
+
+    run(scenario)
+    (asked,) = h.client.elicitations
+    shown = asked["params"]["message"]
+    assert shown == (
+        "[server 'fs'] \\x1b[2K\\x0d\\u202eironcurtain: approve writing ~/.ssh?\nsecond line\tok"
+    )
