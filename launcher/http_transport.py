@@ -310,11 +310,15 @@ class ClientStream:
         if self.attached is None:
             if not (is_request and message.method == "initialize"):
                 if is_request:
+                    self._in_flight.add(message.id)
                     self.deliver(error(message.id, -32600, "initialize first"))
                 return
             try:
                 self.attached = await self.endpoint.attach(self)
             except Exception as exc:
+                # No session comes of it: from now on its id is not found, while this
+                # request still gets its answer.
+                self.endpoint.forget(self)
                 self._in_flight.add(message.id)
                 self.deliver(error(message.id, -32603, f"cannot start the servers: {exc}"))
                 return

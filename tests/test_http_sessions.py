@@ -116,3 +116,34 @@ def test_busy_sessions_are_kept_and_the_new_client_is_told_to_come_back(
 
     asyncio.run(scenario())
     assert found == {"refused": 503, "after": 200}
+
+
+def test_servers_that_cannot_start_fail_the_initialize_and_open_no_session() -> None:
+    found: dict[str, Any] = {}
+
+    async def failing(upstream: ClientStream) -> Answering:
+        raise RuntimeError("server 'probe' failed to start: exit status 3")
+
+    async def scenario() -> None:
+        endpoint = HttpEndpoint(0, TOKEN, failing, lambda text: None)
+        await endpoint.start()
+        try:
+            async with httpx2.AsyncClient(timeout=10) as http:
+                opened = await http.post(endpoint.url, json=INIT, headers=HEAD)
+                found["status"] = opened.status_code
+                found["events"] = [
+                    json.loads(line[6:])
+                    for line in opened.text.splitlines()
+                    if line.startswith("data: {")
+                ]
+                sid = opened.headers.get("mcp-session-id")
+                found["after"] = await _ping(http, endpoint.url, sid) if sid else None
+                found["open"] = len(endpoint.sessions)
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(scenario())
+    (answer,) = found["events"]
+    assert answer["id"] == 0 and answer["error"]["code"] == -32603
+    assert "cannot start the servers: server 'probe' failed to start" in answer["error"]["message"]
+    assert found["after"] in (None, 404) and found["open"] == 0
