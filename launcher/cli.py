@@ -7,6 +7,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated
 
 # Pydantic looks for plugins in every installed distribution's entry points when it builds
@@ -364,6 +365,87 @@ def check(
 
     with cli_words(servers="check"):
         print(check_call(server, tool, args, config, policy_dir, workspace, output))
+
+
+ClientsOpt = Annotated[
+    list[str] | None,
+    typer.Option("--client", help="A client by name (repeatable): see `ironcurtain clients`."),
+]
+AllOpt = Annotated[bool, typer.Option("--all", help="Every client found.")]
+ServerSel = Annotated[
+    list[str] | None, typer.Option("--server", help="Only this server (repeatable).")
+]
+ProjectOpt = Annotated[
+    str | None,
+    typer.Option("--project", help="The project whose files to read too (default: here)."),
+]
+
+
+@app.command()
+def clients(project: ProjectOpt = None) -> None:
+    """List the MCP clients configured on this machine (user files, and this project's),
+    each with its servers and whether they already run through ironcurtain."""
+    from launcher.clients import found, home
+    from launcher.wrap_cmd import describe
+
+    print(describe(found(home(), Path(project or os.getcwd()).resolve())))
+
+
+@app.command()
+def wrap(
+    client: ClientsOpt = None,
+    everything: AllOpt = False,
+    server: ServerSel = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the changes as a diff; write nothing.")
+    ] = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Run the clients' stdio servers through ironcurtain: each definition moves into
+    ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
+    under the same name (backups first; `ironcurtain unwrap` restores)."""
+    from launcher.clients import home
+    from launcher.wrap_cmd import apply_wrap, diff, ensure_user_policy, plan_wrap, select
+
+    files = select(home(), Path(project or os.getcwd()).resolve(), client or [], everything)
+    changes, config = plan_wrap(files, server or [])
+    for change in [*changes, config]:
+        for note in change.notes:
+            print(f"ironcurtain wrap: {note}", file=sys.stderr)
+    if not any(c.after != c.before for c in changes):
+        print("ironcurtain wrap: nothing to wrap", file=sys.stderr)
+        return
+    if dry_run:
+        for change in [*changes, config]:
+            print(diff(change), end="")
+        return
+    made = ensure_user_policy()
+    for line in ([made] if made else []) + apply_wrap(changes, config):
+        print(f"ironcurtain wrap: {line}", file=sys.stderr)
+    print(
+        "ironcurtain wrap: the wrapped servers' tools need annotations before they can be "
+        "called: `ironcurtain annotate-tools --server NAME --heuristic --output "
+        f"{config.path.parent / 'policy' / 'tool-annotations.json'}`",
+        file=sys.stderr,
+    )
+
+
+@app.command()
+def unwrap(
+    client: ClientsOpt = None,
+    everything: AllOpt = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Restore the clients' files exactly as they were before `ironcurtain wrap`; a file
+    that changed since is refused (its backup is named)."""
+    from launcher.clients import home
+    from launcher.wrap_cmd import select
+    from launcher.wrap_cmd import unwrap as restore
+
+    files = select(home(), Path(project or os.getcwd()).resolve(), client or [], everything)
+    said = restore([f.path for f in files])
+    for line in said or ["nothing to unwrap"]:
+        print(f"ironcurtain unwrap: {line}", file=sys.stderr)
 
 
 @app.command("http-token")

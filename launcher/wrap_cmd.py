@@ -1,0 +1,363 @@
+"""``ironcurtain clients``, ``wrap`` and ``unwrap``: the servers a user already has, in the
+clients they use, run through ironcurtain under the same names.
+
+``wrap`` moves each selected stdio entry's definition into ironcurtain's user config and
+points the client's entry at ``ironcurtain run --config USER_CONFIG --policy-dir
+USER_POLICY --server NAME`` (one server: its tool names stay as the client knows them).
+Only the entry's value changes in the client's file; comments and layout stay. Directory
+arguments become writable mounts of the server's sandbox; environment entries that look
+like secrets stay in the client's entry (the client hands them to ironcurtain) and the moved
+definition refers to them as ``${NAME}``. Every file changed is backed up first and written
+atomically; what was written is recorded, so ``unwrap`` restores each file exactly, and
+refuses one that changed since.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher import dirs
+from launcher.clients import BY_NAME, CLIENTS, ClientFile, Entry, found
+from launcher.errors import UsageError
+from launcher.jsonc import JsoncError, parse
+
+# A client's own variable for the project directory, which it expands in an entry's args:
+# the moved definition says ${workspace} instead, and the client's entry passes the
+# directory to ironcurtain as --workspace.
+PROJECT_VARIABLES = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
+# Words of an environment variable's name (split at _ and -) that mark a secret.
+SECRET_WORDS = frozenset(
+    {
+        "KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD",
+        "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SESSION", "PAT", "PRIVATE",
+    }
+)  # fmt: skip
+
+
+def secret_name(name: str) -> bool:
+    """
+    >>> [secret_name(n) for n in ("OPENAI_API_KEY", "DB_PASSWORD", "GIT_AUTHOR_NAME", "TZ")]
+    [True, True, False, False]
+    """
+    return any(word in SECRET_WORDS for word in re.split(r"[_\-]", name.upper()))
+
+
+DIRECTORY_OPTIONS = ("--repository", "--repo", "--root", "--dir", "--directory", "--path")
+
+
+@dataclass
+class Change:
+    path: Path
+    before: str
+    after: str
+    notes: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)
+
+
+def user_config() -> Path:
+    return dirs.config_dir() / "mcp-servers.json"
+
+
+def user_policy() -> Path:
+    return dirs.config_dir() / "policy"
+
+
+def _records() -> Path:
+    return dirs.state_dir() / "wrap" / "records.json"
+
+
+def select(
+    home: Path, project: Path | None, clients: Sequence[str], everything: bool
+) -> list[ClientFile]:
+    unknown = [c for c in clients if c not in BY_NAME]
+    if unknown:
+        raise UsageError(
+            f"--client {unknown[0]}: no such client (known: {', '.join(c.name for c in CLIENTS)})"
+        )
+    if not clients and not everything:
+        raise UsageError(
+            "name the clients: --client NAME (repeatable; see `ironcurtain clients`) or --all"
+        )
+    return [f for f in found(home, project) if everything or f.client.name in clients]
+
+
+def describe(files: Iterable[ClientFile]) -> str:
+    """The clients' servers, one line each, for ``ironcurtain clients``."""
+    lines: list[str] = []
+    for f in files:
+        lines.append(f"{f.client.label} ({f.scope}): {f.path}")
+        if not f.entries:
+            lines.append("  (no servers)")
+        width = max((len(e.name) for e in f.entries), default=0)
+        for e in f.entries:
+            if e.wrapped:
+                how = "runs through ironcurtain"
+            elif e.command:
+                how = "stdio: " + " ".join([e.command, *e.args])
+            elif e.url:
+                how = f"remote: {e.url} (not sandboxable: left alone)"
+            else:
+                how = "no command: left alone"
+            lines.append(f"  {e.name:<{width}}  {how}")
+    return "\n".join(lines) or "no MCP client configuration found"
+
+
+def ironcurtain_exe() -> str:
+    exe = shutil.which("ironcurtain")
+    return exe or os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+
+
+def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """The server's definition for ironcurtain's config, the environment the client's entry
+    keeps (secrets, referred to as ``${NAME}`` in the definition), and what to tell the user."""
+    notes: list[str] = []
+    base = f.project if f.client.cwd == "project" and f.project is not None else None
+    args: list[str] = []
+    writable: list[str] = []
+    after_option = False
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    for arg in e.args:
+        value = arg
+        if variable and variable in arg:
+            args.append(arg.replace(variable, "${workspace}"))
+            after_option = False
+            continue
+        option, _, attached = arg.partition("=")
+        inline = bool(attached) and option in DIRECTORY_OPTIONS  # --repository=DIR
+        candidate = attached if inline else arg
+        looks_like_path = candidate.startswith(("/", "~", "./", "../")) or after_option
+        if looks_like_path or (base is not None and candidate in (".", "..")):
+            resolved = Path(os.path.expanduser(candidate))
+            if not resolved.is_absolute() and base is not None:
+                resolved = base / resolved
+            if resolved.is_dir():
+                full = str(resolved.resolve())
+                writable.append(full)
+                value = f"{option}={full}" if inline else full
+        args.append(value)
+        after_option = arg in DIRECTORY_OPTIONS
+    definition: dict[str, Any] = {"command": e.command, "args": args}
+    kept: dict[str, str] = {}
+    env: dict[str, str] = {}
+    for name, value in e.env.items():
+        if secret_name(name):
+            kept[name] = value
+            env[name] = "${" + name + "}"
+        else:
+            env[name] = value
+    if env:
+        definition["env"] = env
+    if e.cwd:
+        definition["cwd"] = e.cwd
+    definition["description"] = f"wrapped from {f.client.label} ({f.path})"
+    if writable:
+        definition["sandbox"] = {"filesystem": {"allowWrite": sorted(set(writable))}}
+        notes.append(f"{e.name}: writable in its sandbox: {', '.join(sorted(set(writable)))}")
+    if kept:
+        notes.append(
+            f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
+            "ironcurtain); the moved definition refers to them as ${NAME}"
+        )
+    return definition, kept, notes
+
+
+def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
+    """The client's new entry: the same entry, starting ironcurtain for this one server."""
+    run = ["run", "--config", str(user_config()), "--policy-dir", str(user_policy()),
+           "--server", e.name]  # fmt: skip
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    if variable and any(variable in a for a in e.args):
+        run[1:1] = ["--workspace", variable]
+    elif f.client.cwd == "project" and f.project is not None:
+        # A project's own file: the client starts the server in the project, which is
+        # where the agent works; the workspace is that directory.
+        run[1:1] = ["--workspace", str(f.project)]
+    raw = dict(e.raw)
+    if isinstance(raw.get("command"), dict):  # Zed's older form
+        raw["command"] = {"path": ironcurtain_exe(), "args": run, "env": kept_env}
+        return raw
+    raw["command"] = ironcurtain_exe()
+    raw["args"] = run
+    if kept_env:
+        raw["env"] = kept_env
+    else:
+        raw.pop("env", None)
+    return raw
+
+
+def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list[Change], Change]:
+    """What wrapping changes: each client file, and ironcurtain's user config."""
+    config_path = user_config()
+    config_text = (
+        config_path.read_text(encoding="utf-8")
+        if config_path.exists()
+        else '{\n  "mcpServers": {}\n}\n'
+    )
+    config = Change(config_path, config_text if config_path.exists() else "", config_text)
+    try:
+        existing = parse(config_text).value.get("mcpServers") or {}
+    except (JsoncError, AttributeError):
+        raise UsageError(f"{config_path}: not a JSON object with mcpServers") from None
+    changes = []
+    for f in files:
+        if f.client.syntax == "toml":
+            if any(not e.wrapped and e.command for e in f.entries):
+                config.notes.append(
+                    f"{f.path}: {f.client.label}'s TOML file is listed but not wrapped yet; "
+                    "wrap its servers by hand"
+                )
+            continue
+        text = f.path.read_text(encoding="utf-8")
+        change = Change(f.path, text, text)
+        for e in f.entries:
+            if servers and e.name not in servers:
+                continue
+            if e.wrapped:
+                continue
+            if not e.command:
+                what = "a remote server" if e.url else "an entry without a command"
+                change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
+                continue
+            definition, kept, notes = moved_definition(f, e)
+            if e.name in existing:
+                if _same(existing[e.name], definition):
+                    pass
+                else:
+                    raise UsageError(
+                        f"{config_path}: a server named {e.name!r} is already defined there, "
+                        f"differently from the one in {f.path}; rename one of them"
+                    )
+            else:
+                config.after = parse(config.after).insert(("mcpServers",), e.name, definition)
+                existing[e.name] = definition
+            change.after = parse(change.after).replace(
+                (f.client.key, e.name), client_entry(f, e, kept)
+            )
+            change.notes += notes
+            change.servers.append(e.name)
+        if change.servers or change.notes:
+            changes.append(change)
+    return changes, config
+
+
+def _same(a: Any, b: dict[str, Any]) -> bool:
+    strip = ("description",)
+    if not isinstance(a, dict):
+        return False
+    return {k: v for k, v in a.items() if k not in strip} == {
+        k: v for k, v in b.items() if k not in strip
+    }
+
+
+def diff(change: Change) -> str:
+    return "".join(
+        difflib.unified_diff(
+            change.before.splitlines(keepends=True),
+            change.after.splitlines(keepends=True),
+            f"{change.path} (now)",
+            f"{change.path} (wrapped)",
+        )
+    )
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """``text`` to ``path`` through a temporary file in the same directory, with the mode
+    the file had (0600 for a new one)."""
+    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o600
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.ironcurtain-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def _load_records() -> list[dict[str, Any]]:
+    path = _records()
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return list(data) if isinstance(data, list) else []
+
+
+def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
+    """Back up, write, record; the lines to tell the user."""
+    said: list[str] = []
+    records = _load_records()
+    backups = dirs.state_dir() / "wrap" / "backups"
+    backups.mkdir(parents=True, exist_ok=True, mode=0o700)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for change in [c for c in changes if c.after != c.before]:
+        backup = backups / f"{sha(str(change.path))[:12]}-{stamp}-{change.path.name}"
+        shutil.copy2(change.path, backup)
+        write_atomically(change.path, change.after)
+        records.append({
+            "path": str(change.path), "backup": str(backup), "before": sha(change.before),
+            "after": sha(change.after), "servers": change.servers,
+        })  # fmt: skip
+        said.append(f"wrapped {', '.join(change.servers)} in {change.path} (backup: {backup})")
+    if config.after != config.before:
+        write_atomically(config.path, config.after)
+        said.append(f"moved their definitions to {config.path}")
+    write_atomically(_records(), json.dumps(records, indent=1) + "\n")
+    return said
+
+
+def ensure_user_policy() -> str | None:
+    """The user policy directory the wrapped entries name: made from the bundled one when
+    missing (say so)."""
+    target = user_policy()
+    if target.is_dir():
+        return None
+    from policy import bundled_policy_dir
+
+    shutil.copytree(bundled_policy_dir(), target, ignore=shutil.ignore_patterns("__*", "*.py*"))
+    return f"made {target} from the bundled policy"
+
+
+def unwrap(paths: Sequence[Path]) -> list[str]:
+    """Restore each file in ``paths`` as it was before it was wrapped (each level of
+    wrapping, newest first); refuse a file that changed since."""
+    records = _load_records()
+    said: list[str] = []
+    for path in paths:
+        mine = [r for r in records if r["path"] == str(path)]
+        if not mine:
+            continue
+        for record in reversed(mine):
+            current = path.read_text(encoding="utf-8") if path.exists() else ""
+            if sha(current) != record["after"]:
+                servers = ", ".join(record["servers"])
+                raise UsageError(
+                    f"{path} changed since ironcurtain wrapped {servers} in it; not restored "
+                    f"(its original is kept in {record['backup']}: compare and restore by hand)"
+                )
+            original = Path(record["backup"]).read_text(encoding="utf-8")
+            if sha(original) != record["before"]:
+                raise UsageError(
+                    f"{record['backup']}: the backup of {path} is not what it was; not restored"
+                )
+            write_atomically(path, original)
+            records.remove(record)
+            said.append(f"restored {path} (unwrapped {', '.join(record['servers'])})")
+    write_atomically(_records(), json.dumps(records, indent=1) + "\n")
+    return said

@@ -1,0 +1,260 @@
+"""``ironcurtain clients``, ``wrap`` and ``unwrap`` on the config files of real clients (in
+their documented formats, with comments where the format has them): listed, wrapped with
+only the entries changed, dry runs writing nothing, idempotent, restored byte for byte, a
+file changed in between refused, bad files refused with their place, nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from launcher.jsonc import parse
+from tests.support.audit import audit_entries
+from tests.support.home import Home, git_repo
+from tests.support.marks import needs_bwrap
+from tests.support.paths import BIN, IRONCURTAIN
+from tests.support.sdk import call
+
+DATA = Path(__file__).parent / "data" / "clients"
+
+
+def _cli(user: Home, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [IRONCURTAIN, *args], env=user.env, cwd=project, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+
+
+def _project(user: Home) -> Path:
+    """A project with Claude Code's and VS Code's files, and Zed's; a user-level Claude
+    Desktop and Codex file."""
+    project = user.root / "proj"
+    (project / "project-files").mkdir(parents=True)
+    (project / ".vscode").mkdir()
+    (project / ".zed").mkdir()
+    shutil.copy(DATA / "claude-code.mcp.json", project / ".mcp.json")
+    shutil.copy(DATA / "vscode.mcp.json", project / ".vscode" / "mcp.json")
+    shutil.copy(DATA / "zed.settings.json", project / ".zed" / "settings.json")
+    desktop = user.home / ".config" / "Claude"
+    desktop.mkdir(parents=True)
+    shutil.copy(DATA / "claude_desktop_config.json", desktop / "claude_desktop_config.json")
+    (user.home / ".codex").mkdir()
+    shutil.copy(DATA / "codex.config.toml", user.home / ".codex" / "config.toml")
+    return project
+
+
+def _snapshot(project: Path, user: Home) -> dict[str, bytes]:
+    files = [project / ".mcp.json", project / ".vscode" / "mcp.json",
+             project / ".zed" / "settings.json",
+             user.home / ".config" / "Claude" / "claude_desktop_config.json",
+             user.home / ".codex" / "config.toml"]  # fmt: skip
+    return {str(p): p.read_bytes() for p in files}
+
+
+def test_clients_lists_every_file_and_server(user: Home) -> None:
+    project = _project(user)
+    done = _cli(user, project, "clients")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for line in [
+        f"Claude Code (project): {project}/.mcp.json",
+        "  filesystem  stdio: mcp-server-filesystem ./project-files",
+        "  docs        remote: https://example.com/mcp (not sandboxable: left alone)",
+        f"VS Code (project): {project}/.vscode/mcp.json",
+        "  files   stdio: mcp-server-filesystem ${workspaceFolder}",
+        "Zed (project):",
+        "  legacy  stdio: mcp-server-time --local-timezone UTC",
+        "Claude Desktop (user):",
+        "Codex CLI (user):",
+        "  time  stdio: mcp-server-time",
+    ]:
+        assert line in out, out
+
+
+def test_a_dry_run_shows_the_diff_and_writes_nothing(user: Home) -> None:
+    project = _project(user)
+    before = _snapshot(project, user)
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert '-      "command": "mcp-server-filesystem",' in done.stdout
+    assert '+        "--server",' in done.stdout and '+        "filesystem"' in done.stdout
+    assert _snapshot(project, user) == before
+    assert not (user.config / "ironcurtain").exists()
+
+
+def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
+    project = _project(user)
+    before = _snapshot(project, user)
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--client", "vscode",
+                "--client", "zed")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "docs: a remote server, not sandboxable: left alone" in done.stderr
+
+    # Claude Code: each stdio entry now starts ironcurtain for that one server.
+    mcp = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    git = mcp["git"]
+    assert git["command"].endswith("ironcurtain") and git["args"][0] == "run"
+    assert git["args"][-2:] == ["--server", "git"]
+    assert git["env"] == {"GITHUB_TOKEN": "ghp_not-a-real-token"}  # the secret stays here
+    assert mcp["docs"] == {"type": "http", "url": "https://example.com/mcp"}
+
+    # The definitions moved, directories resolved and made writable, secrets referred to.
+    config = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
+    moved = config["mcpServers"]
+    assert moved["git"]["args"] == ["--repository", str(project)]
+    assert moved["git"]["env"] == {"GIT_AUTHOR_NAME": "Ada", "GITHUB_TOKEN": "${GITHUB_TOKEN}"}
+    assert moved["git"]["sandbox"]["filesystem"]["allowWrite"] == [str(project)]
+    assert moved["filesystem"]["args"] == [str(project / "project-files")]
+    # VS Code's own variable: ${workspace} in the definition, the folder given by the client.
+    assert moved["files"]["args"] == ["${workspace}"]
+    files = parse((project / ".vscode" / "mcp.json").read_text()).value["servers"]["files"]
+    assert files["args"][1:3] == ["--workspace", "${workspaceFolder}"]
+    assert files["type"] == "stdio"
+    # Zed, both forms.
+    zed = parse((project / ".zed" / "settings.json").read_text()).value["context_servers"]
+    assert zed["time"]["source"] == "custom" and zed["time"]["args"][-1] == "time"
+    assert zed["legacy"]["command"]["args"][-1] == "legacy"
+
+    # Comments and everything around the entries are as they were.
+    vscode = (project / ".vscode" / "mcp.json").read_text()
+    assert vscode.startswith(before[str(project / ".vscode" / "mcp.json")].decode()[:120])
+    assert "/* the files of the project */" in vscode
+    assert '"remote": {"type": "http", "url": "https://api.example.com/mcp"},' in vscode
+    assert (project / ".zed" / "settings.json").read_text().startswith("// Zed settings\n")
+    # Files of clients not named are untouched.
+    after = _snapshot(project, user)
+    desktop = str(user.home / ".config" / "Claude" / "claude_desktop_config.json")
+    assert after[desktop] == before[desktop]
+
+    again = _cli(user, project, "wrap", "--client", "claude-code", "--client", "vscode",
+                 "--client", "zed")  # fmt: skip
+    assert again.returncode == 0 and "nothing to wrap" in again.stderr
+    assert _snapshot(project, user) == after
+
+
+def test_unwrap_restores_every_file_byte_for_byte(user: Home) -> None:
+    project = _project(user)
+    before = _snapshot(project, user)
+    assert _cli(user, project, "wrap", "--all").returncode == 0
+    assert _snapshot(project, user) != before
+    done = _cli(user, project, "unwrap", "--all")
+    assert done.returncode == 0, done.stderr
+    assert _snapshot(project, user) == before
+    assert "nothing to unwrap" in _cli(user, project, "unwrap", "--all").stderr
+
+
+def test_unwrap_refuses_a_file_that_changed_since(user: Home) -> None:
+    project = _project(user)
+    assert _cli(user, project, "wrap", "--client", "claude-code").returncode == 0
+    edited = (project / ".mcp.json").read_text().replace('"docs"', '"documentation"')
+    (project / ".mcp.json").write_text(edited)
+    done = _cli(user, project, "unwrap", "--client", "claude-code")
+    assert done.returncode == 2
+    assert f"{project}/.mcp.json changed since ironcurtain wrapped filesystem, git" in done.stderr
+    assert "its original is kept in " in done.stderr
+    assert (project / ".mcp.json").read_text() == edited  # not clobbered
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ('{"mcpServers": {"a": {"command": "x",}', "line 1, column 39: expected ',' or '}'"),
+        ('{"mcpServers": [1]}', "mcpServers is not an object of servers"),
+        ("{\n  // ok\n  'single': 1\n}", "line 3, column 3: expected a key in double quotes"),
+    ],
+)
+def test_a_bad_file_is_named_with_its_place_and_nothing_is_written(
+    user: Home, text: str, says: str
+) -> None:
+    project = user.root / "proj"
+    project.mkdir()
+    (project / ".mcp.json").write_text(text)
+    done = _cli(user, project, "wrap", "--client", "claude-code")
+    assert done.returncode == 2
+    assert f"{project}/.mcp.json: {says}" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert (project / ".mcp.json").read_text() == text
+    assert not (user.config / "ironcurtain").exists()
+
+
+def test_a_name_already_defined_differently_is_refused(user: Home) -> None:
+    project = _project(user)
+    config = user.config / "ironcurtain" / "mcp-servers.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {"git": {"command": "other-git"}}}')
+    before = _snapshot(project, user)
+    done = _cli(user, project, "wrap", "--client", "claude-code")
+    assert done.returncode == 2
+    assert "a server named 'git' is already defined there" in done.stderr
+    assert _snapshot(project, user) == before
+    assert config.read_text() == '{"mcpServers": {"git": {"command": "other-git"}}}'
+
+
+def test_wrap_names_what_to_wrap(user: Home) -> None:
+    project = _project(user)
+    done = _cli(user, project, "wrap")
+    assert done.returncode == 2 and "--client NAME" in done.stderr
+    done = _cli(user, project, "wrap", "--client", "notepad")
+    assert done.returncode == 2 and "--client notepad: no such client" in done.stderr
+
+
+@needs_bwrap
+def test_a_wrapped_claude_code_project_keeps_its_tool_names_and_each_call_is_audited(
+    user: Home,
+) -> None:
+    project = user.root / "proj"
+    project.mkdir()
+    git_repo(project)
+    entries = {
+        "filesystem": {"command": os.path.join(BIN, "mcp-server-filesystem"), "args": ["."]},
+        "git": {"command": os.path.join(BIN, "mcp-server-git"), "args": ["--repository", "."]},
+    }
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": entries}, indent=2))
+
+    def started(name: str) -> tuple[list[str], tuple[bool, str] | None]:
+        """The entry started as Claude Code starts it: its command, args and env, in the
+        project; its tool names, and for the filesystem one listing of the project."""
+        entry = json.loads((project / ".mcp.json").read_text())["mcpServers"][name]
+        out: list[Any] = []
+
+        async def scenario() -> None:
+            params = StdioServerParameters(
+                command=entry["command"], args=entry.get("args", []),
+                env={**user.env, **entry.get("env", {})}, cwd=str(project),
+            )  # fmt: skip
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                out.append(sorted(t.name for t in (await session.list_tools()).tools))
+                if name == "filesystem":
+                    args = {"path": str(project)}
+                    out.append(await call(session, "list_directory", args))
+
+        asyncio.run(scenario())
+        return out[0], out[1] if len(out) > 1 else None
+
+    before = {name: started(name)[0] for name in entries}
+    done = _cli(user, project, "wrap", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    wrapped = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert all(e["command"].endswith("ironcurtain") for e in wrapped.values())
+    assert wrapped["git"]["args"][1:3] == ["--workspace", str(project)]
+    names, listing = started("filesystem")
+    assert names == before["filesystem"]
+    assert listing is not None and not listing[0] and "README.md" in listing[1]
+    assert started("git")[0] == before["git"]
+    logs = sorted((user.state / "ironcurtain" / "audit").glob("*.jsonl"))
+    calls = [e for log in logs for e in audit_entries(log) if e.get("tool") == "list_directory"]
+    assert [(c["server"], c["result"], c["sandboxed"]) for c in calls] == [
+        ("filesystem", "success", True)
+    ]
