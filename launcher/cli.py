@@ -400,12 +400,26 @@ def wrap(
         bool, typer.Option("--dry-run", help="Show the changes as a diff; write nothing.")
     ] = False,
     project: ProjectOpt = None,
+    annotate: Annotated[
+        bool,
+        typer.Option(
+            "--annotate/--no-annotate",
+            help="Annotate the new servers' tools with the heuristic (starts each once).",
+        ),
+    ] = True,
 ) -> None:
     """Run the clients' stdio servers through ironcurtain: each definition moves into
     ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
     under the same name (backups first; `ironcurtain unwrap` restores)."""
     from launcher.clients import home
-    from launcher.wrap_cmd import apply_wrap, diff, ensure_user_policy, plan_wrap, select
+    from launcher.wrap_cmd import (
+        annotate_new,
+        apply_wrap,
+        diff,
+        ensure_user_policy,
+        plan_wrap,
+        select,
+    )
 
     files = select(home(), Path(project or os.getcwd()).resolve(), client or [], everything)
     changes, config = plan_wrap(files, server or [])
@@ -422,12 +436,17 @@ def wrap(
     made = ensure_user_policy()
     for line in ([made] if made else []) + apply_wrap(changes, config):
         print(f"ironcurtain wrap: {line}", file=sys.stderr)
-    print(
-        "ironcurtain wrap: the wrapped servers' tools need annotations before they can be "
-        "called: `ironcurtain annotate-tools --server NAME --heuristic --output "
-        f"{config.path.parent / 'policy' / 'tool-annotations.json'}`",
-        file=sys.stderr,
-    )
+    wrapped = [name for change in changes for name in change.servers]
+    if annotate:
+        for line in annotate_new(wrapped):
+            print(f"ironcurtain wrap: {line}", file=sys.stderr)
+    else:
+        print(
+            "ironcurtain wrap: tools without annotations are never called; annotate them: "
+            "`ironcurtain annotate-tools --server NAME --heuristic --output "
+            f"{config.path.parent / 'policy' / 'tool-annotations.json'}`",
+            file=sys.stderr,
+        )
 
 
 @app.command()

@@ -125,6 +125,7 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     base = f.project if f.client.cwd == "project" and f.project is not None else None
     args: list[str] = []
     writable: list[str] = []
+    readable: list[str] = []
     after_option = False
     variable = PROJECT_VARIABLES.get(f.client.name)
     for arg in e.args:
@@ -145,6 +146,10 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
                 full = str(resolved.resolve())
                 writable.append(full)
                 value = f"{option}={full}" if inline else full
+            elif resolved.is_file():  # a script the command runs, with what lies beside it
+                full = str(resolved.resolve())
+                readable.append(str(Path(full).parent))
+                value = f"{option}={full}" if inline else full
         args.append(value)
         after_option = arg in DIRECTORY_OPTIONS
     definition: dict[str, Any] = {"command": e.command, "args": args}
@@ -161,9 +166,16 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     if e.cwd:
         definition["cwd"] = e.cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
+    mounts: dict[str, list[str]] = {}
     if writable:
-        definition["sandbox"] = {"filesystem": {"allowWrite": sorted(set(writable))}}
-        notes.append(f"{e.name}: writable in its sandbox: {', '.join(sorted(set(writable)))}")
+        mounts["allowWrite"] = sorted(set(writable))
+        notes.append(f"{e.name}: writable in its sandbox: {', '.join(mounts['allowWrite'])}")
+    readable = [r for r in sorted(set(readable)) if r not in writable]
+    if readable:
+        mounts["allowRead"] = readable
+        notes.append(f"{e.name}: readable in its sandbox: {', '.join(readable)}")
+    if mounts:
+        definition["sandbox"] = {"filesystem": mounts}
     if kept:
         notes.append(
             f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
@@ -332,6 +344,32 @@ def ensure_user_policy() -> str | None:
 
     shutil.copytree(bundled_policy_dir(), target, ignore=shutil.ignore_patterns("__*", "*.py*"))
     return f"made {target} from the bundled policy"
+
+
+def annotate_new(servers: Sequence[str]) -> list[str]:
+    """Heuristic drafts for the wrapped servers the user policy has no annotations of, so
+    the constitution's role-based rules apply to them at once: each is started in its
+    sandbox once to list its tools. What fails is said with the command to run later."""
+    from launcher.annotate_cmd import annotate_tools
+    from policy.loader import load_policy_dir
+
+    annotations = user_policy() / "tool-annotations.json"
+    known = load_policy_dir(user_policy()).annotations.servers
+    new = [name for name in dict.fromkeys(servers) if name not in known]
+    if not new:
+        return []
+    command = (
+        f"ironcurtain annotate-tools --server {' --server '.join(new)} --heuristic "
+        f"--config {user_config()} --output {annotations}"
+    )
+    try:
+        annotate_tools(tuple(new), False, True, str(annotations), str(user_config()))
+    except Exception as exc:  # a server that cannot start here: the user can retry
+        return [f"could not annotate {', '.join(new)} ({exc}); run later: {command}"]
+    return [
+        f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
+        f"`ironcurtain compile-policy --server NAME`, or edit {annotations})"
+    ]
 
 
 def unwrap(paths: Sequence[Path]) -> list[str]:

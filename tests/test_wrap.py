@@ -10,6 +10,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from launcher.jsonc import parse
 from tests.support.audit import audit_entries
 from tests.support.home import Home, git_repo
 from tests.support.marks import needs_bwrap
-from tests.support.paths import BIN, IRONCURTAIN
+from tests.support.paths import BIN, IRONCURTAIN, PROBE
 from tests.support.sdk import call
 
 DATA = Path(__file__).parent / "data" / "clients"
@@ -94,7 +95,7 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     project = _project(user)
     before = _snapshot(project, user)
     done = _cli(user, project, "wrap", "--client", "claude-code", "--client", "vscode",
-                "--client", "zed")  # fmt: skip
+                "--client", "zed", "--no-annotate")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "docs: a remote server, not sandboxable: left alone" in done.stderr
 
@@ -135,7 +136,7 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     assert after[desktop] == before[desktop]
 
     again = _cli(user, project, "wrap", "--client", "claude-code", "--client", "vscode",
-                 "--client", "zed")  # fmt: skip
+                 "--client", "zed", "--no-annotate")  # fmt: skip
     assert again.returncode == 0 and "nothing to wrap" in again.stderr
     assert _snapshot(project, user) == after
 
@@ -143,7 +144,7 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
 def test_unwrap_restores_every_file_byte_for_byte(user: Home) -> None:
     project = _project(user)
     before = _snapshot(project, user)
-    assert _cli(user, project, "wrap", "--all").returncode == 0
+    assert _cli(user, project, "wrap", "--all", "--no-annotate").returncode == 0
     assert _snapshot(project, user) != before
     done = _cli(user, project, "unwrap", "--all")
     assert done.returncode == 0, done.stderr
@@ -153,7 +154,7 @@ def test_unwrap_restores_every_file_byte_for_byte(user: Home) -> None:
 
 def test_unwrap_refuses_a_file_that_changed_since(user: Home) -> None:
     project = _project(user)
-    assert _cli(user, project, "wrap", "--client", "claude-code").returncode == 0
+    assert _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate").returncode == 0
     edited = (project / ".mcp.json").read_text().replace('"docs"', '"documentation"')
     (project / ".mcp.json").write_text(edited)
     done = _cli(user, project, "unwrap", "--client", "claude-code")
@@ -177,7 +178,7 @@ def test_a_bad_file_is_named_with_its_place_and_nothing_is_written(
     project = user.root / "proj"
     project.mkdir()
     (project / ".mcp.json").write_text(text)
-    done = _cli(user, project, "wrap", "--client", "claude-code")
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
     assert done.returncode == 2
     assert f"{project}/.mcp.json: {says}" in done.stderr
     assert "Traceback" not in done.stderr
@@ -258,3 +259,40 @@ def test_a_wrapped_claude_code_project_keeps_its_tool_names_and_each_call_is_aud
     assert [(c["server"], c["result"], c["sandboxed"]) for c in calls] == [
         ("filesystem", "success", True)
     ]
+
+
+@needs_bwrap
+def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Home) -> None:
+    project = user.root / "proj"
+    project.mkdir()
+    entry = {"command": sys.executable, "args": [str(PROBE)]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"probe": entry}}))
+    done = _cli(user, project, "wrap", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    assert f"probe: readable in its sandbox: {PROBE.parent}" in done.stderr
+    assert "annotated probe with the heuristic (drafts:" in done.stderr
+    annotations = json.loads(
+        (user.config / "ironcurtain" / "policy" / "tool-annotations.json").read_text()
+    )
+    drafts = annotations["servers"]["probe"]["tools"]
+    assert {"instance", "read_path"} <= {t["toolName"] for t in drafts}
+    assert all(t["draft"] is True for t in drafts)
+    read_path = next(t for t in drafts if t["toolName"] == "read_path")
+    assert read_path["args"]["path"] == ["read-path"]  # role-based rules apply to it
+
+    wrapped = json.loads((project / ".mcp.json").read_text())["mcpServers"]["probe"]
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        params = StdioServerParameters(
+            command=wrapped["command"], args=wrapped["args"], env=user.env, cwd=str(project)
+        )
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+            await session.initialize()
+            out.append(await call(session, "read_path", {"path": "/etc/hostname"}))
+
+    asyncio.run(scenario())
+    # Decided by the constitution's rules through its draft annotation, not refused as an
+    # unknown tool: a read outside the workspace is denied.
+    assert out[0][0] and "DENIED (rule: " in out[0][1]
+    assert "structural-unknown" not in out[0][1]
