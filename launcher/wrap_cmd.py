@@ -221,6 +221,13 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
         existing = parse(config_text).value.get("mcpServers") or {}
     except (JsoncError, AttributeError):
         raise UsageError(f"{config_path}: not a JSON object with mcpServers") from None
+    named = {e.name for f in files for e in f.entries}
+    missing = [s for s in servers if s not in named]
+    if missing:
+        raise UsageError(
+            f"--server {missing[0]}: no such server in the clients chosen "
+            f"(they have: {', '.join(sorted(named)) or 'none'})"
+        )
     changes = []
     for f in files:
         if f.client.syntax == "toml":

@@ -205,6 +205,9 @@ def test_wrap_names_what_to_wrap(user: Home) -> None:
     assert done.returncode == 2 and "--client NAME" in done.stderr
     done = _cli(user, project, "wrap", "--client", "notepad")
     assert done.returncode == 2 and "--client notepad: no such client" in done.stderr
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--server", "gti")
+    assert done.returncode == 2
+    assert "--server gti: no such server in the clients chosen (they have: docs, " in done.stderr
 
 
 @needs_bwrap
