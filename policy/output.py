@@ -165,6 +165,8 @@ class ToolOutputPolicy:
         for rule in self.rules:
             if rule.action == "redact":
                 continue
+            if rule.steps[0].kind == "deep":
+                return True  # ..name may match at any depth below
             for depth in range(1, len(rule.steps)):
                 if _matches(rule.steps[:depth], where):
                     return True
