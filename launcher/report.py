@@ -15,6 +15,11 @@ from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
 
 
+def say(text: str) -> None:
+    """One line for the person who started ``ironcurtain run``, on stderr."""
+    print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
+
+
 class HttpAddress(Protocol):
     @property
     def url(self) -> str: ...

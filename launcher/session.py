@@ -17,76 +17,26 @@ import gc
 import importlib
 import os
 import signal
-import sys
 from typing import TYPE_CHECKING
 
 from launcher import dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
 from launcher.audit import AuditLog
-from launcher.breaker import CircuitBreaker
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
-from launcher.fleet import Fleet
-from launcher.gate import Gate
 from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
 from launcher.hostfiles import HostFiles, writable_roots
 from launcher.jsonrpc import Message
-from launcher.outputs import Outputs
 from launcher.plan import SessionPlan
 from launcher.relay import Relay
-from launcher.report import startup_report
-from launcher.router import Router
-from launcher.seams import Core, Upstream
-from launcher.serverplan import relay_settings
-from launcher.servers import ServerConnection
+from launcher.report import say, startup_report
+from launcher.seams import Upstream
+from launcher.served import Served
 from launcher.stdio import StdioTransport
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
 if TYPE_CHECKING:
     from launcher.http_transport import HttpEndpoint
-
-
-def say(text: str) -> None:
-    print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
-
-
-class Served:
-    """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
-    session, so a client's subscriptions, log level and questions stay its own."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.fleet = Fleet(session.plan, self._notified, session.halted)
-        self.relay: Relay | None = None
-
-    def attach(self, upstream: Upstream | None, at_start: bool) -> Relay:
-        """The relay over these servers, sending to ``upstream`` (None: given later)."""
-        relay = self.relay = self.session.relay_for(self.fleet, at_start)
-        relay.upstream = upstream
-        self.fleet.supervise(self.session.event, self._restarted)
-        return relay
-
-    def feed(self, line: bytes) -> None:
-        if self.relay is not None:
-            self.relay.feed(line)
-
-    async def close(self) -> None:
-        """Stop this client's relay and servers (the session goes on)."""
-        if self.relay is not None:
-            await self.relay.stop()
-        await self.fleet.stop()
-        if self in self.session.served:
-            self.session.served.remove(self)
-        self.session.settle()
-
-    def _notified(self, conn: ServerConnection, message: Message) -> None:
-        if self.relay is not None:
-            self.relay.on_server_notification(conn, message)
-
-    def _restarted(self, conn: ServerConnection) -> None:
-        if self.relay is not None:
-            self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
-            self.relay.lists_changed()
 
 
 class Session:
@@ -213,41 +163,6 @@ class Session:
             await served.close()
             raise
         return served
-
-    def relay_for(self, fleet: Fleet, at_start: bool) -> Relay:
-        """A relay over ``fleet``'s servers: its own gate (pins compared for its own
-        servers, its own circuit breaker), the session's audit log and approvals."""
-        plan = self.plan
-        assert self.audit is not None
-        gate = Gate(
-            plan.engine,
-            CircuitBreaker(plan.max_identical_calls),
-            self.audit,
-            self.approvals,
-            os.path.join(str(dirs.state_dir()), "pins"),
-            plan.accept_tool_changes,
-            say,
-        )
-        for name, conn in fleet.servers.items():
-            gate.pin(name, conn.tools, conn.prompts, at_start=at_start)
-        settings = {name: relay_settings(sp) for name, sp in plan.servers.items()}
-        core = Core(
-            fleet.servers,
-            settings,
-            gate,
-            self.audit,
-            Router(plan.prefixed),
-            workspace=plan.workspace,
-            audit_args_clear=plan.audit_args_clear,
-            halted=self.halted,
-            settle=self.settle,
-            say=say,
-            outputs=Outputs(
-                plan.policy.output,
-                {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
-            ),
-        )
-        return Relay(core)
 
     def _start_guard(self) -> None:
         roots = writable_roots(self.plan)

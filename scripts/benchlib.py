@@ -25,6 +25,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from tests.support.client import Client  # noqa: E402  (the one JSON-lines client)
+from tests.support.ready import serving_url  # noqa: E402
 
 
 class Peer:
@@ -62,7 +63,6 @@ class HttpPeer:
     def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
         import http.client
         import json
-        import re
 
         self._json = json
         stderr = subprocess.PIPE
@@ -76,15 +76,10 @@ class HttpPeer:
             start_new_session=True,
         )
         assert self.proc.stderr is not None
-        port = 0
-        for line in self.proc.stderr:
-            if os.environ.get("BENCH_STDERR"):
-                sys.stderr.write(line)
-            if m := re.search(r"serving MCP on http://127.0.0.1:(\d+)/", line):
-                port = int(m.group(1))
-                break
-        if not port:
-            raise RuntimeError("ironcurtain --http did not start")
+        url, said = serving_url(self.proc.stderr, echo=bool(os.environ.get("BENCH_STDERR")))
+        if not url:
+            raise RuntimeError("ironcurtain --http did not start:\n" + "".join(said))
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         self.conn.connect()
         self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import socket
 import subprocess
 import time
@@ -29,6 +28,7 @@ from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN, PROBE
 from tests.support.probe import probe_server_config, write_raw_policy
+from tests.support.ready import serving_url
 from tests.support.sdk import call
 
 pytestmark = needs_bwrap
@@ -58,13 +58,7 @@ def serving(user: Home, *args: str, env: dict[str, str] | None = None) -> Iterat
         text=True,
     )
     assert proc.stderr
-    said: list[str] = []
-    url = ""
-    for line in proc.stderr:
-        said.append(line)
-        if m := re.search(r"ready, serving MCP on (http://\S+)", line):
-            url = m.group(1)
-            break
+    url, said = serving_url(proc.stderr)
     assert url, "not ready:\n" + "".join(said)
     try:
         yield Served(url, int(url.split(":")[2].split("/")[0]), proc, said)

@@ -27,6 +27,11 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.support.ready import serving_url  # noqa: E402
+
 BIN = Path(sys.executable).parent
 SPEC_VERSION = "2025-11-25"
 
@@ -198,13 +203,7 @@ def through(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, b
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)  # fmt: skip
     assert proc.stderr is not None
-    said: list[str] = []
-    url = ""
-    for line in proc.stderr:
-        said.append(line)
-        if m := re.search(r"serving MCP on (http://\S+)", line):
-            url = m.group(1)
-            break
+    url, said = serving_url(proc.stderr)
     try:
         if not url:
             raise RuntimeError("ironcurtain did not start:\n" + "".join(said))
