@@ -110,36 +110,6 @@ class CheckedCalls:
         for call in list(self._calls.values()):
             self._cancel(call, "the session is stopping")
 
-    def _route(self, method: str, params: Message) -> tuple[str | None, str, dict[str, object]]:
-        """The server, its own name of what is asked for, and the arguments to check."""
-        router = self.core.router
-        if method == TOOL:
-            public = params.get("name")
-            route = router.tools.get(public) if isinstance(public, str) else None
-            arguments = params.get("arguments") or {}
-            args = arguments if isinstance(arguments, dict) else {"": arguments}
-            return (*route, args) if route else (None, str(public), args)
-        if method == PROMPT:
-            public = params.get("name")
-            route = router.prompts.get(public) if isinstance(public, str) else None
-            args = params.get("arguments") or {}
-            assert isinstance(args, dict)  # checked by start()
-            return (*route, args) if route else (None, str(public), args)
-        if method == COMPLETE:
-            ref = params["ref"]
-            completed = completion_arguments(params)
-            assert completed is not None  # checked by start()
-            if ref.get("type") == "ref/prompt":
-                route = router.prompts.get(str(ref.get("name")))
-                if route is None:
-                    return None, f"ref/prompt {ref.get('name')}", completed
-                return route[0], f"ref/prompt {route[1]}", completed
-            template = str(ref.get("uri"))
-            return router.template(template), f"ref/resource {template}", completed
-        uri = params.get("uri")
-        server = router.resource(uri) if isinstance(uri, str) else None
-        return server, method, {"uri": str(uri)}
-
     def start(self, method: str, params: Message, request_id: Any) -> None:
         """Decided, audited and forwarded in the callback that read it; the answer is
         relayed in the callback that reads it (:meth:`_done`)."""
@@ -157,7 +127,7 @@ class CheckedCalls:
             )
             self.send(error(request_id, -32602, text))
             return
-        server, name, args = self._route(method, params)
+        server, name, args = self.core.router.target(method, params)
         subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
         if server is not None and subscribing and server not in self.core.router.subscribes:
             self.send(error(request_id, -32601, f"server '{server}' has no subscriptions"))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from launcher.gate import COMPLETE, PROMPT, TOOL, completion_arguments
 from launcher.jsonrpc import Message
 
 SEPARATOR = "__"
@@ -110,6 +111,38 @@ class Router:
         if len(self.offers_resources) == 1:
             return next(iter(self.offers_resources))
         return None
+
+    def target(self, method: str, params: Message) -> tuple[str | None, str, dict[str, object]]:
+        """For a checked request: the server it goes to (None: no server offers it), that
+        server's own name of what is asked for, and the arguments the gate checks. The
+        request's shape was checked before (``arguments`` an object; a completion's
+        ``ref`` and ``argument``)."""
+        if method == TOOL:
+            public = params.get("name")
+            route = self.tools.get(public) if isinstance(public, str) else None
+            arguments = params.get("arguments") or {}
+            args = arguments if isinstance(arguments, dict) else {"": arguments}
+            return (*route, args) if route else (None, str(public), args)
+        if method == PROMPT:
+            public = params.get("name")
+            route = self.prompts.get(public) if isinstance(public, str) else None
+            args = params.get("arguments") or {}
+            assert isinstance(args, dict)  # checked before
+            return (*route, args) if route else (None, str(public), args)
+        if method == COMPLETE:
+            ref = params["ref"]
+            completed = completion_arguments(params)
+            assert completed is not None  # checked before
+            if ref.get("type") == "ref/prompt":
+                route = self.prompts.get(str(ref.get("name")))
+                if route is None:
+                    return None, f"ref/prompt {ref.get('name')}", completed
+                return route[0], f"ref/prompt {route[1]}", completed
+            template = str(ref.get("uri"))
+            return self.template(template), f"ref/resource {template}", completed
+        uri = params.get("uri")
+        server = self.resource(uri) if isinstance(uri, str) else None
+        return server, method, {"uri": str(uri)}
 
     def template(self, uri_template: str) -> str | None:
         """The server that offers the resource template ``uri_template`` (completions)."""
