@@ -110,6 +110,10 @@ class Terminals:
                     entry[1].set_result(str(answer.get("answer")))
         except (OSError, ConnectionError):
             pass
+        except asyncio.CancelledError:
+            # The session is ending. Returning (not re-raising) keeps Python 3.11's stream
+            # server from printing the cancelled handler as an error on the way out.
+            pass
         finally:
             self._writers.discard(writer)
             writer.close()
@@ -147,7 +151,10 @@ class Approvals:
         decision: Decision,
         client_elicits: bool,
         ask: Requester,
+        grant: str = "",
     ) -> Outcome:
+        """``grant``: what approving gives the call beyond its server's sandbox, said in
+        the question (empty: nothing)."""
         key = (server, tool, hash_value(arguments))
         if key in self.session_whitelist:
             return Outcome(True, "session-whitelist")
@@ -162,6 +169,7 @@ class Approvals:
                 "arguments": arguments,
                 "rule": decision.rule,
                 "reason": decision.reason,
+                **({"grant": grant} if grant else {}),
             }
             try:
                 said = await self.terminals.ask(question, self.timeout)
@@ -170,7 +178,7 @@ class Approvals:
             return self._outcome(key, said, said)
         params = {
             "mode": "form",
-            "message": approval_message(server, tool, arguments, decision),
+            "message": approval_message(server, tool, arguments, decision, grant),
             "requestedSchema": {
                 "type": "object",
                 "properties": {
@@ -207,12 +215,14 @@ class Approvals:
 
 
 def approval_message(
-    server: str, tool: str, arguments: dict[str, object], decision: Decision
+    server: str, tool: str, arguments: dict[str, object], decision: Decision, grant: str = ""
 ) -> str:
-    """What the human sees: which call, why it needs them, the exact (canonical) arguments."""
+    """What the human sees: which call, why it needs them, what approving gives, the exact
+    (canonical) arguments."""
     shown = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
     return (
         f"ironcurtain: the agent wants to call {tool} on server '{server}'.\n"
         f"Policy rule {decision.rule}: {decision.reason}.\n"
-        f"Arguments (as the server would get them):\n{shown}"
+        + (f"{grant}.\n" if grant else "")
+        + f"Arguments (as the server would get them):\n{shown}"
     )

@@ -39,7 +39,8 @@ def _ask(message: dict[str, object]) -> str:
     print(
         f"\n{message.get('server')}/{message.get('tool')} needs your approval\n"
         f"  rule {message.get('rule')}: {message.get('reason')}\n"
-        f"  arguments: {args}",
+        + (f"  {message['grant']}\n" if message.get("grant") else "")
+        + f"  arguments: {args}",
         flush=True,
     )
     while True:

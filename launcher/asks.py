@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
@@ -32,6 +31,7 @@ from launcher.approval import Requester
 from launcher.audit import hashed_arguments
 from launcher.jsonrpc import Message, ServerGone
 from launcher.seams import Core, Downstream
+from launcher.shown import visible
 from policy import Decision
 
 ELICIT = "elicitation/create"
@@ -41,7 +41,6 @@ DENIED = -32001
 ASK_TIMEOUT = 600.0
 MAX_OPEN = 4  # questions one server may have open at once
 # C0 controls but newline and tab, DEL, C1 controls, zero-width and direction controls.
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
 AskClient = Callable[[str, Message, float, "str | int | None"], Awaitable[Message]]
 
@@ -259,22 +258,6 @@ def _forwarded(server: str, method: str, params: Message) -> Message:
     if params.get("includeContext") not in (None, "none"):
         return {**params, "includeContext": "none"}
     return params
-
-
-def visible(text: str) -> str:
-    """``text`` with characters that act instead of showing as escapes (newlines and tabs
-    are kept).
-
-    >>> print(visible("Name?\\x1b[2K\\r\\u202eevil\\nnext"))
-    Name?\\x1b[2K\\x0d\\u202eevil
-    next
-    """
-    return _HIDDEN.sub(lambda m: _escape(m.group()), text)
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def _sampling_summary(params: Message) -> dict[str, object]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from launcher import coherence
 from launcher.errors import UsageError
 from launcher.jsonrpc import loads
 from launcher.outputs import Outputs
@@ -47,6 +48,7 @@ def check_call(
     ]
     if output is not None:
         lines += preview_output(plan, server, tool, output)
+    lines += [f"warning:   {mismatch}" for mismatch in coherence.check(plan)]
     return "\n".join(lines)
 
 

@@ -30,8 +30,9 @@ from launcher.gate import (
     denial_text,
     label,
 )
+from launcher.grants import CannotWiden, Grant, describe
 from launcher.jsonrpc import Message, ServerGone, error, notification, result, tool_result
-from launcher.seams import Core, Downstream
+from launcher.seams import Core, Downstream, OneShot
 from policy import Decision
 from policy.models import Annotation
 
@@ -64,6 +65,8 @@ class _Call:
     downstream: int | None = None  # the id it was sent to the server with
     prepared: Prepared | None = None  # its audit entry, serialised while the server works
     progress_sent: int = 0  # progress ironcurtain reported while a human decided
+    one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
+    granted: list[dict[str, object]] | None = None  # what it was given, for the audit
 
 
 class CheckedCalls:
@@ -153,6 +156,16 @@ class CheckedCalls:
     async def _escalate(self, call: _Call, decision: Decision) -> None:
         assert call.server is not None
         named = label(call.method, call.name)
+        try:
+            grants = self._grants(call)
+        except CannotWiden as exc:
+            call.entry["escalation"] = "cannot-take-effect"
+            text = (
+                f"ESCALATION CANNOT TAKE EFFECT (rule: {decision.rule}): {decision.reason}; "
+                f"no approval was asked, because {exc}"
+            )
+            self._end(call, "denied", denial=text)
+            return
         token = _progress_token(call)
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
@@ -163,6 +176,7 @@ class CheckedCalls:
                 decision,
                 self.client_elicits(),
                 self.ask,
+                describe(call.server, grants) if grants else "",
             )
         except asyncio.CancelledError:
             self._finish(call, "cancelled")  # by the client, or at stop
@@ -182,6 +196,16 @@ class CheckedCalls:
                 "tool": named,
                 "arguments": hash_value(call.arguments),
             }
+        if outcome.approved and grants:
+            try:
+                await self._widen(call, grants)
+            except asyncio.CancelledError:
+                self._finish(call, "cancelled")
+                raise
+            except Exception as exc:
+                text = f"ERROR: the approved call could not be given its access: {exc}"
+                self._end(call, "error", failure=text)
+                return
         if outcome.approved:
             self._forward(call)
             return
@@ -192,6 +216,20 @@ class CheckedCalls:
             f"{outcome.detail or 'not approved'}"
         )
         self._end(call, "denied", denial=text)
+
+    def _grants(self, call: _Call) -> list[Grant]:
+        """What an approval of ``call`` would have to give beyond its server's sandbox."""
+        widen = self.core.widen
+        if widen is None or call.method != TOOL or call.server is None:
+            return []
+        return widen.grants(call.server, call.name, call.arguments)
+
+    async def _widen(self, call: _Call, grants: list[Grant]) -> None:
+        """Run the approved ``call`` in a one-shot instance that holds the grants."""
+        assert self.core.widen is not None and call.server is not None
+        call.entry["granted"] = [g.record() for g in grants if g.outside]
+        one_shot = await self.core.widen.start(call.server, grants)
+        call.one_shot, call.conn = one_shot, one_shot.conn
 
     async def _keep_alive(self, call: _Call, token: str | int) -> None:
         """Progress for a call waiting for a human, so a client that times requests out
@@ -253,6 +291,9 @@ class CheckedCalls:
         """The server answered, exited, or ran out of time: audit, then answer the client."""
         if self._calls.get(call.request_id) is call:
             del self._calls[call.request_id]
+        if call.one_shot is not None:
+            self._spawn(self._carry_over(call, call.one_shot, outcome))
+            return
         try:
             self.core.settle()  # what the call created is dealt with before it returns
             halted = self.core.halted.get(call.server) if call.server else None
@@ -263,6 +304,32 @@ class CheckedCalls:
             self._answer(call, outcome)
         except Exception as exc:  # never take the session down for one call
             self.send(error(call.request_id, -32603, f"internal error: {exc}"))
+
+    async def _carry_over(
+        self, call: _Call, one_shot: OneShot, outcome: Message | BaseException
+    ) -> None:
+        """A widened call answered: its instance is stopped, then what the call changed of
+        the approved paths is carried over to the host (only when it succeeded), then the
+        client is answered as for any call."""
+        call.one_shot = None
+        failure = None
+        try:
+            await one_shot.stop()
+            succeeded = (
+                isinstance(outcome, dict)
+                and isinstance(outcome.get("result"), dict)
+                and not outcome["result"].get("isError")
+            )
+            if succeeded:
+                call.granted, failure = one_shot.commit()
+        except Exception as exc:  # whatever it was, the client is told and nothing more runs
+            failure = f"the approved change could not be carried over: {exc}"
+        finally:
+            one_shot.discard()
+        if failure is not None:
+            self._end(call, "error", failure=f"ERROR: {failure}")
+            return
+        self._done(call, outcome)
 
     def _answer(self, call: _Call, outcome: Message | BaseException) -> None:
         server, conn = call.server, call.conn
@@ -346,6 +413,9 @@ class CheckedCalls:
         assert call.conn is not None and call.downstream is not None
         if call.conn.cancel_request(call.downstream, reason):
             self._finish(call, "cancelled")
+        one_shot, call.one_shot = call.one_shot, None
+        if one_shot is not None:  # nothing of a cancelled call is carried over
+            self._spawn(_discard(one_shot))
 
     def _entry(self, call: _Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
         server = call.server
@@ -390,6 +460,8 @@ class CheckedCalls:
         }
         if output is not None:
             outcome["output"] = output  # what the output filters did: counts, detector names
+        if call.granted is not None:
+            outcome["carriedOver"] = call.granted  # a widened call: what reached the host
         audit = self.core.audit
         if call.prepared is not None:
             written = audit.write(outcome, call.prepared)
@@ -397,6 +469,13 @@ class CheckedCalls:
             written = audit.write({**call.entry, **outcome})
         if not written:
             self.core.say(f"audit log write failed ({audit.error}); denying every further call")
+
+
+async def _discard(one_shot: OneShot) -> None:
+    try:
+        await one_shot.stop()
+    finally:
+        one_shot.discard()
 
 
 def _progress_token(call: _Call) -> str | int | None:

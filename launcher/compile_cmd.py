@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher import dirs
+from launcher import coherence, dirs
 from launcher.config import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
@@ -316,6 +316,9 @@ def compile_policy(
         }
     )
     report_changes(merged)
+    written = PolicyEngine(policy, merged.file, variables=variables)
+    for mismatch in coherence.check(plan, written):
+        print(f"ironcurtain: compile-policy: warning: {mismatch}", file=sys.stderr)
     print(
         f"compile-policy: verified ({len(verification.scenarios)} scenarios, "
         f"{len(verification.rounds)} round(s)); wrote {output}\n"

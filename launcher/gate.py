@@ -205,9 +205,13 @@ class Gate:
         decision: Decision,
         client_elicits: bool,
         ask: Requester,
+        grant: str = "",
     ) -> Outcome:
-        """Put an escalated request to a human (or find it approved for the session)."""
-        return await self.approvals.decide(server, label, arguments, decision, client_elicits, ask)
+        """Put an escalated request to a human (or find it approved for the session);
+        ``grant`` says what approving gives beyond the server's sandbox."""
+        return await self.approvals.decide(
+            server, label, arguments, decision, client_elicits, ask, grant
+        )
 
     # -- pins ------------------------------------------------------------------------------
 

@@ -12,12 +12,13 @@ tests is another; stdio and streamable HTTP are the upstreams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from launcher.audit import AuditLog
 from launcher.gate import Gate
+from launcher.grants import Grant
 from launcher.jsonrpc import Message, OnDone
 from launcher.outputs import Outputs
 from launcher.router import Listing, Router
@@ -64,6 +65,36 @@ class Upstream(Protocol):
         ...
 
 
+class OneShot(Protocol):
+    """A one-shot instance of a server for one approved call that needs more than its
+    standing sandbox (:mod:`launcher.widen`)."""
+
+    @property
+    def conn(self) -> Downstream: ...
+
+    async def stop(self) -> None: ...
+
+    def commit(self) -> tuple[list[dict[str, object]], str | None]:
+        """After :meth:`stop`: carry the call's changes to the approved paths over to the
+        host; a record per path, and why nothing could be carried over (None: done)."""
+        ...
+
+    def discard(self) -> None:
+        """Remove what the instance was given (after :meth:`commit`, or instead of it)."""
+        ...
+
+
+class Widening(Protocol):
+    """Approved calls that need more than their server's standing sandbox."""
+
+    def grants(self, server: str, tool: str, arguments: Mapping[str, object]) -> list[Grant]:
+        """What the call needs beyond the standing sandbox (empty: nothing); raises
+        :class:`launcher.grants.CannotWiden` when no approval could give it."""
+        ...
+
+    async def start(self, server: str, grants: Sequence[Grant]) -> OneShot: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
     cwd: str  # where its relative paths are resolved
@@ -89,3 +120,4 @@ class Core:
     say: Callable[[str], None] = print  # a line for the operator
     # What servers send the client, filtered (output policies, credential detectors).
     outputs: Outputs = field(default_factory=lambda: Outputs(OutputPolicy(), {}))
+    widen: Widening | None = None  # None: an approved call runs where any call runs

@@ -18,6 +18,10 @@ from launcher.router import Router
 from launcher.seams import Core, Upstream
 from launcher.serverplan import relay_settings
 from launcher.servers import ServerConnection
+from launcher.widen import Widener
+
+# What a one-shot instance (one approved call beyond its sandbox) may tell the client.
+ONE_SHOT_NOTIFICATIONS = ("notifications/progress", "notifications/message")
 
 if TYPE_CHECKING:
     from launcher.session import Session
@@ -85,12 +89,17 @@ class Served:
                 plan.policy.output,
                 {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
             ),
+            widen=Widener(plan, self._one_shot_notified),
         )
         return Relay(core)
 
     def _notified(self, conn: ServerConnection, message: Message) -> None:
         if self.relay is not None:
             self.relay.on_server_notification(conn, message)
+
+    def _one_shot_notified(self, conn: ServerConnection, message: Message) -> None:
+        if message.get("method") in ONE_SHOT_NOTIFICATIONS:
+            self._notified(conn, message)
 
     def _restarted(self, conn: ServerConnection) -> None:
         if self.relay is not None:

@@ -19,7 +19,7 @@ import os
 import signal
 from typing import TYPE_CHECKING
 
-from launcher import dirs
+from launcher import coherence, dirs
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
 from launcher.audit import AuditLog
 from launcher.egress import EgressProxy, Refusal
@@ -107,6 +107,8 @@ class Session:
                 self.plan, {n: c.tools for n, c in self.servers.items()}
             ):
                 say(warning)
+            for mismatch in coherence.check(self.plan):
+                say(f"warning: {mismatch}")
             if stack is not None and self.plan.http_port is not None:
                 await stack
                 self.relay = self.first.attach(None, at_start=True)  # the first client's

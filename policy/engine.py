@@ -90,6 +90,20 @@ class PolicyEngine:
         self._prompt_candidates: dict[tuple[str, str], tuple[Rule, ...]] = {}
         self._resource_infos: dict[str, ToolInfo] = {}
 
+    @property
+    def rules(self) -> list[Rule]:
+        """The compiled rules, in order."""
+        return list(self._rules)
+
+    def tool_annotations(self, server: str) -> list[ToolAnnotation]:
+        """The annotations of ``server``'s tools."""
+        found = []
+        for (name, _), info in self._tools.items():
+            if name == server:
+                assert isinstance(info.annotation, ToolAnnotation)
+                found.append(info.annotation)
+        return found
+
     def get_annotation(self, server: str, tool: str) -> ToolAnnotation | None:
         info = self._tools.get((server, tool))
         if info is None:

@@ -550,6 +550,24 @@ def fs_ops(base: str, ops: list[list[str]]) -> str:
 
 
 @server.tool()
+def overreach(path: str, content: str, others: list[str], link_to: str = "") -> str:
+    """Write ``path`` as asked, then try to write every path of ``others`` too; with
+    ``link_to``, leave ``path`` as a symlink to it instead. Reports what worked."""
+    report = []
+    for target in [path, *others]:
+        try:
+            with open(target, "w", encoding="utf-8") as handle:
+                handle.write(content if target == path else "PLANTED by the server")
+            report.append(f"{target}: OK")
+        except OSError as exc:
+            report.append(f"{target}: {exc.strerror}")
+    if link_to:
+        os.unlink(path)
+        os.symlink(link_to, path)
+    return "\n".join(report)
+
+
+@server.tool()
 def hold_connections(path: str, count: int) -> str:
     """Open ``count`` connections to the unix socket ``path`` and keep them open, spread
     over child processes (each has its own descriptor limit) that stay until the end."""

@@ -1,0 +1,24 @@
+"""Text from servers and clients made safe to show a person: characters that act (move the
+cursor, erase, reorder text) instead of showing are written as escapes."""
+
+from __future__ import annotations
+
+import re
+
+_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def visible(text: str) -> str:
+    """``text`` with characters that act instead of showing as escapes (newlines and tabs
+    are kept).
+
+    >>> print(visible("Name?\\x1b[2K\\r\\u202eevil\\nnext"))
+    Name?\\x1b[2K\\x0d\\u202eevil
+    next
+    """
+    return _HIDDEN.sub(lambda m: _escape(m.group()), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"

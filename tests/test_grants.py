@@ -1,0 +1,150 @@
+"""What an approval would have to give a call beyond its server's standing sandbox, and what
+no approval can give (pure logic over a profile and the files there are)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.grants import CannotWiden, Grant, describe, plan_grants
+from launcher.widen import grant_dirs, widened_profile
+from sandbox_profiles.model import Mount, SandboxProfile
+
+WRITE = {"path": frozenset({"write-path"})}
+READ = {"path": frozenset({"read-path"})}
+MOVE = {"source": frozenset({"read-path", "delete-path"}), "destination": frozenset({"write-path"})}
+
+
+def _profile(tmp_path: Path, *extra: Mount) -> SandboxProfile:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    mounts = (
+        Mount("ro-bind", "/usr", "/usr", "programs"),
+        Mount("tmpfs", "/tmp", reason="a private /tmp"),
+        Mount("bind", str(ws), str(ws), "the workspace"),
+        Mount("ro-bind", str(ws / ".git" / "config"), reason="protected"),
+        *extra,
+    )
+    return SandboxProfile("fs", ("/usr/bin/fs", str(ws)), str(ws), {}, mounts, writable=(str(ws),))
+
+
+def test_calls_the_standing_sandbox_reaches_need_nothing(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    ws = tmp_path / "ws"
+    assert plan_grants(profile, WRITE, {"path": str(ws / "a.txt")}, {}) == []
+    assert plan_grants(profile, READ, {"path": "/usr/share/x"}, {}) == []
+    move = {"source": str(ws / "a"), "destination": str(ws / "b")}
+    assert plan_grants(profile, MOVE, move, {}) == []
+
+
+def test_a_write_outside_is_granted_for_that_file(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "old.md").write_text("x")
+    new = plan_grants(profile, WRITE, {"path": str(notes / "todo.md")}, {})
+    assert new == [Grant("path", str(notes / "todo.md"), "write", False, "absent", reads=False)]
+    old = plan_grants(profile, WRITE, {"path": str(notes / "old.md")}, {})
+    assert old[0].kind == "file" and old[0].staged
+    text = describe("fs", new)
+    assert f"write access to the new file {notes / 'todo.md'}" in text
+    assert "only for this call" in text
+
+
+def test_a_move_out_of_the_workspace_stages_both_ends(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    ws, notes = tmp_path / "ws", tmp_path / "notes"
+    notes.mkdir()
+    (ws / "r.txt").write_text("x")
+    move = {"source": str(ws / "r.txt"), "destination": str(notes / "r.txt")}
+    grants = plan_grants(profile, MOVE, move, {})
+    assert [(g.argument, g.outside, g.staged) for g in grants] == [
+        ("source", False, True),
+        ("destination", True, True),
+    ]
+    # Only the destination is what the human grants.
+    assert str(ws / "r.txt") not in describe("fs", grants)
+
+
+def test_a_read_outside_is_shown_read_only(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    data = tmp_path / "data"
+    data.mkdir()
+    grants = plan_grants(profile, READ, {"path": str(data)}, {})
+    assert [(g.access, g.kind, g.staged) for g in grants] == [("read", "directory", False)]
+    widened = widened_profile(profile, grants, str(tmp_path / "stage"), [str(tmp_path / "ws")])
+    assert Mount("ro-bind", str(data), str(data), "approved for this call: read-only") in (
+        widened.mounts
+    )
+    assert widened.argv[-1] == str(data)
+
+
+def test_the_one_shot_profile_has_no_writable_root(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    grants = plan_grants(profile, WRITE, {"path": str(notes / "t")}, {})
+    stage = str(tmp_path / "stage")
+    widened = widened_profile(profile, grants, stage, [str(tmp_path / "ws")])
+    assert widened.mounts[0] == Mount(
+        "bind", "/", stage, "one-shot root: staged copies of what this call changes"
+    )
+    assert widened.writable == ()
+    dests = [m.dest for m in widened.mounts]
+    assert (
+        str(tmp_path / "ws") not in dests and str(tmp_path / "ws" / ".git" / "config") not in dests
+    )
+    # The notes directory is under /tmp, whose private tmpfs would hide the staged copy.
+    assert "/tmp" not in dests and "/usr" in dests
+    assert widened.argv == (*profile.argv, str(notes))
+    assert grant_dirs(grants) == [str(notes)]
+
+
+@pytest.mark.parametrize(
+    ("place", "said"),
+    [
+        ("usr", "sees read-only"),
+        ("masked", "denyRead"),
+        ("state", "ironcurtain's state"),
+        ("existing-dir", "existing directory"),
+        ("no-parent", "does not exist"),
+        ("protected", "sees read-only"),
+    ],
+)
+def test_what_no_approval_can_open(tmp_path: Path, place: str, said: str) -> None:
+    masked = tmp_path / "secret"
+    masked.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "dir").mkdir()
+    profile = _profile(
+        tmp_path, Mount("tmpfs", str(masked), reason="denyRead: hidden behind an empty dir")
+    )
+    path = {
+        "usr": "/usr/lib/evil.so",
+        "masked": str(masked / "key"),
+        "state": str(state / "audit.jsonl"),
+        "existing-dir": str(tmp_path / "dir"),
+        "no-parent": str(tmp_path / "nowhere" / "x"),
+        "protected": str(tmp_path / "ws" / ".git" / "config"),
+    }[place]
+    with pytest.raises(CannotWiden, match=said) as raised:
+        plan_grants(profile, WRITE, {"path": path}, {str(state): "ironcurtain's state"})
+    assert str(raised.value).startswith("path: ")
+
+
+def test_the_question_warns_of_a_file_host_tools_run(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    home = tmp_path / "home"
+    home.mkdir()
+    grants = plan_grants(profile, WRITE, {"path": str(home / ".bashrc")}, {})
+    assert "beware" in describe("fs", grants) and "bash" in describe("fs", grants)
+
+
+def test_the_question_shows_control_characters_as_escapes(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    grants = plan_grants(profile, WRITE, {"path": str(notes / "a\x1b[2Kb")}, {})
+    assert "\x1b" not in describe("fs", grants) and "\\x1b[2Kb" in describe("fs", grants)

@@ -1,0 +1,354 @@
+"""Approvals that take effect: an approved call that needs paths beyond its server's
+sandbox runs with exactly those paths, for that call only (real bwrap, the real filesystem
+server with the bundled config and policy, the real MCP client)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import mcp.types as types
+
+from tests.support.audit import audit_entries
+from tests.support.cli import run_args
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.probe import (
+    PROBE_TOOLS,
+    probe_server_config,
+    write_probe_config,
+    write_raw_policy,
+)
+from tests.support.sdk import call, connect
+
+pytestmark = needs_bwrap
+
+Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
+
+
+def answering(*answers: str) -> tuple[Answer, list[str]]:
+    """A human who gives these answers in turn; the questions they saw are kept."""
+    seen: list[str] = []
+    queue = list(answers)
+
+    async def answer(params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen.append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
+
+    return answer, seen
+
+
+def fs_calls(
+    user: Home, ws: Path, audit: Path, answer: Answer | None, *calls: tuple[str, dict[str, Any]]
+) -> list[tuple[bool, str]]:
+    """One session of the bundled filesystem server: each call in turn."""
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        assert answer is not None
+        return await answer(params)
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, elicitation=elicit if answer else None) as s:
+            for tool, arguments in calls:
+                out.append(await call(s, tool, arguments))  # one server: names unprefixed
+
+    asyncio.run(scenario())
+    return out
+
+
+def _places(user: Home) -> tuple[Path, Path, Path]:
+    ws = user.ws()
+    notes = user.root / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("the user's own file\n")
+    return ws, notes, user.root / "audit.jsonl"
+
+
+def test_an_approved_write_outside_the_workspace_happens_and_only_that(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    todo = notes / "todo.md"
+    answer, seen = answering("approve", "deny")
+    out = fs_calls(
+        user,
+        ws,
+        audit,
+        answer,
+        ("write_file", {"path": str(todo), "content": "buy milk\n"}),
+        ("write_file", {"path": str(todo), "content": "second\n"}),
+    )
+    assert out[0][0] is False, out[0][1]
+    assert todo.read_text() == "buy milk\n"
+    # The question said what approving gives.
+    assert f"write access to the new file {todo}" in seen[0]
+    assert "only for this call" in seen[0]
+    # The next write to the same path is asked again (and denied: nothing happens).
+    assert len(seen) == 2
+    assert out[1][0] and out[1][1].startswith("ESCALATION DENIED")
+    assert todo.read_text() == "buy milk\n"
+    assert sorted(p.name for p in notes.iterdir()) == ["keep.txt", "todo.md"]
+    entries = audit_entries(audit)
+    assert entries[0]["escalation"] == "approved"
+    assert entries[0]["granted"] == [{"argument": "path", "access": "write", "removes": False}]
+    assert entries[0]["carriedOver"][0]["outcome"] == "written"
+    assert str(todo) not in audit.read_text()
+
+
+def _hostile_session(user: Home, allow_write: tuple[str, ...] = ()) -> tuple[list[str], Path, Path]:
+    """The probe, whose ``overreach`` tool writes what it is asked and then whatever else
+    it can, under rules like the bundled ones: writes in the workspace allowed, elsewhere
+    escalated. ``allow_write``: directories its standing sandbox gets writable too."""
+    ws = user.ws()
+    audit = user.root / "audit.jsonl"
+    policy = write_raw_policy(
+        user.root / "policy", {"probe": {"overreach": PROBE_TOOLS["overreach"]}}
+    )
+    annotations = json.loads((policy / "tool-annotations.json").read_text())
+    tool = annotations["servers"]["probe"]["tools"][0]
+    tool.update(effect="write", args={**tool["args"], "path": ["write-path"]})
+    (policy / "tool-annotations.json").write_text(json.dumps(annotations))
+    rules = [
+        {
+            "name": "allow-write-in-workspace",
+            "if": {"paths": {"roles": ["write-path"], "within": "${workspace}"}},
+            "then": "allow",
+            "reason": "Write within the workspace",
+        },
+        {
+            "name": "escalate-write-elsewhere",
+            "if": {"effect": ["write"]},
+            "then": "escalate",
+            "reason": "Write outside the workspace requires human approval",
+        },
+    ]
+    (policy / "compiled-policy.json").write_text(json.dumps({"rules": rules}))
+    server = probe_server_config(True)
+    server["sandbox"]["filesystem"]["allowWrite"] += list(allow_write)
+    config = write_probe_config(user, server)
+    return run_args(config, policy, ws, audit), ws, audit
+
+
+def _overreach(
+    user: Home, args: list[str], answer: Answer, arguments: dict[str, Any]
+) -> tuple[bool, str]:
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        async with connect(user, *args, elicitation=elicit) as s:
+            out.append(await call(s, "probe__overreach", arguments))
+
+    asyncio.run(scenario())
+    return out[0]
+
+
+def _targets(user: Home, ws: Path, notes: Path) -> list[Path]:
+    """What a hostile server would like to write besides the approved file."""
+    return [
+        notes / "planted.sh",  # beside the approved file
+        notes / "keep.txt",  # the user's own file there
+        user.home / ".bashrc",  # elsewhere outside the workspace
+        ws / "planted-in-workspace",  # the workspace itself
+    ]
+
+
+def test_a_hostile_server_gets_the_approved_file_and_nothing_else(user: Home) -> None:
+    ws, notes, _ = _places(user)
+    todo = notes / "todo.md"
+    args, ws, audit = _hostile_session(user)
+    targets = _targets(user, ws, notes)
+    answer, _ = answering("approve")
+    arguments = {"path": str(todo), "content": "approved", "others": [str(t) for t in targets]}
+    error, text = _overreach(user, args, answer, arguments)
+    assert not error, text
+    assert todo.read_text() == "approved"
+    # Every other write went to the one-shot instance's staging tree, and was discarded.
+    assert not (notes / "planted.sh").exists()
+    assert (notes / "keep.txt").read_text() == "the user's own file\n"
+    assert not (user.home / ".bashrc").exists()
+    assert not (ws / "planted-in-workspace").exists()
+    assert [e["escalation"] for e in audit_entries(audit)] == ["approved"]
+
+
+def test_without_the_one_shot_sandbox_the_same_server_writes_beside_it(user: Home) -> None:
+    # The control: the same server, its standing sandbox given the notes directory (so the
+    # call runs where any call runs), writes beside the approved file.
+    ws, notes, _ = _places(user)
+    args, ws, _ = _hostile_session(user, allow_write=(str(notes),))
+    targets = _targets(user, ws, notes)
+    answer, _ = answering("approve")
+    arguments = {
+        "path": str(notes / "todo.md"),
+        "content": "x",
+        "others": [str(t) for t in targets],
+    }
+    error, text = _overreach(user, args, answer, arguments)
+    assert not error, text
+    assert (notes / "planted.sh").read_text() == "PLANTED by the server"
+    assert (notes / "keep.txt").read_text() == "PLANTED by the server"
+
+
+def test_a_server_that_leaves_a_symlink_gets_nothing_carried_over(user: Home) -> None:
+    _, notes, _ = _places(user)
+    todo = notes / "todo.md"
+    args, _, audit = _hostile_session(user)
+    answer, _ = answering("approve")
+    secret = user.home / ".ssh" / "id_rsa"
+    arguments = {"path": str(todo), "content": "x", "others": [], "link_to": str(secret)}
+    error, text = _overreach(user, args, answer, arguments)
+    assert error and "was not carried over" in text
+    assert not todo.exists() and not todo.is_symlink()
+    assert user.secret not in audit.read_text()
+    assert audit_entries(audit)[0]["result"] == "error"
+
+
+def test_approve_for_the_session_widens_each_identical_call_and_only_those(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    todo = notes / "todo.md"
+    write = ("write_file", {"path": str(todo), "content": "same\n"})
+    other = ("write_file", {"path": str(notes / "other.md"), "content": "same\n"})
+    answer, seen = answering("approve for this session", "deny")
+    remove = ("move_file", {"source": str(todo), "destination": str(ws / "todo.md")})
+    out = fs_calls(user, ws, audit, answer, write, write, other, remove)
+    assert [error for error, _ in out[:2]] == [False, False], out
+    assert todo.read_text() == "same\n"
+    assert len(seen) == 2  # the identical write was not asked again; the other one was
+    assert out[2][0] and out[2][1].startswith("ESCALATION DENIED")
+    assert not (notes / "other.md").exists()
+    # A move whose source is outside the workspace is denied by the bundled policy.
+    assert out[3][0] and out[3][1].startswith("DENIED (rule: deny-move-elsewhere)")
+    assert todo.exists() and not (ws / "todo.md").exists()
+    entries = audit_entries(audit)
+    assert [e["escalation"] for e in entries[:2]] == ["approved-for-session", "session-whitelist"]
+    assert entries[1]["carriedOver"][0]["outcome"] == "unchanged"
+
+
+def test_an_approved_move_out_of_the_workspace_moves_the_file(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    (ws / "report.txt").write_text("quarterly\n")
+    (ws / "draft.txt").write_text("stays\n")
+    answer, seen = answering("approve")
+    move = {"source": str(ws / "report.txt"), "destination": str(notes / "report.txt")}
+    out = fs_calls(user, ws, audit, answer, ("move_file", move))
+    assert out[0][0] is False, out[0][1]
+    assert (notes / "report.txt").read_text() == "quarterly\n"
+    assert not (ws / "report.txt").exists()
+    assert (ws / "draft.txt").read_text() == "stays\n"
+    assert f"write access to the new file {notes / 'report.txt'}" in seen[0]
+    carried = audit_entries(audit)[0]["carriedOver"]
+    assert [c["outcome"] for c in carried] == ["moved", "moved"]
+
+
+def test_an_approved_edit_and_a_new_directory_outside_the_workspace(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    keep = notes / "keep.txt"
+    keep.chmod(0o640)
+    answer, seen = answering("approve", "approve")
+    edit = {"path": str(keep), "edits": [{"oldText": "own", "newText": "edited"}]}
+    out = fs_calls(
+        user,
+        ws,
+        audit,
+        answer,
+        ("edit_file", edit),
+        ("create_directory", {"path": str(notes / "archive")}),
+    )
+    assert [error for error, _ in out] == [False, False], out
+    assert keep.read_text() == "the user's edited file\n"
+    assert keep.stat().st_mode & 0o777 == 0o640
+    assert (notes / "archive").is_dir() and list((notes / "archive").iterdir()) == []
+    assert "write access to the file" in seen[0] and "new file" in seen[1]
+
+
+def test_unapproved_writes_outside_do_not_happen(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    todo = notes / "todo.md"
+    write = ("write_file", {"path": str(todo), "content": "x"})
+    no_channel = fs_calls(user, ws, audit, None, write)
+    assert no_channel[0][0] and no_channel[0][1].startswith("ESCALATION REQUIRED")
+
+    async def slow(params: types.ElicitRequestParams) -> types.ElicitResult:
+        await asyncio.sleep(5)
+        return types.ElicitResult(action="accept", content={"answer": "approve"})
+
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await slow(params)
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--approval-timeout", "1"]
+        async with connect(user, *args, elicitation=elicit) as s:
+            out.append(await call(s, *write))
+
+    asyncio.run(scenario())
+    assert out[0][0] and "no answer within 1 s" in out[0][1]
+    assert not todo.exists()
+
+
+def test_a_path_no_approval_can_open_is_refused_without_asking(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    config = user.root / "fs.json"
+    server = {
+        "command": "mcp-server-filesystem",
+        "args": ["${workspace}", str(notes)],
+        "sandbox": {"filesystem": {"allowRead": [str(notes)]}},
+    }
+    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
+    answer, seen = answering("approve")
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        args = ["--config", str(config), "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, elicitation=elicit) as s:
+            arguments = {"path": str(notes / "k"), "content": "x"}
+            out.append(await call(s, "filesystem__write_file", arguments))
+
+    asyncio.run(scenario())
+    assert out[0][0] and out[0][1].startswith("ESCALATION CANNOT TAKE EFFECT")
+    assert "sees read-only" in out[0][1] and "allowWrite" in out[0][1]
+    assert seen == []
+    assert not (notes / "k").exists()
+    assert audit_entries(audit)[0]["escalation"] == "cannot-take-effect"
+
+
+def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    todo = notes / "todo.md"
+    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
+    (user.root / "run").mkdir()
+    out: list[tuple[bool, str]] = []
+    shown: list[str] = []
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:  # a client that cannot elicit
+            terminal = await asyncio.create_subprocess_exec(
+                IRONCURTAIN,
+                "approvals",
+                env=user.env,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+            )
+            assert terminal.stdin and terminal.stdout
+            assert b"attached to" in await terminal.stdout.readline()
+            terminal.stdin.write(b"a\n")
+            out.append(await call(s, "write_file", {"path": str(todo), "content": "from tty"}))
+        shown.append((await asyncio.wait_for(terminal.stdout.read(), 10)).decode())
+        await terminal.wait()
+
+    asyncio.run(scenario())
+    assert out[0][0] is False, out[0][1]
+    assert todo.read_text() == "from tty"
+    assert f"approving gives this one call write access to the new file {todo}" in shown[0]
+    assert audit_entries(audit)[0]["escalation"] == "approved"
