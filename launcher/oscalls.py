@@ -126,6 +126,25 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
+RENAME_NOREPLACE = 1
+
+
+def rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> None:
+    """``renameat2(..., RENAME_NOREPLACE)``: a rename that fails (EEXIST) rather than
+    replace what is at ``dst``."""
+    libc = _libc()
+    done = libc.renameat2(
+        ctypes.c_int(src_dir_fd),
+        os.fsencode(src),
+        ctypes.c_int(dst_dir_fd),
+        os.fsencode(dst),
+        ctypes.c_uint(RENAME_NOREPLACE),
+    )
+    if done != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), dst)
+
+
 def inotify_init() -> int:
     """A non-blocking inotify descriptor; OSError when inotify is not available."""
     fd: int = _libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)

@@ -39,6 +39,7 @@ from typing import Any
 from launcher import dirs
 from launcher.grants import CannotWiden, Grant, plan_grants
 from launcher.jsonrpc import Message
+from launcher.oscalls import rename_noreplace
 from launcher.plan import SessionPlan
 from launcher.serverplan import client_capabilities
 from launcher.servers import ServerConnection
@@ -112,7 +113,9 @@ def _open_file_at(root: str, path: str) -> int:
     """A read descriptor of the regular file ``root + path`` (no symlink anywhere)."""
     *parents, name = _parts(path)
     with _walk(root, parents) as fd:
-        file_fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        # Non-blocking: a FIFO put in a file's place cannot hang the trusted process.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        file_fd = os.open(name, flags, dir_fd=fd)
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
         os.close(file_fd)
         raise OSError(f"{path} is not a regular file")
@@ -298,8 +301,8 @@ class OneShot:
         odd = [p for p, outcome in outcomes.items() if outcome.startswith("not carried over")]
         if odd:
             return records, (
-                f"the server left {', '.join(odd)} as something other than a regular file or "
-                "a directory; that was not carried over to the host"
+                "not carried over to the host: "
+                + "; ".join(f"{p} ({outcomes[p].removeprefix('not carried over: ')})" for p in odd)
             )
         return records, None
 
@@ -314,10 +317,8 @@ class OneShot:
         src_parent, src_name = os.path.split(source.path)
         dst_parent, dst_name = os.path.split(target.path)
         with _walk("/", _parts(src_parent)) as src_fd, _walk("/", _parts(dst_parent)) as dst_fd:
-            if _lstat_at("/", target.path) is not None:
-                raise FileExistsError(f"{target.path} exists on the host")
             try:
-                os.rename(src_name, dst_name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                rename_noreplace(src_fd, src_name, dst_fd, dst_name)
             except OSError as exc:
                 if exc.errno != 18 or source.kind != "file":  # EXDEV: another filesystem
                     raise
@@ -328,6 +329,8 @@ class OneShot:
     def _carry(self, grant: Grant, after: os.stat_result | None) -> str:
         if _snapshot_at(self.stage.root, grant.path) == self.stage.staged[grant.path]:
             return "unchanged"  # the call did nothing to it
+        if after is not None and after.st_size > MAX_STAGED_BYTES and stat.S_ISREG(after.st_mode):
+            return f"not carried over: larger than {MAX_STAGED_BYTES >> 20} MiB"
         if grant.access == "write" and after is not None and stat.S_ISREG(after.st_mode):
             return self._install(grant.path, grant.path, self.stage.root)
         if grant.access == "write" and after is not None and stat.S_ISDIR(after.st_mode):
@@ -346,7 +349,7 @@ class OneShot:
                     os.unlink(name, dir_fd=fd)
             return "removed"
         if after is not None and not (stat.S_ISREG(after.st_mode) or stat.S_ISDIR(after.st_mode)):
-            return "not carried over: not a regular file or a directory"
+            return "not carried over: the server left something other than a file or a directory"
         return "unchanged"
 
     def _install(self, host_path: str, source_path: str, source_root: str) -> str:

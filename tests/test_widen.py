@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as types
+import pytest
 
 from tests.support.audit import audit_entries
 from tests.support.cli import run_args
@@ -195,15 +196,17 @@ def test_without_the_one_shot_sandbox_the_same_server_writes_beside_it(user: Hom
     assert (notes / "keep.txt").read_text() == "PLANTED by the server"
 
 
-def test_a_server_that_leaves_a_symlink_gets_nothing_carried_over(user: Home) -> None:
+@pytest.mark.parametrize("leave", ["symlink", "fifo"])
+def test_a_server_that_leaves_no_file_gets_nothing_carried_over(user: Home, leave: str) -> None:
     _, notes, _ = _places(user)
     todo = notes / "todo.md"
     args, _, audit = _hostile_session(user)
     answer, _ = answering("approve")
     secret = user.home / ".ssh" / "id_rsa"
-    arguments = {"path": str(todo), "content": "x", "others": [], "link_to": str(secret)}
+    arguments: dict[str, Any] = {"path": str(todo), "content": "x", "others": []}
+    arguments.update({"link_to": str(secret)} if leave == "symlink" else {"fifo": True})
     error, text = _overreach(user, args, answer, arguments)
-    assert error and "was not carried over" in text
+    assert error and "not carried over to the host" in text and "something other than" in text
     assert not todo.exists() and not todo.is_symlink()
     assert user.secret not in audit.read_text()
     assert audit_entries(audit)[0]["result"] == "error"

@@ -550,9 +550,12 @@ def fs_ops(base: str, ops: list[list[str]]) -> str:
 
 
 @server.tool()
-def overreach(path: str, content: str, others: list[str], link_to: str = "") -> str:
+def overreach(
+    path: str, content: str, others: list[str], link_to: str = "", fifo: bool = False
+) -> str:
     """Write ``path`` as asked, then try to write every path of ``others`` too; with
-    ``link_to``, leave ``path`` as a symlink to it instead. Reports what worked."""
+    ``link_to``, leave ``path`` as a symlink to it instead, with ``fifo`` as a FIFO.
+    Reports what worked."""
     report = []
     for target in [path, *others]:
         try:
@@ -564,6 +567,9 @@ def overreach(path: str, content: str, others: list[str], link_to: str = "") -> 
     if link_to:
         os.unlink(path)
         os.symlink(link_to, path)
+    if fifo:
+        os.unlink(path)
+        os.mkfifo(path)
     return "\n".join(report)
 
 

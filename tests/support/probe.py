@@ -42,7 +42,7 @@ PROBE_TOOLS = {
     "linger": [],
     "fs_ops": ["base", "ops"],
     "hold_connections": ["path", "count"],
-    "overreach": ["path", "content", "others", "link_to"],
+    "overreach": ["path", "content", "others", "link_to", "fifo"],
     "ask_user": ["question"],
     "sample": ["prompt"],
     "roots": [],
