@@ -198,7 +198,8 @@ class CheckedCalls:
             }
         if outcome.approved and grants:
             try:
-                await self._widen(call, grants)
+                for_session = outcome.escalation in ("approved-for-session", "session-whitelist")
+                await self._widen(call, grants, for_session)
             except asyncio.CancelledError:
                 self._finish(call, "cancelled")
                 raise
@@ -224,11 +225,16 @@ class CheckedCalls:
             return []
         return widen.grants(call.server, call.name, call.arguments)
 
-    async def _widen(self, call: _Call, grants: list[Grant]) -> None:
-        """Run the approved ``call`` in a one-shot instance that holds the grants."""
+    async def _widen(self, call: _Call, grants: list[Grant], for_session: bool) -> None:
+        """Run the approved ``call`` in an instance that holds the grants: its own, or the
+        one kept for the identical calls approved for the session."""
         assert self.core.widen is not None and call.server is not None
         call.entry["granted"] = [g.record() for g in grants if g.outside]
-        one_shot = await self.core.widen.start(call.server, grants)
+        keep = None
+        if for_session:
+            named = label(call.method, call.name)
+            keep = f"{call.server}\0{named}\0{hash_value(call.arguments)}"
+        one_shot = await self.core.widen.start(call.server, grants, keep)
         call.one_shot, call.conn = one_shot, one_shot.conn
 
     async def _keep_alive(self, call: _Call, token: str | int) -> None:
@@ -314,7 +320,8 @@ class CheckedCalls:
         call.one_shot = None
         failure = None
         try:
-            await one_shot.stop()
+            if not one_shot.kept:
+                await one_shot.stop()
             succeeded = (
                 isinstance(outcome, dict)
                 and isinstance(outcome.get("result"), dict)
@@ -325,7 +332,10 @@ class CheckedCalls:
         except Exception as exc:  # whatever it was, the client is told and nothing more runs
             failure = f"the approved change could not be carried over: {exc}"
         finally:
-            one_shot.discard()
+            if one_shot.kept and failure is None:
+                one_shot.release()
+            else:
+                await _discard(one_shot)
         if failure is not None:
             self._end(call, "error", failure=f"ERROR: {failure}")
             return

@@ -311,12 +311,15 @@ class Relay:
         return [t for t in self._tasks if not t.done()]
 
     async def stop(self) -> None:
-        """Calls still out are cancelled at their servers and audited ``cancelled``."""
+        """Calls still out are cancelled at their servers and audited ``cancelled``; the
+        instances started for approved calls are stopped."""
         self.calls.stop()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.core.widen is not None:
+            await self.core.widen.close()
 
 
 def _after(message: Message, offset: int) -> Message:

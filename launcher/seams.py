@@ -66,21 +66,30 @@ class Upstream(Protocol):
 
 
 class OneShot(Protocol):
-    """A one-shot instance of a server for one approved call that needs more than its
-    standing sandbox (:mod:`launcher.widen`)."""
+    """An instance of a server for approved calls that need more than its standing
+    sandbox (:mod:`launcher.widen`): for one call, or *kept* for the identical calls an
+    approval for the session covers."""
 
     @property
     def conn(self) -> Downstream: ...
 
+    @property
+    def kept(self) -> bool: ...
+
     async def stop(self) -> None: ...
 
     def commit(self) -> tuple[list[dict[str, object]], str | None]:
-        """After :meth:`stop`: carry the call's changes to the approved paths over to the
-        host; a record per path, and why nothing could be carried over (None: done)."""
+        """After the call (after :meth:`stop`, unless kept): carry its changes to the
+        approved paths over to the host; a record per path, and why nothing could be
+        carried over (None: done)."""
+        ...
+
+    def release(self) -> None:
+        """A kept instance's call is over (it serves the next identical call)."""
         ...
 
     def discard(self) -> None:
-        """Remove what the instance was given (after :meth:`commit`, or instead of it)."""
+        """Remove what the instance was given (it has stopped)."""
         ...
 
 
@@ -92,7 +101,14 @@ class Widening(Protocol):
         :class:`launcher.grants.CannotWiden` when no approval could give it."""
         ...
 
-    async def start(self, server: str, grants: Sequence[Grant]) -> OneShot: ...
+    async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
+        """An instance for the call; ``keep`` names the session approval it was made
+        under (its instance is kept for the identical calls after it)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop every instance (the session ends)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,6 +102,13 @@ def _snapshot_at(root: str, path: str) -> Snapshot:
     return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
+def _kind_now(path: str) -> str:
+    st = _lstat_at("/", path)
+    if st is None:
+        return "absent"
+    return "directory" if stat.S_ISDIR(st.st_mode) else "file"
+
+
 def _copy_fd(src: int, dst: int) -> None:
     while chunk := os.read(src, _COPY_CHUNK):
         view = memoryview(chunk)
@@ -171,20 +178,56 @@ class Stage:
         for directory in (*roots, cwd):
             self._mkdirs(directory, writable=False)
         for grant in grants:
+            if grant.staged:
+                self._mkdirs(os.path.dirname(grant.path), writable=grant.changes)
+                self._stage(grant)
+
+    def _stage(self, grant: Grant) -> None:
+        """Stage ``grant``'s path from the host, through descriptors: the staging tree is
+        the server's (a kept instance runs meanwhile), so nothing here follows a link it
+        planted."""
+        self.before[grant.path] = _snapshot(grant.path)
+        parent, name = os.path.split(grant.path)
+        kind = _kind_now(grant.path)
+        with _walk(self.root, _parts(parent)) as fd:
+            if kind == "directory":
+                os.mkdir(name, 0o755, dir_fd=fd)  # moved or removed as a whole
+            elif kind == "file":
+                self._copy_in(grant, fd, name)
+            if kind != "absent" and grant.changes and self.run_as is not None:
+                os.chown(name, *self.run_as, dir_fd=fd, follow_symlinks=False)
+        self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+
+    def restage(self, grants: Sequence[Grant]) -> None:
+        """Before a kept instance's next call: a path whose host or staged state is not
+        what the last call left is staged afresh from the host."""
+        for grant in grants:
             if not grant.staged:
                 continue
-            self.before[grant.path] = _snapshot(grant.path)
-            self._mkdirs(os.path.dirname(grant.path), writable=grant.changes)
-            staged = self.root + grant.path
-            if grant.kind == "directory":
-                os.mkdir(staged, 0o755)  # moved or removed as a whole: its content stays
-            elif grant.kind == "file":
-                self._copy_in(grant, staged)
-            if grant.kind != "absent" and grant.changes and self.run_as is not None:
-                os.chown(staged, *self.run_as)
-            self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+            host, staged = _snapshot(grant.path), _snapshot_at(self.root, grant.path)
+            if (host, staged) == (self.before[grant.path], self.staged[grant.path]):
+                continue
+            parent, name = os.path.split(grant.path)
+            with _walk(self.root, _parts(parent)) as fd:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    if stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(name, dir_fd=fd)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+            self._stage(grant)
 
-    def _copy_in(self, grant: Grant, staged: str) -> None:
+    def settled(self, grants: Sequence[Grant]) -> None:
+        """After a kept instance's call was carried over: host and staging agree now."""
+        for grant in grants:
+            if grant.staged:
+                self.before[grant.path] = _snapshot(grant.path)
+                self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+
+    def _copy_in(self, grant: Grant, dir_fd: int, name: str) -> None:
         """The host's file, as a copy when the call may read it (an empty file of the same
         mode when it may only replace or remove it)."""
         src = _open_file_at("/", grant.path)
@@ -196,7 +239,7 @@ class Stage:
                     f"{MAX_STAGED_BYTES >> 20} MiB a widened call may be given"
                 )
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            dst = os.open(staged, flags, 0o600)
+            dst = os.open(name, flags, 0o600, dir_fd=dir_fd)
             try:
                 if grant.reads:
                     _copy_fd(src, dst)
@@ -259,17 +302,39 @@ def grant_dirs(grants: Sequence[Grant]) -> list[str]:
 
 
 class OneShot:
-    """A started one-shot instance and what it may carry over."""
+    """A started one-shot instance and what it may carry over. A *kept* one (approved for
+    the session) serves every identical call after the first: it is not stopped after a
+    call, and its changes are carried over while it runs (every step of the carry-over
+    opens the staging tree without following a symlink, so the running server cannot
+    redirect it; it can only change what the approved paths get, which the approval
+    covers)."""
 
-    def __init__(self, conn: ServerConnection, stage: Stage, grants: Sequence[Grant]) -> None:
+    def __init__(
+        self,
+        conn: ServerConnection,
+        stage: Stage,
+        grants: Sequence[Grant],
+        forget: Callable[[OneShot], None] = lambda _: None,
+    ) -> None:
         self.conn = conn
         self.stage = stage
         self.grants = tuple(grants)
+        self.kept = False
+        self.busy = True
+        self._forget = forget
 
     async def stop(self) -> None:
         await self.conn.stop()
 
+    def release(self) -> None:
+        """A kept instance's call is over: the staging agrees with the host again, and the
+        next identical call may use it."""
+        self.stage.settled(self.grants)
+        self.busy = False
+
     def discard(self) -> None:
+        self.kept = False
+        self._forget(self)
         self.stage.remove()
 
     def commit(self) -> tuple[list[dict[str, object]], str | None]:
@@ -405,6 +470,8 @@ class Widener:
     ) -> None:
         self.plan = plan
         self.on_notification = on_notification
+        self._live: set[OneShot] = set()
+        self._kept: dict[str, OneShot] = {}  # by the session approval they serve
         self.never_writable = {
             str(dirs.config_dir()): "ironcurtain's configuration",
             str(dirs.state_dir()): "ironcurtain's state (audit logs, pins, workspaces)",
@@ -421,8 +488,46 @@ class Widener:
         roles = {arg: frozenset(r) for arg, r in annotation.args.items()}
         return plan_grants(sp.profile, roles, arguments, self.never_writable)
 
-    async def start(self, server: str, grants: Sequence[Grant]) -> OneShot:
-        """The one-shot instance, started and initialised."""
+    async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
+        """A one-shot instance for the call, started and initialised. ``keep``: the
+        session approval the call was made under; the instance kept for it serves the call
+        when it is running and idle (its staging refreshed from the host), and a new one is
+        kept for it otherwise."""
+        kept = self._kept.get(keep) if keep else None
+        if kept is not None and kept.conn.running and not kept.busy:
+            kept.busy = True
+            try:
+                kept.stage.restage(kept.grants)
+            except Exception:
+                await self._drop(kept)
+                raise
+            return kept
+        one_shot = await self._start_new(server, grants)
+        if keep and (kept is None or not kept.busy):
+            if kept is not None:
+                await self._drop(kept)
+            one_shot.kept = True
+            self._kept[keep] = one_shot
+        return one_shot
+
+    async def close(self) -> None:
+        """Stop every instance still running (the session ends)."""
+        for one_shot in list(self._live):
+            await self._drop(one_shot)
+
+    async def _drop(self, one_shot: OneShot) -> None:
+        try:
+            await one_shot.stop()
+        finally:
+            one_shot.discard()
+
+    def _forget(self, one_shot: OneShot) -> None:
+        self._live.discard(one_shot)
+        for key, kept in list(self._kept.items()):
+            if kept is one_shot:
+                del self._kept[key]
+
+    async def _start_new(self, server: str, grants: Sequence[Grant]) -> OneShot:
         sp = self.plan.servers[server]
         assert sp.profile is not None
         stage = Stage(self.plan.runtime_dir, server, sp.profile.run_as)
@@ -447,7 +552,9 @@ class Widener:
                 why = f"{exc or type(exc).__name__} (its last output: {tail})"
                 raise RuntimeError(why) from None
             raise
-        return OneShot(conn, stage, grants)
+        one_shot = OneShot(conn, stage, grants, self._forget)
+        self._live.add(one_shot)
+        return one_shot
 
     @staticmethod
     async def _start(conn: ServerConnection) -> None:

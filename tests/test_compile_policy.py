@@ -58,11 +58,13 @@ def _tools(path: Path) -> dict[str, list[dict[str, Any]]]:
 
 @needs_bwrap
 def test_the_bundled_policy_is_what_the_pipeline_makes_and_unchanged_inputs_ask_nothing(
-    env: Home,
+    env: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = env.root / "generated"
     replay = Replay("bundled")
     assert _compile(replay, out, env) == 0
+    # The compiled rules agree with the bundled config's sandboxes.
+    assert "warning" not in capsys.readouterr().err
     # One question per server, then the compiler, the scenarios and one judge round.
     assert replay.requests == [
         "annotate-filesystem",
@@ -95,6 +97,7 @@ def test_the_bundled_policy_is_what_the_pipeline_makes_and_unchanged_inputs_ask_
         str(out),
     )
     assert done.returncode == 0 and "escalate-write-elsewhere" in done.stdout, done.stderr
+    assert "warning" not in done.stdout
 
     # Nothing changed: every answer comes from the cache, no request goes out.
     again = Replay("bundled")

@@ -106,14 +106,14 @@ def _hostile_session(user: Home, allow_write: tuple[str, ...] = ()) -> tuple[lis
     escalated. ``allow_write``: directories its standing sandbox gets writable too."""
     ws = user.ws()
     audit = user.root / "audit.jsonl"
-    policy = write_raw_policy(
-        user.root / "policy", {"probe": {"overreach": PROBE_TOOLS["overreach"]}}
-    )
+    tools = {"overreach": PROBE_TOOLS["overreach"], "instance": []}
+    policy = write_raw_policy(user.root / "policy", {"probe": tools})
     annotations = json.loads((policy / "tool-annotations.json").read_text())
     tool = annotations["servers"]["probe"]["tools"][0]
     tool.update(effect="write", args={**tool["args"], "path": ["write-path"]})
     (policy / "tool-annotations.json").write_text(json.dumps(annotations))
     rules = [
+        {"name": "allow-instance", "if": {"tool": ["instance"]}, "then": "allow", "reason": "t"},
         {
             "name": "allow-write-in-workspace",
             "if": {"paths": {"roles": ["write-path"], "within": "${workspace}"}},
@@ -135,8 +135,16 @@ def _hostile_session(user: Home, allow_write: tuple[str, ...] = ()) -> tuple[lis
 
 
 def _overreach(
-    user: Home, args: list[str], answer: Answer, arguments: dict[str, Any]
+    user: Home, args: list[str], answer: Answer, *calls: dict[str, Any]
 ) -> tuple[bool, str]:
+    """One session: ``probe__overreach`` with each of ``calls`` in turn; the first answer."""
+    return _overreach_all(user, args, answer, *calls, instance=False)[0]
+
+
+def _overreach_all(
+    user: Home, args: list[str], answer: Answer, *calls: dict[str, Any], instance: bool = True
+) -> list[tuple[bool, str]]:
+    """Every answer; with ``instance``, then which process the standing server is."""
     out: list[tuple[bool, str]] = []
 
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -144,10 +152,13 @@ def _overreach(
 
     async def scenario() -> None:
         async with connect(user, *args, elicitation=elicit) as s:
-            out.append(await call(s, "probe__overreach", arguments))
+            for arguments in calls:
+                out.append(await call(s, "probe__overreach", arguments))
+            if instance:
+                out.append(await call(s, "probe__instance", {}))
 
     asyncio.run(scenario())
-    return out[0]
+    return out
 
 
 def _targets(user: Home, ws: Path, notes: Path) -> list[Path]:
@@ -210,6 +221,31 @@ def test_a_server_that_leaves_no_file_gets_nothing_carried_over(user: Home, leav
     assert not todo.exists() and not todo.is_symlink()
     assert user.secret not in audit.read_text()
     assert audit_entries(audit)[0]["result"] == "error"
+
+
+def test_approved_for_the_session_one_widened_instance_serves_the_identical_calls(
+    user: Home,
+) -> None:
+    _, notes, _ = _places(user)
+    todo = notes / "todo.md"
+    args, _, audit = _hostile_session(user)
+    answer, seen = answering("approve for this session")
+    same = {"path": str(todo), "content": "v1", "others": [str(notes / "planted.sh")]}
+    out = _overreach_all(user, args, answer, same, same, same)
+    assert [error for error, _ in out] == [False] * 4, out
+    instances = [text.splitlines()[-1] for _, text in out]
+    # The three identical calls: one widened instance, not the standing one.
+    assert instances[0] == instances[1] == instances[2] != instances[3]
+    assert len(seen) == 1
+    assert todo.read_text() == "v1"
+    assert not (notes / "planted.sh").exists()
+    entries = audit_entries(audit)
+    assert [e["escalation"] for e in entries] == [
+        "approved-for-session",
+        "session-whitelist",
+        "session-whitelist",
+        None,
+    ]
 
 
 def test_approve_for_the_session_widens_each_identical_call_and_only_those(user: Home) -> None:
@@ -355,3 +391,26 @@ def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) ->
     assert todo.read_text() == "from tty"
     assert f"approving gives this one call write access to the new file {todo}" in shown[0]
     assert audit_entries(audit)[0]["escalation"] == "approved"
+
+
+def test_a_kept_instance_sees_what_the_user_changed_between_calls(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    keep = notes / "keep.txt"
+    answer, seen = answering("approve for this session")
+    out: list[tuple[bool, str]] = []
+    edit = {"path": str(keep), "edits": [{"oldText": "file", "newText": "file, edited"}]}
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, elicitation=elicit) as s:
+            out.append(await call(s, "edit_file", edit))
+            keep.write_text("the user's new file\n")  # the user, between two calls
+            out.append(await call(s, "edit_file", edit))
+
+    asyncio.run(scenario())
+    assert [error for error, _ in out] == [False, False], out
+    assert keep.read_text() == "the user's new file, edited\n"
+    assert len(seen) == 1

@@ -570,7 +570,7 @@ def overreach(
     if fifo:
         os.unlink(path)
         os.mkfifo(path)
-    return "\n".join(report)
+    return "\n".join([*report, f"INSTANCE {_INSTANCE}"])
 
 
 @server.tool()
