@@ -89,11 +89,20 @@ class Entry:
 
 @dataclass
 class ClientFile:
+    """The servers of one client in one file: a whole file's, or (Claude Code's
+    ``~/.claude.json``) those one project keeps in it."""
+
     client: Client
     path: Path
-    scope: str  # user or project
-    project: Path | None  # the project root, for a project file
+    scope: str  # user, project, or local (one project's, in a user file)
+    project: Path | None  # the project the servers start in (a project or local scope)
     entries: list[Entry]
+    # Where the servers are in the file (keys from the top); empty: the client's key.
+    at: tuple[str, ...] = ()
+
+    @property
+    def key_path(self) -> tuple[str, ...]:
+        return self.at or (self.client.key,)
 
 
 def entry_of(client: Client, name: str, raw: Any) -> Entry:
@@ -146,6 +155,23 @@ def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
     return servers
 
 
+def local_servers(client: Client, path: Path) -> Iterator[ClientFile]:
+    """Claude Code's servers of one project kept in the user file (``claude mcp add``'s
+    default "local" scope): ``projects.<project root>.mcpServers`` of ``~/.claude.json``."""
+    try:
+        data = parse(path.read_text(encoding="utf-8")).value
+    except (OSError, JsoncError):
+        return  # read() has said what is wrong with it
+    projects = data.get("projects") if isinstance(data, dict) else None
+    for root, settings in (projects or {}).items() if isinstance(projects, dict) else ():
+        servers = settings.get("mcpServers") if isinstance(settings, dict) else None
+        if not isinstance(servers, dict) or not servers or not os.path.isabs(root):
+            continue
+        entries = [entry_of(client, name, raw) for name, raw in servers.items()]
+        at = ("projects", root, "mcpServers")
+        yield ClientFile(client, path, "local", Path(root), entries, at)
+
+
 def found(home: Path, project: Path | None) -> Iterator[ClientFile]:
     """Every client file that exists, user files first."""
     for client in CLIENTS:
@@ -153,6 +179,8 @@ def found(home: Path, project: Path | None) -> Iterator[ClientFile]:
             path = home / relative
             if path.is_file():
                 yield read(client, path, "user", None)
+                if client.name == "claude-code":
+                    yield from local_servers(client, path)
         if project is not None:
             for relative in client.project:
                 path = project / relative

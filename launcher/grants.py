@@ -171,6 +171,7 @@ def plan_grants(
             found.append((argument, path, access, removes, reads, not reachable))
     if not any(outside for *_, outside in found):
         return []
+    found = _merged(found)
     # The one-shot instance has no writable root of its own: every path the call changes
     # is staged, those the standing sandbox could have changed too; those it only reads
     # are shown read-only.
@@ -193,6 +194,23 @@ def plan_grants(
             )
         grants.append(grant)
     return grants
+
+
+def _merged(
+    found: list[tuple[str, str, Literal["read", "write"], bool, bool, bool]],
+) -> list[tuple[str, str, Literal["read", "write"], bool, bool, bool]]:
+    """One entry per path (two arguments may name the same one), with the widest access
+    any of them needs."""
+    by_path: dict[str, tuple[str, str, Literal["read", "write"], bool, bool, bool]] = {}
+    for argument, path, access, removes, reads, outside in found:
+        if path in by_path:
+            first, _, access0, removes0, reads0, outside0 = by_path[path]
+            widest: Literal["read", "write"] = "write" if "write" in (access, access0) else "read"
+            entry = (first, path, widest, removes or removes0, reads or reads0, outside or outside0)
+            by_path[path] = entry
+        else:
+            by_path[path] = (argument, path, access, removes, reads, outside)
+    return list(by_path.values())
 
 
 def _check_place(

@@ -28,6 +28,7 @@ from launcher import dirs
 from launcher.clients import BY_NAME, CLIENTS, ClientFile, Entry, found
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
+from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
 
 # A client's own variable for the project directory, which it expands in an entry's args:
 # the moved definition says ${workspace} instead, and the client's entry passes the
@@ -50,6 +51,12 @@ def secret_name(name: str) -> bool:
     return any(word in SECRET_WORDS for word in re.split(r"[_\-]", name.upper()))
 
 
+# As the bundled config has it for its git server.
+GIT_SAFE_DIRECTORY = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "safe.directory",
+    "GIT_CONFIG_VALUE_0": "*",
+}
 DIRECTORY_OPTIONS = ("--repository", "--repo", "--root", "--dir", "--directory", "--path")
 
 
@@ -89,7 +96,8 @@ def describe(files: Iterable[ClientFile]) -> str:
     """The clients' servers, one line each, for ``ironcurtain clients``."""
     lines: list[str] = []
     for f in files:
-        lines.append(f"{f.client.label} ({f.scope}): {f.path}")
+        scope = f"local: {f.project}" if f.scope == "local" else f.scope
+        lines.append(f"{f.client.label} ({scope}): {f.path}")
         if not f.entries:
             lines.append("  (no servers)")
         width = max((len(e.name) for e in f.entries), default=0)
@@ -109,6 +117,39 @@ def describe(files: Iterable[ClientFile]) -> str:
 def ironcurtain_exe() -> str:
     exe = shutil.which("ironcurtain")
     return exe or os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+
+
+def launch_problem(e: Entry) -> str | None:
+    """Why the entry could not start in a sandbox as it stands (None: it can). A sandbox
+    has no network, so a launcher that fetches its package at start cannot run there."""
+    program = Path(e.command or "").name
+    if program in ("uvx", "uv"):
+        return (
+            f"{e.name}: `{program}` runs its package from uv's cache in your home, which no "
+            "sandbox is shown; install it where one can see it (python3 -m venv "
+            f"/opt/venvs/{e.name}, then /opt/venvs/{e.name}/bin/pip install PACKAGE), point "
+            "the entry at the installed command, and wrap again: left alone"
+        )
+    if program != "npx":
+        return None
+    prefixes = [os.path.dirname(os.path.dirname(shutil.which("npx") or "/usr/bin/npx"))]
+    cache = os.environ.get("npm_config_cache")  # noqa: SIM112 (npm's own name)
+    roots = npx_roots(os.path.expanduser("~"), cache, prefixes)
+    try:
+        found = resolve_npx(e.args, roots)
+    except PackageNotInstalled as exc:
+        return f"{e.name}: {exc}; wrap again after that: left alone"
+    if found is None:
+        return (
+            f"{e.name}: only `npx [-y] PACKAGE [ARGS]` can be sandboxed; give the installed "
+            "program as the command: left alone"
+        )
+    return None
+
+
+def git_server(e: Entry) -> bool:
+    """Whether the entry starts the reference git server."""
+    return any(Path(part).name == "mcp-server-git" for part in (e.command or "", *e.args))
 
 
 def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
@@ -154,6 +195,10 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
             env[name] = "${" + name + "}"
         else:
             env[name] = value
+    if git_server(e) and "GIT_CONFIG_COUNT" not in env:
+        # As root, servers run as an unprivileged uid, and git refuses a repository that
+        # uid does not own unless told it is safe (the sandbox holds only what it may use).
+        env.update(GIT_SAFE_DIRECTORY)
     if env:
         definition["env"] = env
     if e.cwd:
@@ -221,17 +266,12 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
             f"--server {missing[0]}: no such server in the clients chosen "
             f"(they have: {', '.join(sorted(named)) or 'none'})"
         )
-    changes = []
+    changes: dict[Path, Change] = {}
     for f in files:
-        if f.client.syntax == "toml":
-            if any(not e.wrapped and e.command for e in f.entries):
-                config.notes.append(
-                    f"{f.path}: {f.client.label}'s TOML file is listed but not wrapped yet; "
-                    "wrap its servers by hand"
-                )
-            continue
-        text = f.path.read_text(encoding="utf-8")
-        change = Change(f.path, text, text)
+        change = changes.get(f.path)  # one file may hold several projects' servers
+        if change is None:
+            text = f.path.read_text(encoding="utf-8")
+            change = Change(f.path, text, text)
         for e in f.entries:
             if servers and e.name not in servers:
                 continue
@@ -240,6 +280,10 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
             if not e.command:
                 what = "a remote server" if e.url else "an entry without a command"
                 change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
+                continue
+            problem = launch_problem(e)
+            if problem is not None:
+                change.notes.append(problem)
                 continue
             definition, kept, notes = moved_definition(f, e)
             if e.name in existing:
@@ -253,14 +297,33 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
             else:
                 config.after = parse(config.after).insert(("mcpServers",), e.name, definition)
                 existing[e.name] = definition
-            change.after = parse(change.after).replace(
-                (f.client.key, e.name), client_entry(f, e, kept)
-            )
+            entry = client_entry(f, e, kept)
+            if f.client.syntax == "toml":
+                change.after = toml_replace(change.after, f.client.key, e.name, entry)
+            else:
+                change.after = parse(change.after).replace((*f.key_path, e.name), entry)
             change.notes += notes
             change.servers.append(e.name)
         if change.servers or change.notes:
-            changes.append(change)
-    return changes, config
+            changes[f.path] = change
+    return list(changes.values()), config
+
+
+def toml_replace(text: str, key: str, name: str, entry: dict[str, Any]) -> str:
+    """``text`` (TOML) with the ``command``, ``args`` and ``env`` of table ``key.name`` set
+    from ``entry`` (an ``env`` left empty is removed); every other byte (comments, the
+    table's other keys, the rest of the file) as it was."""
+    import tomlkit  # only wrap needs it
+
+    doc = tomlkit.parse(text)
+    table = doc[key][name]
+    table["command"] = entry["command"]
+    table["args"] = entry["args"]
+    if entry.get("env"):
+        table["env"] = entry["env"]
+    elif "env" in table:
+        del table["env"]
+    return tomlkit.dumps(doc)
 
 
 def _same(a: Any, b: dict[str, Any]) -> bool:

@@ -148,3 +148,14 @@ def test_the_question_shows_control_characters_as_escapes(tmp_path: Path) -> Non
     notes.mkdir()
     grants = plan_grants(profile, WRITE, {"path": str(notes / "a\x1b[2Kb")}, {})
     assert "\x1b" not in describe("fs", grants) and "\\x1b[2Kb" in describe("fs", grants)
+
+
+def test_two_arguments_naming_one_path_are_one_grant(tmp_path: Path) -> None:
+    profile = _profile(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a").write_text("x")
+    both = {"source": str(notes / "a"), "destination": str(notes / "a")}
+    grants = plan_grants(profile, MOVE, both, {})
+    assert len(grants) == 1
+    assert (grants[0].access, grants[0].removes, grants[0].reads) == ("write", True, True)

@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,14 @@ def _project(user: Home) -> Path:
     shutil.copy(DATA / "claude_desktop_config.json", desktop / "claude_desktop_config.json")
     (user.home / ".codex").mkdir()
     shutil.copy(DATA / "codex.config.toml", user.home / ".codex" / "config.toml")
+    (project / ".cursor").mkdir()
+    shutil.copy(DATA / "cursor.mcp.json", project / ".cursor" / "mcp.json")
+    (user.home / ".codeium" / "windsurf").mkdir(parents=True)
+    shutil.copy(
+        DATA / "windsurf.mcp_config.json", user.home / ".codeium" / "windsurf" / "mcp_config.json"
+    )
+    (user.home / ".gemini").mkdir()
+    shutil.copy(DATA / "gemini.settings.json", user.home / ".gemini" / "settings.json")
     return project
 
 
@@ -56,7 +65,9 @@ def _snapshot(project: Path, user: Home) -> dict[str, bytes]:
     files = [project / ".mcp.json", project / ".vscode" / "mcp.json",
              project / ".zed" / "settings.json",
              user.home / ".config" / "Claude" / "claude_desktop_config.json",
-             user.home / ".codex" / "config.toml"]  # fmt: skip
+             user.home / ".codex" / "config.toml", project / ".cursor" / "mcp.json",
+             user.home / ".codeium" / "windsurf" / "mcp_config.json",
+             user.home / ".gemini" / "settings.json"]  # fmt: skip
     return {str(p): p.read_bytes() for p in files}
 
 
@@ -75,7 +86,13 @@ def test_clients_lists_every_file_and_server(user: Home) -> None:
         "  legacy  stdio: mcp-server-time --local-timezone UTC",
         "Claude Desktop (user):",
         "Codex CLI (user):",
-        "  time  stdio: mcp-server-time",
+        "  clock  stdio: mcp-server-time --local-timezone UTC",
+        f"Cursor (project): {project}/.cursor/mcp.json",
+        "  notes  stdio: mcp-server-filesystem ${workspaceFolder}",
+        "Windsurf (user):",
+        "  paris-clock  stdio: mcp-server-time --local-timezone Europe/Paris",
+        "Gemini CLI (user):",
+        "  gclock  stdio: mcp-server-time",
     ]:
         assert line in out, out
 
@@ -111,7 +128,14 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     config = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
     moved = config["mcpServers"]
     assert moved["git"]["args"] == ["--repository", str(project)]
-    assert moved["git"]["env"] == {"GIT_AUTHOR_NAME": "Ada", "GITHUB_TOKEN": "${GITHUB_TOKEN}"}
+    assert moved["git"]["env"] == {
+        "GIT_AUTHOR_NAME": "Ada",
+        "GITHUB_TOKEN": "${GITHUB_TOKEN}",
+        # As root, the server runs as another uid: git must not refuse the repository.
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+    }
     assert moved["git"]["sandbox"]["filesystem"]["allowWrite"] == [str(project)]
     assert moved["filesystem"]["args"] == [str(project / "project-files")]
     # VS Code's own variable: ${workspace} in the definition, the folder given by the client.
@@ -141,11 +165,112 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     assert _snapshot(project, user) == after
 
 
+def test_a_codex_toml_file_is_wrapped_with_its_comments_kept(user: Home) -> None:
+    project = _project(user)
+    codex = user.home / ".codex" / "config.toml"
+    before = codex.read_text()
+    done = _cli(user, project, "wrap", "--client", "codex", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    text = codex.read_text()
+    wrapped = tomllib.loads(text)["mcp_servers"]["clock"]
+    assert wrapped["command"].endswith("ironcurtain")
+    assert wrapped["args"][-2:] == ["--server", "clock"]
+    assert wrapped["env"] == {"CLOCK_API_TOKEN": "not-a-real-token"}  # the secret stays
+    assert wrapped["startup_timeout_ms"] == 20000  # the entry's other keys stay
+    # Everything but the entry's command, args and env is byte for byte as it was.
+    assert text.startswith('# Codex CLI\nmodel = "o4-mini"\n\n# The time server')
+    config = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
+    moved = config["mcpServers"]["clock"]
+    assert moved["args"] == ["--local-timezone", "UTC"]
+    assert moved["env"] == {"TZ": "UTC", "CLOCK_API_TOKEN": "${CLOCK_API_TOKEN}"}
+    again = _cli(user, project, "wrap", "--client", "codex", "--no-annotate")
+    assert again.returncode == 0 and "nothing to wrap" in again.stderr
+    assert _cli(user, project, "unwrap", "--client", "codex").returncode == 0
+    assert codex.read_text() == before
+
+
+def test_claude_code_servers_of_one_project_in_the_user_file_are_wrapped(user: Home) -> None:
+    # `claude mcp add` keeps a project's servers ("local" scope) in ~/.claude.json, under
+    # projects.<root>.mcpServers, beside the user's own (top-level mcpServers).
+    project = user.root / "proj"
+    (project / "notes").mkdir(parents=True)
+    other = user.root / "other"
+    other.mkdir()
+    claude = user.home / ".claude.json"
+    original = json.dumps(
+        {
+            "numStartups": 3,
+            "mcpServers": {"clock": {"type": "stdio", "command": "mcp-server-time", "args": []}},
+            "projects": {
+                str(project): {
+                    "allowedTools": [],
+                    "mcpServers": {
+                        "notes": {
+                            "type": "stdio",
+                            "command": "mcp-server-filesystem",
+                            "args": [str(project / "notes")],
+                            "env": {},
+                        }
+                    },
+                },
+                str(other): {"allowedTools": [], "mcpServers": {}},
+            },
+        },
+        indent=2,
+    )
+    claude.write_text(original)
+    listed = _cli(user, project, "clients")
+    assert f"Claude Code (local: {project}): {claude}" in listed.stdout, listed.stdout
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(claude.read_text())
+    notes = data["projects"][str(project)]["mcpServers"]["notes"]
+    assert notes["args"][-2:] == ["--server", "notes"]
+    assert notes["args"][1:3] == ["--workspace", str(project)]  # started in the project
+    assert data["mcpServers"]["clock"]["args"][-2:] == ["--server", "clock"]
+    assert data["numStartups"] == 3 and data["projects"][str(other)]["mcpServers"] == {}
+    moved = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
+    assert moved["mcpServers"]["notes"]["sandbox"]["filesystem"]["allowWrite"] == [
+        str(project / "notes")
+    ]
+    assert _cli(user, project, "unwrap", "--client", "claude-code").returncode == 0
+    assert claude.read_text() == original
+
+
+def test_servers_that_fetch_their_package_at_start_are_left_alone(user: Home) -> None:
+    # A sandbox has no network: npx of a package not installed, and uvx (which runs from
+    # uv's cache in the home), could not start there; their entries keep working as they do.
+    project = user.root / "proj"
+    project.mkdir()
+    servers = {
+        "fetcher": {"command": "uvx", "args": ["mcp-server-fetch"]},
+        "remote-pkg": {"command": "npx", "args": ["-y", "@example/not-installed-server"]},
+        "clock": {"command": "mcp-server-time", "args": []},
+    }
+    original = json.dumps({"mcpServers": servers}, indent=2)
+    (project / ".mcp.json").write_text(original)
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    assert "fetcher: `uvx` runs its package from uv's cache" in done.stderr
+    assert "remote-pkg: " in done.stderr and "left alone" in done.stderr
+    assert "npm install" in done.stderr
+    mcp = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert mcp["fetcher"] == servers["fetcher"] and mcp["remote-pkg"] == servers["remote-pkg"]
+    assert mcp["clock"]["args"][-2:] == ["--server", "clock"]
+
+
 def test_unwrap_restores_every_file_byte_for_byte(user: Home) -> None:
     project = _project(user)
     before = _snapshot(project, user)
-    assert _cli(user, project, "wrap", "--all", "--no-annotate").returncode == 0
-    assert _snapshot(project, user) != before
+    done = _cli(user, project, "wrap", "--all", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    after = _snapshot(project, user)
+    assert all(after[path] != text for path, text in before.items()), "every file is wrapped"
+    cursor = json.loads((project / ".cursor" / "mcp.json").read_text())["mcpServers"]["notes"]
+    assert cursor["args"][1:3] == ["--workspace", "${workspaceFolder}"]
+    gemini = parse((user.home / ".gemini" / "settings.json").read_text()).value["mcpServers"]
+    assert gemini["gclock"]["args"][-1] == "gclock" and gemini["gclock"]["timeout"] == 30000
+    assert (user.home / ".gemini" / "settings.json").read_text().startswith("// Gemini CLI")
     done = _cli(user, project, "unwrap", "--all")
     assert done.returncode == 0, done.stderr
     assert _snapshot(project, user) == before
@@ -183,6 +308,20 @@ def test_a_bad_file_is_named_with_its_place_and_nothing_is_written(
     assert f"{project}/.mcp.json: {says}" in done.stderr
     assert "Traceback" not in done.stderr
     assert (project / ".mcp.json").read_text() == text
+    assert not (user.config / "ironcurtain").exists()
+
+
+def test_a_bad_toml_file_is_named_and_nothing_is_written(user: Home) -> None:
+    project = user.root / "proj"
+    project.mkdir()
+    (user.home / ".codex").mkdir()
+    bad = '[mcp_servers.clock]\ncommand = "mcp-server-time\n'
+    (user.home / ".codex" / "config.toml").write_text(bad)
+    done = _cli(user, project, "wrap", "--client", "codex", "--no-annotate")
+    assert done.returncode == 2
+    assert f"{user.home}/.codex/config.toml: not TOML: " in done.stderr
+    assert "line 2" in done.stderr and "Traceback" not in done.stderr
+    assert (user.home / ".codex" / "config.toml").read_text() == bad
     assert not (user.config / "ironcurtain").exists()
 
 
@@ -262,6 +401,48 @@ def test_a_wrapped_claude_code_project_keeps_its_tool_names_and_each_call_is_aud
     assert [(c["server"], c["result"], c["sandboxed"]) for c in calls] == [
         ("filesystem", "success", True)
     ]
+
+
+@needs_bwrap
+def test_a_project_cannot_swap_the_definition_a_wrapped_entry_runs(user: Home) -> None:
+    # A hostile repository ships its own ./mcp-servers.json defining the wrapped server's
+    # name; the client starts the wrapped entry in that project. The entry names the user's
+    # config, so the project's file is never read.
+    project = user.root / "proj"
+    project.mkdir()
+    clock = {"command": os.path.join(BIN, "mcp-server-time"), "args": []}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"clock": clock}}))
+    assert _cli(user, project, "wrap", "--client", "claude-code").returncode == 0
+    hostile = {
+        "command": sys.executable,
+        "args": [str(PROBE)],
+        "sandbox": {"filesystem": {"allowRead": [str(PROBE.parent)]}},
+    }
+    (project / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"clock": hostile}}))
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["clock"]
+
+    def tools(args: list[str]) -> list[str]:
+        out: list[str] = []
+
+        async def scenario() -> None:
+            params = StdioServerParameters(
+                command=entry["command"], args=args, env=user.env, cwd=str(project)
+            )
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                out.extend(sorted(t.name for t in (await session.list_tools()).tools))
+
+        asyncio.run(scenario())
+        return out
+
+    assert tools(entry["args"]) == ["convert_time", "get_current_time"]
+    # The control: the same entry without --config runs the project's definition.
+    at = entry["args"].index("--config")
+    without = entry["args"][:at] + entry["args"][at + 2 :]
+    assert "read_path" in tools(without)
 
 
 @needs_bwrap
