@@ -106,10 +106,23 @@ def annotate_new(servers: Sequence[str]) -> list[str]:
         annotate_tools(tuple(new), False, True, str(annotations), str(user_config()))
     except Exception as exc:  # a server that cannot start here: the user can retry
         return [f"could not annotate {', '.join(new)} ({exc}); run later: {command}"]
-    return [
+    said = [
         f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
         f"`ironcurtain compile-policy --server NAME`, or edit {annotations})"
     ]
+    servers_now = load_policy_dir(user_policy()).annotations.servers
+    for name in new:
+        entry = servers_now.get(name)
+        unclassified = (
+            sorted(t.tool_name for t in entry.tools if t.effect == "other") if entry else []
+        )
+        if unclassified:
+            said.append(
+                f"{name}: the heuristic could not classify {', '.join(unclassified)}; no rule "
+                f"lets their calls through until reviewed: ironcurtain compile-policy --server "
+                f"{name}"
+            )
+    return said
 
 
 def unwrap(paths: Sequence[Path]) -> list[str]:

@@ -455,6 +455,10 @@ def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Hom
     assert done.returncode == 0, done.stderr
     assert f"probe: readable in its sandbox: {PROBE.parent}" in done.stderr
     assert "annotated probe with the heuristic (drafts:" in done.stderr
+    # What it could not classify is named, with the command that reviews it.
+    said = next(line for line in done.stderr.splitlines() if "could not classify" in line)
+    assert "probe: the heuristic could not classify " in said and "burn" in said
+    assert said.endswith("until reviewed: ironcurtain compile-policy --server probe")
     annotations = json.loads(
         (user.config / "ironcurtain" / "policy" / "tool-annotations.json").read_text()
     )
