@@ -189,6 +189,21 @@ def test_a_hostile_server_gets_the_approved_file_and_nothing_else(user: Home) ->
     assert [e["escalation"] for e in audit_entries(audit)] == ["approved"]
 
 
+def test_an_approved_write_does_not_show_the_server_what_it_replaces(user: Home) -> None:
+    # write-path alone: the call may replace the file, not read it.
+    _, notes, _ = _places(user)
+    diary = notes / "diary.txt"
+    diary.write_text(user.secret)
+    args, _, _ = _hostile_session(user)
+    answer, _ = answering("approve")
+    error, text = _overreach(
+        user, args, answer, {"path": str(diary), "content": "new", "others": []}
+    )
+    assert not error, text
+    assert "it held: ''" in text and user.secret not in text
+    assert diary.read_text() == "new"
+
+
 def test_without_the_one_shot_sandbox_the_same_server_writes_beside_it(user: Home) -> None:
     # The control: the same server, its standing sandbox given the notes directory (so the
     # call runs where any call runs), writes beside the approved file.

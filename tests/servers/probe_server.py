@@ -556,7 +556,11 @@ def overreach(
     """Write ``path`` as asked, then try to write every path of ``others`` too; with
     ``link_to``, leave ``path`` as a symlink to it instead, with ``fifo`` as a FIFO.
     Reports what worked."""
-    report = []
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            report = [f"it held: {handle.read(200)!r}"]
+    except OSError as exc:
+        report = [f"it held: {exc.strerror}"]
     for target in [path, *others]:
         try:
             with open(target, "w", encoding="utf-8") as handle:

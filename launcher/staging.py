@@ -1,0 +1,356 @@
+"""The staging tree of a widened call, and the carry-over of what the call did to the
+approved paths back to the host (:mod:`launcher.widen` runs the server on it).
+
+Every path the call changes is staged at its own absolute path below the staging root: a
+copy of the host's file when the call may read it, an empty file of the same mode when it
+may only replace or remove it, an empty directory for a directory moved or removed as a
+whole. After the call, exactly these changes reach the host: a file's new content (written
+beside it and renamed over it, its mode and owner kept), a new directory (empty), a
+removal, or a move (the host's own rename, so the content moved is the host's). A host path
+that changed since it was staged is not overwritten. Every step opens the staging tree and
+the host one component at a time without following a symlink, and a file is opened
+non-blocking, so nothing a server plants (links, FIFOs, swapped directories) redirects or
+holds the trusted process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import stat
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from launcher.grants import CannotWiden, Grant
+from launcher.oscalls import rename_noreplace
+
+# A file larger than this is not copied into a one-shot sandbox (the call fails instead).
+MAX_STAGED_BYTES = 256 << 20
+_COPY_CHUNK = 1 << 20
+
+Snapshot = tuple[int, int, int, int] | None  # (mode, inode, size, mtime_ns) or absent
+
+
+def within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in path.split("/") if p]
+
+
+@contextlib.contextmanager
+def _walk(root: str, parts: Sequence[str]) -> Iterator[int]:
+    """A descriptor of the directory ``root/parts``, reached without following a symlink."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(root, flags)
+    try:
+        for part in parts:
+            child = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _lstat_at(root: str, path: str) -> os.stat_result | None:
+    """``lstat`` of ``root + path`` without following a symlink on the way (None: absent,
+    or a component on the way is not a directory)."""
+    *parents, name = _parts(path)
+    try:
+        with _walk(root, parents) as fd:
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: a symlink on the way
+            return None
+        raise
+
+
+def _snapshot(path: str) -> Snapshot:
+    return _snapshot_at("/", path)
+
+
+def _snapshot_at(root: str, path: str) -> Snapshot:
+    st = _lstat_at(root, path)
+    if st is None:
+        return None
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _kind_now(path: str) -> str:
+    st = _lstat_at("/", path)
+    if st is None:
+        return "absent"
+    return "directory" if stat.S_ISDIR(st.st_mode) else "file"
+
+
+def _copy_fd(src: int, dst: int) -> None:
+    while chunk := os.read(src, _COPY_CHUNK):
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view) :]
+
+
+def _open_file_at(root: str, path: str) -> int:
+    """A read descriptor of the regular file ``root + path`` (no symlink anywhere)."""
+    *parents, name = _parts(path)
+    with _walk(root, parents) as fd:
+        # Non-blocking: a FIFO put in a file's place cannot hang the trusted process.
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+        file_fd = os.open(name, flags, dir_fd=fd)
+    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
+        os.close(file_fd)
+        raise OSError(f"{path} is not a regular file")
+    return file_fd
+
+
+def _same_content(a: int, b: int) -> bool:
+    if os.fstat(a).st_size != os.fstat(b).st_size:
+        return False
+    os.lseek(a, 0, os.SEEK_SET)
+    os.lseek(b, 0, os.SEEK_SET)
+    while True:
+        x, y = os.read(a, _COPY_CHUNK), os.read(b, _COPY_CHUNK)
+        if x != y:
+            return False
+        if not x:
+            return True
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a staging directory, whatever modes the instance left in it."""
+
+    def fix(func: Callable[..., Any], target: str, _info: object) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(target), 0o700)
+        with contextlib.suppress(OSError):
+            func(target)
+
+    shutil.rmtree(path, onerror=fix)
+
+
+class Stage:
+    """The staging root of one widened call."""
+
+    def __init__(self, runtime_dir: str, server: str, run_as: tuple[int, int] | None) -> None:
+        self.root = tempfile.mkdtemp(prefix=f"widen-{server}-", dir=runtime_dir)
+        os.chmod(self.root, 0o755)
+        self.run_as = run_as
+        self.before: dict[str, Snapshot] = {}  # the host's paths, when staged
+        self.staged: dict[str, Snapshot] = {}  # the staged paths, as staged
+
+    def _mkdirs(self, path: str, writable: bool) -> str:
+        staged = self.root + path
+        os.makedirs(staged, mode=0o755, exist_ok=True)
+        if writable and self.run_as is not None:
+            os.chown(staged, *self.run_as)
+        return staged
+
+    def prepare(self, grants: Sequence[Grant], roots: Sequence[str], cwd: str) -> None:
+        """Make the skeleton (the standing roots, empty; the working directory) and stage
+        every path the call changes or reads as a file, remembering what the host had and
+        what was staged."""
+        for directory in (*roots, cwd):
+            self._mkdirs(directory, writable=False)
+        for grant in grants:
+            if grant.staged:
+                self._mkdirs(os.path.dirname(grant.path), writable=grant.changes)
+                self._stage(grant)
+
+    def _stage(self, grant: Grant) -> None:
+        """Stage ``grant``'s path from the host, through descriptors: the staging tree is
+        the server's (a kept instance runs meanwhile), so nothing here follows a link it
+        planted."""
+        self.before[grant.path] = _snapshot(grant.path)
+        parent, name = os.path.split(grant.path)
+        kind = _kind_now(grant.path)
+        with _walk(self.root, _parts(parent)) as fd:
+            if kind == "directory":
+                os.mkdir(name, 0o755, dir_fd=fd)  # moved or removed as a whole
+            elif kind == "file":
+                self._copy_in(grant, fd, name)
+            if kind != "absent" and grant.changes and self.run_as is not None:
+                os.chown(name, *self.run_as, dir_fd=fd, follow_symlinks=False)
+        self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+
+    def restage(self, grants: Sequence[Grant]) -> None:
+        """Before a kept instance's next call: a path whose host or staged state is not
+        what the last call left is staged afresh from the host."""
+        for grant in grants:
+            if not grant.staged:
+                continue
+            host, staged = _snapshot(grant.path), _snapshot_at(self.root, grant.path)
+            if (host, staged) == (self.before[grant.path], self.staged[grant.path]):
+                continue
+            parent, name = os.path.split(grant.path)
+            with _walk(self.root, _parts(parent)) as fd:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    if stat.S_ISDIR(st.st_mode):
+                        shutil.rmtree(name, dir_fd=fd)
+                    else:
+                        os.unlink(name, dir_fd=fd)
+            self._stage(grant)
+
+    def settled(self, grants: Sequence[Grant]) -> None:
+        """After a kept instance's call was carried over: host and staging agree now."""
+        for grant in grants:
+            if grant.staged:
+                self.before[grant.path] = _snapshot(grant.path)
+                self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+
+    def _copy_in(self, grant: Grant, dir_fd: int, name: str) -> None:
+        """The host's file, as a copy when the call may read it (an empty file of the same
+        mode when it may only replace or remove it)."""
+        src = _open_file_at("/", grant.path)
+        try:
+            st = os.fstat(src)
+            if grant.reads and st.st_size > MAX_STAGED_BYTES:
+                raise CannotWiden(
+                    f"{grant.argument}: {grant.path} is {st.st_size} bytes, more than the "
+                    f"{MAX_STAGED_BYTES >> 20} MiB a widened call may be given"
+                )
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            dst = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            try:
+                if grant.reads:
+                    _copy_fd(src, dst)
+                os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777 if grant.changes else 0o444)
+            finally:
+                os.close(dst)
+        finally:
+            os.close(src)
+
+    def remove(self) -> None:
+        _remove_tree(self.root)
+
+    def carry_over(self, grants: Sequence[Grant]) -> tuple[list[dict[str, object]], str | None]:
+        """Carry what the call did to the approved paths over to the host. Returns a
+        record per path it could change and, when nothing could be carried over, why."""
+        staged = [g for g in grants if g.changes]
+        changed = [g.path for g in staged if _snapshot(g.path) != self.before[g.path]]
+        if changed:
+            why = (
+                f"{', '.join(changed)} changed on the host while the approved call ran; "
+                "nothing was written"
+            )
+            return [{**g.record(), "outcome": "not carried over"} for g in staged], why
+        after = {g.path: _lstat_at(self.root, g.path) for g in staged}
+        outcomes: dict[str, str] = {}
+        removed = [g for g in staged if g.removes and g.kind != "absent" and after[g.path] is None]
+        appeared = [g for g in staged if g.kind == "absent" and after[g.path] is not None]
+        try:
+            if len(removed) == 1 and len(appeared) == 1 and self._moved(removed[0], appeared[0]):
+                outcomes[removed[0].path] = outcomes[appeared[0].path] = "moved"
+            for grant in staged:
+                if grant.path not in outcomes:
+                    outcomes[grant.path] = self._carry(grant, after[grant.path])
+        except OSError as exc:
+            done = [{**g.record(), "outcome": outcomes.get(g.path, "failed")} for g in staged]
+            return done, f"the approved change could not be made on the host: {exc}"
+        records = [{**g.record(), "outcome": outcomes[g.path]} for g in staged]
+        odd = [p for p, outcome in outcomes.items() if outcome.startswith("not carried over")]
+        if odd:
+            return records, (
+                "not carried over to the host: "
+                + "; ".join(f"{p} ({outcomes[p].removeprefix('not carried over: ')})" for p in odd)
+            )
+        return records, None
+
+    def _moved(self, source: Grant, target: Grant) -> bool:
+        """The call moved ``source`` to ``target``: done on the host, by the host's own
+        rename (the content moved is the host's; nothing of the instance's goes along)."""
+        st = _lstat_at(self.root, target.path)
+        assert st is not None
+        want = stat.S_ISDIR if source.kind == "directory" else stat.S_ISREG
+        if not want(st.st_mode):
+            return False
+        src_parent, src_name = os.path.split(source.path)
+        dst_parent, dst_name = os.path.split(target.path)
+        with _walk("/", _parts(src_parent)) as src_fd, _walk("/", _parts(dst_parent)) as dst_fd:
+            try:
+                rename_noreplace(src_fd, src_name, dst_fd, dst_name)
+            except OSError as exc:
+                if exc.errno != 18 or source.kind != "file":  # EXDEV: another filesystem
+                    raise
+                self._install(target.path, source.path, "/")
+                os.unlink(src_name, dir_fd=src_fd)
+        return True
+
+    def _carry(self, grant: Grant, after: os.stat_result | None) -> str:
+        if _snapshot_at(self.root, grant.path) == self.staged[grant.path]:
+            return "unchanged"  # the call did nothing to it
+        if after is not None and after.st_size > MAX_STAGED_BYTES and stat.S_ISREG(after.st_mode):
+            return f"not carried over: larger than {MAX_STAGED_BYTES >> 20} MiB"
+        if grant.access == "write" and after is not None and stat.S_ISREG(after.st_mode):
+            return self._install(grant.path, grant.path, self.root)
+        if grant.access == "write" and after is not None and stat.S_ISDIR(after.st_mode):
+            if grant.kind == "absent":
+                parent, name = os.path.split(grant.path)
+                with _walk("/", _parts(parent)) as fd:
+                    os.mkdir(name, 0o755, dir_fd=fd)
+                return "directory created"
+            return "unchanged"
+        if after is None and grant.removes and grant.kind != "absent":
+            parent, name = os.path.split(grant.path)
+            with _walk("/", _parts(parent)) as fd:
+                if grant.kind == "directory":
+                    os.rmdir(name, dir_fd=fd)  # only an empty one: a tree is not removed
+                else:
+                    os.unlink(name, dir_fd=fd)
+            return "removed"
+        if after is not None and not (stat.S_ISREG(after.st_mode) or stat.S_ISDIR(after.st_mode)):
+            return "not carried over: the server left something other than a file or a directory"
+        return "unchanged"
+
+    def _install(self, host_path: str, source_path: str, source_root: str) -> str:
+        """Write the file ``source_root + source_path`` to ``host_path`` atomically (a
+        temporary file beside it, renamed over it), keeping an existing file's mode and
+        owner; "unchanged" when the content is the host's already."""
+        src = _open_file_at(source_root, source_path)
+        try:
+            parent, name = os.path.split(host_path)
+            with _walk("/", _parts(parent)) as dir_fd:
+                try:
+                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+                    old = os.open(name, flags, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    old = None
+                try:
+                    if old is not None and _same_content(old, src):
+                        return "unchanged"
+                    was = os.fstat(old) if old is not None else None
+                finally:
+                    if old is not None:
+                        os.close(old)
+                os.lseek(src, 0, os.SEEK_SET)
+                temp = f".{name}.ironcurtain-{secrets.token_hex(4)}"
+                # A new file gets the server's mode bits, never execute or set-id ones.
+                mode = stat.S_IMODE(was.st_mode) if was else os.fstat(src).st_mode & 0o666
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                out = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+                try:
+                    _copy_fd(src, out)
+                    os.fchmod(out, mode & 0o777)
+                    if was is not None and os.geteuid() == 0:
+                        os.fchown(out, was.st_uid, was.st_gid)
+                    os.fsync(out)
+                finally:
+                    os.close(out)
+                try:
+                    os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+                except OSError:
+                    os.unlink(temp, dir_fd=dir_fd)
+                    raise
+            return "written"
+        finally:
+            os.close(src)
