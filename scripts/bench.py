@@ -15,6 +15,10 @@
   policy  decisions per second of the engine on a 50-rule policy, without paths and with
           two paths (each canonicalised through the filesystem, as for a real call)
   memory  RSS of the trusted process with three servers, after a few hundred calls
+  peers   the same time server four ways, start to `initialize` answered and per call:
+          bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
+          wrapper with no proxy; installed from npm into ~/.cache on first use), and
+          through a minimal proxy on the mcp SDK's classes (scripts/sdk_proxy.py)
 
 A and B alternate call by call (start by start), after a warm-up; read the ratios and the
 added times, not the absolute ones: this machine is noisy.
@@ -27,8 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -49,6 +55,7 @@ GOALS = {
     "ready": "<= 250 ms added",
     "policy": ">= 100 000/s without paths, >= 20 000/s with two paths",
     "memory": "<= 60 MB RSS",
+    "peers": "ironcurtain's added start and call below srt's and the SDK proxy's",
 }
 results: dict[str, str] = {}
 
@@ -465,6 +472,84 @@ def bench_memory(quick: bool) -> None:
     results["memory"] = f"{after.rss / 1e6:.1f} MB RSS"
 
 
+SRT_VERSION = "0.0.83"
+
+
+def srt_argv(scratch: Scratch) -> tuple[list[str] | None, str]:
+    """``srt -s SETTINGS`` (no network, the workspace writable), installed from npm into a
+    cache on first use; None and why when it cannot run here."""
+    missing = [tool for tool in ("npm", "node", "rg", "socat", "bwrap") if not shutil.which(tool)]
+    if missing:
+        return None, f"needs {', '.join(missing)} (srt's own dependencies, and npm to fetch it)"
+    home = os.path.join(os.path.expanduser("~/.cache/ironcurtain-bench"), f"srt-{SRT_VERSION}")
+    cli = os.path.join(home, "node_modules", "@anthropic-ai", "sandbox-runtime", "dist", "cli.js")
+    if not os.path.exists(cli):
+        os.makedirs(home, exist_ok=True)
+        done = subprocess.run(
+            ["npm", "install", "--prefix", home, "--no-audit", "--no-fund",
+             f"@anthropic-ai/sandbox-runtime@{SRT_VERSION}"],
+            capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            return None, f"npm install failed: {done.stderr.strip()[-200:]}"
+    settings = os.path.join(scratch.root, "srt-settings.json")
+    with open(settings, "w") as handle:
+        json.dump(
+            {
+                "network": {"allowedDomains": [], "deniedDomains": []},
+                "filesystem": {"denyRead": [], "allowWrite": [scratch.ws], "denyWrite": []},
+            },
+            handle,
+        )
+    return [shutil.which("node") or "node", cli, "-s", settings], ""
+
+
+def bench_peers(quick: bool) -> None:
+    starts, calls, warm = (3, 300, 30) if quick else (10, 2000, 200)
+    scratch = Scratch.make()
+    env = scratch.env()
+    server = [os.path.join(BIN, "mcp-server-time")]
+    srt, why = srt_argv(scratch)
+    proxy = [sys.executable, os.path.join(ROOT, "scripts", "sdk_proxy.py"), *server]
+    variants = {
+        "bare": server,
+        "ironcurtain": scratch.run_argv("--server", "time"),
+        **({"srt": [*srt, *server]} if srt else {}),
+        "sdk proxy": proxy,
+    }
+    if srt is None:
+        print(f"srt: not measured: {why}")
+    tool, arguments = "get_current_time", {"timezone": "UTC"}
+    ready: dict[str, list[float]] = {name: [] for name in variants}
+    for n in range(starts + 1):  # the first round warms the page cache
+        for name, argv in variants.items():
+            peer = Peer(argv, env, cwd=scratch.ws)
+            peer.close()
+            if n:
+                ready[name].append(peer.ready)
+    print(f"the time server, spawn to `initialize` answered, median of {starts}, alternating")
+    print_medians(ready, "bare")
+    peers = {name: Peer(argv, env, cwd=scratch.ws) for name, argv in variants.items()}
+    took: dict[str, list[float]] = {name: [] for name in variants}
+    for i in range(warm + calls):
+        for name, peer in peers.items():
+            t = peer.call(tool, arguments)
+            if i >= warm:
+                took[name].append(t)
+    for peer in peers.values():
+        peer.close()
+    print(f"per call, {calls} calls each, alternating call by call, after {warm} warm-up calls")
+    print_medians(took, "bare", digits=3)
+    scratch.remove()
+    base_ready, base_call = statistics.median(ready["bare"]), statistics.median(took["bare"])
+    results["peers"] = "; ".join(
+        f"{name} {(statistics.median(ready[name]) - base_ready) * 1000:+.0f} ms start, "
+        f"{(statistics.median(took[name]) - base_call) * 1000:+.2f} ms/call"
+        for name in variants
+        if name != "bare"
+    )
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -473,6 +558,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "ready": bench_ready,
     "policy": bench_policy,
     "memory": bench_memory,
+    "peers": bench_peers,
 }
 
 
