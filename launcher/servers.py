@@ -102,8 +102,7 @@ class ServerConnection:
         stdout = LineBuffer(self._on_stdout_line, LINE_LIMIT, self._on_oversized)
         stderr = LineBuffer(self._on_stderr_line, LINE_LIMIT)
         stdin, _ = await loop.connect_write_pipe(asyncio.Protocol, proc.stdin)
-        assert isinstance(stdin, asyncio.WriteTransport)
-        self._stdin = stdin
+        self._stdin = stdin  # a write transport (another loop's need not subclass asyncio's)
         out, _ = await loop.connect_read_pipe(
             lambda: LineProtocol(stdout, self._stdout_closed), proc.stdout
         )
