@@ -26,7 +26,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from launcher import dirs
-from launcher.grants import Grant, plan_grants
+from launcher.grants import CannotWiden, Grant, plan_grants
+from launcher.host import PLATFORM
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
 from launcher.serverplan import client_capabilities
@@ -137,6 +138,7 @@ class Widener:
     ) -> None:
         self.plan = plan
         self.on_notification = on_notification
+        self.platform = PLATFORM
         self._live: set[OneShot] = set()
         self._kept: dict[str, OneShot] = {}  # by the session approval they serve
         self.never_writable = {
@@ -153,7 +155,15 @@ class Widener:
         if sp is None or sp.profile is None or annotation is None:
             return []
         roles = {arg: frozenset(r) for arg, r in annotation.args.items()}
-        return plan_grants(sp.profile, roles, arguments, self.never_writable)
+        grants = plan_grants(sp.profile, roles, arguments, self.never_writable)
+        if grants and self.platform != "linux":
+            # The one-shot sandbox stands on mounts (a staging root); Seatbelt has none.
+            raise CannotWiden(
+                f"the call needs paths beyond its server's sandbox, and on {self.platform} "
+                "an approval cannot give a sandbox more paths for one call (give the server "
+                "those directories with allowRead/allowWrite instead)"
+            )
+        return grants
 
     async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
         """A one-shot instance for the call, started and initialised. ``keep``: the

@@ -133,6 +133,8 @@ def render(profile: SandboxProfile) -> str:
                 read.append(dest)
         elif mount.kind == "bind" and dest == EGRESS_SOCKET:
             continue  # on macOS the proxy is reached over loopback TCP, below
+        elif mount.kind == "bind" and mount.source and mount.source != dest:
+            skipped.append(mount)  # another tree shown at dest: no rule can say that
         elif mount.kind == "bind":
             read.append(dest)
             write.append(dest)

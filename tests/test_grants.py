@@ -159,3 +159,19 @@ def test_two_arguments_naming_one_path_are_one_grant(tmp_path: Path) -> None:
     grants = plan_grants(profile, MOVE, both, {})
     assert len(grants) == 1
     assert (grants[0].access, grants[0].removes, grants[0].reads) == ("write", True, True)
+
+
+def test_seatbelt_never_renders_a_staging_root_as_write_access(tmp_path: Path) -> None:
+    # Seatbelt has no mounts: a one-shot profile's "staging tree at /" must not become
+    # "/ writable" there.
+    from sandbox_profiles import seatbelt
+
+    profile = _profile(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    grants = plan_grants(profile, WRITE, {"path": str(notes / "t")}, {})
+    widened = widened_profile(profile, grants, str(tmp_path / "stage"), [str(tmp_path / "ws")])
+    text = seatbelt.render(widened)
+    allows = [line for line in text.splitlines() if line.startswith("(allow file-write")]
+    assert not any('(subpath "/")' in line for line in allows), text
+    assert f";; not expressible in Seatbelt: / <- {tmp_path / 'stage'}" in text

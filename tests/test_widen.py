@@ -429,3 +429,27 @@ def test_a_kept_instance_sees_what_the_user_changed_between_calls(user: Home) ->
     assert [error for error, _ in out] == [False, False], out
     assert keep.read_text() == "the user's new file, edited\n"
     assert len(seen) == 1
+
+
+def test_where_sandboxes_have_no_mounts_an_approval_cannot_widen(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seatbelt (macOS) has no mounts to stand a staging tree on: refused before asking.
+    from launcher.grants import CannotWiden
+    from launcher.plan import RunOptions, plan_session
+    from launcher.widen import Widener
+
+    for name, value in user.env.items():
+        monkeypatch.setenv(name, value)
+    ws, notes, _ = _places(user)
+    plan = plan_session(RunOptions(workspace=str(ws), servers=("filesystem",), display_only=True))
+    widener = Widener(plan)
+    arguments = {"path": str(notes / "todo.md"), "content": "x"}
+    assert [g.path for g in widener.grants("filesystem", "write_file", arguments)] == [
+        str(notes / "todo.md")
+    ]
+    widener.platform = "darwin"
+    with pytest.raises(CannotWiden, match="on darwin an approval cannot give"):
+        widener.grants("filesystem", "write_file", arguments)
+    # A call the standing sandbox reaches needs nothing there either.
+    assert widener.grants("filesystem", "write_file", {"path": str(ws / "a"), "content": "x"}) == []
