@@ -246,8 +246,11 @@ class Stage:
             return [{**g.record(), "outcome": "not carried over"} for g in staged], why
         after = {g.path: _lstat_at(self.root, g.path) for g in staged}
         outcomes: dict[str, str] = {}
-        removed = [g for g in staged if g.removes and g.kind != "absent" and after[g.path] is None]
-        appeared = [g for g in staged if g.kind == "absent" and after[g.path] is not None]
+        # What the host had when the path was staged (for a kept instance: after the last
+        # call), not what it had when the call was planned.
+        had = {g.path: self.before[g.path] for g in staged}
+        removed = [g for g in staged if g.removes and had[g.path] and after[g.path] is None]
+        appeared = [g for g in staged if had[g.path] is None and after[g.path] is not None]
         try:
             if len(removed) == 1 and len(appeared) == 1 and self._moved(removed[0], appeared[0]):
                 outcomes[removed[0].path] = outcomes[appeared[0].path] = "moved"
@@ -271,7 +274,9 @@ class Stage:
         rename (the content moved is the host's; nothing of the instance's goes along)."""
         st = _lstat_at(self.root, target.path)
         assert st is not None
-        want = stat.S_ISDIR if source.kind == "directory" else stat.S_ISREG
+        was = self.before[source.path]
+        is_dir = was is not None and stat.S_ISDIR(was[0])
+        want = stat.S_ISDIR if is_dir else stat.S_ISREG
         if not want(st.st_mode):
             return False
         src_parent, src_name = os.path.split(source.path)
@@ -280,7 +285,7 @@ class Stage:
             try:
                 rename_noreplace(src_fd, src_name, dst_fd, dst_name)
             except OSError as exc:
-                if exc.errno != 18 or source.kind != "file":  # EXDEV: another filesystem
+                if exc.errno != 18 or is_dir:  # EXDEV: another filesystem
                     raise
                 self._install(target.path, source.path, "/")
                 os.unlink(src_name, dir_fd=src_fd)
@@ -294,16 +299,17 @@ class Stage:
         if grant.access == "write" and after is not None and stat.S_ISREG(after.st_mode):
             return self._install(grant.path, grant.path, self.root)
         if grant.access == "write" and after is not None and stat.S_ISDIR(after.st_mode):
-            if grant.kind == "absent":
+            if self.before[grant.path] is None:
                 parent, name = os.path.split(grant.path)
                 with _walk("/", _parts(parent)) as fd:
                     os.mkdir(name, 0o755, dir_fd=fd)
                 return "directory created"
             return "unchanged"
-        if after is None and grant.removes and grant.kind != "absent":
+        was = self.before[grant.path]
+        if after is None and grant.removes and was is not None:
             parent, name = os.path.split(grant.path)
             with _walk("/", _parts(parent)) as fd:
-                if grant.kind == "directory":
+                if stat.S_ISDIR(was[0]):
                     os.rmdir(name, dir_fd=fd)  # only an empty one: a tree is not removed
                 else:
                     os.unlink(name, dir_fd=fd)
