@@ -166,6 +166,11 @@ class CheckedCalls:
             )
             self._end(call, "denied", denial=text)
             return
+        except Exception as exc:  # whatever it was, no one is asked and the call is answered
+            call.entry["escalation"] = "cannot-take-effect"
+            text = f"ERROR: what an approval would give could not be worked out: {exc}"
+            self._end(call, "error", failure=text)
+            return
         token = _progress_token(call)
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
@@ -328,7 +333,8 @@ class CheckedCalls:
                 and not outcome["result"].get("isError")
             )
             if succeeded:
-                call.granted, failure = one_shot.commit()
+                # In a thread: a large file's copy must not hold the other calls up.
+                call.granted, failure = await asyncio.to_thread(one_shot.commit)
         except Exception as exc:  # whatever it was, the client is told and nothing more runs
             failure = f"the approved change could not be carried over: {exc}"
         finally:

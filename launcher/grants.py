@@ -3,12 +3,14 @@
 An escalated tool call whose paths lie outside what the server's sandbox reaches would fail
 there even when a human approves it. So, before the human is asked, the call's path
 arguments (by their annotated roles) are compared with the standing profile: a read outside
-the readable mounts needs that path shown read-only; a write or a removal outside the
+the readable mounts needs a copy of what is there; a write or a removal outside the
 writable roots needs that path made writable. When any such path exists the call is
 *widened*: it runs in a one-shot instance of the server (:mod:`launcher.widen`) that holds
-exactly those paths, and the question says so. A path no approval can open (inside a
-directory the server sees read-only, behind a ``denyRead`` mask, ironcurtain's own files,
-an existing directory to write into) is refused before anyone is asked.
+exactly those paths, and the question says so. A path no approval can open is refused
+before anyone is asked: inside a directory the server sees read-only (to change), behind a
+``denyRead`` mask, an existing directory to write into, and, for any access, inside or
+holding one of the places no server is ever given (ironcurtain's configuration, state and
+runtime directories, where the approvals socket lives; ``/proc``, ``/sys``, ``/dev``).
 
 Pure logic over the profile and ``lstat``; nothing is started here.
 """
@@ -31,6 +33,13 @@ WRITE_ROLES = frozenset({"write-path"})
 REMOVE_ROLES = frozenset({"delete-path"})
 # Mounts through which the host's own files are seen.
 _HOST_VIEWS = ("ro-bind", "ro-bind-try", "bind")
+# Places no approval opens, for any access: a copy of them is the trusted process's own
+# (``/proc/self`` is ironcurtain), other processes', or a device.
+SYSTEM_PLACES = {
+    "/proc": "the kernel's view of processes",
+    "/sys": "the kernel's view of devices",
+    "/dev": "the host's devices",
+}
 
 Kind = Literal["file", "directory", "absent"]
 
@@ -62,12 +71,14 @@ class Grant:
 
     @property
     def staged(self) -> bool:
-        """Made in the one-shot instance's own tree (a copy of a file when the call may
+        """Made in the one-shot instance's own tree: a copy of a file when the call may
         read it, an empty one of the same mode when it may only replace or remove it; a
-        directory empty): so what the call does to it can be carried over and nothing
-        else is, and a file swapped for a symlink meanwhile is never followed. A directory
-        only read is shown read-only where it is instead."""
-        return self.changes or self.kind == "file"
+        directory moved or removed empty; a directory only read as a copy of its
+        directories, regular files and symlinks (never a socket, a FIFO or a device, so
+        nothing of the host's can be connected to through it). So what the call does to it
+        can be carried over and nothing else is, and nothing the host has there is ever
+        mounted live into the instance. Only a path absent and merely read is not."""
+        return self.changes or self.kind != "absent"
 
     def record(self) -> dict[str, object]:
         return {"argument": self.argument, "access": self.access, "removes": self.removes}
@@ -82,7 +93,8 @@ class Grant:
 
 
 def describe(server: str, grants: Sequence[Grant]) -> str:
-    """The sentence the approval question carries: what approving gives, and to what."""
+    """The sentence the approval question carries: what approving gives, and to what (the
+    question is asked before the human picks between this call and the session)."""
     granted = [g.words() for g in grants if g.outside]
     warnings = [
         f"; beware: {g.path} is a file host tools load or run ({entry.loaded_by})"
@@ -93,8 +105,8 @@ def describe(server: str, grants: Sequence[Grant]) -> str:
     return visible(
         f"'{server}' cannot reach this from its sandbox; approving gives this one call "
         + "; ".join(granted)
-        + " (nothing else, and only for this call)"
-        + "".join(warnings)
+        + " (nothing else; approved for the session, each identical call after it gets the "
+        "same, in an instance of its own kept for them)" + "".join(warnings)
     )
 
 
@@ -141,11 +153,12 @@ def plan_grants(
     profile: SandboxProfile,
     roles_by_arg: Mapping[str, frozenset[str]],
     arguments: Mapping[str, object],
-    never_writable: Mapping[str, str],
+    off_limits: Mapping[str, str],
 ) -> list[Grant]:
     """The grants a call needs beyond ``profile``: empty when the standing sandbox reaches
     every path it names. ``arguments`` are canonical (absolute, resolved paths);
-    ``never_writable`` maps directories no approval may open to what they are."""
+    ``off_limits`` maps places (canonical) no approval opens, for any access, to what they
+    are."""
     writable = profile.writable
     found: list[tuple[str, str, Literal["read", "write"], bool, bool, bool]] = []
     for argument, roles in roles_by_arg.items():
@@ -160,6 +173,8 @@ def plan_grants(
         for path in iter_strings(arguments[argument]):
             if not os.path.isabs(path):
                 continue
+            if "\0" in path:
+                raise CannotWiden(f"{argument}: a path holding a NUL byte names no file")
             mount = deepest_mount(profile, path)
             in_root = any(_within(path, root) for root in writable)
             if writes or removes:
@@ -178,7 +193,7 @@ def plan_grants(
     grants = []
     for argument, path, access, removes, reads, outside in found:
         if outside:
-            _check_place(profile, argument, path, access == "write" or removes, never_writable)
+            _check_place(profile, argument, path, access == "write" or removes, off_limits)
         grant = Grant(argument, path, access, removes, _kind(path, argument), outside, reads)
         if not outside and grant.kind == "directory" and not grant.changes:
             raise CannotWiden(
@@ -218,18 +233,22 @@ def _check_place(
     argument: str,
     path: str,
     changes: bool,
-    never_writable: Mapping[str, str],
+    off_limits: Mapping[str, str],
 ) -> None:
-    """Refuse a path no approval can open: hidden by ``denyRead``; to be changed but in
-    ironcurtain's own directories or inside a directory the server sees read-only."""
+    """Refuse a path no approval can open: hidden by ``denyRead``; inside or holding a
+    place off limits (whatever the access: a copy of a directory holding the approvals
+    socket's would hold the rest of it, and moving it would move them); to be changed but
+    inside a directory the server sees read-only."""
     for mask in profile.mounts:
         if mask.reason.startswith("denyRead") and _within(path, mask.dest):
             raise CannotWiden(f"{argument}: {path} is hidden from this server (denyRead)")
+    for root, what in off_limits.items():
+        if _within(path, root):
+            raise CannotWiden(f"{argument}: {path} is inside {what}, which no approval opens")
+        if _within(root, path):
+            raise CannotWiden(f"{argument}: {path} holds {what} ({root}), which no approval opens")
     if not changes:
         return
-    for root, what in never_writable.items():
-        if _within(path, root):
-            raise CannotWiden(f"{argument}: {path} is inside {what}, which no server may write")
     mount = deepest_mount(profile, path)
     if mount is not None and mount.kind in _HOST_VIEWS:
         raise CannotWiden(

@@ -1,16 +1,19 @@
 """The staging tree of a widened call, and the carry-over of what the call did to the
 approved paths back to the host (:mod:`launcher.widen` runs the server on it).
 
-Every path the call changes is staged at its own absolute path below the staging root: a
-copy of the host's file when the call may read it, an empty file of the same mode when it
-may only replace or remove it, an empty directory for a directory moved or removed as a
-whole. After the call, exactly these changes reach the host: a file's new content (written
+Every approved path is staged at its own absolute path below the staging root: a copy of
+the host's file when the call may read it, an empty file of the same mode when it may only
+replace or remove it, an empty directory for a directory moved or removed as a whole, a
+copy of a directory only read (its directories, regular files and symlinks; never a
+socket, a FIFO or a device, nothing behind a ``denyRead`` mask; bounded in entries and
+bytes). After the call, exactly these changes reach the host: a file's new content (written
 beside it and renamed over it, its mode and owner kept), a new directory (empty), a
-removal, or a move (the host's own rename, so the content moved is the host's). A host path
-that changed since it was staged is not overwritten. Every step opens the staging tree and
-the host one component at a time without following a symlink, and a file is opened
-non-blocking, so nothing a server plants (links, FIFOs, swapped directories) redirects or
-holds the trusted process.
+removal, or a move (the host's own rename, so the content moved is the host's, onto a path
+the call was approved to write). A host path that changed since it was staged is not
+overwritten, and what is moved is checked to be what was staged. Every step opens the
+staging tree and the host one component at a time without following a symlink, and a file
+is opened non-blocking, so nothing a server plants (links, FIFOs, swapped directories)
+redirects or holds the trusted process.
 """
 
 from __future__ import annotations
@@ -27,9 +30,17 @@ from typing import Any
 from launcher.grants import CannotWiden, Grant
 from launcher.oscalls import rename_noreplace
 
-# A file larger than this is not copied into a one-shot sandbox (the call fails instead).
+# A file (a directory's files together) larger than this is not copied into a one-shot
+# sandbox (the call fails instead), nor a file the call left larger back out of it.
 MAX_STAGED_BYTES = 256 << 20
+# A directory to read with more entries than this is not copied (the call fails instead).
+MAX_STAGED_ENTRIES = 20_000
 _COPY_CHUNK = 1 << 20
+
+
+class TooLarge(OSError):
+    """A copy went past its bound (a file grew while it was copied)."""
+
 
 Snapshot = tuple[int, int, int, int] | None  # (mode, inode, size, mtime_ns) or absent
 
@@ -90,11 +101,20 @@ def _kind_now(path: str) -> str:
     return "directory" if stat.S_ISDIR(st.st_mode) else "file"
 
 
-def _copy_fd(src: int, dst: int) -> None:
-    while chunk := os.read(src, _COPY_CHUNK):
+def _copy_fd(src: int, dst: int, limit: int | None = None) -> int:
+    """Copy ``src`` to ``dst`` from where each stands; :class:`TooLarge` past ``limit``
+    bytes (:data:`MAX_STAGED_BYTES` unless given: a file that keeps growing cannot hold the
+    trusted process). The bytes copied."""
+    limit = MAX_STAGED_BYTES if limit is None else limit
+    copied = 0
+    while chunk := os.read(src, min(_COPY_CHUNK, limit - copied + 1)):
+        copied += len(chunk)
+        if copied > limit:
+            raise TooLarge(f"more than {limit >> 20} MiB")
         view = memoryview(chunk)
         while view:
             view = view[os.write(dst, view) :]
+    return copied
 
 
 def _open_file_at(root: str, path: str) -> int:
@@ -111,16 +131,72 @@ def _open_file_at(root: str, path: str) -> int:
 
 
 def _same_content(a: int, b: int) -> bool:
-    if os.fstat(a).st_size != os.fstat(b).st_size:
+    size = os.fstat(a).st_size
+    if size != os.fstat(b).st_size:
         return False
     os.lseek(a, 0, os.SEEK_SET)
     os.lseek(b, 0, os.SEEK_SET)
-    while True:
-        x, y = os.read(a, _COPY_CHUNK), os.read(b, _COPY_CHUNK)
+    left = size + 1  # a file growing meanwhile is read no further than this
+    while left > 0:
+        x, y = os.read(a, min(_COPY_CHUNK, left)), os.read(b, min(_COPY_CHUNK, left))
         if x != y:
             return False
         if not x:
             return True
+        left -= len(x)
+    return False
+
+
+def _copy_tree(
+    src_fd: int, dst_fd: int, host_path: str, hidden: Sequence[str], budget: list[int]
+) -> None:
+    """Copy the directory ``src_fd`` (the host's ``host_path``) into ``dst_fd``: its
+    directories, regular files (mode and times kept, set-id bits not) and symlinks (as
+    symlinks: they resolve inside the sandbox, to what it sees anyway). Sockets, FIFOs and
+    devices are left out, and whatever ``hidden`` holds. ``budget``: [entries, bytes]
+    left; :class:`TooLarge` when either runs out."""
+    with os.scandir(src_fd) as entries:
+        listed = list(entries)
+    for entry in listed:
+        path = f"{host_path.rstrip('/')}/{entry.name}"
+        if any(within(path, h) for h in hidden):
+            continue
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise TooLarge(f"more than {MAX_STAGED_ENTRIES} entries")
+        st = entry.stat(follow_symlinks=False)
+        if stat.S_ISDIR(st.st_mode):
+            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+            child = os.open(entry.name, flags, dir_fd=src_fd)
+            try:
+                os.mkdir(entry.name, 0o700, dir_fd=dst_fd)
+                copy = os.open(entry.name, flags, dir_fd=dst_fd)
+                try:
+                    _copy_tree(child, copy, path, hidden, budget)
+                    os.fchmod(copy, stat.S_IMODE(os.fstat(child).st_mode) & 0o777)
+                finally:
+                    os.close(copy)
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(st.st_mode):
+            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+            src = os.open(entry.name, flags, dir_fd=src_fd)
+            try:
+                st = os.fstat(src)
+                if not stat.S_ISREG(st.st_mode):
+                    continue  # swapped for something else meanwhile
+                out_flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                out = os.open(entry.name, out_flags, 0o600, dir_fd=dst_fd)
+                try:
+                    budget[1] -= _copy_fd(src, out, max(budget[1], 0))
+                    os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
+                    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
+                finally:
+                    os.close(out)
+            finally:
+                os.close(src)
+        elif stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(entry.name, dir_fd=src_fd), entry.name, dir_fd=dst_fd)
 
 
 def _remove_tree(path: str) -> None:
@@ -144,6 +220,7 @@ class Stage:
         self.run_as = run_as
         self.before: dict[str, Snapshot] = {}  # the host's paths, when staged
         self.staged: dict[str, Snapshot] = {}  # the staged paths, as staged
+        self.hidden: tuple[str, ...] = ()  # what a copy of a directory leaves out
 
     def _mkdirs(self, path: str, writable: bool) -> str:
         staged = self.root + path
@@ -152,10 +229,17 @@ class Stage:
             os.chown(staged, *self.run_as)
         return staged
 
-    def prepare(self, grants: Sequence[Grant], roots: Sequence[str], cwd: str) -> None:
+    def prepare(
+        self,
+        grants: Sequence[Grant],
+        roots: Sequence[str],
+        cwd: str,
+        hidden: Sequence[str] = (),
+    ) -> None:
         """Make the skeleton (the standing roots, empty; the working directory) and stage
-        every path the call changes or reads as a file, remembering what the host had and
-        what was staged."""
+        every approved path, remembering what the host had and what was staged.
+        ``hidden``: what no copy holds (the server's ``denyRead`` masks)."""
+        self.hidden = tuple(hidden)
         for directory in (*roots, cwd):
             self._mkdirs(directory, writable=False)
         for grant in grants:
@@ -171,7 +255,9 @@ class Stage:
         parent, name = os.path.split(grant.path)
         kind = _kind_now(grant.path)
         with _walk(self.root, _parts(parent)) as fd:
-            if kind == "directory":
+            if kind == "directory" and not grant.changes:
+                self._copy_tree_in(grant, fd, name)
+            elif kind == "directory":
                 os.mkdir(name, 0o755, dir_fd=fd)  # moved or removed as a whole
             elif kind == "file":
                 self._copy_in(grant, fd, name)
@@ -181,12 +267,15 @@ class Stage:
 
     def restage(self, grants: Sequence[Grant]) -> None:
         """Before a kept instance's next call: a path whose host or staged state is not
-        what the last call left is staged afresh from the host."""
+        what the last call left is staged afresh from the host (a directory only read,
+        always: what changed inside it does not show on the directory)."""
         for grant in grants:
             if not grant.staged:
                 continue
             host, staged = _snapshot(grant.path), _snapshot_at(self.root, grant.path)
-            if (host, staged) == (self.before[grant.path], self.staged[grant.path]):
+            copied_dir = grant.kind == "directory" and not grant.changes
+            same = (host, staged) == (self.before[grant.path], self.staged[grant.path])
+            if same and not copied_dir:
                 continue
             parent, name = os.path.split(grant.path)
             with _walk(self.root, _parts(parent)) as fd:
@@ -207,6 +296,31 @@ class Stage:
             if grant.staged:
                 self.before[grant.path] = _snapshot(grant.path)
                 self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+
+    def _copy_tree_in(self, grant: Grant, dir_fd: int, name: str) -> None:
+        """The host's directory, as a copy (see :func:`_copy_tree`); the call fails when it
+        is too large to copy."""
+        parent, host_name = os.path.split(grant.path)
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        with _walk("/", _parts(parent)) as host_parent:
+            src = os.open(host_name, flags, dir_fd=host_parent)
+        try:
+            os.mkdir(name, 0o700, dir_fd=dir_fd)
+            copy = os.open(name, flags, dir_fd=dir_fd)
+            try:
+                budget = [MAX_STAGED_ENTRIES, MAX_STAGED_BYTES]
+                _copy_tree(src, copy, grant.path, self.hidden, budget)
+                os.fchmod(copy, stat.S_IMODE(os.fstat(src).st_mode) & 0o777)
+            finally:
+                os.close(copy)
+        except TooLarge as exc:
+            raise CannotWiden(
+                f"{grant.argument}: {grant.path} holds {exc}, more than a "
+                "widened call may be given a copy of (give the server that directory with "
+                "allowRead instead)"
+            ) from None
+        finally:
+            os.close(src)
 
     def _copy_in(self, grant: Grant, dir_fd: int, name: str) -> None:
         """The host's file, as a copy when the call may read it (an empty file of the same
@@ -250,7 +364,13 @@ class Stage:
         # call), not what it had when the call was planned.
         had = {g.path: self.before[g.path] for g in staged}
         removed = [g for g in staged if g.removes and had[g.path] and after[g.path] is None]
-        appeared = [g for g in staged if had[g.path] is None and after[g.path] is not None]
+        # Only a path the call may write can be where something is moved to: a grant to
+        # remove a path gives no right to make one there.
+        appeared = [
+            g
+            for g in staged
+            if g.access == "write" and had[g.path] is None and after[g.path] is not None
+        ]
         try:
             if len(removed) == 1 and len(appeared) == 1 and self._moved(removed[0], appeared[0]):
                 outcomes[removed[0].path] = outcomes[appeared[0].path] = "moved"
@@ -271,24 +391,39 @@ class Stage:
 
     def _moved(self, source: Grant, target: Grant) -> bool:
         """The call moved ``source`` to ``target``: done on the host, by the host's own
-        rename (the content moved is the host's; nothing of the instance's goes along)."""
+        rename (the content moved is the host's; nothing of the instance's goes along).
+        It is renamed to a hidden name beside the target first and checked to be what was
+        staged (a server that reaches the source cannot have swapped in a symlink or a FIFO
+        after the check), then to the target; anything else is put back."""
         st = _lstat_at(self.root, target.path)
         assert st is not None
         was = self.before[source.path]
-        is_dir = was is not None and stat.S_ISDIR(was[0])
+        assert was is not None
+        is_dir = stat.S_ISDIR(was[0])
         want = stat.S_ISDIR if is_dir else stat.S_ISREG
         if not want(st.st_mode):
             return False
         src_parent, src_name = os.path.split(source.path)
         dst_parent, dst_name = os.path.split(target.path)
+        temp = f".{dst_name}.ironcurtain-{secrets.token_hex(4)}"
         with _walk("/", _parts(src_parent)) as src_fd, _walk("/", _parts(dst_parent)) as dst_fd:
             try:
-                rename_noreplace(src_fd, src_name, dst_fd, dst_name)
+                rename_noreplace(src_fd, src_name, dst_fd, temp)
             except OSError as exc:
                 if exc.errno != 18 or is_dir:  # EXDEV: another filesystem
                     raise
                 self._install(target.path, source.path, "/")
                 os.unlink(src_name, dir_fd=src_fd)
+                return True
+            moved = os.stat(temp, dir_fd=dst_fd, follow_symlinks=False)
+            if (moved.st_mode, moved.st_ino) != (was[0], was[1]):
+                rename_noreplace(dst_fd, temp, src_fd, src_name)
+                raise OSError(f"{source.path} was replaced while it was being moved")
+            try:
+                rename_noreplace(dst_fd, temp, dst_fd, dst_name)
+            except OSError:
+                rename_noreplace(dst_fd, temp, src_fd, src_name)
+                raise
         return True
 
     def _carry(self, grant: Grant, after: os.stat_result | None) -> str:
@@ -345,17 +480,18 @@ class Stage:
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
                 out = os.open(temp, flags, 0o600, dir_fd=dir_fd)
                 try:
-                    _copy_fd(src, out)
-                    os.fchmod(out, mode & 0o777)
-                    if was is not None and os.geteuid() == 0:
-                        os.fchown(out, was.st_uid, was.st_gid)
-                    os.fsync(out)
-                finally:
-                    os.close(out)
-                try:
+                    try:
+                        _copy_fd(src, out)  # bounded: a kept instance may grow it meanwhile
+                        os.fchmod(out, mode & 0o777)
+                        if was is not None and os.geteuid() == 0:
+                            os.fchown(out, was.st_uid, was.st_gid)
+                        os.fsync(out)
+                    finally:
+                        os.close(out)
                     os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                except OSError:
-                    os.unlink(temp, dir_fd=dir_fd)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temp, dir_fd=dir_fd)
                     raise
             return "written"
         finally:

@@ -3,12 +3,14 @@ instance of that server whose sandbox holds exactly the approved paths.
 
 The one-shot sandbox is the standing profile with three changes:
 
-- its root is a *staging* directory of ironcurtain's (owner-only, in the session's runtime
-  directory); every path the call writes or removes is staged there at its own absolute
-  path, as a copy of what the host has (a directory being moved away is staged empty);
-- the standing writable roots (the workspace, ``allowWrite``) are not mounted at all, so
-  the instance can change nothing of the host directly; paths the call only reads are
-  shown read-only where they are;
+- its root is a *staging* directory of ironcurtain's (in the session's runtime directory);
+  every approved path is staged there at its own absolute path, as a copy of what the host
+  has (a directory being moved or removed is staged empty; a directory only read is copied
+  without its sockets, FIFOs and devices);
+- the standing writable roots (the workspace, ``allowWrite``) are not mounted at all, and
+  no host directory is mounted that the standing sandbox does not have, so the instance
+  can change nothing of the host directly, and reaches no socket of the host's it could
+  not reach before;
 - a server that is told its directories on its command line (the filesystem server) is
   also told the directories of the approved paths.
 
@@ -21,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import glob
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from launcher import dirs
-from launcher.grants import CannotWiden, Grant, plan_grants
+from launcher import dirs, rundir
+from launcher.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
 from launcher.host import PLATFORM
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
@@ -41,11 +44,11 @@ START_TIMEOUT = 60.0
 def widened_profile(
     profile: SandboxProfile, grants: Sequence[Grant], stage_root: str, roots: Sequence[str]
 ) -> SandboxProfile:
-    """The one-shot profile: the standing one on a staging root, without its writable
-    roots, with the approved read-only paths; the directories of the approved paths added
-    to a command line that lists the server's directories."""
+    """The one-shot profile: the standing one on a staging root (which holds every approved
+    path, as a copy), without its writable roots; the directories of the approved paths
+    added to a command line that lists the server's directories. Nothing of the host's is
+    mounted that the standing sandbox does not mount."""
     staged = [g.path for g in grants if g.staged]
-    shown = [g for g in grants if not g.staged]
 
     def kept(mount: Mount) -> bool:
         if any(within(mount.dest, root) for root in profile.writable):
@@ -53,19 +56,8 @@ def widened_profile(
         return not (mount.kind == "tmpfs" and any(within(p, mount.dest) for p in staged))
 
     mounts = [
-        Mount("bind", "/", stage_root, "one-shot root: staged copies of what this call changes"),
+        Mount("bind", "/", stage_root, "one-shot root: staged copies of the approved paths"),
         *(m for m in profile.mounts if kept(m)),
-        *(
-            Mount("ro-bind", g.path, g.path, "approved for this call: read-only")
-            for g in shown
-            if g.kind != "absent"
-        ),
-        # denyRead masks inside a path shown read-only hide it there too.
-        *(
-            m
-            for m in profile.mounts
-            if m.reason.startswith("denyRead") and any(within(m.dest, g.path) for g in shown)
-        ),
     ]
     argv = list(profile.argv)
     if any(a in roots for a in argv[1:]):
@@ -77,10 +69,10 @@ def widened_profile(
 
 def grant_dirs(grants: Sequence[Grant]) -> list[str]:
     """The directories a server that works in named directories must be told of to reach
-    the grants: a directory shown read-only itself, the directory holding anything else."""
+    the grants: a directory only read itself, the directory holding anything else."""
     return list(
         dict.fromkeys(
-            g.path if g.kind == "directory" and not g.staged else os.path.dirname(g.path)
+            g.path if g.kind == "directory" and not g.changes else os.path.dirname(g.path)
             for g in grants
         )
     )
@@ -141,11 +133,28 @@ class Widener:
         self.platform = PLATFORM
         self._live: set[OneShot] = set()
         self._kept: dict[str, OneShot] = {}  # by the session approval they serve
-        self.never_writable = {
+        own = {
             str(dirs.config_dir()): "ironcurtain's configuration",
             str(dirs.state_dir()): "ironcurtain's state (audit logs, pins, workspaces)",
             plan.runtime_dir: "the session's runtime directory",
         }
+        # Canonical, as the arguments are (a symlinked ~/.config must not let one through),
+        # and as named, in case the place is made later through another path.
+        self.own = {
+            **own,
+            **{os.path.realpath(p): what for p, what in own.items()},
+            **SYSTEM_PLACES,
+        }
+
+    def off_limits(self) -> dict[str, str]:
+        """Every place no approval opens: ironcurtain's own, every session's runtime
+        directory (its approvals and egress sockets), the kernel's and the devices'."""
+        others = {
+            os.path.realpath(path): "another ironcurtain session's runtime directory"
+            for base in rundir.bases()
+            for path in glob.glob(os.path.join(glob.escape(base), rundir.PREFIX + "*"))
+        }
+        return {**others, **self.own}
 
     def grants(self, server: str, tool: str, arguments: Mapping[str, object]) -> list[Grant]:
         """What the call needs beyond the server's standing sandbox (empty: nothing);
@@ -155,7 +164,7 @@ class Widener:
         if sp is None or sp.profile is None or annotation is None:
             return []
         roles = {arg: frozenset(r) for arg, r in annotation.args.items()}
-        grants = plan_grants(sp.profile, roles, arguments, self.never_writable)
+        grants = plan_grants(sp.profile, roles, arguments, self.off_limits())
         if grants and self.platform != "linux":
             # The one-shot sandbox stands on mounts (a staging root); Seatbelt has none.
             raise CannotWiden(
@@ -174,7 +183,7 @@ class Widener:
         if kept is not None and kept.conn.running and not kept.busy:
             kept.busy = True
             try:
-                kept.stage.restage(kept.grants)
+                await asyncio.to_thread(kept.stage.restage, kept.grants)
             except Exception:
                 await self._drop(kept)
                 raise
@@ -210,7 +219,11 @@ class Widener:
         stage = Stage(self.plan.runtime_dir, server, sp.profile.run_as)
         conn: ServerConnection | None = None
         try:
-            stage.prepare(grants, sp.profile.writable, sp.profile.cwd)
+            hidden = [m.dest for m in sp.profile.mounts if m.reason.startswith("denyRead")]
+            # In a thread: a directory's copy can take a while, and other calls go on.
+            await asyncio.to_thread(
+                stage.prepare, grants, sp.profile.writable, sp.profile.cwd, hidden
+            )
             profile = widened_profile(sp.profile, grants, stage.root, sp.roots)
             spec = dataclasses.replace(sp.launch, profile=profile)
             # Told as roots too: a server that takes its directories from roots/list (the

@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.grants import CannotWiden, Grant, describe, plan_grants
+from launcher.grants import SYSTEM_PLACES, CannotWiden, Grant, describe, plan_grants
 from launcher.widen import grant_dirs, widened_profile
 from sandbox_profiles.model import Mount, SandboxProfile
 
 WRITE = {"path": frozenset({"write-path"})}
 READ = {"path": frozenset({"read-path"})}
+REMOVE = {"path": frozenset({"delete-path"})}
 MOVE = {"source": frozenset({"read-path", "delete-path"}), "destination": frozenset({"write-path"})}
 
 
@@ -49,7 +50,7 @@ def test_a_write_outside_is_granted_for_that_file(tmp_path: Path) -> None:
     assert old[0].kind == "file" and old[0].staged
     text = describe("fs", new)
     assert f"write access to the new file {notes / 'todo.md'}" in text
-    assert "only for this call" in text
+    assert "nothing else" in text and "each identical call after it gets the same" in text
 
 
 def test_a_move_out_of_the_workspace_stages_both_ends(tmp_path: Path) -> None:
@@ -67,16 +68,17 @@ def test_a_move_out_of_the_workspace_stages_both_ends(tmp_path: Path) -> None:
     assert str(ws / "r.txt") not in describe("fs", grants)
 
 
-def test_a_read_outside_is_shown_read_only(tmp_path: Path) -> None:
+def test_a_directory_read_outside_is_copied_never_mounted(tmp_path: Path) -> None:
+    # A live mount of a host directory, even read-only, lets a server connect to the unix
+    # sockets in it: a directory to read is staged as a copy, and nothing new is mounted.
     profile = _profile(tmp_path)
     data = tmp_path / "data"
     data.mkdir()
     grants = plan_grants(profile, READ, {"path": str(data)}, {})
-    assert [(g.access, g.kind, g.staged) for g in grants] == [("read", "directory", False)]
+    assert [(g.access, g.kind, g.staged) for g in grants] == [("read", "directory", True)]
     widened = widened_profile(profile, grants, str(tmp_path / "stage"), [str(tmp_path / "ws")])
-    assert Mount("ro-bind", str(data), str(data), "approved for this call: read-only") in (
-        widened.mounts
-    )
+    assert not any(m.source == str(data) for m in widened.mounts)
+    assert {m.source for m in widened.mounts[1:]} <= {m.source for m in profile.mounts}
     assert widened.argv[-1] == str(data)
 
 
@@ -88,7 +90,7 @@ def test_the_one_shot_profile_has_no_writable_root(tmp_path: Path) -> None:
     stage = str(tmp_path / "stage")
     widened = widened_profile(profile, grants, stage, [str(tmp_path / "ws")])
     assert widened.mounts[0] == Mount(
-        "bind", "/", stage, "one-shot root: staged copies of what this call changes"
+        "bind", "/", stage, "one-shot root: staged copies of the approved paths"
     )
     assert widened.writable == ()
     dests = [m.dest for m in widened.mounts]
@@ -102,21 +104,30 @@ def test_the_one_shot_profile_has_no_writable_root(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("place", "said"),
+    ("place", "roles", "said"),
     [
-        ("usr", "sees read-only"),
-        ("masked", "denyRead"),
-        ("state", "ironcurtain's state"),
-        ("existing-dir", "existing directory"),
-        ("no-parent", "does not exist"),
-        ("protected", "sees read-only"),
+        ("usr", WRITE, "sees read-only"),
+        ("masked", WRITE, "denyRead"),
+        ("masked", READ, "denyRead"),
+        ("state", WRITE, "inside ironcurtain's state"),
+        ("state", READ, "inside ironcurtain's state"),
+        ("state-parent", READ, "holds ironcurtain's state"),
+        ("state-parent", REMOVE, "holds ironcurtain's state"),
+        ("root", READ, "holds"),
+        ("proc", READ, "inside the kernel's view of processes"),
+        ("existing-dir", WRITE, "existing directory"),
+        ("no-parent", WRITE, "does not exist"),
+        ("protected", WRITE, "sees read-only"),
+        ("nul", WRITE, "NUL byte"),
     ],
 )
-def test_what_no_approval_can_open(tmp_path: Path, place: str, said: str) -> None:
+def test_what_no_approval_can_open(
+    tmp_path: Path, place: str, roles: dict[str, frozenset[str]], said: str
+) -> None:
     masked = tmp_path / "secret"
     masked.mkdir()
-    state = tmp_path / "state"
-    state.mkdir()
+    state = tmp_path / "local" / "state"
+    state.mkdir(parents=True)
     (tmp_path / "dir").mkdir()
     profile = _profile(
         tmp_path, Mount("tmpfs", str(masked), reason="denyRead: hidden behind an empty dir")
@@ -125,12 +136,17 @@ def test_what_no_approval_can_open(tmp_path: Path, place: str, said: str) -> Non
         "usr": "/usr/lib/evil.so",
         "masked": str(masked / "key"),
         "state": str(state / "audit.jsonl"),
+        "state-parent": str(tmp_path / "local"),
+        "root": "/",
+        "proc": "/proc/self/environ",
         "existing-dir": str(tmp_path / "dir"),
         "no-parent": str(tmp_path / "nowhere" / "x"),
         "protected": str(tmp_path / "ws" / ".git" / "config"),
+        "nul": str(tmp_path / "dir" / "a\0b"),
     }[place]
+    off_limits = {str(state): "ironcurtain's state", **SYSTEM_PLACES}
     with pytest.raises(CannotWiden, match=said) as raised:
-        plan_grants(profile, WRITE, {"path": path}, {str(state): "ironcurtain's state"})
+        plan_grants(profile, roles, {"path": path}, off_limits)
     assert str(raised.value).startswith("path: ")
 
 

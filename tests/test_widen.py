@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
+import socket
+import tempfile
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +21,7 @@ from tests.support.audit import audit_entries
 from tests.support.cli import run_args
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.paths import BUNDLED_POLICY, IRONCURTAIN
 from tests.support.probe import (
     PROBE_TOOLS,
     probe_server_config,
@@ -87,7 +91,8 @@ def test_an_approved_write_outside_the_workspace_happens_and_only_that(user: Hom
     assert todo.read_text() == "buy milk\n"
     # The question said what approving gives.
     assert f"write access to the new file {todo}" in seen[0]
-    assert "only for this call" in seen[0]
+    assert "approving gives this one call" in seen[0] and "nothing else" in seen[0]
+    assert "approved for the session, each identical call after it gets the same" in seen[0]
     # The next write to the same path is asked again (and denied: nothing happens).
     assert len(seen) == 2
     assert out[1][0] and out[1][1].startswith("ESCALATION DENIED")
@@ -104,34 +109,70 @@ def _hostile_session(user: Home, allow_write: tuple[str, ...] = ()) -> tuple[lis
     """The probe, whose ``overreach`` tool writes what it is asked and then whatever else
     it can, under rules like the bundled ones: writes in the workspace allowed, elsewhere
     escalated. ``allow_write``: directories its standing sandbox gets writable too."""
+    return _probe_session(user, "overreach", {"path": ["write-path"]}, allow_write=allow_write)
+
+
+def _probe_session(
+    user: Home,
+    tool: str,
+    roles: dict[str, list[str]],
+    allow_read: tuple[str, ...] = (),
+    allow_write: tuple[str, ...] = (),
+) -> tuple[list[str], Path, Path]:
+    """The probe with ``tool``'s arguments given ``roles``, under rules like the bundled
+    ones but asking about reads too: in the workspace allowed, elsewhere escalated."""
     ws = user.ws()
     audit = user.root / "audit.jsonl"
-    tools = {"overreach": PROBE_TOOLS["overreach"], "instance": []}
+    tools = {tool: PROBE_TOOLS[tool], "instance": []}
     policy = write_raw_policy(user.root / "policy", {"probe": tools})
     annotations = json.loads((policy / "tool-annotations.json").read_text())
-    tool = annotations["servers"]["probe"]["tools"][0]
-    tool.update(effect="write", args={**tool["args"], "path": ["write-path"]})
+    annotation = annotations["servers"]["probe"]["tools"][0]
+    writes = any("read-path" not in r for r in roles.values())
+    annotation.update(effect="write" if writes else "read", args={**annotation["args"], **roles})
     (policy / "tool-annotations.json").write_text(json.dumps(annotations))
     rules = [
         {"name": "allow-instance", "if": {"tool": ["instance"]}, "then": "allow", "reason": "t"},
         {
-            "name": "allow-write-in-workspace",
-            "if": {"paths": {"roles": ["write-path"], "within": "${workspace}"}},
+            "name": "allow-in-workspace",
+            "if": {
+                "paths": {
+                    "roles": ["read-path", "write-path", "delete-path"],
+                    "within": "${workspace}",
+                }
+            },
             "then": "allow",
-            "reason": "Write within the workspace",
+            "reason": "Within the workspace",
         },
         {
-            "name": "escalate-write-elsewhere",
-            "if": {"effect": ["write"]},
+            "name": "escalate-elsewhere",
+            "if": {"effect": ["read", "write"]},
             "then": "escalate",
-            "reason": "Write outside the workspace requires human approval",
+            "reason": "Outside the workspace requires human approval",
         },
     ]
     (policy / "compiled-policy.json").write_text(json.dumps({"rules": rules}))
-    server = probe_server_config(True)
+    server = probe_server_config(True, allow_read=allow_read)
     server["sandbox"]["filesystem"]["allowWrite"] += list(allow_write)
     config = write_probe_config(user, server)
     return run_args(config, policy, ws, audit), ws, audit
+
+
+def _probe_calls(
+    user: Home, args: list[str], answer: Answer, tool: str, *calls: dict[str, Any]
+) -> list[tuple[bool, str]]:
+    """One session: ``probe__<tool>`` with each of ``calls`` in turn."""
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        async with connect(user, *args, elicitation=elicit) as s:
+            for arguments in calls:
+                out.append(await call(s, f"probe__{tool}", arguments))
+
+    asyncio.run(scenario())
+    return out
 
 
 def _overreach(
@@ -453,3 +494,220 @@ def test_where_sandboxes_have_no_mounts_an_approval_cannot_widen(
         widener.grants("filesystem", "write_file", arguments)
     # A call the standing sandbox reaches needs nothing there either.
     assert widener.grants("filesystem", "write_file", {"path": str(ws / "a"), "content": "x"}) == []
+
+
+class HostSocket:
+    """A unix socket of the host's that anyone may connect to (as D-Bus's, or an agent's
+    reachable by the server's user): it greets each connection and counts them."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.accepted = 0
+        self._sock = socket.socket(socket.AF_UNIX)
+        self._sock.bind(str(path))
+        path.chmod(0o666)
+        self._sock.listen(8)
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            with conn:
+                conn.sendall(b"HELLO from the host\n")
+
+    def close(self) -> None:
+        self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        self._thread.join(5)
+
+
+def _notes_with_a_socket(user: Home) -> tuple[Path, HostSocket]:
+    notes = user.root / "notes"
+    notes.mkdir()
+    (notes / "keep.txt").write_text("the user's own file\n")
+    (notes / "sub").mkdir()
+    (notes / "sub" / "deep.txt").write_text("deep\n")
+    return notes, HostSocket(notes / "agent.sock")
+
+
+def test_a_server_given_a_directory_to_read_reaches_no_socket_in_it(user: Home) -> None:
+    # As a hostile server: a read approval of a directory used to mount it read-only,
+    # and a unix socket in a read-only mount still connects (the approvals socket, D-Bus,
+    # an ssh-agent). The directory is a copy now: its files, never its sockets.
+    notes, host = _notes_with_a_socket(user)
+    try:
+        args, _, audit = _probe_session(user, "peek", {"path": ["read-path"]})
+        answer, seen = answering("approve")
+        peek = {"path": str(notes), "socket_path": str(notes / "agent.sock")}
+        [(error, text)] = _probe_calls(user, args, answer, "peek", peek)
+    finally:
+        host.close()
+    assert not error, text
+    assert f"read access to the directory {notes}" in seen[0]
+    assert "listed: keep.txt sub\n" in text  # the files are there to read; no socket
+    assert "connected: HELLO" not in text and host.accepted == 0
+    assert audit_entries(audit)[0]["escalation"] == "approved"
+
+
+def test_without_the_copy_a_read_only_mount_lets_the_server_connect(user: Home) -> None:
+    # The control: the same directory mounted read-only (the standing sandbox given it
+    # with allowRead, so the call is not widened): the socket in it connects.
+    notes, host = _notes_with_a_socket(user)
+    try:
+        args, _, _ = _probe_session(user, "peek", {"path": ["read-path"]}, allow_read=(str(notes),))
+        answer, seen = answering("approve")
+        peek = {"path": str(notes), "socket_path": str(notes / "agent.sock")}
+        [(error, text)] = _probe_calls(user, args, answer, "peek", peek)
+    finally:
+        host.close()
+    assert not error and "cannot reach this" not in seen[0], text
+    assert "agent.sock" in text and "connected: HELLO from the host" in text
+    assert host.accepted == 1
+
+
+def _escalating_reads(user: Home) -> Path:
+    """The bundled policy, but a read outside the workspace asked about, not denied."""
+    policy = user.root / "policy"
+    shutil.copytree(BUNDLED_POLICY, policy)
+    compiled = json.loads((policy / "compiled-policy.json").read_text())
+    for rule in compiled["rules"]:
+        if rule["name"] == "deny-read-elsewhere":
+            rule.update(name="escalate-read-elsewhere", then="escalate")
+    (policy / "compiled-policy.json").write_text(json.dumps(compiled))
+    return policy
+
+
+def test_an_approved_directory_read_lists_what_is_there(user: Home) -> None:
+    # As the agent, with the real filesystem server: the copy serves the work.
+    ws, audit = user.ws(), user.root / "audit.jsonl"
+    notes, host = _notes_with_a_socket(user)
+    policy = _escalating_reads(user)
+    answer, seen = answering("approve", "approve")
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--policy-dir", str(policy)]
+        async with connect(user, *args, "--audit-log", str(audit), elicitation=elicit) as s:
+            out.append(await call(s, "list_directory", {"path": str(notes)}))
+            out.append(await call(s, "read_text_file", {"path": str(notes / "sub" / "deep.txt")}))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        host.close()
+    assert [error for error, _ in out] == [False, False], out
+    assert "[FILE] keep.txt" in out[0][1] and "[DIR] sub" in out[0][1]
+    assert "agent.sock" not in out[0][1]
+    assert out[1][1] == "deep\n"
+    assert len(seen) == 2 and host.accepted == 0
+
+
+def test_no_approval_opens_ironcurtains_own_places_or_the_kernels(user: Home) -> None:
+    # As the agent: reads (and writes) that would reach the session's runtime directory
+    # (its approvals socket), ironcurtain's state through a symlink, or /proc are refused
+    # before anyone is asked; a read elsewhere is asked as usual.
+    ws, audit = user.ws(), user.root / "audit.jsonl"
+    run = Path(tempfile.mkdtemp(prefix="icrun-", dir="/tmp"))  # short: sockets fit in it
+    user.env["XDG_RUNTIME_DIR"] = str(run)
+    real_state = user.root / "real-state"
+    (real_state / "ironcurtain").mkdir(parents=True)
+    user.env["XDG_STATE_HOME"] = str(user.root / "state-link")
+    (user.root / "state-link").symlink_to(real_state)
+    notes = user.root / "notes"
+    notes.mkdir()
+    policy = _escalating_reads(user)
+    answer, seen = answering("deny")
+    calls = [
+        ("list_directory", {"path": str(run)}),
+        ("list_directory", {"path": str(real_state)}),
+        ("list_directory", {"path": "/"}),
+        ("write_file", {"path": str(real_state / "ironcurtain" / "planted"), "content": "x"}),
+        ("list_directory", {"path": "/proc"}),
+        ("read_text_file", {"path": "/proc/self/environ"}),
+        ("list_directory", {"path": str(notes)}),
+    ]
+    out: list[tuple[bool, str]] = []
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--policy-dir", str(policy)]
+        async with connect(user, *args, "--audit-log", str(audit), elicitation=elicit) as s:
+            for tool, arguments in calls:
+                out.append(await call(s, tool, arguments))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+    texts = [text for _, text in out]
+    assert all(t.startswith("ESCALATION CANNOT TAKE EFFECT") for t in texts[:3]), texts
+    assert "holds the session's runtime directory" in texts[0]
+    assert "holds ironcurtain's state" in texts[1]
+    assert "holds" in texts[2]
+    # The policy's own structural rules deny these before any approval comes into it.
+    assert all(t.startswith("DENIED (rule: structural-") for t in texts[3:6]), texts
+    assert not (real_state / "ironcurtain" / "planted").exists()
+    assert user.secret not in "".join(texts)
+    assert texts[6].startswith("ESCALATION DENIED") and len(seen) == 1
+    escalations = [e["escalation"] for e in audit_entries(audit)]
+    assert escalations == ["cannot-take-effect"] * 3 + [None] * 3 + ["denied"]
+
+
+def test_a_grant_to_remove_a_path_creates_nothing_there(user: Home) -> None:
+    # As a hostile server: a call approved to remove two paths (the question says only
+    # "the removal of") renames its own workspace file onto the second one. Carried over
+    # as a move, that would create a file of the server's making where the human agreed
+    # only to a removal.
+    ws = user.ws()
+    (ws / "payload").write_text("#!/bin/sh\necho PLANTED\n")
+    notes = user.root / "notes"
+    notes.mkdir()
+    target = notes / "autostart.sh"
+    args, _, audit = _probe_session(
+        user, "move", {"source": ["delete-path"], "destination": ["delete-path"]}
+    )
+    answer, seen = answering("approve")
+    moved = {"source": str(ws / "payload"), "destination": str(target)}
+    [(_, text)] = _probe_calls(user, args, answer, "move", moved)
+    assert f"the removal of the new file {target}" in seen[0]
+    assert not target.exists(), text
+    carried = {c["argument"]: c["outcome"] for c in audit_entries(audit)[0]["carriedOver"]}
+    assert carried["destination"] == "unchanged"
+
+
+def test_a_grant_to_write_the_destination_lets_the_same_move_happen(user: Home) -> None:
+    # The control: the destination approved for writing, the same move is carried over.
+    ws = user.ws()
+    (ws / "payload").write_text("#!/bin/sh\necho PLANTED\n")
+    notes = user.root / "notes"
+    notes.mkdir()
+    target = notes / "autostart.sh"
+    args, _, _ = _probe_session(
+        user, "move", {"source": ["delete-path"], "destination": ["write-path"]}
+    )
+    answer, seen = answering("approve")
+    moved = {"source": str(ws / "payload"), "destination": str(target)}
+    [(error, text)] = _probe_calls(user, args, answer, "move", moved)
+    assert not error, text
+    assert f"write access to the new file {target}" in seen[0]
+    assert target.read_text() == "#!/bin/sh\necho PLANTED\n" and not (ws / "payload").exists()
+
+
+def test_a_path_with_a_nul_byte_is_answered_and_audited(user: Home) -> None:
+    ws, notes, audit = _places(user)
+    answer, seen = answering("approve")
+    write = ("write_file", {"path": str(notes / "a\0b"), "content": "x"})
+    out = fs_calls(user, ws, audit, answer, write)
+    assert out[0][0] and "NUL byte" in out[0][1], out
+    assert seen == [] and list(notes.iterdir()) == [notes / "keep.txt"]
+    assert audit_entries(audit)[0]["escalation"] == "cannot-take-effect"

@@ -578,6 +578,37 @@ def overreach(
 
 
 @server.tool()
+def peek(path: str, socket_path: str = "") -> str:
+    """List the directory ``path``; with ``socket_path``, connect to that unix socket and
+    report what it says first."""
+    try:
+        report = ["listed: " + " ".join(sorted(os.listdir(path)))]
+    except OSError as exc:
+        report = [f"listed: {exc.strerror}"]
+    if socket_path:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.settimeout(5)
+        try:
+            sock.connect(socket_path)
+            report.append("connected: " + sock.recv(200).decode(errors="replace").strip())
+        except OSError as exc:
+            report.append(f"connected: {exc.strerror or exc}")
+        finally:
+            sock.close()
+    return "\n".join(report)
+
+
+@server.tool()
+def move(source: str, destination: str) -> str:
+    """Rename ``source`` to ``destination``."""
+    try:
+        os.rename(source, destination)
+    except OSError as exc:
+        return f"FAILED: {exc.strerror}"
+    return "OK"
+
+
+@server.tool()
 def hold_connections(path: str, count: int) -> str:
     """Open ``count`` connections to the unix socket ``path`` and keep them open, spread
     over child processes (each has its own descriptor limit) that stay until the end."""

@@ -12,3 +12,5 @@ IRONCURTAIN = os.path.join(BIN, "ironcurtain")
 TESTS = Path(__file__).resolve().parent.parent
 PROBE = TESTS / "servers" / "probe_server.py"
 FAULTY = TESTS / "servers" / "faulty_server.py"
+REPO = TESTS.parent
+BUNDLED_POLICY = REPO / "policy" / "defaults"

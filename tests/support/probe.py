@@ -42,6 +42,8 @@ PROBE_TOOLS = {
     "linger": [],
     "fs_ops": ["base", "ops"],
     "hold_connections": ["path", "count"],
+    "peek": ["path", "socket_path"],
+    "move": ["source", "destination"],
     "overreach": ["path", "content", "others", "link_to", "fifo"],
     "ask_user": ["question"],
     "sample": ["prompt"],
