@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import sys
@@ -160,7 +159,7 @@ def run(
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.plan import RunOptions, plan_session
-    from launcher.session import Session
+    from launcher.prestart import prestart
 
     with cli_words():
         plan = plan_session(
@@ -197,7 +196,18 @@ def run(
             f"ironcurtain: WARNING: sandboxes have NO SYSTEM-CALL FILTER: {plan.seccomp_problem}",
             file=sys.stderr,
         )
-    raise typer.Exit(asyncio.run(Session(plan).run()))
+    # The servers start now, and the event loop and the relay load while they do.
+    started = prestart(plan)
+    try:
+        import asyncio
+
+        from launcher.session import Session
+
+        session = Session(plan, started)
+    except BaseException:
+        started.abandon()
+        raise
+    raise typer.Exit(asyncio.run(session.run()))
 
 
 @app.command()
@@ -370,9 +380,31 @@ def check(
 cli_clients.register(app)
 
 
+def _group() -> None:
+    """Run MCP servers in OS sandboxes behind a policy proxy."""
+
+
+def command_app(argv: list[str]) -> typer.Typer:
+    """The app to dispatch ``argv`` with. Typer reads the signature and type hints of every
+    command to build the whole tree (some 30 ms, paid before a server can start); for a
+    top-level command named in full only that command is built, with the same options,
+    help and errors. Anything else (no command, ``--help``, a typo, ``audit ...``) gets
+    the whole app."""
+    if len(argv) < 2:
+        return app
+    for info in app.registered_commands:
+        assert info.callback is not None
+        if (info.name or info.callback.__name__.lower().replace("_", "-")) == argv[1]:
+            one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+            one.callback()(_group)  # a group, so the command is still named on the line
+            one.registered_commands = [info]
+            return one
+    return app
+
+
 def main() -> None:
     try:
-        app()
+        command_app(sys.argv)()
     except USER_ERRORS as exc:
         print(f"ironcurtain: error: {exc}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 2))

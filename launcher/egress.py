@@ -76,7 +76,11 @@ class EgressProxy:
         self.resolutions: list[str] = []  # names looked up (tests: none for a refused name)
         self.turned_away = 0  # connections closed at once because the cap was reached
 
-    async def start(self) -> None:
+    async def start(self, listening: socket.socket | None = None) -> None:
+        """Serve on ``socket_path`` (or on ``listening``, bound there already)."""
+        if listening is not None:
+            self._server = await asyncio.start_unix_server(self._client, sock=listening)
+            return
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         self._server = await asyncio.start_unix_server(self._client, path=self.socket_path)

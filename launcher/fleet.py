@@ -5,6 +5,7 @@ stopped together."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import Callable
 
 from launcher.config import RestartConfig
@@ -35,9 +36,16 @@ class Fleet:
         self.halted: dict[str, str] = {} if halted is None else halted
         self._supervisors: list[asyncio.Task[None]] = []
 
+    async def adopt(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        """Take over servers started before the session's event loop (not yet spoken to),
+        taking each out of ``procs``: from now on it is stopped with the fleet."""
+        for name in list(procs):
+            await self.servers[name].start(procs.pop(name))
+
     @staticmethod
     async def _start_one(conn: ServerConnection) -> None:
-        await conn.start()
+        if conn.pid is None:  # not started already (adopted)
+            await conn.start()
         await conn.initialize()
         await conn.list_tools()
         await conn.list_extras()

@@ -12,13 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from launcher.approval import Approvals, Outcome, Requester
 from launcher.audit import AuditLog, argument_hashes
 from launcher.breaker import CircuitBreaker
 from launcher.jsonrpc import Message
 from launcher.pins import Pins
 from policy import Decision, PolicyEngine
+
+if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
+    from launcher.approval import Approvals, Outcome, Requester
 
 TOOL, PROMPT, READ = "tools/call", "prompts/get", "resources/read"
 SUBSCRIBE, UNSUBSCRIBE = "resources/subscribe", "resources/unsubscribe"

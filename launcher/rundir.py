@@ -13,8 +13,6 @@ import os
 import shutil
 import time
 
-import psutil
-
 PREFIX = "ironcurtain-"
 PID_FILE = "pid"
 UNIX_PATH_MAX = 107  # bytes in a unix socket path
@@ -55,6 +53,19 @@ def find(session_id: str | None, member: str) -> list[str]:
     return sorted(found, key=_mtime, reverse=True)
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts: it cannot be signalled)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def sweep_stale(min_age: float = 60.0) -> None:
     """Remove this user's runtime directories of sessions that are gone (a launcher that was
     killed cannot clean up after itself). A directory's ``pid`` names its launcher."""
@@ -72,7 +83,7 @@ def sweep_stale(min_age: float = 60.0) -> None:
                 if st.st_uid != os.getuid() or now - st.st_mtime < min_age:
                     continue
                 with open(os.path.join(entry.path, PID_FILE), encoding="utf-8") as handle:
-                    alive = psutil.pid_exists(int(handle.read().strip() or 0))
+                    alive = _alive(int(handle.read().strip() or 0))
             except (OSError, ValueError):
                 alive = False
             if not alive:

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.audit import AuditLog
-from launcher.gate import Gate
-from launcher.grants import Grant
 from launcher.jsonrpc import Message, OnDone
 from launcher.outputs import Outputs
 from launcher.router import Listing, Router
 from policy.output import OutputPolicy
+
+if TYPE_CHECKING:  # planning reads ServerSettings before the event loop's modules load
+    from launcher.audit import AuditLog
+    from launcher.gate import Gate
+    from launcher.grants import Grant
 
 
 class Downstream(Listing, Protocol):

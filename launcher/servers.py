@@ -31,7 +31,7 @@ from launcher.jsonrpc import (
 )
 from launcher.launchspec import LaunchSpec as LaunchSpec
 from launcher.lines import LineBuffer, LineProtocol
-from launcher.oscalls import memfd, pidfd_open
+from launcher.oscalls import pidfd_open
 from launcher.proctree import over_limits, process_tree
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
@@ -73,30 +73,15 @@ class ServerConnection:
         self.resources: list[Message] = []
         self.resource_templates: list[Message] = []
 
-    async def start(self) -> None:
-        """Start the process. Its pipes are read by plain protocols (not a subprocess
+    async def start(self, proc: subprocess.Popen[bytes] | None = None) -> None:
+        """Start the process (or take over ``proc``, started from this connection's spec and
+        not yet spoken to). Its pipes are read by plain protocols (not a subprocess
         transport, which hands every read on through one more trip round the event loop),
         and its exit is watched through a pidfd."""
         loop = asyncio.get_running_loop()
         self._exit = loop.create_future()
-        fds: list[int] = []
-        try:
-            if self.spec.seccomp is not None:
-                fds.append(memfd("ironcurtain-seccomp", self.spec.seccomp))
-            argv = self.spec.command(fds[0] if fds else None)
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                env=dict(self.spec.env),
-                cwd=self.spec.cwd,
-                start_new_session=True,
-                pass_fds=fds,
-            )
-        finally:
-            for fd in fds:
-                os.close(fd)
+        if proc is None:
+            proc = self.spec.spawn()
         self._proc, self.pid = proc, proc.pid
         assert proc.stdin and proc.stdout and proc.stderr
         stdout = LineBuffer(self._on_stdout_line, LINE_LIMIT, self._on_oversized)

@@ -1,8 +1,10 @@
 """``ironcurtain run``: the wiring of one session.
 
 The host's files are made (:mod:`launcher.hostfiles`), the guard watches the roots servers
-may write, the egress proxies and the approvals socket start, the servers start in their
-sandboxes (:mod:`launcher.fleet`), and a client transport (:mod:`launcher.stdio` or
+may write, the egress sockets listen and the servers start in their sandboxes, all before
+the event loop exists (:mod:`launcher.prestart`); then the session takes them over, the
+egress proxies and the approvals socket start, the servers are initialised and listed
+(:mod:`launcher.fleet`), and a client transport (:mod:`launcher.stdio` or
 :mod:`launcher.http_transport`) is joined to the relay core (:mod:`launcher.relay`), which
 checks every request through one gate (:mod:`launcher.gate`). Everything stops on end of
 input, SIGINT or SIGTERM; the guard then sweeps the writable roots once more.
@@ -11,23 +13,24 @@ input, SIGINT or SIGTERM; the guard then sweeps the writable roots once more.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fnmatch
 import gc
 import importlib
 import os
 import signal
+import socket
 from typing import TYPE_CHECKING
 
-from launcher import coherence, dirs
+from launcher import coherence
 from launcher.approval import APPROVALS_SOCKET, Approvals, Terminals
 from launcher.audit import AuditLog
 from launcher.egress import EgressProxy, Refusal
 from launcher.errors import StartupError
-from launcher.guard import Guard, GuardError, GuardFailure, Quarantined
-from launcher.hostfiles import HostFiles, writable_roots
+from launcher.guard import Guard, GuardFailure, Quarantined
+from launcher.hostfiles import HostFiles
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
+from launcher.prestart import Prestarted, prestart
 from launcher.relay import Relay
 from launcher.report import say, startup_report
 from launcher.seams import Upstream
@@ -40,8 +43,11 @@ if TYPE_CHECKING:
 
 
 class Session:
-    def __init__(self, plan: SessionPlan) -> None:
+    def __init__(self, plan: SessionPlan, started: Prestarted | None = None) -> None:
+        """``started``: the servers and what they need, started before the event loop
+        (:func:`launcher.prestart.prestart`); otherwise :meth:`run` starts them."""
         self.plan = plan
+        self._started = started
         # Servers the guard stopped (it could not neutralise what their sandbox wrote), and
         # why: in every client's fleet, and never started again in a new one.
         self.halted: dict[str, str] = {}
@@ -84,11 +90,18 @@ class Session:
             await self.stop()
 
     async def run(self) -> int:
-        raise_descriptor_limit()
+        started = self._started
         try:
-            self.audit = self.files.prepare()
-            self._start_guard()
-            await self._start_egress()
+            if started is None:
+                started = self._started = prestart(self.plan)
+            # Take over what was started before the event loop: from here on, stopping the
+            # session stops and removes it.
+            self.files, self.audit, self.guard = started.files, started.audit, started.guard
+            if self.guard is not None:
+                self.guard.on_quarantine = self._quarantined
+                self.guard.on_failure = self._guard_failed
+            await self.fleet.adopt(started.procs)
+            await self._start_egress(started.listeners)
             if self.approvals.terminals is not None:
                 try:
                     await self.approvals.terminals.start()
@@ -123,6 +136,8 @@ class Session:
             gc.freeze()
             await self._serve()
         finally:
+            if started is not None:
+                started.drop_unadopted()
             await self.stop()
         return 1 if self.unneutralised else 0
 
@@ -166,25 +181,16 @@ class Session:
             raise
         return served
 
-    def _start_guard(self) -> None:
-        roots = writable_roots(self.plan)
-        if not roots:
-            return
-        guarded = [p for sp in self.plan.servers.values() for p in sp.guarded]
-        quarantine = os.path.join(str(dirs.state_dir()), "quarantine", self.plan.session_id)
-        try:
-            self.guard = Guard(roots, guarded, quarantine, self._quarantined, self._guard_failed)
-            self.guard.start()
-        except GuardError as exc:
-            raise StartupError(f"cannot watch the workspace for protected files: {exc}") from None
-
-    async def _start_egress(self) -> None:
+    async def _start_egress(self, listening: dict[str, socket.socket] | None = None) -> None:
+        """Start each server's egress proxy (on its socket, when it is ``listening``
+        already)."""
+        listening = {} if listening is None else listening
         for name, sp in self.plan.servers.items():
             if sp.egress is None or sp.egress_socket is None:
                 continue
             proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused)
             try:
-                await proxy.start()
+                await proxy.start(listening.pop(name, None))
             except OSError as exc:
                 raise StartupError(
                     f"cannot start the egress proxy for '{name}' at {sp.egress_socket}: "
@@ -358,16 +364,3 @@ def _as_text(path: str) -> str:
     '/ws/\\\\xff'
     """
     return os.fsencode(path).decode("utf-8", "backslashreplace")
-
-
-def raise_descriptor_limit(wanted: int = 65536) -> None:
-    """Raise this process's soft limit on open descriptors (up to its hard limit), so what
-    servers make it hold (proxy connections, watched directories) cannot exhaust it; the
-    egress proxy caps connections per server on top of that."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))

@@ -1,0 +1,166 @@
+"""Servers start before the session's event loop exists (``launcher.prestart``): a session
+that fails after they started stops them having sent them nothing, and leaves nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from launcher.approval import Terminals
+from launcher.errors import StartupError
+from launcher.launchspec import LaunchSpec
+from launcher.plan import RunOptions, SessionPlan, plan_session
+from launcher.prestart import prestart
+from launcher.session import Session
+from tests.support.client import Client
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN, REPO
+from tests.support.probe import write_raw_policy
+
+pytestmark = needs_bwrap
+
+# A server that keeps whatever it is sent (its file is there once it runs).
+RECORDER = 'exec cat > "$WS/$NAME.received"'
+
+
+def _recorders(user: Home, names: tuple[str, ...]) -> tuple[list[str], Path]:
+    ws = user.ws()
+    servers = {
+        name: {
+            "command": "/bin/sh",
+            "args": ["-c", RECORDER],
+            "env": {"WS": "${workspace}", "NAME": name},
+            "sandbox": {"filesystem": {"allowWrite": ["${workspace}"]}},
+        }
+        for name in names
+    }
+    config = user.root / "recorders.json"
+    config.write_text(json.dumps({"mcpServers": servers}))
+    policy = write_raw_policy(user.root / "policy", {name: {} for name in names})
+    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)], ws
+
+
+def _plan(user: Home, monkeypatch: pytest.MonkeyPatch, args: list[str]) -> SessionPlan:
+    for name, value in user.env.items():
+        monkeypatch.setenv(name, value)
+    options = dict(zip(args[::2], args[1::2], strict=True))
+    return plan_session(
+        RunOptions(
+            config=options["--config"],
+            policy_dir=options["--policy-dir"],
+            workspace=options["--workspace"],
+        )
+    )
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+def _ours() -> list[psutil.Process]:
+    return psutil.Process(os.getpid()).children(recursive=True)
+
+
+def test_a_session_that_fails_after_its_servers_started_sends_them_nothing(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args, ws = _recorders(user, ("a", "b"))
+    plan = _plan(user, monkeypatch, args)
+    started = prestart(plan)
+    _wait_for(ws / "a.received")
+    _wait_for(ws / "b.received")
+    tree = _ours()
+    assert tree, "the servers run"
+
+    async def refuse(self: Terminals) -> None:
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(Terminals, "start", refuse)
+    with pytest.raises(StartupError, match="cannot open the approvals socket"):
+        asyncio.run(Session(plan, started).run())
+    assert (ws / "a.received").read_bytes() == b""
+    assert (ws / "b.received").read_bytes() == b""
+    _gone, alive = psutil.wait_procs(tree, timeout=5)
+    assert not alive
+    assert not os.path.exists(plan.runtime_dir)
+
+
+def test_the_same_servers_in_a_session_that_starts_are_sent_initialize(user: Home) -> None:
+    # The control: what the recorders keep is what they were sent.
+    args, ws = _recorders(user, ("a",))
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env, user.root)
+    try:
+        _wait_for(ws / "a.received")
+        deadline = time.monotonic() + 20
+        while b'"method":"initialize"' not in (ws / "a.received").read_bytes():
+            assert time.monotonic() < deadline, (ws / "a.received").read_bytes()
+            time.sleep(0.05)
+    finally:
+        client.close(timeout=5)
+
+
+def test_a_server_that_cannot_start_stops_the_ones_started_before_it(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args, ws = _recorders(user, ("a", "b"))
+    plan = _plan(user, monkeypatch, args)
+    real = LaunchSpec.spawn
+
+    def spawn(spec: LaunchSpec) -> object:
+        if spec.name == "b":
+            _wait_for(ws / "a.received")
+            raise OSError(24, "Too many open files")
+        return real(spec)
+
+    monkeypatch.setattr(LaunchSpec, "spawn", spawn)
+    with pytest.raises(StartupError, match=r"server 'b' failed to start: .*Too many open files"):
+        prestart(plan)
+    assert (ws / "a.received").read_bytes() == b""
+    _gone, alive = psutil.wait_procs(_ours(), timeout=5)
+    assert not alive
+    assert not os.path.exists(plan.runtime_dir)
+
+
+# The stdlib server, then (once its input has ended) a word that it was let finish.
+STOPPED_AFTER = (
+    "import os, runpy; runpy.run_path(os.environ['SERVER'], run_name='__main__'); "
+    "open(os.environ['WS'] + '/stopped', 'w').write('stopped\\n')"
+)
+
+
+def test_servers_started_early_are_stopped_gently_when_the_session_ends(user: Home) -> None:
+    # A server taken over from the early start is stopped like any other: its input is
+    # closed and it is given time to finish (here: to say so in a file), not killed.
+    ws = user.ws()
+    server = REPO / "scripts" / "stdlib_server.py"
+    entry = {
+        "command": sys.executable,
+        "args": ["-I", "-c", STOPPED_AFTER],
+        "env": {"SERVER": str(server), "WS": "${workspace}"},
+        "sandbox": {
+            "filesystem": {"allowRead": [str(server.parent)], "allowWrite": ["${workspace}"]}
+        },
+    }
+    config = user.root / "stdlib.json"
+    config.write_text(json.dumps({"mcpServers": {"echo": entry}}))
+    policy = write_raw_policy(user.root / "policy", {"echo": {"echo": ["text"]}})
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env, user.root)
+    try:
+        client.initialize()
+        answer = client.call("echo__echo", {"text": "hello"})
+        assert answer["result"]["content"][0]["text"] == "hello", answer
+    finally:
+        assert client.close(timeout=10) == 0
+    assert (ws / "stopped").read_text() == "stopped\n"
