@@ -94,7 +94,11 @@ def prestart(plan: SessionPlan) -> Prestarted:
     made is undone and :class:`StartupError` says what failed."""
     raise_descriptor_limit()
     files = HostFiles(plan)
-    audit = files.prepare()
+    try:
+        audit = files.prepare()
+    except BaseException:
+        files.remove()  # what was made before the failure: the workspace, the runtime dir
+        raise
     made = Prestarted(files, audit, None)
     try:
         made.guard = _guard(plan)

@@ -4,7 +4,9 @@ and nothing started or created."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -236,9 +238,18 @@ def test_a_server_that_fails_to_start_leaves_nothing_behind(user: Home) -> None:
 def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:
     blocker = user.root / "not-a-dir"
     blocker.write_text("")
-    done = ironcurtain(user, "run", "--server", "time", "--audit-log", str(blocker / "a.jsonl"))
+    runtime = Path(tempfile.mkdtemp(prefix="rt-"))  # short: the session's sockets fit in it
+    user.env["XDG_RUNTIME_DIR"] = str(runtime)
+    try:
+        done = ironcurtain(user, "run", "--server", "time", "--audit-log", str(blocker / "a.jsonl"))
+        made = list(runtime.iterdir())
+    finally:
+        shutil.rmtree(runtime)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert f"cannot open the audit log {blocker / 'a.jsonl'}" in done.stderr
+    # Nothing half-made is left: no runtime directory, no workspace made for the session.
+    assert not made
+    assert not list((user.state / "ironcurtain" / "workspaces").iterdir())
 
 
 def test_check_plans_like_run_and_names_itself_in_errors(user: Home) -> None:
