@@ -229,6 +229,8 @@ class AuditLog:
 
 @dataclass(frozen=True)
 class Problem:
+    """What ``audit verify`` found wrong, and on which line."""
+
     line: int  # 1-based; 0: the log as a whole
     what: str
     unsealed: str | None = None  # the last session's id, when all that is wrong is its end

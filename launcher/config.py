@@ -196,6 +196,8 @@ _UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox", "RestartConfig", "Li
 
 @dataclass(frozen=True)
 class LoadedConfig:
+    """A server config file, read, validated and expanded, with its warnings."""
+
     path: Path
     source: str  # how it was found: --config, $IRONCURTAIN_CONFIG, ./, user, bundled
     servers: dict[str, ServerConfig]

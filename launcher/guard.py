@@ -63,6 +63,8 @@ class GuardError(Exception):
 
 @dataclass(frozen=True)
 class Quarantined:
+    """A file the guard moved out of a writable root: where it was, where it is, why."""
+
     path: str  # where it appeared
     moved_to: str  # where it is now
     why: str
@@ -70,6 +72,8 @@ class Quarantined:
 
 @dataclass(frozen=True)
 class GuardFailure:
+    """Something in a writable root the guard could not neutralise."""
+
     root: str  # the writable root it happened in
     path: str
     reason: str

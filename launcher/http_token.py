@@ -29,6 +29,8 @@ MIN_LENGTH = 16
 
 @dataclass(frozen=True)
 class Token:
+    """The bearer token ``--http`` clients must send, and where it came from."""
+
     value: str
     source: str  # how it was found, for the start-up report
 

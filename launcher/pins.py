@@ -61,6 +61,8 @@ def _fingerprints(items: Iterable[Mapping[str, Any]], kind: str) -> dict[str, st
 
 @dataclass
 class Pins:
+    """A server's pinned tool (and prompt) fingerprints, as its pins file holds them."""
+
     path: str
     pinned: dict[str, str]  # tool name -> fingerprint
     existed: bool

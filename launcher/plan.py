@@ -49,6 +49,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class RunOptions:
+    """The options of ``ironcurtain run`` (and of the commands that plan as it does)."""
+
     config: str | None = None
     policy_dir: str | None = None
     workspace: str | None = None
@@ -103,6 +105,8 @@ class SandboxRefused(SandboxUnavailable):
 
 @dataclass(frozen=True)
 class SessionPlan:
+    """Everything a session is made from, worked out before anything starts."""
+
     session_id: str
     config: LoadedConfig
     policy: PolicyFiles

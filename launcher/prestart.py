@@ -47,6 +47,8 @@ def _not_yet(_: object) -> None:
 
 @dataclass
 class Prestarted:
+    """What :func:`prestart` made, for the session to take over (or abandon)."""
+
     files: HostFiles
     audit: AuditLog
     guard: Guard | None

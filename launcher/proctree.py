@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-
-import psutil
+from typing import TYPE_CHECKING
 
 from sandbox_profiles.model import Limits
+
+if TYPE_CHECKING:
+    import psutil
 
 
 def process_tree(pid: int) -> list[psutil.Process]:
@@ -33,6 +35,8 @@ def process_tree(pid: int) -> list[psutil.Process]:
                     pids.extend(int(child) for child in handle.read().split())
             except (OSError, ValueError):
                 continue
+    import psutil  # here, not at start-up: the first look is after a server has started
+
     tree = []
     for member in pids:
         with contextlib.suppress(psutil.Error):
@@ -43,6 +47,8 @@ def process_tree(pid: int) -> list[psutil.Process]:
 def over_limits(limits: Limits, tree: list[psutil.Process]) -> str | None:
     """Why the sandboxed tree (bwrap, its init process and the server's own) is over
     ``limits`` (``it used more memory than its limit of 512 MiB``), or None."""
+    import psutil
+
     rss = cpu = 0.0
     for proc in tree:
         with contextlib.suppress(psutil.Error):

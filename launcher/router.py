@@ -39,6 +39,9 @@ class Listing(Protocol):
 
 @dataclass
 class Router:
+    """Which server answers each exposed tool, prompt, resource and template, and the
+    lists the client is shown."""
+
     prefixed: bool
     tools: dict[str, tuple[str, str]] = field(default_factory=dict)
     prompts: dict[str, tuple[str, str]] = field(default_factory=dict)

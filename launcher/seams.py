@@ -115,6 +115,8 @@ class Widening(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
+    """What the relay core needs to know of one server beyond its connection."""
+
     cwd: str  # where its relative paths are resolved
     timeout: float | None  # seconds a request may take
     sandboxed: bool

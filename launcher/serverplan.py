@@ -48,6 +48,8 @@ HIDDEN_DIR_FIX = (
 
 @dataclass(frozen=True)
 class ServerPlan:
+    """One server of a session: its config, its sandbox and how it is launched."""
+
     name: str
     config: ServerConfig
     launch: LaunchSpec

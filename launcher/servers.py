@@ -14,9 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from launcher.jsonrpc import (
     CLIENT_INFO,
@@ -33,6 +31,9 @@ from launcher.launchspec import LaunchSpec as LaunchSpec
 from launcher.lines import LineBuffer, LineProtocol
 from launcher.oscalls import pidfd_open
 from launcher.proctree import over_limits, process_tree
+
+if TYPE_CHECKING:
+    import psutil
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
 RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
@@ -142,6 +143,8 @@ class ServerConnection:
             return
         self.limit_reason = reason
         self._log(f"stopped: {reason}")
+        import psutil
+
         if tree is None:
             tree = process_tree(self.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -370,6 +373,8 @@ class ServerConnection:
         pid = self.pid
         if self._proc is None or pid is None:
             return
+        import psutil  # here, not at start-up (the session is ready before any server stops)
+
         try:
             tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
         except psutil.Error:

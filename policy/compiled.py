@@ -65,6 +65,8 @@ def tool_info(ann: Annotation, server: str | None = None) -> ToolInfo:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One compiled policy rule, its conditions ready to match (None: not constrained)."""
+
     name: str
     then: DecisionKind
     reason: str

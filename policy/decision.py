@@ -19,6 +19,8 @@ DecisionKind = Literal["allow", "deny", "escalate"]
 
 @dataclass(frozen=True, slots=True)
 class Decision:
+    """What the policy says of one request: allow, deny or escalate, by which rule and why."""
+
     decision: DecisionKind
     rule: str
     reason: str

@@ -77,6 +77,8 @@ class Entry:
 
 @dataclass(frozen=True)
 class EgressRules:
+    """The hosts a server's egress proxy lets it reach (and refuses), with fixed addresses."""
+
     allowed: tuple[Entry, ...]
     denied: tuple[Entry, ...] = ()
     hosts: Mapping[str, str] = field(default_factory=dict)

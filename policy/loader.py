@@ -76,6 +76,8 @@ def load_json_model(path: Path, model: type[M]) -> M:
 
 @dataclass(frozen=True)
 class PolicyFiles:
+    """A policy directory's files, read and validated."""
+
     directory: Path
     annotations: ToolAnnotationsFile
     policy: CompiledPolicyFile

@@ -53,12 +53,16 @@ _STEP = re.compile(
 
 @dataclass(frozen=True)
 class Step:
+    """One step of an output-policy path: a named key, each element, or a key at any depth."""
+
     kind: str  # "key", "each" or "deep" (the named field at any depth below)
     name: str = ""
 
 
 @dataclass(frozen=True)
 class FieldRule:
+    """An output-policy path and what is done to what it names (allow, mask, redact)."""
+
     path: str
     steps: tuple[Step, ...]
     action: str
@@ -135,6 +139,8 @@ class Filtered:
 
 @dataclass(frozen=True)
 class ToolOutputPolicy:
+    """The output rules of the tools whose server and name match the two globs."""
+
     server: str  # a glob
     tool: str  # a glob
     rules: tuple[FieldRule, ...]
@@ -284,6 +290,8 @@ def mask(value: Any) -> Any:
 
 @dataclass
 class OutputPolicy:
+    """Every tool's output rules, in the order of ``output-policy.json`` (first match wins)."""
+
     tools: list[ToolOutputPolicy] = field(default_factory=list)
 
     def for_tool(self, server: str, tool: str) -> ToolOutputPolicy | None:

@@ -41,6 +41,9 @@ GitLocations = Callable[[str], tuple[str, ...]]
 
 @dataclass(frozen=True, slots=True)
 class RoleDefinition:
+    """What an argument role means: how its values are canonicalised and judged, and how
+    an annotator is told to recognise it."""
+
     description: str
     is_resource_identifier: bool
     category: RoleCategory

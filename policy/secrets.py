@@ -49,6 +49,9 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Detector:
+    """One kind of credential: a marker every match contains (a cheap first look), and
+    the pattern that finds it."""
+
     kind: str
     marker: str | re.Pattern[str]  # what every match contains
     pattern: re.Pattern[str]

@@ -21,6 +21,9 @@ MountKind = Literal[
 
 @dataclass(frozen=True, slots=True)
 class Mount:
+    """One entry of a sandbox's filesystem view: what is shown at ``dest`` (a bind of
+    ``source``, a tmpfs, a directory, a mask), and why."""
+
     kind: MountKind
     dest: str
     source: str | None = None

@@ -2,7 +2,9 @@
 """IronCurtain's cost, measured against its performance goals, each comparison in one run.
 
   calls   per-call latency: a server called directly vs through `ironcurtain run`
-          (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path)
+          (mcp-server-time, Python; the npm filesystem server, Node, whose read names a path),
+          and through a relay that only copies lines (scripts/floor_relay.py: what the two
+          extra pipe hops of any stdio proxy cost here)
   http    per-call latency through `ironcurtain run` over streamable HTTP (--http) vs the
           same over stdio (the time server)
   output  per-call cost of the credential detectors on a 100 kB answer (the filesystem
@@ -40,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, print_medians
+from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms, print_medians
 
 from launcher.oscalls import memfd
 from launcher.plan import RunOptions, plan_session
@@ -88,22 +90,42 @@ def bench_calls(quick: bool) -> None:
     ]
     print(f"per call, {calls} calls each, alternating, after {warm} warm-up calls")
     added = []
+    floors = []
     for label, bare, server, tool, arguments in cases:
         direct = Peer(bare, env, cwd=scratch.ws)
         proxied = Peer(scratch.run_argv("--server", server), env)
+        relayed = Peer(
+            [sys.executable, os.path.join(ROOT, "scripts", "floor_relay.py"), *bare],
+            env,
+            scratch.ws,
+        )
         a: list[float] = []
         b: list[float] = []
+        c: list[float] = []
         for i in range(warm + calls):
             x, y = direct.call(tool, arguments), proxied.call(tool, arguments)
+            z = relayed.call(tool, arguments)
             if i >= warm:
                 a.append(x)
                 b.append(y)
-        direct.close()
-        proxied.close()
-        added.append((label.split(":")[0], *compare(label, a, b)))
+                c.append(z)
+        for peer in (direct, proxied, relayed):
+            peer.close()
+        med, p99 = compare(label, a, b)
+        floor = statistics.median(c) - statistics.median(a)
+        print(
+            f"    a relay that only copies lines (scripts/floor_relay.py): median +{ms(floor, 0)}; "
+            f"ironcurtain's checks over it: +{ms(med - floor, 0)}"
+        )
+        added.append((label.split(":")[0], med, p99))
+        floors.append(floor)
     scratch.remove()
-    results["calls"] = "; ".join(
-        f"{name} +{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99" for name, med, p99 in added
+    results["calls"] = (
+        "; ".join(
+            f"{name} +{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99"
+            for name, med, p99 in added
+        )
+        + f" (a relay that only copies: +{statistics.median(floors) * 1000:.3f} ms)"
     )
 
 
