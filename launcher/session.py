@@ -19,6 +19,7 @@ import importlib
 import os
 import signal
 import socket
+import sys
 from typing import TYPE_CHECKING
 
 from launcher import coherence
@@ -35,7 +36,7 @@ from launcher.relay import Relay
 from launcher.report import say, startup_report
 from launcher.seams import Upstream
 from launcher.served import Served
-from launcher.stdio import StdioTransport
+from launcher.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
 if TYPE_CHECKING:
@@ -115,7 +116,12 @@ class Session:
                 if self.plan.http_port is not None
                 else None
             )
-            await self.fleet.start()
+            if self.plan.http_port is None:
+                if not await self._start_while_client_waits():
+                    say("the client closed its input before the servers were ready; stopped")
+                    return 0
+            else:
+                await self.fleet.start()
             for warning in check_output_tools(
                 self.plan, {n: c.tools for n, c in self.servers.items()}
             ):
@@ -140,6 +146,26 @@ class Session:
                 started.drop_unadopted()
             await self.stop()
         return 1 if self.unneutralised else 0
+
+    async def _start_while_client_waits(self) -> bool:
+        """Start the servers, unless the client on stdin goes away first (closes its input
+        having sent nothing): then False, and they are stopped with the session rather
+        than waited for (a server may take up to a minute to be given up on)."""
+        start = asyncio.ensure_future(self.fleet.start())
+        gone = asyncio.ensure_future(client_gone(sys.stdin.fileno()))
+        try:
+            await asyncio.wait({start, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (gone, start):
+                if not task.done():
+                    task.cancel()
+            # The servers' start, once cancelled, has stopped waiting for them; stopping
+            # the session stops them.
+            await asyncio.gather(gone, start, return_exceptions=True)
+        if start.cancelled():
+            return False
+        start.result()
+        return True
 
     async def _listen(self, port: int) -> None:
         from launcher.http_transport import HttpEndpoint  # the HTTP stack: only for --http

@@ -3,16 +3,21 @@
 Lines are handed on in the callback that read them; answers are written through a pipe
 transport (so a client that does not read makes a backlog, not a blocked session). A
 regular file or ``/dev/null`` on stdin, which the event loop cannot watch, is read in a
-thread. End of input ends the session.
+thread. End of input ends the session; so does a client that closes its end while the
+servers are still starting, having sent nothing (:func:`client_gone`).
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
+import fcntl
 import os
+import select
 import selectors
 import sys
+import termios
 import threading
 from collections.abc import Callable
 
@@ -87,3 +92,30 @@ def _pollable(fd: int) -> bool:
     finally:
         selector.close()
     return True
+
+
+async def client_gone(fd: int, every: float = 0.1) -> None:
+    """Return once the client has closed its end of ``fd`` (a pipe or socket) having left
+    nothing unread in it: it went away before the session was ready to read it. A client
+    that wrote its requests and then closed its end has not gone; neither has a terminal,
+    a file or ``/dev/null`` (they never hang up): for those this never returns."""
+    poller = select.poll()
+    try:
+        poller.register(fd, 0)  # the hang-up and errors are reported whatever is asked for
+    except (OSError, ValueError):
+        await asyncio.Event().wait()
+    while True:
+        for _fd, events in poller.poll(0):
+            if events & (select.POLLHUP | select.POLLERR) and _unread(fd) == 0:
+                return
+        await asyncio.sleep(every)
+
+
+def _unread(fd: int) -> int:
+    """Bytes waiting to be read from ``fd`` (-1: it cannot say)."""
+    count = array.array("i", [0])
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, count)
+    except OSError:
+        return -1
+    return count[0]

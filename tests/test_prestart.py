@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -164,3 +165,91 @@ def test_servers_started_early_are_stopped_gently_when_the_session_ends(user: Ho
     finally:
         assert client.close(timeout=10) == 0
     assert (ws / "stopped").read_text() == "stopped\n"
+
+
+def _slow_config(user: Home, seconds: str) -> list[str]:
+    """A server that takes ``seconds`` to start (then echoes nothing useful)."""
+    ws = user.ws()
+    entry = {"command": "/bin/sh", "args": ["-c", f"sleep {seconds}; exec cat"]}
+    config = user.root / "slow.json"
+    config.write_text(json.dumps({"mcpServers": {"slow": entry}}))
+    policy = write_raw_policy(user.root / "policy", {"slow": {}})
+    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+
+
+def _sleeping(seconds: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if proc.info["cmdline"] and seconds in proc.info["cmdline"]:
+            found.append(proc)
+    return found
+
+
+def test_a_client_that_leaves_during_start_up_ends_the_session(user: Home) -> None:
+    # The client closes its end before the server is ready, having sent nothing: the
+    # session stops (and stops the server) instead of waiting up to a minute for it.
+    seconds = f"29.{os.getpid() % 1000}"
+    proc = subprocess.Popen(
+        [IRONCURTAIN, "run", *_slow_config(user, seconds)],
+        env=user.env,
+        cwd=user.root,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not _sleeping(seconds):
+            assert time.monotonic() < deadline, "the server never started"
+            time.sleep(0.05)
+        assert proc.stdin is not None
+        proc.stdin.close()
+        proc.wait(timeout=15)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert b"the client closed its input before the servers were ready" in err
+    _gone, alive = psutil.wait_procs(_sleeping(seconds), timeout=5)
+    assert not alive
+
+
+def test_a_client_that_sent_its_requests_and_closed_is_answered(user: Home) -> None:
+    # Closing the input is not leaving while requests are still unread: a scripted client
+    # that writes them and closes its end gets its answers, then the session ends.
+    ws = user.ws()
+    server = REPO / "scripts" / "stdlib_server.py"
+    entry = {
+        "command": sys.executable,
+        "args": ["-I", str(server)],
+        "sandbox": {"filesystem": {"allowRead": [str(server.parent)]}},
+    }
+    config = user.root / "stdlib.json"
+    config.write_text(json.dumps({"mcpServers": {"echo": entry}}))
+    policy = write_raw_policy(user.root / "policy", {"echo": {"echo": ["text"]}})
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "script", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]  # fmt: skip
+    done = subprocess.run(
+        [IRONCURTAIN, "run", *args],
+        input="".join(json.dumps(r) + "\n" for r in requests).encode(),
+        env=user.env,
+        cwd=user.root,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    answers = {m["id"]: m for m in map(json.loads, done.stdout.splitlines())}
+    assert answers[1]["result"]["serverInfo"]
+    assert [t["name"] for t in answers[2]["result"]["tools"]] == ["echo__echo"]
+    assert b"closed its input" not in done.stderr
