@@ -83,20 +83,15 @@ class HttpEndpoint:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/mcp"
 
-    async def start(self) -> None:
-        """Listen on 127.0.0.1:port (raises OSError when that is not possible)."""
+    async def start(self, sock: socket.socket | None = None) -> None:
+        """Serve on ``sock`` (listening already: the session's, made before any server
+        started), or listen on 127.0.0.1:port (raises StartupError when that is not
+        possible)."""
         _quiet_logs(self.say)
-        # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0
-        # it does not, and an event after its headers waits out the client's delayed ACK).
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", self.port))
-            sock.listen(128)
-        except OSError:
-            sock.close()
-            raise
-        sock.setblocking(False)
+        if sock is None:
+            from launcher.prestart import listen_http
+
+            sock = listen_http(self.port)
         self._socket = sock
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(

@@ -1,6 +1,6 @@
 """What ``ironcurtain run`` starts before its event loop and the relay's modules exist: the
-host's files (the audit log among them), the guard's watches, the egress proxies' listening
-sockets, and every server's process.
+host's files (the audit log among them), the ``--http`` socket, the guard's watches, the
+egress proxies' listening sockets, and every server's process.
 
 A server's start-up (an interpreter, a Node program) is most of the time a session takes to
 be ready, so it is begun as soon as the plan is complete (the config and the policy read and
@@ -54,6 +54,7 @@ class Prestarted:
     guard: Guard | None
     listeners: dict[str, socket.socket] = field(default_factory=dict)  # egress, by server
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    http: socket.socket | None = None  # --http: bound and listening on 127.0.0.1
 
     def drop_unadopted(self) -> None:
         """Stop the servers and close the sockets the session has not taken over (the
@@ -67,6 +68,9 @@ class Prestarted:
             with contextlib.suppress(OSError):
                 os.unlink(path)
         self.listeners.clear()
+        if self.http is not None:
+            self.http.close()
+            self.http = None
 
     def abandon(self) -> None:
         """The session failed before it took any of this over: the servers stopped, the
@@ -91,9 +95,9 @@ def raise_descriptor_limit(wanted: int = 65536) -> None:
 
 def prestart(plan: SessionPlan) -> Prestarted:
     """Everything a server needs to exist before it starts, then the servers, in this order:
-    the host's files, the guard watching every root a server may write (before any can),
-    the egress sockets (bound into the sandboxes), the processes. On any failure what was
-    made is undone and :class:`StartupError` says what failed."""
+    the host's files, the ``--http`` socket, the guard watching every root a server may
+    write (before any can), the egress sockets (bound into the sandboxes), the processes.
+    On any failure what was made is undone and :class:`StartupError` says what failed."""
     raise_descriptor_limit()
     files = HostFiles(plan)
     try:
@@ -103,6 +107,9 @@ def prestart(plan: SessionPlan) -> Prestarted:
         raise
     made = Prestarted(files, audit, None)
     try:
+        if plan.http_port is not None:
+            # A port that cannot be had is a mistake to say before anything has started.
+            made.http = listen_http(plan.http_port)
         made.guard = _guard(plan)
         for name, sp in plan.servers.items():
             if sp.egress is not None and sp.egress_socket is not None:
@@ -135,6 +142,22 @@ def _guard(plan: SessionPlan) -> Guard | None:
     return guard
 
 
+def listen_http(port: int) -> socket.socket:
+    """The ``--http`` socket, listening on 127.0.0.1:``port`` (0: a free one)."""
+    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0 it
+    # does not, and an event after its headers waits out the client's delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
 def _listen(server: str, path: str) -> socket.socket:
     """The egress proxy's socket for ``server``, listening (connections wait in its backlog
     until the proxy serves them)."""
@@ -156,4 +179,4 @@ def _listen(server: str, path: str) -> socket.socket:
     return sock
 
 
-__all__ = ["Prestarted", "kill", "prestart"]
+__all__ = ["Prestarted", "kill", "listen_http", "prestart"]

@@ -170,14 +170,12 @@ class Session:
     async def _listen(self, port: int) -> None:
         from launcher.http_transport import HttpEndpoint  # the HTTP stack: only for --http
 
-        assert self.plan.http_token is not None
+        assert self.plan.http_token is not None and self._started is not None
         self.http = HttpEndpoint(port, self.plan.http_token.value, self._open_client, say)
-        try:
-            await self.http.start()
-        except OSError as exc:
-            raise StartupError(
-                f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}"
-            ) from None
+        # The socket was bound before any server started (a port that cannot be had stops
+        # the session before anything does); the endpoint owns it from here.
+        sock, self._started.http = self._started.http, None
+        await self.http.start(sock)
 
     async def _open_client(self, upstream: Upstream) -> Served:
         """Servers and a relay for a new HTTP session: the ones started with the session

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -253,3 +254,30 @@ def test_a_client_that_sent_its_requests_and_closed_is_answered(user: Home) -> N
     assert answers[1]["result"]["serverInfo"]
     assert [t["name"] for t in answers[2]["result"]["tools"]] == ["echo__echo"]
     assert b"closed its input" not in done.stderr
+
+
+def test_an_http_port_that_cannot_be_had_starts_no_server(user: Home) -> None:
+    # The --http socket is bound before any server starts: a port in use is said at once,
+    # and the recorder is never started (before, it was started and sent initialize).
+    args, ws = _recorders(user, ("a",))
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        done = subprocess.run(
+            [IRONCURTAIN, "run", *args, "--http", str(port)],
+            env={**user.env, "IRONCURTAIN_HTTP_TOKEN": "t" * 32},
+            cwd=user.root,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    finally:
+        taken.close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert f"--http {port}: cannot listen on 127.0.0.1: Address already in use" in done.stderr
+    assert not (ws / "a.received").exists()
+    assert not list((user.state / "ironcurtain" / "audit").glob("*.jsonl"))
