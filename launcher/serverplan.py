@@ -11,6 +11,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher import dirs
 from launcher.config import FilesystemSandbox, LoadedConfig, ServerConfig
@@ -19,7 +20,6 @@ from launcher.host import PLATFORM
 from launcher.jsonrpc import ClientSide
 from launcher.launchspec import LaunchSpec
 from launcher.programs import npx_to_node, resolve_command
-from launcher.seams import ServerSettings
 from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.roles import get_path_roles
@@ -33,6 +33,9 @@ from sandbox_profiles.profile import (
     placeholders,
     sandbox_env,
 )
+
+if TYPE_CHECKING:
+    from launcher.seams import ServerSettings
 
 # Path roles that change the filesystem: a server with a tool taking one gets the workspace
 # writable; with only other path roles, read-only; with no path role at all, not at all.
@@ -89,6 +92,8 @@ def client_capabilities(sp: ServerPlan) -> ClientSide:
 
 def relay_settings(sp: ServerPlan) -> ServerSettings:
     """What the relay core needs to know of one planned server."""
+    from launcher.seams import ServerSettings  # the relay core's: loaded after the spawn
+
     asks = sp.config.client_requests
     return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed, asks.elicitation, asks.sampling)
 
