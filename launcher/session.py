@@ -79,15 +79,18 @@ class Session:
     async def collect_listings(self) -> dict[str, dict[str, list[Message]]]:
         """Start every server in its sandbox, list its tools and prompts, stop: for
         annotating them (``annotate-tools``, ``compile-policy``)."""
+        started = None
         try:
-            self.files.prepare()
-            await self._start_egress()
+            started = self._started = prestart(self.plan)
+            await self._take_over(started)
             await self.fleet.start()
             return {
                 name: {"tools": list(conn.tools), "prompts": list(conn.prompts)}
                 for name, conn in self.servers.items()
             }
         finally:
+            if started is not None:
+                started.drop_unadopted()
             await self.stop()
 
     async def run(self) -> int:
@@ -95,14 +98,7 @@ class Session:
         try:
             if started is None:
                 started = self._started = prestart(self.plan)
-            # Take over what was started before the event loop: from here on, stopping the
-            # session stops and removes it.
-            self.files, self.audit, self.guard = started.files, started.audit, started.guard
-            if self.guard is not None:
-                self.guard.on_quarantine = self._quarantined
-                self.guard.on_failure = self._guard_failed
-            await self.fleet.adopt(started.procs)
-            await self._start_egress(started.listeners)
+            await self._take_over(started)
             if self.approvals.terminals is not None:
                 try:
                     await self.approvals.terminals.start()
@@ -146,6 +142,16 @@ class Session:
                 started.drop_unadopted()
             await self.stop()
         return 1 if self.unneutralised else 0
+
+    async def _take_over(self, started: Prestarted) -> None:
+        """Take over what was started before the event loop: from here on, stopping the
+        session stops and removes it."""
+        self.files, self.audit, self.guard = started.files, started.audit, started.guard
+        if self.guard is not None:
+            self.guard.on_quarantine = self._quarantined
+            self.guard.on_failure = self._guard_failed
+        await self.fleet.adopt(started.procs)
+        await self._start_egress(started.listeners)
 
     async def _start_while_client_waits(self) -> bool:
         """Start the servers, unless the client on stdin goes away first (closes its input
@@ -205,10 +211,9 @@ class Session:
             raise
         return served
 
-    async def _start_egress(self, listening: dict[str, socket.socket] | None = None) -> None:
-        """Start each server's egress proxy (on its socket, when it is ``listening``
-        already)."""
-        listening = {} if listening is None else listening
+    async def _start_egress(self, listening: dict[str, socket.socket]) -> None:
+        """Start each server's egress proxy on its socket, ``listening`` already (taken out
+        of the dict: from then on the proxy closes it)."""
         for name, sp in self.plan.servers.items():
             if sp.egress is None or sp.egress_socket is None:
                 continue

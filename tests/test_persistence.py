@@ -191,6 +191,29 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
     return ran, _left(ws), [text for _, text in answers]
 
 
+def _planted_at_start(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str]]:
+    """A server that plants every attack and catalogue name the moment it starts: before
+    it is spoken to, while the session is still loading (servers start before it has)."""
+    user, ws, markers = _world(base)
+    ops = [attack.ops(str(markers / attack.id), str(ws)) for attack in GIT_ATTACKS]
+    server = probe_server_config(sandboxed)
+    server["env"]["PROBE_START_OPS"] = json.dumps({"base": str(ws), "ops": [*ops, _name_ops()]})
+    run_probe(user, ws, server, lambda: [])
+    return _ran(ws, user, markers), _left(ws)
+
+
+def test_what_a_server_plants_as_it_starts_host_git_does_not_run(tmp_path: Path) -> None:
+    ran, left = _planted_at_start(tmp_path, sandboxed=True)
+    assert not any(ran.values()), ran
+    assert left == []
+
+
+def test_what_a_server_plants_as_it_starts_runs_without_the_sandbox(tmp_path: Path) -> None:
+    ran, left = _planted_at_start(tmp_path, sandboxed=False)
+    assert all(ran.values()), ran
+    assert left == NAMES
+
+
 @pytest.fixture(scope="module")
 def hostile_sandboxed(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return _hostile(tmp_path_factory.mktemp("boxed"), sandboxed=True)

@@ -649,4 +649,10 @@ def identity() -> str:
 
 
 if __name__ == "__main__":
+    # $PROBE_START_OPS: {"base": ..., "ops": [[op, ...], ...]}, each list of fs_ops run at
+    # start, before anything has been read (a server acting before it is spoken to).
+    start = json.loads(os.environ.get("PROBE_START_OPS") or "null")
+    if start is not None:
+        for ops in start["ops"]:
+            fs_ops(start["base"], ops)
     server.run()
