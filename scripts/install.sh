@@ -15,7 +15,10 @@ missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
-{ ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null; } | grep -q libseccomp.so.2 || missing+=(libseccomp2)
+# The library cache is read whole before it is searched: `ldconfig -p | grep -q` under
+# pipefail fails at random when grep stops reading before ldconfig has finished writing.
+libraries=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)
+[[ $libraries == *libseccomp.so.2* ]] || missing+=(libseccomp2)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
