@@ -23,6 +23,7 @@ from launcher.compile_cmd import (
 )
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, plan_session
+from policy import schema
 from policy.annotations_file import KINDS, file_json
 from policy.heuristic import heuristic_annotation, validate
 from policy.llm import LLM, LLMError
@@ -86,7 +87,7 @@ def heuristic_drafts(listings: Listings) -> dict[str, ServerAnnotations]:
             for item, draft in zip(listed[kind], drafts, strict=True):
                 problems += [f"{name}/{p}" for p in validate(item, draft)]
             entry[kind] = drafts
-        fresh[name] = ServerAnnotations.model_validate(entry)
+        fresh[name] = schema.validate(ServerAnnotations, entry)
     if problems:  # the heuristic gives every path-like argument a path role: a bug if not
         raise UsageError("the draft does not validate:\n  " + "\n  ".join(problems))
     return fresh

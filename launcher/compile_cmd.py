@@ -29,6 +29,7 @@ from launcher import coherence, dirs
 from launcher.config import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
+from policy import schema
 from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
 from policy.decision import StructuralConfig
 from policy.engine import PolicyEngine
@@ -301,13 +302,13 @@ def compile_policy(
         _diagnose(verification)
         return 1
     stamp = {"generatedAt": _now(), "constitutionHash": constitution_hash}
-    policy = CompiledPolicyFile.model_validate(
-        {**stamp, "rules": [r.model_dump(by_alias=True, exclude_none=True) for r in rules]}
+    policy = CompiledPolicyFile(
+        generated_at=stamp["generatedAt"], constitution_hash=constitution_hash, rules=list(rules)
     )
     write_all(
         {
             output / "tool-annotations.json": file_json(merged.file),
-            output / "compiled-policy.json": policy.model_dump(by_alias=True, exclude_none=True),
+            output / "compiled-policy.json": schema.dump(policy),
             output / "test-scenarios.json": {
                 **stamp,
                 "model": llm.model,

@@ -20,5 +20,10 @@ def state_dir() -> Path:
     return _xdg("XDG_STATE_HOME", ".local/state") / "ironcurtain"
 
 
+def cache_dir() -> Path:
+    """Validated policies kept across starts, keyed by content (``policy.cache``)."""
+    return state_dir() / "cache"
+
+
 def bundled_config() -> Path:
     return Path(__file__).resolve().parent / "defaults" / "mcp-servers.json"

@@ -201,7 +201,8 @@ def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:
 
 
 def load_policy(policy_dir: str | None) -> PolicyFiles:
-    files = load_policy_dir(Path(policy_dir).resolve() if policy_dir else bundled_policy_dir())
+    directory = Path(policy_dir).resolve() if policy_dir else bundled_policy_dir()
+    files = load_policy_dir(directory, cache=dirs.cache_dir())
     check_placeholders(files, ["workspace"])
     return files
 

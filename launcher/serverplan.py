@@ -174,11 +174,11 @@ def limits_of(server: ServerConfig) -> Limits:
         return Limits()
     cfg = server.sandbox.limits
     return Limits(
-        memory=cfg.memory,  # type: ignore[arg-type]  # validated to int
+        memory=cfg.memory,
         open_files=cfg.open_files,
         processes=cfg.processes,
         cpu_seconds=cfg.cpu_seconds,
-        file_size=cfg.file_size,  # type: ignore[arg-type]
+        file_size=cfg.file_size,
     )
 
 

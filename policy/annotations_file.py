@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from policy import schema
 from policy.heuristic import NAME_KEYS, validate
 from policy.loader import load_json_model
 from policy.models import Annotation, ServerAnnotations, ToolAnnotationsFile
@@ -56,8 +57,8 @@ def merge_annotations(
     entries are checked.
 
     >>> from policy.models import ToolAnnotation
-    >>> draft = ToolAnnotation(toolName="now", serverName="time", effect="read",
-    ...                        sideEffects=False, draft=True)
+    >>> draft = ToolAnnotation(tool_name="now", server_name="time", effect="read",
+    ...                        side_effects=False, draft=True)
     >>> merged = merge_annotations(None, {"time": ServerAnnotations(tools=[draft])},
     ...                            {"time": {"tools": [{"name": "now"}]}})
     >>> merged.changes, merged.file.reviewed
@@ -72,7 +73,7 @@ def merge_annotations(
             live = {str(item.get("name")): item for item in listings.get(server, {}).get(kind, ())}
             old = list(getattr(before, kind)) if before else []
             entry[kind] = _merge_kind(server, kind, old, getattr(drafts, kind), live, changes)
-        servers[server] = ServerAnnotations.model_validate(entry)
+        servers[server] = schema.validate(ServerAnnotations, entry)
     every = [a for s in servers.values() for kind in KINDS for a in getattr(s, kind)]
     merged = ToolAnnotationsFile(
         generated_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -149,7 +150,7 @@ def _roles(roles: Sequence[str] | None) -> str:
 def as_json(annotation: Annotation) -> dict[str, Any]:
     """An annotation as the files write it: its name first, ``piiFields`` only when there
     are some, ``draft`` only on a draft."""
-    data = annotation.model_dump(by_alias=True, exclude_none=True)
+    data = schema.dump(annotation)
     key = next(k for k in NAME_KEYS.values() if k in data)
     if not data.get("piiFields"):
         data.pop("piiFields", None)

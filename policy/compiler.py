@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from policy import schema
 from policy.decision import StructuralConfig
 from policy.llm import LLM, ask
 from policy.models import CompiledRule, PromptAnnotation, ToolAnnotation
@@ -39,7 +40,7 @@ def compiler_prompt(
     allowed_domains: Mapping[str, Sequence[str]],
     prompts: Sequence[PromptAnnotation] = (),
 ) -> str:
-    tools = [a.model_dump(by_alias=True, exclude_none=True) for a in annotations]
+    tools = [schema.dump(a) for a in annotations]
     places = "\n".join(f"- {label}: {path}" for label, path in directories.items())
     domains = json.dumps(dict(allowed_domains), sort_keys=True)
     return f"""Compile this constitution into an ordered list of rules.
@@ -89,7 +90,7 @@ _PROMPT_CONDITION = """
 def _prompts_part(prompts: Sequence[PromptAnnotation]) -> str:
     if not prompts:
         return ""
-    listed = [a.model_dump(by_alias=True, exclude_none=True) for a in prompts]
+    listed = [schema.dump(a) for a in prompts]
     return f"""
 The prompts, as annotated (a prompt is decided like a tool: its effect, its arguments'
 roles; a rule meant for a tool and the prompt that does the same must name both):

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy import schema
 from policy.heuristic import arguments_of, validate
 from policy.llm import LLM, ask
 from policy.models import Effect, PromptAnnotation, ServerAnnotations, ToolAnnotation
@@ -178,11 +179,11 @@ def annotate_server(
     extra = {"serverName": server, "draft": True}
     return ServerAnnotations(
         tools=[
-            ToolAnnotation.model_validate({**a.model_dump(by_alias=True), **extra})
+            schema.validate(ToolAnnotation, {**a.model_dump(by_alias=True), **extra})
             for a in answer.tools
         ],
         prompts=[
-            PromptAnnotation.model_validate({**a.model_dump(by_alias=True), **extra})
+            schema.validate(PromptAnnotation, {**a.model_dump(by_alias=True), **extra})
             for a in answer.prompts
         ],
     )

@@ -6,19 +6,32 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
+from policy.cache import ContentCache, decode, encode
 from policy.errors import PolicyFileError
-from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from policy.models import (
+    CompiledPolicyFile,
+    CompiledRule,
+    DomainCondition,
+    PathCondition,
+    PromptAnnotation,
+    RuleCondition,
+    ServerAnnotations,
+    ToolAnnotation,
+    ToolAnnotationsFile,
+)
 from policy.output import OUTPUT_POLICY_FILE, OutputPolicy, load_output_policy
+from policy.schema import pyd, validate
 from policy.variables import placeholder_names
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 ANNOTATIONS_FILE = "tool-annotations.json"
 POLICY_FILE = "compiled-policy.json"
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 
 def bundled_policy_dir() -> Path:
@@ -35,6 +48,15 @@ def json_path(loc: tuple[int | str, ...]) -> str:
 
 # Errors that only say "it was not the other member of a union" (`sandbox: false`).
 _ALTERNATIVES = ("literal_error", "none_required", "bool_type")
+# Pydantic's words for some problems, in the file's terms: a key no field has (models say
+# the first, dataclasses the second), and a value where an object was expected (pydantic
+# names the class it would have built).
+_MESSAGES = {
+    "extra_forbidden": "unknown key",
+    "unexpected_keyword_argument": "unknown key",
+    "dataclass_type": "Input should be an object",
+    "model_type": "Input should be an object",
+}
 
 
 def describe_validation_error(
@@ -49,29 +71,41 @@ def describe_validation_error(
     )
     found = first.get("input")
     found_text = json.dumps(found)[:80] if not isinstance(found, dict) else "an object"
-    detail = f"{first['msg']} (found {found_text})"
+    message = _MESSAGES.get(first["type"], first["msg"])
+    detail = f"{message} (found {found_text})"
     more = len([e for e in errors[1:] if e["type"] not in _ALTERNATIVES])
     if more:
         detail += f"; and {more} more problem{'s' if more > 1 else ''}"
     return json_path(loc), detail
 
 
-def load_json_model(path: Path, model: type[M]) -> M:
+def _read(path: Path) -> bytes:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_bytes()
     except OSError as exc:
         raise PolicyFileError(str(path), "", f"cannot read: {exc.strerror}") from None
+
+
+def _parse(path: Path, raw: bytes, model: type[M]) -> M:
     try:
-        data = json.loads(text)
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise PolicyFileError(str(path), f"byte {exc.start}", "not UTF-8 text") from None
     except json.JSONDecodeError as exc:
         raise PolicyFileError(
             str(path), f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
         ) from None
     try:
-        return model.model_validate(data)
-    except ValidationError as exc:
+        return validate(model, data)
+    except pyd.ValidationError as exc:
         loc, detail = describe_validation_error(exc)
         raise PolicyFileError(str(path), loc, detail) from None
+
+
+def load_json_model(path: Path, model: type[M]) -> M:
+    """The JSON file at ``path`` validated as a ``model``; every problem is a
+    :class:`PolicyFileError` naming where it is."""
+    return _parse(path, _read(path), model)
 
 
 @dataclass(frozen=True)
@@ -84,14 +118,61 @@ class PolicyFiles:
     output: OutputPolicy = field(default_factory=OutputPolicy)  # output-policy.json
 
 
-def load_policy_dir(directory: Path) -> PolicyFiles:
+def load_policy_dir(directory: Path, cache: Path | None = None) -> PolicyFiles:
+    """Read and validate a policy directory. With a ``cache`` directory, files identical
+    to ones validated before (the same bytes, the same code: :mod:`policy.cache`) are read
+    from there, without validating them again."""
     if not directory.is_dir():
         raise PolicyFileError(str(directory), "", "policy directory does not exist")
-    annotations = load_json_model(directory / ANNOTATIONS_FILE, ToolAnnotationsFile)
-    policy = load_json_model(directory / POLICY_FILE, CompiledPolicyFile)
-    check_annotations(annotations, directory / ANNOTATIONS_FILE)
+    annotations_path, policy_path = directory / ANNOTATIONS_FILE, directory / POLICY_FILE
+    annotations_raw, policy_raw = _read(annotations_path), _read(policy_path)
+    store = ContentCache(cache, "policy") if cache is not None else None
+    key = store.key(annotations_raw, policy_raw) if store else ""
+    known = _from_plain(store.get(key)) if store else None
+    if known is not None:
+        annotations, policy = known
+    else:
+        annotations = _parse(annotations_path, annotations_raw, ToolAnnotationsFile)
+        policy = _parse(policy_path, policy_raw, CompiledPolicyFile)
+        check_annotations(annotations, annotations_path)
+        if store:
+            store.put(key, _to_plain(annotations, policy))
     output = load_output_policy(directory / OUTPUT_POLICY_FILE)
     return PolicyFiles(directory, annotations, policy, output)
+
+
+# Every class a cached policy is built from (policy.cache.decode constructs only these).
+_CACHED = (
+    ToolAnnotationsFile,
+    ServerAnnotations,
+    ToolAnnotation,
+    PromptAnnotation,
+    CompiledPolicyFile,
+    CompiledRule,
+    RuleCondition,
+    PathCondition,
+    DomainCondition,
+)
+
+
+def _to_plain(annotations: ToolAnnotationsFile, policy: CompiledPolicyFile) -> Any:
+    return encode([annotations, policy])
+
+
+def _from_plain(data: Any) -> tuple[ToolAnnotationsFile, CompiledPolicyFile] | None:
+    """What :func:`_to_plain` wrote, built again without validating (the files were
+    validated before it was written); None for anything else."""
+    if data is None:
+        return None
+    try:
+        annotations, policy = decode(data, _CACHED)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(annotations, ToolAnnotationsFile) or not isinstance(
+        policy, CompiledPolicyFile
+    ):
+        return None
+    return annotations, policy
 
 
 def check_annotations(annotations: ToolAnnotationsFile, path: Path) -> None:

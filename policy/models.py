@@ -1,30 +1,36 @@
-"""Models of the policy files (annotations and compiled rules, with the ``domains`` condition)."""
+"""Models of the policy files (annotations and compiled rules, with the ``domains`` condition).
+
+Plain frozen dataclasses: reading them needs no pydantic. Their JSON names and the rules a
+file must follow are in their annotations, for :mod:`policy.schema` to validate and write
+them with (unknown keys are refused)."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
 
 from policy.roles import ArgumentRole
+from policy.schema import pyd
 
 Effect = Literal["read", "write", "delete", "move", "other"]
 DecisionKind = Literal["allow", "deny", "escalate"]
 
+# What pydantic validates each class with: unknown keys refused, Python names accepted too.
+_STRICT = {"extra": "forbid", "populate_by_name": True}
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
 
-
-class Annotation(_Model):
+@dataclass(frozen=True, kw_only=True)
+class Annotation:
     """What a tool or a prompt does, and the role of each of its arguments."""
 
-    server_name: str = Field(alias="serverName")
+    __pydantic_config__ = _STRICT
+
+    server_name: Annotated[str, pyd.Field(alias="serverName")]
     effect: Effect
-    side_effects: bool = Field(alias="sideEffects")
-    args: dict[str, list[ArgumentRole]] = Field(default_factory=dict)
+    side_effects: Annotated[bool, pyd.Field(alias="sideEffects")]
+    args: dict[str, list[ArgumentRole]] = field(default_factory=dict)
     # Argument names whose values identify a person: never logged in clear.
-    pii_fields: list[str] = Field(default_factory=list, alias="piiFields")
+    pii_fields: Annotated[list[str], pyd.Field(alias="piiFields")] = field(default_factory=list)
     comment: str | None = None
     # Written by an annotator and not yet checked by a person: a later run may replace it.
     draft: bool = False
@@ -34,48 +40,77 @@ class Annotation(_Model):
         raise NotImplementedError
 
 
+@dataclass(frozen=True, kw_only=True)
 class ToolAnnotation(Annotation):
-    tool_name: str = Field(alias="toolName")
+    """A tool's annotation."""
+
+    tool_name: Annotated[str, pyd.Field(alias="toolName")]
 
     @property
     def name(self) -> str:
         return self.tool_name
 
 
+@dataclass(frozen=True, kw_only=True)
 class PromptAnnotation(Annotation):
     """A prompt's annotation: a ``prompts/get`` is decided like a tool call with these
     roles (prompt arguments are always strings)."""
 
-    prompt_name: str = Field(alias="promptName")
+    prompt_name: Annotated[str, pyd.Field(alias="promptName")]
 
     @property
     def name(self) -> str:
         return self.prompt_name
 
 
-class ServerAnnotations(_Model):
+@dataclass(frozen=True, kw_only=True)
+class ServerAnnotations:
+    """One server's annotated tools and prompts."""
+
+    __pydantic_config__ = _STRICT
+
     tools: list[ToolAnnotation]
-    prompts: list[PromptAnnotation] = Field(default_factory=list)
+    prompts: list[PromptAnnotation] = field(default_factory=list)
 
 
-class ToolAnnotationsFile(_Model):
-    generated_at: str | None = Field(default=None, alias="generatedAt")
-    constitution_hash: str | None = Field(default=None, alias="constitutionHash")
+@dataclass(frozen=True, kw_only=True)
+class ToolAnnotationsFile:
+    """``tool-annotations.json``: the annotations of every server."""
+
+    __pydantic_config__ = _STRICT
+
+    generated_at: Annotated[str | None, pyd.Field(alias="generatedAt")] = None
+    constitution_hash: Annotated[str | None, pyd.Field(alias="constitutionHash")] = None
     reviewed: bool | None = None
     servers: dict[str, ServerAnnotations]
 
 
-class PathCondition(_Model):
+@dataclass(frozen=True, kw_only=True)
+class PathCondition:
+    """A rule's ``paths``: every argument with one of ``roles`` lies within ``within``."""
+
+    __pydantic_config__ = _STRICT
+
     roles: list[ArgumentRole]
     within: str
 
 
-class DomainCondition(_Model):
+@dataclass(frozen=True, kw_only=True)
+class DomainCondition:
+    """A rule's ``domains``: every URL argument with one of ``roles`` is on ``allowed``."""
+
+    __pydantic_config__ = _STRICT
+
     roles: list[ArgumentRole]
     allowed: list[str]
 
 
-class RuleCondition(_Model):
+@dataclass(frozen=True, kw_only=True)
+class RuleCondition:
+    """A rule's ``if``: every condition given holds (none given: always)."""
+
+    __pydantic_config__ = _STRICT
+
     effect: list[Effect] | None = None
     server: list[str] | None = None
     # Tools and prompts are separate namespaces: a rule naming tools applies to no prompt,
@@ -83,21 +118,31 @@ class RuleCondition(_Model):
     # one naming neither to every tool and prompt its other conditions hold for.
     tool: list[str] | None = None
     prompt: list[str] | None = None
-    side_effects: bool | None = Field(default=None, alias="sideEffects")
+    side_effects: Annotated[bool | None, pyd.Field(alias="sideEffects")] = None
     paths: PathCondition | None = None
     domains: DomainCondition | None = None
 
 
-class CompiledRule(_Model):
+@dataclass(frozen=True, kw_only=True)
+class CompiledRule:
+    """A compiled rule: when its condition holds, its decision (``then``) applies."""
+
+    __pydantic_config__ = _STRICT
+
     name: str
     description: str = ""
     principle: str = ""
-    condition: RuleCondition = Field(alias="if")
+    condition: Annotated[RuleCondition, pyd.Field(alias="if")]
     then: DecisionKind
     reason: str
 
 
-class CompiledPolicyFile(_Model):
-    generated_at: str | None = Field(default=None, alias="generatedAt")
-    constitution_hash: str | None = Field(default=None, alias="constitutionHash")
+@dataclass(frozen=True, kw_only=True)
+class CompiledPolicyFile:
+    """``compiled-policy.json``: the rules, the first that applies decides."""
+
+    __pydantic_config__ = _STRICT
+
+    generated_at: Annotated[str | None, pyd.Field(alias="generatedAt")] = None
+    constitution_hash: Annotated[str | None, pyd.Field(alias="constitutionHash")] = None
     rules: list[CompiledRule]

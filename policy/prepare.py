@@ -51,7 +51,7 @@ def prepare_tool_args(
     (``structural-path-shape``): it is never forwarded un-canonicalised.
 
     >>> from policy.models import ToolAnnotation
-    >>> ann = ToolAnnotation(toolName="w", serverName="s", effect="write", sideEffects=True,
+    >>> ann = ToolAnnotation(tool_name="w", server_name="s", effect="write", side_effects=True,
     ...                      args={"path": ["write-path"], "content": ["none"]})
     >>> prepare_tool_args({"path": "/tmp/../tmp/a", "content": "/etc/../x"}, ann)[0]
     {'path': '/tmp/a', 'content': '/etc/../x'}

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy import schema
 from policy.llm import LLM, ask
 from policy.models import DecisionKind, ToolAnnotation
 
@@ -106,7 +107,7 @@ def applicable(
 def scenarios_prompt(
     constitution: str, annotations: Sequence[ToolAnnotation], handwritten: Sequence[Scenario]
 ) -> str:
-    tools = [a.model_dump(by_alias=True, exclude_none=True) for a in annotations]
+    tools = [schema.dump(a) for a in annotations]
     examples = [s.model_dump(exclude={"source", "reasoning", "kind"}) for s in handwritten[:4]]
     return f"""Write test scenarios for this constitution: concrete tool calls with the
 decision ("allow", "deny" or "escalate") the constitution requires.

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy import schema
 from policy.engine import PolicyEngine
 from policy.llm import LLM, ask
 from policy.models import CompiledRule
@@ -125,7 +126,7 @@ def judge_prompt(
         }
         for r in results
     ]
-    compiled = [r.model_dump(by_alias=True, exclude_none=True) for r in rules]
+    compiled = [schema.dump(r) for r in rules]
     return f"""Round {round_} of at most {MAX_ROUNDS}. The real policy engine decided these
 test scenarios under the compiled rules below. Rules named "structural-..." are the engine's
 own invariants (protected paths, system directories, unknown tools), applied first.

@@ -158,6 +158,7 @@ def _drafts(listing: dict) -> dict:  # type: ignore[type-arg]
 
 
 def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed() -> None:
+    from policy import schema
     from policy.annotations_file import file_json, merge_annotations
     from policy.models import ToolAnnotationsFile
 
@@ -179,7 +180,7 @@ def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed
     del entry["prompts"][0]["draft"]
     data["servers"]["crm"] = {"tools": [{"toolName": "t", "serverName": "crm",
                                          "effect": "read", "sideEffects": False}]}  # fmt: skip
-    reviewed = ToolAnnotationsFile.model_validate(data)
+    reviewed = schema.validate(ToolAnnotationsFile, data)
     # The server now offers the fetch prompt as well.
     listing = _listing(READ_PROMPT, FETCH_PROMPT)
     second = merge_annotations(reviewed, _drafts(listing), listing)

@@ -194,7 +194,7 @@ def test_a_command_that_needs_the_home_is_a_config_error(user: Home) -> None:
         assert f"{server}: its interpreter {python} cannot run without {user.home} (" in message
         assert "never shown to a server (your home)" in message
         assert "virtualenv" in message and "pipx" in message
-    assert not (user.state / "ironcurtain").exists()  # nothing started
+    assert not user.left_behind()  # nothing started
 
 
 def _read_key(user: Home, command: Path, sandbox: dict[str, object]) -> list[str]:

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from launcher.compile_cmd import CompileOptions, Progress, compile_policy
+from policy import schema
 from policy.llm import CachedLLM, LLMError, ask
 from policy.loader import bundled_policy_dir
 from policy.scenarios import HANDWRITTEN
@@ -151,7 +152,7 @@ def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) ->
     files = load_policy_dir(BUNDLED)
     wrong = json.loads((Path("tests/data/llm/wrong-rule/compile.json")).read_text())
     rules = json.loads(wrong["content"][0]["text"])["rules"]
-    policy = CompiledPolicyFile.model_validate({"rules": rules})
+    policy = schema.validate(CompiledPolicyFile, {"rules": rules})
     judge = Replay("bundled")  # judge-1 says "pass"
     with scenario_tree() as places:
         engine = PolicyEngine(policy, files.annotations, variables=places)
@@ -256,8 +257,8 @@ def test_compiled_rules_may_not_do_the_engines_structural_work() -> None:
         condition: dict[str, Any] = {"effect": ["read"]}
         if within:
             condition["paths"] = {"roles": ["read-path"], "within": within}
-        return CompiledRule.model_validate(
-            {"name": name, "if": condition, "then": "deny", "reason": "r"}
+        return schema.validate(
+            CompiledRule, {"name": name, "if": condition, "then": "deny", "reason": "r"}
         )
 
     variables = {"workspace": "/state/workspaces/s1"}

@@ -122,7 +122,7 @@ def test_bad_config_is_one_clear_error(
     assert str(config) in message
     assert where in message and what in message
     # Nothing half-started: no workspace, no audit log, no runtime files.
-    assert not (user.state / "ironcurtain").exists()
+    assert not user.left_behind()
 
 
 def test_missing_config_file(user: Home) -> None:
@@ -230,9 +230,8 @@ def test_a_server_that_fails_to_start_leaves_nothing_behind(user: Home) -> None:
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert "server 'broken' failed to start" in done.stderr
     assert "cannot start: no token" in done.stderr
-    state = user.state / "ironcurtain"
-    assert not any(p.is_file() for p in state.rglob("*"))
-    assert not list((state / "workspaces").iterdir())
+    assert not any(p.is_file() for p in user.left_behind())
+    assert not list((user.state / "ironcurtain" / "workspaces").iterdir())
 
 
 def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir, schema
 from policy.models import ServerAnnotations, ToolAnnotation, ToolAnnotationsFile
 
 
@@ -32,14 +32,15 @@ def env(tmp_path: Path) -> Env:
     (tmp_path / "outside" / "secret.txt").write_text("s")
     (ws / "escape").symlink_to(tmp_path / "outside")
     files = load_policy_dir(bundled_policy_dir())
-    extra = ToolAnnotation.model_validate(
+    extra = schema.validate(
+        ToolAnnotation,
         {
             "toolName": "delete_file",
             "serverName": "filesystem",
             "effect": "delete",
             "sideEffects": True,
             "args": {"path": ["delete-path"]},
-        }
+        },
     )
     servers = dict(files.annotations.servers)
     servers["filesystem"] = ServerAnnotations(tools=[*servers["filesystem"].tools, extra])
@@ -376,8 +377,9 @@ def test_reasons_never_quote_argument_values(env: Env) -> None:
 def test_structural_invariants_hold_with_an_allow_everything_policy(env: Env) -> None:
     from policy.models import CompiledPolicyFile
 
-    allow_all = CompiledPolicyFile.model_validate(
-        {"rules": [{"name": "allow-all", "if": {}, "then": "allow", "reason": "test"}]}
+    allow_all = schema.validate(
+        CompiledPolicyFile,
+        {"rules": [{"name": "allow-all", "if": {}, "then": "allow", "reason": "test"}]},
     )
     files = load_policy_dir(bundled_policy_dir())
     engine = PolicyEngine(allow_all, files.annotations, env.engine.structural)

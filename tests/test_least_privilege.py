@@ -15,6 +15,7 @@ import pytest
 from launcher.config import DEFAULT_LIMITS
 from launcher.plan import RunOptions, SessionPlan, plan_session
 from launcher.serverplan import workspace_access
+from policy import schema
 from policy.models import ToolAnnotationsFile
 from sandbox_profiles.model import Limits
 from tests.support.cli import ironcurtain
@@ -79,7 +80,8 @@ def test_the_bundled_servers_see_only_the_workspace_they_need(
 
 
 def _annotations(tools: dict[str, dict[str, list[str]]]) -> ToolAnnotationsFile:
-    return ToolAnnotationsFile.model_validate(
+    return schema.validate(
+        ToolAnnotationsFile,
         {
             "servers": {
                 "s": {
@@ -95,7 +97,7 @@ def _annotations(tools: dict[str, dict[str, list[str]]]) -> ToolAnnotationsFile:
                     ]
                 }
             }
-        }
+        },
     )
 
 
@@ -269,7 +271,7 @@ def test_limits_false_lifts_them_all(user: Home, monkeypatch: pytest.MonkeyPatch
         ({"memory": True}, "limits.memory", "true is not a limit"),
         ({"memory": "lots"}, "limits.memory", "is not a size"),
         ({"openFiles": 4}, "limits.openFiles", "greater than or equal to 16"),
-        (True, "sandbox.limits", "valid dictionary"),
+        (True, "sandbox.limits", "Input should be an object (found true)"),
     ],
 )
 def test_bad_limits_are_one_clear_error(user: Home, limits: object, where: str, what: str) -> None:

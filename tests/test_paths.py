@@ -7,6 +7,7 @@ import os
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
+from policy import schema
 from policy.models import ToolAnnotation
 from policy.paths import canonical_path, expand_tilde, is_under, resolve_real_path
 from policy.prepare import prepare_tool_args
@@ -139,14 +140,15 @@ def test_unknown_user_tilde_stays_relative(ws: FakeFilesystem) -> None:
     assert canonical_path("~nobody-xyz/a", cwd=WS) == f"{WS}/~nobody-xyz/a"
 
 
-WRITE = ToolAnnotation.model_validate(
+WRITE = schema.validate(
+    ToolAnnotation,
     {
         "toolName": "write_file",
         "serverName": "fs",
         "effect": "write",
         "sideEffects": True,
         "args": {"path": ["write-path"], "content": ["none"], "paths": ["read-path"]},
-    }
+    },
 )
 
 

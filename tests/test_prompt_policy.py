@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from policy import PolicyEngine, PolicyFileError, StructuralConfig, load_policy_dir
+from policy import PolicyEngine, PolicyFileError, StructuralConfig, load_policy_dir, schema
 from policy.loader import bundled_policy_dir
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 
@@ -31,12 +31,12 @@ def _annotation(key: str, name: str, effect: str, args: dict[str, list[str]]) ->
 def _with_filesystem_prompts(annotations: ToolAnnotationsFile) -> ToolAnnotationsFile:
     """The bundled annotations, and two prompts on the filesystem server: ``summarize``
     (reads a file) and ``read_file`` (the name of a tool there, writing a file)."""
-    data = annotations.model_dump(by_alias=True)
+    data = schema.dump(annotations, exclude_none=False)
     data["servers"]["filesystem"]["prompts"] = [
         _annotation("promptName", "summarize", "read", {"path": ["read-path"], "style": ["none"]}),
         _annotation("promptName", "read_file", "write", {"path": ["write-path"]}),
     ]
-    return ToolAnnotationsFile.model_validate(data)
+    return schema.validate(ToolAnnotationsFile, data)
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_the_prompt_annotation_carries_its_pii_fields() -> None:
     data = {"servers": {"crm": {"tools": [], "prompts": [
         {"promptName": "letter", "serverName": "crm", "effect": "read", "sideEffects": False,
          "args": {"email": ["none"]}, "piiFields": ["email"]}]}}}  # fmt: skip
-    engine = PolicyEngine(CompiledPolicyFile(rules=[]), ToolAnnotationsFile.model_validate(data))
+    engine = PolicyEngine(CompiledPolicyFile(rules=[]), schema.validate(ToolAnnotationsFile, data))
     annotation = engine.get_prompt_annotation("crm", "letter")
     assert annotation is not None and annotation.pii_fields == ["email"]
     assert engine.get_prompt_annotation("crm", "nope") is None
@@ -186,13 +186,13 @@ def test_a_path_argument_of_a_prompt_gets_every_path_protection(env: Env) -> Non
 
 
 def _engine(rules: list[dict[str, Any]]) -> PolicyEngine:
-    annotations = ToolAnnotationsFile.model_validate({"servers": {"s": {
+    annotations = schema.validate(ToolAnnotationsFile, {"servers": {"s": {
         "tools": [{"toolName": "fetch", "serverName": "s", "effect": "read",
                    "sideEffects": True, "args": {"url": ["fetch-url"]}}],
         "prompts": [{"promptName": "fetch", "serverName": "s", "effect": "read",
                      "sideEffects": True, "args": {"url": ["fetch-url"]}}],
     }}})  # fmt: skip
-    policy = CompiledPolicyFile.model_validate({"rules": rules})
+    policy = schema.validate(CompiledPolicyFile, {"rules": rules})
     return PolicyEngine(policy, annotations, None, {"s": ["*"]})
 
 

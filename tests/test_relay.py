@@ -29,7 +29,7 @@ from launcher.pins import Pins
 from launcher.relay import Relay
 from launcher.router import Router
 from launcher.seams import Core, ServerSettings
-from policy import PolicyEngine
+from policy import PolicyEngine, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from tests.support.downstream import FakeServer
 
@@ -167,8 +167,8 @@ def build(
     (ws / "private").mkdir(parents=True, exist_ok=True)
     annotations = {"servers": {name: _annotations(name) for name in servers}}
     engine = PolicyEngine(
-        CompiledPolicyFile.model_validate(RULES),
-        ToolAnnotationsFile.model_validate(annotations),
+        schema.validate(CompiledPolicyFile, RULES),
+        schema.validate(ToolAnnotationsFile, annotations),
         variables={"ws": str(ws)},
     )
     audit = AuditLog(str(tmp / "audit.jsonl"), "relay-test")

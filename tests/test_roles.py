@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy import roles
+from policy import roles, schema
 from policy.models import ToolAnnotation
 
 
@@ -29,14 +29,15 @@ def test_is_argument_role() -> None:
 
 def test_unknown_role_is_rejected_by_the_annotation_model() -> None:
     with pytest.raises(ValueError, match="read-path"):
-        ToolAnnotation.model_validate(
+        schema.validate(
+            ToolAnnotation,
             {
                 "toolName": "t",
                 "serverName": "s",
                 "effect": "read",
                 "sideEffects": True,
                 "args": {"p": ["reed-path"]},
-            }
+            },
         )
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig
+from policy import PolicyEngine, StructuralConfig, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.urls import domain_matches, extract_domain, extract_git_domain, resolve_git_remote
 
@@ -68,7 +68,8 @@ def test_git_remote_forms(remote: str, host: str) -> None:
 
 
 def _engine(allowed: list[str], rules: list[dict[str, object]]) -> PolicyEngine:
-    annotations = ToolAnnotationsFile.model_validate(
+    annotations = schema.validate(
+        ToolAnnotationsFile,
         {
             "servers": {
                 "web": {
@@ -90,9 +91,9 @@ def _engine(allowed: list[str], rules: list[dict[str, object]]) -> PolicyEngine:
                     ]
                 }
             }
-        }
+        },
     )
-    policy = CompiledPolicyFile.model_validate({"rules": rules})
+    policy = schema.validate(CompiledPolicyFile, {"rules": rules})
     return PolicyEngine(policy, annotations, StructuralConfig(), {"web": allowed})
 
 

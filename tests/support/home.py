@@ -21,6 +21,15 @@ class Home:
     env: dict[str, str]
     secret: str
 
+    def left_behind(self) -> list[Path]:
+        """What sessions made in ironcurtain's state directory (workspaces, audit logs,
+        records), leaving out the validated files kept across starts (``cache/``, which a
+        failed start may well have written): nothing when nothing was started."""
+        state = self.state / "ironcurtain"
+        if not state.exists():
+            return []
+        return [p for p in state.rglob("*") if p.relative_to(state).parts[0] != "cache"]
+
     def ws(self, name: str = "ws") -> Path:
         path = self.root / name
         path.mkdir(exist_ok=True)
