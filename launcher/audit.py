@@ -23,12 +23,18 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# One encoder, made once: json.dumps with options builds a new encoder at every call.
+_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+# What that encoder writes for a string, called directly (an entry is mostly strings).
+_quoted = json.encoder.encode_basestring
+
 GENESIS = "sha256:" + "0" * 64
 SESSION_END = "session-end"
 
 
 def hash_value(value: object) -> str:
-    return "sha256:" + hashlib.sha256(_canonical(value).encode("utf-8")).hexdigest()
+    text = _quoted(value) if type(value) is str else _canonical(value)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def argument_hashes(args: Mapping[str, object]) -> dict[str, str]:
@@ -58,13 +64,28 @@ def hashed_arguments(
     }
 
 
-# One encoder, made once: json.dumps with options builds a new encoder at every call.
-_canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+# Each entry key as it is written ("key":), quoted once: entries use a few dozen keys.
+_KEYS: dict[str, str] = {}
+
+
+def _key(key: str) -> str:
+    text = _KEYS.get(key)
+    if text is None:
+        text = _quoted(key) + ":"
+        if len(_KEYS) < 256:
+            _KEYS[key] = text
+    return text
 
 
 def _member(key: str, value: object) -> str:
-    """``"key":value`` as it appears in the canonical JSON of an object."""
-    return f"{_canonical(key)}:{_canonical(value)}"
+    """``"key":value`` as it appears in the canonical JSON of an object.
+
+    >>> _member("tool", "read"), _member("args", {"b": 1, "a": "\u00e9"})
+    ('"tool":"read"', '"args":{"a":"\u00e9","b":1}')
+    """
+    if type(value) is str:
+        return _key(key) + _quoted(value)
+    return _key(key) + _canonical(value)
 
 
 def _timestamp() -> str:
@@ -107,7 +128,7 @@ class Prepared:
                 segments.append(",".join(current))
                 current = []
         segments.append(",".join(current))
-        return cls(pieces, slots, tuple(segments), tuple(_canonical(k) + ":" for k in slots))
+        return cls(pieces, slots, tuple(segments), tuple(_key(k) for k in slots))
 
     def line(self, late: Mapping[str, object]) -> str | None:
         """The canonical line with ``late`` filled in; None unless ``late`` fills exactly

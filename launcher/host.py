@@ -106,36 +106,75 @@ def _count_threads(uid: int, proc: str = "/proc") -> int:
 
 
 def sandbox_problem(privileged: bool = False) -> str | None:
-    """Why bubblewrap cannot sandbox here, or None when it can (one ~5 ms probe).
+    """Why bubblewrap cannot sandbox here, or None when it can (one ~4 ms probe).
 
     ``privileged``: the launcher runs as root, so bwrap builds the sandbox without a user
     namespace and ``setpriv`` switches the server to an unprivileged uid."""
-    if MACOS:
-        ok = os.access(SANDBOX_EXEC, os.X_OK)
-        return None if ok else "sandbox-exec is missing (it ships with macOS)"
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bubblewrap (bwrap) is not installed"
-    if privileged and not os.access(SETPRIV, os.X_OK):
-        return f"{SETPRIV} (util-linux) is missing; it drops root for sandboxed servers"
-    spaces = ["pid", "ipc", "net", "uts", "cgroup", *([] if privileged else ["user"])]
-    probe = [
-        bwrap,
-        *(f"--unshare-{ns}" for ns in spaces),
-        "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "--",
-        "true",
-    ]
-    try:
-        done = subprocess.run(probe, capture_output=True, text=True, timeout=10, check=False)
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"bwrap could not be started: {exc}"
-    if done.returncode != 0:
-        return f"bwrap cannot create a sandbox here: {done.stderr.strip() or done.returncode}"
-    return None
+    with SandboxProbe(privileged) as probe:
+        return probe.result()
+
+
+class SandboxProbe:
+    """:func:`sandbox_problem`, started now and read later: the probe's bwrap runs (on
+    another core) while the caller goes on; leaving the ``with`` block ends it either way."""
+
+    def __init__(self, privileged: bool = False) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._problem = self._start(privileged)
+
+    def _start(self, privileged: bool) -> str | None:
+        if MACOS:
+            ok = os.access(SANDBOX_EXEC, os.X_OK)
+            return None if ok else "sandbox-exec is missing (it ships with macOS)"
+        bwrap = shutil.which("bwrap")
+        if bwrap is None:
+            return "bubblewrap (bwrap) is not installed"
+        if privileged and not os.access(SETPRIV, os.X_OK):
+            return f"{SETPRIV} (util-linux) is missing; it drops root for sandboxed servers"
+        spaces = ["pid", "ipc", "net", "uts", "cgroup", *([] if privileged else ["user"])]
+        probe = [
+            bwrap,
+            *(f"--unshare-{ns}" for ns in spaces),
+            "--die-with-parent",
+            "--ro-bind",
+            "/",
+            "/",
+            "--",
+            "true",
+        ]
+        try:
+            self._proc = subprocess.Popen(
+                probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            )
+        except OSError as exc:
+            return f"bwrap could not be started: {exc}"
+        return None
+
+    def result(self) -> str | None:
+        """Why bwrap cannot sandbox here, or None: waits for the probe to end."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return self._problem
+        try:
+            _, err = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            self._problem = "bwrap could not be started: its probe did not end within 10 s"
+            return self._problem
+        if proc.returncode != 0:
+            detail = err.decode(errors="replace").strip() or proc.returncode
+            self._problem = f"bwrap cannot create a sandbox here: {detail}"
+        return self._problem
+
+    def __enter__(self) -> SandboxProbe:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None:  # not read: not needed after all, or planning failed
+            proc.kill()
+            proc.communicate()
 
 
 def sandbox_identity(workspace: str) -> tuple[int, int] | None:

@@ -22,8 +22,8 @@ from launcher.errors import SandboxUnavailable, UsageError
 from launcher.host import (
     BWRAP_FIX,
     SECCOMP_FIX,
+    SandboxProbe,
     sandbox_identity,
-    sandbox_problem,
     seccomp_filter,
 )
 from launcher.http_token import Token
@@ -244,6 +244,21 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             raise OptionError("workspace", opts.workspace, "exists and is not a directory")
     else:
         workspace = resolve_real_path(str(state / "workspaces" / session_id))
+    run_as = sandbox_identity(workspace)
+    # Whether bwrap works here is probed while the config and the policy are read.
+    if opts.display_only:
+        return _plan(opts, session_id, workspace, run_as, None)
+    with SandboxProbe(run_as is not None) as probe:
+        return _plan(opts, session_id, workspace, run_as, probe)
+
+
+def _plan(
+    opts: RunOptions,
+    session_id: str,
+    workspace: str,
+    run_as: tuple[int, int] | None,
+    probe: SandboxProbe | None,
+) -> SessionPlan:
     config = load_and_warn(opts.config, workspace)
     selected = select_servers(config, opts.servers)
     files = load_policy(opts.policy_dir)
@@ -251,17 +266,16 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     audit_path = resolve_real_path(
         os.path.expanduser(opts.audit_log)
         if opts.audit_log
-        else str(state / "audit" / f"{session_id}.jsonl")
+        else str(dirs.state_dir() / "audit" / f"{session_id}.jsonl")
     )
     engine = build_engine(config, files, workspace, audit_path, selected)
     problem = None
     bpf: bytes | None = None
     seccomp_problem: str | None = None
-    run_as = sandbox_identity(workspace)
-    if opts.display_only:
+    if probe is None:
         pass
     elif any(s.sandboxed for s in selected.values()):
-        problem = sandbox_problem(run_as is not None)
+        problem = probe.result()
         if problem and not opts.allow_unsandboxed:
             raise SandboxRefused(
                 problem, BWRAP_FIX, "allow_unsandboxed", "run servers without isolation"

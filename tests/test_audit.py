@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -42,7 +43,17 @@ ODD_ENTRY = {
     "a": 0,
     "a!": 1,  # sorts after "a" as a key, before it once quoted: the order must be the keys'
     "whitelisted": {"b": 1, "a": 2},
+    # A string at the top level is quoted without the encoder: the same text all the same.
+    "note": 'tab\t ctrl\x01 "q" \\ \u2028 \u00e9 \U0001f600 \x7f',
 }
+
+
+@pytest.mark.parametrize("value", ["", "plain", 'a "q" \\ \n\x00 \u2028 \u00e9 \U0001f600'])
+def test_a_string_argument_hashes_as_its_canonical_json(value: str) -> None:
+    from launcher.audit import hash_value
+
+    text = json.dumps(value, ensure_ascii=False).encode()
+    assert hash_value(value) == "sha256:" + hashlib.sha256(text).hexdigest()
 
 
 def test_an_entry_serialised_while_the_call_is_out_is_the_same_canonical_line(

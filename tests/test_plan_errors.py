@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
+import psutil
 import pytest
 
 from launcher.cli import cli_words
-from launcher.errors import SandboxUnavailable, UsageError
+from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.plan import OptionError, RunOptions, SandboxRefused, plan_session
 
 
@@ -54,3 +59,50 @@ def test_a_refused_sandbox_names_the_override() -> None:
     with pytest.raises(SandboxRefused) as caught, cli_words():
         raise error
     assert str(caught.value).endswith("or pass --allow-unsandboxed to run bare.")
+
+
+def _fake_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """A ``bwrap`` first on PATH that runs ``script`` (the real tools after it)."""
+    fake = tmp_path / "bin" / "bwrap"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\n{script}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+
+
+def _config(tmp_path: Path, sandbox: bool) -> str:
+    config = tmp_path / "mcp-servers.json"
+    server = {"command": "mcp-server-time", **({} if sandbox else {"sandbox": False})}
+    config.write_text(json.dumps({"mcpServers": {"time": server}}))
+    return str(config)
+
+
+def test_a_bwrap_that_cannot_sandbox_refuses_the_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fake_bwrap(tmp_path, monkeypatch, 'echo "no user namespaces here" >&2; exit 1')
+    opts = RunOptions(config=_config(tmp_path, sandbox=True), workspace=str(tmp_path / "ws"))
+    with pytest.raises(SandboxRefused) as caught:
+        plan_session(opts)
+    assert "bwrap cannot create a sandbox here: no user namespaces here" in str(caught.value)
+
+
+def test_a_probe_that_is_not_needed_is_not_left_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe starts before the config is read; with no server sandboxed (or a config
+    # that fails), it is ended, not waited for and not left behind.
+    marker = tmp_path / "probe-ran"
+    _fake_bwrap(tmp_path, monkeypatch, f"touch {marker}; exec sleep 60")
+    children = psutil.Process().children
+    plan = plan_session(
+        RunOptions(config=_config(tmp_path, sandbox=False), workspace=str(tmp_path / "ws"))
+    )
+    assert plan.sandbox_problem is None and not children()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    with pytest.raises(ConfigError):
+        plan_session(RunOptions(config=str(broken), workspace=str(tmp_path / "ws")))
+    assert not children()
