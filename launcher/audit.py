@@ -88,9 +88,17 @@ def _member(key: str, value: object) -> str:
     return _key(key) + _canonical(value)
 
 
+# The last second formatted, and its text: entries come many to a second.
+_second: list[Any] = [None, ""]
+
+
 def _timestamp() -> str:
+    """Now in UTC, to the millisecond: ``2026-11-25T21:30:15.123Z``."""
     now = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z"
+    second = int(now)
+    if second != _second[0]:
+        _second[:] = [second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))]
+    return f"{_second[1]}.{int(now * 1000) % 1000:03d}Z"
 
 
 def _late_member(key_text: str, value: object) -> str:
@@ -117,18 +125,15 @@ class Prepared:
 
     @classmethod
     def of(cls, pieces: dict[str, str], late: Collection[str]) -> Prepared:
-        keys = sorted({*pieces, *late, "prev"})
-        slots = tuple(k for k in keys if k not in pieces)
-        segments: list[str] = []
-        current: list[str] = []
-        for key in keys:
-            if key in pieces:
-                current.append(pieces[key])
-            else:
-                segments.append(",".join(current))
-                current = []
-        segments.append(",".join(current))
-        return cls(pieces, slots, tuple(segments), tuple(_key(k) for k in slots))
+        shape = (tuple(pieces), tuple(late))
+        layout = _LAYOUTS.get(shape)
+        if layout is None:
+            layout = _layout(pieces, late)
+            if len(_LAYOUTS) < 256:
+                _LAYOUTS[shape] = layout
+        groups, slots, late_keys = layout
+        segments = tuple([",".join([pieces[k] for k in group]) for group in groups])
+        return cls(pieces, slots, segments, late_keys)
 
     def line(self, late: Mapping[str, object]) -> str | None:
         """The canonical line with ``late`` filled in; None unless ``late`` fills exactly
@@ -142,6 +147,28 @@ class Prepared:
             parts.append(_late_member(key_text, late[key]))
             parts.append(segment)
         return "{" + ",".join([p for p in parts if p]) + "}"
+
+
+# An entry's layout by its shape (its keys, the late ones): entries of a few shapes are
+# written again and again. The keys in canonical order, grouped between the slots; the
+# slots; each slot's key as written.
+_Layout = tuple[tuple[tuple[str, ...], ...], tuple[str, ...], tuple[str, ...]]
+_LAYOUTS: dict[tuple[tuple[str, ...], tuple[str, ...]], _Layout] = {}
+
+
+def _layout(pieces: Collection[str], late: Collection[str]) -> _Layout:
+    keys = sorted({*pieces, *late, "prev"})
+    slots = tuple(k for k in keys if k not in pieces)
+    groups: list[tuple[str, ...]] = []
+    current: list[str] = []
+    for key in keys:
+        if key in pieces:
+            current.append(key)
+        else:
+            groups.append(tuple(current))
+            current = []
+    groups.append(tuple(current))
+    return tuple(groups), slots, tuple(_key(k) for k in slots)
 
 
 def entry_hash(entry: Mapping[str, Any]) -> str:

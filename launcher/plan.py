@@ -232,6 +232,25 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def check_workspace(workspace: str, given: str | None) -> None:
+    """A workspace in ironcurtain's state directory is one of its workspaces, or nothing:
+    a server may write its whole workspace, and the rest of that directory (audit logs,
+    tool pins, the validated config and policy read at the next start) must stay out of
+    its reach."""
+    state = resolve_real_path(str(dirs.state_dir()))
+    workspaces = os.path.join(state, "workspaces")
+    if is_under(workspace, state) and not (
+        is_under(workspace, workspaces) and workspace != workspaces
+    ):
+        raise OptionError(
+            "workspace",
+            given,
+            f"is in ironcurtain's state directory {state}, whose audit logs, tool pins and "
+            "validated files a server working there could rewrite; use a directory outside "
+            f"it (or one of {workspaces}/*)",
+        )
+
+
 def plan_session(opts: RunOptions) -> SessionPlan:
     """The plan of a session: the same for running it, showing a server's profile and
     checking one call (``display_only``: nothing probed, nothing refused)."""
@@ -244,6 +263,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
             raise OptionError("workspace", opts.workspace, "exists and is not a directory")
     else:
         workspace = resolve_real_path(str(state / "workspaces" / session_id))
+    check_workspace(workspace, opts.workspace)
     run_as = sandbox_identity(workspace)
     # Whether bwrap works here is probed while the config and the policy are read.
     if opts.display_only:

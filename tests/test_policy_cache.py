@@ -11,11 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from launcher import plan as plan_module
+from launcher.plan import RunOptions, plan_session
 from policy import load_policy_dir
 from policy.cache import KEEP, ContentCache, decode, encode
 from policy.errors import PolicyFileError
 from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir
 from policy.models import PathCondition
+from tests.support.cli import ironcurtain
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe, write_raw_policy
@@ -226,3 +229,38 @@ def test_a_sandboxed_server_cannot_forge_the_next_starts_policy(tmp_path: Path) 
 @needs_bwrap
 def test_without_the_sandbox_a_forged_entry_would_be_the_policy(tmp_path: Path) -> None:
     assert _poisoned(tmp_path, sandboxed=False) == "forged"
+
+
+@pytest.mark.parametrize("inside", ["cache", ".", "pins", "workspaces"])
+def test_no_workspace_reaches_what_the_next_start_reads(tmp_path: Path, inside: str) -> None:
+    # A server may write all of its workspace: one in the state directory would let an
+    # agent's allowed write_file forge the next start's validated policy or config.
+    user = make_home(tmp_path)
+    ws = user.state / "ironcurtain" / inside
+    done = ironcurtain(user, "run", "--server", "filesystem", "--workspace", str(ws))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"--workspace {ws}: is in ironcurtain's state directory" in done.stderr
+    assert not user.left_behind()
+
+
+def test_a_workspace_of_its_own_in_the_state_directory_is_kept(tmp_path: Path) -> None:
+    user = make_home(tmp_path)
+    ws = user.state / "ironcurtain" / "workspaces" / "20261125-000000-abcdef"
+    done = ironcurtain(user, "check", "time", "get_current_time", "--workspace", str(ws))
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_the_check_an_allowed_call_would_write_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    user = make_home(tmp_path)
+    for key, value in user.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(plan_module, "check_workspace", lambda workspace, given: None)
+    cache = user.state / "ironcurtain" / "cache"
+    plan = plan_session(RunOptions(workspace=str(cache), servers=("filesystem",)))
+    entry = str(cache / ("policy-" + "0" * 64 + ".json"))
+    decision, _ = plan.engine.decide("filesystem", "write_file", {"path": entry, "content": "{}"})
+    assert decision.decision == "allow"
+    profile = plan.servers["filesystem"].profile
+    assert profile is not None and str(cache) in profile.writable
