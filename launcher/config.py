@@ -115,6 +115,8 @@ def _lifted(value: object) -> object:
 def _size(value: object) -> object:
     """A size limit in bytes, from a number or a text with a K/M/G/T suffix."""
     value = _lifted(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 1e9 is a number of bytes too
     if value is None or not isinstance(value, (int, str)):
         return value  # anything else is refused as not an integer
     size = parse_size(value)

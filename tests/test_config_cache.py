@@ -14,6 +14,7 @@ import pytest
 from launcher.config import ServerConfig, content_cache, load_config
 from launcher.dirs import bundled_config
 from launcher.errors import ConfigError
+from tests.support.client import PROTOCOL
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
@@ -153,3 +154,42 @@ def test_a_sandboxed_server_cannot_unsandbox_a_later_start(tmp_path: Path) -> No
 @needs_bwrap
 def test_without_the_sandbox_a_forged_entry_would_be_the_config(tmp_path: Path) -> None:
     assert not _poisoned(tmp_path, sandboxed=False)
+
+
+def test_a_warm_session_never_imports_pydantic(tmp_path: Path) -> None:
+    # The whole of `ironcurtain run` over stdio (planning, the spawn, the relay, a listing),
+    # its config and policy unchanged since the last start; the first start validates.
+    user = make_home(tmp_path)
+    program = (
+        "import atexit, sys; atexit.register(lambda: sys.stderr.write("
+        "f'pydantic imported: {\"pydantic\" in sys.modules}\\n')); "
+        "sys.argv[0] = 'ironcurtain'; from launcher.cli import main; main()"
+    )
+    requests = [
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": PROTOCOL,
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "0"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    ]
+    said = []
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", program, "run", "--server", "time"],
+            input="".join(json.dumps(r) + "\n" for r in requests),
+            capture_output=True,
+            text=True,
+            env=user.env,
+            cwd=user.root,
+            timeout=60,
+        )
+        assert '"id":2' in done.stdout.replace(" ", "") and "get_current_time" in done.stdout
+        said.append(done.stderr.strip().splitlines()[-1])
+    assert said == ["pydantic imported: True", "pydantic imported: False"]

@@ -270,6 +270,8 @@ def test_limits_false_lifts_them_all(user: Home, monkeypatch: pytest.MonkeyPatch
     [
         ({"memory": True}, "limits.memory", "true is not a limit"),
         ({"memory": "lots"}, "limits.memory", "is not a size"),
+        ({"fileSize": 4096.0}, "limits.fileSize", "too small: at least 1M"),
+        ({"memory": 1.5}, "limits.memory", "valid integer"),
         ({"openFiles": 4}, "limits.openFiles", "greater than or equal to 16"),
         (True, "sandbox.limits", "Input should be an object (found true)"),
     ],
