@@ -13,8 +13,9 @@
           root the switch to an unprivileged uid), for a shell, the time and filesystem servers
   ready   `ironcurtain run` until the upstream `initialize` is answered vs the same
           servers started bare, in parallel, until the slowest of them has answered: one
-          fast server (scripts/stdlib_server.py, the standard library only), the time
-          server, the bundled config (every server), and one run per server at once
+          fast server (scripts/stdlib_server.py, the standard library only; also when its
+          own code began to run, which shows the launcher's work before the spawn), the
+          time server, the bundled config (every server), and one run per server at once
   policy  decisions per second of the engine on a 50-rule policy, without paths and with
           two paths (each canonicalised through the filesystem, as for a real call)
   memory  RSS of the trusted process with three servers, after a few hundred calls
@@ -308,19 +309,26 @@ def bench_ready(quick: bool) -> None:
         ]
         for name, s in servers.items()
     }
-    # One fast server: the standard library only, so ironcurtain's own start shows.
+    # One fast server: the standard library only, so ironcurtain's own start shows. It
+    # writes when its own code began to run (so when it was spawned, bare or sandboxed).
     stdlib = os.path.join(ROOT, "scripts", "stdlib_server.py")
-    fast = [sys.executable, "-I", stdlib]
+    stamps = os.path.join(scratch.root, "stamps")
+    os.makedirs(stamps)
+    stamp = os.path.join(stamps, "stdlib-started")
+    fast = [sys.executable, "-I", stdlib, "--stamp", stamp]
     config = os.path.join(scratch.root, "fast.json")
     with open(config, "w") as handle:
         entry = {
             "command": fast[0],
             "args": fast[1:],
-            "sandbox": {"filesystem": {"allowRead": [os.path.dirname(stdlib)]}},
+            "sandbox": {
+                "filesystem": {"allowRead": [os.path.dirname(stdlib)], "allowWrite": [stamps]}
+            },
         }
         json.dump({"mcpServers": {"fast": entry}}, handle)
     added = []
     fast_ready: dict[str, list[float]] = {"bare": [], "ironcurtain": []}
+    fast_begun: dict[str, list[float]] = {"bare": [], "ironcurtain": []}
     fast_variants = {
         "bare": lambda: _bare_all_ready([fast], env, scratch.ws),
         "ironcurtain": lambda: _run_ready(scratch, env, ["--config", config]),
@@ -329,10 +337,16 @@ def bench_ready(quick: bool) -> None:
         measure()
     for _ in range(starts):
         for key, measure in fast_variants.items():
+            launched = time.time()
             fast_ready[key].append(measure())
+            with open(stamp) as handle:
+                fast_begun[key].append(float(handle.read()) - launched)
     print(f"ready to `initialize` answered, one fast server (stdlib), median of {starts}")
     base = print_medians(fast_ready, "bare")
     added.append(("fast", statistics.median(fast_ready["ironcurtain"]) - base))
+    print("  the same starts: the server's own code began to run, after the launch")
+    begun = print_medians(fast_begun, "bare", indent="    ")
+    spawn_added = statistics.median(fast_begun["ironcurtain"]) - begun
     for label, names in (
         ("one server (time)", ["time"]),
         (f"the bundled config: {len(bare)} servers ({', '.join(bare)}) started together", []),
@@ -364,7 +378,9 @@ def bench_ready(quick: bool) -> None:
         name = {"*": "wrapped, each its own run"}.get(names[0], names[0]) if names else "all"
         added.append((name, statistics.median(ready["ironcurtain"]) - base))
     scratch.remove()
-    results["ready"] = "; ".join(f"{name} {v * 1000:+.0f} ms" for name, v in added)
+    results["ready"] = "; ".join(f"{name} {v * 1000:+.0f} ms" for name, v in added) + (
+        f" (fast: its code began {spawn_added * 1000:+.0f} ms later)"
+    )
 
 
 def _wrapped_all_ready(scratch: Scratch, env: dict[str, str], names: list[str]) -> float:
