@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 
 from launcher import dirs, rundir
-from launcher.audit import describe, printable, verify
+from launcher.audit_read import describe, printable, verify
 from launcher.errors import UsageError
 
 

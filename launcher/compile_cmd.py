@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher import coherence, dirs
-from launcher.config import SandboxConfig
+from launcher.config_schema import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
 from policy import schema

@@ -1,261 +1,24 @@
-"""``mcp-servers.json``: models, lookup order, ``${VAR}`` expansion."""
+"""``mcp-servers.json``: where it is found, reading and validating it (once per content:
+the cache), ``${VAR}`` expansion. Its models are in :mod:`launcher.config_schema`."""
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields, is_dataclass, replace
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
 from launcher import dirs
+from launcher.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
 from launcher.errors import ConfigError
-from policy.cache import ContentCache, decode, encode
+from policy.cache import ContentCache, encode, rebuild
 from policy.loader import describe_validation_error, json_path
 from policy.schema import pyd, validate
 from policy.variables import PlaceholderError
 from policy.variables import expand as expand_placeholders
-
-
-def _camel(name: str) -> str:
-    """A field's JSON name: ``allow_read`` is written ``allowRead``.
-
-    >>> _camel("allow_read"), _camel("command")
-    ('allowRead', 'command')
-    """
-    head, *rest = name.split("_")
-    return head + "".join(part.title() for part in rest)
-
-
-# What pydantic validates each class with. Unknown keys pass validation and are warned
-# about afterwards (:func:`_unknown_keys`); the Python names are accepted too.
-_LENIENT = {"alias_generator": _camel, "populate_by_name": True, "extra": "ignore"}
-
-
-@dataclass(frozen=True, kw_only=True)
-class FilesystemSandbox:
-    """``sandbox.filesystem``: host paths shown to the server read-only or writable, and
-    paths hidden or kept read-only inside those."""
-
-    __pydantic_config__ = _LENIENT
-
-    allow_read: list[str] = field(default_factory=list)
-    deny_read: list[str] = field(default_factory=list)
-    allow_write: list[str] = field(default_factory=list)
-    deny_write: list[str] = field(default_factory=list)
-
-
-def _addresses(value: dict[str, str]) -> dict[str, str]:
-    for name, address in value.items():
-        try:
-            ipaddress.ip_address(address.strip("[]"))
-        except ValueError:
-            raise ValueError(
-                f"hosts[{name!r}]: {address!r} is not an IP address (hosts pins names to "
-                'addresses, like {"db.internal": "10.0.0.5"})'
-            ) from None
-    return {k: v.strip("[]") for k, v in value.items()}
-
-
-@dataclass(frozen=True, kw_only=True)
-class NetworkSandbox:
-    """``sandbox.network``: the domains the server may reach through its egress proxy,
-    and names pinned to addresses."""
-
-    __pydantic_config__ = _LENIENT
-
-    allowed_domains: list[str] = field(default_factory=list)
-    denied_domains: list[str] = field(default_factory=list)
-    hosts: Annotated[dict[str, str], pyd.AfterValidator(_addresses)] = field(default_factory=dict)
-
-
-_SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
-
-
-def parse_size(value: int | str) -> int:
-    """Bytes from ``536870912``, ``"512M"``, ``"2GiB"`` (powers of 1024).
-
-    >>> parse_size("512M"), parse_size("1GiB"), parse_size(4096)
-    (536870912, 1073741824, 4096)
-    """
-    if isinstance(value, int):
-        return value
-    match = _SIZE.fullmatch(value.strip())
-    if not match:
-        raise ValueError(f'{value!r} is not a size (examples: 536870912, "512M", "2G")')
-    scale: int = 1 << (10 * " KMGT".index((match.group(2) or " ").upper()))
-    return int(match.group(1)) * scale
-
-
-# On unless the config says otherwise, far above what the reference servers use (measured:
-# under 120 MiB resident each, fetch up to 2.5 GiB on a 10 MiB page; at most 3 processes,
-# 14 threads, 23 open files). CPU time is not limited: a long session uses it legitimately.
-DEFAULT_LIMITS: dict[str, int | None] = {
-    "memory": 4 << 30,
-    "open_files": 4096,
-    "processes": 256,
-    "cpu_seconds": None,
-    "file_size": 1 << 30,
-}
-
-
-def _lifted(value: object) -> object:
-    """``false`` lifts a limit (as ``null`` does); ``true`` is no limit at all."""
-    if value is False:
-        return None
-    if value is True:
-        raise ValueError("true is not a limit: give a number, or false to lift it")
-    return value
-
-
-def _size(value: object) -> object:
-    """A size limit in bytes, from a number or a text with a K/M/G/T suffix."""
-    value = _lifted(value)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # 1e9 is a number of bytes too
-    if value is None or not isinstance(value, (int, str)):
-        return value  # anything else is refused as not an integer
-    size = parse_size(value)
-    if size < 1024 * 1024:
-        raise ValueError(f"{value!r} is too small: at least 1M")
-    return size
-
-
-@dataclass(frozen=True, kw_only=True)
-class LimitsConfig:
-    """``sandbox.limits``: memory and file sizes in bytes or with K/M/G/T suffixes. A field
-    left out has its default (:data:`DEFAULT_LIMITS`); ``null`` or ``false`` lifts it."""
-
-    __pydantic_config__ = _LENIENT
-
-    memory: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["memory"]
-    open_files: Annotated[int | None, pyd.Field(ge=16), pyd.BeforeValidator(_lifted)] = (
-        DEFAULT_LIMITS["open_files"]
-    )
-    processes: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
-        DEFAULT_LIMITS["processes"]
-    )
-    cpu_seconds: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
-        DEFAULT_LIMITS["cpu_seconds"]
-    )
-    file_size: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["file_size"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class SandboxConfig:
-    """``sandbox``: what the server's sandbox shows it, where it may connect, its limits."""
-
-    __pydantic_config__ = _LENIENT
-
-    filesystem: FilesystemSandbox = field(default_factory=FilesystemSandbox)
-    network: NetworkSandbox | Literal[False] | None = None
-    # false: no limits at all.
-    limits: LimitsConfig | Literal[False] = field(default_factory=LimitsConfig)
-
-
-@dataclass(frozen=True, kw_only=True)
-class RestartConfig:
-    """``restart``: start a server again after it exits, waiting ``backoffSeconds`` (doubled
-    each time, at most 30 s) and giving up after ``maxRestarts`` restarts in a session."""
-
-    __pydantic_config__ = _LENIENT
-
-    max_restarts: Annotated[int, pyd.Field(ge=1)] = 3
-    backoff_seconds: Annotated[float, pyd.Field(gt=0)] = 1.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClientRequestsConfig:
-    """``clientRequests``: what a server may ask of the client through ironcurtain.
-
-    ``elicitation`` (allow by default): the question goes to the human, named as the
-    server's, who can decline; it shows the server only what the human types in.
-    ``sampling`` (ask by default): a server's text is put to the user's model and the
-    server reads the answer, at the user's cost, so a human approves each one first
-    (through the approval channels) unless this says ``allow``."""
-
-    __pydantic_config__ = _LENIENT
-
-    elicitation: Literal["allow", "deny"] = "allow"
-    sampling: Literal["allow", "ask", "deny"] = "ask"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ServerConfig:
-    """One server of the config: how to start it and what its sandbox holds."""
-
-    __pydantic_config__ = _LENIENT
-
-    command: Annotated[str, pyd.Field(min_length=1)]
-    args: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str | None = None
-    description: str | None = None
-    disabled: bool = False
-    timeout: Annotated[float | None, pyd.Field(gt=0)] = None
-    sandbox: SandboxConfig | Literal[False] = field(default_factory=SandboxConfig)
-    restart: RestartConfig | bool = False
-    client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
-    # Credentials in what the server sends the client are masked (policy.secrets).
-    mask_secrets: bool = True
-
-    @property
-    def restart_policy(self) -> RestartConfig | None:
-        if self.restart is True:
-            return RestartConfig()
-        return self.restart or None
-
-    @property
-    def sandboxed(self) -> bool:
-        return self.sandbox is not False
-
-    @property
-    def allowed_domains(self) -> list[str]:
-        if self.sandbox is False:
-            return ["*"]
-        net = self.sandbox.network
-        return list(net.allowed_domains) if net else []
-
-
-def _names(value: dict[str, ServerConfig] | None) -> dict[str, ServerConfig] | None:
-    for name in value or {}:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "__" in name or name.endswith("_"):
-            raise ValueError(
-                f"server name {name!r} must use letters, digits, '.', '-' or single '_' "
-                "inside it (tools are exposed as <server>__<tool>: 'git_' with tool 'push' "
-                "and 'git' with tool '_push' would both be git___push)"
-            )
-    return value
-
-
-@dataclass(frozen=True, kw_only=True)
-class ConfigFile:
-    """``mcp-servers.json``: its servers, under ``mcpServers`` (or VS Code's ``servers``)."""
-
-    __pydantic_config__ = _LENIENT
-
-    mcp_servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
-    servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
-
-
-# Every class a cached config is built from (policy.cache.decode constructs only these).
-_CACHED = (
-    ConfigFile,
-    ServerConfig,
-    SandboxConfig,
-    FilesystemSandbox,
-    NetworkSandbox,
-    LimitsConfig,
-    RestartConfig,
-    ClientRequestsConfig,
-)
-
-
-_UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox", "RestartConfig", "LimitsConfig"})
 
 
 @dataclass(frozen=True)
@@ -317,7 +80,7 @@ def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> lis
     was validated into) has no field for."""
     if is_dataclass(value) and isinstance(raw, dict):
         found: list[str] = []
-        names = {f.name: _camel(f.name) for f in fields(value)}
+        names = {f.name: json_name(f.name) for f in fields(value)}
         known = set(names) | set(names.values())
         found += [json_path((*loc, key)) for key in raw if key not in known]
         for name, alias in names.items():
@@ -337,7 +100,8 @@ def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> lis
 def content_cache(directory: Path) -> ContentCache:
     """Where validated configs are kept across starts: keyed by the file's bytes and the
     code that validated it (this module's included)."""
-    return ContentCache(directory, "config", (Path(__file__).resolve(),))
+    here = Path(__file__).resolve()
+    return ContentCache(directory, "config", (here, here.with_name("config_schema.py")))
 
 
 def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
@@ -353,9 +117,9 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
     store = content_cache(cache) if cache is not None else None
     key = store.key(raw) if store else ""
-    known = _from_plain(store.get(key)) if store else None
-    if known is not None:
-        return known
+    known = rebuild(store.get(key), CACHED, ConfigFile, list) if store else None
+    if known is not None and all(isinstance(path, str) for path in known[1]):
+        return known[0], known[1]
     try:
         data: Any = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -371,27 +135,11 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
     try:
         parsed = validate(ConfigFile, data)
     except pyd.ValidationError as exc:
-        loc, detail = describe_validation_error(exc, _UNION_TAGS)
+        loc, detail = describe_validation_error(exc, UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
     unknown = _unknown_keys(parsed, data, ())
     if store:
         store.put(key, encode([parsed, unknown]))
-    return parsed, unknown
-
-
-def _from_plain(data: Any) -> tuple[ConfigFile, list[str]] | None:
-    """What :func:`_parse` cached, built again (the file was validated before it was
-    written); None for anything else."""
-    if data is None:
-        return None
-    try:
-        parsed, unknown = decode(data, _CACHED)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(parsed, ConfigFile) or not isinstance(unknown, list):
-        return None
-    if not all(isinstance(path, str) for path in unknown):
-        return None
     return parsed, unknown
 
 

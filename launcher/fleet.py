@@ -8,7 +8,7 @@ import asyncio
 import subprocess
 from collections.abc import Callable
 
-from launcher.config import RestartConfig
+from launcher.config_schema import RestartConfig
 from launcher.errors import StartupError
 from launcher.jsonrpc import Message, ServerGone
 from launcher.plan import SessionPlan

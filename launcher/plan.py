@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import dirs, http_token, rundir
-from launcher.config import LoadedConfig, ServerConfig, load_and_warn
+from launcher.config import LoadedConfig, load_and_warn
+from launcher.config_schema import ServerConfig
 from launcher.errors import SandboxUnavailable, UsageError
 from launcher.host import (
     BWRAP_FIX,

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import dirs
-from launcher.config import FilesystemSandbox, LoadedConfig, ServerConfig
+from launcher.config import LoadedConfig
+from launcher.config_schema import FilesystemSandbox, ServerConfig
 from launcher.errors import ConfigError, SandboxUnavailable
 from launcher.host import PLATFORM
 from launcher.jsonrpc import ClientSide
@@ -169,7 +170,7 @@ def never_shown() -> dict[str, str]:
 
 def limits_of(server: ServerConfig) -> Limits:
     """The limits in force: the config's, each field defaulting to
-    :data:`launcher.config.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
+    :data:`launcher.config_schema.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
     if server.sandbox is False or server.sandbox.limits is False:
         return Limits()
     cfg = server.sandbox.limits

@@ -337,7 +337,7 @@ class ServerConnection:
             self.reply(message["id"], outcome)
 
     def _on_stderr_line(self, line: bytes) -> None:
-        from launcher.audit import printable  # the operator's terminal is not the server's
+        from launcher.audit_read import printable  # the operator's terminal is not the server's
 
         text = printable(line.decode("utf-8", "replace").rstrip())
         self.stderr_tail = [*self.stderr_tail[-19:], text]

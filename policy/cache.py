@@ -166,3 +166,27 @@ def decode(data: Any, classes: Iterable[type[Any]]) -> Any:
         return item
 
     return build(data)
+
+
+def rebuild(data: Any, classes: Iterable[type[Any]], *shape: type[Any]) -> list[Any] | None:
+    """An entry :func:`encode` wrote of a list of values of the types ``shape``, built
+    again (only ``classes`` are constructed); None for no entry, or for anything else.
+
+    >>> from policy.models import PathCondition
+    >>> condition = PathCondition(roles=[], within="/w")
+    >>> rebuild(encode([condition, 1]), [PathCondition], PathCondition, int) == [condition, 1]
+    True
+    >>> rebuild(encode([condition]), [PathCondition], PathCondition, int) is None
+    True
+    """
+    if data is None:
+        return None
+    try:
+        values = decode(data, classes)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(values, list) or len(values) != len(shape):
+        return None
+    if not all(isinstance(value, kind) for value, kind in zip(values, shape, strict=True)):
+        return None
+    return values

@@ -6,9 +6,9 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from policy.cache import ContentCache, decode, encode
+from policy.cache import ContentCache, encode, rebuild
 from policy.errors import PolicyFileError
 from policy.models import (
     CompiledPolicyFile,
@@ -128,7 +128,9 @@ def load_policy_dir(directory: Path, cache: Path | None = None) -> PolicyFiles:
     annotations_raw, policy_raw = _read(annotations_path), _read(policy_path)
     store = ContentCache(cache, "policy") if cache is not None else None
     key = store.key(annotations_raw, policy_raw) if store else ""
-    known = _from_plain(store.get(key)) if store else None
+    known = (
+        rebuild(store.get(key), _CACHED, ToolAnnotationsFile, CompiledPolicyFile) if store else None
+    )
     if known is not None:
         annotations, policy = known
     else:
@@ -136,7 +138,7 @@ def load_policy_dir(directory: Path, cache: Path | None = None) -> PolicyFiles:
         policy = _parse(policy_path, policy_raw, CompiledPolicyFile)
         check_annotations(annotations, annotations_path)
         if store:
-            store.put(key, _to_plain(annotations, policy))
+            store.put(key, encode([annotations, policy]))
     output = load_output_policy(directory / OUTPUT_POLICY_FILE)
     return PolicyFiles(directory, annotations, policy, output)
 
@@ -153,26 +155,6 @@ _CACHED = (
     PathCondition,
     DomainCondition,
 )
-
-
-def _to_plain(annotations: ToolAnnotationsFile, policy: CompiledPolicyFile) -> Any:
-    return encode([annotations, policy])
-
-
-def _from_plain(data: Any) -> tuple[ToolAnnotationsFile, CompiledPolicyFile] | None:
-    """What :func:`_to_plain` wrote, built again without validating (the files were
-    validated before it was written); None for anything else."""
-    if data is None:
-        return None
-    try:
-        annotations, policy = decode(data, _CACHED)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(annotations, ToolAnnotationsFile) or not isinstance(
-        policy, CompiledPolicyFile
-    ):
-        return None
-    return annotations, policy
 
 
 def check_annotations(annotations: ToolAnnotationsFile, path: Path) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.audit import AuditLog, verify
+from launcher.audit import AuditLog
+from launcher.audit_read import verify
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from launcher.audit import AuditLog, entry_hash, printable, verify
+from launcher.audit import AuditLog, entry_hash
+from launcher.audit_read import printable, verify
 from tests.support.cli import ironcurtain
 from tests.support.client import Client
 from tests.support.home import Home

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import ServerConfig, content_cache, load_config
+from launcher.config import content_cache, load_config
+from launcher.config_schema import ServerConfig
 from launcher.dirs import bundled_config
 from launcher.errors import ConfigError
 from tests.support.client import PROTOCOL

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from launcher.config import DEFAULT_LIMITS
+from launcher.config_schema import DEFAULT_LIMITS
 from launcher.plan import RunOptions, SessionPlan, plan_session
 from launcher.serverplan import workspace_access
 from policy import schema

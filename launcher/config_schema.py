@@ -1,0 +1,249 @@
+"""The models of ``mcp-servers.json``: plain frozen dataclasses whose JSON names, bounds and
+validators are in their annotations, for pydantic to validate a file with (loaded only then:
+:mod:`policy.schema`)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from policy.schema import pyd
+
+
+def json_name(name: str) -> str:
+    """A field's JSON name: ``allow_read`` is written ``allowRead``.
+
+    >>> json_name("allow_read"), json_name("command")
+    ('allowRead', 'command')
+    """
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+# What pydantic validates each class with. Unknown keys pass validation and are warned
+# about afterwards (:func:`_unknown_keys`); the Python names are accepted too.
+_LENIENT = {"alias_generator": json_name, "populate_by_name": True, "extra": "ignore"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FilesystemSandbox:
+    """``sandbox.filesystem``: host paths shown to the server read-only or writable, and
+    paths hidden or kept read-only inside those."""
+
+    __pydantic_config__ = _LENIENT
+
+    allow_read: list[str] = field(default_factory=list)
+    deny_read: list[str] = field(default_factory=list)
+    allow_write: list[str] = field(default_factory=list)
+    deny_write: list[str] = field(default_factory=list)
+
+
+def _addresses(value: dict[str, str]) -> dict[str, str]:
+    for name, address in value.items():
+        try:
+            ipaddress.ip_address(address.strip("[]"))
+        except ValueError:
+            raise ValueError(
+                f"hosts[{name!r}]: {address!r} is not an IP address (hosts pins names to "
+                'addresses, like {"db.internal": "10.0.0.5"})'
+            ) from None
+    return {k: v.strip("[]") for k, v in value.items()}
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkSandbox:
+    """``sandbox.network``: the domains the server may reach through its egress proxy,
+    and names pinned to addresses."""
+
+    __pydantic_config__ = _LENIENT
+
+    allowed_domains: list[str] = field(default_factory=list)
+    denied_domains: list[str] = field(default_factory=list)
+    hosts: Annotated[dict[str, str], pyd.AfterValidator(_addresses)] = field(default_factory=dict)
+
+
+_SIZE = re.compile(r"(\d+)\s*([KMGT]?)(i?B)?", re.IGNORECASE)
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from ``536870912``, ``"512M"``, ``"2GiB"`` (powers of 1024).
+
+    >>> parse_size("512M"), parse_size("1GiB"), parse_size(4096)
+    (536870912, 1073741824, 4096)
+    """
+    if isinstance(value, int):
+        return value
+    match = _SIZE.fullmatch(value.strip())
+    if not match:
+        raise ValueError(f'{value!r} is not a size (examples: 536870912, "512M", "2G")')
+    scale: int = 1 << (10 * " KMGT".index((match.group(2) or " ").upper()))
+    return int(match.group(1)) * scale
+
+
+# On unless the config says otherwise, far above what the reference servers use (measured:
+# under 120 MiB resident each, fetch up to 2.5 GiB on a 10 MiB page; at most 3 processes,
+# 14 threads, 23 open files). CPU time is not limited: a long session uses it legitimately.
+DEFAULT_LIMITS: dict[str, int | None] = {
+    "memory": 4 << 30,
+    "open_files": 4096,
+    "processes": 256,
+    "cpu_seconds": None,
+    "file_size": 1 << 30,
+}
+
+
+def _lifted(value: object) -> object:
+    """``false`` lifts a limit (as ``null`` does); ``true`` is no limit at all."""
+    if value is False:
+        return None
+    if value is True:
+        raise ValueError("true is not a limit: give a number, or false to lift it")
+    return value
+
+
+def _size(value: object) -> object:
+    """A size limit in bytes, from a number or a text with a K/M/G/T suffix."""
+    value = _lifted(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 1e9 is a number of bytes too
+    if value is None or not isinstance(value, (int, str)):
+        return value  # anything else is refused as not an integer
+    size = parse_size(value)
+    if size < 1024 * 1024:
+        raise ValueError(f"{value!r} is too small: at least 1M")
+    return size
+
+
+@dataclass(frozen=True, kw_only=True)
+class LimitsConfig:
+    """``sandbox.limits``: memory and file sizes in bytes or with K/M/G/T suffixes. A field
+    left out has its default (:data:`DEFAULT_LIMITS`); ``null`` or ``false`` lifts it."""
+
+    __pydantic_config__ = _LENIENT
+
+    memory: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["memory"]
+    open_files: Annotated[int | None, pyd.Field(ge=16), pyd.BeforeValidator(_lifted)] = (
+        DEFAULT_LIMITS["open_files"]
+    )
+    processes: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
+        DEFAULT_LIMITS["processes"]
+    )
+    cpu_seconds: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
+        DEFAULT_LIMITS["cpu_seconds"]
+    )
+    file_size: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["file_size"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SandboxConfig:
+    """``sandbox``: what the server's sandbox shows it, where it may connect, its limits."""
+
+    __pydantic_config__ = _LENIENT
+
+    filesystem: FilesystemSandbox = field(default_factory=FilesystemSandbox)
+    network: NetworkSandbox | Literal[False] | None = None
+    # false: no limits at all.
+    limits: LimitsConfig | Literal[False] = field(default_factory=LimitsConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestartConfig:
+    """``restart``: start a server again after it exits, waiting ``backoffSeconds`` (doubled
+    each time, at most 30 s) and giving up after ``maxRestarts`` restarts in a session."""
+
+    __pydantic_config__ = _LENIENT
+
+    max_restarts: Annotated[int, pyd.Field(ge=1)] = 3
+    backoff_seconds: Annotated[float, pyd.Field(gt=0)] = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClientRequestsConfig:
+    """``clientRequests``: what a server may ask of the client through ironcurtain.
+
+    ``elicitation`` (allow by default): the question goes to the human, named as the
+    server's, who can decline; it shows the server only what the human types in.
+    ``sampling`` (ask by default): a server's text is put to the user's model and the
+    server reads the answer, at the user's cost, so a human approves each one first
+    (through the approval channels) unless this says ``allow``."""
+
+    __pydantic_config__ = _LENIENT
+
+    elicitation: Literal["allow", "deny"] = "allow"
+    sampling: Literal["allow", "ask", "deny"] = "ask"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig:
+    """One server of the config: how to start it and what its sandbox holds."""
+
+    __pydantic_config__ = _LENIENT
+
+    command: Annotated[str, pyd.Field(min_length=1)]
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    description: str | None = None
+    disabled: bool = False
+    timeout: Annotated[float | None, pyd.Field(gt=0)] = None
+    sandbox: SandboxConfig | Literal[False] = field(default_factory=SandboxConfig)
+    restart: RestartConfig | bool = False
+    client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
+    # Credentials in what the server sends the client are masked (policy.secrets).
+    mask_secrets: bool = True
+
+    @property
+    def restart_policy(self) -> RestartConfig | None:
+        if self.restart is True:
+            return RestartConfig()
+        return self.restart or None
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.sandbox is not False
+
+    @property
+    def allowed_domains(self) -> list[str]:
+        if self.sandbox is False:
+            return ["*"]
+        net = self.sandbox.network
+        return list(net.allowed_domains) if net else []
+
+
+def _names(value: dict[str, ServerConfig] | None) -> dict[str, ServerConfig] | None:
+    for name in value or {}:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or "__" in name or name.endswith("_"):
+            raise ValueError(
+                f"server name {name!r} must use letters, digits, '.', '-' or single '_' "
+                "inside it (tools are exposed as <server>__<tool>: 'git_' with tool 'push' "
+                "and 'git' with tool '_push' would both be git___push)"
+            )
+    return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigFile:
+    """``mcp-servers.json``: its servers, under ``mcpServers`` (or VS Code's ``servers``)."""
+
+    __pydantic_config__ = _LENIENT
+
+    mcp_servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
+    servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
+
+
+# Every class a cached config is built from (policy.cache.decode constructs only these).
+CACHED = (
+    ConfigFile,
+    ServerConfig,
+    SandboxConfig,
+    FilesystemSandbox,
+    NetworkSandbox,
+    LimitsConfig,
+    RestartConfig,
+    ClientRequestsConfig,
+)
+
+
+UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox", "RestartConfig", "LimitsConfig"})
