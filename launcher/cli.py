@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import Annotated
 
 # Pydantic looks for plugins in every installed distribution's entry points when it builds
@@ -15,7 +13,8 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer
 
 from launcher import cli_clients
-from launcher.errors import USER_ERRORS
+from launcher.entry import finish
+from launcher.run_cmd import cli_words
 
 app = typer.Typer(
     add_completion=False,
@@ -23,39 +22,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Run MCP servers in OS sandboxes behind a policy proxy.",
 )
-
-# How the command line names each field of launcher.plan.RunOptions.
-FLAGS = {
-    "config": "--config",
-    "policy_dir": "--policy-dir",
-    "workspace": "--workspace",
-    "servers": "--server",
-    "audit_log": "--audit-log",
-    "allow_unsandboxed": "--allow-unsandboxed",
-    "allow_no_seccomp": "--allow-no-seccomp",
-    "audit_args": "--audit-args",
-    "approval": "--approval",
-    "approval_timeout": "--approval-timeout",
-    "max_identical_calls": "--max-identical-calls",
-    "accept_tool_changes": "--accept-tool-changes",
-    "http_port": "--http",
-    "http_token_file": "--http-token-file",
-}
-
-
-@contextlib.contextmanager
-def cli_words(servers: str = "--server") -> Iterator[None]:
-    """Planning errors name the option as the command line does (``--audit-args``, not
-    ``audit_args``). ``servers``: what a server selection is called in this command (an
-    argument of ``check`` and ``profile``, ``--server`` elsewhere)."""
-    from launcher.plan import OptionError, SandboxRefused
-
-    try:
-        yield
-    except (OptionError, SandboxRefused) as exc:
-        exc.shown_as = servers if exc.option == "servers" else FLAGS.get(exc.option, exc.option)
-        raise
-
 
 ConfigOpt = Annotated[str | None, typer.Option("--config", help="mcp-servers.json to use.")]
 PolicyOpt = Annotated[
@@ -158,56 +124,26 @@ def run(
     ] = None,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
-    from launcher.plan import RunOptions, plan_session
-    from launcher.prestart import prestart
+    from launcher.plan import RunOptions
+    from launcher.run_cmd import start
 
-    with cli_words():
-        plan = plan_session(
-            RunOptions(
-                config=config,
-                policy_dir=policy_dir,
-                workspace=workspace,
-                servers=tuple(server or ()),
-                audit_log=audit_log,
-                allow_unsandboxed=allow_unsandboxed,
-                allow_no_seccomp=allow_no_seccomp,
-                audit_args=audit_args,
-                approval=approval,
-                approval_timeout=approval_timeout,
-                max_identical_calls=max_identical_calls,
-                accept_tool_changes=accept_tool_changes,
-                http_port=http,
-                http_token_file=http_token_file,
-            )
-        )
-    if plan.audit_args_clear:
-        print(
-            f"ironcurtain: WARNING: --audit-args clear: tool arguments are written in clear "
-            f"text to {plan.audit_path} (fields annotated as PII stay hashed)",
-            file=sys.stderr,
-        )
-    if allow_unsandboxed and plan.sandbox_problem:
-        print(
-            f"ironcurtain: WARNING: running servers UNSANDBOXED: {plan.sandbox_problem}",
-            file=sys.stderr,
-        )
-    if allow_no_seccomp and plan.seccomp_problem:
-        print(
-            f"ironcurtain: WARNING: sandboxes have NO SYSTEM-CALL FILTER: {plan.seccomp_problem}",
-            file=sys.stderr,
-        )
-    # The servers start now, and the event loop and the relay load while they do.
-    started = prestart(plan)
-    try:
-        import asyncio
-
-        from launcher.session import Session
-
-        session = Session(plan, started)
-    except BaseException:
-        started.abandon()
-        raise
-    raise typer.Exit(asyncio.run(session.run()))
+    opts = RunOptions(
+        config=config,
+        policy_dir=policy_dir,
+        workspace=workspace,
+        servers=tuple(server or ()),
+        audit_log=audit_log,
+        allow_unsandboxed=allow_unsandboxed,
+        allow_no_seccomp=allow_no_seccomp,
+        audit_args=audit_args,
+        approval=approval,
+        approval_timeout=approval_timeout,
+        max_identical_calls=max_identical_calls,
+        accept_tool_changes=accept_tool_changes,
+        http_port=http,
+        http_token_file=http_token_file,
+    )
+    raise typer.Exit(start(opts))
 
 
 @app.command()
@@ -402,14 +338,13 @@ def command_app(argv: list[str]) -> typer.Typer:
     return app
 
 
+def dispatch(argv: list[str]) -> None:
+    """Run the command ``argv`` names, through typer."""
+    command_app(argv)(args=argv[1:])
+
+
 def main() -> None:
-    try:
-        command_app(sys.argv)()
-    except USER_ERRORS as exc:
-        print(f"ironcurtain: error: {exc}", file=sys.stderr)
-        sys.exit(getattr(exc, "exit_code", 2))
-    except KeyboardInterrupt:
-        sys.exit(130)
+    finish(lambda: dispatch(sys.argv))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from sandbox_profiles.bwrap import SETPRIV
 from sandbox_profiles.launch import SANDBOX_EXEC, HostFacts
@@ -190,13 +191,15 @@ def sandbox_identity(workspace: str) -> tuple[int, int] | None:
     return NOBODY
 
 
-def seccomp_filter() -> tuple[bytes | None, str | None]:
-    """The compiled system-call filter, or why none can be built here. macOS has none."""
+def seccomp_filter(cache_dir: Path) -> tuple[bytes | None, str | None]:
+    """The compiled system-call filter (kept in ``cache_dir`` across starts), or why none
+    can be built here. macOS has none."""
     if MACOS:
         return None, None
-    from sandbox_profiles import seccomp
+    from launcher.seccomp_cache import compiled_filter
+    from sandbox_profiles.seccomp import SeccompUnavailable
 
     try:
-        return seccomp.compile_filter(), None
-    except seccomp.SeccompUnavailable as exc:
+        return compiled_filter(cache_dir), None
+    except SeccompUnavailable as exc:
         return None, f"no seccomp filter can be built: {exc}"

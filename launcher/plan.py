@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import secrets
 import shutil
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher import dirs, http_token, rundir
+from launcher import dirs, rundir
 from launcher.config import LoadedConfig, load_and_warn
 from launcher.config_schema import ServerConfig
 from launcher.errors import SandboxUnavailable, UsageError
@@ -27,7 +27,6 @@ from launcher.host import (
     sandbox_identity,
     seccomp_filter,
 )
-from launcher.http_token import Token
 from launcher.programs import search_path
 from launcher.serverplan import ServerPlan, Surroundings, never_shown, plan_server
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
@@ -37,6 +36,9 @@ from policy.loader import PolicyFiles, check_placeholders
 from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
 from sandbox_profiles.profile import is_under
+
+if TYPE_CHECKING:
+    from launcher.http_token import Token
 
 __all__ = [
     "OptionError",
@@ -132,7 +134,7 @@ class SessionPlan:
 
 
 def new_session_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
 
 
 def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, ServerConfig]:
@@ -223,14 +225,24 @@ def check_options(opts: RunOptions) -> None:
         )
     if opts.http_token_file is not None and opts.http_port is None:
         raise OptionError("http_token_file", opts.http_token_file, "is only used with --http")
-    if not opts.approval_timeout > 0:
-        raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
+    if not 0 < opts.approval_timeout < float("inf"):
+        raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0 and finite")
+    if opts.max_identical_calls < 0:
+        raise OptionError(
+            "max_identical_calls", opts.max_identical_calls, "must be 0 (no limit) or more"
+        )
 
 
 def _importable(module: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(module) is not None
+
+
+def _http_token(token_file: str | None) -> Token:
+    from launcher.http_token import resolve
+
+    return resolve(token_file)
 
 
 def check_workspace(workspace: str, given: str | None) -> None:
@@ -302,7 +314,7 @@ def _plan(
                 problem, BWRAP_FIX, "allow_unsandboxed", "run servers without isolation"
             )
         if problem is None:
-            bpf, seccomp_problem = seccomp_filter()
+            bpf, seccomp_problem = seccomp_filter(dirs.cache_dir())
             if seccomp_problem and not opts.allow_no_seccomp:
                 raise SandboxRefused(
                     seccomp_problem,
@@ -356,7 +368,7 @@ def _plan(
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
         http_token=(
-            http_token.resolve(opts.http_token_file)
+            _http_token(opts.http_token_file)
             if opts.http_port is not None and not opts.display_only
             else None
         ),

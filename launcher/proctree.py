@@ -1,23 +1,34 @@
-"""A server's whole process tree, and whether it has gone over its limits.
+"""A server's whole process tree, whether it has gone over its limits, and killing it.
 
 The rlimits set in the child bound each process; these bound the tree. The tree is found
-through the kernel's own lists of each task's children, so a look costs a few reads per
-process of the server, not a scan of the whole machine.
+through the kernel's own lists of each task's children, and each process is read from its
+``/proc/PID/stat`` and ``statm``: a look costs a few reads per process of the server, not a
+scan of the whole machine, and loads no process library.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from typing import TYPE_CHECKING
+import signal
+from typing import NamedTuple
 
 from sandbox_profiles.model import Limits
 
-if TYPE_CHECKING:
-    import psutil
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def process_tree(pid: int) -> list[psutil.Process]:
+class Member(NamedTuple):
+    """One process of a tree, as it was when looked at."""
+
+    pid: int
+    started: int  # clock ticks after boot: with the pid, names this process and no later one
+    rss: int  # bytes
+    cpu: float  # seconds, user and system
+
+
+def process_tree(pid: int) -> list[Member]:
     """``pid`` and all its descendants, from ``/proc/PID/task/TID/children`` (no scan of
     every process on the machine); empty when ``pid`` is gone."""
     pids = [pid]
@@ -35,26 +46,38 @@ def process_tree(pid: int) -> list[psutil.Process]:
                     pids.extend(int(child) for child in handle.read().split())
             except (OSError, ValueError):
                 continue
-    import psutil  # here, not at start-up: the first look is after a server has started
-
     tree = []
     for member in pids:
-        with contextlib.suppress(psutil.Error):
-            tree.append(psutil.Process(member))
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = _stat(member)
+            with open(f"/proc/{member}/statm", "rb") as handle:
+                rss = int(handle.read().split()[1]) * _PAGE
+            cpu = (int(stat[11]) + int(stat[12])) / _TICKS  # utime, stime
+            tree.append(Member(member, int(stat[19]), rss, cpu))
     return tree
 
 
-def over_limits(limits: Limits, tree: list[psutil.Process]) -> str | None:
+def _stat(pid: int) -> list[bytes]:
+    """The fields of ``/proc/PID/stat`` after the command name (which may hold spaces and
+    parentheses): the process state is ``[0]``."""
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        return handle.read().rpartition(b")")[2].split()
+
+
+def kill(tree: list[Member]) -> None:
+    """SIGKILL each process of ``tree`` that is still the one looked at (a pid the kernel has
+    given to a new process since is left alone)."""
+    for member in tree:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if int(_stat(member.pid)[19]) == member.started:
+                os.kill(member.pid, signal.SIGKILL)
+
+
+def over_limits(limits: Limits, tree: list[Member]) -> str | None:
     """Why the sandboxed tree (bwrap, its init process and the server's own) is over
     ``limits`` (``it used more memory than its limit of 512 MiB``), or None."""
-    import psutil
-
-    rss = cpu = 0.0
-    for proc in tree:
-        with contextlib.suppress(psutil.Error):
-            rss += proc.memory_info().rss
-            times = proc.cpu_times()
-            cpu += times.user + times.system
+    rss = sum(member.rss for member in tree)
+    cpu = sum(member.cpu for member in tree)
     if limits.memory is not None and rss > limits.memory:
         return f"it used more memory than its limit of {limits.memory // 2**20} MiB"
     if limits.processes is not None and len(tree) - 2 > limits.processes:

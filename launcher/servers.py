@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from launcher.jsonrpc import (
     CLIENT_INFO,
@@ -30,10 +30,7 @@ from launcher.jsonrpc import (
 from launcher.launchspec import LaunchSpec as LaunchSpec
 from launcher.lines import LineBuffer, LineProtocol
 from launcher.oscalls import pidfd_open
-from launcher.proctree import over_limits, process_tree
-
-if TYPE_CHECKING:
-    import psutil
+from launcher.proctree import Member, kill, over_limits, process_tree
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
 RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
@@ -136,22 +133,18 @@ class ServerConnection:
                 self.halt(reason, tree)
                 return
 
-    def halt(self, reason: str, tree: list[psutil.Process] | None = None) -> None:
+    def halt(self, reason: str, tree: list[Member] | None = None) -> None:
         """Kill the server's whole process tree now; its calls, and every later one, are
         answered ``server 'x' was stopped: <reason>``."""
         if self.limit_reason is not None or self.pid is None:
             return
         self.limit_reason = reason
         self._log(f"stopped: {reason}")
-        import psutil
-
         if tree is None:
             tree = process_tree(self.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        for proc in tree:
-            with contextlib.suppress(psutil.Error):
-                proc.kill()
+        kill(tree)
 
     async def initialize(self) -> None:
         response = await self.request(
@@ -373,12 +366,7 @@ class ServerConnection:
         pid = self.pid
         if self._proc is None or pid is None:
             return
-        import psutil  # here, not at start-up (the session is ready before any server stops)
-
-        try:
-            tree = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-        except psutil.Error:
-            tree = []
+        tree = process_tree(pid)
         if self._returncode is None:
             if self._stdin is not None:
                 with contextlib.suppress(OSError):
@@ -389,9 +377,7 @@ class ServerConnection:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, sig)
             await self._wait(grace)
-        for child in tree[1:]:  # anything that left the process group
-            with contextlib.suppress(psutil.Error):
-                child.kill()
+        kill(tree[1:])  # anything that left the process group
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -157,14 +157,22 @@ def test_without_the_sandbox_a_forged_entry_would_be_the_config(tmp_path: Path) 
     assert not _poisoned(tmp_path, sandboxed=False)
 
 
-def test_a_warm_session_never_imports_pydantic(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("entry", "typer_loaded"), [("launcher.entry", "False"), ("launcher.cli", "True")]
+)
+def test_a_warm_session_never_imports_pydantic(
+    tmp_path: Path, entry: str, typer_loaded: str
+) -> None:
     # The whole of `ironcurtain run` over stdio (planning, the spawn, the relay, a listing),
     # its config and policy unchanged since the last start; the first start validates.
+    # Through the executable (launcher.entry) typer is not loaded either; through
+    # `python -m launcher.cli` it is, and still brings no pydantic.
     user = make_home(tmp_path)
     program = (
         "import atexit, sys; atexit.register(lambda: sys.stderr.write("
-        "f'pydantic imported: {\"pydantic\" in sys.modules}\\n')); "
-        "sys.argv[0] = 'ironcurtain'; from launcher.cli import main; main()"
+        "f'pydantic imported: {\"pydantic\" in sys.modules}, '"
+        "f'typer imported: {\"typer\" in sys.modules}\\n')); "
+        f"sys.argv[0] = 'ironcurtain'; from {entry} import main; main()"
     )
     requests = [
         {
@@ -193,4 +201,7 @@ def test_a_warm_session_never_imports_pydantic(tmp_path: Path) -> None:
         )
         assert '"id":2' in done.stdout.replace(" ", "") and "get_current_time" in done.stdout
         said.append(done.stderr.strip().splitlines()[-1])
-    assert said == ["pydantic imported: True", "pydantic imported: False"]
+    assert said == [
+        f"pydantic imported: True, typer imported: {typer_loaded}",
+        f"pydantic imported: False, typer imported: {typer_loaded}",
+    ]

@@ -9,9 +9,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.cli import cli_words
 from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.plan import OptionError, RunOptions, SandboxRefused, plan_session
+from launcher.run_cmd import cli_words
 
 
 @pytest.mark.parametrize(
@@ -25,6 +25,18 @@ from launcher.plan import OptionError, RunOptions, SandboxRefused, plan_session
             "approval_timeout",
             "approval_timeout 0",
             "--approval-timeout 0",
+        ),
+        (
+            RunOptions(approval_timeout=float("inf")),
+            "approval_timeout",
+            "approval_timeout inf",
+            "--approval-timeout inf",
+        ),
+        (
+            RunOptions(max_identical_calls=-1),
+            "max_identical_calls",
+            "max_identical_calls -1",
+            "--max-identical-calls -1",
         ),
     ],
 )

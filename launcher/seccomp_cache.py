@@ -1,0 +1,110 @@
+"""The compiled system-call filter, kept across starts.
+
+Compiling the filter means loading the libseccomp binding, which asks ``ldconfig`` twice
+where the C library and libseccomp are, and having libseccomp build the program: some
+4 ms before any server can start. The program depends only on what it is made from:
+
+- the rules (``sandbox_profiles/seccomp.py``) and the binding's source;
+- the architecture;
+- the bytes of the libseccomp the binding loads. A newer libseccomp knows system calls an
+  older one skipped (a rule for a call it cannot name is left out), so its program may
+  deny more.
+
+Those are the key (``policy.cache``: SHA-256 of content, never a time). The library is
+found as the dynamic loader finds its soname (no ``ldconfig``), and named by the file
+mapped into this process. An entry is written only when the binding loaded that same
+file; when the library cannot be found that way, the filter is compiled as before and
+nothing is kept. The entries are in ironcurtain's state directory, which no sandbox can
+see.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+import sandbox_profiles
+from policy.cache import ContentCache
+
+# The soname the binding finds on Linux distributions (find_library("seccomp")).
+SONAME = "libseccomp.so.2"
+_RULES = Path(sandbox_profiles.__file__).resolve().parent / "seccomp.py"
+_SOCK_FILTER = 8  # bytes of one classic BPF instruction
+
+
+def compiled_filter(cache_dir: Path) -> bytes:
+    """The filter as ``bwrap --seccomp FD`` reads it, from the cache when it has it; raises
+    ``SeccompUnavailable`` as compiling does."""
+    slot = cache_slot(cache_dir)
+    if slot is not None:
+        bpf = _entry(slot[0].get(slot[1]))
+        if bpf is not None:
+            return bpf
+    from sandbox_profiles import seccomp
+
+    bpf = seccomp.compile_filter()
+    # Kept only when the binding loaded the very file the key was made from.
+    if slot is not None and _mapped_libraries() == {slot[2]}:
+        slot[0].put(slot[1], {"bpf": bpf.hex()})
+    return bpf
+
+
+def cache_slot(cache_dir: Path) -> tuple[ContentCache, str, str] | None:
+    """Where this machine's filter is kept: the cache, the key, and the libseccomp file the
+    key was made from; None when the library cannot be found by its soname."""
+    found = _library()
+    if found is None:
+        return None
+    path, library = found
+    store = ContentCache(cache_dir, "seccomp", _sources())
+    return store, store.key(os.uname().machine.encode(), library), path
+
+
+def _sources() -> tuple[Path, ...]:
+    spec = importlib.util.find_spec("pyseccomp")
+    binding = () if spec is None or spec.origin is None else (Path(spec.origin),)
+    return (_RULES, Path(__file__).resolve(), *binding)
+
+
+def _entry(data: object) -> bytes | None:
+    """A cached program, or None for an entry that is not one."""
+    if not isinstance(data, dict) or not isinstance(data.get("bpf"), str):
+        return None
+    try:
+        bpf = bytes.fromhex(data["bpf"])
+    except ValueError:
+        return None
+    if not bpf or len(bpf) % _SOCK_FILTER:
+        return None
+    return bpf
+
+
+def _library() -> tuple[str, bytes] | None:
+    """The libseccomp file the dynamic loader gives for :data:`SONAME`, and its bytes."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(SONAME)
+    except OSError:
+        return None
+    paths = _mapped_libraries()
+    if len(paths) != 1:
+        return None
+    (path,) = paths
+    try:
+        with open(path, "rb") as handle:
+            return path, handle.read()
+    except OSError:
+        return None
+
+
+def _mapped_libraries() -> set[str]:
+    """The libseccomp files mapped into this process."""
+    found = set()
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        for line in maps:
+            path = line.rstrip("\n").split(None, 5)[-1]
+            if path.startswith("/") and os.path.basename(path).startswith("libseccomp.so"):
+                found.add(path)
+    return found

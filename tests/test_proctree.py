@@ -1,0 +1,80 @@
+"""A server's process tree read from /proc (launcher.proctree): every descendant, what each
+uses, and a kill that spares a pid the kernel has given to another process since."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+
+from launcher.proctree import Member, kill, over_limits, process_tree
+from sandbox_profiles.model import Limits
+
+
+def _start_tree() -> subprocess.Popen[bytes]:
+    """A parent with a child and a grandchild, which burns a little CPU and holds 64 MiB."""
+    grandchild = (
+        "import time\n"
+        "x = bytearray(64 << 20)\n"
+        "t = time.process_time()\n"
+        "while time.process_time() - t < 0.3: pass\n"
+        "time.sleep(60)\n"
+    )
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}])"
+    parent = (
+        "import subprocess, sys, time; "
+        f"subprocess.Popen([sys.executable, '-c', {child!r}]); time.sleep(60)"
+    )
+    return subprocess.Popen([sys.executable, "-c", parent])
+
+
+def _wait_for(proc: subprocess.Popen[bytes], count: int) -> list[Member]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        tree = process_tree(proc.pid)
+        if len(tree) == count and sum(m.cpu for m in tree) >= 0.25:
+            return tree
+        time.sleep(0.05)
+    raise AssertionError(f"the tree did not come up: {process_tree(proc.pid)}")
+
+
+def test_the_tree_is_every_descendant_with_what_it_uses() -> None:
+    proc = _start_tree()
+    try:
+        tree = _wait_for(proc, 3)
+        expected = [proc.pid] + [c.pid for c in psutil.Process(proc.pid).children(recursive=True)]
+        assert [m.pid for m in tree] == expected
+        assert sum(m.rss for m in tree) > 64 << 20
+        for member in tree:  # the start time psutil names a process by
+            started = psutil.boot_time() + member.started / os.sysconf("SC_CLK_TCK")
+            assert abs(started - psutil.Process(member.pid).create_time()) < 0.05
+        assert over_limits(Limits(memory=32 << 20), tree) == (
+            "it used more memory than its limit of 32 MiB"
+        )
+        assert over_limits(Limits(processes=0), tree) == "it ran more processes than its limit of 0"
+        assert over_limits(Limits(cpu_seconds=0.1), tree) == (
+            "it used more CPU time than its limit of 0.1 s"
+        )
+        assert over_limits(Limits(memory=1 << 30, processes=1, cpu_seconds=60), tree) is None
+    finally:
+        kill(process_tree(proc.pid))
+        proc.wait()
+
+
+def test_a_kill_spares_a_pid_that_names_another_process_now() -> None:
+    proc = _start_tree()
+    try:
+        tree = _wait_for(proc, 3)
+        # The same pids, as if each had been given to a process started later.
+        kill([member._replace(started=member.started + 1) for member in tree])
+        time.sleep(0.2)
+        assert proc.poll() is None and len(process_tree(proc.pid)) == 3
+        kill(tree)
+        assert proc.wait(timeout=10) == -9
+        assert process_tree(proc.pid) == []
+    finally:
+        kill(process_tree(proc.pid))
+        proc.wait()

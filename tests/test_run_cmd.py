@@ -1,0 +1,167 @@
+"""`ironcurtain run` read without typer (launcher.run_cmd) reads every line it accepts as
+typer would, and leaves every other line to typer."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import typer
+
+from launcher import cli
+from launcher import run_cmd as run_cmd_module
+from launcher.plan import RunOptions
+from launcher.run_cmd import RUN_OPTIONS, read_run
+
+EXECUTABLE = os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+
+
+def typer_reads(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunOptions:
+    """The RunOptions typer's `run` command starts a session with, for ``argv``."""
+    seen: list[RunOptions] = []
+
+    def record(opts: RunOptions) -> int:
+        seen.append(opts)
+        return 0
+
+    monkeypatch.setattr(run_cmd_module, "start", record)
+    with pytest.raises(SystemExit) as ended:
+        cli.dispatch(["ironcurtain", *argv])
+    assert ended.value.code == 0, f"typer refused {argv}"
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_the_table_is_the_run_commands_own_options() -> None:
+    command = cast(Any, typer.main.get_command(cli.app)).commands["run"]
+    kinds = {}
+    for param in command.params:
+        assert param.param_type_name == "option", param.name  # no argument
+        assert len(param.opts) == 1 and not param.secondary_opts, param.opts
+        if param.is_flag:
+            kind = "flag"
+        elif param.multiple:
+            assert param.type.name == "str"
+            kind = "many"
+        else:
+            kind = param.type.name
+        kinds[param.opts[0]] = kind
+    assert kinds == {flag: kind for flag, (_, kind) in RUN_OPTIONS.items()}
+    assert {field for field, _ in RUN_OPTIONS.values()} <= set(RunOptions.__dataclass_fields__)
+
+
+WORDS = {
+    "str": ["x.json", "/tmp/some dir/p", "", "ünï", "a=b"],
+    "many": ["time", "git", "fs-1"],
+    "int": ["0", "8080", "007", "65535"],
+    "float": ["1", "2.5", "120.0", "0.001"],
+}
+
+
+def lines() -> list[list[str]]:
+    """Every option alone in both spellings, then 300 random lines (a fixed seed)."""
+    out: list[list[str]] = [["run"]]
+    for flag, (_, kind) in RUN_OPTIONS.items():
+        if kind == "flag":
+            out.append(["run", flag])
+            continue
+        for word in WORDS[kind]:
+            out.append(["run", flag, word])
+            out.append(["run", f"{flag}={word}"])
+    rng = random.Random(18)
+    for _ in range(300):
+        line = ["run"]
+        for flag in rng.sample(list(RUN_OPTIONS), rng.randint(1, len(RUN_OPTIONS))):
+            kind = RUN_OPTIONS[flag][1]
+            for _ in range(rng.randint(1, 3) if kind == "many" else 1):
+                if kind == "flag":
+                    line.append(flag)
+                elif rng.random() < 0.5:
+                    line += [flag, rng.choice(WORDS[kind])]
+                else:
+                    line.append(f"{flag}={rng.choice(WORDS[kind])}")
+        out.append(line)
+    return out
+
+
+def test_every_line_read_here_is_read_so_by_typer(monkeypatch: pytest.MonkeyPatch) -> None:
+    for argv in lines():
+        ours = read_run(argv, {})
+        assert ours is not None, argv
+        assert ours == typer_reads(argv, monkeypatch), argv
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["check"],
+        ["--help"],
+        ["run", "--help"],
+        ["run", "-h"],
+        ["run", "extra"],
+        ["run", "--"],
+        ["run", "--conf", "x.json"],  # an abbreviation
+        ["run", "--config"],  # no value
+        ["run", "--config", "--workspace", "w"],  # a value that looks like an option
+        ["run", "--config=-x"],
+        ["run", "--config", "a", "--config", "b"],  # given twice: typer takes the last
+        ["run", "--allow-unsandboxed=true"],
+        ["run", "--allow-unsandboxed", "--allow-unsandboxed"],
+        ["run", "--http", "abc"],
+        ["run", "--http", "-1"],
+        ["run", "--http", "+80"],
+        ["run", "--http", " 80"],
+        ["run", "--http", "8_0"],
+        ["run", "--max-identical-calls", "-1"],
+        ["run", "--approval-timeout", "1e3"],
+        ["run", "--approval-timeout", "inf"],
+        ["run", "--approval-timeout", ".5"],
+    ],
+)
+def test_any_other_line_is_left_to_typer(argv: list[str]) -> None:
+    assert read_run(argv, {}) is None
+
+
+def test_a_completion_request_is_left_to_typer() -> None:
+    assert read_run(["run"], {"_IRONCURTAIN_COMPLETE": "bash_source"}) is None
+    assert read_run(["run"], {"HOME": "/root"}) is not None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--server", "no-such-server"],  # read here: planning refuses it
+        ["run", "--audit-args", "plain"],
+        ["run", "--max-identical-calls", "-1"],  # left to typer: planning refuses it
+        ["run", "--http", "abc"],  # left to typer: typer refuses it
+        ["run", "--bogus"],
+    ],
+)
+def test_the_executable_answers_as_typer_does(tmp_path: Path, argv: list[str]) -> None:
+    """A refused line gets the same message and exit status from the executable as from
+    the typer app, and starts nothing."""
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    env.pop("XDG_CONFIG_HOME", None)
+    runs = [
+        subprocess.run(
+            command + argv,
+            capture_output=True,
+            text=True,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        for command in ([EXECUTABLE], [sys.executable, "-m", "launcher.cli"])
+    ]
+    ours, typers = runs
+    assert ours.returncode == typers.returncode == 2
+    # typer names the program as it was started: `ironcurtain` or `python -m launcher.cli`
+    assert ours.stderr == typers.stderr.replace("python -m launcher.cli", "ironcurtain")
+    assert ours.stderr.strip() and not ours.stdout
+    assert "Traceback" not in ours.stderr

@@ -1,0 +1,149 @@
+"""The compiled system-call filter kept across starts (launcher.seccomp_cache): the very
+program libseccomp builds, keyed by everything it is made from, and out of a hostile
+server's reach."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import seccomp_cache
+from launcher.seccomp_cache import cache_slot, compiled_filter
+from sandbox_profiles.seccomp import compile_filter
+from tests.support.home import make_home
+from tests.support.marks import needs_bwrap
+from tests.support.probe import probe_server_config, run_probe
+
+# A program that allows every system call: BPF_RET | BPF_K, SECCOMP_RET_ALLOW.
+ALLOW_ALL = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)
+
+pytestmark = pytest.mark.skipif(cache_slot(Path("/nonexistent")) is None, reason="no libseccomp")
+
+
+def _entries(cache: Path) -> list[Path]:
+    return sorted(cache.glob("seccomp-*.json"))
+
+
+def _forge(cache: Path, bpf: bytes = ALLOW_ALL) -> Path:
+    slot = cache_slot(cache)
+    assert slot is not None
+    slot[0].put(slot[1], {"bpf": bpf.hex()})
+    (entry,) = _entries(cache)
+    return entry
+
+
+def test_a_cached_filter_is_the_compiled_one(tmp_path: Path) -> None:
+    compiled = compile_filter()
+    assert compiled_filter(tmp_path) == compiled  # compiled, and kept
+    assert len(_entries(tmp_path)) == 1
+    assert compiled_filter(tmp_path) == compiled  # read back
+
+
+def test_a_start_that_hits_loads_no_binding(tmp_path: Path) -> None:
+    program = (
+        "import sys; from pathlib import Path; from launcher.seccomp_cache import "
+        "compiled_filter; bpf = compiled_filter(Path(sys.argv[1])); "
+        "print(len(bpf), 'pyseccomp' in sys.modules)"
+    )
+    said = [
+        subprocess.run(
+            [sys.executable, "-c", program, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        for _ in range(2)
+    ]
+    size = str(len(compile_filter()))
+    assert said == [[size, "True"], [size, "False"]]
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["the library's bytes", "the rules", "the architecture"],
+)
+def test_an_entry_is_keyed_by_what_the_program_is_made_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    _forge(tmp_path)
+    assert compiled_filter(tmp_path) == ALLOW_ALL  # the key it was written under
+    if what == "the library's bytes":
+        real = seccomp_cache._library()
+        assert real is not None
+        monkeypatch.setattr(seccomp_cache, "_library", lambda: (real[0], real[1] + b"\0"))
+    elif what == "the rules":
+        rules = tmp_path / "seccomp.py"
+        rules.write_bytes(seccomp_cache._RULES.read_bytes() + b"\n# one more rule\n")
+        monkeypatch.setattr(seccomp_cache, "_RULES", rules)
+    else:
+        machine = seccomp_cache.os.uname().machine
+        uname = seccomp_cache.os.uname()
+        other = type(uname)((*uname[:4], machine + "-other"))
+        monkeypatch.setattr(seccomp_cache.os, "uname", lambda: other)
+    assert compiled_filter(tmp_path) == compile_filter()
+
+
+@pytest.mark.parametrize(
+    "entry",
+    ['{"bpf": 5}', '{"bpf": "zz"}', '{"bpf": ""}', '{"bpf": "00000000000000"}', "[", "{}"],
+)
+def test_an_entry_that_is_not_a_program_is_a_miss(tmp_path: Path, entry: str) -> None:
+    path = _forge(tmp_path)
+    path.write_text(entry)
+    assert compiled_filter(tmp_path) == compile_filter()
+    assert json.loads(path.read_text()) == {"bpf": compile_filter().hex()}  # written anew
+
+
+def test_a_library_not_found_by_its_soname_is_compiled_and_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(seccomp_cache, "SONAME", "libseccomp.so.999")
+    assert compiled_filter(tmp_path) == compile_filter()
+    assert _entries(tmp_path) == []
+
+
+def test_nothing_is_kept_when_the_binding_loaded_another_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slot = cache_slot(tmp_path)
+    assert slot is not None
+    monkeypatch.setattr(seccomp_cache, "_mapped_libraries", lambda: {slot[2], "/elsewhere.so"})
+    monkeypatch.setattr(seccomp_cache, "cache_slot", lambda cache_dir: slot)
+    assert compiled_filter(tmp_path) == compile_filter()
+    assert _entries(tmp_path) == []
+
+
+def _keyctl_after_forging(base: Path, sandboxed: bool) -> tuple[bool, str]:
+    """A server that, as it starts, writes a program allowing every system call where the
+    next start reads its filter from; then, in the next session, a sandboxed server's
+    keyctl (a call the filter denies)."""
+    user = make_home(base)
+    ws = user.ws()
+    slot = cache_slot(user.state / "ironcurtain" / "cache")
+    assert slot is not None
+    forger = probe_server_config(sandboxed)
+    entry = json.dumps({"bpf": ALLOW_ALL.hex()})
+    ops = [["write", f"ironcurtain/cache/seccomp-{slot[1]}.json", entry]]
+    forger["env"]["PROBE_START_OPS"] = json.dumps({"base": str(user.state), "ops": [ops]})
+    run_probe(user, ws, forger, lambda: [])
+    (answer,) = run_probe(
+        user, ws, probe_server_config(True), lambda: [("raw_syscall", {"name": "keyctl"})]
+    )
+    return answer
+
+
+@needs_bwrap
+def test_a_sandboxed_server_cannot_forge_the_next_starts_filter(tmp_path: Path) -> None:
+    error, text = _keyctl_after_forging(tmp_path, sandboxed=True)
+    assert not error and text.startswith("FAILED"), text
+
+
+@needs_bwrap
+def test_without_the_sandbox_a_forged_entry_would_be_the_filter(tmp_path: Path) -> None:
+    error, text = _keyctl_after_forging(tmp_path, sandboxed=False)
+    assert not error and text == "OK", text
