@@ -8,7 +8,8 @@ give:
 
 - every option named in full, as ``--name value``, ``--name=value`` or a flag;
 - no option given twice (``--server`` aside, which is repeatable);
-- each value a word that does not start with ``-``, and a number's in plain digits.
+- each value a word that does not start with ``-``, and a number's in plain digits (at
+  most 18 before and after the point).
 
 Anything else (``--help``, a typo, a missing value, ``--http -1``, a shell-completion
 request) goes to typer, which answers it as it always does. ``tests/test_run_cmd.py``
@@ -49,7 +50,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
 # How the command line names each field of RunOptions (in the messages of planning errors).
 FLAGS = {field: flag for flag, (field, _) in RUN_OPTIONS.items()}
 
-_NUMBER = {"int": re.compile(r"[0-9]+"), "float": re.compile(r"[0-9]+(?:\.[0-9]+)?")}
+_NUMBER = {"int": re.compile(r"[0-9]{1,18}"), "float": re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")}
 
 
 def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | None:

@@ -14,12 +14,18 @@ Those are the key (``policy.cache``: SHA-256 of content, never a time). The libr
 found as the dynamic loader finds its soname (no ``ldconfig``), and named by the file
 mapped into this process. An entry is written only when the binding loaded that same
 file; when the library cannot be found that way, the filter is compiled as before and
-nothing is kept. The entries are in ironcurtain's state directory, which no sandbox can
-see.
+nothing is kept; so it is when the binding is not installed.
+
+Each entry holds the program and its SHA-256: a damaged entry is a miss. The entries are
+in ironcurtain's state directory, which no sandbox can see and no workspace may be in
+(``tests/test_seccomp_cache.py`` has a sandboxed server try to plant an allow-everything
+program there). What runs with the user's own rights could rewrite an entry, as it could
+the config that says whether a server is sandboxed at all.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 from pathlib import Path
@@ -46,36 +52,43 @@ def compiled_filter(cache_dir: Path) -> bytes:
     bpf = seccomp.compile_filter()
     # Kept only when the binding loaded the very file the key was made from.
     if slot is not None and _mapped_libraries() == {slot[2]}:
-        slot[0].put(slot[1], {"bpf": bpf.hex()})
+        slot[0].put(slot[1], {"bpf": bpf.hex(), "sha256": hashlib.sha256(bpf).hexdigest()})
     return bpf
 
 
 def cache_slot(cache_dir: Path) -> tuple[ContentCache, str, str] | None:
     """Where this machine's filter is kept: the cache, the key, and the libseccomp file the
-    key was made from; None when the library cannot be found by its soname."""
+    key was made from; None when the binding is not installed or the library cannot be
+    found by its soname (the filter is then compiled, or refused, as without a cache)."""
+    spec = importlib.util.find_spec("pyseccomp")
+    if spec is None or spec.origin is None:
+        return None
     found = _library()
     if found is None:
         return None
     path, library = found
-    store = ContentCache(cache_dir, "seccomp", _sources())
-    return store, store.key(os.uname().machine.encode(), library), path
-
-
-def _sources() -> tuple[Path, ...]:
-    spec = importlib.util.find_spec("pyseccomp")
-    binding = () if spec is None or spec.origin is None else (Path(spec.origin),)
-    return (_RULES, Path(__file__).resolve(), *binding)
+    store = ContentCache(
+        cache_dir, "seccomp", (_RULES, Path(__file__).resolve(), Path(spec.origin))
+    )
+    try:
+        key = store.key(os.uname().machine.encode(), library)
+    except OSError:  # a source that cannot be read
+        return None
+    return store, key, path
 
 
 def _entry(data: object) -> bytes | None:
-    """A cached program, or None for an entry that is not one."""
-    if not isinstance(data, dict) or not isinstance(data.get("bpf"), str):
+    """A cached program, or None for an entry that is not one (or was damaged)."""
+    if not isinstance(data, dict):
+        return None
+    text, digest = data.get("bpf"), data.get("sha256")
+    if not isinstance(text, str) or not isinstance(digest, str):
         return None
     try:
-        bpf = bytes.fromhex(data["bpf"])
+        bpf = bytes.fromhex(text)
     except ValueError:
         return None
-    if not bpf or len(bpf) % _SOCK_FILTER:
+    if not bpf or len(bpf) % _SOCK_FILTER or hashlib.sha256(bpf).hexdigest() != digest:
         return None
     return bpf
 
@@ -100,11 +113,14 @@ def _library() -> tuple[str, bytes] | None:
 
 
 def _mapped_libraries() -> set[str]:
-    """The libseccomp files mapped into this process."""
+    """The libseccomp files mapped into this process (none known when that cannot be read)."""
     found = set()
-    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-        for line in maps:
-            path = line.rstrip("\n").split(None, 5)[-1]
-            if path.startswith("/") and os.path.basename(path).startswith("libseccomp.so"):
-                found.add(path)
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                path = line.rstrip("\n").split(None, 5)[-1]
+                if path.startswith("/") and os.path.basename(path).startswith("libseccomp.so"):
+                    found.add(path)
+    except OSError:
+        return set()
     return found

@@ -26,18 +26,6 @@ from launcher.run_cmd import cli_words
             "approval_timeout 0",
             "--approval-timeout 0",
         ),
-        (
-            RunOptions(approval_timeout=float("inf")),
-            "approval_timeout",
-            "approval_timeout inf",
-            "--approval-timeout inf",
-        ),
-        (
-            RunOptions(max_identical_calls=-1),
-            "max_identical_calls",
-            "max_identical_calls -1",
-            "--max-identical-calls -1",
-        ),
     ],
 )
 def test_bad_options_are_named_by_field_then_by_flag(

@@ -122,6 +122,8 @@ def test_every_line_read_here_is_read_so_by_typer(monkeypatch: pytest.MonkeyPatc
         ["run", "--approval-timeout", "1e3"],
         ["run", "--approval-timeout", "inf"],
         ["run", "--approval-timeout", ".5"],
+        ["run", "--http", "1" * 5000],  # past what int() takes: typer's error
+        ["run", "--approval-timeout", "1." + "0" * 19],
     ],
 )
 def test_any_other_line_is_left_to_typer(argv: list[str]) -> None:
@@ -138,7 +140,8 @@ def test_a_completion_request_is_left_to_typer() -> None:
     [
         ["run", "--server", "no-such-server"],  # read here: planning refuses it
         ["run", "--audit-args", "plain"],
-        ["run", "--max-identical-calls", "-1"],  # left to typer: planning refuses it
+        ["run", "--approval-timeout", "0"],
+        ["run", "--http", "-1"],  # left to typer: planning refuses it
         ["run", "--http", "abc"],  # left to typer: typer refuses it
         ["run", "--bogus"],
     ],

@@ -4,6 +4,7 @@ server's reach."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 import subprocess
@@ -29,10 +30,14 @@ def _entries(cache: Path) -> list[Path]:
     return sorted(cache.glob("seccomp-*.json"))
 
 
+def _entry(bpf: bytes) -> dict[str, str]:
+    return {"bpf": bpf.hex(), "sha256": hashlib.sha256(bpf).hexdigest()}
+
+
 def _forge(cache: Path, bpf: bytes = ALLOW_ALL) -> Path:
     slot = cache_slot(cache)
     assert slot is not None
-    slot[0].put(slot[1], {"bpf": bpf.hex()})
+    slot[0].put(slot[1], _entry(bpf))
     (entry,) = _entries(cache)
     return entry
 
@@ -88,23 +93,52 @@ def test_an_entry_is_keyed_by_what_the_program_is_made_from(
     assert compiled_filter(tmp_path) == compile_filter()
 
 
+def _damaged() -> str:
+    """The real program with one digit changed (the system call one rule compares)."""
+    entry = _entry(compile_filter())
+    text = entry["bpf"]
+    at = text.index("fa00")  # keyctl, 250
+    return json.dumps({**entry, "bpf": text[:at] + "fb" + text[at + 2 :]})
+
+
 @pytest.mark.parametrize(
     "entry",
-    ['{"bpf": 5}', '{"bpf": "zz"}', '{"bpf": ""}', '{"bpf": "00000000000000"}', "[", "{}"],
+    [
+        '{"bpf": 5}',
+        '{"bpf": "zz"}',
+        '{"bpf": ""}',
+        '{"bpf": "00000000000000"}',
+        json.dumps({"bpf": ALLOW_ALL.hex()}),  # no checksum
+        json.dumps({**_entry(ALLOW_ALL), "sha256": "0" * 64}),
+        _damaged(),
+        "[",
+        "{}",
+    ],
 )
-def test_an_entry_that_is_not_a_program_is_a_miss(tmp_path: Path, entry: str) -> None:
+def test_an_entry_that_is_not_a_whole_program_is_a_miss(tmp_path: Path, entry: str) -> None:
     path = _forge(tmp_path)
     path.write_text(entry)
     assert compiled_filter(tmp_path) == compile_filter()
-    assert json.loads(path.read_text()) == {"bpf": compile_filter().hex()}  # written anew
+    assert json.loads(path.read_text()) == _entry(compile_filter())  # written anew
 
 
-def test_a_library_not_found_by_its_soname_is_compiled_and_not_kept(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("missing", ["the library by its soname", "the binding"])
+def test_without_what_the_key_is_made_from_it_is_compiled_and_not_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, missing: str
 ) -> None:
-    monkeypatch.setattr(seccomp_cache, "SONAME", "libseccomp.so.999")
-    assert compiled_filter(tmp_path) == compile_filter()
-    assert _entries(tmp_path) == []
+    _forge(tmp_path)
+    if missing == "the binding":
+        real = seccomp_cache.importlib.util.find_spec
+        monkeypatch.setattr(
+            seccomp_cache.importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "pyseccomp" else real(name, *a),
+        )
+    else:
+        monkeypatch.setattr(seccomp_cache, "SONAME", "libseccomp.so.999")
+    assert cache_slot(tmp_path) is None
+    assert compiled_filter(tmp_path) == compile_filter()  # not the entry forged before
+    assert len(_entries(tmp_path)) == 1
 
 
 def test_nothing_is_kept_when_the_binding_loaded_another_library(
@@ -127,7 +161,7 @@ def _keyctl_after_forging(base: Path, sandboxed: bool) -> tuple[bool, str]:
     slot = cache_slot(user.state / "ironcurtain" / "cache")
     assert slot is not None
     forger = probe_server_config(sandboxed)
-    entry = json.dumps({"bpf": ALLOW_ALL.hex()})
+    entry = json.dumps(_entry(ALLOW_ALL))
     ops = [["write", f"ironcurtain/cache/seccomp-{slot[1]}.json", entry]]
     forger["env"]["PROBE_START_OPS"] = json.dumps({"base": str(user.state), "ops": [ops]})
     run_probe(user, ws, forger, lambda: [])
