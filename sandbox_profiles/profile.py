@@ -119,6 +119,22 @@ def _bind_host(path: str, reason: str, mounts: list[Mount]) -> None:
         mounts.append(Mount("ro-bind", path, path, reason))
 
 
+def _bind_etc(path: str, mounts: list[Mount]) -> None:
+    """A file of /etc as the host has it: a link stays a link when what it points at is in a
+    system root the sandbox shows (``/etc/localtime -> /usr/share/zoneinfo/...``: programs
+    read the zone's name from the link, and without it search every zone file for one with
+    the same bytes); otherwise its content, read-only."""
+    reason = "system configuration programs read"
+    if os.path.islink(path):
+        target = os.path.realpath(path)
+        roots = [root for root, _ in SYSTEM_MOUNTS if not os.path.islink(root)]
+        if any(is_under(target, root) for root in roots) and os.path.exists(target):
+            mounts.append(Mount("symlink", path, os.readlink(path), reason))
+            return
+    if os.path.exists(path):
+        mounts.append(Mount("ro-bind", path, path, reason))
+
+
 def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
     """The whole environment inside: declared ``env`` plus a minimal PATH, HOME, LANG, TERM,
     and for a networked server the proxy variables (which no declared value overrides)."""
@@ -180,8 +196,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path, reason in SYSTEM_MOUNTS:
         _bind_host(path, reason, mounts)
     for path in ETC_FILES:
-        if os.path.exists(path):
-            mounts.append(Mount("ro-bind", path, path, "system configuration programs read"))
+        _bind_etc(path, mounts)
     if req.runtime_dir:
         for name in ("passwd", "group", "hosts"):
             mounts.append(
