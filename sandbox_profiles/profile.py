@@ -126,10 +126,13 @@ def _bind_etc(path: str, mounts: list[Mount]) -> None:
     the same bytes); otherwise its content, read-only."""
     reason = "system configuration programs read"
     if os.path.islink(path):
-        target = os.path.realpath(path)
+        link = os.readlink(path)
+        named = os.path.normpath(os.path.join(os.path.dirname(path), link))
         roots = [root for root, _ in SYSTEM_MOUNTS if not os.path.islink(root)]
-        if any(is_under(target, root) for root in roots) and os.path.exists(target):
-            mounts.append(Mount("symlink", path, os.readlink(path), reason))
+        # Both what the link names and where it leads, so the link resolves in the sandbox.
+        ends = (named, os.path.realpath(path))
+        if all(any(is_under(end, root) for root in roots) for end in ends) and os.path.exists(path):
+            mounts.append(Mount("symlink", path, link, reason))
             return
     if os.path.exists(path):
         mounts.append(Mount("ro-bind", path, path, reason))

@@ -44,6 +44,12 @@ def test_a_link_elsewhere_or_dangling_is_bound_as_its_content(fs: FakeFilesystem
     fs.create_file("/var/lib/tz/zone", contents="TZif")
     fs.create_symlink("/etc/localtime", "/var/lib/tz/zone")  # not shown in the sandbox
     fs.create_symlink("/etc/timezone", "/usr/share/missing")
+    fs.create_file("/usr/share/zoneinfo/UTC", contents="TZif")
+    fs.create_symlink("/var/tz", "/usr/share/zoneinfo/UTC")
+    fs.create_symlink("/etc/localzone", "/var/tz")  # leads into /usr, through /var
+    assert [(m.kind, m.source) for m in _mounts("/etc/localzone")] == [
+        ("ro-bind", "/etc/localzone")
+    ]
     fs.create_file("/etc/os-release", contents="ID=debian")
     assert [(m.kind, m.source) for m in _mounts("/etc/localtime")] == [
         ("ro-bind", "/etc/localtime")
