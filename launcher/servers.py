@@ -125,6 +125,8 @@ class ServerConnection:
         limits = self.spec.profile.limits
         while self.running:
             await asyncio.sleep(interval)
+            if not self.running:
+                return  # reaped meanwhile: its pid may be another process's now
             tree = process_tree(self.pid)
             if not tree:
                 return
@@ -140,6 +142,8 @@ class ServerConnection:
             return
         self.limit_reason = reason
         self._log(f"stopped: {reason}")
+        if self._returncode is not None:
+            return  # it has exited and been reaped: its pid may be another process's now
         if tree is None:
             tree = process_tree(self.pid)
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -366,7 +370,8 @@ class ServerConnection:
         pid = self.pid
         if self._proc is None or pid is None:
             return
-        tree = process_tree(pid)
+        # Once reaped, its pid may be another process's: then there is no tree to look at.
+        tree = process_tree(pid) if self._returncode is None else []
         if self._returncode is None:
             if self._stdin is not None:
                 with contextlib.suppress(OSError):

@@ -121,3 +121,33 @@ def test_without_procfs_psutil_reads_the_same_tree(monkeypatch: pytest.MonkeyPat
         monkeypatch.undo()
         kill(process_tree(proc.pid))
         proc.wait()
+
+
+def test_a_reaped_server_is_never_looked_at_or_killed_by_its_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Once a server has exited and been reaped, the kernel may hand its pid (and process
+    # group id) to any new process: halting or stopping it then touches nothing.
+    import asyncio
+
+    from launcher import servers
+    from launcher.launchspec import LaunchSpec
+
+    touched: list[str] = []
+    monkeypatch.setattr(servers.os, "killpg", lambda *a: touched.append(f"killpg{a}"))
+    monkeypatch.setattr(servers, "kill", lambda tree: tree and touched.append(f"kill {tree}"))
+    monkeypatch.setattr(servers, "process_tree", lambda pid: touched.append("tree") or [])
+
+    async def scenario() -> servers.ServerConnection:
+        spec = LaunchSpec("gone", [sys.executable, "-c", "pass"], dict(os.environ), "/", None)
+        conn = servers.ServerConnection(spec)
+        await conn.start()
+        await conn.exited.wait()
+        assert not conn.running  # exited and reaped
+        conn.halt("it used more memory than its limit of 1 MiB")
+        await conn.stop()
+        return conn
+
+    conn = asyncio.run(scenario())
+    assert touched == []
+    assert conn.limit_reason == "it used more memory than its limit of 1 MiB"
