@@ -21,7 +21,8 @@ def state_dir() -> Path:
 
 
 def cache_dir() -> Path:
-    """Validated policies kept across starts, keyed by content (``policy.cache``)."""
+    """What is kept across starts, keyed by content (``policy.cache``): the validated
+    config and policy files, the compiled system-call filter."""
     return state_dir() / "cache"
 
 

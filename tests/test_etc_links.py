@@ -71,8 +71,7 @@ def test_in_the_sandbox_localtime_names_the_hosts_zone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_home(tmp_path)
-    for key, value in user.env.items():
-        monkeypatch.setenv(key, value)
+    user.enter(monkeypatch)
     config = tmp_path / "servers.json"
     entry = {"command": "/usr/bin/readlink", "args": ["/etc/localtime"]}
     config.write_text(json.dumps({"mcpServers": {"zone": entry}}))

@@ -234,7 +234,8 @@ def test_without_the_sandbox_a_forged_entry_would_be_the_policy(tmp_path: Path) 
 @pytest.mark.parametrize("inside", ["cache", ".", "pins", "workspaces"])
 def test_no_workspace_reaches_what_the_next_start_reads(tmp_path: Path, inside: str) -> None:
     # A server may write all of its workspace: one in the state directory would let an
-    # agent's allowed write_file forge the next start's validated policy or config.
+    # agent's allowed write_file forge the next start's validated policy or config, or
+    # its compiled system-call filter.
     user = make_home(tmp_path)
     ws = user.state / "ironcurtain" / inside
     done = ironcurtain(user, "run", "--server", "filesystem", "--workspace", str(ws))
@@ -254,13 +255,14 @@ def test_without_the_check_an_allowed_call_would_write_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     user = make_home(tmp_path)
-    for key, value in user.env.items():
-        monkeypatch.setenv(key, value)
+    user.enter(monkeypatch)
     monkeypatch.setattr(plan_module, "check_workspace", lambda workspace, given: None)
     cache = user.state / "ironcurtain" / "cache"
     plan = plan_session(RunOptions(workspace=str(cache), servers=("filesystem",)))
-    entry = str(cache / ("policy-" + "0" * 64 + ".json"))
-    decision, _ = plan.engine.decide("filesystem", "write_file", {"path": entry, "content": "{}"})
-    assert decision.decision == "allow"
+    for kind in ("policy", "config", "seccomp"):  # every entry the next start reads
+        entry = str(cache / f"{kind}-{'0' * 64}.json")
+        arguments = {"path": entry, "content": "{}"}
+        decision, _ = plan.engine.decide("filesystem", "write_file", arguments)
+        assert decision.decision == "allow"
     profile = plan.servers["filesystem"].profile
     assert profile is not None and str(cache) in profile.writable

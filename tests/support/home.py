@@ -7,6 +7,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import BIN
 
 
@@ -29,6 +31,12 @@ class Home:
         if not state.exists():
             return []
         return [p for p in state.rglob("*") if p.relative_to(state).parts[0] != "cache"]
+
+    def enter(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Be this user in the test's own process (its HOME and XDG directories), for code
+        called in process rather than through ``ironcurtain``."""
+        for key, value in self.env.items():
+            monkeypatch.setenv(key, value)
 
     def ws(self, name: str = "ws") -> Path:
         path = self.root / name
