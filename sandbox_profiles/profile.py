@@ -233,7 +233,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     if req.egress_socket:
         bridge = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netbridge.py")
         python = req.bridge_python or "/usr/bin/python3"
-        argv = (python, "-I", bridge, str(PROXY_PORT), EGRESS_SOCKET, "--", *argv)
+        argv = (python, "-I", "-S", bridge, str(PROXY_PORT), EGRESS_SOCKET, "--", *argv)
         program_files += [python, bridge]
         mounts.append(
             Mount("bind", EGRESS_SOCKET, req.egress_socket, "the egress proxy: the only way out")

@@ -84,6 +84,8 @@ def main() -> None:
     bridge = subprocess.Popen(
         [
             sys.executable,
+            "-I",
+            "-S",
             os.path.join(ROOT, "sandbox_profiles", "netbridge.py"),
             str(bridge_port),
             sock_path,
