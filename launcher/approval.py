@@ -18,11 +18,12 @@ import itertools
 import json
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from launcher.audit import hash_value
 from policy import Decision
+from sandbox_profiles.records import frozen, mutable
 
 MODES = ("auto", "elicit", "socket", "deny")
 APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
@@ -31,7 +32,7 @@ APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
 
 
-@dataclass(frozen=True)
+@frozen
 class Outcome:
     approved: bool
     escalation: str  # what the audit log records
@@ -119,7 +120,7 @@ class Terminals:
             writer.close()
 
 
-@dataclass
+@mutable
 class Approvals:
     mode: str
     timeout: float

@@ -20,8 +20,9 @@ import math
 import os
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from sandbox_profiles.records import frozen
 
 # One encoder, made once: json.dumps with options builds a new encoder at every call.
 _canonical = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
@@ -112,7 +113,7 @@ def _late_member(key_text: str, value: object) -> str:
     return f"{key_text}{_canonical(value)}"
 
 
-@dataclass(frozen=True)
+@frozen
 class Prepared:
     """An entry's fields, each already a canonical ``"key":value`` member, by key; and the
     whole line in canonical order with a slot for each field still to come (``late``,

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.audit import GENESIS, SESSION_END, entry_hash
+from sandbox_profiles.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class Problem:
     """What ``audit verify`` found wrong, and on which line."""
 

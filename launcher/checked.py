@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.approval import Requester
@@ -35,6 +35,7 @@ from launcher.jsonrpc import Message, ServerGone, error, notification, result, t
 from launcher.seams import Core, Downstream, OneShot
 from policy import Decision
 from policy.models import Annotation
+from sandbox_profiles.records import mutable
 
 DENIED = -32001  # a request the policy did not let through (not a tool call)
 NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
@@ -49,7 +50,7 @@ class Send(Protocol):
     def __call__(self, message: Message, related: str | int | None = None) -> None: ...
 
 
-@dataclass(slots=True)
+@mutable(slots=True)
 class _Call:
     """One checked request on its way through the relay."""
 

@@ -19,15 +19,16 @@ import os
 import sys
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
+from sandbox_profiles.records import frozen, mutable
 
 
-@dataclass(frozen=True)
+@frozen
 class Client:
     name: str  # as --client takes it
     label: str
@@ -67,7 +68,7 @@ CLIENTS: tuple[Client, ...] = (
 BY_NAME = {c.name: c for c in CLIENTS}
 
 
-@dataclass
+@mutable
 class Entry:
     """One server entry of a client's file, as it starts the server."""
 
@@ -87,7 +88,7 @@ class Entry:
         )
 
 
-@dataclass
+@mutable
 class ClientFile:
     """The servers of one client in one file: a whole file's, or (Claude Code's
     ``~/.claude.json``) those one project keeps in it."""

@@ -19,7 +19,6 @@ followed), so what is reported is certain, and some dead rules go unreported.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from launcher.grants import deepest_mount
 from launcher.plan import SessionPlan
@@ -27,13 +26,14 @@ from launcher.serverplan import ServerPlan
 from policy import PolicyEngine
 from policy.compiled import Rule
 from policy.models import ToolAnnotation
+from sandbox_profiles.records import frozen
 
 WRITES = frozenset({"write-path", "delete-path"})
 READS = frozenset({"read-path"})
 _HOST_VIEWS = ("ro-bind", "ro-bind-try", "bind")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Mismatch:
     subject: str  # "rule 'NAME'" or "server 'S' allowWrite DIR"
     text: str  # what is wrong, and how to fix it

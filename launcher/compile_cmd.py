@@ -21,7 +21,6 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from policy.loader import bundled_policy_dir
 from policy.models import CompiledPolicyFile, CompiledRule, ServerAnnotations
 from policy.paths import canonical_path, is_under
 from policy.variables import expand
+from sandbox_profiles.records import frozen
 
 USER_CONSTITUTION = "constitution-user.md"
 NO_KEY = (
@@ -49,7 +49,7 @@ NO_KEY = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class LLMOptions:
     model: str | None = None
     api_key: str | None = None
@@ -191,7 +191,7 @@ def write_all(files: Mapping[Path, Any]) -> None:
 # -- compile-policy -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@frozen
 class CompileOptions:
     config: str | None = None
     servers: tuple[str, ...] = ()

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, is_dataclass, replace
+from dataclasses import fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +19,10 @@ from policy.loader import describe_validation_error, json_path
 from policy.schema import pyd, validate
 from policy.variables import PlaceholderError
 from policy.variables import expand as expand_placeholders
+from sandbox_profiles.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class LoadedConfig:
     """A server config file, read, validated and expanded, with its warnings."""
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Literal
 
 from policy.schema import pyd
+from sandbox_profiles.records import frozen
 
 
 def json_name(name: str) -> str:
@@ -27,7 +28,7 @@ def json_name(name: str) -> str:
 _LENIENT = {"alias_generator": json_name, "populate_by_name": True, "extra": "ignore"}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class FilesystemSandbox:
     """``sandbox.filesystem``: host paths shown to the server read-only or writable, and
     paths hidden or kept read-only inside those."""
@@ -52,7 +53,7 @@ def _addresses(value: dict[str, str]) -> dict[str, str]:
     return {k: v.strip("[]") for k, v in value.items()}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class NetworkSandbox:
     """``sandbox.network``: the domains the server may reach through its egress proxy,
     and names pinned to addresses."""
@@ -116,7 +117,7 @@ def _size(value: object) -> object:
     return size
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class LimitsConfig:
     """``sandbox.limits``: memory and file sizes in bytes or with K/M/G/T suffixes. A field
     left out has its default (:data:`DEFAULT_LIMITS`); ``null`` or ``false`` lifts it."""
@@ -136,7 +137,7 @@ class LimitsConfig:
     file_size: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["file_size"]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class SandboxConfig:
     """``sandbox``: what the server's sandbox shows it, where it may connect, its limits."""
 
@@ -148,7 +149,7 @@ class SandboxConfig:
     limits: LimitsConfig | Literal[False] = field(default_factory=LimitsConfig)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class RestartConfig:
     """``restart``: start a server again after it exits, waiting ``backoffSeconds`` (doubled
     each time, at most 30 s) and giving up after ``maxRestarts`` restarts in a session."""
@@ -159,7 +160,7 @@ class RestartConfig:
     backoff_seconds: Annotated[float, pyd.Field(gt=0)] = 1.0
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ClientRequestsConfig:
     """``clientRequests``: what a server may ask of the client through ironcurtain.
 
@@ -175,7 +176,7 @@ class ClientRequestsConfig:
     sampling: Literal["allow", "ask", "deny"] = "ask"
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ServerConfig:
     """One server of the config: how to start it and what its sandbox holds."""
 
@@ -223,7 +224,7 @@ def _names(value: dict[str, ServerConfig] | None) -> dict[str, ServerConfig] | N
     return value
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ConfigFile:
     """``mcp-servers.json``: its servers, under ``mcpServers`` (or VS Code's ``servers``)."""
 

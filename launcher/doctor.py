@@ -7,16 +7,16 @@ import platform
 import shutil
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from launcher.host import MACOS, SECCOMP_FIX, sandbox_problem
 from sandbox_profiles.bwrap import SETPRIV
 from sandbox_profiles.launch import SANDBOX_EXEC
+from sandbox_profiles.records import frozen
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
-@dataclass(frozen=True)
+@frozen
 class Check:
     status: str
     name: str

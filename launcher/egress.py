@@ -16,12 +16,12 @@ import contextlib
 import os
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import NoReturn
 from urllib.parse import urlsplit
 
 from policy.egress import EgressRules, check_address, check_host
 from policy.urls import split_host_port
+from sandbox_profiles.records import frozen
 
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
@@ -32,7 +32,7 @@ MAX_CONNECTIONS = 128
 _HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
 
 
-@dataclass(frozen=True)
+@frozen
 class Refusal:
     server: str
     host: str

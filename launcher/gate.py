@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from launcher.audit import AuditLog, argument_hashes
@@ -19,6 +18,7 @@ from launcher.breaker import CircuitBreaker
 from launcher.jsonrpc import Message
 from launcher.pins import Pins
 from policy import Decision, PolicyEngine
+from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
     from launcher.approval import Approvals, Outcome, Requester
@@ -33,7 +33,7 @@ _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 _URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Checked:
     """What the gate made of a request: the decision, and the arguments to forward."""
 

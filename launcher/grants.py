@@ -20,13 +20,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from launcher.shown import visible
 from policy.paths import iter_strings
 from sandbox_profiles.autorun import Entry, match, path_sibling
 from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.records import frozen
 
 READ_ROLES = frozenset({"read-path"})
 WRITE_ROLES = frozenset({"write-path"})
@@ -48,7 +48,7 @@ class CannotWiden(Exception):
     """An approval could not make this call work: why, naming the path's argument."""
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Grant:
     """One path of a widened call and the access the one-shot instance gets to it.
 

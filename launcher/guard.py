@@ -26,7 +26,6 @@ import functools
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from launcher import nofollow
 from launcher.nofollow import Parts
@@ -48,6 +47,7 @@ from launcher.oscalls import (
 )
 from launcher.quarantine import QuarantineDir, QuarantineError
 from sandbox_profiles import autorun
+from sandbox_profiles.records import frozen
 
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
@@ -61,7 +61,7 @@ class GuardError(Exception):
     """The guard cannot watch a writable root (inotify missing or out of watches)."""
 
 
-@dataclass(frozen=True)
+@frozen
 class Quarantined:
     """A file the guard moved out of a writable root: where it was, where it is, why."""
 
@@ -70,7 +70,7 @@ class Quarantined:
     why: str
 
 
-@dataclass(frozen=True)
+@frozen
 class GuardFailure:
     """Something in a writable root the guard could not neutralise."""
 

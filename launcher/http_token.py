@@ -17,17 +17,17 @@ from __future__ import annotations
 import os
 import secrets
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 from launcher import dirs
 from launcher.errors import UsageError
+from sandbox_profiles.records import frozen
 
 ENV = "IRONCURTAIN_HTTP_TOKEN"
 MIN_LENGTH = 16
 
 
-@dataclass(frozen=True)
+@frozen
 class Token:
     """The bearer token ``--http`` clients must send, and where it came from."""
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from sandbox_profiles.records import mutable
 
 Path = tuple[str, ...]
 
@@ -32,7 +34,7 @@ class JsoncError(ValueError):
         super().__init__(f"line {self.line}, column {self.column}: {what}")
 
 
-@dataclass
+@mutable
 class Document:
     text: str
     value: Any

@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
+
+from sandbox_profiles.records import frozen
 
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -24,7 +26,7 @@ Message = dict[str, Any]
 OnDone = Callable[[Message | BaseException], None]
 
 
-@dataclass(frozen=True)
+@frozen
 class ClientSide:
     """What a server is told of its client, which ironcurtain plays for it: the capabilities
     declared at ``initialize`` and the roots it answers ``roots/list`` with."""

@@ -6,15 +6,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from launcher.host import host_facts
 from launcher.oscalls import memfd
 from sandbox_profiles.launch import launch_argv, launch_dirs
 from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.records import frozen
 
 
-@dataclass(frozen=True)
+@frozen
 class LaunchSpec:
     """How to start one server. A sandboxed one has a ``profile``; its argv (bwrap, with the
     seccomp descriptor and the ``prlimit`` prefix) is rendered at each start."""

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from launcher.audit import hash_value
+from sandbox_profiles.records import mutable
 
 
 def fingerprint(tool: Mapping[str, Any]) -> str:
@@ -59,7 +59,7 @@ def _fingerprints(items: Iterable[Mapping[str, Any]], kind: str) -> dict[str, st
     return {str(item.get("name", "")): of(item) for item in items}
 
 
-@dataclass
+@mutable
 class Pins:
     """A server's pinned tool (and prompt) fingerprints, as its pins file holds them."""
 

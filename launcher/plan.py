@@ -12,7 +12,6 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +35,7 @@ from policy.loader import PolicyFiles, check_placeholders
 from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
 from sandbox_profiles.profile import is_under
+from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     from launcher.http_token import Token
@@ -50,7 +50,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@frozen
 class RunOptions:
     """The options of ``ironcurtain run`` (and of the commands that plan as it does)."""
 
@@ -106,7 +106,7 @@ class SandboxRefused(SandboxUnavailable):
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class SessionPlan:
     """Everything a session is made from, worked out before anything starts."""
 

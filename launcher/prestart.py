@@ -21,7 +21,7 @@ import resource
 import signal
 import socket
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from launcher import dirs
 from launcher.audit import AuditLog
@@ -29,6 +29,7 @@ from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError
 from launcher.hostfiles import HostFiles, writable_roots
 from launcher.plan import SessionPlan
+from sandbox_profiles.records import mutable
 
 
 def kill(proc: subprocess.Popen[bytes]) -> None:
@@ -45,7 +46,7 @@ def _not_yet(_: object) -> None:
     """The guard's callbacks until the session takes it over (nothing settles it before)."""
 
 
-@dataclass
+@mutable
 class Prestarted:
     """What :func:`prestart` made, for the session to take over (or abandon)."""
 

@@ -9,11 +9,12 @@ whenever one of them changes; it knows no process and no transport.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Protocol
 
 from launcher.gate import COMPLETE, PROMPT, TOOL, completion_arguments
 from launcher.jsonrpc import Message
+from sandbox_profiles.records import mutable
 
 SEPARATOR = "__"
 
@@ -37,7 +38,7 @@ class Listing(Protocol):
     def capabilities(self) -> Message: ...
 
 
-@dataclass
+@mutable
 class Router:
     """Which server answers each exposed tool, prompt, resource and template, and the
     lists the client is shown."""

@@ -13,13 +13,14 @@ tests is another; stdio and streamable HTTP are the upstreams.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.jsonrpc import Message, OnDone
 from launcher.outputs import Outputs
 from launcher.router import Listing, Router
 from policy.output import OutputPolicy
+from sandbox_profiles.records import frozen, mutable
 
 if TYPE_CHECKING:  # planning reads ServerSettings before the event loop's modules load
     from launcher.audit import AuditLog
@@ -113,7 +114,7 @@ class Widening(Protocol):
         ...
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ServerSettings:
     """What the relay core needs to know of one server beyond its connection."""
 
@@ -124,7 +125,7 @@ class ServerSettings:
     sampling: str = "ask"  # allow, ask (a human first), deny
 
 
-@dataclass
+@mutable
 class Core:
     """What the relay core works with; the session gives it."""
 

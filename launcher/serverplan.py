@@ -9,7 +9,6 @@ import pwd
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +33,7 @@ from sandbox_profiles.profile import (
     placeholders,
     sandbox_env,
 )
+from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     from launcher.seams import ServerSettings
@@ -50,7 +50,7 @@ HIDDEN_DIR_FIX = (
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class ServerPlan:
     """One server of a session: its config, its sandbox and how it is launched."""
 
@@ -99,7 +99,7 @@ def relay_settings(sp: ServerPlan) -> ServerSettings:
     return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed, asks.elicitation, asks.sampling)
 
 
-@dataclass(frozen=True)
+@frozen
 class Surroundings:
     """What every server of one session is planned against."""
 

@@ -20,7 +20,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from launcher.clients import BY_NAME, CLIENTS, ClientFile, Entry, found
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
 from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
+from sandbox_profiles.records import mutable
 
 # A client's own variable for the project directory, which it expands in an entry's args:
 # the moved definition says ${workspace} instead, and the client's entry passes the
@@ -60,7 +61,7 @@ GIT_SAFE_DIRECTORY = {
 DIRECTORY_OPTIONS = ("--repository", "--repo", "--root", "--dir", "--directory", "--path")
 
 
-@dataclass
+@mutable
 class Change:
     path: Path
     before: str

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +26,14 @@ from policy import schema
 from policy.heuristic import NAME_KEYS, validate
 from policy.loader import load_json_model
 from policy.models import Annotation, ServerAnnotations, ToolAnnotationsFile
+from sandbox_profiles.records import mutable
 
 # Each kind of entry: the key of its list in a server's entry.
 KINDS = ("tools", "prompts")
 _KIND = {"tools": "tool", "prompts": "prompt"}
 
 
-@dataclass
+@mutable
 class Merged:
     file: ToolAnnotationsFile
     changes: list[str] = field(default_factory=list)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from policy.decision import Decision, DecisionKind
 from policy.models import Annotation, CompiledRule
@@ -21,12 +20,13 @@ from policy.roles import (
     is_git_tool,
 )
 from policy.variables import PlaceholderError, expand
+from sandbox_profiles.records import frozen
 
 PATH_ROLES: frozenset[ArgumentRole] = frozenset(get_path_roles())
 URL_ROLES: frozenset[ArgumentRole] = frozenset(get_url_roles())
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class ToolInfo:
     """An annotation (a tool's or a prompt's) with what each call needs precomputed."""
 
@@ -63,7 +63,7 @@ def tool_info(ann: Annotation, server: str | None = None) -> ToolInfo:
     return ToolInfo(ann, tuple(path_args), tuple(url_args), dict(path_args), tuple(git_args))
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Rule:
     """One compiled policy rule, its conditions ready to match (None: not constrained)."""
 

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from policy.paths import SYSTEM_ROOTS, is_under
+from sandbox_profiles.records import frozen
 
 DecisionKind = Literal["allow", "deny", "escalate"]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Decision:
     """What the policy says of one request: allow, deny or escalate, by which rule and why."""
 
@@ -31,7 +32,7 @@ UNKNOWN_TOOL = Decision(
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class StructuralConfig:
     """Hard-coded protections, derived from the session's configuration, never compiled.
 

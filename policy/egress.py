@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from policy.urls import IPAddress, domain_matches, parse_ip, split_host_port
+from sandbox_profiles.records import frozen
 
 _METADATA = (
     ipaddress.ip_address("169.254.169.254"),  # AWS, GCP, Azure, OpenStack
@@ -47,7 +48,7 @@ def blocked_kind(address: IPAddress) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@frozen
 class Entry:
     """One ``allowedDomains``/``deniedDomains`` item: a pattern, maybe scoped to a port."""
 
@@ -75,7 +76,7 @@ class Entry:
         return domain_matches(host, self.pattern)
 
 
-@dataclass(frozen=True)
+@frozen
 class EgressRules:
     """The hosts a server's egress proxy lets it reach (and refuses), with fixed addresses."""
 
@@ -96,7 +97,7 @@ class EgressRules:
         )
 
 
-@dataclass(frozen=True)
+@frozen
 class Verdict:
     """``reason`` None means allowed; then ``addresses`` are what to connect to (in order;
     none means: resolve ``host`` and pass each address through :func:`check_address`)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -24,6 +24,7 @@ from policy.models import (
 from policy.output import OUTPUT_POLICY_FILE, OutputPolicy, load_output_policy
 from policy.schema import pyd, validate
 from policy.variables import placeholder_names
+from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
@@ -108,7 +109,7 @@ def load_json_model(path: Path, model: type[M]) -> M:
     return _parse(path, _read(path), model)
 
 
-@dataclass(frozen=True)
+@frozen
 class PolicyFiles:
     """A policy directory's files, read and validated."""
 

@@ -6,11 +6,12 @@ them with (unknown keys are refused)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Annotated, Literal
 
 from policy.roles import ArgumentRole
 from policy.schema import pyd
+from sandbox_profiles.records import frozen
 
 Effect = Literal["read", "write", "delete", "move", "other"]
 DecisionKind = Literal["allow", "deny", "escalate"]
@@ -19,7 +20,7 @@ DecisionKind = Literal["allow", "deny", "escalate"]
 _STRICT = {"extra": "forbid", "populate_by_name": True}
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class Annotation:
     """What a tool or a prompt does, and the role of each of its arguments."""
 
@@ -40,7 +41,7 @@ class Annotation:
         raise NotImplementedError
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ToolAnnotation(Annotation):
     """A tool's annotation."""
 
@@ -51,7 +52,7 @@ class ToolAnnotation(Annotation):
         return self.tool_name
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class PromptAnnotation(Annotation):
     """A prompt's annotation: a ``prompts/get`` is decided like a tool call with these
     roles (prompt arguments are always strings)."""
@@ -63,7 +64,7 @@ class PromptAnnotation(Annotation):
         return self.prompt_name
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ServerAnnotations:
     """One server's annotated tools and prompts."""
 
@@ -73,7 +74,7 @@ class ServerAnnotations:
     prompts: list[PromptAnnotation] = field(default_factory=list)
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class ToolAnnotationsFile:
     """``tool-annotations.json``: the annotations of every server."""
 
@@ -85,7 +86,7 @@ class ToolAnnotationsFile:
     servers: dict[str, ServerAnnotations]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class PathCondition:
     """A rule's ``paths``: every argument with one of ``roles`` lies within ``within``."""
 
@@ -95,7 +96,7 @@ class PathCondition:
     within: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class DomainCondition:
     """A rule's ``domains``: every URL argument with one of ``roles`` is on ``allowed``."""
 
@@ -105,7 +106,7 @@ class DomainCondition:
     allowed: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class RuleCondition:
     """A rule's ``if``: every condition given holds (none given: always)."""
 
@@ -123,7 +124,7 @@ class RuleCondition:
     domains: DomainCondition | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class CompiledRule:
     """A compiled rule: when its condition holds, its decision (``then``) applies."""
 
@@ -137,7 +138,7 @@ class CompiledRule:
     reason: str
 
 
-@dataclass(frozen=True, kw_only=True)
+@frozen(kw_only=True)
 class CompiledPolicyFile:
     """``compiled-policy.json``: the rules, the first that applies decides."""
 

@@ -32,11 +32,12 @@ import fnmatch
 import json
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from policy.errors import PolicyFileError
+from sandbox_profiles.records import frozen, mutable
 
 OUTPUT_POLICY_FILE = "output-policy.json"
 ACTIONS = ("allow", "mask", "redact")
@@ -51,7 +52,7 @@ _STEP = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@frozen
 class Step:
     """One step of an output-policy path: a named key, each element, or a key at any depth."""
 
@@ -59,7 +60,7 @@ class Step:
     name: str = ""
 
 
-@dataclass(frozen=True)
+@frozen
 class FieldRule:
     """An output-policy path and what is done to what it names (allow, mask, redact)."""
 
@@ -125,7 +126,7 @@ def _matches(steps: tuple[Step, ...], where: tuple[str | None, ...]) -> bool:
     return any(where[i] == step.name and _matches(rest, where[i + 1 :]) for i in range(len(where)))
 
 
-@dataclass
+@mutable
 class Filtered:
     """What the filter did: counts only, never values (for the audit log)."""
 
@@ -137,7 +138,7 @@ class Filtered:
         self.removed += other.removed
 
 
-@dataclass(frozen=True)
+@frozen
 class ToolOutputPolicy:
     """The output rules of the tools whose server and name match the two globs."""
 
@@ -288,7 +289,7 @@ def mask(value: Any) -> Any:
     return None
 
 
-@dataclass
+@mutable
 class OutputPolicy:
     """Every tool's output rules, in the order of ``output-policy.json`` (first match wins)."""
 

@@ -6,7 +6,6 @@ Every other module asks this registry; nothing else spells role names out in lis
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Literal, TypeGuard, get_args
 
 from policy.gitrepo import git_locations
@@ -18,6 +17,7 @@ from policy.urls import (
     normalize_url,
     resolve_git_remote,
 )
+from sandbox_profiles.records import frozen
 
 RoleCategory = Literal["path", "url", "opaque"]
 ArgumentRole = Literal[
@@ -39,7 +39,7 @@ ResolveForPolicy = Callable[[str, Mapping[str, object], str | None], str]
 GitLocations = Callable[[str], tuple[str, ...]]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class RoleDefinition:
     """What an argument role means: how its values are canonicalised and judged, and how
     an annotator is told to recognise it."""

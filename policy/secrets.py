@@ -43,11 +43,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from sandbox_profiles.records import frozen
 
-@dataclass(frozen=True)
+
+@frozen
 class Detector:
     """One kind of credential: a marker every match contains (a cheap first look), and
     the pattern that finds it."""

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +25,7 @@ from policy.llm import LLM, ask
 from policy.models import CompiledRule
 from policy.scenarios import Scenario
 from policy.variables import PlaceholderError, expand
+from sandbox_profiles.records import frozen, mutable
 
 MAX_ROUNDS = 3
 SYSTEM = (
@@ -41,7 +42,7 @@ class JudgeAnswer(BaseModel):
     new_scenarios: list[Scenario] = Field(default_factory=list, alias="newScenarios")
 
 
-@dataclass(frozen=True)
+@frozen
 class Result:
     scenario: Scenario
     actual: str
@@ -52,7 +53,7 @@ class Result:
         return self.actual == self.scenario.expected
 
 
-@dataclass
+@mutable
 class Verification:
     passed: bool = False
     rounds: list[tuple[list[Result], JudgeAnswer]] = field(default_factory=list)

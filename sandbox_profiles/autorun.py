@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 from sandbox_profiles.gitconfig import git_config_paths, host_git_configs
+from sandbox_profiles.records import frozen, mutable
 
 
-@dataclass(frozen=True)
+@frozen
 class Entry:
     """One kind of file a host tool loads or runs."""
 
@@ -307,7 +307,7 @@ def _listing(directory: str, open_up: Callable[[str], bool] | None) -> list[os.D
         return sorted(os.scandir(directory), key=lambda e: e.name)
 
 
-@dataclass
+@mutable
 class Protection:
     """What a writable root holds that host tools load or run, as it is before a server
     starts: paths to show read-only (with why), and paths that must not come into being."""

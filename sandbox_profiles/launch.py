@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from sandbox_profiles import seatbelt
 from sandbox_profiles.bwrap import limits_argv
 from sandbox_profiles.bwrap import render as render_bwrap
 from sandbox_profiles.model import Limits, SandboxProfile
+from sandbox_profiles.records import frozen
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"
 
 
-@dataclass(frozen=True)
+@frozen
 class HostFacts:
     """What the launch argv depends on besides the profile.
 

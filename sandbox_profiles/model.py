@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
+
+from sandbox_profiles.records import frozen
 
 MountKind = Literal[
     "ro-bind",  # read-only view of a host path
@@ -19,7 +21,7 @@ MountKind = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Mount:
     """One entry of a sandbox's filesystem view: what is shown at ``dest`` (a bind of
     ``source``, a tmpfs, a directory, a mask), and why."""
@@ -31,7 +33,7 @@ class Mount:
     mode: int | None = None  # permissions of a created tmpfs or dir
 
 
-@dataclass(frozen=True, slots=True)
+@frozen(slots=True)
 class Limits:
     """Per-server resource limits; None means not limited.
 
@@ -87,7 +89,7 @@ def _size(size: int) -> str:
     return f"{size} bytes"
 
 
-@dataclass(frozen=True)
+@frozen
 class SandboxProfile:
     """Everything needed to start one server in isolation; renderers add nothing to it.
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Literal
 
 from sandbox_profiles import autorun
 from sandbox_profiles.discover import program_dirs
 from sandbox_profiles.model import Limits, Mount, SandboxProfile
+from sandbox_profiles.records import frozen
 
 # Path suffixes that stay read-only inside every writable root, at any depth (the name
 # entries of the catalogue of what host tools load or run; the structural ones, git
@@ -49,7 +50,7 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 WorkspaceAccess = Literal["write", "read", "none"]
 
 
-@dataclass(frozen=True)
+@frozen
 class ProfileRequest:
     """Plain inputs from the launcher: a server's resolved command and its sandbox block."""
 

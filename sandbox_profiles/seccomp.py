@@ -12,8 +12,9 @@ filter is compiled.
 from __future__ import annotations
 
 import errno
-from dataclasses import dataclass
 from typing import Any
+
+from sandbox_profiles.records import frozen
 
 CLONE_NEWUSER = 0x10000000
 TIOCSTI = 0x5412
@@ -55,7 +56,7 @@ class SeccompUnavailable(Exception):
     """libseccomp (or its binding) is missing on this machine."""
 
 
-@dataclass(frozen=True)
+@frozen
 class FilterRule:
     syscall: str
     action: str  # "EPERM", "ENOSYS"

@@ -1,0 +1,139 @@
+"""Dataclasses whose ``__eq__``, ``__hash__`` and ``__repr__`` are shared functions.
+
+``dataclasses.dataclass`` writes each method it adds as source text and compiles it when
+the class is defined: six for a frozen class (``__init__``, ``__repr__``, ``__eq__``,
+``__hash__``, ``__setattr__``, ``__delattr__``), three for a mutable one. A start of
+``ironcurtain run`` defines some fifty such classes before its servers can start, and
+compiling their methods was about a fifth of that time.
+
+``frozen`` and ``mutable`` leave ``dataclass`` to make what must be made per class (the
+``__init__``, and a frozen class's guards against assignment) and give every class the
+same three functions for the rest. Each reads the class's fields through an
+``operator.attrgetter`` made once, when the class is defined. They behave as
+``dataclass``'s own do:
+
+- only the fields with ``compare`` take part in ``==`` (and ``hash``, unless a field says
+  otherwise), only those with ``repr`` are printed;
+- ``==`` holds only between instances of the very same class (``NotImplemented`` for any
+  other), comparing the tuples of those fields;
+- a frozen class hashes that tuple; a mutable one is unhashable;
+- a method the class body defines itself is kept;
+- a ``repr`` that meets the same object again (a mutable one holding itself) prints
+  ``...`` there.
+
+Everything else is ``dataclass``'s: ``fields``, ``replace``, ``asdict``, ``kw_only``,
+``slots``, ``__match_args__``, ``FrozenInstanceError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from _thread import get_ident
+from collections.abc import Callable
+from operator import attrgetter
+from typing import Any, TypeVar, dataclass_transform, overload
+
+_T = TypeVar("_T")
+
+_Key = Callable[[Any], tuple[Any, ...]]
+
+_IN_REPR: set[tuple[int, int]] = set()
+
+
+def _key(names: list[str]) -> _Key:
+    """The tuple of ``names``' values of an instance (a tuple even for one name or none)."""
+    if len(names) > 1:
+        return attrgetter(*names)
+    if names:
+        one = attrgetter(names[0])
+        return lambda obj: (one(obj),)
+    return lambda obj: ()
+
+
+def _eq(self: Any, other: Any) -> Any:
+    if other.__class__ is self.__class__:
+        key = self.__class__._record_compare
+        return key(self) == key(other)
+    return NotImplemented
+
+
+def _hash(self: Any) -> int:
+    return hash(self.__class__._record_hash(self))
+
+
+def _repr(self: Any) -> str:
+    mark = (id(self), get_ident())
+    if mark in _IN_REPR:
+        return "..."
+    _IN_REPR.add(mark)
+    try:
+        cls = self.__class__
+        shown = ", ".join(f"{name}={getattr(self, name)!r}" for name in cls._record_repr)
+        return f"{cls.__qualname__}({shown})"
+    finally:
+        _IN_REPR.discard(mark)
+
+
+def _make(cls: type[_T], frozen: bool, kw_only: bool, slots: bool) -> type[_T]:
+    body = dict(cls.__dict__)
+    made: Any = dataclasses.dataclass(
+        cls, frozen=frozen, kw_only=kw_only, slots=slots, eq=False, repr=False
+    )
+    fields = dataclasses.fields(made)
+    compared = [f.name for f in fields if f.compare]
+    hashed = [f.name for f in fields if (f.compare if f.hash is None else f.hash)]
+    made._record_compare = staticmethod(_key(compared))
+    made._record_hash = staticmethod(_key(hashed))
+    made._record_repr = tuple(f.name for f in fields if f.repr)
+    if "__repr__" not in body:
+        made.__repr__ = _repr
+    if "__eq__" not in body:
+        made.__eq__ = _eq
+    # What dataclass does with the hash (eq on, unsafe_hash off): a hash the body wrote
+    # is kept (a __hash__ of None next to the body's own __eq__ is Python's, not written);
+    # otherwise a frozen class hashes its fields and a mutable one has none.
+    explicit = "__hash__" in body and not (body["__hash__"] is None and "__eq__" in body)
+    if not explicit:
+        made.__hash__ = _hash if frozen else None
+    result: type[_T] = made
+    return result
+
+
+@overload
+def frozen(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def frozen(*, kw_only: bool = False, slots: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, dataclasses.Field))
+def frozen(
+    cls: type[_T] | None = None, /, *, kw_only: bool = False, slots: bool = False
+) -> type[_T] | Callable[[type[_T]], type[_T]]:
+    """``@dataclass(frozen=True, ...)`` with the shared ``__eq__``, ``__hash__``, ``__repr__``."""
+
+    def wrap(cls: type[_T]) -> type[_T]:
+        return _make(cls, True, kw_only, slots)
+
+    return wrap if cls is None else wrap(cls)
+
+
+@overload
+def mutable(cls: type[_T], /) -> type[_T]: ...
+
+
+@overload
+def mutable(*, kw_only: bool = False, slots: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+
+
+@dataclass_transform(field_specifiers=(dataclasses.field, dataclasses.Field))
+def mutable(
+    cls: type[_T] | None = None, /, *, kw_only: bool = False, slots: bool = False
+) -> type[_T] | Callable[[type[_T]], type[_T]]:
+    """``@dataclass(...)`` with the shared ``__eq__`` and ``__repr__`` (and no hash)."""
+
+    def wrap(cls: type[_T]) -> type[_T]:
+        return _make(cls, False, kw_only, slots)
+
+    return wrap if cls is None else wrap(cls)
