@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import functools
 import os
 import stat
@@ -73,6 +74,38 @@ def memfd(name: str, data: bytes) -> int:
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+# Slots a server's descriptor table starts with: see wide_table_fd.
+WIDE_TABLE = 1024
+
+
+@functools.cache
+def wide_table_fd() -> int | None:
+    """This process's one descriptor numbered ``WIDE_TABLE - 1`` or more (``/dev/null``,
+    close-on-exec), opened on the first call; None where no such number can be had.
+
+    Linux grows a process's descriptor table (64 slots, then doubling) when a descriptor
+    beyond it is needed, and in a process whose threads share the table each growth waits
+    for an RCU grace period (10-20 ms here). A threaded server that opens its files after
+    its threads start (Node: the module loader, with V8's and libuv's threads running)
+    stalls there. A forked child's table is sized to its parent's highest open descriptor
+    and keeps its size through ``exec``, so while this descriptor is open every server
+    starts with ``WIDE_TABLE`` slots: one started directly through this process's own
+    table, a sandboxed one through ``bwrap --sync-fd`` (bwrap forks the server's process
+    with it open, closes it there before the ``exec``, and only the sandbox's pid 1 holds
+    it). Call it first while this process has one thread, or its own table's growth
+    stalls it in the same way."""
+    try:
+        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return fcntl.fcntl(null, fcntl.F_DUPFD_CLOEXEC, WIDE_TABLE - 1)
+    except OSError:  # the descriptor limit is lower than that
+        return None
+    finally:
+        os.close(null)
 
 
 def pidfd_open(pid: int) -> int | None:

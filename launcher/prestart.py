@@ -28,6 +28,7 @@ from launcher.audit import AuditLog
 from launcher.errors import StartupError
 from launcher.guard import Guard, GuardError
 from launcher.hostfiles import HostFiles, writable_roots
+from launcher.oscalls import wide_table_fd
 from launcher.plan import SessionPlan
 from sandbox_profiles.records import mutable
 
@@ -100,6 +101,7 @@ def prestart(plan: SessionPlan) -> Prestarted:
     write (before any can), the egress sockets (bound into the sandboxes), the processes.
     On any failure what was made is undone and :class:`StartupError` says what failed."""
     raise_descriptor_limit()
+    wide_table_fd()  # now, while this process has one thread
     files = HostFiles(plan)
     try:
         audit = files.prepare()

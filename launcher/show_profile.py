@@ -133,7 +133,7 @@ def _egress_json(server: ServerPlan) -> dict[str, Any] | None:
 
 
 def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
-    chunks = render_explained(profile, server.launch.bwrap, "FD")
+    chunks = render_explained(profile, server.launch.bwrap, "FD", table_fd="TABLE")
     prefix = limits_argv(profile.limits, "prlimit", 0)
     width = min(56, max(len(shlex.join(c)) for c, _ in chunks))
     lines = [f"# server '{server.name}': the exact command ironcurtain runs (one part a line)"]
@@ -148,6 +148,10 @@ def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
         lines.append(f"  {text:<{width}}  # {reason}" if reason else f"  {text}")
     lines.append("# environment (passed to bwrap's own environment, never on an argv):")
     lines += [f"#   {k}={v}" for k, v in _env_view(profile).items()]
+    lines.append(
+        "# TABLE: a descriptor (/dev/null) numbered 1023 or more, so the server's descriptor"
+        " table starts with 1024 slots"
+    )
     if profile.seccomp:
         lines.append("# seccomp: FD is a descriptor holding this filter (libseccomp, BPF):")
         for rule in filter_rules():

@@ -23,12 +23,15 @@ def render(
     bwrap: str = "bwrap",
     seccomp_fd: int | str | None = None,
     setpriv: str = SETPRIV,
+    table_fd: int | str | None = None,
 ) -> list[str]:
     """The full argv to start the profile's command under bubblewrap.
 
     The environment is not on it: the caller starts bwrap with ``profile.env`` as its whole
     environment (bwrap hands it down), so no secret appears on any argv. ``seccomp_fd`` is
-    the descriptor the caller passes with the compiled filter.
+    the descriptor the caller passes with the compiled filter; ``table_fd`` one numbered as
+    high as the descriptor table the server should start with (bwrap forks the server's
+    process while it is open, then closes it there before the exec).
 
     >>> from sandbox_profiles.model import Mount, SandboxProfile
     >>> p = SandboxProfile("s", ("/usr/bin/true",), "/", {}, (Mount("tmpfs", "/tmp"),))
@@ -36,7 +39,9 @@ def render(
     ['--tmpfs', '/tmp', '--chdir', '/', '--', '/usr/bin/true']
     """
     return [
-        arg for chunk, _ in render_explained(profile, bwrap, seccomp_fd, setpriv) for arg in chunk
+        arg
+        for chunk, _ in render_explained(profile, bwrap, seccomp_fd, setpriv, table_fd)
+        for arg in chunk
     ]
 
 
@@ -45,6 +50,7 @@ def render_explained(
     bwrap: str = "bwrap",
     seccomp_fd: int | str | None = None,
     setpriv: str = SETPRIV,
+    table_fd: int | str | None = None,
 ) -> list[tuple[list[str], str]]:
     """The argv of :func:`render` in pieces, each with the reason it is there."""
     privileged = profile.run_as is not None
@@ -75,6 +81,9 @@ def render_explained(
         out.append((["--hostname", profile.hostname], ""))
     if seccomp_fd is not None:
         out.append((["--seccomp", str(seccomp_fd)], "system-call filter (compiled libseccomp)"))
+    if table_fd is not None:
+        why = "held by the sandbox's pid 1 only: the server's descriptor table starts wide"
+        out.append((["--sync-fd", str(table_fd)], why))
     for mount in profile.mounts:
         chunk: list[str] = []
         if mount.mode is not None:

@@ -39,10 +39,13 @@ class HostFacts:
     prlimit: str = "prlimit"
 
 
-def launch_argv(profile: SandboxProfile, host: HostFacts, seccomp_fd: int | None) -> list[str]:
+def launch_argv(
+    profile: SandboxProfile, host: HostFacts, seccomp_fd: int | None, table_fd: int | None = None
+) -> list[str]:
     """The argv that starts ``profile``'s server in its sandbox: on Linux bwrap (reading
-    its seccomp filter from ``seccomp_fd``) behind a ``prlimit`` prefix when the profile
-    has limits; on macOS ``sandbox-exec`` with the rendered SBPL and a private TMPDIR.
+    its seccomp filter from ``seccomp_fd``, sizing the server's descriptor table with
+    ``table_fd``) behind a ``prlimit`` prefix when the profile has limits; on macOS
+    ``sandbox-exec`` with the rendered SBPL and a private TMPDIR.
 
     >>> from sandbox_profiles.model import SandboxProfile
     >>> p = SandboxProfile("t", ("/bin/true",), "/", {}, ())
@@ -53,7 +56,7 @@ def launch_argv(profile: SandboxProfile, host: HostFacts, seccomp_fd: int | None
         tmp = private_tmpdir(profile, host)
         sbpl = seatbelt.render(profile)
         return [SANDBOX_EXEC, "-p", sbpl, "-D", f"TMPDIR={tmp}", *profile.argv]
-    argv = render_bwrap(profile, host.bwrap, seccomp_fd)
+    argv = render_bwrap(profile, host.bwrap, seccomp_fd, table_fd=table_fd)
     if profile.limits.any():
         base = host.processes if profile.limits.processes is not None else 0
         limits = within_limits(profile.limits, host.hard_limits)

@@ -1,0 +1,73 @@
+"""Every server starts with a descriptor table of ``WIDE_TABLE`` slots, so a threaded
+server opening its files does not stall while Linux grows a table its threads share (an RCU
+grace period each time: the Node filesystem server started 20-30 ms slower sandboxed than
+bare). The descriptor that sizes it is never the server's: a sandboxed server gets the
+table through ``bwrap --sync-fd`` without the descriptor itself, an unsandboxed one through
+the launcher's own table."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from launcher.oscalls import WIDE_TABLE, wide_table_fd
+from sandbox_profiles.bwrap import render
+from sandbox_profiles.model import SandboxProfile
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.probe import probe_server_config, run_probe
+
+
+def _seen_by_the_server(user: Home, sandboxed: bool) -> tuple[int, list[int]]:
+    """The probe's own view, from a tool call: its table's size and its open descriptors."""
+    answers = run_probe(
+        user,
+        user.ws(),
+        probe_server_config(sandboxed),
+        lambda: [
+            ("read_path", {"path": "/proc/self/status"}),
+            ("list_dir", {"path": "/proc/self/fd"}),
+        ],
+    )
+    (status_failed, status), (fds_failed, fds) = answers
+    assert not status_failed and not fds_failed, answers
+    found = re.search(r"^FDSize:\s+(\d+)$", status, re.M)
+    assert found, status
+    # The listing includes the descriptor listdir itself has open on the directory.
+    return int(found.group(1)), [int(fd) for fd in json.loads(fds.removeprefix("OK "))]
+
+
+@needs_bwrap
+def test_a_sandboxed_server_starts_with_a_wide_table_and_not_the_descriptor(user: Home) -> None:
+    size, fds = _seen_by_the_server(user, sandboxed=True)
+    assert size >= WIDE_TABLE
+    assert max(fds) < WIDE_TABLE - 1, fds  # bwrap closed it in the server's process
+
+
+def test_an_unsandboxed_server_starts_with_a_wide_table_and_not_the_descriptor(
+    user: Home,
+) -> None:
+    size, fds = _seen_by_the_server(user, sandboxed=False)
+    assert size >= WIDE_TABLE
+    assert max(fds) < WIDE_TABLE - 1, fds
+
+
+def test_the_descriptor_is_numbered_for_the_table_and_closed_on_exec() -> None:
+    import fcntl
+    import os
+
+    fd = wide_table_fd()
+    assert fd is not None and fd >= WIDE_TABLE - 1
+    assert wide_table_fd() == fd  # one per process
+    assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
+    assert os.readlink(f"/proc/self/fd/{fd}") == os.devnull
+
+
+@pytest.mark.parametrize("table", [None, 1023])
+def test_bwrap_is_told_to_hold_it_only_when_given(table: int | None) -> None:
+    profile = SandboxProfile("s", ("/usr/bin/true",), "/", {}, ())
+    argv = render(profile, table_fd=table)
+    held = [argv[i + 1] for i, arg in enumerate(argv[: argv.index("--")]) if arg == "--sync-fd"]
+    assert held == ([] if table is None else ["1023"])
