@@ -45,7 +45,7 @@ from dataclasses import replace
 
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms, print_medians
 
-from launcher.oscalls import memfd
+from launcher.oscalls import memfd, wide_table_fd
 from launcher.plan import RunOptions, plan_session
 from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import write_runtime_files
@@ -211,10 +211,15 @@ def _spawn(argv: list[str], env: dict[str, str], cwd: str, fds: list[int] | None
     return client
 
 
-def _time_to_ready(argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None) -> float:
+def _time_to_ready(
+    argv: list[str], env: dict[str, str], cwd: str, bpf: bytes | None, keep: list[int]
+) -> float:
+    """Spawn to `initialize` answered; ``keep``: descriptors the argv names, passed as they
+    are (the descriptor-table one), besides the seccomp memfd made for this start."""
     fds = [memfd("bench-seccomp", bpf)] if bpf is not None else []
     started = time.perf_counter()
-    client = _spawn([a.replace("{fd}", str(fds[0])) if fds else a for a in argv], env, cwd, fds)
+    argv = [a.replace("{fd}", str(fds[0])) if fds else a for a in argv]
+    client = _spawn(argv, env, cwd, [*fds, *keep])
     for fd in fds:
         os.close(fd)
     client.answer(0)
@@ -245,6 +250,10 @@ def bench_start(quick: bool) -> None:
     if plan.run_as:
         os.chown(scratch.ws, uid, gid)
     who = f"as uid {uid} (the launcher is root)" if plan.run_as else "as the caller (userns)"
+    # As `run` does: every server (a bare one too, through this process's own table)
+    # starts with a wide descriptor table.
+    table = wide_table_fd()
+    keep = [] if table is None else [table]
     print(f"spawn to `initialize` answered, median of {starts} alternating starts")
     print(f"  sandbox: bwrap, seccomp {'on' if plan.seccomp_bpf else 'OFF'}, {who}")
     added = {}
@@ -257,18 +266,18 @@ def bench_start(quick: bool) -> None:
             profile=replace(sp.profile, limits=Limits(memory=2 << 30, open_files=1024)),
         )
         variants = {
-            "bare": (list(sp.profile.argv), sp.cwd, None),
+            "bare": (list(sp.profile.argv), sp.cwd, None, []),
             # The seccomp descriptor's number is only known at each start.
-            "sandboxed": (_fd_slot(spec.command(-1)), "/", spec.seccomp),
-            "+limits": (_fd_slot(limited.command(-1)), "/", spec.seccomp),
+            "sandboxed": (_fd_slot(spec.command(-1, table)), "/", spec.seccomp, keep),
+            "+limits": (_fd_slot(limited.command(-1, table)), "/", spec.seccomp, keep),
         }
         env = dict(spec.env)
-        for argv, cwd, bpf in variants.values():  # warm the page cache
-            _time_to_ready(argv, env, cwd, bpf)
+        for argv, cwd, bpf, fds in variants.values():  # warm the page cache
+            _time_to_ready(argv, env, cwd, bpf, fds)
         ready: dict[str, list[float]] = {k: [] for k in variants}
         for _ in range(starts):
-            for key, (argv, cwd, bpf) in variants.items():
-                ready[key].append(_time_to_ready(argv, env, cwd, bpf))
+            for key, (argv, cwd, bpf, fds) in variants.items():
+                ready[key].append(_time_to_ready(argv, env, cwd, bpf, fds))
         print(f"\n  {name} ({os.path.basename(sp.profile.argv[0])})")
         base = print_medians(ready, "bare", indent="    ", width=10, with_min=True)
         added[name] = statistics.median(ready["+limits"]) - base  # the goal: limits on
