@@ -9,6 +9,7 @@ import shlex
 from typing import Any
 
 from launcher.errors import UsageError
+from launcher.oscalls import wide_table_fd
 from launcher.plan import RunOptions, ServerPlan, plan_session
 from sandbox_profiles import seatbelt
 from sandbox_profiles.bwrap import limits_argv, render_explained
@@ -133,7 +134,9 @@ def _egress_json(server: ServerPlan) -> dict[str, Any] | None:
 
 
 def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
-    chunks = render_explained(profile, server.launch.bwrap, "FD", table_fd="TABLE")
+    # As a start here would: the wide table's descriptor where one can be had.
+    table = "TABLE" if wide_table_fd() is not None else None
+    chunks = render_explained(profile, server.launch.bwrap, "FD", table_fd=table)
     prefix = limits_argv(profile.limits, "prlimit", 0)
     width = min(56, max(len(shlex.join(c)) for c, _ in chunks))
     lines = [f"# server '{server.name}': the exact command ironcurtain runs (one part a line)"]
@@ -148,10 +151,11 @@ def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
         lines.append(f"  {text:<{width}}  # {reason}" if reason else f"  {text}")
     lines.append("# environment (passed to bwrap's own environment, never on an argv):")
     lines += [f"#   {k}={v}" for k, v in _env_view(profile).items()]
-    lines.append(
-        "# TABLE: a descriptor (/dev/null) numbered 1023 or more, so the server's descriptor"
-        " table starts with 1024 slots"
-    )
+    if table:
+        lines.append(
+            "# TABLE: a descriptor (/dev/null) numbered 1023 or more, so the server's"
+            " descriptor table starts with 1024 slots"
+        )
     if profile.seccomp:
         lines.append("# seccomp: FD is a descriptor holding this filter (libseccomp, BPF):")
         for rule in filter_rules():

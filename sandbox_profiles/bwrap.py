@@ -82,6 +82,8 @@ def render_explained(
     if seccomp_fd is not None:
         out.append((["--seccomp", str(seccomp_fd)], "system-call filter (compiled libseccomp)"))
     if table_fd is not None:
+        # bwrap closes it in the server's process before the exec, unless --as-pid-1 (which
+        # is never rendered: it would leave the descriptor open in the server).
         why = "held by the sandbox's pid 1 only: the server's descriptor table starts wide"
         out.append((["--sync-fd", str(table_fd)], why))
     for mount in profile.mounts:

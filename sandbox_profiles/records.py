@@ -15,7 +15,8 @@ same three functions for the rest. Each reads the class's fields through an
 - only the fields with ``compare`` take part in ``==`` (and ``hash``, unless a field says
   otherwise), only those with ``repr`` are printed;
 - ``==`` holds only between instances of the very same class (``NotImplemented`` for any
-  other), comparing the tuples of those fields;
+  other), comparing those fields as the running Python's ``dataclass`` does (their tuples
+  up to 3.12, one by one from 3.13);
 - a frozen class hashes that tuple; a mutable one is unhashable;
 - a method the class body defines itself is kept;
 - a ``repr`` that meets the same object again (a mutable one holding itself) prints
@@ -28,6 +29,7 @@ Everything else is ``dataclass``'s: ``fields``, ``replace``, ``asdict``, ``kw_on
 from __future__ import annotations
 
 import dataclasses
+import sys
 from _thread import get_ident
 from collections.abc import Callable
 from operator import attrgetter
@@ -50,11 +52,23 @@ def _key(names: list[str]) -> _Key:
     return lambda obj: ()
 
 
-def _eq(self: Any, other: Any) -> Any:
+def _eq_tuples(self: Any, other: Any) -> Any:
     if other.__class__ is self.__class__:
         key = self.__class__._record_compare
         return key(self) == key(other)
     return NotImplemented
+
+
+def _eq_fields(self: Any, other: Any) -> Any:
+    if other.__class__ is self.__class__:
+        key = self.__class__._record_compare
+        return all(mine == theirs for mine, theirs in zip(key(self), key(other), strict=True))
+    return NotImplemented
+
+
+# dataclass compares the tuples of the fields up to Python 3.12 (where one object is equal
+# to itself, a NaN too) and field by field from 3.13 (where a NaN field is never equal).
+_eq = _eq_fields if sys.version_info >= (3, 13) else _eq_tuples
 
 
 def _hash(self: Any) -> int:

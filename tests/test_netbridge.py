@@ -1,8 +1,9 @@
 """The bridge a networked server's sandbox starts with (``sandbox_profiles/netbridge.py``),
 run directly on the host's loopback: it listens before the server starts, relays bytes
 both ways with half-closes, keeps the server's pid and stdio, and loads nothing beyond the
-interpreter's built-ins before it execs the server (it stands between the sandbox's start
-and the server's). The whole path through a real sandbox is in ``test_egress.py``."""
+standard library's ``_socket`` before it execs the server (it stands between the sandbox's
+start and the server's); out of descriptors, it drops a connection, says so and goes on.
+The whole path through a real sandbox is in ``test_egress.py``."""
 
 from __future__ import annotations
 
@@ -44,17 +45,35 @@ class Upstream:
                 conn, _ = self.listener.accept()
             except OSError:
                 return
-            with conn:
-                data = b""
-                while chunk := conn.recv(65536):
-                    data += chunk
-                conn.sendall(b"got:" + data)
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _answer(conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            conn.sendall(b"got:" + data)
+
+
+def _ask(port: int, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(payload)
+        conn.shutdown(socket.SHUT_WR)  # the half-close reaches the upstream
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+        return answer
 
 
 @pytest.fixture
-def bridge(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str], Path]]:
+def bridge(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[int, subprocess.Popen[str], Path]]:
     """The bridge on a free loopback port in front of an upstream, with a server that
-    prints its pid and waits; the process group (bridge child included) killed after."""
+    prints its pid and waits; the process group (bridge child included) killed after.
+    Parametrised indirectly with a descriptor limit, the bridge runs under it; its stderr
+    is the file ``tmp_path / "stderr"``."""
     sock = tmp_path / "egress.sock"
     upstream = Upstream(str(sock))
     port = _free_port()
@@ -63,13 +82,18 @@ def bridge(tmp_path: Path) -> Iterator[tuple[int, subprocess.Popen[str], Path]]:
         "-c",
         "import os, sys; print(os.getpid(), flush=True); sys.stdin.read()",
     ]
+    limit = getattr(request, "param", None)
+    prefix = ["prlimit", f"--nofile={limit}:{limit}", "--"] if limit else []
+    stderr = open(tmp_path / "stderr", "wb")  # noqa: SIM115 (closed below)
     proc = subprocess.Popen(
-        [sys.executable, "-I", "-S", str(BRIDGE), str(port), str(sock), "--", *serve],
+        [*prefix, sys.executable, "-I", "-S", str(BRIDGE), str(port), str(sock), "--", *serve],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
+        stderr=stderr,
         text=True,
         start_new_session=True,
     )
+    stderr.close()
     try:
         yield port, proc, sock
     finally:
@@ -86,13 +110,7 @@ def test_relays_both_ways_and_the_server_keeps_its_pid_and_stdio(
     # The server's stdout is the bridge's: its first line is its own pid, the bridge's.
     assert proc.stdout.readline().strip() == str(proc.pid)
     for payload in (b"hello", b"x" * 300_000):
-        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
-            conn.sendall(payload)
-            conn.shutdown(socket.SHUT_WR)  # the half-close reaches the upstream
-            answer = b""
-            while chunk := conn.recv(65536):
-                answer += chunk
-        assert answer == b"got:" + payload
+        assert _ask(port, payload) == b"got:" + payload
 
 
 def test_a_connection_without_an_upstream_is_closed_and_the_next_one_served(
@@ -112,7 +130,31 @@ def test_a_connection_without_an_upstream_is_closed_and_the_next_one_served(
         assert conn.recv(100) == b"got:again"
 
 
-def test_nothing_but_built_ins_is_loaded_before_the_server_starts(tmp_path: Path) -> None:
+# The bridge's relay process holds stdio, the listener and /dev/null: 5 descriptors, so
+# 10 leave room for two relayed connections (two descriptors each) and a third accepted.
+@pytest.mark.parametrize("bridge", [10], indirect=True)
+def test_out_of_descriptors_a_connection_is_dropped_said_and_the_relay_goes_on(
+    bridge: tuple[int, subprocess.Popen[str], Path], tmp_path: Path
+) -> None:
+    port, proc, _ = bridge
+    assert proc.stdout is not None
+    proc.stdout.readline()
+    held = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(2)]
+    for conn in held:  # both relayed: the upstream has them (a byte through and back)
+        conn.sendall(b"a")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as third:
+        assert third.recv(10) == b""  # dropped: nothing left for its upstream
+    for conn in held:
+        conn.shutdown(socket.SHUT_WR)
+        assert conn.recv(100) == b"got:a"
+        conn.close()
+    assert _ask(port, b"after") == b"got:after"
+    said = (tmp_path / "stderr").read_text()
+    assert "netbridge: a connection was dropped" in said, said
+    assert "relay stopped" not in said
+
+
+def test_only_the_socket_module_is_loaded_before_the_server_starts(tmp_path: Path) -> None:
     """What ``-X importtime`` reports for the bridge's own process up to its exec: what
     the interpreter loads for ``import os``, and ``_socket``; none of ``socket``, ``threading`` or
     ``contextlib`` (each a few milliseconds on every networked server's start)."""
@@ -152,4 +194,4 @@ def test_nothing_but_built_ins_is_loaded_before_the_server_starts(tmp_path: Path
         return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if "|" in line}
 
     loaded = modules(stderr) - modules(bare.stderr) - {"package"}
-    assert loaded == {"__future__", "_socket"}
+    assert loaded == {"_socket"}

@@ -26,6 +26,7 @@ def _pair(frozen_: bool, **options: Any) -> tuple[Any, Any]:
             secret: str = field(default="s", repr=False)
             tag: int = field(default=0, hash=False)
             many: tuple[int, ...] = ()
+            ratio: float = 0.0
             ignored: ClassVar[int] = 3
 
         return Point
@@ -35,6 +36,8 @@ def _pair(frozen_: bool, **options: Any) -> tuple[Any, Any]:
     return ours, theirs
 
 
+NAN = float("nan")
+
 VALUES: list[dict[str, Any]] = [
     {"x": 1},
     {"x": 1, "y": "b"},
@@ -43,6 +46,7 @@ VALUES: list[dict[str, Any]] = [
     {"x": 1, "tag": 5},  # compared, not hashed
     {"x": 2, "many": (1, 2)},
     {"x": 1, "many": (1, 2)},
+    {"x": 1, "ratio": NAN},  # one object: equal to itself in a tuple, not as a field
 ]
 
 OPTIONS = [{}, {"kw_only": True}, {"slots": True}]
