@@ -119,6 +119,7 @@ def main(argv: list[str]) -> None:
         except BaseException as exc:  # nothing is meant to end it: say why it did
             _say(f"the relay stopped: {exc!r}")
             os._exit(1)
+        os._exit(0)  # never past here: only the parent execs the server
     listener.close()
     if "/" in command[0]:  # what execvp does with it, without its PATH lookup's imports
         os.execv(command[0], command)
