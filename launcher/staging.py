@@ -24,9 +24,23 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+from launcher.fdtree import (
+    Snapshot,
+    TooLarge,
+    copy_fd,
+    copy_tree,
+    kind_now,
+    lstat_at,
+    open_file_at,
+    parts,
+    remove_tree,
+    same_content,
+    snapshot,
+    snapshot_at,
+    walk,
+)
 from launcher.grants import CannotWiden, Grant
 from launcher.oscalls import rename_noreplace
 
@@ -35,180 +49,6 @@ from launcher.oscalls import rename_noreplace
 MAX_STAGED_BYTES = 256 << 20
 # A directory to read with more entries than this is not copied (the call fails instead).
 MAX_STAGED_ENTRIES = 20_000
-_COPY_CHUNK = 1 << 20
-
-
-class TooLarge(OSError):
-    """A copy went past its bound (a file grew while it was copied)."""
-
-
-Snapshot = tuple[int, int, int, int] | None  # (mode, inode, size, mtime_ns) or absent
-
-
-def within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _parts(path: str) -> list[str]:
-    return [p for p in path.split("/") if p]
-
-
-@contextlib.contextmanager
-def _walk(root: str, parts: Sequence[str]) -> Iterator[int]:
-    """A descriptor of the directory ``root/parts``, reached without following a symlink."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(root, flags)
-    try:
-        for part in parts:
-            child = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = child
-        yield fd
-    finally:
-        os.close(fd)
-
-
-def _lstat_at(root: str, path: str) -> os.stat_result | None:
-    """``lstat`` of ``root + path`` without following a symlink on the way (None: absent,
-    or a component on the way is not a directory)."""
-    *parents, name = _parts(path)
-    try:
-        with _walk(root, parents) as fd:
-            return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        if exc.errno == 40:  # ELOOP: a symlink on the way
-            return None
-        raise
-
-
-def _snapshot(path: str) -> Snapshot:
-    return _snapshot_at("/", path)
-
-
-def _snapshot_at(root: str, path: str) -> Snapshot:
-    st = _lstat_at(root, path)
-    if st is None:
-        return None
-    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _kind_now(path: str) -> str:
-    st = _lstat_at("/", path)
-    if st is None:
-        return "absent"
-    return "directory" if stat.S_ISDIR(st.st_mode) else "file"
-
-
-def _copy_fd(src: int, dst: int, limit: int | None = None) -> int:
-    """Copy ``src`` to ``dst`` from where each stands; :class:`TooLarge` past ``limit``
-    bytes (:data:`MAX_STAGED_BYTES` unless given: a file that keeps growing cannot hold the
-    trusted process). The bytes copied."""
-    limit = MAX_STAGED_BYTES if limit is None else limit
-    copied = 0
-    while chunk := os.read(src, min(_COPY_CHUNK, limit - copied + 1)):
-        copied += len(chunk)
-        if copied > limit:
-            raise TooLarge(f"more than {limit >> 20} MiB")
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
-    return copied
-
-
-def _open_file_at(root: str, path: str) -> int:
-    """A read descriptor of the regular file ``root + path`` (no symlink anywhere)."""
-    *parents, name = _parts(path)
-    with _walk(root, parents) as fd:
-        # Non-blocking: a FIFO put in a file's place cannot hang the trusted process.
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        file_fd = os.open(name, flags, dir_fd=fd)
-    if not stat.S_ISREG(os.fstat(file_fd).st_mode):
-        os.close(file_fd)
-        raise OSError(f"{path} is not a regular file")
-    return file_fd
-
-
-def _same_content(a: int, b: int) -> bool:
-    size = os.fstat(a).st_size
-    if size != os.fstat(b).st_size:
-        return False
-    os.lseek(a, 0, os.SEEK_SET)
-    os.lseek(b, 0, os.SEEK_SET)
-    left = size + 1  # a file growing meanwhile is read no further than this
-    while left > 0:
-        x, y = os.read(a, min(_COPY_CHUNK, left)), os.read(b, min(_COPY_CHUNK, left))
-        if x != y:
-            return False
-        if not x:
-            return True
-        left -= len(x)
-    return False
-
-
-def _copy_tree(
-    src_fd: int, dst_fd: int, host_path: str, hidden: Sequence[str], budget: list[int]
-) -> None:
-    """Copy the directory ``src_fd`` (the host's ``host_path``) into ``dst_fd``: its
-    directories, regular files (mode and times kept, set-id bits not) and symlinks (as
-    symlinks: they resolve inside the sandbox, to what it sees anyway). Sockets, FIFOs and
-    devices are left out, and whatever ``hidden`` holds. ``budget``: [entries, bytes]
-    left; :class:`TooLarge` when either runs out."""
-    with os.scandir(src_fd) as entries:
-        listed = list(entries)
-    for entry in listed:
-        path = f"{host_path.rstrip('/')}/{entry.name}"
-        if any(within(path, h) for h in hidden):
-            continue
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise TooLarge(f"more than {MAX_STAGED_ENTRIES} entries")
-        st = entry.stat(follow_symlinks=False)
-        if stat.S_ISDIR(st.st_mode):
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            child = os.open(entry.name, flags, dir_fd=src_fd)
-            try:
-                os.mkdir(entry.name, 0o700, dir_fd=dst_fd)
-                copy = os.open(entry.name, flags, dir_fd=dst_fd)
-                try:
-                    _copy_tree(child, copy, path, hidden, budget)
-                    os.fchmod(copy, stat.S_IMODE(os.fstat(child).st_mode) & 0o777)
-                finally:
-                    os.close(copy)
-            finally:
-                os.close(child)
-        elif stat.S_ISREG(st.st_mode):
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-            src = os.open(entry.name, flags, dir_fd=src_fd)
-            try:
-                st = os.fstat(src)
-                if not stat.S_ISREG(st.st_mode):
-                    continue  # swapped for something else meanwhile
-                out_flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                out = os.open(entry.name, out_flags, 0o600, dir_fd=dst_fd)
-                try:
-                    budget[1] -= _copy_fd(src, out, max(budget[1], 0))
-                    os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)
-                    os.utime(out, ns=(st.st_atime_ns, st.st_mtime_ns))
-                finally:
-                    os.close(out)
-            finally:
-                os.close(src)
-        elif stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(entry.name, dir_fd=src_fd), entry.name, dir_fd=dst_fd)
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a staging directory, whatever modes the instance left in it."""
-
-    def fix(func: Callable[..., Any], target: str, _info: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(target), 0o700)
-        with contextlib.suppress(OSError):
-            func(target)
-
-    shutil.rmtree(path, onerror=fix)
 
 
 class Stage:
@@ -251,10 +91,10 @@ class Stage:
         """Stage ``grant``'s path from the host, through descriptors: the staging tree is
         the server's (a kept instance runs meanwhile), so nothing here follows a link it
         planted."""
-        self.before[grant.path] = _snapshot(grant.path)
+        self.before[grant.path] = snapshot(grant.path)
         parent, name = os.path.split(grant.path)
-        kind = _kind_now(grant.path)
-        with _walk(self.root, _parts(parent)) as fd:
+        kind = kind_now(grant.path)
+        with walk(self.root, parts(parent)) as fd:
             if kind == "directory" and not grant.changes:
                 self._copy_tree_in(grant, fd, name)
             elif kind == "directory":
@@ -263,7 +103,7 @@ class Stage:
                 self._copy_in(grant, fd, name)
             if kind != "absent" and grant.changes and self.run_as is not None:
                 os.chown(name, *self.run_as, dir_fd=fd, follow_symlinks=False)
-        self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+        self.staged[grant.path] = snapshot_at(self.root, grant.path)
 
     def restage(self, grants: Sequence[Grant]) -> None:
         """Before a kept instance's next call: a path whose host or staged state is not
@@ -272,13 +112,13 @@ class Stage:
         for grant in grants:
             if not grant.staged:
                 continue
-            host, staged = _snapshot(grant.path), _snapshot_at(self.root, grant.path)
+            host, staged = snapshot(grant.path), snapshot_at(self.root, grant.path)
             copied_dir = grant.kind == "directory" and not grant.changes
             same = (host, staged) == (self.before[grant.path], self.staged[grant.path])
             if same and not copied_dir:
                 continue
             parent, name = os.path.split(grant.path)
-            with _walk(self.root, _parts(parent)) as fd:
+            with walk(self.root, parts(parent)) as fd:
                 try:
                     st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                 except FileNotFoundError:
@@ -294,22 +134,22 @@ class Stage:
         """After a kept instance's call was carried over: host and staging agree now."""
         for grant in grants:
             if grant.staged:
-                self.before[grant.path] = _snapshot(grant.path)
-                self.staged[grant.path] = _snapshot_at(self.root, grant.path)
+                self.before[grant.path] = snapshot(grant.path)
+                self.staged[grant.path] = snapshot_at(self.root, grant.path)
 
     def _copy_tree_in(self, grant: Grant, dir_fd: int, name: str) -> None:
-        """The host's directory, as a copy (see :func:`_copy_tree`); the call fails when it
-        is too large to copy."""
+        """The host's directory, as a copy (see :func:`~launcher.fdtree.copy_tree`); the call
+        fails when it is too large to copy."""
         parent, host_name = os.path.split(grant.path)
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        with _walk("/", _parts(parent)) as host_parent:
+        with walk("/", parts(parent)) as host_parent:
             src = os.open(host_name, flags, dir_fd=host_parent)
         try:
             os.mkdir(name, 0o700, dir_fd=dir_fd)
             copy = os.open(name, flags, dir_fd=dir_fd)
             try:
                 budget = [MAX_STAGED_ENTRIES, MAX_STAGED_BYTES]
-                _copy_tree(src, copy, grant.path, self.hidden, budget)
+                copy_tree(src, copy, grant.path, self.hidden, budget, MAX_STAGED_ENTRIES)
                 os.fchmod(copy, stat.S_IMODE(os.fstat(src).st_mode) & 0o777)
             finally:
                 os.close(copy)
@@ -325,7 +165,7 @@ class Stage:
     def _copy_in(self, grant: Grant, dir_fd: int, name: str) -> None:
         """The host's file, as a copy when the call may read it (an empty file of the same
         mode when it may only replace or remove it)."""
-        src = _open_file_at("/", grant.path)
+        src = open_file_at("/", grant.path)
         try:
             st = os.fstat(src)
             if grant.reads and st.st_size > MAX_STAGED_BYTES:
@@ -337,7 +177,7 @@ class Stage:
             dst = os.open(name, flags, 0o600, dir_fd=dir_fd)
             try:
                 if grant.reads:
-                    _copy_fd(src, dst)
+                    copy_fd(src, dst, MAX_STAGED_BYTES)
                 os.fchmod(dst, stat.S_IMODE(st.st_mode) & 0o777 if grant.changes else 0o444)
             finally:
                 os.close(dst)
@@ -345,20 +185,20 @@ class Stage:
             os.close(src)
 
     def remove(self) -> None:
-        _remove_tree(self.root)
+        remove_tree(self.root)
 
     def carry_over(self, grants: Sequence[Grant]) -> tuple[list[dict[str, object]], str | None]:
         """Carry what the call did to the approved paths over to the host. Returns a
         record per path it could change and, when nothing could be carried over, why."""
         staged = [g for g in grants if g.changes]
-        changed = [g.path for g in staged if _snapshot(g.path) != self.before[g.path]]
+        changed = [g.path for g in staged if snapshot(g.path) != self.before[g.path]]
         if changed:
             why = (
                 f"{', '.join(changed)} changed on the host while the approved call ran; "
                 "nothing was written"
             )
             return [{**g.record(), "outcome": "not carried over"} for g in staged], why
-        after = {g.path: _lstat_at(self.root, g.path) for g in staged}
+        after = {g.path: lstat_at(self.root, g.path) for g in staged}
         outcomes: dict[str, str] = {}
         # What the host had when the path was staged (for a kept instance: after the last
         # call), not what it had when the call was planned.
@@ -395,7 +235,7 @@ class Stage:
         It is renamed to a hidden name beside the target first and checked to be what was
         staged (a server that reaches the source cannot have swapped in a symlink or a FIFO
         after the check), then to the target; anything else is put back."""
-        st = _lstat_at(self.root, target.path)
+        st = lstat_at(self.root, target.path)
         assert st is not None
         was = self.before[source.path]
         assert was is not None
@@ -406,7 +246,7 @@ class Stage:
         src_parent, src_name = os.path.split(source.path)
         dst_parent, dst_name = os.path.split(target.path)
         temp = f".{dst_name}.ironcurtain-{secrets.token_hex(4)}"
-        with _walk("/", _parts(src_parent)) as src_fd, _walk("/", _parts(dst_parent)) as dst_fd:
+        with walk("/", parts(src_parent)) as src_fd, walk("/", parts(dst_parent)) as dst_fd:
             try:
                 rename_noreplace(src_fd, src_name, dst_fd, temp)
             except OSError as exc:
@@ -427,7 +267,7 @@ class Stage:
         return True
 
     def _carry(self, grant: Grant, after: os.stat_result | None) -> str:
-        if _snapshot_at(self.root, grant.path) == self.staged[grant.path]:
+        if snapshot_at(self.root, grant.path) == self.staged[grant.path]:
             return "unchanged"  # the call did nothing to it
         if after is not None and after.st_size > MAX_STAGED_BYTES and stat.S_ISREG(after.st_mode):
             return f"not carried over: larger than {MAX_STAGED_BYTES >> 20} MiB"
@@ -436,14 +276,14 @@ class Stage:
         if grant.access == "write" and after is not None and stat.S_ISDIR(after.st_mode):
             if self.before[grant.path] is None:
                 parent, name = os.path.split(grant.path)
-                with _walk("/", _parts(parent)) as fd:
+                with walk("/", parts(parent)) as fd:
                     os.mkdir(name, 0o755, dir_fd=fd)
                 return "directory created"
             return "unchanged"
         was = self.before[grant.path]
         if after is None and grant.removes and was is not None:
             parent, name = os.path.split(grant.path)
-            with _walk("/", _parts(parent)) as fd:
+            with walk("/", parts(parent)) as fd:
                 if stat.S_ISDIR(was[0]):
                     os.rmdir(name, dir_fd=fd)  # only an empty one: a tree is not removed
                 else:
@@ -457,17 +297,17 @@ class Stage:
         """Write the file ``source_root + source_path`` to ``host_path`` atomically (a
         temporary file beside it, renamed over it), keeping an existing file's mode and
         owner; "unchanged" when the content is the host's already."""
-        src = _open_file_at(source_root, source_path)
+        src = open_file_at(source_root, source_path)
         try:
             parent, name = os.path.split(host_path)
-            with _walk("/", _parts(parent)) as dir_fd:
+            with walk("/", parts(parent)) as dir_fd:
                 try:
                     flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
                     old = os.open(name, flags, dir_fd=dir_fd)
                 except FileNotFoundError:
                     old = None
                 try:
-                    if old is not None and _same_content(old, src):
+                    if old is not None and same_content(old, src):
                         return "unchanged"
                     was = os.fstat(old) if old is not None else None
                 finally:
@@ -481,7 +321,9 @@ class Stage:
                 out = os.open(temp, flags, 0o600, dir_fd=dir_fd)
                 try:
                     try:
-                        _copy_fd(src, out)  # bounded: a kept instance may grow it meanwhile
+                        copy_fd(
+                            src, out, MAX_STAGED_BYTES
+                        )  # bounded: a kept instance may grow it meanwhile
                         os.fchmod(out, mode & 0o777)
                         if was is not None and os.geteuid() == 0:
                             os.fchown(out, was.st_uid, was.st_gid)

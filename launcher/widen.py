@@ -29,13 +29,14 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from launcher import dirs, rundir
+from launcher.fdtree import within
 from launcher.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
 from launcher.host import PLATFORM
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
 from launcher.serverplan import client_capabilities
 from launcher.servers import ServerConnection
-from launcher.staging import Stage, within
+from launcher.staging import Stage
 from sandbox_profiles.model import Mount, SandboxProfile
 
 START_TIMEOUT = 60.0

@@ -113,6 +113,15 @@ def _make(cls: type[_T], frozen: bool, kw_only: bool, slots: bool) -> type[_T]:
     return result
 
 
+def _decorate(
+    cls: type[_T] | None, frozen: bool, kw_only: bool, slots: bool
+) -> type[_T] | Callable[[type[_T]], type[_T]]:
+    """The class made, or (used with options) the decorator that makes it."""
+    if cls is None:
+        return lambda cls: _make(cls, frozen, kw_only, slots)
+    return _make(cls, frozen, kw_only, slots)
+
+
 @overload
 def frozen(cls: type[_T], /) -> type[_T]: ...
 
@@ -126,11 +135,7 @@ def frozen(
     cls: type[_T] | None = None, /, *, kw_only: bool = False, slots: bool = False
 ) -> type[_T] | Callable[[type[_T]], type[_T]]:
     """``@dataclass(frozen=True, ...)`` with the shared ``__eq__``, ``__hash__``, ``__repr__``."""
-
-    def wrap(cls: type[_T]) -> type[_T]:
-        return _make(cls, True, kw_only, slots)
-
-    return wrap if cls is None else wrap(cls)
+    return _decorate(cls, True, kw_only, slots)
 
 
 @overload
@@ -146,8 +151,4 @@ def mutable(
     cls: type[_T] | None = None, /, *, kw_only: bool = False, slots: bool = False
 ) -> type[_T] | Callable[[type[_T]], type[_T]]:
     """``@dataclass(...)`` with the shared ``__eq__`` and ``__repr__`` (and no hash)."""
-
-    def wrap(cls: type[_T]) -> type[_T]:
-        return _make(cls, False, kw_only, slots)
-
-    return wrap if cls is None else wrap(cls)
+    return _decorate(cls, False, kw_only, slots)

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import socketserver
 import subprocess
 import sys
 import threading
@@ -29,31 +30,21 @@ def _free_port() -> int:
         return port
 
 
-class Upstream:
+class _Answer(socketserver.StreamRequestHandler):
+    def handle(self) -> None:
+        self.wfile.write(b"got:" + self.rfile.read())
+
+
+class Upstream(socketserver.ThreadingUnixStreamServer):
     """A unix-socket server standing in for the egress proxy: it answers each connection
-    with ``got:`` and what it read until the client's half-close, then closes."""
+    (on a thread of its own) with ``got:`` and what it read until the client's half-close,
+    then closes."""
+
+    daemon_threads = True
 
     def __init__(self, path: str) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(path)
-        self.listener.listen(8)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    @staticmethod
-    def _answer(conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while chunk := conn.recv(65536):
-                data += chunk
-            conn.sendall(b"got:" + data)
+        super().__init__(path, _Answer)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
 
 
 def _ask(port: int, payload: bytes) -> bytes:
@@ -99,7 +90,8 @@ def bridge(
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        upstream.listener.close()
+        upstream.shutdown()
+        upstream.server_close()
 
 
 def test_relays_both_ways_and_the_server_keeps_its_pid_and_stdio(

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from launcher import staging
+from launcher.fdtree import TooLarge
 from launcher.grants import CannotWiden, Grant
-from launcher.staging import Stage, TooLarge
+from launcher.staging import Stage
 
 
 def _stage(tmp_path: Path) -> tuple[Stage, Path]:
