@@ -8,13 +8,17 @@ the launcher's own table."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
 from launcher.oscalls import WIDE_TABLE, wide_table_fd
 from sandbox_profiles.bwrap import render
 from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.profile import ProfileRequest, build_profile, write_runtime_files
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
@@ -56,7 +60,6 @@ def test_an_unsandboxed_server_starts_with_a_wide_table_and_not_the_descriptor(
 
 def test_the_descriptor_is_numbered_for_the_table_and_closed_on_exec() -> None:
     import fcntl
-    import os
 
     fd = wide_table_fd()
     assert fd is not None and fd >= WIDE_TABLE - 1
@@ -71,3 +74,42 @@ def test_bwrap_is_told_to_hold_it_only_when_given(table: int | None) -> None:
     argv = render(profile, table_fd=table)
     held = [argv[i + 1] for i, arg in enumerate(argv[: argv.index("--")]) if arg == "--sync-fd"]
     assert held == ([] if table is None else ["1023"])
+
+
+@needs_bwrap
+@pytest.mark.parametrize("told", [True, False], ids=["sync-fd", "inherited (control)"])
+def test_bwrap_keeps_the_descriptor_out_of_the_server_only_when_told_to_hold_it(
+    tmp_path: Path, told: bool
+) -> None:
+    """The same descriptor passed to bwrap both times: held with ``--sync-fd``, the server
+    (a shell listing its own descriptors) does not have it; merely inherited, it does."""
+    fd = wide_table_fd()
+    assert fd is not None
+    ws, runtime = tmp_path / "ws", tmp_path / "run"
+    ws.mkdir()
+    write_runtime_files(str(runtime), os.getuid(), os.getgid())
+    script = 'for f in /proc/$$/fd/*; do echo "fd ${f##*/}"; done'
+    request = ProfileRequest(
+        name="fds",
+        command_path="/bin/sh",
+        args=["-c", script],
+        env={},
+        workspace=str(ws),
+        runtime_dir=str(runtime),
+        search_path=["/usr/bin", "/bin"],
+        host_env=os.environ,
+    )
+    profile = build_profile(request)
+    done = subprocess.run(
+        render(profile, table_fd=fd if told else None),
+        env=dict(profile.env),
+        pass_fds=[fd],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    held = {int(line.split()[1]) for line in done.stdout.splitlines() if line.startswith("fd ")}
+    assert {0, 1, 2} <= held
+    assert (fd in held) is not told
