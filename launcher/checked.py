@@ -2,11 +2,12 @@
 ``prompts/get``, ``resources/read``, ``resources/subscribe``/``unsubscribe``,
 ``completion/complete``).
 
-Route → gate (one decision) → approval when escalated → forward → audit. The request is
-decided, audited and forwarded in the callback that read it, and the answer relayed in the
-callback that read it; only an escalation, which waits for a human, runs as a task. A
-refused tool call is answered with a tool result whose text starts ``DENIED`` (the model
-reads it); any other refused method with an error answer saying the same.
+Route → gate (one decision) → approval when escalated (:mod:`launcher.escalation`) →
+forward → audit. The request is decided, audited and forwarded in the callback that read
+it, and the answer relayed in the callback that read it; only an escalation, which waits for
+a human, runs as a task. A refused tool call is answered with a tool result whose text
+starts ``DENIED`` (the model reads it); any other refused method with an error answer saying
+the same.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.approval import Requester
-from launcher.audit import Prepared, hash_value, hashed_arguments
+from launcher.audit import Prepared, hashed_arguments
+from launcher.escalation import Escalations, discard
 from launcher.gate import (
     BY_URI,
     COMPLETE,
@@ -28,10 +30,8 @@ from launcher.gate import (
     UNSUBSCRIBE,
     completion_arguments,
     denial_text,
-    label,
 )
-from launcher.grants import CannotWiden, Grant, describe
-from launcher.jsonrpc import Message, ServerGone, error, notification, result, tool_result
+from launcher.jsonrpc import Message, ServerGone, error, result, tool_result
 from launcher.seams import Core, Downstream, OneShot
 from policy import Decision
 from policy.models import Annotation
@@ -40,8 +40,6 @@ from sandbox_profiles.records import mutable
 DENIED = -32001  # a request the policy did not let through (not a tool call)
 NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
 CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
-# While a human decides, a call with a progress token hears this often that it is alive.
-KEEPALIVE_SECONDS = 10.0
 
 
 class Send(Protocol):
@@ -51,7 +49,7 @@ class Send(Protocol):
 
 
 @mutable(slots=True)
-class _Call:
+class Call:
     """One checked request on its way through the relay."""
 
     request_id: Any
@@ -69,6 +67,12 @@ class _Call:
     one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
     granted: list[dict[str, object]] | None = None  # what it was given, for the audit
 
+    def progress_token(self) -> str | int | None:
+        """The client's progress token for this call, if it sent one."""
+        meta = self.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        return token if type(token) in (str, int) else None
+
 
 class CheckedCalls:
     def __init__(
@@ -82,15 +86,14 @@ class CheckedCalls:
     ) -> None:
         self.core = core
         self.send = send
-        self.ask = ask
-        self.client_elicits = client_elicits
         self._spawn = spawn
-        self._calls: dict[str | int, _Call] = {}  # forwarded, by the client's id
+        self._calls: dict[str | int, Call] = {}  # forwarded, by the client's id
         # Progress tokens of calls out at a server: (server, token) -> call. A server's
         # progress is relayed only for its own calls still out (not after a cancel).
-        self.progress: dict[tuple[str, object], _Call] = {}
-        self._waiting: dict[str | int, asyncio.Task[None]] = {}  # escalations, by id
-        self.keepalive = KEEPALIVE_SECONDS
+        self.progress: dict[tuple[str, object], Call] = {}
+        self.escalations = Escalations(
+            core, self, send=send, ask=ask, client_elicits=client_elicits, spawn=spawn
+        )
 
     def only_call_at(self, server: str) -> str | int | None:
         """The client's id of the one call out at ``server``; None when there are none or
@@ -105,9 +108,7 @@ class CheckedCalls:
         if call is not None:
             self._cancel(call, "cancelled")
             return
-        task = self._waiting.get(request_id)
-        if task is not None:
-            task.cancel()
+        self.escalations.cancel(request_id)
 
     def stop(self) -> None:
         """Calls still out are cancelled at their servers and audited ``cancelled``."""
@@ -116,7 +117,7 @@ class CheckedCalls:
 
     def start(self, method: str, params: Message, request_id: Any) -> None:
         """Decided, audited and forwarded in the callback that read it; the answer is
-        relayed in the callback that reads it (:meth:`_done`)."""
+        relayed in the callback that reads it (:meth:`answered`)."""
         started = time.perf_counter()
         if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
             self.send(result(request_id, tool_result("DENIED: arguments must be a JSON object")))
@@ -143,144 +144,40 @@ class CheckedCalls:
         checked = self.core.gate.check(method, server, name, args, cwd)
         decision = checked.decision
         conn = self.core.servers.get(server) if server else None
-        call = _Call(request_id, method, params, started, server, name, checked.arguments, conn)
+        call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
         call.entry = self._entry(call, decision, checked.hashes)
         if decision.decision == "escalate" and conn is not None and server is not None:
-            task = self._spawn(self._escalate(call, decision))
-            if isinstance(request_id, str | int):
-                self._waiting[request_id] = task
+            self.escalations.start(call, decision)
         elif decision.decision != "allow" or conn is None:
-            self._end(call, "denied", denial=denial_text(decision), missing=server is None)
+            self.end(call, "denied", denial=denial_text(decision), missing=server is None)
         else:
-            self._forward(call)
+            self.forward(call)
 
-    async def _escalate(self, call: _Call, decision: Decision) -> None:
-        assert call.server is not None
-        named = label(call.method, call.name)
-        try:
-            grants = self._grants(call)
-        except CannotWiden as exc:
-            call.entry["escalation"] = "cannot-take-effect"
-            text = (
-                f"ESCALATION CANNOT TAKE EFFECT (rule: {decision.rule}): {decision.reason}; "
-                f"no approval was asked, because {exc}"
-            )
-            self._end(call, "denied", denial=text)
-            return
-        except Exception as exc:  # whatever it was, no one is asked and the call is answered
-            call.entry["escalation"] = "cannot-take-effect"
-            text = f"ERROR: what an approval would give could not be worked out: {exc}"
-            self._end(call, "error", failure=text)
-            return
-        token = _progress_token(call)
-        alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
-        try:
-            outcome = await self.core.gate.approve(
-                call.server,
-                named,
-                call.arguments,
-                decision,
-                self.client_elicits(),
-                self.ask,
-                describe(call.server, grants) if grants else "",
-            )
-        except asyncio.CancelledError:
-            self._finish(call, "cancelled")  # by the client, or at stop
-            raise
-        except Exception as exc:  # never leave the client without an answer
-            self._end(call, "error", failure=f"ERROR: the approval failed: {exc}")
-            return
-        finally:
-            if alive is not None:
-                alive.cancel()
-            if self._waiting.get(call.request_id) is asyncio.current_task():
-                del self._waiting[call.request_id]
-        call.entry["escalation"] = outcome.escalation
-        if outcome.escalation == "approved-for-session":
-            call.entry["whitelisted"] = {  # what later identical calls will match
-                "server": call.server,
-                "tool": named,
-                "arguments": hash_value(call.arguments),
-            }
-        if outcome.approved and grants:
-            try:
-                for_session = outcome.escalation in ("approved-for-session", "session-whitelist")
-                await self._widen(call, grants, for_session)
-            except asyncio.CancelledError:
-                self._finish(call, "cancelled")
-                raise
-            except Exception as exc:
-                text = f"ERROR: the approved call could not be given its access: {exc}"
-                self._end(call, "error", failure=text)
-                return
-        if outcome.approved:
-            self._forward(call)
-            return
-        text = (
-            denial_text(decision)
-            if outcome.escalation == "no-approval-channel"
-            else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
-            f"{outcome.detail or 'not approved'}"
-        )
-        self._end(call, "denied", denial=text)
-
-    def _grants(self, call: _Call) -> list[Grant]:
-        """What an approval of ``call`` would have to give beyond its server's sandbox."""
-        widen = self.core.widen
-        if widen is None or call.method != TOOL or call.server is None:
-            return []
-        return widen.grants(call.server, call.name, call.arguments)
-
-    async def _widen(self, call: _Call, grants: list[Grant], for_session: bool) -> None:
-        """Run the approved ``call`` in an instance that holds the grants: its own, or the
-        one kept for the identical calls approved for the session."""
-        assert self.core.widen is not None and call.server is not None
-        call.entry["granted"] = [g.record() for g in grants if g.outside]
-        keep = None
-        if for_session:
-            named = label(call.method, call.name)
-            keep = f"{call.server}\0{named}\0{hash_value(call.arguments)}"
-        one_shot = await self.core.widen.start(call.server, grants, keep)
-        call.one_shot, call.conn = one_shot, one_shot.conn
-
-    async def _keep_alive(self, call: _Call, token: str | int) -> None:
-        """Progress for a call waiting for a human, so a client that times requests out
-        (and counts progress as life) keeps waiting; the server's own progress for it later
-        is reported after these."""
-        while True:
-            await asyncio.sleep(self.keepalive)
-            call.progress_sent += 1
-            params = {
-                "progressToken": token,
-                "progress": call.progress_sent,
-                "message": "waiting for a human to approve this call",
-            }
-            self.send(notification("notifications/progress", params), call.request_id)
-
-    def _forward(self, call: _Call) -> None:
+    def forward(self, call: Call) -> None:
+        """Send ``call`` to its server (or the instance an approval gave it)."""
         conn, server = call.conn, call.server
         assert conn is not None and server is not None
         try:
             call.downstream = conn.send_request(
                 call.method,
                 self._forwarded_params(call),
-                lambda outcome: self._done(call, outcome),
+                lambda outcome: self.answered(call, outcome),
                 self.core.settings[server].timeout,
             )
         except ServerGone as gone:
-            self._done(call, gone)
+            self.answered(call, gone)
             return
         except Exception as exc:  # whatever it was, the call is audited and answered
-            self._end(call, "error", failure=f"ERROR: the request could not be sent: {exc}")
+            self.end(call, "error", failure=f"ERROR: the request could not be sent: {exc}")
             return
         if isinstance(call.request_id, str | int):
             self._calls[call.request_id] = call
-        token = _progress_token(call)
+        token = call.progress_token()
         if token is not None:
             self.progress[(server, token)] = call
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
 
-    def _forwarded_params(self, call: _Call) -> Message:
+    def _forwarded_params(self, call: Call) -> Message:
         """The client's params as the server knows them: its own names, canonical values."""
         params, method = call.params, call.method
         if method == TOOL:
@@ -299,61 +196,30 @@ class CheckedCalls:
             return forward
         return {**params, "uri": call.arguments["uri"]}
 
-    def _done(self, call: _Call, outcome: Message | BaseException) -> None:
+    def answered(self, call: Call, outcome: Message | BaseException) -> None:
         """The server answered, exited, or ran out of time: audit, then answer the client."""
         if self._calls.get(call.request_id) is call:
             del self._calls[call.request_id]
         if call.one_shot is not None:
-            self._spawn(self._carry_over(call, call.one_shot, outcome))
+            self.escalations.carry_over(call, outcome)
             return
         try:
             self.core.settle()  # what the call created is dealt with before it returns
             halted = self.core.halted.get(call.server) if call.server else None
             if halted is not None:
                 text = f"ERROR: server '{call.server}' was stopped: {halted}; it is not running"
-                self._end(call, "error", failure=text)
+                self.end(call, "error", failure=text)
                 return
             self._answer(call, outcome)
         except Exception as exc:  # never take the session down for one call
             self.send(error(call.request_id, -32603, f"internal error: {exc}"))
 
-    async def _carry_over(
-        self, call: _Call, one_shot: OneShot, outcome: Message | BaseException
-    ) -> None:
-        """A widened call answered: its instance is stopped, then what the call changed of
-        the approved paths is carried over to the host (only when it succeeded), then the
-        client is answered as for any call."""
-        call.one_shot = None
-        failure = None
-        try:
-            if not one_shot.kept:
-                await one_shot.stop()
-            succeeded = (
-                isinstance(outcome, dict)
-                and isinstance(outcome.get("result"), dict)
-                and not outcome["result"].get("isError")
-            )
-            if succeeded:
-                # In a thread: a large file's copy must not hold the other calls up.
-                call.granted, failure = await asyncio.to_thread(one_shot.commit)
-        except Exception as exc:  # whatever it was, the client is told and nothing more runs
-            failure = f"the approved change could not be carried over: {exc}"
-        finally:
-            if one_shot.kept and failure is None:
-                one_shot.release()
-            else:
-                await _discard(one_shot)
-        if failure is not None:
-            self._end(call, "error", failure=f"ERROR: {failure}")
-            return
-        self._done(call, outcome)
-
-    def _answer(self, call: _Call, outcome: Message | BaseException) -> None:
+    def _answer(self, call: Call, outcome: Message | BaseException) -> None:
         server, conn = call.server, call.conn
         assert conn is not None and server is not None
         if isinstance(outcome, ServerGone):
             again = "it is being restarted, try again shortly" if conn.restarting else None
-            self._end(
+            self.end(
                 call, "server-exited", failure=f"ERROR: {outcome}; {again or 'it is not running'}"
             )
             return
@@ -363,12 +229,12 @@ class CheckedCalls:
                 f"ERROR: server '{server}' did not answer within {timeout} s; "
                 "the call was cancelled"
             )
-            self._end(call, "timeout", failure=text)
+            self.end(call, "timeout", failure=text)
             return
         if isinstance(outcome, BaseException):
             raise outcome
         if "error" in outcome:
-            self._finish(call, "error")
+            self.finish(call, "error")
             err = outcome["error"] if isinstance(outcome["error"], dict) else {}
             code = err.get("code")
             relayed: Message = {
@@ -382,11 +248,11 @@ class CheckedCalls:
         answer = outcome.get("result")
         if not isinstance(answer, dict):
             text = f"ERROR: server '{server}' returned a malformed result"
-            self._end(call, "error", failure=text)
+            self.end(call, "error", failure=text)
             return
         failed = call.method == TOOL and bool(answer.get("isError"))
         answer, filtered = self.core.outputs.answer(server, call.method, call.name or "", answer)
-        self._finish(call, "error" if failed else "success", filtered)
+        self.finish(call, "error" if failed else "success", filtered)
         if not self.core.audit.healthy:
             text = (
                 "DENIED (rule: audit-log-unwritable): the audit log cannot be "
@@ -396,9 +262,9 @@ class CheckedCalls:
             return
         self.send(result(call.request_id, answer))
 
-    def _end(
+    def end(
         self,
-        call: _Call,
+        call: Call,
         status: str,
         *,
         denial: str | None = None,
@@ -407,14 +273,14 @@ class CheckedCalls:
     ) -> None:
         """Audit ``call`` with ``status`` and tell the client why it was not made (a denial)
         or did not work (a failure)."""
-        self._finish(call, status)
+        self.finish(call, status)
         if denial is not None:
             code = NOT_FOUND.get(call.method, DENIED) if missing else DENIED
             self._reply(call, denial, code)
         else:
             self._reply(call, failure or "ERROR", -32603)
 
-    def _reply(self, call: _Call, text: str, code: int) -> None:
+    def _reply(self, call: Call, text: str, code: int) -> None:
         """A tool call's refusal is a tool result (so the model reads it); any other
         method's is an error answer."""
         if call.method == TOOL:
@@ -422,19 +288,19 @@ class CheckedCalls:
         else:
             self.send(error(call.request_id, code, text))
 
-    def _cancel(self, call: _Call, reason: str) -> None:
+    def _cancel(self, call: Call, reason: str) -> None:
         """The client cancelled it, or the session is stopping: the server is told, the
         audit says ``cancelled``, the client gets no answer (MCP)."""
         if self._calls.get(call.request_id) is call:
             del self._calls[call.request_id]
         assert call.conn is not None and call.downstream is not None
         if call.conn.cancel_request(call.downstream, reason):
-            self._finish(call, "cancelled")
+            self.finish(call, "cancelled")
         one_shot, call.one_shot = call.one_shot, None
         if one_shot is not None:  # nothing of a cancelled call is carried over
-            self._spawn(_discard(one_shot))
+            self._spawn(discard(one_shot))
 
-    def _entry(self, call: _Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
+    def _entry(self, call: Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
         server = call.server
         return {
             "requestId": call.request_id,
@@ -453,7 +319,7 @@ class CheckedCalls:
             "sandboxed": bool(server and self.core.settings[server].sandboxed),
         }
 
-    def _pii(self, call: _Call) -> list[str]:
+    def _pii(self, call: Call) -> list[str]:
         if not self.core.audit_args_clear or call.server is None:
             return []
         engine = self.core.gate.engine
@@ -464,11 +330,11 @@ class CheckedCalls:
             annotation = engine.get_prompt_annotation(call.server, call.name)
         return list(annotation.pii_fields) if annotation else []
 
-    def _finish(self, call: _Call, status: str, output: Message | None = None) -> None:
+    def finish(self, call: Call, status: str, output: Message | None = None) -> None:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
         if self.progress:
-            token = _progress_token(call)
+            token = call.progress_token()
             if token is not None and self.progress.get((str(call.server), token)) is call:
                 del self.progress[(str(call.server), token)]
         outcome: Message = {
@@ -486,16 +352,3 @@ class CheckedCalls:
             written = audit.write({**call.entry, **outcome})
         if not written:
             self.core.say(f"audit log write failed ({audit.error}); denying every further call")
-
-
-async def _discard(one_shot: OneShot) -> None:
-    try:
-        await one_shot.stop()
-    finally:
-        one_shot.discard()
-
-
-def _progress_token(call: _Call) -> str | int | None:
-    meta = call.params.get("_meta")
-    token = meta.get("progressToken") if isinstance(meta, dict) else None
-    return token if type(token) in (str, int) else None

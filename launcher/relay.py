@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from launcher.asks import ServerAsks, elicitation_modes
-from launcher.checked import CHECKED, CheckedCalls, _Call
+from launcher.checked import CHECKED, Call, CheckedCalls
 from launcher.gate import TOOL
 from launcher.jsonrpc import (
     LATEST_PROTOCOL,
@@ -265,7 +265,7 @@ class Relay:
             self._refreshing[key] = False
             self._spawn(self._refresh(conn, key[1], method))
 
-    def _progress_of(self, conn: Downstream, message: Message) -> _Call | None:
+    def _progress_of(self, conn: Downstream, message: Message) -> Call | None:
         """The call of this server still out that a progress notification is about."""
         params = message.get("params")
         token = params.get("progressToken") if isinstance(params, dict) else None

@@ -1030,7 +1030,7 @@ def test_a_call_waiting_for_a_human_is_kept_alive_and_its_progress_goes_on_after
 ) -> None:
     h = build(tmp_path, answer=None)
     h.fs.answer = lambda method, params: None  # the server works on it for a while
-    h.relay.calls.keepalive = 0.01
+    h.relay.calls.escalations.keepalive = 0.01
 
     async def scenario() -> None:
         wire, params = params_for("tools/call", where(h, "escalate"))
