@@ -6,7 +6,9 @@
           and through a relay that only copies lines (scripts/floor_relay.py: what the two
           extra pipe hops of any stdio proxy cost here)
   http    per-call latency through `ironcurtain run` over streamable HTTP (--http) vs the
-          same over stdio (the time server)
+          same over stdio (the time server), HTTP spoken from a raw socket as the stdio
+          side is raw JSON lines; and what a client library's own work adds (Python's
+          http.client against the raw socket)
   output  per-call cost of the credential detectors on a 100 kB answer (the filesystem
           server's read_text_file, detectors off vs on), and the scan alone in process
   start   spawn to `initialize` answered: bare vs the full sandbox (bwrap, seccomp, and as
@@ -136,22 +138,53 @@ def bench_http(quick: bool) -> None:
     env = scratch.env()
     print(f"per call over HTTP, {calls} calls each, alternating, after {warm} warm-up calls")
     argv = scratch.run_argv("--server", "time")
+    args = {"timezone": "UTC"}
     stdio, http = Peer(argv, env), HttpPeer(argv, env)
-    a: list[float] = []
-    b: list[float] = []
     try:
-        for i in range(warm + calls):
-            x = stdio.call("get_current_time", {"timezone": "UTC"})
-            y = http.call("get_current_time", {"timezone": "UTC"})
-            if i >= warm:
-                a.append(x)
-                b.append(y)
+        a, b = _alternate(
+            lambda: stdio.call("get_current_time", args),
+            lambda: http.call("get_current_time", args),
+            calls,
+            warm,
+        )
     finally:
         stdio.close()
+    label = "time: get_current_time (direct = ironcurtain over stdio; HTTP from a raw socket)"
+    med, p99 = compare(label, a, b)
+    # What a client library's own work adds: Python's http.client against the raw socket,
+    # each on a session of its own, alternating as above.
+    lib = HttpPeer(argv, env)
+    try:
+        a, b = _alternate(
+            lambda: http.call("get_current_time", args),
+            lambda: lib.call_stdlib("get_current_time", args),
+            calls,
+            warm,
+        )
+    finally:
         http.close()
+        lib.close()
         scratch.remove()
-    med, p99 = compare("time: get_current_time (direct = ironcurtain over stdio)", a, b)
-    results["http"] = f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 over stdio"
+    label = "the same through Python's http.client (direct = from a raw socket)"
+    client, _ = compare(label, a, b)
+    results["http"] = (
+        f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 over stdio "
+        f"(http.client adds +{client * 1000:.3f} ms of its own)"
+    )
+
+
+def _alternate(
+    first: Callable[[], float], second: Callable[[], float], calls: int, warm: int
+) -> tuple[list[float], list[float]]:
+    """Each one's round-trip times, called by turns after ``warm`` turns uncounted."""
+    a: list[float] = []
+    b: list[float] = []
+    for i in range(warm + calls):
+        x, y = first(), second()
+        if i >= warm:
+            a.append(x)
+            b.append(y)
+    return a, b
 
 
 def bench_output(quick: bool) -> None:

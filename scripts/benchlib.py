@@ -8,6 +8,8 @@ shows the peers' stderr (ironcurtain's start-up report among it).
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import shutil
 import socket
@@ -54,17 +56,16 @@ class Peer:
 
 
 class HttpPeer:
-    """``ironcurtain run --http 0`` spoken to over one kept-alive connection (stdlib
-    ``http.client``, no client library in the way): each call is a POST whose answer comes
-    on that request's event stream."""
+    """``ironcurtain run --http 0`` spoken to as :class:`Peer` speaks JSON lines, with no
+    client library in the way: one kept-alive socket, each call a POST written whole and
+    its response read to the end of the request's event stream. :meth:`call_stdlib` makes
+    the same call through Python's ``http.client`` on a second connection to the same MCP
+    session: that library's own work per call (~0.15 ms here, more than the whole JSON-lines
+    client's) is then counted as if the server had done it."""
 
     TOKEN = "bench-token-" + "0" * 24
 
     def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
-        import http.client
-        import json
-
-        self._json = json
         stderr = subprocess.PIPE
         self.proc = subprocess.Popen(
             [*argv, "--http", "0"],
@@ -79,10 +80,9 @@ class HttpPeer:
         url, said = serving_url(self.proc.stderr, echo=bool(os.environ.get("BENCH_STDERR")))
         if not url:
             raise RuntimeError("ironcurtain --http did not start:\n" + "".join(said))
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        self.conn.connect()
-        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+        self.raw = RawHttp(self.port)
+        self._stdlib: http.client.HTTPConnection | None = None
         self.headers = {
             "Authorization": f"Bearer {self.TOKEN}",
             "Content-Type": "application/json",
@@ -91,47 +91,126 @@ class HttpPeer:
         self._ids = 0
         init = {"protocolVersion": "2025-11-25", "capabilities": {},
                 "clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
-        self._post("initialize", init)
-        self.headers["Mcp-Session-Id"] = self.session
+        _, headers = self._post("initialize", init)
+        self.headers["Mcp-Session-Id"] = headers.get("mcp-session-id", "")
         self.headers["MCP-Protocol-Version"] = "2025-11-25"
         self._post(None, None, notify="notifications/initialized")
 
     def _post(
-        self, method: str | None, params: object, notify: str | None = None
-    ) -> dict[str, object]:
+        self, method: str | None, params: object, notify: str | None = None, stdlib: bool = False
+    ) -> tuple[dict[str, object], dict[str, str]]:
+        """The answer to one request (or nothing, for a notification), and the response's
+        headers (names in lower case)."""
         if notify is not None:
             body = {"jsonrpc": "2.0", "method": notify}
         else:
             self._ids += 1
             body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": params}
-        self.conn.request("POST", "/mcp", self._json.dumps(body), self.headers)
-        response = self.conn.getresponse()
-        self.session = response.getheader("mcp-session-id") or ""
-        text = response.read().decode()
+        data = json.dumps(body).encode()
+        if stdlib:
+            status, headers, raw = self._post_stdlib(data)
+        else:
+            status, headers, raw = self.raw.post("/mcp", self.headers, data)
+        text = raw.decode()
         if notify is not None:
-            return {}
+            return {}, headers
         for line in text.splitlines():
             if line.startswith("data: {"):
-                message = self._json.loads(line[6:])
+                message = json.loads(line[6:])
                 if message.get("id") == self._ids:
-                    return dict(message)
-        raise RuntimeError(f"no answer: {response.status} {text[:200]}")
+                    return dict(message), headers
+        raise RuntimeError(f"no answer: {status} {text[:200]}")
 
-    def call(self, tool: str, arguments: dict[str, object]) -> float:
+    def _post_stdlib(self, data: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self._stdlib is None:
+            self._stdlib = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+            self._stdlib.connect()
+            assert self._stdlib.sock is not None
+            self._stdlib.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._stdlib.request("POST", "/mcp", data, self.headers)
+        response = self._stdlib.getresponse()
+        headers = {k.lower(): v for k, v in response.getheaders()}
+        return response.status, headers, response.read()
+
+    def call(self, tool: str, arguments: dict[str, object], stdlib: bool = False) -> float:
+        """One tools/call; its round-trip time."""
         start = time.perf_counter()
-        reply = self._post("tools/call", {"name": tool, "arguments": arguments})
+        reply, _ = self._post("tools/call", {"name": tool, "arguments": arguments}, stdlib=stdlib)
         took = time.perf_counter() - start
         if "error" in reply or reply.get("result", {}).get("isError"):  # type: ignore[union-attr]
             raise RuntimeError(f"call failed: {reply}")
         return took
 
+    def call_stdlib(self, tool: str, arguments: dict[str, object]) -> float:
+        """The same through ``http.client``."""
+        return self.call(tool, arguments, stdlib=True)
+
     def close(self) -> None:
-        self.conn.close()
+        self.raw.close()
+        if self._stdlib is not None:
+            self._stdlib.close()
         self.proc.terminate()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+
+
+class RawHttp:
+    """HTTP/1.1 on one kept-alive socket with as little work as a client can do: a request
+    written in one piece; a response read whole (its head, then a ``Content-Length`` body
+    or every chunk up to the last)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = b""
+
+    def post(
+        self, path: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Status, headers (names in lower case) and body of one POST."""
+        lines = [f"POST {path} HTTP/1.1", f"Host: 127.0.0.1:{self.port}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        lines.append(f"Content-Length: {len(body)}")
+        self.sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
+        head = self._until(b"\r\n\r\n").decode("latin-1").split("\r\n")
+        status = int(head[0].split(" ", 2)[1])
+        fields: dict[str, str] = {}
+        for line in head[1:]:
+            name, _, value = line.partition(":")
+            fields[name.strip().lower()] = value.strip()
+        if fields.get("transfer-encoding", "").lower() == "chunked":
+            chunks = []
+            while True:
+                size = int(self._until(b"\r\n").split(b";")[0], 16)
+                chunks.append(self._exactly(size))
+                self._exactly(2)  # the CRLF after each chunk (after the last one too)
+                if size == 0:
+                    return status, fields, b"".join(chunks)
+        return status, fields, self._exactly(int(fields.get("content-length", "0")))
+
+    def _until(self, mark: bytes) -> bytes:
+        while mark not in self._buffer:
+            self._fill()
+        found, self._buffer = self._buffer.split(mark, 1)
+        return found
+
+    def _exactly(self, count: int) -> bytes:
+        while len(self._buffer) < count:
+            self._fill()
+        found, self._buffer = self._buffer[:count], self._buffer[count:]
+        return found
+
+    def _fill(self) -> None:
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise EOFError("the server closed the connection")
+        self._buffer += data
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 @dataclass
