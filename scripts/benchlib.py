@@ -59,9 +59,8 @@ class HttpPeer:
     """``ironcurtain run --http 0`` spoken to as :class:`Peer` speaks JSON lines, with no
     client library in the way: one kept-alive socket, each call a POST written whole and
     its response read to the end of the request's event stream. :meth:`call_stdlib` makes
-    the same call through Python's ``http.client`` on a second connection to the same MCP
-    session: that library's own work per call (~0.15 ms here, more than the whole JSON-lines
-    client's) is then counted as if the server had done it."""
+    the same call through Python's ``http.client`` instead, whose own work (0.2 ms of CPU a
+    call here, against 0.09 ms for the raw socket) would be counted as the server's."""
 
     TOKEN = "bench-token-" + "0" * 24
 
