@@ -44,6 +44,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms, print_medians
 
@@ -140,6 +141,7 @@ def bench_http(quick: bool) -> None:
     argv = scratch.run_argv("--server", "time")
     args = {"timezone": "UTC"}
     stdio, http = Peer(argv, env), HttpPeer(argv, env)
+    lib: HttpPeer | None = None
     try:
         a, b = _alternate(
             lambda: stdio.call("get_current_time", args),
@@ -147,23 +149,21 @@ def bench_http(quick: bool) -> None:
             calls,
             warm,
         )
-    finally:
-        stdio.close()
-    label = "time: get_current_time (direct = ironcurtain over stdio; HTTP from a raw socket)"
-    med, p99 = compare(label, a, b)
-    # What a client library's own work adds: Python's http.client against the raw socket,
-    # each on a session of its own, alternating as above.
-    lib = HttpPeer(argv, env)
-    try:
+        label = "time: get_current_time (direct = ironcurtain over stdio; HTTP from a raw socket)"
+        med, p99 = compare(label, a, b)
+        # What a client library's own work adds: Python's http.client against the raw
+        # socket, each on a session of its own, alternating as above.
+        lib = HttpPeer(argv, env)
         a, b = _alternate(
-            lambda: http.call("get_current_time", args),
-            lambda: lib.call_stdlib("get_current_time", args),
+            partial(http.call, "get_current_time", args),
+            partial(lib.call_stdlib, "get_current_time", args),
             calls,
             warm,
         )
     finally:
-        http.close()
-        lib.close()
+        for peer in (stdio, http, lib):
+            if peer is not None:
+                peer.close()
         scratch.remove()
     label = "the same through Python's http.client (direct = from a raw socket)"
     client, _ = compare(label, a, b)
