@@ -1,6 +1,7 @@
 """The policy in the form the engine evaluates fast: annotations with what each call needs
 precomputed (:class:`ToolInfo`), compiled rules with their conditions as sets and their
-``within`` made canonical (:class:`Rule`), and the argument checks every call makes first.
+``within`` made canonical (:class:`Rule`), the argument checks every call makes first, and
+a rule's conditions on paths and domains.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 from policy.decision import Decision, DecisionKind
 from policy.models import Annotation, CompiledRule
-from policy.paths import UnknownLocationError, canonical_path
+from policy.paths import UnknownLocationError, canonical_path, iter_strings
 from policy.roles import (
     ArgumentRole,
     GitLocations,
@@ -19,6 +20,7 @@ from policy.roles import (
     get_url_roles,
     is_git_tool,
 )
+from policy.urls import domain_matches_allowlist
 from policy.variables import PlaceholderError, expand
 from sandbox_profiles.records import frozen
 
@@ -155,3 +157,66 @@ def with_git_locations(info: ToolInfo, args: Mapping[str, object]) -> dict[str, 
         if extra:
             view[arg] = [*names, *extra]
     return view
+
+
+# -- a rule's argument conditions, checked at each call ----------------------------------------
+
+
+def paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool:
+    """Whether every path ``args`` give a role the rule names lies within its ``within``
+    (and there is at least one)."""
+    assert rule.path_roles is not None
+    found = False
+    for arg, roles in info.path_args:
+        if roles & rule.path_roles:
+            for path in iter_strings(args.get(arg)):
+                if path != rule.within and not path.startswith(rule.within_prefix):
+                    return False
+                found = True
+    return found
+
+
+def domains_allowed(
+    rule: Rule,
+    info: ToolInfo,
+    args: Mapping[str, object],
+    cwd: str | None,
+    cache: dict[tuple[str, str], str],
+) -> bool:
+    """Whether every URL ``args`` give a role the rule names is on a domain it allows (and
+    there is at least one)."""
+    assert rule.domain_roles is not None
+    found = False
+    for arg, role, roles in info.url_args:
+        if roles & rule.domain_roles:
+            for value in iter_strings(args.get(arg)):
+                domain = domain_of(value, role, args, cwd, cache)
+                if not domain_matches_allowlist(domain, rule.allowed):
+                    return False
+                found = True
+    return found
+
+
+def domain_of(
+    value: str,
+    role: ArgumentRole,
+    args: Mapping[str, object],
+    cwd: str | None,
+    cache: dict[tuple[str, str], str],
+) -> str:
+    """The domain a URL argument names, as the policy judges it: resolved (a named git
+    remote), canonicalised, prepared by its role; ``cache`` keeps it for the call."""
+    key = (role, value)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    definition = get_role_definition(role)
+    resolved = value
+    if definition.resolve_for_policy is not None:
+        resolved = definition.resolve_for_policy(value, args, cwd)
+    normalised = definition.canonicalize(resolved, cwd, None)
+    domain = (
+        definition.prepare_for_policy(normalised) if definition.prepare_for_policy else normalised
+    )
+    cache[key] = domain
+    return domain

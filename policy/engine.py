@@ -20,8 +20,11 @@ from policy.compiled import (
     Rule,
     ToolInfo,
     compile_rule,
+    domain_of,
+    domains_allowed,
     misshapen_path_arg,
     names_match,
+    paths_within,
     tool_info,
     with_git_locations,
 )
@@ -38,10 +41,7 @@ from policy.paths import (
     looks_like_path,
 )
 from policy.prepare import prepare_tool_args
-from policy.roles import (
-    ArgumentRole,
-    get_role_definition,
-)
+from policy.roles import ArgumentRole
 from policy.urls import domain_matches_allowlist, file_uri_path
 
 _SEVERITY: Mapping[str, int] = {"allow": 0, "escalate": 1, "deny": 2}
@@ -280,32 +280,6 @@ class PolicyEngine:
             return unknown
         return None
 
-    @staticmethod
-    def _domain_of(
-        value: str,
-        role: ArgumentRole,
-        args: Mapping[str, object],
-        cwd: str | None,
-        cache: dict[tuple[str, str], str],
-    ) -> str:
-        """resolve_for_policy -> canonicalize -> prepare_for_policy."""
-        key = (role, value)
-        hit = cache.get(key)
-        if hit is not None:
-            return hit
-        definition = get_role_definition(role)
-        resolved = value
-        if definition.resolve_for_policy is not None:
-            resolved = definition.resolve_for_policy(value, args, cwd)
-        normalised = definition.canonicalize(resolved, cwd, None)
-        domain = (
-            definition.prepare_for_policy(normalised)
-            if definition.prepare_for_policy
-            else normalised
-        )
-        cache[key] = domain
-        return domain
-
     def _domain_gate(
         self,
         server: str,
@@ -319,7 +293,7 @@ class PolicyEngine:
         allowed = self._allowlists.get(server, ())
         for arg, role, _roles in info.url_args:
             for value in iter_strings(args.get(arg)):
-                domain = self._domain_of(value, role, args, cwd, cache)
+                domain = domain_of(value, role, args, cwd, cache)
                 if not domain_matches_allowlist(domain, allowed):
                     return Decision(
                         "escalate",
@@ -346,11 +320,9 @@ class PolicyEngine:
         if candidates is None:
             candidates = known[(server, tool)] = self._static_matches(server, tool, info, prompt)
         for rule in candidates:
-            if rule.path_roles is not None and not self._paths_within(rule, info, paths):
+            if rule.path_roles is not None and not paths_within(rule, info, paths):
                 continue
-            if rule.domain_roles is not None and not self._domains_allowed(
-                rule, info, args, cwd, cache
-            ):
+            if rule.domain_roles is not None and not domains_allowed(rule, info, args, cwd, cache):
                 continue
             return Decision(rule.then, rule.name, rule.reason)
         return Decision("deny", "default-deny", "no policy rule matches this call")
@@ -372,34 +344,3 @@ class PolicyEngine:
             and names_match(rule, name, prompt)
             and (rule.side_effects is None or ann.side_effects == rule.side_effects)
         )
-
-    @staticmethod
-    def _paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool:
-        assert rule.path_roles is not None
-        found = False
-        for arg, roles in info.path_args:
-            if roles & rule.path_roles:
-                for path in iter_strings(args.get(arg)):
-                    if path != rule.within and not path.startswith(rule.within_prefix):
-                        return False
-                    found = True
-        return found
-
-    def _domains_allowed(
-        self,
-        rule: Rule,
-        info: ToolInfo,
-        args: Mapping[str, object],
-        cwd: str | None,
-        cache: dict[tuple[str, str], str],
-    ) -> bool:
-        assert rule.domain_roles is not None
-        found = False
-        for arg, role, roles in info.url_args:
-            if roles & rule.domain_roles:
-                for value in iter_strings(args.get(arg)):
-                    domain = self._domain_of(value, role, args, cwd, cache)
-                    if not domain_matches_allowlist(domain, rule.allowed):
-                        return False
-                    found = True
-        return found
