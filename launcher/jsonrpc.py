@@ -81,19 +81,31 @@ def _not_json(name: str) -> object:
     raise ValueError(f"{name} is not a JSON value")
 
 
-_strict = json.JSONDecoder(parse_constant=_not_json).decode
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # inf - inf is NaN
+        raise ValueError(f"{text} is beyond the range of a JSON number here")
+    return value
+
+
+_strict = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite).decode
 
 
 def loads(data: bytes | str) -> Any:
     """One JSON text, as RFC 8259 has it: Python's parser also takes ``NaN`` and
     ``Infinity``, which no client's parser does, so a peer that sends them is refused
-    (raises ValueError) rather than relayed.
+    (raises ValueError) rather than relayed. So is a number too large for a double
+    (``1e400``), which Python reads as infinity and would write back as ``Infinity``
+    (RFC 8259 lets a parser limit the range of numbers).
 
     >>> loads(b'{"progress": 1.5}')
     {'progress': 1.5}
     >>> loads(b'{"progress": NaN}')
     Traceback (most recent call last):
     ValueError: NaN is not a JSON value
+    >>> loads(b'{"progress": -1e400}')
+    Traceback (most recent call last):
+    ValueError: -1e400 is beyond the range of a JSON number here
     """
     if isinstance(data, bytes | bytearray):
         data = data.decode(json.detect_encoding(data), "surrogatepass")

@@ -832,6 +832,17 @@ def test_a_tool_that_changes_loses_its_session_approval(tmp_path: Path) -> None:
     assert "tool-changed" in h.client.elicitations[1]["params"]["message"]
 
 
+def test_a_number_beyond_a_double_is_refused_not_relayed_as_infinity(tmp_path: Path) -> None:
+    # Python reads 1e400 as infinity, which its encoder writes back as Infinity: a token no
+    # server's or client's strict parser takes. The call is refused before any server.
+    h = build(tmp_path)
+    call = b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"read_file",'
+    h.relay.feed(call + b'"arguments":{"path":"a.txt","offset":1e400}}}')
+    h.relay.feed(call + b'"arguments":{"path":"a.txt","offset":-1E+999}}}')
+    assert [m.get("error", {}).get("code") for m in h.client.sent] == [-32700, -32700]
+    assert h.fs.requests == [] and h.entries() == []
+
+
 def test_json_nested_past_what_python_parses_gets_an_error(tmp_path: Path) -> None:
     h = build(tmp_path)
     h.relay.feed(b"[" * 100_000 + b"]" * 100_000)

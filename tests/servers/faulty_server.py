@@ -71,6 +71,12 @@ def garbage() -> str:
         b'{"jsonrpc": "2.0", "method": "notifications/message", '
         b'"params": {"level": "error", "data": NaN}}\n',
     )
+    # Nor a number beyond a double: Python reads it as infinity and writes Infinity.
+    os.write(
+        _WIRE,
+        b'{"jsonrpc": "2.0", "method": "notifications/message", '
+        b'"params": {"level": "error", "data": {"size": 1e400}}}\n',
+    )
     return "after garbage"
 
 
