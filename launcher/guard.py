@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -96,9 +97,18 @@ class Guard:
         quarantine_dir: str,
         on_quarantine: Callable[[Quarantined], None],
         on_failure: Callable[[GuardFailure], None] | None = None,
+        anchored: Iterable[str] = (),
     ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]
-        self.guarded = {os.path.normpath(p) for p in guarded}
+        # A path not there yet is guarded as named and as the host would resolve it now
+        # (through a symlink of the user's on the way).
+        named = {os.path.normpath(p) for p in guarded}
+        self.guarded = named | {os.path.realpath(p) for p in named}
+        # The directories on the way to a guarded path: only a directory may appear there
+        # (a symlink would lead the host's tool elsewhere).
+        self.ways = {w for p in self.guarded for w in _ways_in(p, self.roots)}
+        # Protected by where they are, with the way to them: kept by identity.
+        self.anchored = {os.path.normpath(p) for p in anchored}
         self.quarantine_dir = quarantine_dir
         self.on_quarantine = on_quarantine
         self.on_failure = on_failure
@@ -127,6 +137,17 @@ class Guard:
                 self._scan(root, ())
             except _Failed as exc:
                 raise GuardError(f"{exc.path}: {exc.reason}") from None
+            # The places the scan does not reach (inside what it leaves alone, or past a
+            # symlink, which is not followed) are known by identity too.
+            for path in (*self.anchored, *self.ways):
+                if path not in self.preexisting and _inside(path, root):
+                    parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
+                    try:
+                        identity = nofollow.identity(root, parts)
+                    except OSError:
+                        continue
+                    if identity is not None:
+                        self.preexisting[path] = identity
         self._started = True
 
     def _add_watch(self, root: str, parts: Parts) -> bool:
@@ -201,23 +222,37 @@ class Guard:
         entry = autorun.match(parts, is_dir, sibling)
         if entry is None and is_dir and nofollow.lexists(root, parts, "pyvenv.cfg"):
             entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
+        path = os.path.join(root, *parts)
+        final = True  # not descended into: left alone as the user's, or moved away
         if entry is not None:
             why = f"{entry.match}: {entry.loaded_by}"
-        elif os.path.join(root, *parts) in self.guarded:
-            why = "protected path (denyWrite or ironcurtain's)"
+        elif path in self.guarded:
+            why = "protected path (denyWrite, ironcurtain's, or named by a git configuration)"
+        elif path in self.anchored:
+            why = "in the place of a protected path, or of a directory on the way to one"
+            final = False
+        elif path in self.ways and not is_dir:
+            why = "not a directory, on the way to a protected path"
         else:
             return False
         if not self._started:
             identity = nofollow.identity(root, parts)
             if identity is not None:
-                self.preexisting[os.path.join(root, *parts)] = identity
-        elif not self._is_preexisting(root, parts):
+                self.preexisting[path] = identity
+        elif not self._is_preexisting(root, parts, same_inode=not final and is_dir):
             self._quarantine(root, parts, why)
-        return True
+            return True
+        return final
 
-    def _is_preexisting(self, root: str, parts: Parts) -> bool:
+    def _is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
+        """Whether ``root/parts`` is what was there at start. A directory kept by identity
+        (on the way to a protected path) is compared by inode alone: its change time moves
+        with every entry made in it."""
         known = self.preexisting.get(os.path.join(root, *parts))
-        return known is not None and known == nofollow.identity(root, parts)
+        now = nofollow.identity(root, parts)
+        if known is None or now is None:
+            return False
+        return known[:2] == now[:2] if same_inode else known == now
 
     def _check_git_dir(self, root: str, parts: Parts, has: autorun.Exists) -> None:
         """A directory that has just become one git takes for a repository: what in it git
@@ -354,6 +389,29 @@ class Guard:
                 self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
             except _Failed as exc:
                 self._fail(root, exc.path, exc.reason)
+        # The places the catalogue does not name, outermost first.
+        places = [p for p in (*self.anchored, *self.ways, *self.guarded) if _inside(p, root)]
+        for path in sorted(set(places), key=lambda p: p.count("/")):
+            parts = tuple(os.path.relpath(path, root).split("/"))
+            try:
+                self._sweep_place(root, parts)
+            except _Failed as exc:
+                self._fail(root, exc.path, exc.reason)
+            except OSError as exc:
+                self._fail(root, path, f"the sweep cannot check it: {explain(exc)}")
+
+    def _sweep_place(self, root: str, parts: Parts) -> None:
+        try:
+            with nofollow.dir_path(root, parts[:-1]) as directory:
+                st = os.lstat(os.path.join(directory, parts[-1]))
+        except (FileNotFoundError, NotADirectoryError):
+            return  # not there, or a place on the way is not a directory (checked itself)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return  # through a symlink: that symlink is a place checked itself
+            raise
+        is_dir = stat.S_ISDIR(st.st_mode)
+        self._check(root, parts, is_dir, functools.partial(nofollow.lexists, root, parts[:-1]))
 
     # -- quarantine ------------------------------------------------------------------------
 
@@ -380,6 +438,20 @@ class Guard:
 
 
 _MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
+
+
+def _inside(path: str, root: str) -> bool:
+    return path != root and path.startswith(root.rstrip("/") + "/")
+
+
+def _ways_in(path: str, roots: Sequence[str]) -> list[str]:
+    """The directories strictly between the innermost root holding ``path`` and it."""
+    holding = [r for r in roots if _inside(path, r)]
+    if not holding:
+        return []
+    root = max(holding, key=len).rstrip("/")
+    parts = path[len(root) + 1 :].split("/")
+    return [os.path.join(root, *parts[:i]) for i in range(1, len(parts))]
 
 
 def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:

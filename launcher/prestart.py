@@ -133,10 +133,11 @@ def _guard(plan: SessionPlan) -> Guard | None:
     if not roots:
         return None
     guarded = [p for sp in plan.servers.values() for p in sp.guarded]
+    anchored = [p for sp in plan.servers.values() for p in sp.anchored]
     quarantine = os.path.join(str(dirs.state_dir()), "quarantine", plan.session_id)
     guard: Guard | None = None
     try:
-        guard = Guard(roots, guarded, quarantine, _not_yet, _not_yet)
+        guard = Guard(roots, guarded, quarantine, _not_yet, _not_yet, anchored)
         guard.start()
     except GuardError as exc:
         if guard is not None:

@@ -60,6 +60,8 @@ class ServerPlan:
     profile: SandboxProfile | None
     cwd: str  # where the server runs; relative paths in its calls resolve here
     guarded: tuple[str, ...] = ()  # paths that must not appear in its writable roots
+    # paths in them kept by identity (protected where they are, and the way to them)
+    anchored: tuple[str, ...] = ()
     # How the workspace is shown to it (from its tool annotations), and why.
     workspace_access: WorkspaceAccess = "write"
     workspace_reason: str = ""
@@ -260,6 +262,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             profile,
             cwd,
             guarded=tuple(guarded_paths(request, profile)),
+            anchored=profile.anchored,
             workspace_access=access,
             workspace_reason=access_reason,
             placeholders=tuple(placeholders(profile)),

@@ -87,6 +87,7 @@ def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:
         },
         "protectedNames": list(ALWAYS_PROTECTED_NAMES),
         "guarded": list(server.guarded),
+        "anchored": list(server.anchored),
         "mounts": [
             {
                 "kind": m.kind,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import field
 
 from sandbox_profiles.gitconfig import git_config_paths, host_git_configs
 from sandbox_profiles.records import frozen, mutable
@@ -195,7 +196,8 @@ GIT_REFERENCE_ENTRY = Entry(
     "a file or directory a git configuration names (include.path, includeIf, core.hooksPath)",
     "git reads an included file as configuration, runs hooks from core.hooksPath",
     "git-config(1)",
-    "global-include",
+    "global-include, moved-include-dir, moved-link-on-the-way, include-through-symlink, "
+    "include-moved-into-place",
 )
 
 CATALOGUE: tuple[Entry, ...] = (
@@ -219,6 +221,13 @@ for _entry in CATALOGUE[: len(_NAMES)]:
 _BY_SUFFIX: tuple[tuple[str, Entry], ...] = tuple(
     (entry.match[1:].lower(), entry) for entry in CATALOGUE[len(_NAMES) : len(_NAMES) + 3]
 )
+# The directories on the way to an entry of several components (".cargo" of
+# ".cargo/config.toml"), by their last component: a symlink or a file in that place would
+# send the host tool elsewhere, so it counts as the entry.
+_BY_LEADING: dict[str, list[tuple[tuple[str, ...], Entry]]] = {}
+for _parts, _entry in [p for entries in _BY_LAST.values() for p in entries]:
+    for _k in range(1, len(_parts)):
+        _BY_LEADING.setdefault(_parts[_k - 1], []).append((_parts[:_k], _entry))
 
 Exists = Callable[[str], bool]
 
@@ -233,23 +242,39 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
     True
     >>> match(["repo.git", "config"], False, {"HEAD", "objects", "refs"}.__contains__).test
     'bare-repository, gitdir-file, commondir, read-only-git-dir'
+
+    A symlink (or anything but a directory) where an entry has a directory on its way is
+    that entry: the host tool would follow it.
+
+    >>> match(["crate", ".cargo"], False, lambda n: False).match
+    '.cargo/config'
+    >>> match(["crate", ".cargo"], True, lambda n: False) is None
+    True
     """
     if not parts:
         return None
     name = parts[-1]
     low = name.lower()
     for suffix, entry in _BY_LAST.get(low, ()):
-        n = len(suffix)
-        if len(parts) >= n and all(p.lower() == s for p, s in zip(parts[-n:], suffix, strict=True)):
+        if _ends_with(parts, suffix):
             return entry
     for ending, entry in _BY_SUFFIX:
         if low.endswith(ending):
             return entry
     if low == ".git" and not is_dir:
         return GIT_FILE_ENTRY
+    if not is_dir:
+        for leading, entry in _BY_LEADING.get(low, ()):
+            if _ends_with(parts, leading):
+                return entry
     if name in GIT_DIR_MEMBERS and is_git_dir(sibling):
         return GIT_DIR_ENTRY
     return None
+
+
+def _ends_with(parts: Sequence[str], suffix: tuple[str, ...]) -> bool:
+    n = len(suffix)
+    return len(parts) >= n and all(p.lower() == s for p, s in zip(parts[-n:], suffix, strict=True))
 
 
 def is_git_dir(has: Exists) -> bool:
@@ -314,6 +339,10 @@ class Protection:
 
     read_only: dict[str, str]
     guarded: list[str]
+    # Of ``read_only``, what the catalogue names (by name or by structure): the guard
+    # quarantines whatever takes such a place. The rest (what links and git configurations
+    # point at) is protected by where it is, so the way to it must stay as it is.
+    by_name: set[str] = field(default_factory=set)
 
 
 # How many entries inside one catalogue directory are looked at for symlinks.
@@ -366,6 +395,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(os.path.realpath(path), f"always protected: {rel}, through its link")
             else:
                 protect(path, f"always protected: {rel}")
+                found.by_name.add(path)
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:

@@ -122,3 +122,7 @@ class SandboxProfile:
     # Paths inside writable roots that must not come into being (denyWrite, ironcurtain's
     # own files, files a git configuration includes): the launcher quarantines them.
     guarded: tuple[str, ...] = ()
+    # Paths inside writable roots protected by where they are (what a link or a git
+    # configuration points at, denyWrite, ironcurtain's files) and the way to each: what
+    # takes one of those places with another identity is quarantined.
+    anchored: tuple[str, ...] = ()

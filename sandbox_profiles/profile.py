@@ -46,6 +46,7 @@ EGRESS_SOCKET = "/run/ironcurtain/egress.sock"
 PROXY_PORT = 3128
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 NOT_THERE_YET = "denyRead (not there yet)"
+PINNED = "pinned"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 WorkspaceAccess = Literal["write", "read", "none"]
 
@@ -228,6 +229,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path in writable:
         if path != req.workspace:
             mounts.append(Mount("bind", path, path, "allowWrite"))
+    roots_end = len(mounts)  # what is shown inside a writable root comes after this
     # After the writable roots, so a program directory inside one stays read-only.
     argv: tuple[str, ...] = (req.command_path, *req.args)
     program_files = list(req.program_files)
@@ -286,6 +288,13 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
                 mounts.append(Mount("mask-file", path, mask, reason))
             else:
                 mounts.append(Mount("tmpfs", missing, reason=reason, mode=0o555))
+    by_place = [
+        m.dest
+        for m in mounts[roots_end:]
+        if m.kind in ("ro-bind", "mask-file", "tmpfs") and m.dest not in protection.by_name
+    ]
+    pins, anchored = _ways(by_place, writable)
+    mounts[roots_end:roots_end] = pins
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
         name=req.name,
@@ -299,7 +308,47 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         seccomp=req.seccomp,
         limits=req.limits,
         guarded=tuple(guarded),
+        anchored=tuple(anchored),
     )
+
+
+def _ways(paths: Sequence[str], writable: Sequence[str]) -> tuple[list[Mount], list[str]]:
+    """What keeps each of ``paths`` (shown read-only or hidden inside a writable root, by
+    where it is rather than by its name) the path the host names.
+
+    A server could otherwise rename a directory on the way (the mount moves with it) and
+    make a new one in its place, with its own file where the protected one was: the
+    user's link or git configuration, unchanged, would then lead to it. So every real
+    directory between the root and the path is bound onto itself, read-write as before: a
+    mount point cannot be renamed or removed (EBUSY), and a rename across it fails (EXDEV).
+    A symlink on the way, or the path itself when it is a symlink, cannot be pinned: each,
+    with the directories on the way, is returned to be anchored (the guard quarantines
+    whatever takes one of those places with another identity). The path itself is not,
+    otherwise: its mount keeps it, and the user may edit it."""
+    pins: dict[str, str] = {}
+    anchored: dict[str, None] = {}
+    for path in paths:
+        roots = [r for r in writable if is_under(path, r) and path != r]
+        if not roots:
+            continue
+        root = max(roots, key=len)
+        for named in dict.fromkeys((path, os.path.realpath(path))):
+            if not is_under(named, root) or named == root:
+                continue
+            parts = named[len(root.rstrip("/")) + 1 :].split("/")
+            for i in range(1, len(parts) + 1):
+                way = os.path.join(root, *parts[:i])
+                if not os.path.lexists(way):
+                    break
+                if i < len(parts) or os.path.islink(way):
+                    anchored.setdefault(way, None)
+                if i < len(parts) and os.path.isdir(way) and not os.path.islink(way):
+                    pins.setdefault(way, path)
+    mounts = [
+        Mount("bind", way, way, f"{PINNED}: on the way to {target}, so it stays where it is")
+        for way, target in sorted(pins.items(), key=lambda item: item[0].count("/"))
+    ]
+    return mounts, list(anchored)
 
 
 def placeholders(profile: SandboxProfile) -> list[tuple[str, bool]]:

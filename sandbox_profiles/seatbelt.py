@@ -22,7 +22,13 @@ import re
 
 from sandbox_profiles.autorun import PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT, is_under
+from sandbox_profiles.profile import (
+    ALWAYS_PROTECTED_NAMES,
+    EGRESS_SOCKET,
+    PINNED,
+    PROXY_PORT,
+    is_under,
+)
 
 # What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
 MACOS_SYSTEM_READ: tuple[str, ...] = (
@@ -133,6 +139,8 @@ def render(profile: SandboxProfile) -> str:
                 read.append(dest)
         elif mount.kind == "bind" and dest == EGRESS_SOCKET:
             continue  # on macOS the proxy is reached over loopback TCP, below
+        elif mount.kind == "bind" and mount.reason.startswith(PINNED):
+            continue  # a path rule denies by path: a renamed directory takes none with it
         elif mount.kind == "bind" and mount.source and mount.source != dest:
             skipped.append(mount)  # another tree shown at dest: no rule can say that
         elif mount.kind == "bind":

@@ -102,14 +102,57 @@ GIT_ATTACKS = [
         "work",  # the user's ~/.gitconfig includes a file of the workspace
         lambda m, w: [["write", "shared.gitconfig", _fsmonitor(m)]],
     ),
+    GitAttack(
+        "moved-include-dir",
+        "inc",  # the user's repository includes ../conf/team.gitconfig, which is there
+        lambda m, w: [
+            ["rename", "inc/conf", "inc/conf.orig"],  # the read-only file goes with it
+            ["mkdir", "inc/conf"],
+            ["write", "inc/conf/team.gitconfig", _fsmonitor(m)],
+        ],
+    ),
+    GitAttack(
+        "moved-link-on-the-way",
+        "inc3",  # the same, through the user's link inc3/conf -> ../shared
+        lambda m, w: [
+            ["rename", "inc3/conf", "inc3/conf.orig"],  # a link: no mount point to pin
+            ["mkdir", "inc3/conf"],
+            ["write", "inc3/conf/team.gitconfig", _fsmonitor(m)],
+        ],
+    ),
+    GitAttack(
+        "include-through-symlink",
+        "opt",  # the user's repository includes ../local/extra.gitconfig, not there yet
+        lambda m, w: [
+            ["write", "stash/extra.gitconfig", _fsmonitor(m)],
+            ["symlink", "opt/local", "../stash"],
+        ],
+    ),
+    GitAttack(
+        "include-moved-into-place",
+        "opt2",  # the same, the directory made elsewhere and moved into the way
+        lambda m, w: [
+            ["write", "stage/extra.gitconfig", _fsmonitor(m)],
+            ["rename", "stage", "opt2/local"],
+        ],
+    ),
 ]
 
 # Every name of the catalogue, planted new at some depth.
 NAMES = [*autorun.PROTECTED_NAMES, *(s.replace("*", "x") for s in autorun.PROTECTED_SUFFIXES)]
 
 
+# A directory on the way to a catalogue entry of several components (".cargo" of
+# ".cargo/config.toml"), planted as a link to a directory holding the rest.
+LEADING = sorted({n.split("/")[0] for n in autorun.PROTECTED_NAMES if "/" in n} - {".git"})
+PLANTED = [*NAMES, *(f"{name} (a link)" for name in LEADING)]
+
+
 def _name_ops() -> list[Op]:
-    return [["write", f"cat/{i}/{name}", "evil\n"] for i, name in enumerate(NAMES)]
+    ops = [["write", f"cat/{i}/{name}", "evil\n"] for i, name in enumerate(NAMES)]
+    for i, name in enumerate(LEADING):
+        ops += [["mkdir", f"lead/{i}/real"], ["symlink", f"lead/{i}/{name}", "real"]]
+    return ops
 
 
 def _host_git(ws: Path, where: str, home: Path) -> None:
@@ -144,6 +187,20 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     subprocess.run(["git", "-C", str(ws / "work2"), "config", "core.hooksPath", ".githooks"])
     subprocess.run(["git", "init", "-q", str(ws / "sl")], check=True)
     (ws / "sl" / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+    # Repositories whose configuration includes a file of the tree: there, or not yet.
+    for repo, included in (
+        ("inc", "../conf/team.gitconfig"),
+        ("inc3", "../conf/team.gitconfig"),
+        ("opt", "../local/extra.gitconfig"),
+        ("opt2", "../local/extra.gitconfig"),
+    ):
+        subprocess.run(["git", "init", "-q", str(ws / repo)], check=True)
+        subprocess.run(["git", "-C", str(ws / repo), "config", "include.path", included])
+    (ws / "inc" / "conf").mkdir()
+    (ws / "inc" / "conf" / "team.gitconfig").write_text("[color]\n\tui = auto\n")
+    (ws / "shared").mkdir()
+    (ws / "shared" / "team.gitconfig").write_text("[color]\n\tui = auto\n")
+    (ws / "inc3" / "conf").symlink_to("../shared")
     for rel in CONTENT.values():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text("# the user's\n")
@@ -164,6 +221,17 @@ CONTENT = {
 }
 
 
+def _moved_ops(rel: str) -> list[Op]:
+    """``rel`` rewritten after the directory holding it is renamed away (the read-only
+    mount goes with it) and made again."""
+    parent = os.path.dirname(rel)
+    return [["rename", parent, f"{parent}.orig"], ["mkdir", parent], ["write", rel, "evil"]]
+
+
+def _evil(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink() and path.read_text() == "evil"
+
+
 def _ran(ws: Path, user: Home, markers: Path) -> dict[str, bool]:
     for attack in GIT_ATTACKS:
         if (ws / attack.where).is_dir():
@@ -172,7 +240,13 @@ def _ran(ws: Path, user: Home, markers: Path) -> dict[str, bool]:
 
 
 def _left(ws: Path) -> list[str]:
-    return [name for i, name in enumerate(NAMES) if os.path.lexists(ws / "cat" / str(i) / name)]
+    names = [name for i, name in enumerate(NAMES) if os.path.lexists(ws / "cat" / str(i) / name)]
+    links = [
+        f"{name} (a link)"
+        for i, name in enumerate(LEADING)
+        if os.path.lexists(ws / "lead" / str(i) / name)
+    ]
+    return [*names, *links]
 
 
 def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], list[str]]:
@@ -185,9 +259,17 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
     calls += [
         ("fs_ops", {"base": str(ws), "ops": [["write", rel, "evil"]]}) for rel in CONTENT.values()
     ]
+    moved = [("fs_ops", {"base": str(ws), "ops": _moved_ops(rel)}) for rel in CONTENT.values()]
+    ran: dict[str, bool] = {}
+
+    def rewritten() -> list[tuple[str, dict[str, Any]]]:
+        return moved
+
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
-    ran = _ran(ws, user, markers)
-    ran.update({key: (ws / rel).read_text() == "evil" for key, rel in CONTENT.items()})
+    ran.update({key: _evil(ws / rel) for key, rel in CONTENT.items()})
+    answers += run_probe(user, ws, probe_server_config(sandboxed), rewritten)
+    ran.update({f"{key}-moved": _evil(ws / rel) for key, rel in CONTENT.items()})
+    ran.update(_ran(ws, user, markers))
     return ran, _left(ws), [text for _, text in answers]
 
 
@@ -211,7 +293,7 @@ def test_what_a_server_plants_as_it_starts_host_git_does_not_run(tmp_path: Path)
 def test_what_a_server_plants_as_it_starts_runs_without_the_sandbox(tmp_path: Path) -> None:
     ran, left = _planted_at_start(tmp_path, sandboxed=False)
     assert all(ran.values()), ran
-    assert left == NAMES
+    assert left == PLANTED
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +306,7 @@ def hostile_bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
-HOSTILE = [*(a.id for a in GIT_ATTACKS), *CONTENT]
+HOSTILE = [*(a.id for a in GIT_ATTACKS), *CONTENT, *(f"{key}-moved" for key in CONTENT)]
 
 
 @pytest.mark.parametrize("attack", HOSTILE)
@@ -248,7 +330,7 @@ def test_no_catalogue_name_survives_the_session(hostile_sandboxed: tuple) -> Non
 
 def test_without_the_sandbox_every_catalogue_name_is_left(hostile_bare: tuple) -> None:
     _, left, _ = hostile_bare
-    assert left == NAMES
+    assert left == PLANTED
 
 
 def test_holding_every_proxy_connection_does_not_switch_the_guard_off(tmp_path: Path) -> None:
@@ -271,12 +353,16 @@ def test_holding_every_proxy_connection_does_not_switch_the_guard_off(tmp_path: 
 # -- the agent, through allowed calls of the bundled servers -------------------------------
 
 
+def _by_agent(attack: GitAttack) -> bool:
+    """Whether the filesystem server's calls can make it: it has no chmod and no symlink
+    (a move is the agent's own test below)."""
+    return all(op[0] in ("mkdir", "write") for op in attack.ops("m", "w"))
+
+
 def _agent_calls(ws: Path, markers: Path) -> list[tuple[str, dict[str, Any]]]:
     """The git attacks as filesystem and git tool calls the bundled policy allows."""
     calls: list[tuple[str, dict[str, Any]]] = []
-    for attack in GIT_ATTACKS:
-        if attack.id == "read-only-git-dir":
-            continue  # the filesystem server has no chmod
+    for attack in filter(_by_agent, GIT_ATTACKS):
         for op in attack.ops(str(markers / attack.id), str(ws)):
             path = str(ws / op[1])
             if op[0] == "mkdir":
@@ -316,8 +402,8 @@ def _agent(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[tuple[boo
                 out.append(await call(session, tool, args))
 
     asyncio.run(scenario())
-    ran = {k: v for k, v in _ran(ws, user, markers).items() if k != "read-only-git-dir"}
-    return ran, out
+    made = {a.id for a in GIT_ATTACKS if _by_agent(a)}
+    return {k: v for k, v in _ran(ws, user, markers).items() if k in made}, out
 
 
 def test_the_agent_plants_nothing_host_git_runs_and_git_work_goes_on(tmp_path: Path) -> None:
@@ -330,6 +416,91 @@ def test_the_agent_plants_nothing_host_git_runs_and_git_work_goes_on(tmp_path: P
 def test_the_agents_attacks_run_without_the_sandbox(tmp_path: Path) -> None:
     ran, out = _agent(tmp_path, sandboxed=False)
     assert all(ran.values()), (ran, out)
+
+
+def _agent_moves(base: Path, sandboxed: bool) -> tuple[bool, list[tuple[bool, str]]]:
+    """The agent renames the directory holding the file the user's repository includes
+    (its read-only mount goes with it), makes it again and writes its own file there."""
+    user, ws, markers = _world(base)
+    bundled = json.loads(
+        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    )
+    server = bundled["mcpServers"]["filesystem"]
+    if not sandboxed:
+        server["sandbox"] = False
+    config = user.root / "agent.json"
+    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
+    conf = ws / "inc" / "conf"
+    calls: list[tuple[str, dict[str, Any]]] = [
+        ("filesystem__move_file", {"source": str(conf), "destination": f"{conf}.orig"}),
+        ("filesystem__create_directory", {"path": str(conf)}),
+        (
+            "filesystem__write_file",
+            {"path": str(conf / "team.gitconfig"), "content": _fsmonitor(str(markers / "inc"))},
+        ),
+    ]
+    out: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, "--config", str(config), "--workspace", str(ws)) as session:
+            for tool, args in calls:
+                out.append(await call(session, tool, args))
+
+    asyncio.run(scenario())
+    _host_git(ws, "inc", user.home)
+    return (markers / "inc").exists(), out
+
+
+def test_the_agent_cannot_move_the_way_to_what_a_repository_includes(tmp_path: Path) -> None:
+    ran, out = _agent_moves(tmp_path, sandboxed=True)
+    assert not ran, out
+    assert out[0][0] and "busy" in out[0][1].lower(), out  # the way is a mount point
+
+
+def test_the_agents_move_runs_without_the_sandbox(tmp_path: Path) -> None:
+    ran, out = _agent_moves(tmp_path, sandboxed=False)
+    assert ran, out
+
+
+def _own_files_in_the_workspace(base: Path, sandboxed: bool) -> tuple[str, list[tuple[bool, str]]]:
+    """ironcurtain's config kept in the workspace: a server renames the directory on the
+    way to it and writes its own config, unsandboxing itself for the next session."""
+    user, ws, _ = _world(base)
+    own = ws / "ops" / "ironcurtain"
+    own.mkdir(parents=True)
+    config = own / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(sandboxed)}}))
+    policy = write_raw_policy(own / "policy")
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", "65534:65534", str(ws / "ops")], check=True)
+    mine = config.read_text()
+    forged = json.dumps({"mcpServers": {"probe": {"command": "/bin/sh", "sandbox": False}}})
+    ops: list[Op] = [
+        ["rename", "ops", "ops.orig"],
+        ["mkdir", "ops"],
+        ["mkdir", "ops/ironcurtain"],
+        ["write", "ops/ironcurtain/servers.json", forged],
+    ]
+    out: list[tuple[bool, str]] = []
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+
+    async def scenario() -> None:
+        async with connect(user, *args) as session:
+            out.append(await call(session, "probe__fs_ops", {"base": str(ws), "ops": ops}))
+
+    asyncio.run(scenario())
+    now = config.read_text() if config.is_file() else ""
+    return ("the user's" if now == mine else "forged" if now == forged else now), out
+
+
+def test_ironcurtains_own_files_in_the_workspace_stay_the_users(tmp_path: Path) -> None:
+    whose, out = _own_files_in_the_workspace(tmp_path, sandboxed=True)
+    assert whose == "the user's", out
+
+
+def test_without_the_sandbox_a_server_rewrites_ironcurtains_own_files(tmp_path: Path) -> None:
+    whose, out = _own_files_in_the_workspace(tmp_path, sandboxed=False)
+    assert whose == "forged", out
 
 
 def test_scan_finds_and_fixes_what_was_planted(tmp_path: Path) -> None:
