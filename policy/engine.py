@@ -13,6 +13,7 @@ call (``structural-git-location``). The arguments forwarded stay the ones the ag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
@@ -51,6 +52,10 @@ RESOURCE_READ_TOOL = "resources/read"
 # Roles that remove their target: deleting or moving away a directory that holds a protected
 # path is as bad as touching the protected path itself. (Writing *into* an ancestor is not.)
 _REMOVING_ROLES: frozenset[ArgumentRole] = frozenset({"delete-path"})
+
+
+_URI_START = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")  # RFC 3986's scheme
+_URI_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class PolicyEngine:
@@ -172,7 +177,15 @@ class PolicyEngine:
         """A ``resources/read``: ``file://`` URIs are checked as a read-path (structural
         invariants, then the rules as tool ``resources/read`` with effect ``read``); other
         schemes are the server's own handles and pass. Returns the decision and the URI to
-        forward (canonical for files)."""
+        forward (canonical for files).
+
+        A URI must start with its scheme and hold no control character: URI parsers (the
+        WHATWG one the TypeScript SDK uses) drop leading spaces and controls and remove
+        tabs and newlines anywhere, so ``" file:///etc/passwd"`` or ``"fi\tle:..."`` would be
+        a server's own handle here and a file there."""
+        if not _URI_START.match(uri) or _URI_CONTROL.search(uri):
+            why = "a URI must start with its scheme and hold no control characters"
+            return Decision("deny", "structural-uri-shape", why), uri
         if uri[:5].lower() != "file:":
             return Decision("allow", "resource-not-a-file", "not a file:// resource"), uri
         path = file_uri_path(uri)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from mcp import MCPError as McpError
 
 from tests.support.audit import audit_entries
 from tests.support.cli import run_args
+from tests.support.client import Client
 from tests.support.home import Home, git_repo
 from tests.support.marks import needs_bwrap
 from tests.support.paths import TESTS
@@ -252,6 +255,68 @@ def test_prompts_and_resources_are_routed_and_file_reads_checked(user: Home) -> 
         ("resources/read", "resources/read", "denied"),
         ("resources/read", "resources/read", "denied"),  # listed by nobody, outside
     ]
+    assert user.secret not in audit.read_text()
+
+
+TS_SDK = (
+    Path(sys.prefix)
+    / "lib/node_modules/@modelcontextprotocol/server-filesystem/node_modules"
+    / "@modelcontextprotocol/sdk"
+)
+# URI parsers (WHATWG's, which the TypeScript SDK's server uses) drop leading spaces and
+# controls and remove tabs and newlines anywhere: each of these is read as file://PATH.
+DISGUISES = (" file://{}", "\x01file://{}", "fi\tle://{}")
+
+
+def _ts_file_server() -> dict[str, Any]:
+    if not (TS_SDK / "dist" / "esm" / "server" / "mcp.js").is_file():
+        pytest.skip("the TypeScript SDK comes with the filesystem server (scripts/install.sh)")
+    return {
+        "command": "node",
+        "args": [str(TESTS / "servers" / "ts_file_resources.mjs")],
+        "env": {"TS_SDK": str(TS_SDK)},
+        "sandbox": False,  # only the gate stands between the agent and the file
+    }
+
+
+def test_the_typescript_sdk_reads_a_disguised_file_uri(user: Home) -> None:
+    # The attack's premise, spoken to the server directly: the disguise reads the file.
+    server = _ts_file_server()
+    secret = user.root / "outside.txt"
+    secret.write_text(user.secret)
+    client = Client.spawn([server["command"], *server["args"]], {**user.env, **server["env"]})
+    try:
+        client.initialize()
+        for disguise in DISGUISES:
+            rid = client.request("resources/read", {"uri": disguise.format(secret)})
+            read = client.answer(rid)
+            assert read["result"]["contents"][0]["text"] == user.secret, read
+    finally:
+        client.close(timeout=10)
+
+
+def test_a_file_uri_disguised_for_the_gate_is_refused(user: Home) -> None:
+    server = _ts_file_server()
+    ws = user.ws("probe-ws")
+    secret = user.root / "outside.txt"
+    secret.write_text(user.secret)
+    config = user.root / "files.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = _workspace_read_policy(user)
+    audit = user.root / "audit.jsonl"
+    out: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(user, *run_args(config, policy, ws, audit)) as s:
+            for disguise in DISGUISES:
+                try:
+                    read = await s.read_resource(disguise.format(secret))
+                    out.append(f"read: {read.contents[0]}")
+                except McpError as exc:
+                    out.append(str(exc))
+
+    run(scenario)
+    assert all(o.startswith("DENIED (rule: structural-uri-shape)") for o in out), out
     assert user.secret not in audit.read_text()
 
 
