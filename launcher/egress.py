@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import socket
 from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import NoReturn
 from urllib.parse import urlsplit
 
@@ -29,6 +31,10 @@ CONNECT_TIMEOUT = 10.0
 # Connections one server may hold open through its proxy at once; more are closed as they
 # come, so a server cannot exhaust the trusted process's descriptors (each holds two).
 MAX_CONNECTIONS = 128
+# Name lookups one server's proxy runs at once, in threads of its own: a lookup that hangs
+# (a name server that never answers) holds its thread until the system gives up, and a
+# server that starts many must not leave none for another server, nor for the session.
+LOOKUPS = 4
 _HOP_HEADERS = {"proxy-connection", "proxy-authorization", "connection", "keep-alive"}
 
 
@@ -49,9 +55,11 @@ class _Refused(Exception):
         self.port = port
 
 
-async def _resolve(host: str, port: int) -> list[str]:
+async def _resolve(host: str, port: int, pool: Executor | None = None) -> list[str]:
+    """The addresses of ``host``, looked up in a thread of ``pool``."""
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    lookup = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    infos = await loop.run_in_executor(pool, lookup)
     seen: list[str] = []
     for _family, _type, _proto, _name, sockaddr in infos:
         if sockaddr[0] not in seen:
@@ -74,6 +82,7 @@ class EgressProxy:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.resolutions: list[str] = []  # names looked up (tests: none for a refused name)
+        self._lookups = ThreadPoolExecutor(LOOKUPS, thread_name_prefix=f"egress-{server}")
         self.turned_away = 0  # connections closed at once because the cap was reached
 
     async def start(self, listening: socket.socket | None = None) -> None:
@@ -89,6 +98,7 @@ class EgressProxy:
         os.chmod(self.socket_path, 0o666)
 
     async def stop(self) -> None:
+        self._lookups.shutdown(wait=False, cancel_futures=True)
         if self._server is not None:
             self._server.close()
         for task in list(self._tasks):
@@ -132,6 +142,8 @@ class EgressProxy:
                 await writer.drain()
         except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
+        except Exception as exc:  # a request nothing above foresaw: refused, and said
+            self.on_refusal(Refusal(self.server, "?", 0, f"malformed request ({exc!r})"))
         finally:
             writer.close()
             if task is not None:
@@ -145,6 +157,8 @@ class EgressProxy:
         if len(head) > HEAD_LIMIT:
             raise _Refused(431, "request head too large")
         lines = head.decode("latin-1").split("\r\n")
+        if not lines[0].isascii() or not lines[0].isprintable():
+            raise _Refused(400, "a request line holds a control or non-ASCII character")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             raise _Refused(400, "not an HTTP/1.x proxy request")
@@ -160,7 +174,10 @@ class EgressProxy:
         url = urlsplit(target)
         if url.scheme != "http" or not url.hostname:
             raise _Refused(400, f"only CONNECT and absolute http:// URLs are proxied: {target!r}")
-        host, port = url.hostname, url.port or 80
+        try:
+            host, port = url.hostname, url.port or 80
+        except ValueError:
+            raise _Refused(400, f"bad port in {target!r}") from None
         host_header = next((v.strip() for k, v in headers if k.strip().lower() == "host"), None)
         if host_header is not None and _split_authority(host_header, 80) != (host.lower(), port):
             reason = f"the Host header {host_header!r} does not match {host}"
@@ -168,6 +185,9 @@ class EgressProxy:
         if any(k.strip().lower() == "transfer-encoding" for k, _ in headers):
             reason = "chunked request bodies are not proxied; send Content-Length"
             raise _Refused(411, reason, host, port)
+        length = next((v.strip() for k, v in headers if k.strip().lower() == "content-length"), "0")
+        if not (length.isascii() and length.isdecimal()):
+            raise _Refused(400, "bad Content-Length", host, port)
         up_reader, up_writer = await self._open(host, port)
         path = url.path or "/"
         if url.query:
@@ -175,11 +195,16 @@ class EgressProxy:
         kept = [(k, v) for k, v in headers if k.strip().lower() not in _HOP_HEADERS]
         out = [f"{method} {path} {version}", *(f"{k}:{v}" for k, v in kept), "Connection: close"]
         up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
-        length = next((v.strip() for k, v in headers if k.strip().lower() == "content-length"), "0")
-        if not length.isdigit():
-            raise _Refused(400, "bad Content-Length")
-        if int(length):
-            up_writer.write(await reader.readexactly(int(length)))
+        # The body as it comes, a piece at a time: the trusted process never holds more
+        # than one piece of it, whatever length the server announces.
+        remaining = int(length)
+        while remaining:
+            piece = await reader.read(min(remaining, 65536))
+            if not piece:
+                raise asyncio.IncompleteReadError(b"", remaining)
+            up_writer.write(piece)
+            await up_writer.drain()
+            remaining -= len(piece)
         await up_writer.drain()
         # One request per connection: nothing more is read from the client, so a second
         # request to another host cannot ride on this checked connection.
@@ -196,17 +221,25 @@ class EgressProxy:
         if not addresses:
             self.resolutions.append(host)
             try:
-                resolved = await asyncio.wait_for(_resolve(host, port), CONNECT_TIMEOUT)
+                resolved = await asyncio.wait_for(
+                    _resolve(host, port, self._lookups), CONNECT_TIMEOUT
+                )
             except (OSError, TimeoutError):
                 resolved = []
             if not resolved:
                 self._refuse(host, port, f"{host} could not be resolved", status=502)
+            reasons: list[str] = []
             for address in resolved:
                 reason = check_address(self.rules, address, port)
+                if reason is None and _of_this_machine(address):
+                    # A service listening on every address answers there as on loopback.
+                    reason = f"{host} resolves to {address}, an address of this machine"
                 if reason is None:
                     addresses.append(address)
+                else:
+                    reasons.append(reason)
             if not addresses:
-                self._refuse(host, port, check_address(self.rules, resolved[0], port) or "")
+                self._refuse(host, port, reasons[0])
         last: Exception | None = None
         for address in addresses:
             try:
@@ -221,10 +254,22 @@ class EgressProxy:
         raise _Refused(status, reason, host, port)
 
 
+def _of_this_machine(address: str) -> bool:
+    """Whether ``address`` is one of this machine's own: only such an address can be bound
+    (with ``net.ipv4.ip_nonlocal_bind`` set, any can, and every one is refused)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
 def _split_authority(text: str, default_port: int) -> tuple[str, int]:
     """``host:port``, ``[v6]:port`` or ``host`` -> (lower-cased host, port)."""
     host, port = split_host_port(text)
-    if port and not port.isdigit():
+    if port and not (port.isascii() and port.isdecimal() and 0 < int(port) < 65536):
         raise _Refused(400, f"bad port in {text!r}")
     return host, int(port) if port else default_port
 

@@ -258,6 +258,15 @@ def check_workspace(workspace: str, given: str | None) -> None:
             "validated files a server working there could rewrite; use a directory outside "
             f"it (or one of {workspaces}/*)",
         )
+    for base in rundir.bases():
+        if is_under(os.path.realpath(base), workspace):
+            raise OptionError(
+                "workspace",
+                given,
+                f"holds {base}, where every ironcurtain session keeps its sockets "
+                "(approvals, egress proxies), which a server working there could connect "
+                "to; use a directory inside it",
+            )
 
 
 def plan_session(opts: RunOptions) -> SessionPlan:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher import dirs
+from launcher import dirs, rundir
 from launcher.config import LoadedConfig
 from launcher.config_schema import FilesystemSandbox, ServerConfig
 from launcher.errors import ConfigError, SandboxUnavailable
@@ -30,6 +30,7 @@ from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import (
     WorkspaceAccess,
     guarded_paths,
+    is_under,
     placeholders,
     sandbox_env,
 )
@@ -170,6 +171,26 @@ def never_shown() -> dict[str, str]:
     return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
 
 
+def _keep_runtime_out(name: str, fs: FilesystemSandbox, at: Surroundings) -> None:
+    """A server shown the directory where sessions keep their sockets could connect to
+    them, read-only or not: the approvals socket (and approve its own calls) or another
+    server's egress proxy (and reach what only that server may). So no grant may hold it."""
+    bases = {os.path.realpath(b): b for b in rundir.bases()}
+    for key, alias in (("allow_read", "allowRead"), ("allow_write", "allowWrite")):
+        for i, path in enumerate(getattr(fs, key)):
+            real = os.path.realpath(path)
+            held = [shown for base, shown in bases.items() if is_under(base, real)]
+            if held:
+                raise ConfigError(
+                    str(at.config.path),
+                    f"$.{at.config.key}.{name}.sandbox.filesystem.{alias}[{i}]",
+                    f"{path!r} holds {held[0]}, where every ironcurtain session keeps its "
+                    "sockets (approvals, egress proxies): a server shown them could approve "
+                    "its own calls or use another server's network; name a directory inside "
+                    "it instead",
+                )
+
+
 def limits_of(server: ServerConfig) -> Limits:
     """The limits in force: the config's, each field defaulting to
     :data:`launcher.config_schema.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
@@ -200,6 +221,8 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
     sandboxed = server.sandboxed and at.can_sandbox
     args = list(server.args)
     fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
+    if sandboxed:
+        _keep_runtime_out(name, fs, at)
     if at.workspace in fs.allow_write:
         access, access_reason = "write", "allowWrite names it"
     egress = egress_rules(server) if sandboxed else None

@@ -36,6 +36,7 @@ from launcher.relay import Relay
 from launcher.report import say, startup_report
 from launcher.seams import Upstream
 from launcher.served import Served
+from launcher.shown import visible
 from launcher.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
@@ -237,8 +238,11 @@ class Session:
     def _egress_refused(self, refusal: Refusal) -> None:
         self.event(
             "egress-refused",
-            f"egress refused for '{refusal.server}': "
-            f"{refusal.host}:{refusal.port}: {refusal.reason}",
+            # What the server sent is shown as text, never acted on by the terminal.
+            visible(
+                f"egress refused for '{refusal.server}': "
+                f"{refusal.host}:{refusal.port}: {refusal.reason}"
+            ).replace("\n", "\\n"),
             server=refusal.server,
             host=refusal.host,
             port=refusal.port,

@@ -43,6 +43,8 @@ def blocked_kind(address: IPAddress) -> str | None:
         return "a private address"
     if address.is_multicast or address.is_unspecified or address.is_reserved:
         return "a reserved address"
+    if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
+        return "a site-local address"  # fec0::/10: deprecated, still routed on some networks
     if isinstance(address, ipaddress.IPv6Address) and address.sixtofour is not None:
         return blocked_kind(address.sixtofour)
     return None

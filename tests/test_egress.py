@@ -5,7 +5,9 @@ in for the internet (``sandbox.network.hosts`` pins the test names to it)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -80,6 +82,7 @@ ADDRESS_TABLE = [
     ("::ffff:10.0.0.1", "a private address"),
     ("0.0.0.0", "a private address"),
     ("224.0.0.1", "a reserved address"),
+    ("fec0::5", "a site-local address"),
 ]
 
 
@@ -141,9 +144,9 @@ def test_proxy_forwards_allowed_names_and_never_resolves_refused_ones(
     looked_up: list[str] = []
     real_resolve = egress._resolve
 
-    async def spy(host: str, p: int) -> list[str]:
+    async def spy(host: str, p: int, pool: Any = None) -> list[str]:
         looked_up.append(host)
-        return await real_resolve(host, p)
+        return await real_resolve(host, p, pool)
 
     monkeypatch.setattr(egress, "_resolve", spy)
     refusals: list[Refusal] = []
@@ -189,6 +192,159 @@ def test_proxy_forwards_allowed_names_and_never_resolves_refused_ones(
         ("example.test", port),  # the Host header that did not match
     ]
     assert hits == [f"example.test:{port} /page", f"example.test:{port} /tunnel"]
+
+
+def test_one_servers_hanging_lookups_leave_another_servers_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A server allowed "*" asks for many names whose name server never answers; another
+    # server's lookup must still be answered while those hang (they give way only once the
+    # other's answer is in, or after a safety bound).
+    released = threading.Event()
+    real = socket.getaddrinfo
+
+    def lookup(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(host).endswith(".hangs.test"):
+            released.wait(20)
+            raise socket.gaierror("no answer")
+        return real("127.0.0.1", *args, **kwargs) if host == "fast.test" else real(host, *args)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    order: list[str] = []
+    hostile_rules = EgressRules.from_config(["*"], [], {})
+    other_rules = EgressRules.from_config(["fast.test"], [], {})
+
+    async def scenario() -> None:
+        hostile = EgressProxy("hostile", hostile_rules, str(tmp_path / "h.sock"), lambda r: None)
+        other = EgressProxy("other", other_rules, str(tmp_path / "o.sock"), lambda r: None)
+        await hostile.start()
+        await other.start()
+        try:
+            asks = [f"CONNECT n{i}.hangs.test:443 HTTP/1.1\r\n\r\n".encode() for i in range(24)]
+            hanging = [asyncio.ensure_future(_ask(hostile.socket_path, a)) for a in asks]
+            await asyncio.sleep(0.3)  # every hostile lookup has started, or is queued
+            asked = _ask(other.socket_path, b"CONNECT fast.test:9 HTTP/1.1\r\n\r\n")
+            answer = await asyncio.wait_for(asked, 30)
+            order.append("other answered" if answer.startswith(b"HTTP/1.1") else "other failed")
+            released.set()
+            await asyncio.gather(*hanging, return_exceptions=True)
+        finally:
+            released.set()
+            await hostile.stop()
+            await other.stop()
+
+    def safety() -> None:
+        if not released.wait(8):
+            order.append("released by the safety bound")
+            released.set()
+
+    threading.Thread(target=safety, daemon=True).start()
+    asyncio.run(scenario())
+    assert order == ["other answered"], order
+
+
+def test_a_name_resolving_to_this_machine_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A name the attacker's DNS points at one of this machine's own public addresses reaches
+    # whatever listens on every address. This machine's own are private or loopback, which
+    # are refused before: the classification is set aside here, so the bind test alone
+    # decides (an address of this machine, against one that is not).
+    async def resolve(host: str, port: int, pool: Any = None) -> list[str]:
+        return ["127.0.0.1" if host == "mine.test" else "203.0.113.7"]
+
+    monkeypatch.setattr(egress, "_resolve", resolve)
+    monkeypatch.setattr(egress, "check_address", lambda rules, address, port: None)
+    monkeypatch.setattr(egress, "CONNECT_TIMEOUT", 0.5)
+    refusals: list[Refusal] = []
+    rules = EgressRules.from_config(["*"], [], {})
+    sock = str(tmp_path / "egress.sock")
+
+    async def scenario() -> None:
+        proxy = EgressProxy("web", rules, sock, refusals.append)
+        await proxy.start()
+        try:
+            await _ask(sock, b"CONNECT mine.test:8080 HTTP/1.1\r\n\r\n")
+            await _ask(sock, b"CONNECT elsewhere.test:8080 HTTP/1.1\r\n\r\n")
+        finally:
+            await proxy.stop()
+
+    asyncio.run(scenario())
+    said = {r.host: r.reason for r in refusals}
+    assert "127.0.0.1, an address of this machine" in said["mine.test"]
+    assert "this machine" not in said.get("elsewhere.test", "")  # let through
+
+
+def test_a_body_is_passed_on_as_the_upstream_takes_it(tmp_path: Path) -> None:
+    # An upstream that takes nothing (listening, never accepting): the proxy reads the
+    # announced 256 MiB body no faster than it can pass it on, so the server's writes stall
+    # instead of filling the trusted process's memory.
+    upstream = socket.socket()
+    upstream.bind(("127.0.0.1", 0))
+    upstream.listen(1)
+    port = upstream.getsockname()[1]
+    rules = EgressRules.from_config(["example.test"], [], {"example.test": "127.0.0.1"})
+    sock = str(tmp_path / "egress.sock")
+    sent = 0
+
+    async def scenario() -> None:
+        nonlocal sent
+        proxy = EgressProxy("web", rules, sock, lambda r: None)
+        await proxy.start()
+        try:
+            _, writer = await asyncio.open_unix_connection(sock)
+            size = 256 << 20
+            head = f"POST http://example.test:{port}/ HTTP/1.1\r\nContent-Length: {size}"
+            writer.write((head + "\r\n\r\n").encode())
+            piece = b"x" * (1 << 20)
+
+            async def push() -> None:
+                nonlocal sent
+                while sent < size:
+                    writer.write(piece)
+                    await writer.drain()
+                    sent += len(piece)
+
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(push(), 5)
+            writer.transport.abort()
+        finally:
+            await proxy.stop()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        upstream.close()
+    assert sent < 64 << 20, f"{sent >> 20} MiB taken from the server by a stalled upstream"
+
+
+@pytest.mark.parametrize(
+    ("request_line", "said"),
+    [
+        ("CONNECT 127.0.0.1:\u00b2 HTTP/1.1", "control or non-ASCII"),  # '²'.isdigit()
+        ("GET http://example.test:99999/ HTTP/1.1", "bad port"),
+        ("CONNECT example.test:0 HTTP/1.1", "bad port"),
+        ("CONNECT evil\x1bc.test:443 HTTP/1.1", "control or non-ASCII"),
+    ],
+)
+def test_a_malformed_request_is_refused_and_said(
+    tmp_path: Path, request_line: str, said: str
+) -> None:
+    rules = EgressRules.from_config(["example.test"], [], {"example.test": "127.0.0.1"})
+    sock = str(tmp_path / "egress.sock")
+    refusals: list[Refusal] = []
+
+    async def scenario() -> bytes:
+        proxy = EgressProxy("web", rules, sock, refusals.append)
+        await proxy.start()
+        try:
+            return await _ask(sock, (request_line + "\r\n\r\n").encode("utf-8"))
+        finally:
+            await proxy.stop()
+
+    answer = asyncio.run(scenario())
+    assert answer.startswith(b"HTTP/1.1 400"), answer
+    assert len(refusals) == 1 and said in refusals[0].reason, refusals
 
 
 # -- real servers inside the sandbox ------------------------------------------------------------
@@ -372,3 +528,48 @@ def test_hosts_must_pin_names_to_addresses(user: Home) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "$.mcpServers.f.sandbox.network.hosts" in done.stderr
     assert "'other.name' is not an IP address" in done.stderr
+
+
+# -- where sessions keep their sockets ---------------------------------------------------------
+
+
+@needs_bwrap
+def test_a_socket_in_a_read_only_grant_can_be_connected_to(tmp_path: Path) -> None:
+    # Why no grant may hold where sessions keep their sockets: a read-only mount does not
+    # stop a connect(), so a server shown the approvals socket or another server's egress
+    # socket could use it.
+    user = make_home(tmp_path)
+    shown = tmp_path / "shown"
+    shown.mkdir()
+    shown.chmod(0o755)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(shown / "egress-other.sock"))
+    (shown / "egress-other.sock").chmod(0o666)
+    listener.listen(8)
+    try:
+        server = probe_server_config(True, allow_read=(str(shown),))
+        path = str(shown / "egress-other.sock")
+        answers = run_probe(
+            user, user.ws("ws"), server, lambda: [("hold_connections", {"path": path, "count": 1})]
+        )
+    finally:
+        listener.close()
+    assert answers[0][1].startswith("OK"), answers
+
+
+def test_a_grant_holding_the_sessions_sockets_is_refused(user: Home) -> None:
+    server = probe_server_config(True, allow_read=("/tmp",))  # /tmp: where sockets go
+    config = user.root / "c.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    out = ironcurtain(user, "run", "--config", str(config), "--policy-dir", str(policy))
+    assert out.returncode != 0
+    assert "$.mcpServers.probe.sandbox.filesystem.allowRead[1]" in out.stderr, out.stderr
+    assert "keeps its sockets" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_workspace_holding_the_sessions_sockets_is_refused(user: Home) -> None:
+    out = ironcurtain(user, "run", "--workspace", "/tmp")
+    assert out.returncode != 0
+    assert "workspace" in out.stderr and "keeps its sockets" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
