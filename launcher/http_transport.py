@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import hmac
 import json
-import logging
 import socket
 import time
 import uuid
@@ -46,6 +45,7 @@ from pydantic import ValidationError
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
+from launcher.http_bounds import bounded_protocol, quiet_logs
 from launcher.jsonrpc import PROTOCOL_VERSIONS, Message, error
 
 BODY_LIMIT = 64 * 1024 * 1024
@@ -87,7 +87,7 @@ class HttpEndpoint:
         """Serve on ``sock`` (listening already: the session's, made before any server
         started), or listen on 127.0.0.1:port (raises StartupError when that is not
         possible)."""
-        _quiet_logs(self.say)
+        quiet_logs(self.say)
         if sock is None:
             from launcher.prestart import listen_http
 
@@ -98,7 +98,7 @@ class HttpEndpoint:
             self,
             lifespan="off",
             interface="asgi3",
-            http="h11",
+            http=bounded_protocol(),
             log_config=None,
             access_log=False,
             proxy_headers=False,
@@ -369,26 +369,3 @@ async def _json_error(send: Send, status: int, code: int, text: str) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-class _OneLine(logging.Handler):
-    """The HTTP stack's warnings and errors as one line each on stderr."""
-
-    def __init__(self, say: Callable[[str], None]) -> None:
-        super().__init__(logging.WARNING)
-        self.say = say
-
-    def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage().splitlines()[0] if record.getMessage() else ""
-        if record.exc_info and record.exc_info[1] is not None:
-            text += f": {record.exc_info[1]!r}"
-        self.say(f"http: {text}")
-
-
-def _quiet_logs(say: Callable[[str], None]) -> None:
-    handler = _OneLine(say)
-    for name in ("uvicorn", "uvicorn.error", "mcp", "sse_starlette"):
-        log = logging.getLogger(name)
-        log.handlers[:] = [handler]
-        log.propagate = False
-        log.setLevel(logging.WARNING)

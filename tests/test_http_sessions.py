@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from launcher import http_transport
+from launcher import http_bounds, http_transport
 from launcher.http_transport import ClientStream, HttpEndpoint
 from launcher.jsonrpc import result
 
@@ -147,3 +147,70 @@ def test_servers_that_cannot_start_fail_the_initialize_and_open_no_session() -> 
     assert answer["id"] == 0 and answer["error"]["code"] == -32603
     assert "cannot start the servers: server 'probe' failed to start" in answer["error"]["message"]
     assert found["after"] in (None, 404) and found["open"] == 0
+
+
+async def _held(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection that has sent part of a request head, as a slow client would."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    await writer.drain()
+    return reader, writer
+
+
+def test_a_head_trickled_a_line_at_a_time_does_not_hold_a_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # No token is needed to connect: whoever trickles header lines must not keep the
+    # launcher's descriptors; a whole request on another connection is served meanwhile.
+    monkeypatch.setattr(http_bounds, "HEAD_TIMEOUT", 0.5)
+    found: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        endpoint = await _endpoint([])
+        try:
+            reader, writer = await _held(endpoint.port)
+            closed_by_server = False
+            for _ in range(30):  # three seconds of a header line every 0.1 s
+                await asyncio.sleep(0.1)
+                if reader.at_eof():
+                    closed_by_server = True
+                    break
+                try:
+                    writer.write(b"X-Slow: 1\r\n")
+                    await writer.drain()
+                except ConnectionError:
+                    closed_by_server = True
+                    break
+            found["closed"] = closed_by_server
+            writer.close()
+            async with httpx2.AsyncClient(timeout=10) as http:
+                found["served"] = bool(await _open(http, endpoint.url))
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(scenario())
+    assert found == {"closed": True, "served": True}
+
+
+def test_connections_beyond_the_bound_are_closed_as_they_come(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(http_bounds, "MAX_CONNECTIONS", 4)
+    found: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        endpoint = await _endpoint([])
+        try:
+            held = [await _held(endpoint.port) for _ in range(4)]
+            reader, _ = await _held(endpoint.port)
+            found["fifth"] = await asyncio.wait_for(reader.read(), 5)  # closed at once
+            for _, writer in held:
+                writer.close()
+            await asyncio.sleep(0.1)
+            async with httpx2.AsyncClient(timeout=10) as http:
+                found["served"] = bool(await _open(http, endpoint.url))
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(scenario())
+    assert found == {"fifth": b"", "served": True}
