@@ -22,6 +22,7 @@ from dataclasses import field
 from typing import Any
 
 from launcher.audit import hash_value
+from launcher.shown import visible
 from policy import Decision
 from sandbox_profiles.records import frozen, mutable
 
@@ -221,7 +222,9 @@ def approval_message(
     """What the human sees: which call, why it needs them, what approving gives, the exact
     (canonical) arguments."""
     shown = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
-    return (
+    # Characters that act rather than show (bidi overrides, C1 controls, zero-width) are
+    # written as escapes: the person approves what the server gets, not what it looks like.
+    return visible(
         f"ironcurtain: the agent wants to call {tool} on server '{server}'.\n"
         f"Policy rule {decision.rule}: {decision.reason}.\n"
         + (f"{grant}.\n" if grant else "")

@@ -10,6 +10,7 @@ import sys
 from launcher import rundir
 from launcher.approval import APPROVALS_SOCKET, APPROVE, APPROVE_SESSION, DENY
 from launcher.errors import UsageError
+from launcher.shown import visible
 
 _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 
@@ -36,13 +37,13 @@ def find_socket(session: str | None) -> str:
 
 def _ask(message: dict[str, object]) -> str:
     args = json.dumps(message.get("arguments"), indent=2, ensure_ascii=False, sort_keys=True)
-    print(
+    text = (
         f"\n{message.get('server')}/{message.get('tool')} needs your approval\n"
         f"  rule {message.get('rule')}: {message.get('reason')}\n"
         + (f"  {message['grant']}\n" if message.get("grant") else "")
-        + f"  arguments: {args}",
-        flush=True,
+        + f"  arguments: {args}"
     )
+    print(visible(text), flush=True)  # what would act on the terminal shown as escapes
     while True:
         print("[a]pprove, approve for this [s]ession, [d]eny? ", end="", flush=True)
         line = sys.stdin.readline()

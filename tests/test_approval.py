@@ -244,3 +244,16 @@ def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None
         await terminals.stop()
 
     asyncio.run(scenario())
+
+
+def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
+    # A path whose right-to-left override would show "exe.txt" as "txt.exe", and content
+    # holding a C1 control, a zero-width space and a line separator.
+    from launcher.approval import approval_message
+    from policy.decision import Decision
+
+    arguments = {"path": "/ws/evil\u202etxt.exe", "content": "a\u009bb\u200bc\u2028d"}
+    decision = Decision("escalate", "escalate-writes", "writes need a person")
+    text = approval_message("fs", "write_file", arguments, decision)
+    assert not any(c in text for c in "\u202e\u009b\u200b\u2028"), text
+    assert "evil\\u202etxt.exe" in text and "a\\x9bb\\u200bc\\u2028d" in text
