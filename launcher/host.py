@@ -7,6 +7,7 @@ import contextlib
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -144,12 +145,29 @@ class SandboxProbe:
             "true",
         ]
         try:
+            # A group of its own: bwrap's child in the new namespaces waits for its parent
+            # to map it, and a parent killed before that leaves it waiting for ever, holding
+            # the stderr pipe (--die-with-parent is not yet in force then). The group goes
+            # whole.
             self._proc = subprocess.Popen(
-                probe, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                probe,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
             )
         except OSError as exc:
             return f"bwrap could not be started: {exc}"
         return None
+
+    @staticmethod
+    def _end(proc: subprocess.Popen[bytes]) -> None:
+        """The probe killed, with whatever it started, and reaped; its pipe closed unread."""
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
     def result(self) -> str | None:
         """Why bwrap cannot sandbox here, or None: waits for the probe to end."""
@@ -159,8 +177,7 @@ class SandboxProbe:
         try:
             _, err = proc.communicate(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            self._end(proc)
             self._problem = "bwrap could not be started: its probe did not end within 10 s"
             return self._problem
         if proc.returncode != 0:
@@ -174,8 +191,7 @@ class SandboxProbe:
     def __exit__(self, *exc: object) -> None:
         proc, self._proc = self._proc, None
         if proc is not None:  # not read: not needed after all, or planning failed
-            proc.kill()
-            proc.communicate()
+            self._end(proc)
 
 
 def sandbox_identity(workspace: str) -> tuple[int, int] | None:

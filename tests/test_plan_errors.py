@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -106,3 +109,26 @@ def test_a_probe_that_is_not_needed_is_not_left_running(
     with pytest.raises(ConfigError):
         plan_session(RunOptions(config=str(broken), workspace=str(tmp_path / "ws")))
     assert not children()
+
+
+def test_a_probe_ended_early_leaves_nothing_behind_and_never_hangs(tmp_path: Path) -> None:
+    # The real bwrap, ended at every moment of its start: killed before its child in the new
+    # namespaces is mapped, that child would wait for ever holding the probe's stderr, and
+    # ending the probe (reading it to its end) would hang the session's start.
+    if not shutil.which("bwrap"):
+        pytest.skip("bwrap is not installed")
+    code = (
+        "import os, time\n"
+        "from launcher.host import SandboxProbe\n"
+        "for i in range(1000):\n"
+        "    with SandboxProbe(os.geteuid() == 0):\n"
+        "        time.sleep((0, 0.0005, 0.002)[i % 3])\n"
+    )
+    ended = subprocess.run(
+        [sys.executable, "-c", code], timeout=60, capture_output=True, text=True, check=False
+    )
+    assert ended.returncode == 0, ended.stderr
+    left = subprocess.run(
+        ["pgrep", "-f", "--", "--ro-bind / / -- true"], capture_output=True, text=True
+    ).stdout.split()
+    assert left == [], f"probes left running: {left}"
