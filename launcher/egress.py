@@ -130,24 +130,28 @@ class EgressProxy:
         try:
             await self._serve(reader, writer)
         except _Refused as exc:
-            self.on_refusal(Refusal(self.server, exc.host or "?", exc.port, exc.reason))
-            with contextlib.suppress(OSError, ConnectionError):
-                body = f"ironcurtain egress proxy: {exc.reason}\n".encode()
-                writer.write(
-                    f"HTTP/1.1 {exc.status} {'Forbidden' if exc.status == 403 else 'Error'}\r\n"
-                    f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
-                    "Connection: close\r\n\r\n".encode()
-                    + body
-                )
-                await writer.drain()
+            await self._answer(writer, exc)
         except (OSError, ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass
         except Exception as exc:  # a request nothing above foresaw: refused, and said
-            self.on_refusal(Refusal(self.server, "?", 0, f"malformed request ({exc!r})"))
+            await self._answer(writer, _Refused(400, f"malformed request ({exc!r})"))
         finally:
             writer.close()
             if task is not None:
                 self._tasks.discard(task)
+
+    async def _answer(self, writer: asyncio.StreamWriter, exc: _Refused) -> None:
+        """A refusal: said to the session (stderr, audit) and answered with its reason."""
+        self.on_refusal(Refusal(self.server, exc.host or "?", exc.port, exc.reason))
+        with contextlib.suppress(OSError, ConnectionError):
+            body = f"ironcurtain egress proxy: {exc.reason}\n".encode()
+            writer.write(
+                f"HTTP/1.1 {exc.status} {'Forbidden' if exc.status == 403 else 'Error'}\r\n"
+                f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

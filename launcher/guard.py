@@ -445,11 +445,12 @@ def _inside(path: str, root: str) -> bool:
 
 
 def _ways_in(path: str, roots: Sequence[str]) -> list[str]:
-    """The directories strictly between the innermost root holding ``path`` and it."""
+    """The directories strictly between the outermost root holding ``path`` and it (a
+    root inside another is one of them)."""
     holding = [r for r in roots if _inside(path, r)]
     if not holding:
         return []
-    root = max(holding, key=len).rstrip("/")
+    root = min(holding, key=len).rstrip("/")
     parts = path[len(root) + 1 :].split("/")
     return [os.path.join(root, *parts[:i]) for i in range(1, len(parts))]
 

@@ -18,19 +18,36 @@ def bounded_protocol() -> type[asyncio.Protocol]:
     (no token is needed to connect) can hold the launcher's descriptors: a connection has
     ``HEAD_TIMEOUT`` seconds from connecting, and again from each answer, to send a whole
     request head (headers trickled a line at a time would otherwise keep it forever), and
-    at most ``MAX_CONNECTIONS`` are open at once."""
+    at most ``MAX_CONNECTIONS`` are open at once: a new one beyond that ends the one idle
+    longest (no request being served), or is itself closed when every one is busy."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Bounded(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
         _waiting: object = None  # the cycle current when the timer was set
 
+        _since = 0.0
+
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            self._since = self.loop.time()
             if len(self.connections) > MAX_CONNECTIONS:
-                transport.abort()
-                return
+                # Full: the connection waiting longest with no request being served makes
+                # room (holding idle connections then keeps nobody out); none, this one goes.
+                idle = [
+                    c
+                    for c in self.connections
+                    if isinstance(c, Bounded) and c is not self and not c._serving()
+                ]
+                oldest = min(idle, key=lambda c: c._since, default=None)
+                if oldest is None:
+                    transport.abort()
+                    return
+                oldest.transport.abort()
             self._arm()
+
+        def _serving(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
 
         def _arm(self) -> None:
             self._waiting = self.cycle

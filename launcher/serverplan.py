@@ -154,7 +154,8 @@ def workspace_access(annotations: ToolAnnotationsFile, name: str) -> tuple[Works
 def never_shown() -> dict[str, str]:
     """Directories a server's program may never be shown by, nor any directory holding
     one: the home (``$HOME`` and the user database's), its ``.local`` and ``.config``,
-    ironcurtain's configuration and state; each also by its real path."""
+    ironcurtain's configuration and state, where sessions keep their sockets; each also by
+    its real path."""
     found: dict[str, str] = {}
     homes = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):
@@ -168,6 +169,8 @@ def never_shown() -> dict[str, str]:
     found[str(dirs.config_dir().parent)] = "the XDG configuration directory"
     found[str(dirs.config_dir())] = "ironcurtain's configuration"
     found[str(dirs.state_dir())] = "ironcurtain's state (audit logs, pins, quarantine)"
+    for base in rundir.bases():
+        found[base] = "where ironcurtain sessions keep their sockets (approvals, egress)"
     return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
 
 

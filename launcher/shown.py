@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
-_HIDDEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_HIDDEN = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+    "\u2060-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
 
 
 def visible(text: str) -> str:
@@ -21,4 +24,6 @@ def visible(text: str) -> str:
 
 def _escape(char: str) -> str:
     code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

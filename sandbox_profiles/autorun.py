@@ -343,6 +343,9 @@ class Protection:
     # quarantines whatever takes such a place. The rest (what links and git configurations
     # point at) is protected by where it is, so the way to it must stay as it is.
     by_name: set[str] = field(default_factory=set)
+    # The links followed to get there, as the host names them: the way through each must
+    # stay too (the link itself, and every symlink its target passes through).
+    via: list[str] = field(default_factory=list)
 
 
 # How many entries inside one catalogue directory are looked at for symlinks.
@@ -366,6 +369,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             return
         seen.add(path)
         if os.path.islink(path):
+            found.via.append(path)
             protect(os.path.realpath(path), f"{reason}, through the link {path}")
         elif os.path.lexists(path):
             found.read_only.setdefault(path, reason)
@@ -381,6 +385,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 count += 1
                 path = os.path.join(current, name)
                 if os.path.islink(path):
+                    found.via.append(path)
                     protect(os.path.realpath(path), f"{reason}, through the link {path}")
             if count > _LINK_SCAN_LIMIT:
                 return
@@ -392,6 +397,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             rel = os.path.relpath(path, root)
             if os.path.islink(path):
                 # The link cannot be mounted (the guard knows it by identity); its target is.
+                found.via.append(path)
                 protect(os.path.realpath(path), f"always protected: {rel}, through its link")
             else:
                 protect(path, f"always protected: {rel}")

@@ -293,6 +293,12 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         for m in mounts[roots_end:]
         if m.kind in ("ro-bind", "mask-file", "tmpfs") and m.dest not in protection.by_name
     ]
+    # The links followed; one inside what is read-only by name cannot change, the way its
+    # target is named by can.
+    for link in protection.via:
+        if any(is_under(link, kept) for kept in protection.by_name if kept != link):
+            link = os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
+        by_place.append(link)
     pins, anchored = _ways(by_place, writable)
     mounts[roots_end:roots_end] = pins
     command_dir = os.path.dirname(req.command_path)
@@ -328,13 +334,13 @@ def _ways(paths: Sequence[str], writable: Sequence[str]) -> tuple[list[Mount], l
     pins: dict[str, str] = {}
     anchored: dict[str, None] = {}
     for path in paths:
-        roots = [r for r in writable if is_under(path, r) and path != r]
-        if not roots:
-            continue
-        root = max(roots, key=len)
-        for named in dict.fromkeys((path, os.path.realpath(path))):
-            if not is_under(named, root) or named == root:
+        for named in _forms(path):
+            # From the outermost root holding it: a writable root inside another is a
+            # mount point, but the directories above it are not.
+            roots = [r for r in writable if is_under(named, r) and named != r]
+            if not roots:
                 continue
+            root = min(roots, key=len)
             parts = named[len(root.rstrip("/")) + 1 :].split("/")
             for i in range(1, len(parts) + 1):
                 way = os.path.join(root, *parts[:i])
@@ -349,6 +355,30 @@ def _ways(paths: Sequence[str], writable: Sequence[str]) -> tuple[list[Mount], l
         for way, target in sorted(pins.items(), key=lambda item: item[0].count("/"))
     ]
     return mounts, list(anchored)
+
+
+def _forms(path: str, hops: int = 40) -> list[str]:
+    """``path`` as the host names it, then after each symlink on it is followed, one at a
+    time (the first one on the way, its target read as the host would), ending with the real
+    path: every name the host's lookup passes through.
+
+    >>> _forms("/nonexistent/a/b")
+    ['/nonexistent/a/b']
+    """
+    forms = [path]
+    current = path
+    for _ in range(hops):
+        parts = current.strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            prefix = "/" + "/".join(parts[:i])
+            if os.path.islink(prefix):
+                target = os.path.join(os.path.dirname(prefix), os.readlink(prefix), *parts[i:])
+                current = os.path.normpath(target)
+                forms.append(current)
+                break
+        else:
+            break
+    return list(dict.fromkeys([*forms, os.path.realpath(path)]))
 
 
 def placeholders(profile: SandboxProfile) -> list[tuple[str, bool]]:

@@ -252,8 +252,12 @@ def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
     from launcher.approval import approval_message
     from policy.decision import Decision
 
-    arguments = {"path": "/ws/evil\u202etxt.exe", "content": "a\u009bb\u200bc\u2028d"}
+    arguments = {
+        "path": "/ws/evil\u202etxt.exe",
+        "content": "a\u009bb\u200bc\u2028d\u061ce\U000e0041f",  # and a bidi mark, a tag
+    }
     decision = Decision("escalate", "escalate-writes", "writes need a person")
     text = approval_message("fs", "write_file", arguments, decision)
-    assert not any(c in text for c in "\u202e\u009b\u200b\u2028"), text
-    assert "evil\\u202etxt.exe" in text and "a\\x9bb\\u200bc\\u2028d" in text
+    assert not any(c in text for c in "\u202e\u009b\u200b\u2028\u061c\U000e0041"), text
+    assert "evil\\u202etxt.exe" in text
+    assert "a\\x9bb\\u200bc\\u2028d\\u061ce\\U000e0041f" in text

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from sandbox_profiles.model import Mount
 from tests.support.cli import ironcurtain
 from tests.support.home import Home, make_home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import PROBE
+from tests.support.paths import IRONCURTAIN, PROBE
 from tests.support.probe import run_probe
 from tests.support.sdk import connect
 
@@ -237,3 +238,29 @@ def test_a_server_installed_in_the_home_runs(user: Home) -> None:
             assert "probe__read_path" in names
 
     asyncio.run(scenario())
+
+
+def test_a_command_where_sessions_keep_their_sockets_is_shown_alone(user: Home) -> None:
+    # A command living directly in the directory that holds every session's runtime
+    # directory ($XDG_RUNTIME_DIR, /tmp): showing its directory would show the sessions'
+    # approvals and egress sockets, which connect on a read-only mount.
+    runtime = user.root / "run-user"
+    runtime.mkdir(mode=0o700)
+    command = runtime / "probe-server"
+    command.write_text(f"#!{sys.executable}\n" + PROBE.read_text())
+    command.chmod(0o755)
+    config = _config(user, "probe", {"command": str(command)})
+    env = {**user.env, "XDG_RUNTIME_DIR": str(runtime)}
+    done = subprocess.run(
+        [IRONCURTAIN, "profile", "probe", "--format", "json", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    mounts = json.loads(done.stdout)["mounts"]
+    shown = {m.get("source", m["dest"]) for m in mounts if "bind" in m["kind"]}
+    assert str(command) in shown
+    holding = [p for p in shown if p == str(runtime) or str(runtime).startswith(p + "/")]
+    assert holding == [], holding

@@ -325,6 +325,7 @@ def test_a_body_is_passed_on_as_the_upstream_takes_it(tmp_path: Path) -> None:
         ("GET http://example.test:99999/ HTTP/1.1", "bad port"),
         ("CONNECT example.test:0 HTTP/1.1", "bad port"),
         ("CONNECT evil\x1bc.test:443 HTTP/1.1", "control or non-ASCII"),
+        ("GET http://[::1 HTTP/1.1", "malformed request"),  # one nothing foresaw
     ],
 )
 def test_a_malformed_request_is_refused_and_said(

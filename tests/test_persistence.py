@@ -191,6 +191,7 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     for repo, included in (
         ("inc", "../conf/team.gitconfig"),
         ("inc3", "../conf/team.gitconfig"),
+        ("inc4", "../conf/team.gitconfig"),
         ("opt", "../local/extra.gitconfig"),
         ("opt2", "../local/extra.gitconfig"),
     ):
@@ -201,6 +202,15 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     (ws / "shared").mkdir()
     (ws / "shared" / "team.gitconfig").write_text("[color]\n\tui = auto\n")
     (ws / "inc3" / "conf").symlink_to("../shared")
+    subprocess.run(["git", "init", "-q", str(ws / "sl2")], check=True)
+    (ws / "sl2" / "tools" / "hooks").mkdir(parents=True)
+    (ws / "sl2" / "tools" / "hooks" / "pre-commit").write_text("# the user's\n")
+    (ws / "sl2" / "hooks").symlink_to("tools/hooks")
+    (ws / "sl2" / ".git" / "hooks" / "pre-commit").symlink_to("../../hooks/pre-commit")
+    (ws / "inc4" / "shared").mkdir()
+    (ws / "inc4" / "shared" / "team.gitconfig").write_text("# the user's\n")
+    (ws / "inc4" / "conf").mkdir()
+    (ws / "inc4" / "conf" / "team.gitconfig").symlink_to("../shared/team.gitconfig")
     for rel in CONTENT.values():
         (ws / rel).parent.mkdir(parents=True, exist_ok=True)
         (ws / rel).write_text("# the user's\n")
@@ -211,6 +221,21 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     markers.chmod(0o777)
     return user, ws, markers
 
+
+# The way to a file of the user's that host tools run, through a link of the user's,
+# replaced: id -> (operations, the file host tools would then load).
+LINKED_WAYS = {
+    # .git/hooks/pre-commit -> ../../hooks/pre-commit, and hooks -> tools/hooks
+    "hook-through-linked-dir": (
+        [["rename", "sl2/hooks", "sl2/hooks.orig"], ["mkdir", "sl2/hooks"]],
+        "sl2/hooks/pre-commit",
+    ),
+    # include.path = ../conf/team.gitconfig, itself a link to ../shared/team.gitconfig
+    "include-names-a-link": (
+        [["rename", "inc4/conf/team.gitconfig", "inc4/conf/old-link"]],
+        "inc4/conf/team.gitconfig",
+    ),
+}
 
 # Files of the user's that host tools run, which a server tries to rewrite: id -> path.
 CONTENT = {
@@ -260,6 +285,10 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
         ("fs_ops", {"base": str(ws), "ops": [["write", rel, "evil"]]}) for rel in CONTENT.values()
     ]
     moved = [("fs_ops", {"base": str(ws), "ops": _moved_ops(rel)}) for rel in CONTENT.values()]
+    moved += [
+        ("fs_ops", {"base": str(ws), "ops": [*ops, ["write", rel, "evil"]]})
+        for ops, rel in LINKED_WAYS.values()
+    ]
     ran: dict[str, bool] = {}
 
     def rewritten() -> list[tuple[str, dict[str, Any]]]:
@@ -269,6 +298,7 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
     ran.update({key: _evil(ws / rel) for key, rel in CONTENT.items()})
     answers += run_probe(user, ws, probe_server_config(sandboxed), rewritten)
     ran.update({f"{key}-moved": _evil(ws / rel) for key, rel in CONTENT.items()})
+    ran.update({key: _evil(ws / rel) for key, (_, rel) in LINKED_WAYS.items()})
     ran.update(_ran(ws, user, markers))
     return ran, _left(ws), [text for _, text in answers]
 
@@ -306,7 +336,12 @@ def hostile_bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
-HOSTILE = [*(a.id for a in GIT_ATTACKS), *CONTENT, *(f"{key}-moved" for key in CONTENT)]
+HOSTILE = [
+    *(a.id for a in GIT_ATTACKS),
+    *CONTENT,
+    *(f"{key}-moved" for key in CONTENT),
+    *LINKED_WAYS,
+]
 
 
 @pytest.mark.parametrize("attack", HOSTILE)
@@ -491,6 +526,40 @@ def _own_files_in_the_workspace(base: Path, sandboxed: bool) -> tuple[str, list[
     asyncio.run(scenario())
     now = config.read_text() if config.is_file() else ""
     return ("the user's" if now == mine else "forged" if now == forged else now), out
+
+
+def _nested(base: Path, sandboxed: bool) -> tuple[bool, list[tuple[bool, str]]]:
+    """A writable root inside another (allowWrite names the directory a hook links into):
+    the server renames the directory above the inner root and makes the way again."""
+    user, ws, _ = _world(base)
+    nest = ws / "nest"
+    subprocess.run(["git", "init", "-q", str(nest)], check=True)
+    (nest / "tools" / "hooks").mkdir(parents=True)
+    (nest / "tools" / "hooks" / "pre-commit").write_text("# the user's\n")
+    (nest / ".git" / "hooks" / "pre-commit").symlink_to("../../tools/hooks/pre-commit")
+    if os.geteuid() == 0:
+        subprocess.run(["chown", "-R", "65534:65534", str(nest)], check=True)
+    server = probe_server_config(sandboxed)
+    if sandboxed:
+        server["sandbox"]["filesystem"]["allowWrite"].append(str(nest / "tools" / "hooks"))
+    ops: list[Op] = [
+        ["rename", "nest/tools", "nest/tools.orig"],
+        ["mkdir", "nest/tools"],
+        ["mkdir", "nest/tools/hooks"],
+        ["write", "nest/tools/hooks/pre-commit", "evil"],
+    ]
+    out = run_probe(user, ws, server, lambda: [("fs_ops", {"base": str(ws), "ops": ops})])
+    return _evil(nest / "tools" / "hooks" / "pre-commit"), out
+
+
+def test_a_writable_root_inside_another_keeps_the_way_to_it(tmp_path: Path) -> None:
+    ran, out = _nested(tmp_path, sandboxed=True)
+    assert not ran, out
+
+
+def test_without_the_sandbox_the_way_to_an_inner_root_is_replaced(tmp_path: Path) -> None:
+    ran, out = _nested(tmp_path, sandboxed=False)
+    assert ran, out
 
 
 def test_ironcurtains_own_files_in_the_workspace_stay_the_users(tmp_path: Path) -> None:
