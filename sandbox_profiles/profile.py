@@ -297,7 +297,11 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     # target is named by can.
     for link in protection.via:
         if any(is_under(link, kept) for kept in protection.by_name if kept != link):
-            link = os.path.normpath(os.path.join(os.path.dirname(link), os.readlink(link)))
+            try:
+                target = os.readlink(link)
+            except OSError:
+                continue  # gone since: nothing leads through it
+            link = os.path.normpath(os.path.join(os.path.dirname(link), target))
         by_place.append(link)
     pins, anchored = _ways(by_place, writable)
     mounts[roots_end:roots_end] = pins
@@ -372,8 +376,11 @@ def _forms(path: str, hops: int = 40) -> list[str]:
         for i in range(1, len(parts) + 1):
             prefix = "/" + "/".join(parts[:i])
             if os.path.islink(prefix):
-                target = os.path.join(os.path.dirname(prefix), os.readlink(prefix), *parts[i:])
-                current = os.path.normpath(target)
+                try:
+                    link = os.readlink(prefix)
+                except OSError:
+                    return list(dict.fromkeys([*forms, os.path.realpath(path)]))
+                current = os.path.normpath(os.path.join(os.path.dirname(prefix), link, *parts[i:]))
                 forms.append(current)
                 break
         else:
