@@ -34,8 +34,8 @@ from policy.errors import PolicyFileError
 from policy.loader import PolicyFiles, check_placeholders
 from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
-from sandbox_profiles.profile import is_under
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import is_under
 
 if TYPE_CHECKING:
     from launcher.http_token import Token

@@ -30,11 +30,11 @@ from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import (
     WorkspaceAccess,
     guarded_paths,
-    is_under,
     placeholders,
     sandbox_env,
 )
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import is_under
 
 if TYPE_CHECKING:
     from launcher.seams import ServerSettings

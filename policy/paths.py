@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from sandbox_profiles.profile import is_under as is_under
+from sandbox_profiles.ways import is_under as is_under
 
 # Roots whose contents a tool must never be pointed at, whatever the compiled rules say.
 SYSTEM_ROOTS: tuple[str, ...] = ("/proc", "/sys", "/dev", "/etc", "/boot")

@@ -11,6 +11,7 @@ from sandbox_profiles import autorun
 from sandbox_profiles.discover import program_dirs
 from sandbox_profiles.model import Limits, Mount, SandboxProfile
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import is_under, ways
 
 # Path suffixes that stay read-only inside every writable root, at any depth (the name
 # entries of the catalogue of what host tools load or run; the structural ones, git
@@ -46,7 +47,6 @@ EGRESS_SOCKET = "/run/ironcurtain/egress.sock"
 PROXY_PORT = 3128
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
 NOT_THERE_YET = "denyRead (not there yet)"
-PINNED = "pinned"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 WorkspaceAccess = Literal["write", "read", "none"]
 
@@ -107,11 +107,6 @@ def workspace_mount(req: ProfileRequest) -> Mount | None:
         reason = f"the session workspace, read-only{why}"
         return Mount("ro-bind", req.workspace, req.workspace, reason)
     return None
-
-
-def is_under(path: str, root: str) -> bool:
-    """``path`` is ``root`` or inside it (no prefix confusion: ``/ws-x`` is not in ``/ws``)."""
-    return path == root or path.startswith(root.rstrip("/") + "/")
 
 
 def _bind_host(path: str, reason: str, mounts: list[Mount]) -> None:
@@ -303,7 +298,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
                 continue  # gone since: nothing leads through it
             link = os.path.normpath(os.path.join(os.path.dirname(link), target))
         by_place.append(link)
-    pins, anchored = _ways(by_place, writable)
+    pins, anchored = ways(by_place, writable)
     mounts[roots_end:roots_end] = pins
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
@@ -320,72 +315,6 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         guarded=tuple(guarded),
         anchored=tuple(anchored),
     )
-
-
-def _ways(paths: Sequence[str], writable: Sequence[str]) -> tuple[list[Mount], list[str]]:
-    """What keeps each of ``paths`` (shown read-only or hidden inside a writable root, by
-    where it is rather than by its name) the path the host names.
-
-    A server could otherwise rename a directory on the way (the mount moves with it) and
-    make a new one in its place, with its own file where the protected one was: the
-    user's link or git configuration, unchanged, would then lead to it. So every real
-    directory between the root and the path is bound onto itself, read-write as before: a
-    mount point cannot be renamed or removed (EBUSY), and a rename across it fails (EXDEV).
-    A symlink on the way, or the path itself when it is a symlink, cannot be pinned: each,
-    with the directories on the way, is returned to be anchored (the guard quarantines
-    whatever takes one of those places with another identity). The path itself is not,
-    otherwise: its mount keeps it, and the user may edit it."""
-    pins: dict[str, str] = {}
-    anchored: dict[str, None] = {}
-    for path in paths:
-        for named in _forms(path):
-            # From the outermost root holding it: a writable root inside another is a
-            # mount point, but the directories above it are not.
-            roots = [r for r in writable if is_under(named, r) and named != r]
-            if not roots:
-                continue
-            root = min(roots, key=len)
-            parts = named[len(root.rstrip("/")) + 1 :].split("/")
-            for i in range(1, len(parts) + 1):
-                way = os.path.join(root, *parts[:i])
-                if not os.path.lexists(way):
-                    break
-                if i < len(parts) or os.path.islink(way):
-                    anchored.setdefault(way, None)
-                if i < len(parts) and os.path.isdir(way) and not os.path.islink(way):
-                    pins.setdefault(way, path)
-    mounts = [
-        Mount("bind", way, way, f"{PINNED}: on the way to {target}, so it stays where it is")
-        for way, target in sorted(pins.items(), key=lambda item: item[0].count("/"))
-    ]
-    return mounts, list(anchored)
-
-
-def _forms(path: str, hops: int = 40) -> list[str]:
-    """``path`` as the host names it, then after each symlink on it is followed, one at a
-    time (the first one on the way, its target read as the host would), ending with the real
-    path: every name the host's lookup passes through.
-
-    >>> _forms("/nonexistent/a/b")
-    ['/nonexistent/a/b']
-    """
-    forms = [path]
-    current = path
-    for _ in range(hops):
-        parts = current.strip("/").split("/")
-        for i in range(1, len(parts) + 1):
-            prefix = "/" + "/".join(parts[:i])
-            if os.path.islink(prefix):
-                try:
-                    link = os.readlink(prefix)
-                except OSError:
-                    return list(dict.fromkeys([*forms, os.path.realpath(path)]))
-                current = os.path.normpath(os.path.join(os.path.dirname(prefix), link, *parts[i:]))
-                forms.append(current)
-                break
-        else:
-            break
-    return list(dict.fromkeys([*forms, os.path.realpath(path)]))
 
 
 def placeholders(profile: SandboxProfile) -> list[tuple[str, bool]]:

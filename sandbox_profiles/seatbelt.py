@@ -22,13 +22,8 @@ import re
 
 from sandbox_profiles.autorun import PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import (
-    ALWAYS_PROTECTED_NAMES,
-    EGRESS_SOCKET,
-    PINNED,
-    PROXY_PORT,
-    is_under,
-)
+from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT
+from sandbox_profiles.ways import PINNED, is_under
 
 # What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
 MACOS_SYSTEM_READ: tuple[str, ...] = (
