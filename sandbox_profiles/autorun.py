@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import field
 
-from sandbox_profiles.gitconfig import git_config_paths, host_git_configs
+from sandbox_profiles.gitconfig import git_config_includes, git_config_paths, host_git_configs
 from sandbox_profiles.records import frozen, mutable
 
 
@@ -197,7 +197,8 @@ GIT_REFERENCE_ENTRY = Entry(
     "git reads an included file as configuration, runs hooks from core.hooksPath",
     "git-config(1)",
     "global-include, moved-include-dir, moved-link-on-the-way, include-through-symlink, "
-    "include-moved-into-place",
+    "include-moved-into-place, include-chain, worktree-config-include, home-link-include, "
+    "linked-worktree-hook",
 )
 
 CATALOGUE: tuple[Entry, ...] = (
@@ -365,7 +366,16 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     seen: set[str] = set()
 
     def protect(path: str, reason: str) -> None:
-        if path in seen or not inside(path):
+        if path in seen:
+            return
+        if not inside(path):
+            # Outside every root, but maybe a link into one (a dotfile of the home linking
+            # into the workspace): what it leads to is protected, the way through kept.
+            real = os.path.realpath(path)
+            if real != path and inside(real):
+                seen.add(path)
+                found.via.append(path)
+                protect(real, f"{reason}, through the link {path}")
             return
         seen.add(path)
         if os.path.islink(path):
@@ -402,17 +412,57 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             else:
                 protect(path, f"always protected: {rel}")
                 found.by_name.add(path)
+            name = os.path.basename(path)
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
                     tops.append(top)
-                if entry.match == ".git/config":
-                    configs.append((path, [top]))
-            elif entry is GIT_DIR_ENTRY and os.path.basename(path) == "config":
+                if entry.match == ".git/config" or name == "config.worktree":
+                    configs.append((path, [top, *_linked_worktrees([top])]))
+            elif entry is GIT_DIR_ENTRY and name in ("config", "config.worktree"):
                 configs.append((path, [os.path.dirname(path)]))
                 tops.append(os.path.dirname(path))
-    configs += [(c, tops) for c in host_git_configs(home, xdg_config)] if home else []
-    for config, worktrees in configs:
+            elif entry is GIT_FILE_ENTRY:
+                tops.append(os.path.dirname(path))  # a linked worktree's top
+    tops += [t for t in _linked_worktrees(tops) if inside(t) and t not in tops]
+    if home:
+        for config in host_git_configs(home, xdg_config):
+            configs.append((config, tops))
+            protect(config, "the user's git configuration")  # a link into a root
+    # Each configuration, and each file one includes (as git reads them: to a depth of 10).
+    pending = [(config, worktrees, 0) for config, worktrees in configs]
+    parsed: set[str] = set()
+    while pending:
+        config, worktrees, depth = pending.pop()
+        if config in parsed:
+            continue
+        parsed.add(config)
         for path in git_config_paths(config, home, worktrees):
             protect(path, f"named by the git config {config}")
+        if depth < _INCLUDE_DEPTH:
+            pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
+    return found
+
+
+_INCLUDE_DEPTH = 10  # git's own limit on nested includes
+
+
+def _linked_worktrees(tops: Sequence[str]) -> list[str]:
+    """The tops of the worktrees a repository lists (``.git/worktrees/*/gitdir`` names each
+    one's ``.git`` file): git runs a relative ``core.hooksPath`` there too."""
+    found: list[str] = []
+    for top in tops:
+        listing = os.path.join(top, ".git", "worktrees")
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(listing, name, "gitdir"), encoding="utf-8") as handle:
+                    gitfile = handle.read(4096).strip()
+            except OSError:
+                continue
+            if os.path.isabs(gitfile):
+                found.append(os.path.dirname(os.path.normpath(gitfile)))
     return found

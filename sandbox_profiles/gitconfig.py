@@ -245,6 +245,29 @@ def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> l
     return found
 
 
+def git_config_includes(config_file: str, home: str) -> list[str]:
+    """The files a git configuration file includes (``include.path``, ``includeIf.*.path``,
+    whatever the condition), which git reads as configuration in their turn.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
+    >>> _ = open(c, "w").write('[include]\\n path = a.cfg\\n[includeIf "gitdir:x"]\\n path = ~/b')
+    >>> [p.replace(d, "D") for p in git_config_includes(c, "/h")]
+    ['D/a.cfg', '/h/b']
+    """
+    try:
+        with open(config_file, encoding="utf-8", errors="replace") as handle:
+            text = handle.read(1 << 20)
+    except OSError:
+        return []
+    return [
+        _resolve(value, os.path.dirname(config_file), home)
+        for key, value in git_config_entries(text)
+        if value
+        and (key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")))
+    ]
+
+
 def host_git_configs(home: str, xdg_config: str | None) -> list[str]:
     """The user's and the system's git configuration files, where they exist."""
     candidates = [

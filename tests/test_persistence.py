@@ -121,6 +121,16 @@ GIT_ATTACKS = [
         ],
     ),
     GitAttack(
+        "include-chain",
+        "chain",  # includes ../conf2/team.gitconfig, which includes local.gitconfig
+        lambda m, w: [["write", "chain/conf2/local.gitconfig", _fsmonitor(m)]],
+    ),
+    GitAttack(
+        "worktree-config-include",
+        "wtc",  # its .git/config.worktree includes ../shared-wt.gitconfig
+        lambda m, w: [["write", "wtc/shared-wt.gitconfig", _fsmonitor(m)]],
+    ),
+    GitAttack(
         "include-through-symlink",
         "opt",  # the user's repository includes ../local/extra.gitconfig, not there yet
         lambda m, w: [
@@ -178,7 +188,11 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     # The user's own git configuration includes a file the workspace may hold one day.
     (user.home / ".gitconfig").write_text(
         f"[safe]\n\tdirectory = *\n[include]\n\tpath = {ws}/shared.gitconfig\n"
+        f'[includeIf "gitdir:{ws}/hl/"]\n\tpath = ~/team/team.gitconfig\n'
     )
+    (ws / "dotfiles").mkdir()
+    (ws / "dotfiles" / "team.gitconfig").write_text("[color]\n\tui = auto\n")
+    (user.home / "team").symlink_to(ws / "dotfiles")  # a dotfiles repository in the tree
     # The user's own virtualenv; a repository whose hooks live in the tree (relative
     # core.hooksPath); one whose hook is a link to a script of the tree.
     (ws / "venv" / "pyvenv.cfg").parent.mkdir()
@@ -192,6 +206,7 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
         ("inc", "../conf/team.gitconfig"),
         ("inc3", "../conf/team.gitconfig"),
         ("inc4", "../conf/team.gitconfig"),
+        ("chain", "../conf2/team.gitconfig"),
         ("opt", "../local/extra.gitconfig"),
         ("opt2", "../local/extra.gitconfig"),
     ):
@@ -207,6 +222,31 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     (ws / "sl2" / "tools" / "hooks" / "pre-commit").write_text("# the user's\n")
     (ws / "sl2" / "hooks").symlink_to("tools/hooks")
     (ws / "sl2" / ".git" / "hooks" / "pre-commit").symlink_to("../../hooks/pre-commit")
+    (ws / "chain" / "conf2").mkdir()
+    (ws / "chain" / "conf2" / "team.gitconfig").write_text("[include]\n\tpath = local.gitconfig\n")
+    subprocess.run(["git", "init", "-q", str(ws / "wtc")], check=True)
+    subprocess.run(["git", "-C", str(ws / "wtc"), "config", "extensions.worktreeConfig", "true"])
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ws / "wtc"),
+            "config",
+            "--worktree",
+            "include.path",
+            "../shared-wt.gitconfig",
+        ]
+    )
+    # A repository with a linked worktree; both check out the hooks core.hooksPath names.
+    lw = ws / "lw"
+    subprocess.run(["git", "init", "-q", str(lw)], check=True)
+    (lw / ".githooks").mkdir()
+    (lw / ".githooks" / "pre-commit").write_text("# the user's\n")
+    git = ["git", "-C", str(lw), "-c", "user.name=u", "-c", "user.email=u@x"]
+    subprocess.run([*git, "config", "core.hooksPath", ".githooks"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "hooks"], check=True)
+    subprocess.run([*git, "worktree", "add", "-q", str(ws / "lw-wt")], check=True)
     (ws / "inc4" / "shared").mkdir()
     (ws / "inc4" / "shared" / "team.gitconfig").write_text("# the user's\n")
     (ws / "inc4" / "conf").mkdir()
@@ -243,6 +283,9 @@ CONTENT = {
     "venv-site-packages": "venv/lib/python3/site-packages/_distutils_hack/__init__.py",
     "relative-hooks-path": "work2/.githooks/post-checkout",
     "linked-hook": "sl/scripts/pre-commit",
+    "linked-worktree-hook": "lw-wt/.githooks/pre-commit",
+    # ~/.gitconfig includes ~/team/team.gitconfig, and ~/team links into the tree
+    "home-link-include": "dotfiles/team.gitconfig",
 }
 
 
