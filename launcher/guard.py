@@ -46,6 +46,7 @@ from launcher.oscalls import (
     inotify_init,
     open_up_path,
 )
+from launcher.places import Places
 from launcher.quarantine import QuarantineDir, QuarantineError
 from sandbox_profiles import autorun
 from sandbox_profiles.records import frozen
@@ -100,15 +101,7 @@ class Guard:
         anchored: Iterable[str] = (),
     ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]
-        # A path not there yet is guarded as named and as the host would resolve it now
-        # (through a symlink of the user's on the way).
-        named = {os.path.normpath(p) for p in guarded}
-        self.guarded = named | {os.path.realpath(p) for p in named}
-        # The directories on the way to a guarded path: only a directory may appear there
-        # (a symlink would lead the host's tool elsewhere).
-        self.ways = {w for p in self.guarded for w in _ways_in(p, self.roots)}
-        # Protected by where they are, with the way to them: kept by identity.
-        self.anchored = {os.path.normpath(p) for p in anchored}
+        self.places = Places(self.roots, guarded, anchored)
         self.quarantine_dir = quarantine_dir
         self.on_quarantine = on_quarantine
         self.on_failure = on_failure
@@ -139,8 +132,8 @@ class Guard:
                 raise GuardError(f"{exc.path}: {exc.reason}") from None
             # The places the scan does not reach (inside what it leaves alone, or past a
             # symlink, which is not followed) are known by identity too.
-            for path in (*self.anchored, *self.ways):
-                if path not in self.preexisting and _inside(path, root):
+            for path in self.places.known_by_identity(root):
+                if path not in self.preexisting:
                     parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
                     try:
                         identity = nofollow.identity(root, parts)
@@ -223,18 +216,13 @@ class Guard:
         if entry is None and is_dir and nofollow.lexists(root, parts, "pyvenv.cfg"):
             entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
         path = os.path.join(root, *parts)
-        final = True  # not descended into: left alone as the user's, or moved away
-        if entry is not None:
-            why = f"{entry.match}: {entry.loaded_by}"
-        elif path in self.guarded:
-            why = "protected path (denyWrite, ironcurtain's, or named by a git configuration)"
-        elif path in self.anchored:
-            why = "in the place of a protected path, or of a directory on the way to one"
-            final = False
-        elif path in self.ways and not is_dir:
-            why = "not a directory, on the way to a protected path"
-        else:
+        # final: not descended into (left alone as the user's, or moved away)
+        kept = (
+            (f"{entry.match}: {entry.loaded_by}", True) if entry else self.places.why(path, is_dir)
+        )
+        if kept is None:
             return False
+        why, final = kept
         if not self._started:
             identity = nofollow.identity(root, parts)
             if identity is not None:
@@ -390,8 +378,7 @@ class Guard:
             except _Failed as exc:
                 self._fail(root, exc.path, exc.reason)
         # The places the catalogue does not name, outermost first.
-        places = [p for p in (*self.anchored, *self.ways, *self.guarded) if _inside(p, root)]
-        for path in sorted(set(places), key=lambda p: p.count("/")):
+        for path in self.places.in_root(root):
             parts = tuple(os.path.relpath(path, root).split("/"))
             try:
                 self._sweep_place(root, parts)
@@ -438,21 +425,6 @@ class Guard:
 
 
 _MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
-
-
-def _inside(path: str, root: str) -> bool:
-    return path != root and path.startswith(root.rstrip("/") + "/")
-
-
-def _ways_in(path: str, roots: Sequence[str]) -> list[str]:
-    """The directories strictly between the outermost root holding ``path`` and it (a
-    root inside another is one of them)."""
-    holding = [r for r in roots if _inside(path, r)]
-    if not holding:
-        return []
-    root = min(holding, key=len).rstrip("/")
-    parts = path[len(root) + 1 :].split("/")
-    return [os.path.join(root, *parts[:i]) for i in range(1, len(parts))]
 
 
 def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:

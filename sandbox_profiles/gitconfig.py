@@ -225,16 +225,11 @@ def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> l
     >>> [p[len(d):] for p in git_config_paths(c, "/h", [d + "/wt"])]
     ['/wt/.githooks', '/wt/tools/fsm']
     """
-    try:
-        with open(config_file, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        return []
     found: list[str] = []
-    for key, value in git_config_entries(text):
+    for key, value in git_config_entries(_read(config_file)):
         if not value:
             continue
-        if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+        if _includes(key):
             found.append(_resolve(value, os.path.dirname(config_file), home))
         elif key == "core.hookspath":
             found += [_resolve(value, top, home) for top in worktrees]
@@ -255,17 +250,24 @@ def git_config_includes(config_file: str, home: str) -> list[str]:
     >>> [p.replace(d, "D") for p in git_config_includes(c, "/h")]
     ['D/a.cfg', '/h/b']
     """
-    try:
-        with open(config_file, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(1 << 20)
-    except OSError:
-        return []
     return [
         _resolve(value, os.path.dirname(config_file), home)
-        for key, value in git_config_entries(text)
-        if value
-        and (key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")))
+        for key, value in git_config_entries(_read(config_file))
+        if value and _includes(key)
     ]
+
+
+def _includes(key: str) -> bool:
+    return key == "include.path" or (key.startswith("includeif.") and key.endswith(".path"))
+
+
+def _read(config_file: str) -> str:
+    """A configuration file's text (its first MiB), or nothing when it cannot be read."""
+    try:
+        with open(config_file, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1 << 20)
+    except OSError:
+        return ""
 
 
 def host_git_configs(home: str, xdg_config: str | None) -> list[str]:

@@ -10,12 +10,13 @@ from typing import Literal
 from sandbox_profiles import autorun
 from sandbox_profiles.discover import program_dirs
 from sandbox_profiles.model import Limits, Mount, SandboxProfile
+from sandbox_profiles.present import existing
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under, ways
 
 # Path suffixes that stay read-only inside every writable root, at any depth (the name
 # entries of the catalogue of what host tools load or run; the structural ones, git
-# directories and virtualenvs, are found by autorun.existing and the guard).
+# directories and virtualenvs, are found by present.existing and the guard).
 ALWAYS_PROTECTED_NAMES: tuple[str, ...] = autorun.PROTECTED_NAMES
 
 SYSTEM_MOUNTS: tuple[tuple[str, str], ...] = (
@@ -249,7 +250,7 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     # What host tools would load or run from a writable root, and what that points at:
     # read-only when there, quarantined when it appears.
     home = req.host_env.get("HOME", "")
-    protection = autorun.existing(writable, home, req.host_env.get("XDG_CONFIG_HOME"))
+    protection = existing(writable, home, req.host_env.get("XDG_CONFIG_HOME"))
     for path, reason in protection.read_only.items():
         mounts.append(Mount("ro-bind", path, path, reason))
     guarded = [

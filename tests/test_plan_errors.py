@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from launcher.errors import ConfigError, SandboxUnavailable, UsageError
 from launcher.plan import OptionError, RunOptions, SandboxRefused, plan_session
 from launcher.run_cmd import cli_words
+from tests.support.marks import needs_bwrap
 
 
 @pytest.mark.parametrize(
@@ -111,12 +111,11 @@ def test_a_probe_that_is_not_needed_is_not_left_running(
     assert not children()
 
 
+@needs_bwrap
 def test_a_probe_ended_early_leaves_nothing_behind_and_never_hangs(tmp_path: Path) -> None:
     # The real bwrap, ended at every moment of its start: killed before its child in the new
     # namespaces is mapped, that child would wait for ever holding the probe's stderr, and
     # ending the probe (reading it to its end) would hang the session's start.
-    if not shutil.which("bwrap"):
-        pytest.skip("bwrap is not installed")
     code = (
         "import os, time\n"
         "from launcher.host import SandboxProbe\n"

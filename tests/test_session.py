@@ -269,8 +269,9 @@ DISGUISES = (" file://{}", "\x01file://{}", "fi\tle://{}")
 
 
 def _ts_file_server() -> dict[str, Any]:
-    if not (TS_SDK / "dist" / "esm" / "server" / "mcp.js").is_file():
-        pytest.skip("the TypeScript SDK comes with the filesystem server (scripts/install.sh)")
+    assert (TS_SDK / "dist" / "esm" / "server" / "mcp.js").is_file(), (
+        "the TypeScript SDK comes with the filesystem server: run scripts/install.sh"
+    )
     return {
         "command": "node",
         "args": [str(TESTS / "servers" / "ts_file_resources.mjs")],

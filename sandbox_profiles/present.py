@@ -1,0 +1,149 @@
+"""What a writable root holds, before a server starts, that host tools load or run: each
+catalogue entry (``sandbox_profiles.autorun``), what they link to, and every file the git
+configurations in play (the user's, the repositories', and what they include) make git read
+or run. Shown read-only in the sandbox, or guarded when not there yet."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import field
+
+from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find
+from sandbox_profiles.gitconfig import git_config_includes, git_config_paths, host_git_configs
+from sandbox_profiles.records import mutable
+
+
+@mutable
+class Protection:
+    """What a writable root holds that host tools load or run, as it is before a server
+    starts: paths to show read-only (with why), and paths that must not come into being."""
+
+    read_only: dict[str, str]
+    guarded: list[str]
+    # Of ``read_only``, what the catalogue names (by name or by structure): the guard
+    # quarantines whatever takes such a place. The rest (what links and git configurations
+    # point at) is protected by where it is, so the way to it must stay as it is.
+    by_name: set[str] = field(default_factory=set)
+    # The links followed to get there, as the host names them: the way through each must
+    # stay too (the link itself, and every symlink its target passes through).
+    via: list[str] = field(default_factory=list)
+
+
+# How many entries inside one catalogue directory are looked at for symlinks.
+_LINK_SCAN_LIMIT = 5000
+
+
+def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Protection:
+    """Every catalogue entry in ``writable``, and what entries point at: the target of a
+    symlink among them or inside them (a hooks directory whose ``pre-commit`` links to
+    ``scripts/pre-commit``), what git configurations (the user's, and the repositories')
+    include, take hooks from or run, when that lies in a writable root."""
+
+    def inside(path: str) -> bool:
+        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in writable)
+
+    found = Protection({}, [])
+    seen: set[str] = set()
+
+    def protect(path: str, reason: str) -> None:
+        if path in seen:
+            return
+        if not inside(path):
+            # Outside every root, but maybe a link into one (a dotfile of the home linking
+            # into the workspace): what it leads to is protected, the way through kept.
+            real = os.path.realpath(path)
+            if real != path and inside(real):
+                seen.add(path)
+                found.via.append(path)
+                protect(real, f"{reason}, through the link {path}")
+            return
+        seen.add(path)
+        if os.path.islink(path):
+            found.via.append(path)
+            protect(os.path.realpath(path), f"{reason}, through the link {path}")
+        elif os.path.lexists(path):
+            found.read_only.setdefault(path, reason)
+            if os.path.isdir(path):
+                _links_inside(path, reason)
+        elif path not in found.guarded:
+            found.guarded.append(path)
+
+    def _links_inside(directory: str, reason: str) -> None:
+        count = 0
+        for current, subdirs, files in os.walk(directory):
+            for name in [*subdirs, *files]:
+                count += 1
+                path = os.path.join(current, name)
+                if os.path.islink(path):
+                    found.via.append(path)
+                    protect(os.path.realpath(path), f"{reason}, through the link {path}")
+            if count > _LINK_SCAN_LIMIT:
+                return
+
+    configs: list[tuple[str, list[str]]] = []
+    tops: list[str] = []
+    for root in writable:
+        for path, entry in find(root):
+            rel = os.path.relpath(path, root)
+            if os.path.islink(path):
+                # The link cannot be mounted (the guard knows it by identity); its target is.
+                found.via.append(path)
+                protect(os.path.realpath(path), f"always protected: {rel}, through its link")
+            else:
+                protect(path, f"always protected: {rel}")
+                found.by_name.add(path)
+            name = os.path.basename(path)
+            if "/.git/" in path:
+                top = path.split("/.git/", 1)[0]
+                if top not in tops:
+                    tops.append(top)
+                if entry.match == ".git/config" or name == "config.worktree":
+                    configs.append((path, [top, *_linked_worktrees([top])]))
+            elif entry is GIT_DIR_ENTRY and name in ("config", "config.worktree"):
+                configs.append((path, [os.path.dirname(path)]))
+                tops.append(os.path.dirname(path))
+            elif entry is GIT_FILE_ENTRY:
+                tops.append(os.path.dirname(path))  # a linked worktree's top
+    tops += [t for t in _linked_worktrees(tops) if inside(t) and t not in tops]
+    if home:
+        for config in host_git_configs(home, xdg_config):
+            configs.append((config, tops))
+            protect(config, "the user's git configuration")  # a link into a root
+    # Each configuration, and each file one includes (as git reads them: to a depth of 10).
+    pending = [(config, worktrees, 0) for config, worktrees in configs]
+    parsed: set[str] = set()
+    while pending:
+        config, worktrees, depth = pending.pop()
+        if config in parsed:
+            continue
+        parsed.add(config)
+        for path in git_config_paths(config, home, worktrees):
+            protect(path, f"named by the git config {config}")
+        if depth < _INCLUDE_DEPTH:
+            pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
+    return found
+
+
+_INCLUDE_DEPTH = 10  # git's own limit on nested includes
+
+
+def _linked_worktrees(tops: Sequence[str]) -> list[str]:
+    """The tops of the worktrees a repository lists (``.git/worktrees/*/gitdir`` names each
+    one's ``.git`` file): git runs a relative ``core.hooksPath`` there too."""
+    found: list[str] = []
+    for top in tops:
+        listing = os.path.join(top, ".git", "worktrees")
+        try:
+            names = os.listdir(listing)
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(listing, name, "gitdir"), encoding="utf-8") as handle:
+                    gitfile = handle.read(4096).strip()
+            except OSError:
+                continue
+            if os.path.isabs(gitfile):
+                found.append(os.path.dirname(os.path.normpath(gitfile)))
+    return found
