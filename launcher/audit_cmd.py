@@ -11,8 +11,9 @@ from pathlib import Path
 import psutil
 
 from launcher import dirs, rundir
-from launcher.audit_read import describe, printable, verify
+from launcher.audit_read import describe, verify
 from launcher.errors import UsageError
+from launcher.shown import visible
 
 
 def find_log(path: str | None) -> Path:
@@ -46,7 +47,7 @@ def verify_log(path: str | None) -> int:
         )
         return 0
     where = f"line {problem.line} " if problem.line else ""
-    print(printable(f"{log}: {where}{problem.what}"))
+    print(visible(f"{log}: {where}{problem.what}", one_line=True))
     if problem.unsealed is None:
         print(f"  ({count} entries before it are intact)")
     else:
@@ -103,7 +104,7 @@ def _show(raw: str) -> None:
     try:
         entry = json.loads(raw)
     except ValueError:
-        print(printable(f"(not an entry) {raw.rstrip()}"), flush=True)
+        print(visible(f"(not an entry) {raw.rstrip()}", one_line=True), flush=True)
         return
     line = describe(entry) if isinstance(entry, dict) else raw.rstrip()
-    print(printable(line), flush=True)
+    print(visible(line, one_line=True), flush=True)

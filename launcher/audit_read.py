@@ -107,25 +107,6 @@ def verify(lines: Iterator[str] | list[str]) -> tuple[int, Problem | None]:
     return count, None
 
 
-# C0 controls but tab, DEL, C1 controls, and the bidirectional overrides and isolates
-# (which reorder what the terminal shows): as \x1b-style escapes.
-_UNPRINTABLE = {
-    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-    for code in (*range(0x20), *range(0x7F, 0xA0), *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-    if code != 0x09
-}
-
-
-def printable(text: str) -> str:
-    """``text`` with nothing in it that a terminal acts on (escape sequences, carriage
-    returns, bells, backspaces...): what a server or a client wrote, safe to print.
-
-    >>> printable("ok \\x1b[2J\\rtab\\there")
-    'ok \\\\x1b[2J\\\\x0dtab\\there'
-    """
-    return text if text.isprintable() else text.translate(_UNPRINTABLE)
-
-
 def describe(entry: Mapping[str, Any]) -> str:
     """One readable line for ``audit tail``."""
     when = str(entry.get("time", ""))[11:23]

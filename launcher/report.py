@@ -13,11 +13,13 @@ from typing import Protocol
 
 from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
+from launcher.shown import visible
 
 
 def say(text: str) -> None:
-    """One line for the person who started ``ironcurtain run``, on stderr."""
-    print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
+    """One line for the person who started ``ironcurtain run``, on stderr. What a server or
+    a client put in it (a name, an error's text) is shown, never acted on by the terminal."""
+    print(f"ironcurtain: {visible(text)}", file=sys.stderr, flush=True)
 
 
 class HttpAddress(Protocol):

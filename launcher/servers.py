@@ -334,9 +334,9 @@ class ServerConnection:
             self.reply(message["id"], outcome)
 
     def _on_stderr_line(self, line: bytes) -> None:
-        from launcher.audit_read import printable  # the operator's terminal is not the server's
+        from launcher.shown import visible  # the operator's terminal is not the server's
 
-        text = printable(line.decode("utf-8", "replace").rstrip())
+        text = visible(line.decode("utf-8", "replace").rstrip(), one_line=True)
         self.stderr_tail = [*self.stderr_tail[-19:], text]
         self._log(text)
 

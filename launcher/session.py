@@ -231,18 +231,15 @@ class Session:
     # -- what the session does on its own: stderr and the audit log ------------------------
 
     def event(self, event: str, text: str, **fields: object) -> None:
-        say(text)
+        say(visible(text, one_line=True))  # names in it are a server's choice
         if self.audit is not None:
             self.audit.write({"event": event, **fields})
 
     def _egress_refused(self, refusal: Refusal) -> None:
         self.event(
             "egress-refused",
-            # What the server sent is shown as text, never acted on by the terminal.
-            visible(
-                f"egress refused for '{refusal.server}': "
-                f"{refusal.host}:{refusal.port}: {refusal.reason}"
-            ).replace("\n", "\\n"),
+            f"egress refused for '{refusal.server}': "
+            f"{refusal.host}:{refusal.port}: {refusal.reason}",
             server=refusal.server,
             host=refusal.host,
             port=refusal.port,
@@ -253,7 +250,7 @@ class Session:
         path = _as_text(record.path)
         self.event(
             "quarantine",
-            f"quarantined {path} ({record.why}); moved to {record.moved_to}",
+            f"quarantined {path} ({record.why}); moved to {_as_text(record.moved_to)}",
             path=path,
             movedTo=record.moved_to,
             reason=record.why,

@@ -63,11 +63,27 @@ class Stage:
         self.hidden: tuple[str, ...] = ()  # what a copy of a directory leaves out
 
     def _mkdirs(self, path: str, writable: bool) -> str:
-        staged = self.root + path
-        os.makedirs(staged, mode=0o755, exist_ok=True)
-        if writable and self.run_as is not None:
-            os.chown(staged, *self.run_as)
-        return staged
+        """``path``'s directories below the staging root, each 0755 whatever the user's
+        umask (run as root, the server is another user, who must be able to walk them)."""
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.root, flags)
+        try:
+            for part in parts(path):
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    made = True
+                except FileExistsError:
+                    made = False
+                child = os.open(part, flags, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                if made:
+                    os.fchmod(fd, 0o755)
+            if writable and self.run_as is not None:
+                os.fchown(fd, *self.run_as)
+        finally:
+            os.close(fd)
+        return self.root + path
 
     def prepare(
         self,
@@ -315,18 +331,20 @@ class Stage:
                         os.close(old)
                 os.lseek(src, 0, os.SEEK_SET)
                 temp = f".{name}.ironcurtain-{secrets.token_hex(4)}"
-                # A new file gets the server's mode bits, never execute or set-id ones.
-                mode = stat.S_IMODE(was.st_mode) if was else os.fstat(src).st_mode & 0o666
+                # An existing file keeps its mode; a new one gets what the user's umask
+                # makes of 0666, as any file the user's own tools create: never the mode
+                # bits the server chose (world-writable, set-id, executable).
                 flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                out = os.open(temp, flags, 0o600, dir_fd=dir_fd)
+                out = os.open(temp, flags, 0o600 if was else 0o666, dir_fd=dir_fd)
                 try:
                     try:
                         copy_fd(
                             src, out, MAX_STAGED_BYTES
                         )  # bounded: a kept instance may grow it meanwhile
-                        os.fchmod(out, mode & 0o777)
-                        if was is not None and os.geteuid() == 0:
-                            os.fchown(out, was.st_uid, was.st_gid)
+                        if was is not None:
+                            os.fchmod(out, stat.S_IMODE(was.st_mode) & 0o777)
+                            if os.geteuid() == 0:
+                                os.fchown(out, was.st_uid, was.st_gid)
                         os.fsync(out)
                     finally:
                         os.close(out)

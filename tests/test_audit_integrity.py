@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from launcher.audit import AuditLog, entry_hash
-from launcher.audit_read import printable, verify
+from launcher.audit_read import verify
+from launcher.shown import visible
 from tests.support.cli import ironcurtain
 from tests.support.client import Client
 from tests.support.home import Home
@@ -160,20 +161,37 @@ def test_verify_reports_a_string_with_no_utf8_form_instead_of_crashing(user: Hom
 CONTROLS = "\x1b]0;pwned\x07\x1b[2J\rfake ok\x08\x9b2J\u202eevil\x00"
 
 
+# What acts on a terminal or hides text: controls (newline and tab apart), direction and
+# zero-width characters, separators, fillers that draw nothing, and lone surrogates.
+ACTS = [
+    *map(chr, range(0x20)),
+    *map(chr, range(0x7F, 0xA0)),
+    *"\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b\u180e\u200b\u200e\u200f",
+    *"\u2028\u2029\u202a\u202e\u2060\u2066\u2069\u3164\ufeff\uffa0\ufffb",
+    "\U000e0041",
+    "\ud800",
+    "\udfff",
+]
+
+
 def _terminal_safe(text: str) -> bool:
-    return not any(
-        (ord(c) < 0x20 and c not in "\t\n") or 0x7F <= ord(c) < 0xA0 or c == "\u202e" for c in text
-    )
+    return not any(c in ACTS and c not in "\t\n" for c in text)
 
 
-def test_printable_escapes_what_a_terminal_acts_on() -> None:
-    assert printable("plain text, tab\there, é ü 中") == "plain text, tab\there, é ü 中"
-    assert printable(CONTROLS) == (
+def test_one_table_escapes_what_a_terminal_acts_on() -> None:
+    assert visible("plain text, tab\there, é ü 中 😀") == "plain text, tab\there, é ü 中 😀"
+    assert visible(CONTROLS) == (
         "\\x1b]0;pwned\\x07\\x1b[2J\\x0dfake ok\\x08\\x9b2J\\u202eevil\\x00"
     )
-    for code in (*range(0x20), *range(0x7F, 0xA0)):
-        if code != 0x09:
-            assert _terminal_safe(printable(chr(code))), hex(code)
+    for char in ACTS:
+        shown = visible(char, one_line=True)
+        assert char != "\t" or shown == "\t"
+        if char != "\t":
+            assert shown.isascii() and shown.startswith("\\"), hex(ord(char))
+        assert _terminal_safe(visible(char)), hex(ord(char))
+    assert visible("a\nb") == "a\nb" and visible("a\nb", one_line=True) == "a\\x0ab"
+    # Printing it cannot fail, whatever a server sent (a lone surrogate cannot be encoded).
+    visible("\ud800 \udcff", one_line=True).encode("utf-8")
 
 
 def test_audit_tail_and_verify_escape_control_characters(user: Home) -> None:
@@ -204,6 +222,32 @@ def test_server_stderr_cannot_drive_the_terminal(user: Home) -> None:
     assert done.returncode != 0 and "failed to start" in done.stderr, done.stderr
     assert _terminal_safe(done.stderr), repr(done.stderr)
     assert "[noisy] \\x1b]0;pwned\\x07\\x1b[2J\\x0dfake ok\\x08\\x9b2J" in done.stderr
+
+
+@needs_bwrap
+def test_a_name_a_server_chose_cannot_drive_the_operators_terminal(user: Home) -> None:
+    """A hostile server makes a file the guard quarantines under a directory whose name
+    repaints the terminal and starts a line of ironcurtain's own: the operator's stderr
+    shows it escaped, on one line."""
+    args, ws, _ = probe_session(user)
+    forged = f"{CONTROLS[:-1]}\nironcurtain: all clear\u2028"  # a name holds no NUL
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env, stderr=subprocess.PIPE)
+    try:
+        client.initialize({}, timeout=60)
+        path = f"{ws}/{forged}/.bashrc"
+        answer = client.call("probe__write_path", {"path": path, "content": "x", "parents": True})
+        assert "WRITE OK" in json.dumps(answer), answer
+        _finish(client)
+        assert client.proc.stderr is not None
+        stderr = client.proc.stderr.read().decode("utf-8", "surrogateescape")
+    finally:
+        client.kill()
+    quarantined = [line for line in stderr.splitlines() if "quarantined" in line]
+    assert len(quarantined) == 1, stderr
+    assert _terminal_safe(stderr), repr(stderr)
+    assert "\\x1b]0;pwned\\x07" in quarantined[0] and "\\x0aironcurtain: all clear" in stderr
+    assert not any(line.startswith("ironcurtain: all clear") for line in stderr.splitlines())
+    assert not (ws / forged / ".bashrc").exists()
 
 
 # -- a real session ----------------------------------------------------------------------------

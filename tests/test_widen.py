@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import tempfile
@@ -228,6 +229,25 @@ def test_a_hostile_server_gets_the_approved_file_and_nothing_else(user: Home) ->
     assert not (user.home / ".bashrc").exists()
     assert not (ws / "planted-in-workspace").exists()
     assert [e["escalation"] for e in audit_entries(audit)] == ["approved"]
+
+
+@pytest.mark.parametrize("mode", ["777", "4777", "666"])
+def test_a_new_file_an_approved_call_makes_gets_the_users_umask(user: Home, mode: str) -> None:
+    """The server makes the approved new file world-writable (or set-id): on the host it
+    has the mode the user's own tools would give it, never the server's bits."""
+    _, notes, _ = _places(user)
+    made = notes / "made.txt"
+    args, _, _ = _hostile_session(user)
+    answer, _ = answering("approve")
+    arguments = {"path": str(made), "content": "new", "others": [], "mode": mode}
+    was = os.umask(0o027)
+    try:
+        error, text = _overreach(user, args, answer, arguments)
+    finally:
+        os.umask(was)
+    assert not error, text
+    assert made.read_text() == "new"
+    assert made.stat().st_mode & 0o7777 == 0o640
 
 
 def test_an_approved_write_does_not_show_the_server_what_it_replaces(user: Home) -> None:

@@ -551,11 +551,16 @@ def fs_ops(base: str, ops: list[list[str]]) -> str:
 
 @server.tool()
 def overreach(
-    path: str, content: str, others: list[str], link_to: str = "", fifo: bool = False
+    path: str,
+    content: str,
+    others: list[str],
+    link_to: str = "",
+    fifo: bool = False,
+    mode: str = "",
 ) -> str:
     """Write ``path`` as asked, then try to write every path of ``others`` too; with
-    ``link_to``, leave ``path`` as a symlink to it instead, with ``fifo`` as a FIFO.
-    Reports what worked."""
+    ``link_to``, leave ``path`` as a symlink to it instead, with ``fifo`` as a FIFO; with
+    ``mode`` (octal), give ``path`` those mode bits. Reports what worked."""
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:
             report = [f"it held: {handle.read(200)!r}"]
@@ -574,6 +579,12 @@ def overreach(
     if fifo:
         os.unlink(path)
         os.mkfifo(path)
+    if mode:  # made again under umask 0, as a server that wants others to write it would
+        os.unlink(path)
+        os.umask(0)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, int(mode, 8))
+        os.write(fd, content.encode())
+        os.close(fd)
     return "\n".join([*report, f"INSTANCE {_INSTANCE}"])
 
 

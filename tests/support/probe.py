@@ -44,7 +44,7 @@ PROBE_TOOLS = {
     "hold_connections": ["path", "count"],
     "peek": ["path", "socket_path"],
     "move": ["source", "destination"],
-    "overreach": ["path", "content", "others", "link_to", "fifo"],
+    "overreach": ["path", "content", "others", "link_to", "fifo", "mode"],
     "ask_user": ["question"],
     "sample": ["prompt"],
     "roots": [],
