@@ -242,7 +242,7 @@ class CheckedCalls:
                 "code": code if type(code) is int else -32603,
                 "message": str(err.get("message", "error")),
             }
-            relayed = self.core.outputs.message(server, relayed)
+            relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)
             self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
             return
         answer = outcome.get("result")

@@ -7,7 +7,16 @@ A tool's output policy applies to ``structuredContent``, to text content that is
 object or array, and to embedded resources whose MIME type is JSON. What it cannot filter
 field by field (prose, an image, a resource of another type) is removed from the answer of a
 tool that has an output policy, and a text item says so: once a tool has one, only what the
-policy lets through reaches the agent.
+policy lets through reaches the agent, by any path. Its answer is rebuilt from what the
+policy passed, so nothing rides beside it: no ``_meta``, no key the MCP schema does not
+name, no ``annotations`` or ``_meta`` of a content item, no embedded resource's own URI,
+``blob`` or ``_meta``; an error answer reaches the client as a generic error (code kept,
+the server's message and data withheld); a progress notification of such a call keeps its
+numbers, not its message.
+
+The credential detectors also run over the ``tools``, ``prompts`` and ``resources``
+listings (descriptions, titles, schemas, object keys), once per listing, not per call.
+A tool's or prompt's ``name`` is left as it is: it is how calls are routed.
 
 The credential detectors catch what passes by accident (a file that holds a key). A hostile
 server can always encode a secret past them; that it never sees one is the sandbox's job."""
@@ -28,6 +37,11 @@ UNFILTERABLE = (
     "[removed by the output policy: content that is not a JSON object or array cannot be "
     "filtered field by field]"
 )
+WITHHELD_ERROR = "the tool failed; its error text is withheld by the output policy"
+# What an embedded resource that passed the output policy is called (its own URI is the
+# server's to fill: it could carry what the policy removed).
+FILTERED_URI = "ironcurtain:filtered"
+RESULT_KEYS = frozenset({"content", "structuredContent", "isError"})
 
 
 class Outputs:
@@ -57,6 +71,28 @@ class Outputs:
             record["secretsMasked"] = dict(sorted(Counter(found).items()))
         return answer, record or None
 
+    def error(self, server: str, method: str, name: str, err: Message) -> Message:
+        """A server's error answer to one request as the client is to see it: for a tool
+        with an output policy a generic one (its text and data are the server's to fill,
+        and nothing the policy has not seen reaches the client); credentials masked."""
+        if method == TOOL and self.policy.for_tool(server, name) is not None:
+            return {"code": err["code"], "message": WITHHELD_ERROR}
+        return self.message(server, err)
+
+    def progress(self, server: str, method: str, name: str, message: Message) -> Message:
+        """A progress notification of one call: for a tool with an output policy its
+        numbers only (the message is free text beside the answer)."""
+        params = message.get("params")
+        if (
+            method == TOOL
+            and isinstance(params, dict)
+            and "message" in params
+            and self.policy.for_tool(server, name) is not None
+        ):
+            kept = {k: params[k] for k in ("progressToken", "progress", "total") if k in params}
+            message = {**message, "params": kept}
+        return self.message(server, message)
+
     def message(self, server: str, message: Message) -> Message:
         """A notification or a request from ``server``, credentials masked."""
         if not self.mask_secrets.get(server, True):
@@ -65,32 +101,63 @@ class Outputs:
         masked: Message = mask_strings(message, found)
         return masked
 
+    def listed(self, server: str, items: list[Message]) -> list[Message]:
+        """What ``server`` lists (tools, prompts, resources, templates) as the client is
+        to see it: credentials masked everywhere but in a ``name``, which routes calls."""
+        if not self.mask_secrets.get(server, True):
+            return items
+        found: list[str] = []
+        shown = []
+        for item in items:
+            masked = mask_strings(item, found)
+            if masked is not item and "name" in item:
+                masked = {**masked, "name": item["name"]}
+            shown.append(masked)
+        return shown
+
 
 def _filter_tool_result(policy: ToolOutputPolicy, answer: Message, counts: Filtered) -> Message:
-    out = dict(answer)
+    """The answer rebuilt from what the policy lets through: only the keys a tool's result
+    has (``content``, ``structuredContent``, ``isError``), each filtered."""
+    out: Message = {}
+    dropped = [key for key in answer if key not in RESULT_KEYS]
+    counts.removed += len(dropped)
     structured = answer.get("structuredContent")
     if isinstance(structured, dict | list):
         out["structuredContent"] = _apply(policy, structured, counts)
+    elif "structuredContent" in answer:
+        counts.removed += 1  # not an object or an array: nothing to filter it by
     content = answer.get("content")
     if isinstance(content, list):
         out["content"] = [_filter_item(policy, item, counts) for item in content]
+    else:
+        if "content" in answer:
+            counts.removed += 1
+        out["content"] = []
+    if answer.get("isError") is True:
+        out["isError"] = True
     return out
 
 
-def _filter_item(policy: ToolOutputPolicy, item: Any, counts: Filtered) -> Any:
-    """One content item through the policy; what cannot be filtered is replaced."""
+def _filter_item(policy: ToolOutputPolicy, item: Any, counts: Filtered) -> Message:
+    """One content item through the policy, rebuilt from its filtered text alone (its
+    ``annotations`` and ``_meta``, a resource's URI and ``blob`` are the server's to fill
+    and not filtered field by field); what cannot be filtered is replaced."""
     if isinstance(item, dict):
         if item.get("type") == "text" and isinstance(item.get("text"), str):
             filtered = _filter_json_text(policy, item["text"], counts)
             if filtered is not None:
-                return {**item, "text": filtered}
+                return {"type": "text", "text": filtered}
         resource = item.get("resource")
         if item.get("type") == "resource" and isinstance(resource, dict):
-            mime = str(resource.get("mimeType", ""))
-            if _is_json(mime) and isinstance(resource.get("text"), str):
+            mime = resource.get("mimeType")
+            if isinstance(mime, str) and _is_json(mime) and isinstance(resource.get("text"), str):
                 filtered = _filter_json_text(policy, resource["text"], counts)
                 if filtered is not None:
-                    return {**item, "resource": {**resource, "text": filtered}}
+                    return {
+                        "type": "resource",
+                        "resource": {"uri": FILTERED_URI, "mimeType": mime, "text": filtered},
+                    }
     counts.removed += 1
     return {"type": "text", "text": UNFILTERABLE}
 

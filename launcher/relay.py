@@ -73,7 +73,7 @@ class Relay:
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
         self._dropping = False
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
-        core.router.build(core.servers)
+        core.router.build(core.servers, core.outputs.listed)
         self._attach()
 
     # -- upstream --------------------------------------------------------------------------
@@ -243,6 +243,9 @@ class Relay:
                 related = call.request_id
                 if call.progress_sent:  # after what was reported while a human decided
                     message = _after(message, call.progress_sent)
+                message = self.core.outputs.progress(
+                    conn.name, call.method, call.name or "", message
+                )
             upstream = self.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are
@@ -255,7 +258,9 @@ class Relay:
                 self._dropping = True
                 return
             self._dropping = False
-            self.send(self.core.outputs.message(conn.name, message), related)
+            if related is None:
+                message = self.core.outputs.message(conn.name, message)
+            self.send(message, related)
         elif isinstance(method, str) and method in LIST_CHANGED:
             # One refresh per server and list at a time; changes meanwhile make one more.
             key = (conn.name, LIST_CHANGED[method])
@@ -294,7 +299,7 @@ class Relay:
     def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
         """A server's lists changed (or a restarted server replaced one): routes anew."""
         self._attach()
-        self.core.router.build(self.core.servers)
+        self.core.router.build(self.core.servers, self.core.outputs.listed)
         if self.initialized:
             self.send(notification(method))
 

@@ -39,6 +39,17 @@ class Listing(Protocol):
 
 
 @mutable
+class _Shown:
+    """A server's lists as the client sees them."""
+
+    tools: list[Message]
+    prompts: list[Message]
+    resources: list[Message]
+    resource_templates: list[Message]
+    capabilities: Message
+
+
+@mutable
 class Router:
     """Which server answers each exposed tool, prompt, resource and template, and the
     lists the client is shown."""
@@ -66,7 +77,23 @@ class Router:
         """
         return f"{server}{SEPARATOR}{name}" if self.prefixed else name
 
-    def build(self, servers: Mapping[str, Listing]) -> None:
+    def build(
+        self,
+        servers: Mapping[str, Listing],
+        shown: Callable[[str, list[Message]], list[Message]] = lambda server, items: items,
+    ) -> None:
+        """Routes from the servers' lists; ``shown`` makes a server's items what the client
+        is to see of them (credentials masked), once per build."""
+        listings = {
+            name: _Shown(
+                shown(name, listing.tools),
+                shown(name, listing.prompts),
+                shown(name, listing.resources),
+                shown(name, listing.resource_templates),
+                listing.capabilities,
+            )
+            for name, listing in servers.items()
+        }
         tools: dict[str, tuple[str, str]] = {}
         prompts: dict[str, tuple[str, str]] = {}
         exposed_tools: list[Message] = []
@@ -75,7 +102,7 @@ class Router:
         prefixes: list[tuple[str, str]] = []
         templates: dict[str, str] = {}
         self.completes, self.subscribes, self.offers_resources = set(), set(), set()
-        for name, listing in servers.items():
+        for name, listing in listings.items():
             _route(name, listing.tools, self.public, tools, exposed_tools)
             _route(name, listing.prompts, self.public, prompts, exposed_prompts)
             for resource in listing.resources:
@@ -96,8 +123,8 @@ class Router:
                     self.subscribes.add(name)
         self.tools, self.exposed_tools = tools, exposed_tools
         self.prompts, self.exposed_prompts = prompts, exposed_prompts
-        self.resources = [r for s in servers.values() for r in s.resources]
-        self.resource_templates = [t for s in servers.values() for t in s.resource_templates]
+        self.resources = [r for s in listings.values() for r in s.resources]
+        self.resource_templates = [t for s in listings.values() for t in s.resource_templates]
         self._resource_servers, self._template_servers = resources, templates
         # Longest prefix first, so the most specific template wins.
         self._template_prefixes = sorted(prefixes, key=lambda p: -len(p[0]))

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
 from sandbox_profiles.records import frozen
@@ -173,13 +174,17 @@ def _walk(value: Any, change: Callable[[str], str]) -> Any:
     if isinstance(value, str):
         return change(value)
     if isinstance(value, dict):
-        changed = None
-        for key, item in value.items():
+        # Keys are the server's to choose as much as values are: masked alike. A masked
+        # key that meets another (two secrets of one kind) keeps the later value.
+        changed: dict[Any, Any] | None = None  # a copy, made at the first change
+        for index, (key, item) in enumerate(value.items()):
+            new_key = change(key) if isinstance(key, str) else key
             new = _walk(item, change)
-            if new is not item:
-                if changed is None:
-                    changed = dict(value)
-                changed[key] = new
+            if changed is None:
+                if new is item and new_key == key:
+                    continue
+                changed = dict(islice(value.items(), index))
+            changed[new_key] = new
         return value if changed is None else changed
     if isinstance(value, list):
         items = [_walk(item, change) for item in value]
