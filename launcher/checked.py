@@ -18,9 +18,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import field
 from typing import Any, Protocol
 
-from launcher.approval import Requester
 from launcher.audit import Prepared, hashed_arguments
-from launcher.escalation import Escalations, discard
+from launcher.escalation import AskClient, Escalations, discard
 from launcher.gate import (
     BY_URI,
     COMPLETE,
@@ -80,7 +79,7 @@ class CheckedCalls:
         core: Core,
         *,
         send: Send,
-        ask: Requester,
+        ask: AskClient,
         client_elicits: Callable[[], bool],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:

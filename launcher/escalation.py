@@ -10,7 +10,7 @@ The checked path (:mod:`launcher.checked`) hands a call here and gets it back th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.approval import Requester
@@ -26,6 +26,14 @@ if TYPE_CHECKING:
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0
+
+
+class AskClient(Protocol):
+    """Sends the client a request; ``related``: the client's request it belongs to."""
+
+    def __call__(
+        self, method: str, params: Message, timeout: float, related: str | int | None = None
+    ) -> Awaitable[Message]: ...
 
 
 class Ends(Protocol):
@@ -49,7 +57,7 @@ class Escalations:
         ends: Ends,
         *,
         send: Send,
-        ask: Requester,
+        ask: AskClient,
         client_elicits: Callable[[], bool],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
     ) -> None:
@@ -61,6 +69,16 @@ class Escalations:
         self._spawn = spawn
         self._waiting: dict[str | int, asyncio.Task[None]] = {}  # by the client's id
         self.keepalive = KEEPALIVE_SECONDS
+
+    def _asking_for(self, call: Call) -> Requester:
+        """The question about ``call`` goes with it: over HTTP, on the event stream of the
+        client's request for it (a client need not open the stream for what nobody asked)."""
+        related = call.request_id if isinstance(call.request_id, str | int) else None
+
+        def ask(method: str, params: dict[str, Any], timeout: float) -> Awaitable[Message]:
+            return self.ask(method, params, timeout, related)
+
+        return ask
 
     def start(self, call: Call, decision: Decision) -> None:
         """Put ``call`` to a human, in a task of its own (the relay goes on meanwhile)."""
@@ -108,7 +126,7 @@ class Escalations:
                 call.arguments,
                 decision,
                 self.client_elicits(),
-                self.ask,
+                self._asking_for(call),
                 describe(call.server, grants) if grants else "",
             )
         except asyncio.CancelledError:

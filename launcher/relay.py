@@ -40,6 +40,8 @@ LIST_CHANGED = {
     "notifications/prompts/list_changed": "prompts",
     "notifications/resources/list_changed": "resources",
 }
+# Why a question to the client is withdrawn before its time is up.
+WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
 # Bytes waiting for the client beyond which servers' notifications are dropped.
 NOTIFICATION_BACKLOG = 16 * 1024 * 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
@@ -213,8 +215,11 @@ class Relay:
         self.send(message, related)
         try:
             return await asyncio.wait_for(future, timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            reason = {"requestId": request_id, "reason": "no answer in time"}
+        except (TimeoutError, asyncio.CancelledError) as ended:
+            # Withdrawn: unanswered in time, or no longer needed (the request it was asked
+            # for was cancelled, by the client or by the server, or the session is ending).
+            why = "no answer in time" if isinstance(ended, TimeoutError) else WITHDRAWN
+            reason = {"requestId": request_id, "reason": why}
             self.send(notification("notifications/cancelled", reason), related)
             raise
         finally:

@@ -26,7 +26,7 @@ from launcher.breaker import CircuitBreaker
 from launcher.gate import Gate
 from launcher.jsonrpc import Message, ServerGone
 from launcher.pins import Pins
-from launcher.relay import Relay
+from launcher.relay import WITHDRAWN, Relay
 from launcher.router import Router
 from launcher.seams import Core, ServerSettings
 from policy import PolicyEngine, schema
@@ -564,12 +564,33 @@ def test_a_request_cancelled_while_a_human_is_asked_is_never_made(tmp_path: Path
         await asyncio.sleep(0.01)
         withdrawn = [m for m in h.client.sent if m.get("method") == "notifications/cancelled"]
         assert [m["params"]["requestId"] for m in withdrawn] == [asked["id"]]
+        # Said as what it is: the human did not fail to answer in time.
+        assert [m["params"]["reason"] for m in withdrawn] == [WITHDRAWN]
         assert await h.answer("c2", wait=0.05) is None  # type: ignore[arg-type]
 
     run(scenario)
     assert h.fs.requests == []
     (entry,) = h.entries()
     assert entry["result"] == "cancelled"
+
+
+def test_a_question_nobody_answers_in_time_is_withdrawn_as_such(tmp_path: Path) -> None:
+    h = build(tmp_path, answer=None)  # the human never answers
+    h.relay.core.gate.approvals.timeout = 0.05
+
+    async def scenario() -> None:
+        wire, params = params_for("prompts/get", where(h, "escalate"))
+        h.feed({"jsonrpc": "2.0", "id": "c3", "method": wire, "params": params})
+        await h.answer("c3")  # type: ignore[arg-type]
+
+    run(scenario)
+    (asked,) = h.client.elicitations
+    withdrawn = [m for m in h.client.sent if m.get("method") == "notifications/cancelled"]
+    assert [m["params"] for m in withdrawn] == [
+        {"requestId": asked["id"], "reason": "no answer in time"}
+    ]
+    (entry,) = h.entries()
+    assert entry["escalation"] == "timeout"
 
 
 @pytest.mark.parametrize(
@@ -1017,6 +1038,7 @@ def test_a_question_the_server_cancels_is_withdrawn_from_the_client(tmp_path: Pa
     (asked,) = h.client.elicitations
     (withdrawn,) = [m for m in h.client.sent if m.get("method") == "notifications/cancelled"]
     assert withdrawn["params"]["requestId"] == asked["id"]
+    assert withdrawn["params"]["reason"] == WITHDRAWN
     assert h.fs.replies == []  # the server cancelled it: no answer (MCP)
     (entry,) = h.entries()
     assert entry["result"] == "cancelled"
