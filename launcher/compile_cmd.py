@@ -28,6 +28,7 @@ from launcher import coherence, dirs
 from launcher.config_schema import SandboxConfig
 from launcher.errors import UsageError
 from launcher.plan import RunOptions, SessionPlan, plan_session
+from launcher.shown import visible
 from policy import schema
 from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
 from policy.decision import StructuralConfig
@@ -90,9 +91,8 @@ class Progress:
 
     def step(self, text: str) -> None:
         if self.enabled:
-            print(
-                f"  [{time.monotonic() - self.started:6.1f} s] {text}", file=sys.stderr, flush=True
-            )
+            elapsed = time.monotonic() - self.started
+            print(f"  [{elapsed:6.1f} s] {visible(text)}", file=sys.stderr, flush=True)
 
 
 def load_constitution() -> tuple[str, list[Path]]:
@@ -161,7 +161,7 @@ def merge_into(
 def report_changes(merged: Merged) -> None:
     """What the merge changed in the annotations file, one line each."""
     for change in merged.changes or ["annotations: nothing changed"]:
-        print(f"  {change}", file=sys.stderr)
+        print(f"  {visible(change, one_line=True)}", file=sys.stderr)  # names are a server's
 
 
 def _now() -> str:
@@ -339,4 +339,4 @@ def _diagnose(verification: Any) -> None:
         )
     for number, (_, answer) in enumerate(verification.rounds, 1):
         lines.append(f"  judge, round {number} ({answer.verdict}): {answer.analysis}")
-    print("\n".join(lines), file=sys.stderr)
+    print(visible("\n".join(lines)), file=sys.stderr)  # servers' names, the model's words

@@ -43,6 +43,8 @@ def finish(body: Callable[[], int | None]) -> NoReturn:
             sys.exit(1)
         if not isinstance(exc, USER_ERRORS):
             raise
-        print(f"ironcurtain: error: {exc}", file=sys.stderr)
+        from launcher.shown import visible  # a message can quote a file, a server, a name
+
+        print(f"ironcurtain: error: {visible(str(exc), one_line=True)}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code or 0)

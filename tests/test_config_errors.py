@@ -266,3 +266,15 @@ def test_check_plans_like_run_and_names_itself_in_errors(user: Home) -> None:
     done = _check(user, "filesystem", "read_file", {"path": "notes.txt"}, *options)
     assert done.returncode == 0, done.stderr
     assert json.dumps({"path": str(ws / "sub" / "notes.txt")}) in done.stdout
+
+
+def test_an_error_quoting_a_hostile_name_cannot_drive_the_terminal(user: Home) -> None:
+    """A config file whose name (a project's choice) holds escape sequences and a direction
+    override: the error that quotes it shows them as escapes, on the one line it takes."""
+    name = "\x1b]0;pwned\x07\x1b[2J\u202eevil\nironcurtain: ready.json"
+    done = ironcurtain(user, "run", "--config", str(user.root / name))
+    assert done.returncode == 2, done.stderr
+    message = done.stderr.strip()
+    assert message.startswith("ironcurtain: error:") and len(message.splitlines()) == 1
+    assert "\x1b" not in done.stderr and "\u202e" not in done.stderr and "\x07" not in done.stderr
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil\\x0aironcurtain: ready.json" in message
