@@ -4,8 +4,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -25,6 +27,37 @@ ProjectOpt = Annotated[
 ]
 
 
+def _where(command: str, project: str | None) -> tuple[Path, Path | None]:
+    """The home directory and the project whose files to read (never the home, nor a
+    directory holding it: said when the directory it runs in is one)."""
+    from launcher.clients import home, project_root
+
+    user = home()
+    root, note = project_root(user, project, os.getcwd())
+    if note:
+        _say(command, note)
+    return user, root
+
+
+def _say(command: str, line: str) -> None:
+    from launcher.shown import visible
+
+    print(f"ironcurtain {command}: {visible(line, one_line=True)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def _shown_errors() -> Iterator[None]:
+    """A refusal that names what a client's file holds, shown as escapes where it could act
+    on a terminal."""
+    from launcher.errors import UsageError
+    from launcher.shown import visible
+
+    try:
+        yield
+    except UsageError as exc:
+        raise UsageError(visible(str(exc), one_line=True)) from None
+
+
 def register(app: typer.Typer) -> None:
     """Add the commands to ``app``."""
 
@@ -32,10 +65,12 @@ def register(app: typer.Typer) -> None:
     def clients(project: ProjectOpt = None) -> None:
         """List the MCP clients configured on this machine (user files, and this project's),
         each with its servers and whether they already run through ironcurtain."""
-        from launcher.clients import found, home
+        from launcher.clients import found
         from launcher.wrap_cmd import describe
 
-        print(describe(found(home(), Path(project or os.getcwd()).resolve())))
+        with _shown_errors():
+            user, root = _where("clients", project)
+            print(describe(found(user, root)))
 
     @app.command()
     def wrap(
@@ -57,29 +92,30 @@ def register(app: typer.Typer) -> None:
         """Run the clients' stdio servers through ironcurtain: each definition moves into
         ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
         under the same name (backups first; `ironcurtain unwrap` restores)."""
-        from launcher.clients import home
         from launcher.wrap_cmd import diff, plan_wrap, select
         from launcher.wrap_files import annotate_new, apply_wrap, ensure_user_policy
 
-        files = select(home(), Path(project or os.getcwd()).resolve(), client or [], everything)
-        changes, config = plan_wrap(files, server or [])
-        for change in [*changes, config]:
-            for note in change.notes:
-                print(f"ironcurtain wrap: {note}", file=sys.stderr)
-        if not any(c.after != c.before for c in changes):
-            print("ironcurtain wrap: nothing to wrap", file=sys.stderr)
-            return
-        if dry_run:
+        with _shown_errors():
+            user, root = _where("wrap", project)
+            files = select(user, root, client or [], everything)
+            changes, config = plan_wrap(files, server or [])
             for change in [*changes, config]:
-                print(diff(change), end="")
-            return
-        made = ensure_user_policy()
-        for line in ([made] if made else []) + apply_wrap(changes, config):
-            print(f"ironcurtain wrap: {line}", file=sys.stderr)
+                for note in change.notes:
+                    _say("wrap", note)
+            if not any(c.after != c.before for c in changes):
+                _say("wrap", "nothing to wrap")
+                return
+            if dry_run:
+                for change in [*changes, config]:
+                    print(diff(change), end="")
+                return
+            made = ensure_user_policy()
+            for line in ([made] if made else []) + apply_wrap(changes, config):
+                _say("wrap", line)
         wrapped = [name for change in changes for name in change.servers]
         if annotate:
             for line in annotate_new(wrapped):
-                print(f"ironcurtain wrap: {line}", file=sys.stderr)
+                _say("wrap", line)
         else:
             print(
                 "ironcurtain wrap: tools without annotations are never called; annotate them: "
@@ -96,14 +132,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Restore the clients' files exactly as they were before `ironcurtain wrap`; a file
         that changed since is refused (its backup is named)."""
-        from launcher.clients import home
         from launcher.wrap_cmd import select
         from launcher.wrap_files import unwrap as restore
 
-        files = select(home(), Path(project or os.getcwd()).resolve(), client or [], everything)
-        said = restore([f.path for f in files])
+        with _shown_errors():
+            user, root = _where("unwrap", project)
+            said = restore(select(user, root, client or [], everything))
         for line in said or ["nothing to unwrap"]:
-            print(f"ironcurtain unwrap: {line}", file=sys.stderr)
+            _say("unwrap", line)
 
     @app.command("http-token")
     def http_token_command(

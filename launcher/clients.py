@@ -11,18 +11,27 @@ and what each entry starts.
 | Gemini CLI | ``~/.gemini/settings.json`` | ``.gemini/settings.json`` | ``mcpServers`` | JSONC |
 | Codex CLI | ``~/.codex/config.toml`` | none | ``[mcp_servers.NAME]`` | TOML |
 | Zed | ``~/.config/zed/settings.json`` | ``.zed/settings.json`` | ``context_servers`` | JSONC |
+
+Each file is read once, as what it is (:mod:`launcher.client_io` says how): the home
+directory, or one holding it, is never a project, and a project's file that is one of the
+user's is the user's. An entry counts as running through ironcurtain only when it is
+exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
 """  # noqa: E501
 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import sys
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from launcher import dirs
+from launcher.client_io import Refused, Source, read_project, read_user
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
 from sandbox_profiles.records import frozen, mutable
@@ -68,6 +77,29 @@ CLIENTS: tuple[Client, ...] = (
 BY_NAME = {c.name: c for c in CLIENTS}
 
 
+# A client's own variable for the project directory, which it expands in an entry's args:
+# the moved definition says ${workspace} instead, and the client's entry of a project's
+# file passes the directory to ironcurtain as --workspace.
+PROJECT_VARIABLES = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
+# Words of an environment variable's name (split at _ and -) that mark a secret.
+SECRET_WORDS = frozenset(
+    {
+        "KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD",
+        "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SESSION", "PAT", "PRIVATE",
+    }
+)  # fmt: skip
+# Variables that change what the ironcurtain process itself loads or reads.
+LOADER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "IRONCURTAIN_")
+
+
+def secret_name(name: str) -> bool:
+    """
+    >>> [secret_name(n) for n in ("OPENAI_API_KEY", "DB_PASSWORD", "GIT_AUTHOR_NAME", "TZ")]
+    [True, True, False, False]
+    """
+    return any(word in SECRET_WORDS for word in re.split(r"[_\-]", name.upper()))
+
+
 @mutable
 class Entry:
     """One server entry of a client's file, as it starts the server."""
@@ -81,11 +113,10 @@ class Entry:
     url: str | None = None  # a remote server
 
     @property
-    def wrapped(self) -> bool:
-        """Whether it already runs through ``ironcurtain run``."""
-        return bool(self.command) and (
-            Path(self.command or "").name == "ironcurtain" and self.args[:1] == ["run"]
-        )
+    def calls_ironcurtain(self) -> bool:
+        """Whether it starts a program named ironcurtain (which may or may not be this
+        one, as wrap writes it: see :func:`not_protected`)."""
+        return Path(self.command or "").name == "ironcurtain"
 
 
 @mutable
@@ -94,16 +125,39 @@ class ClientFile:
     ``~/.claude.json``) those one project keeps in it."""
 
     client: Client
-    path: Path
+    source: Source
     scope: str  # user, project, or local (one project's, in a user file)
-    project: Path | None  # the project the servers start in (a project or local scope)
+    # The project the servers start in, which becomes their workspace (a project or local
+    # scope; None for a local scope whose root is, or holds, the home directory).
+    project: Path | None
     entries: list[Entry]
     # Where the servers are in the file (keys from the top); empty: the client's key.
     at: tuple[str, ...] = ()
 
     @property
+    def path(self) -> Path:
+        return self.source.path
+
+    @property
     def key_path(self) -> tuple[str, ...]:
         return self.at or (self.client.key,)
+
+
+@mutable
+class Found:
+    """The client files found: those read, and those there but not read (and why)."""
+
+    files: list[ClientFile] = field(default_factory=list)
+    refused: list[tuple[Client, str]] = field(default_factory=list)
+
+    def of(self, names: Sequence[str] | None) -> Found:
+        """Only the clients named (None: all)."""
+
+        def keep(client: Client) -> bool:
+            return names is None or client.name in names
+
+        return Found([f for f in self.files if keep(f.client)],
+                     [(c, why) for c, why in self.refused if keep(c)])  # fmt: skip
 
 
 def entry_of(client: Client, name: str, raw: Any) -> Entry:
@@ -125,16 +179,12 @@ def entry_of(client: Client, name: str, raw: Any) -> Entry:
     return entry
 
 
-def read(client: Client, path: Path, scope: str, project: Path | None) -> ClientFile:
+def read(client: Client, source: Source, scope: str, project: Path | None) -> ClientFile:
     """A client's file, its servers listed; UsageError names the file and the place of a
     mistake."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it: {exc.strerror}") from None
-    servers = servers_in(client, text, path)
+    servers = servers_in(client, source.text, source.path)
     entries = [entry_of(client, name, raw) for name, raw in servers.items()]
-    return ClientFile(client, path, scope, project, entries)
+    return ClientFile(client, source, scope, project, entries)
 
 
 def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
@@ -156,12 +206,12 @@ def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
     return servers
 
 
-def local_servers(client: Client, path: Path) -> Iterator[ClientFile]:
+def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
     """Claude Code's servers of one project kept in the user file (``claude mcp add``'s
     default "local" scope): ``projects.<project root>.mcpServers`` of ``~/.claude.json``."""
     try:
-        data = parse(path.read_text(encoding="utf-8")).value
-    except (OSError, JsoncError):
+        data = parse(source.text).value
+    except JsoncError:
         return  # read() has said what is wrong with it
     projects = data.get("projects") if isinstance(data, dict) else None
     for root, settings in (projects or {}).items() if isinstance(projects, dict) else ():
@@ -170,27 +220,129 @@ def local_servers(client: Client, path: Path) -> Iterator[ClientFile]:
             continue
         entries = [entry_of(client, name, raw) for name, raw in servers.items()]
         at = ("projects", root, "mcpServers")
-        yield ClientFile(client, path, "local", Path(root), entries, at)
+        # Servers kept for the home as a project are the user's, and get no workspace.
+        project = None if holds_home(Path(root), home) else Path(root)
+        yield ClientFile(client, source, "local", project, entries, at)
 
 
-def found(home: Path, project: Path | None) -> Iterator[ClientFile]:
-    """Every client file that exists, user files first."""
+def holds_home(path: Path, home: Path) -> bool:
+    """Whether ``path`` is the home directory or a directory holding it (real paths)."""
+    real, mine = Path(os.path.realpath(path)), Path(os.path.realpath(home))
+    return mine.is_relative_to(real)
+
+
+def project_root(home: Path, given: str | None, cwd: str) -> tuple[Path | None, str | None]:
+    """The project whose files to read (None: none), and what to tell the user. The home
+    directory, or one holding it, is never a project: its client files are the user's."""
+    project = Path(given or cwd).resolve()
+    if not holds_home(project, home):
+        return project, None
+    what = "is" if project == Path(os.path.realpath(home)) else "holds"
+    if given is not None:
+        raise UsageError(
+            f"--project {given}: it {what} your home directory; the home is never taken as a "
+            "project (name the project's own directory)"
+        )
+    return None, (
+        f"{project}: it {what} your home directory, which is never taken as a project; only "
+        "your user files are read (run in a project, or name one with --project)"
+    )
+
+
+def found(home: Path, project: Path | None) -> Found:
+    """Every client file that exists, user files first, each read once: a project's file
+    that is one of the user's files is the user's."""
+    out = Found()
+    seen: set[tuple[int, int]] = set()
     for client in CLIENTS:
         for relative in client.user:
-            path = home / relative
-            if path.is_file():
-                yield read(client, path, "user", None)
-                if client.name == "claude-code":
-                    yield from local_servers(client, path)
-        if project is not None:
-            for relative in client.project:
-                path = project / relative
-                if path.is_file():
-                    yield read(client, path, "project", project)
+            try:
+                source = read_user(home, relative, project)
+            except Refused as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            if source is None or (source.device, source.inode) in seen:
+                continue
+            seen.add((source.device, source.inode))
+            out.files.append(read(client, source, "user", None))
+            if client.name == "claude-code":
+                out.files.extend(local_servers(client, source, home))
+    for client in CLIENTS:
+        for relative in client.project if project is not None else ():
+            try:
+                source = read_project(project, relative)  # type: ignore[arg-type]
+            except Refused as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            if source is not None and (source.device, source.inode) not in seen:
+                seen.add((source.device, source.inode))
+                out.files.append(read(client, source, "project", project))
+    return out
 
 
 def home() -> Path:
     return Path(os.path.expanduser("~"))
+
+
+def user_config() -> Path:
+    return dirs.config_dir() / "mcp-servers.json"
+
+
+def user_policy() -> Path:
+    return dirs.config_dir() / "policy"
+
+
+def ironcurtain_exe() -> str:
+    exe = shutil.which("ironcurtain")
+    return exe or os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+
+
+def workspace_of(f: ClientFile, e: Entry) -> str | None:
+    """The ``--workspace`` wrap gives the entry: none for a user-level entry (one entry
+    serves every project; "where the client was started" could be the home); for a
+    project's, the project (or the client's own variable for it, which it expands)."""
+    if f.scope == "user" or f.project is None or f.client.cwd != "project":
+        return None
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    if variable and any(variable in a for a in e.args):
+        return variable
+    return str(f.project)
+
+
+def run_args(name: str, workspace: str | None) -> list[str]:
+    """The arguments of an entry wrap writes."""
+    run = ["run", "--config", str(user_config()), "--policy-dir", str(user_policy()),
+           "--server", name]  # fmt: skip
+    if workspace is not None:
+        run[1:1] = ["--workspace", workspace]
+    return run
+
+
+def not_protected(f: ClientFile, e: Entry) -> str | None:
+    """Why an entry that starts a program named ironcurtain is not exactly what wrap writes
+    (this ironcurtain, its user config and policy, this server, nothing that weakens the
+    sandbox): None when it is."""
+    exe = ironcurtain_exe()
+    if e.command != exe:
+        return f"starts {e.command}, not this ironcurtain ({exe})"
+    weakening = [a for a in e.args if a.startswith(("--allow", "--accept", "--http"))]
+    if weakening:
+        return f"{' '.join(weakening)} weakens its sandbox"
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    allowed = {workspace_of(f, e)}
+    if allowed != {None} and variable:
+        allowed |= {variable, str(f.project)}
+    if e.args not in [run_args(e.name, w) for w in allowed]:
+        if "--workspace" in e.args[:-1]:
+            given = e.args[e.args.index("--workspace") + 1]
+            if given not in allowed:
+                wants = "none" if allowed == {None} else " or ".join(sorted(map(str, allowed)))
+                return f"--workspace {given}: wrap gives this entry {wants}"
+        return f"its arguments are not what wrap writes ({' '.join(run_args(e.name, None))})"
+    odd = sorted(k for k in e.env if not secret_name(k) or k.upper().startswith(LOADER_PREFIXES))
+    if odd:
+        return f"its environment sets {', '.join(odd)} (wrap keeps only secrets there)"
+    return None
 
 
 def _text(value: Any) -> str | None:

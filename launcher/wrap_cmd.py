@@ -16,41 +16,35 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 import shutil
-import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from launcher import dirs
-from launcher.clients import BY_NAME, CLIENTS, ClientFile, Entry, found
+from launcher.client_io import Refused, Source, read_user
+from launcher.clients import (
+    BY_NAME,
+    CLIENTS,
+    PROJECT_VARIABLES,
+    ClientFile,
+    Entry,
+    Found,
+    found,
+    holds_home,
+    home,
+    ironcurtain_exe,
+    not_protected,
+    run_args,
+    secret_name,
+    user_config,
+    workspace_of,
+)
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
+from launcher.shown import visible
 from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
 from sandbox_profiles.records import mutable
-
-# A client's own variable for the project directory, which it expands in an entry's args:
-# the moved definition says ${workspace} instead, and the client's entry passes the
-# directory to ironcurtain as --workspace.
-PROJECT_VARIABLES = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
-# Words of an environment variable's name (split at _ and -) that mark a secret.
-SECRET_WORDS = frozenset(
-    {
-        "KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD",
-        "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SESSION", "PAT", "PRIVATE",
-    }
-)  # fmt: skip
-
-
-def secret_name(name: str) -> bool:
-    """
-    >>> [secret_name(n) for n in ("OPENAI_API_KEY", "DB_PASSWORD", "GIT_AUTHOR_NAME", "TZ")]
-    [True, True, False, False]
-    """
-    return any(word in SECRET_WORDS for word in re.split(r"[_\-]", name.upper()))
-
 
 # As the bundled config has it for its git server.
 GIT_SAFE_DIRECTORY = {
@@ -68,19 +62,10 @@ class Change:
     after: str
     notes: list[str] = field(default_factory=list)
     servers: list[str] = field(default_factory=list)
+    source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
 
 
-def user_config() -> Path:
-    return dirs.config_dir() / "mcp-servers.json"
-
-
-def user_policy() -> Path:
-    return dirs.config_dir() / "policy"
-
-
-def select(
-    home: Path, project: Path | None, clients: Sequence[str], everything: bool
-) -> list[ClientFile]:
+def select(home: Path, project: Path | None, clients: Sequence[str], everything: bool) -> Found:
     unknown = [c for c in clients if c not in BY_NAME]
     if unknown:
         raise UsageError(
@@ -90,34 +75,48 @@ def select(
         raise UsageError(
             "name the clients: --client NAME (repeatable; see `ironcurtain clients`) or --all"
         )
-    return [f for f in found(home, project) if everything or f.client.name in clients]
+    return found(home, project).of(None if everything else clients)
 
 
-def describe(files: Iterable[ClientFile]) -> str:
-    """The clients' servers, one line each, for ``ironcurtain clients``."""
+def refuse(files: Found, what: str) -> None:
+    """UsageError when a chosen client's file is there but could not be read: wrap and
+    unwrap change nothing then."""
+    if files.refused:
+        raise UsageError(f"{files.refused[0][1]}; {what}")
+
+
+def describe(files: Found) -> str:
+    """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
+    name shown as escapes where it could act on a terminal)."""
     lines: list[str] = []
-    for f in files:
-        scope = f"local: {f.project}" if f.scope == "local" else f.scope
-        lines.append(f"{f.client.label} ({scope}): {f.path}")
+    for f in files.files:
+        scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
+        lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
         if not f.entries:
             lines.append("  (no servers)")
-        width = max((len(e.name) for e in f.entries), default=0)
+        names = {e.name: shown(e.name) for e in f.entries}
+        width = max((len(n) for n in names.values()), default=0)
         for e in f.entries:
-            if e.wrapped:
+            reason = not_protected(f, e) if e.calls_ironcurtain else None
+            if e.calls_ironcurtain and reason is None:
                 how = "runs through ironcurtain"
+            elif reason is not None:
+                how = f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
             elif e.command:
                 how = "stdio: " + " ".join([e.command, *e.args])
             elif e.url:
                 how = f"remote: {e.url} (not sandboxable: left alone)"
             else:
                 how = "no command: left alone"
-            lines.append(f"  {e.name:<{width}}  {how}")
+            lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
+    for client, why in files.refused:
+        lines.append(shown(f"{client.label}: {why}"))
     return "\n".join(lines) or "no MCP client configuration found"
 
 
-def ironcurtain_exe() -> str:
-    exe = shutil.which("ironcurtain")
-    return exe or os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+def shown(text: str) -> str:
+    """One line of what a client's file names, safe to print."""
+    return visible(text, one_line=True)
 
 
 def launch_problem(e: Entry) -> str | None:
@@ -163,6 +162,11 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     readable: list[str] = []
     after_option = False
     variable = PROJECT_VARIABLES.get(f.client.name)
+    if variable and workspace_of(f, e) is None and any(variable in a for a in e.args):
+        notes.append(
+            f"{e.name}: {variable} in a user-level entry becomes the session's own workspace "
+            "(a user-level entry gets none: the folder the client has open could be your home)"
+        )
     for arg in e.args:
         value = arg
         if variable and variable in arg:
@@ -177,14 +181,20 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
             resolved = Path(os.path.expanduser(candidate))
             if not resolved.is_absolute() and base is not None:
                 resolved = base / resolved
-            if resolved.is_dir():
+            if resolved.is_dir() or resolved.is_file():
                 full = str(resolved.resolve())
-                writable.append(full)
                 value = f"{option}={full}" if inline else full
-            elif resolved.is_file():  # a script the command runs, with what lies beside it
-                full = str(resolved.resolve())
-                readable.append(str(Path(full).parent))
-                value = f"{option}={full}" if inline else full
+                # A directory made writable; a script the command runs, with what lies
+                # beside it, readable.
+                mount = full if resolved.is_dir() else str(Path(full).parent)
+                if holds_home(Path(mount), home()):
+                    notes.append(
+                        f"{e.name}: {mount} is or holds your home directory: not given to its "
+                        f"sandbox (add a directory of the home to its entry in {user_config()} "
+                        "yourself if you mean it)"
+                    )
+                else:
+                    (writable if resolved.is_dir() else readable).append(mount)
         args.append(value)
         after_option = arg in DIRECTORY_OPTIONS
     definition: dict[str, Any] = {"command": e.command, "args": args}
@@ -225,15 +235,7 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
 
 def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
     """The client's new entry: the same entry, starting ironcurtain for this one server."""
-    run = ["run", "--config", str(user_config()), "--policy-dir", str(user_policy()),
-           "--server", e.name]  # fmt: skip
-    variable = PROJECT_VARIABLES.get(f.client.name)
-    if variable and any(variable in a for a in e.args):
-        run[1:1] = ["--workspace", variable]
-    elif f.client.cwd == "project" and f.project is not None:
-        # A project's own file: the client starts the server in the project, which is
-        # where the agent works; the workspace is that directory.
-        run[1:1] = ["--workspace", str(f.project)]
+    run = run_args(e.name, workspace_of(f, e))
     raw = dict(e.raw)
     if isinstance(raw.get("command"), dict):  # Zed's older form
         raw["command"] = {"path": ironcurtain_exe(), "args": run, "env": kept_env}
@@ -247,15 +249,17 @@ def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str,
     return raw
 
 
-def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list[Change], Change]:
+def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Change]:
     """What wrapping changes: each client file, and ironcurtain's user config."""
+    refuse(found, "nothing written")
+    files = found.files
     config_path = user_config()
-    config_text = (
-        config_path.read_text(encoding="utf-8")
-        if config_path.exists()
-        else '{\n  "mcpServers": {}\n}\n'
-    )
-    config = Change(config_path, config_text if config_path.exists() else "", config_text)
+    try:
+        own = read_user(config_path.parent, config_path.name, None)
+    except Refused as exc:
+        raise UsageError(str(exc)) from None
+    config_text = own.text if own is not None else '{\n  "mcpServers": {}\n}\n'
+    config = Change(config_path, own.text if own is not None else "", config_text)
     try:
         existing = parse(config_text).value.get("mcpServers") or {}
     except (JsoncError, AttributeError):
@@ -271,12 +275,18 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
     for f in files:
         change = changes.get(f.path)  # one file may hold several projects' servers
         if change is None:
-            text = f.path.read_text(encoding="utf-8")
-            change = Change(f.path, text, text)
+            change = Change(f.path, f.source.text, f.source.text, source=f.source)
         for e in f.entries:
             if servers and e.name not in servers:
                 continue
-            if e.wrapped:
+            if e.calls_ironcurtain:
+                reason = not_protected(f, e)
+                if reason is not None:
+                    change.notes.append(
+                        f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
+                        f"writes ({reason}); left alone: unwrap it, or give the entry its own "
+                        "server back, and wrap again"
+                    )
                 continue
             if not e.command:
                 what = "a remote server" if e.url else "an entry without a command"
@@ -307,6 +317,9 @@ def plan_wrap(files: Sequence[ClientFile], servers: Sequence[str]) -> tuple[list
             change.servers.append(e.name)
         if change.servers or change.notes:
             changes[f.path] = change
+    for change in changes.values():
+        if change.after != change.before and change.source and change.source.unwritable:
+            raise UsageError(f"{change.source.unwritable}; nothing written")
     return list(changes.values()), config
 
 
@@ -337,11 +350,15 @@ def _same(a: Any, b: dict[str, Any]) -> bool:
 
 
 def diff(change: Change) -> str:
-    return "".join(
-        difflib.unified_diff(
-            change.before.splitlines(keepends=True),
-            change.after.splitlines(keepends=True),
-            f"{change.path} (now)",
-            f"{change.path} (wrapped)",
+    """The unified diff of a change, what the files hold shown as escapes where it could act
+    on a terminal (lines stay lines)."""
+    return visible(
+        "".join(
+            difflib.unified_diff(
+                change.before.splitlines(keepends=True),
+                change.after.splitlines(keepends=True),
+                f"{shown(str(change.path))} (now)",
+                f"{shown(str(change.path))} (wrapped)",
+            )
         )
     )

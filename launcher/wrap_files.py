@@ -1,13 +1,16 @@
-"""What ``wrap`` writes and ``unwrap`` restores: each client file backed up, then written
-atomically with its mode kept, and recorded (its digest before and after), so ``unwrap``
-restores it exactly and refuses a file that changed since; the user policy made from the
-bundled one; the wrapped servers annotated."""
+"""What ``wrap`` writes and ``unwrap`` restores: each client file backed up (the bytes that
+were read, in a new owner-only file), then written atomically with its mode kept (a link's
+target, so the link stays one; :mod:`launcher.client_io`), and recorded (its digest before
+and after), so ``unwrap`` restores it exactly and refuses a file that changed since; the
+user policy made from the bundled one; the wrapped servers annotated. Every file must
+still be the one that was read, and be one wrap may write, or nothing is written."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import time
 from collections.abc import Sequence
@@ -15,8 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher import dirs
+from launcher.client_io import Source, read_user, writable, write, write_new, write_own
+from launcher.clients import Found, user_config, user_policy
 from launcher.errors import UsageError
-from launcher.wrap_cmd import Change, user_config, user_policy
+from launcher.wrap_cmd import Change, refuse
 
 
 def _records() -> Path:
@@ -27,22 +32,6 @@ def sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def write_atomically(path: Path, text: str) -> None:
-    """``text`` to ``path`` through a temporary file in the same directory, with the mode
-    the file had (0600 for a new one)."""
-    mode = path.stat().st_mode & 0o7777 if path.exists() else 0o600
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.ironcurtain-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
-
-
 def _load_records() -> list[dict[str, Any]]:
     path = _records()
     if not path.exists():
@@ -51,26 +40,46 @@ def _load_records() -> list[dict[str, Any]]:
     return list(data) if isinstance(data, list) else []
 
 
-def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
-    """Back up, write, record; the lines to tell the user."""
-    said: list[str] = []
-    records = _load_records()
+def _backup(source: Source) -> Path:
+    """The bytes wrap read of ``source``, kept in a new owner-only file of the state
+    directory (never written through anything already there)."""
     backups = dirs.state_dir() / "wrap" / "backups"
     backups.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    for change in [c for c in changes if c.after != c.before]:
-        backup = backups / f"{sha(str(change.path))[:12]}-{stamp}-{change.path.name}"
-        shutil.copy2(change.path, backup)
-        write_atomically(change.path, change.after)
+    backup = (
+        backups / f"{sha(str(source.path))[:12]}-{stamp}-{secrets.token_hex(3)}-{source.path.name}"
+    )
+    write_new(backup, source.text)
+    return backup
+
+
+def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
+    """Back up, write, record; the lines to tell the user. Every file must still be the one
+    that was read, and may be written, or nothing is written."""
+    said: list[str] = []
+    records = _load_records()
+    todo = [c for c in changes if c.after != c.before]
+    for change in todo:
+        assert change.source is not None  # a client's file is always read first
+        writable(change.source)
+    if config.after != config.before and os.path.lexists(config.path):
+        source = read_user(config.path.parent, config.path.name, None)
+        if source is None or source.text != config.before:
+            raise UsageError(f"{config.path}: changed since it was read; nothing written")
+        writable(source)
+    for change in todo:
+        assert change.source is not None
+        backup = _backup(change.source)
+        write(change.source, change.after)
         records.append({
             "path": str(change.path), "backup": str(backup), "before": sha(change.before),
             "after": sha(change.after), "servers": change.servers,
         })  # fmt: skip
         said.append(f"wrapped {', '.join(change.servers)} in {change.path} (backup: {backup})")
     if config.after != config.before:
-        write_atomically(config.path, config.after)
+        write_own(config.path, config.after, config.before or None)
         said.append(f"moved their definitions to {config.path}")
-    write_atomically(_records(), json.dumps(records, indent=1) + "\n")
+    write_own(_records(), json.dumps(records, indent=1) + "\n")
     return said
 
 
@@ -125,30 +134,30 @@ def annotate_new(servers: Sequence[str]) -> list[str]:
     return said
 
 
-def unwrap(paths: Sequence[Path]) -> list[str]:
-    """Restore each file in ``paths`` as it was before it was wrapped (each level of
-    wrapping, newest first); refuse a file that changed since."""
+def unwrap(files: Found) -> list[str]:
+    """Restore each file of ``files`` as it was before it was wrapped (each level of
+    wrapping, newest first); refuse a file that changed since, or one that may not be
+    written."""
+    refuse(files, "nothing restored")
     records = _load_records()
     said: list[str] = []
-    for path in paths:
-        mine = [r for r in records if r["path"] == str(path)]
-        if not mine:
-            continue
+    sources = {str(f.path): f.source for f in files.files}
+    for path, source in sources.items():
+        mine = [r for r in records if r["path"] == path]
         for record in reversed(mine):
-            current = path.read_text(encoding="utf-8") if path.exists() else ""
-            if sha(current) != record["after"]:
+            if sha(source.text) != record["after"]:
                 servers = ", ".join(record["servers"])
                 raise UsageError(
                     f"{path} changed since ironcurtain wrapped {servers} in it; not restored "
                     f"(its original is kept in {record['backup']}: compare and restore by hand)"
                 )
-            original = Path(record["backup"]).read_text(encoding="utf-8")
+            original = Path(record["backup"]).read_bytes().decode("utf-8")
             if sha(original) != record["before"]:
                 raise UsageError(
                     f"{record['backup']}: the backup of {path} is not what it was; not restored"
                 )
-            write_atomically(path, original)
+            source = write(source, original)
             records.remove(record)
             said.append(f"restored {path} (unwrapped {', '.join(record['servers'])})")
-    write_atomically(_records(), json.dumps(records, indent=1) + "\n")
+    write_own(_records(), json.dumps(records, indent=1) + "\n")
     return said
