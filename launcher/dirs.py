@@ -20,6 +20,13 @@ def state_dir() -> Path:
     return _xdg("XDG_STATE_HOME", ".local/state") / "ironcurtain"
 
 
+def make_state(parts: tuple[str, ...]) -> None:
+    """The state directory and the directories ``parts`` in it, owner-only, unless there."""
+    state = state_dir()
+    for part in parts:
+        os.makedirs(state / part, mode=0o700, exist_ok=True)
+
+
 def cache_dir() -> Path:
     """What is kept across starts, keyed by content (``policy.cache``): the validated
     config and policy files, the compiled system-call filter."""

@@ -28,6 +28,7 @@ from launcher.host import (
 )
 from launcher.programs import search_path
 from launcher.serverplan import ServerPlan, Surroundings, never_shown, plan_server
+from launcher.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import Entry
 from policy.errors import PolicyFileError
@@ -307,6 +308,18 @@ def _plan(
         else str(dirs.state_dir() / "audit" / f"{session_id}.jsonl")
     )
     engine = build_engine(config, files, workspace, audit_path, selected)
+    state_real = engine.structural.state_dir or ""
+    if state_real and not opts.display_only and writable_holds(state_real, workspace, selected):
+        # What ironcurtain writes in its state directory is there before the sandboxes are
+        # planned, so a root that holds it gets it read-only; made later, the guard would
+        # take it for a server's and move it away.
+        dirs.make_state(STATE_DIRS)
+    # Made (when it is not there) before the sandboxes are planned: see make_state.
+    http_token = (
+        _http_token(opts.http_token_file)
+        if opts.http_port is not None and not opts.display_only
+        else None
+    )
     problem = None
     bpf: bytes | None = None
     seccomp_problem: str | None = None
@@ -330,12 +343,12 @@ def _plan(
     # Sockets live here, and a unix socket path has at most 107 bytes.
     longest = max([f"egress-{n}.sock" for n in selected] + ["approvals.sock"], key=len)
     runtime_dir = rundir.path_for(session_id, longest)
-    # Read-only inside any writable root: ironcurtain's files, and its state dir unless this
-    # session's workspace lives in it.
-    state_real = engine.structural.state_dir or ""
+    # Read-only inside any writable root: ironcurtain's files, and its state dir (when this
+    # session's workspace is one of its workspaces, everything there but the workspaces).
     sandbox_protected = list(engine.structural.protected)
-    if state_real and not is_under(workspace, state_real):
-        sandbox_protected.append(state_real)
+    if state_real:
+        sandbox_protected += state_protected(state_real, workspace)
+    sandbox_protected = uncovered(sandbox_protected)
     at = Surroundings(
         config=config,
         annotations=files.annotations,
@@ -372,9 +385,5 @@ def _plan(
         max_identical_calls=opts.max_identical_calls,
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
-        http_token=(
-            _http_token(opts.http_token_file)
-            if opts.http_port is not None and not opts.display_only
-            else None
-        ),
+        http_token=http_token,
     )

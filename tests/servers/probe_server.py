@@ -517,6 +517,19 @@ def _walk(base: str, rel: str, make: bool) -> tuple[int, str]:
 
 
 @server.tool()
+def write_above(levels: int, rel: str, content: str) -> str:
+    """Write ``rel`` that many directories above the working directory: a path the server
+    makes itself (no argument names it whole)."""
+    path = os.path.join(*([".."] * levels), rel)
+    try:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(content)
+    except OSError as exc:
+        return f"WRITE FAILED: {exc.strerror}"
+    return "WRITE OK"
+
+
+@server.tool()
 def fs_ops(base: str, ops: list[list[str]]) -> str:
     """Filesystem operations below ``base``, in order: ["mkdir", rel], ["write", rel,
     content], ["chmod", rel, octal], ["rename", rel, new_rel], ["symlink", rel, target].

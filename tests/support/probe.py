@@ -41,6 +41,7 @@ PROBE_TOOLS = {
     "burn": ["seconds"],
     "linger": [],
     "fs_ops": ["base", "ops"],
+    "write_above": ["levels", "rel", "content"],
     "hold_connections": ["path", "count"],
     "peek": ["path", "socket_path"],
     "move": ["source", "destination"],
