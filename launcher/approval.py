@@ -8,6 +8,12 @@ the session's owner-only runtime directory). No channel, no answer within
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
 canonical arguments) that later identical calls match without asking again.
+
+A server's own request of the client (sampling) is asked the same way, worded as the
+server's, never as a call the agent makes: the human is shown the whole request as it will
+be sent, and a session entry covers only a request whose every field is the same. The
+question's message starts with ``ironcurtain:``, which a server's own question relayed to
+the client never does (each of its lines starts with ``[server 'name']``).
 """
 
 from __future__ import annotations
@@ -45,8 +51,9 @@ class Terminals:
 
     JSON lines. To a terminal: ``{"type": "attached"}`` once it counts as attached (from
     then on escalations go to it), ``{"type": "request", "id", "server", "tool", "arguments",
-    "rule", "reason"}`` for every question open now or later, and ``{"type": "closed",
-    "id"}`` once it is answered anywhere or given up. From a terminal: ``{"type": "answer",
+    "rule", "reason", "question"}`` (``question``: whose request it is and what it asks, in
+    words) for every question open now or later, and ``{"type": "closed", "id"}`` once it
+    is answered anywhere or given up. From a terminal: ``{"type": "answer",
     "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
     """
 
@@ -154,9 +161,11 @@ class Approvals:
         client_elicits: bool,
         ask: Requester,
         grant: str = "",
+        by_server: bool = False,
     ) -> Outcome:
         """``grant``: what approving gives the call beyond its server's sandbox, said in
-        the question (empty: nothing)."""
+        the question (empty: nothing); ``by_server``: the request is the server's own of the
+        client (``tool`` its method, ``arguments`` all of it as it will be sent)."""
         key = (server, tool, hash_value(arguments))
         if key in self.session_whitelist:
             return Outcome(True, "session-whitelist")
@@ -171,6 +180,7 @@ class Approvals:
                 "arguments": arguments,
                 "rule": decision.rule,
                 "reason": decision.reason,
+                "question": visible(_asked(server, tool, by_server)),
                 **({"grant": grant} if grant else {}),
             }
             try:
@@ -180,13 +190,13 @@ class Approvals:
             return self._outcome(key, said, said)
         params = {
             "mode": "form",
-            "message": approval_message(server, tool, arguments, decision, grant),
+            "message": approval_message(server, tool, arguments, decision, grant, by_server),
             "requestedSchema": {
                 "type": "object",
                 "properties": {
                     "answer": {
                         "type": "string",
-                        "title": "Allow this call?",
+                        "title": "Allow this request?" if by_server else "Allow this call?",
                         "enum": [APPROVE, APPROVE_SESSION, DENY],
                     }
                 },
@@ -217,16 +227,40 @@ class Approvals:
 
 
 def approval_message(
-    server: str, tool: str, arguments: dict[str, object], decision: Decision, grant: str = ""
+    server: str,
+    tool: str,
+    arguments: dict[str, object],
+    decision: Decision,
+    grant: str = "",
+    by_server: bool = False,
 ) -> str:
-    """What the human sees: which call, why it needs them, what approving gives, the exact
-    (canonical) arguments."""
+    """What the human sees: which call (or which request of a server's, ``by_server``), why
+    it needs them, what approving gives, the exact (canonical) arguments."""
     shown = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
+    what = (
+        "The request, all of it, as it would be sent"
+        if by_server
+        else "Arguments (as the server would get them)"
+    )
     # Characters that act rather than show (bidi overrides, C1 controls, zero-width) are
     # written as escapes: the person approves what the server gets, not what it looks like.
     return visible(
-        f"ironcurtain: the agent wants to call {tool} on server '{server}'.\n"
+        f"ironcurtain: {_asked(server, tool, by_server)}.\n"
         f"Policy rule {decision.rule}: {decision.reason}.\n"
         + (f"{grant}.\n" if grant else "")
-        + f"Arguments (as the server would get them):\n{shown}"
+        + f"{what}:\n{shown}"
     )
+
+
+def _asked(server: str, tool: str, by_server: bool) -> str:
+    """The question, in words: whose request it is and what it asks for (a tool's name is
+    the server's: on one line, so it cannot start a line of its own)."""
+    tool = visible(tool, one_line=True)
+    if not by_server:
+        return f"the agent wants to call {tool} on server '{server}'"
+    if tool == "sampling/createMessage":
+        return (
+            f"server '{server}' asks the user's model to answer its request ({tool}); "
+            "nothing is sent to the model unless you approve"
+        )
+    return f"server '{server}' asks the client: {tool}"

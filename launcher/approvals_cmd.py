@@ -37,13 +37,18 @@ def find_socket(session: str | None) -> str:
 
 def _ask(message: dict[str, object]) -> str:
     args = json.dumps(message.get("arguments"), indent=2, ensure_ascii=False, sort_keys=True)
-    text = (
-        f"\n{message.get('server')}/{message.get('tool')} needs your approval\n"
-        f"  rule {message.get('rule')}: {message.get('reason')}\n"
-        + (f"  {message['grant']}\n" if message.get("grant") else "")
-        + f"  arguments: {args}"
+    # Which call, then whose request it is in words (the session's); names on one line.
+    said = f": {message['question']}" if message.get("question") else ""
+    head = visible(
+        f"{message.get('server')}/{message.get('tool')} needs your approval{said}", one_line=True
     )
-    print(visible(text), flush=True)  # what would act on the terminal shown as escapes
+    rule = visible(f"rule {message.get('rule')}: {message.get('reason')}", one_line=True)
+    text = (
+        f"\n{head}\n  {rule}\n"
+        + (f"  {visible(str(message['grant']), one_line=True)}\n" if message.get("grant") else "")
+        + f"  arguments: {visible(args)}"
+    )
+    print(text, flush=True)  # what would act on the terminal shown as escapes
     while True:
         print("[a]pprove, approve for this [s]ession, [d]eny? ", end="", flush=True)
         line = sys.stdin.readline()

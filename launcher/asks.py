@@ -2,21 +2,24 @@
 relayed through one path (``ping`` and ``roots/list`` a server connection answers itself).
 
 - **Elicitation** reaches the client when the client declared the mode asked for (``form``,
-  the default, or ``url``) and the server's ``clientRequests.elicitation`` is ``allow``. The
-  message is prefixed with the server's name, so the human knows who asks.
+  the default, or ``url``) and the server's ``clientRequests.elicitation`` is ``allow``. It
+  is marked as the server's, its strings shown as escapes, and a link is relayed only to a
+  host the server's egress allows (:mod:`launcher.questions`).
 - **Sampling** reaches the client when it declared ``sampling`` and the server's
   ``clientRequests.sampling`` lets it: ``allow``, or ``ask`` (a human approves each first,
-  through the approval channels). ``includeContext`` is sent as ``none``: to the client,
-  "this server" is ironcurtain, so any context it added would be every server's.
+  through the approval channels, shown the whole request as the client's model would get
+  it). ``includeContext`` is sent as ``none``: to the client, "this server" is ironcurtain,
+  so any context it added would be every server's.
 - Anything else a server asks is answered "method not found".
 
-Each is audited like a call (server, method, the request's fields hashed, the decision, the
-outcome); the client's answer goes back to the server as it came. A server that cancels its
-request has the question withdrawn from the client. A server has at most ``MAX_OPEN`` of
-them open at once (more are refused, so it cannot bury the human in questions), and an id
-it is already using is refused. Control and direction characters in a question's message
-are shown as escapes: a terminal that prints it cannot be made to erase or reorder the
-server's name in front of it.
+What the client gets is made once (:func:`launcher.questions.forwarded`, after the server's
+credentials are masked): the human approving a sampling request is shown that, it is what
+is sent, and "approve for this session" covers only a request whose forwarded content is the
+same. Each is audited like a call (server, method, the request's fields hashed, the
+decision, the outcome); the client's answer goes back to the server as it came. A server
+that cancels its request has the question withdrawn from the client. A server has at most
+``MAX_OPEN`` of them open at once (more are refused, so it cannot bury the human in
+questions), and an id it is already using is refused.
 """
 
 from __future__ import annotations
@@ -27,20 +30,16 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from launcher.approval import Requester
 from launcher.audit import hashed_arguments
 from launcher.jsonrpc import Message, ServerGone
+from launcher.questions import ELICIT, SAMPLE, Refused, forwarded
 from launcher.seams import Core, Downstream
-from launcher.shown import visible
 from policy import Decision
 
-ELICIT = "elicitation/create"
-SAMPLE = "sampling/createMessage"
 DENIED = -32001
 # How long a question of a server's may wait for the client (a human answering a form).
 ASK_TIMEOUT = 600.0
 MAX_OPEN = 4  # questions one server may have open at once
-# C0 controls but newline and tab, DEL, C1 controls, zero-width and direction controls.
 
 AskClient = Callable[[str, Message, float, "str | int | None"], Awaitable[Message]]
 
@@ -52,7 +51,7 @@ class ServerAsks:
         *,
         ask_client: AskClient,
         client_capabilities: Callable[[], Message | None],
-        approve_via: Requester,
+        approve_via: AskClient,
         client_elicits: Callable[[], bool],
         related: Callable[[str], str | int | None],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
@@ -79,6 +78,20 @@ class ServerAsks:
         decision = self._decide(conn.name, method, params)
         if decision.decision != "deny":
             decision = self._limit(conn.name, request_id) or decision
+        sent: Message = {}
+        if decision.decision != "deny":
+            settings = self.core.settings[conn.name]
+            try:
+                sent = forwarded(
+                    conn.name,
+                    method,
+                    self.core.outputs.message(conn.name, params),
+                    settings.allowed_domains,
+                    settings.denied_domains,
+                )
+            except Refused as exc:
+                rule = "elicitation-url" if params.get("mode") == "url" else "client-request-shape"
+                decision = Decision("deny", rule, str(exc))
         entry = self._entry(conn.name, request_id, method, params, decision)
         if decision.decision == "deny":
             code = -32601 if decision.rule == "client-capability" else DENIED
@@ -87,7 +100,7 @@ class ServerAsks:
                 conn, request_id, error=(code, f"DENIED (rule: {decision.rule}): {decision.reason}")
             )
             return
-        task = self._spawn(self._relay(conn, request_id, method, params, decision, entry, started))
+        task = self._spawn(self._relay(conn, request_id, method, sent, decision, entry, started))
         if isinstance(request_id, str | int):
             key = (conn.name, request_id)
             self._open[key] = task
@@ -159,17 +172,31 @@ class ServerAsks:
         conn: Downstream,
         request_id: Any,
         method: str,
-        params: Message,
+        sent: Message,
         decision: Decision,
         entry: dict[str, Any],
         started: float,
     ) -> None:
+        """Ask the client ``sent`` (first a human, when the decision escalates: shown
+        ``sent``, all of it) and give the server its answer."""
         server = conn.name
+        related = self._related(server)
+
+        def approve_via(method: str, params: Message, timeout: float) -> Awaitable[Message]:
+            # The human's question goes with the call the server asks during (over HTTP,
+            # on that call's event stream, which the client reads).
+            return self._approve_via(method, params, timeout, related)
+
         try:
             if decision.decision == "escalate":
-                shown = _sampling_summary(params)
                 outcome = await self.core.gate.approve(
-                    server, method, shown, decision, self._client_elicits(), self._approve_via
+                    server,
+                    method,
+                    sent,
+                    decision,
+                    self._client_elicits(),
+                    approve_via,
+                    by_server=True,
                 )
                 entry["escalation"] = outcome.escalation
                 if not outcome.approved:
@@ -177,12 +204,7 @@ class ServerAsks:
                     self._finish(entry, "denied", started)
                     _reply(conn, request_id, error=(DENIED, text))
                     return
-            answer = await self._ask_client(
-                method,
-                _forwarded(server, method, self.core.outputs.message(server, params)),
-                ASK_TIMEOUT,
-                self._related(server),
-            )
+            answer = await self._ask_client(method, sent, ASK_TIMEOUT, related)
         except asyncio.CancelledError:
             self._finish(entry, "cancelled", started)  # by the server, or at stop
             raise
@@ -248,34 +270,6 @@ def elicitation_modes(capabilities: Message) -> frozenset[str]:
         return frozenset()
     modes = frozenset(m for m in ("form", "url") if isinstance(declared.get(m), dict))
     return modes or frozenset({"form"})
-
-
-def _forwarded(server: str, method: str, params: Message) -> Message:
-    """The request as the client gets it: named as the server's, no context of others."""
-    if method == ELICIT:
-        message = visible(str(params.get("message") or ""))
-        return {**params, "message": f"[server '{server}'] {message}".rstrip()}
-    if params.get("includeContext") not in (None, "none"):
-        return {**params, "includeContext": "none"}
-    return params
-
-
-def _sampling_summary(params: Message) -> dict[str, object]:
-    """What a human approving a sampling request is shown: the prompt, as text."""
-    texts: list[str] = []
-    messages = params.get("messages")
-    for message in messages if isinstance(messages, list) else []:
-        content = message.get("content") if isinstance(message, dict) else None
-        parts = content if isinstance(content, list) else [content]
-        for part in parts:
-            if isinstance(part, dict):
-                text = part.get("text") if part.get("type") == "text" else f"<{part.get('type')}>"
-                texts.append(f"{message.get('role')}: {text}")
-    return {
-        "systemPrompt": params.get("systemPrompt"),
-        "messages": texts,
-        "maxTokens": params.get("maxTokens"),
-    }
 
 
 def _reply(conn: Downstream, request_id: Any, *, error: tuple[int, str]) -> None:

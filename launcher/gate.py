@@ -209,11 +209,13 @@ class Gate:
         client_elicits: bool,
         ask: Requester,
         grant: str = "",
+        by_server: bool = False,
     ) -> Outcome:
         """Put an escalated request to a human (or find it approved for the session);
-        ``grant`` says what approving gives beyond the server's sandbox."""
+        ``grant`` says what approving gives beyond the server's sandbox; ``by_server``: the
+        request is the server's own of the client (``arguments``: all of it, as sent)."""
         return await self.approvals.decide(
-            server, label, arguments, decision, client_elicits, ask, grant
+            server, label, arguments, decision, client_elicits, ask, grant, by_server
         )
 
     # -- pins ------------------------------------------------------------------------------

@@ -123,6 +123,9 @@ class ServerSettings:
     sandboxed: bool
     elicitation: str = "allow"  # what it may ask of the client: allow, deny
     sampling: str = "ask"  # allow, ask (a human first), deny
+    # Its egress lists: where a link it asks the human to open (URL elicitation) may lead.
+    allowed_domains: tuple[str, ...] = ()
+    denied_domains: tuple[str, ...] = ()
 
 
 @mutable

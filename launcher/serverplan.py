@@ -99,7 +99,17 @@ def relay_settings(sp: ServerPlan) -> ServerSettings:
     from launcher.seams import ServerSettings  # the relay core's: loaded after the spawn
 
     asks = sp.config.client_requests
-    return ServerSettings(sp.cwd, sp.launch.timeout, sp.sandboxed, asks.elicitation, asks.sampling)
+    sandbox = sp.config.sandbox
+    denied = sandbox.network.denied_domains if sandbox and sandbox.network else []
+    return ServerSettings(
+        sp.cwd,
+        sp.launch.timeout,
+        sp.sandboxed,
+        asks.elicitation,
+        asks.sampling,
+        tuple(sp.config.allowed_domains),
+        tuple(denied),
+    )
 
 
 @frozen

@@ -133,7 +133,8 @@ def test_sampling_waits_for_a_human_and_carries_no_other_servers_context(user: H
     ((failed, text),) = _session(user, args, human, [("sample", {"prompt": "hi"})])
     assert not failed and text == "SAMPLED: hello from the model"
     (approval,) = human.questions  # a human was asked first (the default: ask)
-    assert "sampling/createMessage" in approval and "user: hi" in approval
+    assert approval.startswith("ironcurtain: server 'probe' asks the user's model")
+    assert '"text": "hi"' in approval  # the request, all of it
     assert [p.include_context for p in human.sampled] == ["none"]
 
 

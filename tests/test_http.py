@@ -314,48 +314,76 @@ def test_a_server_asks_the_client_during_a_call_over_http(user: Home) -> None:
     assert asked == ["[server 'probe'] Your name?"]
 
 
-def test_the_approval_question_comes_on_the_calls_own_stream(user: Home) -> None:
-    """A client that opens no GET stream (it is optional) reads only its POST's event
-    stream: ironcurtain's approval question for that call comes there, and the call is
-    answered once the client approves; nothing waits for the approval timeout."""
-    ask = {"name": "ask", "if": {"tool": ["identity"]}, "then": "escalate", "reason": "ask"}
-    args = _probe_args(user)
-    write_raw_policy(user.root / "policy", first=[ask])
-    with (
-        serving(user, *args, "--approval-timeout", "20") as served,
-        httpx2.Client(timeout=30) as http,
-    ):
+def _post_only(
+    url: str, name: str, arguments: dict[str, Any], answers: dict[str, dict[str, Any]]
+) -> tuple[list[dict[str, Any]], float]:
+    """A session of a client that opens no GET stream (it is optional) and reads only its
+    POST's event stream: one call of ``name``; every request on that stream is answered
+    with ``answers[method]``. What came on the stream, and how long the call took."""
+    with httpx2.Client(timeout=30) as http:
         head = {"Authorization": f"Bearer {TOKEN}", "Accept": ACCEPT,
                 "Content-Type": "application/json"}  # fmt: skip
+        capabilities = {"elicitation": {"form": {}}, "sampling": {}}
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {"elicitation": {"form": {}}},
+            "protocolVersion": "2025-11-25", "capabilities": capabilities,
             "clientInfo": {"name": "post-only", "version": "1"}}}  # fmt: skip
-        opened = http.post(served.url, json=init, headers=head)
+        opened = http.post(url, json=init, headers=head)
         head |= {"Mcp-Session-Id": opened.headers["mcp-session-id"],
                  "MCP-Protocol-Version": "2025-11-25"}  # fmt: skip
         done = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-        assert http.post(served.url, json=done, headers=head).status_code == 202
-        hello = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                 "params": {"name": "identity", "arguments": {}}}  # fmt: skip
+        assert http.post(url, json=done, headers=head).status_code == 202
+        request = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                   "params": {"name": name, "arguments": arguments}}  # fmt: skip
         events: list[dict[str, Any]] = []
         started = time.monotonic()
-        with http.stream("POST", served.url, json=hello, headers=head) as streamed:
+        with http.stream("POST", url, json=request, headers=head) as streamed:
             for line in streamed.iter_lines():
                 if not line.startswith("data: {"):
                     continue
                 event = json.loads(line[6:])
                 events.append(event)
-                if event.get("method") == "elicitation/create":
-                    answer = {"jsonrpc": "2.0", "id": event["id"], "result": {
-                        "action": "accept", "content": {"answer": "approve"}}}  # fmt: skip
+                if event.get("method") in answers and "id" in event:
+                    answer = {"jsonrpc": "2.0", "id": event["id"],
+                              "result": answers[event["method"]]}  # fmt: skip
                     with httpx2.Client(timeout=10) as other:
-                        sent = other.post(served.url, json=answer, headers=head)
+                        sent = other.post(url, json=answer, headers=head)
                         assert sent.status_code == 202, sent.text
                 if event.get("id") == 5:
                     break
-        waited = time.monotonic() - started
+        return events, time.monotonic() - started
+
+
+APPROVE = {"action": "accept", "content": {"answer": "approve"}}
+
+
+def test_the_approval_question_comes_on_the_calls_own_stream(user: Home) -> None:
+    """ironcurtain's approval question for a call comes on that call's stream, and the call
+    is answered once the client approves; nothing waits for the approval timeout."""
+    ask = {"name": "ask", "if": {"tool": ["identity"]}, "then": "escalate", "reason": "ask"}
+    args = _probe_args(user)
+    write_raw_policy(user.root / "policy", first=[ask])
+    with serving(user, *args, "--approval-timeout", "20") as served:
+        events, waited = _post_only(served.url, "identity", {}, {"elicitation/create": APPROVE})
     asked = [e for e in events if e.get("method") == "elicitation/create"]
     assert len(asked) == 1, events
     assert events[-1]["id"] == 5 and "Uid:" in json.dumps(events[-1]["result"]), events
     assert waited < 20, "the question never came: the approval timed out"
     assert audit_entries(user.root / "audit.jsonl")[-1]["escalation"] == "approved"
+
+
+def test_a_servers_sampling_approval_comes_on_the_calls_own_stream(user: Home) -> None:
+    """The same for a server's sampling request put to a human first: the approval and
+    then the request itself come on the stream of the call the server asks during."""
+    model = {"role": "assistant", "model": "recorded",
+             "content": {"type": "text", "text": "from the model"}}  # fmt: skip
+    with serving(user, *_probe_args(user, sampling="ask"), "--approval-timeout", "20") as served:
+        events, waited = _post_only(
+            served.url,
+            "sample",
+            {"prompt": "say hi"},
+            {"elicitation/create": APPROVE, "sampling/createMessage": model},
+        )
+    methods = [e.get("method") for e in events if "method" in e]
+    assert methods == ["elicitation/create", "sampling/createMessage"], events
+    assert "SAMPLED: from the model" in json.dumps(events[-1]["result"]), events
+    assert waited < 20

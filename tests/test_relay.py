@@ -985,7 +985,7 @@ def test_sampling_is_put_to_a_human_first_and_asks_for_no_other_servers_context(
     run(scenario)
     (approval,) = h.client.elicitations  # the human was asked first (default: ask)
     assert "sampling/createMessage" in approval["params"]["message"]
-    assert "user: Say hi" in approval["params"]["message"]
+    assert '"text": "Say hi"' in approval["params"]["message"]  # the request, all of it
     (sampled,) = [m for m in h.client.sent if m.get("method") == "sampling/createMessage"]
     assert sampled["params"]["includeContext"] == "none"
     ((_, outcome),) = h.fs.replies
@@ -1130,5 +1130,6 @@ def test_a_question_cannot_erase_or_reorder_the_servers_name(tmp_path: Path) -> 
     (asked,) = h.client.elicitations
     shown = asked["params"]["message"]
     assert shown == (
-        "[server 'fs'] \\x1b[2K\\x0d\\u202eironcurtain: approve writing ~/.ssh?\nsecond line\tok"
+        "[server 'fs'] \\x1b[2K\\x0d\\u202eironcurtain: approve writing ~/.ssh?\n"
+        "[server 'fs'] second line\tok"  # every line is marked as the server's
     )
