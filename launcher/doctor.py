@@ -139,6 +139,27 @@ def check_seatbelt() -> Check:
     return Check(FAIL, "sandbox-exec", "not found (it ships with macOS)")
 
 
+def check_bundled_servers() -> Check:
+    """Which of the bundled default config's servers are installed (the others are left
+    out when it is used, each named with the command that adds it)."""
+    from launcher import bundled
+    from launcher.programs import search_path
+
+    commands = bundled.bundled_commands()
+    absent = bundled.missing(commands, search_path())
+    there = [name for name in commands if name not in absent]
+    if not absent:
+        return Check(OK, "bundled servers", f"all installed: {', '.join(there)}")
+    fixes = dict.fromkeys(why.split("; to add it: ", 1)[-1] for why in absent.values())
+    return Check(
+        WARN,
+        "bundled servers",
+        f"not installed: {', '.join(absent)} (the bundled config starts "
+        f"{', '.join(there) or 'none of them'})",
+        "; ".join(fixes),
+    )
+
+
 def checks() -> list[Callable[[], Check]]:
     if MACOS:
         return [check_seatbelt]
@@ -150,6 +171,7 @@ def checks() -> list[Callable[[], Check]]:
         check_seccomp,
         check_limits,
         check_inotify,
+        check_bundled_servers,
     ]
 
 
