@@ -238,7 +238,8 @@ class CheckedCalls:
             code = err.get("code")
             relayed: Message = {
                 **err,
-                "code": code if type(code) is int else -32603,
+                # A JSON-RPC code is a 32-bit integer; anything else carries the server's data.
+                "code": code if type(code) is int and -(2**31) <= code < 2**31 else -32603,
                 "message": str(err.get("message", "error")),
             }
             relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)

@@ -10,9 +10,11 @@ tool that has an output policy, and a text item says so: once a tool has one, on
 policy lets through reaches the agent, by any path. Its answer is rebuilt from what the
 policy passed, so nothing rides beside it: no ``_meta``, no key the MCP schema does not
 name, no ``annotations`` or ``_meta`` of a content item, no embedded resource's own URI,
-``blob`` or ``_meta``; an error answer reaches the client as a generic error (code kept,
-the server's message and data withheld); a progress notification of such a call keeps its
-numbers, not its message.
+``blob`` or ``_meta``; an error answer reaches the client as a generic error (the server's
+code, message and data withheld); a progress notification of such a call is made anew from
+its numbers.
+What a server sends on its own, not as part of a call (log messages, resource updates), is
+not a tool's answer: the credential detectors see it, no output policy does.
 
 The credential detectors also run over the ``tools``, ``prompts`` and ``resources``
 listings (descriptions, titles, schemas, object keys), once per listing, not per call.
@@ -73,24 +75,26 @@ class Outputs:
 
     def error(self, server: str, method: str, name: str, err: Message) -> Message:
         """A server's error answer to one request as the client is to see it: for a tool
-        with an output policy a generic one (its text and data are the server's to fill,
-        and nothing the policy has not seen reaches the client); credentials masked."""
+        with an output policy a generic one (its text, data and code are the server's to
+        fill, and nothing the policy has not seen reaches the client); credentials masked."""
         if method == TOOL and self.policy.for_tool(server, name) is not None:
-            return {"code": err["code"], "message": WITHHELD_ERROR}
+            return {"code": -32603, "message": WITHHELD_ERROR}
         return self.message(server, err)
 
-    def progress(self, server: str, method: str, name: str, message: Message) -> Message:
-        """A progress notification of one call: for a tool with an output policy its
-        numbers only (the message is free text beside the answer)."""
-        params = message.get("params")
-        if (
-            method == TOOL
-            and isinstance(params, dict)
-            and "message" in params
-            and self.policy.for_tool(server, name) is not None
-        ):
-            kept = {k: params[k] for k in ("progressToken", "progress", "total") if k in params}
-            message = {**message, "params": kept}
+    def progress(self, server: str, method: str, name: str, message: Message) -> Message | None:
+        """A progress notification of one call as the client is to see it: for a tool
+        with an output policy made anew from its numbers alone (anything else in it is the
+        server's to fill), none when it has no number; credentials masked."""
+        if method == TOOL and self.policy.for_tool(server, name) is not None:
+            params = message.get("params")
+            params = params if isinstance(params, dict) else {}
+            kept = {"progressToken": params.get("progressToken")}
+            for key in ("progress", "total"):
+                if type(params.get(key)) in (int, float):
+                    kept[key] = params[key]
+            if "progress" not in kept:
+                return None
+            return {"jsonrpc": "2.0", "method": "notifications/progress", "params": kept}
         return self.message(server, message)
 
     def message(self, server: str, message: Message) -> Message:

@@ -248,9 +248,10 @@ class Relay:
                 related = call.request_id
                 if call.progress_sent:  # after what was reported while a human decided
                     message = _after(message, call.progress_sent)
-                message = self.core.outputs.progress(
-                    conn.name, call.method, call.name or "", message
-                )
+                shown = self.core.outputs.progress(conn.name, call.method, call.name or "", message)
+                if shown is None:
+                    return  # nothing of it may be shown
+                message = shown
             upstream = self.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are

@@ -14,8 +14,9 @@ and what happens to the fields they match:
 ======================== ================================================================
 
 Actions: ``allow`` (kept), ``mask`` (the value is replaced by a marker of the same type:
-a string says why, a number becomes 0, a boolean false) and ``redact`` (the field is
-removed). Once a tool has an output policy, a field no path covers is removed (default
+a string says why, a number becomes 0, a boolean false, an object or an array is emptied
+whole unless a path names something inside it, since its keys may be the data) and
+``redact`` (the field is removed). Once a tool has an output policy, a field no path covers is removed (default
 deny).
 
 Which path decides a field: the one that matches the field itself, else the one that
@@ -179,6 +180,16 @@ class ToolOutputPolicy:
                     return True
         return False
 
+    def _names_below(self, where: tuple[str | None, ...], value: Any) -> bool:
+        """Whether a path names something inside ``value`` (at ``where``): one that goes on
+        past ``where``, or a ``..name`` whose name is a key inside it."""
+        for rule in self.rules:
+            for depth in range(1, len(rule.steps)):
+                if _matches(rule.steps[:depth], where):
+                    return True
+        deep = {step.name for rule in self.rules for step in rule.steps if step.kind == "deep"}
+        return bool(deep) and _has_key(value, deep)
+
     def _schema(
         self,
         schema: Any,
@@ -222,6 +233,10 @@ class ToolOutputPolicy:
         the rule of the nearest enclosing object or array a path ended at."""
         rule = (self._decide(where) if where else None) or inherited
         if isinstance(value, dict | list):
+            if rule is not None and rule.action == "mask" and not self._names_below(where, value):
+                # Masked whole: its keys may be the data (a map keyed by address or number).
+                n.masked += 1
+                return {} if isinstance(value, dict) else []
             if isinstance(value, dict):
                 pairs = ((k, self._node(v, (*where, str(k)), rule, n)) for k, v in value.items())
                 out: Any = {k: v for k, v in pairs if v is not _GONE}
@@ -240,6 +255,20 @@ class ToolOutputPolicy:
             n.masked += 1
             return mask(value)
         return value
+
+
+def _has_key(value: Any, names: set[str]) -> bool:
+    """Whether an object inside ``value`` (at any depth) has one of ``names`` as a key."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if names.intersection(node):
+                return True
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def schema_conflicts(policy: ToolOutputPolicy, schema: Any) -> list[str]:

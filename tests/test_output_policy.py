@@ -105,13 +105,24 @@ def test_at_equal_specificity_the_stricter_action_wins() -> None:
 
 
 def test_mask_keeps_each_type() -> None:
+    # A masked object or array is masked whole: its keys may be the data.
     out, masked, _ = apply({".customer": "mask"})
-    c = out["customer"]
-    assert c["id"] == 0 and c["vip"] is False and c["email"] == MASKED
-    assert c["name"] == {"first_name": MASKED, "last_name": MASKED}
-    assert c["phones"][0] == {"number": MASKED, "kind": MASKED} and c["tags"] == [MASKED, MASKED]
-    assert masked == 12
+    assert out == {"customer": {}} and masked == 1
+    assert apply({".customer.tags": "mask"})[0] == {"customer": {"tags": []}}
     assert apply({".x": "mask"}, {"x": 2.5, "y": None})[0] == {"x": 0.0}
+    # With a path that names a field inside it, the others keep their names, values masked
+    # (an object or array among them whole).
+    out, masked, _ = apply({".customer": "mask", ".customer.id": "allow"})
+    c = out["customer"]
+    assert c["id"] == 7 and c["vip"] is False and c["email"] == MASKED
+    assert c["name"] == {} and c["phones"] == [] and c["tags"] == []
+
+
+def test_a_masked_map_keyed_by_the_data_shows_no_key() -> None:
+    record = {"customer": {"id": 7, "email": {"ada@example.com": True, "123-45-6789": True}}}
+    out, masked, _ = apply({".customer.id": "allow", "..email": "mask"}, record)
+    assert out == {"customer": {"id": 7, "email": {}}} and masked == 1
+    assert "123-45-6789" not in json.dumps(out)
 
 
 def test_default_deny_leaves_an_empty_result_not_none() -> None:

@@ -17,14 +17,18 @@ from typing import Any
 
 import pytest
 
-from tests.servers.side_door_server import AWS_KEY, DOORS, GITHUB_TOKEN, SSN
+from tests.servers.side_door_server import AWS_KEY, CODE, DOORS, GITHUB_TOKEN, SSN
 from tests.support.client import Client
 from tests.support.home import Home, make_home
 from tests.support.paths import IRONCURTAIN, TESTS
 from tests.support.probe import write_raw_policy
 
 SERVER = TESTS / "servers" / "side_door_server.py"
-POLICY = {"tools": [{"server": "side", "tool": "record", "fields": {".customer.id": "allow"}}]}
+POLICY = {
+    "tools": [
+        {"server": "side", "tool": "record", "fields": {".customer.id": "allow", "..email": "mask"}}
+    ]
+}
 
 
 @contextlib.contextmanager
@@ -86,8 +90,16 @@ def test_without_an_output_policy_each_door_carries_it(
     got = through[False][door]
     if door == "resource-blob":  # the blob carries it encoded
         assert "MTIzLTQ1LTY3ODk=" in got, got
+    elif door == "error-code":  # no JSON-RPC code is that large: refused whatever the policy
+        assert str(CODE) not in got, got
     else:
         assert SSN in got, got
+
+
+def test_an_error_code_that_spells_it_does_not_get_out(
+    through: dict[bool, dict[str, str]],
+) -> None:
+    assert str(CODE) not in through[True]["error-code"]
 
 
 def test_what_the_policy_lets_through_still_arrives(through: dict[bool, dict[str, str]]) -> None:
@@ -96,7 +108,14 @@ def test_what_the_policy_lets_through_still_arrives(through: dict[bool, dict[str
     progress = json.loads(through[True]["progress-message"])
     assert progress[0]["params"] == {"progressToken": "p", "progress": 1, "total": 2}
     error = json.loads(through[True]["error-message"])[-1]["error"]
-    assert error["code"] == -32000 and "withheld by the output policy" in error["message"]
+    assert error["code"] == -32603 and "withheld by the output policy" in error["message"]
+    for door in ("progress-data", "progress-meta", "progress-top-level"):
+        (note, _) = json.loads(through[True][door])
+        assert note == {"jsonrpc": "2.0", "method": "notifications/progress",
+                        "params": {"progressToken": "p", "progress": 1}}, note  # fmt: skip
+    assert len(json.loads(through[True]["progress-value"])) == 1  # no number: not shown
+    masked = json.loads(through[True]["mask-object-keys"])[-1]["result"]
+    assert masked["structuredContent"] == {"customer": {"id": 7, "email": {}}}
 
 
 def _listings(client: Client) -> str:

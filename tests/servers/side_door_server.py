@@ -17,6 +17,7 @@ AWS_KEY = "AKIAIOSFODNN7EXAMPLE"
 GITHUB_TOKEN = "ghp_" + "a1B2c3D4e5" * 3 + "f6G7h8"
 RECORD = {"customer": {"id": 7, "ssn": SSN}}
 TEXT = json.dumps(RECORD)
+CODE = int.from_bytes(SSN.encode())  # an error code that spells it
 TOOLS = [
     {
         "name": "record",
@@ -79,6 +80,22 @@ DOORS: dict[str, Message] = {
     },
     "is-error-not-a-bool": {"result": {"content": [_text()], "isError": SSN}},
     "progress-message": {"result": {"content": [_text()]}},
+    "progress-data": {"result": {"content": [_text()]}},
+    "progress-meta": {"result": {"content": [_text()]}},
+    "progress-value": {"result": {"content": [_text()]}},
+    "progress-top-level": {"result": {"content": [_text()]}},
+    "mask-object-keys": {
+        "result": {"content": [], "structuredContent": {"customer": {"id": 7, "email": {SSN: 1}}}}
+    },
+    "error-code": {"error": {"code": CODE, "message": "failed"}},
+}
+# What each progress door sends first: (params beside the token, keys beside params).
+PROGRESS: dict[str, tuple[Message, Message]] = {
+    "progress-message": ({"progress": 1, "total": 2, "message": f"ssn {SSN}"}, {}),
+    "progress-data": ({"progress": 1, "data": {"ssn": SSN}}, {}),
+    "progress-meta": ({"progress": 1, "_meta": {"ssn": SSN}}, {}),
+    "progress-value": ({"progress": SSN, "total": {"ssn": SSN}}, {}),
+    "progress-top-level": ({"progress": 1, "message": "m"}, {"extra": {"ssn": SSN}}),
 }
 
 
@@ -112,9 +129,10 @@ def answer(message: Message) -> None:
     elif method == "tools/call":
         door = str((params.get("arguments") or {}).get("door"))
         token = (params.get("_meta") or {}).get("progressToken")
-        if door == "progress-message" and token is not None:
-            note = {"progressToken": token, "progress": 1, "total": 2, "message": f"ssn {SSN}"}
-            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": note})
+        if door in PROGRESS and token is not None:
+            params, beside = PROGRESS[door]
+            note = {"progressToken": token, **params}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": note, **beside})
         outcome = DOORS.get(door, {"error": {"code": -32602, "message": "no such door"}})
     else:
         outcome = {"error": {"code": -32601, "message": "method not found"}}
