@@ -18,8 +18,15 @@ from launcher.shown import visible
 
 def say(text: str) -> None:
     """One line for the person who started ``ironcurtain run``, on stderr. What a server or
-    a client put in it (a name, an error's text) is shown, never acted on by the terminal."""
-    print(f"ironcurtain: {visible(text)}", file=sys.stderr, flush=True)
+    a client put in it (a name, an error's text) is shown, never acted on by the terminal,
+    and a newline in it cannot start a line that reads as ironcurtain's own."""
+    print(f"ironcurtain: {visible(text, one_line=True)}", file=sys.stderr, flush=True)
+
+
+def say_lines(text: str) -> None:
+    """Several lines of ironcurtain's own, each made safe to show where it was made (the
+    start-up report)."""
+    print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
 
 
 class HttpAddress(Protocol):
@@ -124,7 +131,12 @@ def startup_report(
             lines.append("ironcurtain: client configuration for this session:")
             lines.append(client_entry(plan))
         lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
-    return "\n".join(lines)
+    # Each line on one line (names in it are the config's and the servers'); the JSON blocks
+    # (ASCII, their newlines their own) as they are.
+    return "\n".join(
+        line if line.startswith("{") and line.isascii() else visible(line, one_line=True)
+        for line in lines
+    )
 
 
 def client_entry(plan: SessionPlan) -> str:

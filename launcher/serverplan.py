@@ -22,6 +22,7 @@ from launcher.launchspec import LaunchSpec
 from launcher.programs import npx_to_node, resolve_command
 from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
+from policy.paths import resolve_real_path
 from policy.roles import get_path_roles
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory
@@ -253,10 +254,13 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         cwd=server.cwd,
         workspace_access=access,
         workspace_reason=access_reason,
-        allow_read=fs.allow_read,
-        allow_write=fs.allow_write,
-        deny_read=fs.deny_read,
-        deny_write=fs.deny_write,
+        # Where they really are: a grant that is a link is shown at its target, where
+        # every protection inside a writable root is worked out (the workspace, and the
+        # arguments forwarded to servers, are real paths too).
+        allow_read=[resolve_real_path(p) for p in fs.allow_read],
+        allow_write=[resolve_real_path(p) for p in fs.allow_write],
+        deny_read=list(dict.fromkeys([*fs.deny_read, *map(resolve_real_path, fs.deny_read)])),
+        deny_write=list(dict.fromkeys([*fs.deny_write, *map(resolve_real_path, fs.deny_write)])),
         protected=at.protected,
         runtime_dir=at.runtime_dir,
         search_path=at.search,

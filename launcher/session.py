@@ -33,7 +33,7 @@ from launcher.jsonrpc import Message
 from launcher.plan import SessionPlan
 from launcher.prestart import Prestarted, prestart
 from launcher.relay import Relay
-from launcher.report import say, startup_report
+from launcher.report import say, say_lines, startup_report
 from launcher.seams import Upstream
 from launcher.served import Served
 from launcher.shown import visible
@@ -133,7 +133,7 @@ class Session:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
                 self.relay = self.first.attach(self.stdio, at_start=True)
             tools = {name: conn.tools for name, conn in self.servers.items()}
-            say(startup_report(self.plan, tools, self.http).removeprefix("ironcurtain: "))
+            say_lines(startup_report(self.plan, tools, self.http).removeprefix("ironcurtain: "))
             # What start-up built lives as long as the session: out of the collector's way,
             # so a full collection during a call walks only what calls allocate.
             gc.freeze()

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import re
 
-# C0 controls (newline and tab apart), DEL, C1 controls; the soft hyphen, the Arabic letter
-# mark, the Mongolian vowel separator and free variation selectors; zero-width spaces and
-# joiners, the direction marks, embeddings, overrides and isolates, the line and paragraph
-# separators; word joiner and invisible operators; the byte-order mark; interlinear
-# annotation marks; tag characters; fillers that draw nothing (combining grapheme joiner,
-# Hangul and Khmer fillers); and lone surrogates, which a terminal cannot even be sent.
+# Every character of the categories that act or draw nothing in Unicode 14 (Cc controls,
+# newline and tab apart; Cf formats: direction marks, embeddings, overrides and isolates,
+# zero-width spaces and joiners, invisible operators, the byte-order mark, tags; Cs lone
+# surrogates, which a terminal cannot even be sent; Co private use; Zl and Zp separators),
+# with the variation selectors (one per byte: text can be hidden after any character) and
+# the fillers that draw nothing (soft hyphen, combining grapheme joiner, Hangul, Khmer and
+# Mongolian fillers, braille blank). Written out, not computed at import (that costs a
+# start 0.1 s); tests/test_audit_integrity.py holds it against the running Python's tables.
 _ACTS = (
-    "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f"
-    "\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb"
-    "\U000e0000-\U000e007f\ud800-\udfff"
+    "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891"
+    "\u08e2\u115f-\u1160\u17b4-\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+    "\u2800\u3164\ud800-\uf8ff\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U00013438\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f"
+    "\U000e0100-\U000e01ef\U000f0000-\U000ffffd\U00100000-\U0010fffd"
 )
 _HIDDEN = re.compile(f"[{_ACTS}]")
 _HIDDEN_OR_NEWLINE = re.compile(f"[{_ACTS}\n]")

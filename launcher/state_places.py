@@ -39,7 +39,7 @@ def state_protected(state: str, workspace: str) -> list[str]:
 def writable_holds(path: str, workspace: str, servers: Mapping[str, ServerConfig]) -> bool:
     """Whether the workspace or a server's ``allowWrite`` holds ``path``."""
     roots = [workspace] + [
-        os.path.abspath(os.path.expanduser(p))
+        os.path.realpath(os.path.expanduser(p))
         for server in servers.values()
         if server.sandbox
         for p in server.sandbox.filesystem.allow_write

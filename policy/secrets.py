@@ -78,7 +78,8 @@ DETECTORS: tuple[Detector, ...] = (
     _detector(
         "aws-access-key-id",
         "A(?:KIA|SIA|BIA|CCA|3T)",
-        r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        # Bounded by what is not a letter or digit (an underscore before it is no bound).
+        r"(?<![A-Za-z0-9])(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}(?![A-Za-z0-9])",
         literal=False,
     ),
     _detector(
@@ -147,7 +148,53 @@ def mask_text(text: str, found: list[str] | None = None) -> str:
             text, count = detector.pattern.subn(marker(detector.kind), text)
             if count and found is not None:
                 found.extend([detector.kind] * count)
+    if "PRIVATE KEY" in text:
+        text = _key_pieces(text, found)
     return text
+
+
+_KEY_EDGE = re.compile(r"-----(BEGIN|END)[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----")
+_KEY_LINE = re.compile(r"[A-Za-z0-9+/=]{16,}|(?:Proc-Type|DEK-Info|Comment): .*|")
+
+
+def _key_pieces(text: str, found: list[str] | None) -> str:
+    r"""What is left of a private key read in part (a file's first or last lines, a page
+    of it): from a BEGIN line through the key's lines after it, and from an END line back
+    over the key's lines before it, each piece one marker. One pass over the lines.
+
+    >>> _key_pieces("head:\n-----BEGIN OPENSSH PRIVATE KEY-----\n" + "QUJD" * 10 + "\n", None)
+    'head:\n[secret masked: private-key]\n'
+    """
+    lines = text.split("\n")
+    masked = [False] * len(lines)
+    for at, line in enumerate(lines):
+        edge = _KEY_EDGE.search(line)
+        if edge is None:
+            continue
+        masked[at] = True
+        step = 1 if edge.group(1) == "BEGIN" else -1
+        other = at + step
+        while 0 <= other < len(lines) and not masked[other]:
+            body = lines[other].strip()
+            if _KEY_EDGE.fullmatch(body):
+                masked[other] = True  # its other end: the piece ends there
+                break
+            if not _KEY_LINE.fullmatch(body) or (not body and step < 0):
+                break
+            masked[other] = True
+            other += step
+    for at in range(len(lines) - 1, -1, -1):  # blank lines that end a piece are the text's
+        if masked[at] and not lines[at].strip() and (at + 1 == len(lines) or not masked[at + 1]):
+            masked[at] = False
+    out: list[str] = []
+    for at, line in enumerate(lines):
+        if not masked[at]:
+            out.append(line)
+        elif at == 0 or not masked[at - 1]:
+            out.append(marker("private-key"))
+            if found is not None:
+                found.append("private-key")
+    return "\n".join(out)
 
 
 def mask_strings(value: Any, found: list[str]) -> Any:

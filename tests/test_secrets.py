@@ -84,3 +84,46 @@ def test_a_message_is_walked_and_left_as_it_is_when_clean() -> None:
     assert masked["content"][0]["text"] == "k=[secret masked: npm-token]"
     assert masked["meta"][0] is clean  # untouched parts are shared, not copied
     assert dirty["content"][0]["text"].startswith("k=npm_")  # the input is not changed
+
+
+KEY_LINES = KEY_BODY.split("\n")
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        # the first lines of the file (head), the last lines (tail), a page in the middle
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "\n".join(KEY_LINES[:2]),
+        "\n".join(KEY_LINES[1:]) + "\n-----END OPENSSH PRIVATE KEY-----\n",
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+        + "DEK-Info: AES-128-CBC,0123\n\n"
+        + "\n".join(KEY_LINES),
+    ],
+    ids=["head", "tail", "pem-headers"],
+)
+def test_a_private_key_read_in_part_is_masked(read: str) -> None:
+    found: list[str] = []
+    shown = mask_text(f"the file says:\n{read}\nthat is all", found)
+    assert not any(line in shown for line in KEY_LINES), shown
+    assert shown.startswith("the file says:\n[secret masked: private-key]")
+    assert shown.endswith("\nthat is all") and found == ["private-key"]
+
+
+def test_aws_key_ids_bounded_by_underscores_or_letters_are_masked() -> None:
+    key = TRUE["aws-access-key-id"]
+    for text in (f"AWS_KEY_{key}", f"{key}_old", f"id={key}."):
+        assert key not in mask_text(text), text
+    assert mask_text(f"X{key}") == f"X{key}"  # a longer word is not an id
+
+
+def test_a_credential_used_as_an_object_key_is_masked() -> None:
+    found: list[str] = []
+    masked = mask_strings({"tokens": {TRUE["github-token"]: "ci"}}, found)
+    assert masked == {"tokens": {"[secret masked: github-token]": "ci"}}
+    assert found == ["github-token"]
+
+
+def test_a_long_hostile_text_is_read_once() -> None:
+    # Many key-like lines and edges with nothing between them: linear, not quadratic.
+    hostile = ("A" * 64 + "\n-----END RSA PRIVATE KEY-----\n") * 20_000
+    assert "A" * 64 not in mask_text(hostile)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, write_probe_config, write_raw_policy
@@ -19,11 +21,19 @@ pytestmark = needs_bwrap
 RECORDS = '{"records": []}\n'
 
 
-def _session(user: Home, *calls: tuple[str, dict[str, object]]) -> list[tuple[bool, str]]:
+def _session(
+    user: Home, grant: str, *calls: tuple[str, dict[str, object]]
+) -> list[tuple[bool, str]]:
     """The probe, its sandbox given the directory that holds ironcurtain's state directory
-    to write, in a workspace of ironcurtain's own (no --workspace): each call in turn."""
+    to write (``grant``: by its name, or by a link to it), in a workspace of ironcurtain's
+    own (no --workspace): each call in turn."""
     server = probe_server_config(True)
-    server["sandbox"]["filesystem"]["allowWrite"] += [str(user.state)]
+    granted = user.state
+    if grant == "link":
+        granted = user.root / "state-link"
+        granted.symlink_to(user.state)
+    server["sandbox"]["filesystem"]["allowWrite"] += [str(granted)]
+    server["env"] = {**server.get("env", {}), "GRANTED": str(granted)}
     config = write_probe_config(user, server)
     policy = write_raw_policy(user.root / "policy")
     args = ["--config", str(config), "--policy-dir", str(policy)]
@@ -38,8 +48,9 @@ def _session(user: Home, *calls: tuple[str, dict[str, object]]) -> list[tuple[bo
     return out
 
 
+@pytest.mark.parametrize("grant", ["path", "link"])
 def test_a_server_cannot_rewrite_ironcurtains_state_from_a_grant_that_holds_it(
-    user: Home,
+    user: Home, grant: str
 ) -> None:
     state = user.state / "ironcurtain"
     records = state / "wrap" / "records.json"
@@ -51,15 +62,28 @@ def test_a_server_cannot_rewrite_ironcurtains_state_from_a_grant_that_holds_it(
     # named in arguments, the policy refuses them before any server is asked.
     out = _session(
         user,
+        grant,
         ("write_above", {"levels": 2, "rel": "wrap/records.json", "content": forged}),
         ("write_above", {"levels": 2, "rel": "http-token", "content": "the server's"}),
+        # ... and through the grant as the server's configuration names it.
+        (
+            "write_under_env",
+            {"var": "GRANTED", "rel": "ironcurtain/wrap/records.json", "content": forged},
+        ),
+        (
+            "write_under_env",
+            {"var": "GRANTED", "rel": "ironcurtain/pins/probe.json", "content": "{}"},
+        ),
         ("write_path", {"path": str(user.state / "elsewhere.txt"), "content": "granted"}),
     )
     assert "WRITE FAILED" in out[0][1], out
     assert records.read_text() == RECORDS
     assert not token.exists() or token.read_text() != "the server's"
+    assert "WRITE OK" not in out[2][1] and "WRITE OK" not in out[3][1], out
+    assert records.read_text() == RECORDS
+    assert json.loads((state / "pins" / "probe.json").read_text()) != {}
     # The grant itself holds: the server writes where it was given.
-    assert "WRITE OK" in out[2][1] and (user.state / "elsewhere.txt").read_text() == "granted"
+    assert "WRITE OK" in out[4][1] and (user.state / "elsewhere.txt").read_text() == "granted"
     # ironcurtain's own audit log of the session was written as ever.
     logs = list((state / "audit").glob("*.jsonl"))
     assert logs and "write_path" in logs[0].read_text()

@@ -530,6 +530,18 @@ def write_above(levels: int, rel: str, content: str) -> str:
 
 
 @server.tool()
+def write_under_env(var: str, rel: str, content: str) -> str:
+    """Write ``rel`` below the directory the environment variable ``var`` names (a place the
+    server knows from its own configuration, not from the call)."""
+    try:
+        with open(os.path.join(os.environ[var], rel), "w", encoding="utf-8") as handle:
+            handle.write(content)
+    except (OSError, KeyError) as exc:
+        return f"WRITE FAILED: {exc}"
+    return "WRITE OK"
+
+
+@server.tool()
 def fs_ops(base: str, ops: list[list[str]]) -> str:
     """Filesystem operations below ``base``, in order: ["mkdir", rel], ["write", rel,
     content], ["chmod", rel, octal], ["rename", rel, new_rel], ["symlink", rel, target].

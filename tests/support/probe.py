@@ -42,6 +42,7 @@ PROBE_TOOLS = {
     "linger": [],
     "fs_ops": ["base", "ops"],
     "write_above": ["levels", "rel", "content"],
+    "write_under_env": ["var", "rel", "content"],
     "hold_connections": ["path", "count"],
     "peek": ["path", "socket_path"],
     "move": ["source", "destination"],
