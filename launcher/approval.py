@@ -36,6 +36,8 @@ MODES = ("auto", "elicit", "socket", "deny")
 APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 
+# What a server's own request (not a tool call) is kept as in the session whitelist.
+SERVER_REQUEST = "server request: "
 Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
 
 
@@ -166,7 +168,8 @@ class Approvals:
         """``grant``: what approving gives the call beyond its server's sandbox, said in
         the question (empty: nothing); ``by_server``: the request is the server's own of the
         client (``tool`` its method, ``arguments`` all of it as it will be sent)."""
-        key = (server, tool, hash_value(arguments))
+        # A server's own request is never the same entry as a tool of the same name.
+        key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
         if key in self.session_whitelist:
             return Outcome(True, "session-whitelist")
         channel = self.channel(client_elicits)

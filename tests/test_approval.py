@@ -278,3 +278,36 @@ def test_a_servers_request_is_asked_as_the_servers_and_a_name_keeps_to_its_line(
     assert [line for line in forged.splitlines() if line.startswith("ironcurtain:")] == [
         forged.splitlines()[0]
     ]
+
+
+def test_a_tool_approved_for_the_session_never_covers_a_servers_request() -> None:
+    """A server names a tool after its own request (``sampling/createMessage``): the agent's
+    call to it, approved for the session, must not let the server's sampling request with
+    the same content through unasked."""
+    from launcher.approval import APPROVE_SESSION, Approvals
+    from policy.decision import Decision
+
+    asked: list[str] = []
+
+    async def human(method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        asked.append(params["message"].splitlines()[0])
+        return {"result": {"action": "accept", "content": {"answer": APPROVE_SESSION}}}
+
+    decision = Decision("escalate", "r", "ask")
+    request = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    approvals = Approvals("elicit", 5.0)
+
+    async def scenario() -> list[str]:
+        outcomes = []
+        for by_server in (False, True, True):
+            outcome = await approvals.decide(
+                "fs", "sampling/createMessage", request, decision, True, human, by_server=by_server
+            )
+            outcomes.append(outcome.escalation)
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    # The tool call and the server's request are each asked; the server's second, the same,
+    # is covered by its own approval for the session.
+    assert outcomes == ["approved-for-session", "approved-for-session", "session-whitelist"]
+    assert len(asked) == 2 and "agent" in asked[0] and "asks the user's model" in asked[1]
