@@ -112,7 +112,14 @@ def register(app: typer.Typer) -> None:
             made = ensure_user_policy()
             for line in ([made] if made else []) + apply_wrap(changes, config):
                 _say("wrap", line)
-        wrapped = [name for change in changes for name in change.servers]
+        held = {name: why for change in changes for name, why in change.held.items()}
+        wrapped = [n for change in changes for n in change.servers if n not in held]
+        for name, why in held.items():
+            _say(
+                "wrap",
+                f"{why}; annotate it from an environment holding only what its client gives: "
+                f"ironcurtain annotate-tools --server {name} --heuristic",
+            )
         if annotate:
             for line in annotate_new(wrapped):
                 _say("wrap", line)
@@ -130,16 +137,21 @@ def register(app: typer.Typer) -> None:
         everything: AllOpt = False,
         project: ProjectOpt = None,
     ) -> None:
-        """Restore the clients' files exactly as they were before `ironcurtain wrap`; a file
-        that changed since is refused (its backup is named)."""
+        """Restore the clients' files as they were before `ironcurtain wrap`: exactly, or, in
+        a file changed elsewhere since, the wrapped entries only; what cannot be restored is
+        said (its backup named) and the rest is done."""
+        from launcher.errors import UsageError
         from launcher.wrap_cmd import select
         from launcher.wrap_files import unwrap as restore
 
         with _shown_errors():
             user, root = _where("unwrap", project)
-            said = restore(select(user, root, client or [], everything))
-        for line in said or ["nothing to unwrap"]:
+            said, problems = restore(select(user, root, client or [], everything))
+        for line in said or ([] if problems else ["nothing to unwrap"]):
             _say("unwrap", line)
+        if problems:
+            with _shown_errors():
+                raise UsageError("; ".join(problems))
 
     @app.command("http-token")
     def http_token_command(

@@ -4,7 +4,7 @@ A project's files are the project's to shape, and a project may be hostile: each
 one component at a time from the project root without following a link (a ``.mcp.json``
 linked to ``~/.claude.json``, or ``.vscode`` linked to the user's own settings, is
 refused), must be a regular file with no other hard link (a FIFO would hang the reading, a
-device would never end it), and is read whole only when it is not huge.
+device would never end it), and is read whole only when it is at most 1 MiB.
 
 A user's own files may be links (dotfiles): they are followed, and their target is what
 is written, in its own directory, so the link stays a link. wrap writes such a target only
@@ -29,8 +29,10 @@ from pathlib import Path
 from launcher.errors import UsageError
 from sandbox_profiles.records import frozen
 
-# Client files are small; ~/.claude.json keeps a history and may reach some megabytes.
+# Client files are small; ~/.claude.json keeps a history and may reach some megabytes. A
+# project's file holds a few servers: a bigger one is no client's, and is not read.
 MAX_SIZE = 64 * 2**20
+PROJECT_MAX_SIZE = 2**20
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NOT_FOLLOWED = "ironcurtain does not follow a project's links (one could lead to your own files)"
@@ -64,19 +66,19 @@ def _kind(mode: int) -> str:
     return next((name for test, name in _KINDS if test(mode)), "not a plain file")
 
 
-def _read_fd(fd: int, path: Path) -> tuple[str, os.stat_result]:
+def _read_fd(fd: int, path: Path, limit: int = MAX_SIZE) -> tuple[str, os.stat_result]:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise Refused(f"{path}: not a regular file ({_kind(st.st_mode)}): not read")
-    if st.st_size > MAX_SIZE:
-        raise Refused(f"{path}: too large ({st.st_size} bytes; at most {MAX_SIZE}): not read")
+    if st.st_size > limit:
+        raise Refused(f"{path}: too large ({st.st_size} bytes; at most {limit}): not read")
     chunks: list[bytes] = []
     size = 0
     while chunk := os.read(fd, 1 << 20):
         chunks.append(chunk)
         size += len(chunk)
-        if size > MAX_SIZE:
-            raise Refused(f"{path}: too large (over {MAX_SIZE} bytes): not read")
+        if size > limit:
+            raise Refused(f"{path}: too large (over {limit} bytes): not read")
     try:
         return b"".join(chunks).decode("utf-8"), st
     except UnicodeDecodeError as exc:
@@ -122,7 +124,7 @@ def read_project(root: Path, relative: str) -> Source | None:
         except OSError as exc:
             raise Refused(f"{path}: cannot read it: {exc.strerror}") from None
         try:
-            text, now = _read_fd(file, path)
+            text, now = _read_fd(file, path, PROJECT_MAX_SIZE)
         finally:
             os.close(file)
         if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) or now.st_nlink > 1:

@@ -20,9 +20,9 @@ exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import shutil
 import sys
 import tomllib
 from collections.abc import Iterator, Sequence
@@ -34,6 +34,7 @@ from launcher import dirs
 from launcher.client_io import Refused, Source, read_project, read_user
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
+from launcher.wrap_paths import holds_home, identity
 from sandbox_profiles.records import frozen, mutable
 
 
@@ -193,6 +194,8 @@ def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
             data: Any = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise UsageError(f"{path}: not TOML: {exc}") from None
+        except RecursionError:
+            raise UsageError(f"{path}: not TOML a client reads: nested too deeply") from None
     else:
         try:
             data = parse(text).value
@@ -225,19 +228,14 @@ def local_servers(client: Client, source: Source, home: Path) -> Iterator[Client
         yield ClientFile(client, source, "local", project, entries, at)
 
 
-def holds_home(path: Path, home: Path) -> bool:
-    """Whether ``path`` is the home directory or a directory holding it (real paths)."""
-    real, mine = Path(os.path.realpath(path)), Path(os.path.realpath(home))
-    return mine.is_relative_to(real)
-
-
 def project_root(home: Path, given: str | None, cwd: str) -> tuple[Path | None, str | None]:
     """The project whose files to read (None: none), and what to tell the user. The home
-    directory, or one holding it, is never a project: its client files are the user's."""
+    directory, or one holding it, is never a project (by identity: the home bound at
+    another path is the home): its client files are the user's."""
     project = Path(given or cwd).resolve()
     if not holds_home(project, home):
         return project, None
-    what = "is" if project == Path(os.path.realpath(home)) else "holds"
+    what = "is" if identity(project) == identity(home) else "holds"
     if given is not None:
         raise UsageError(
             f"--project {given}: it {what} your home directory; the home is never taken as a "
@@ -293,8 +291,10 @@ def user_policy() -> Path:
 
 
 def ironcurtain_exe() -> str:
-    exe = shutil.which("ironcurtain")
-    return exe or os.path.join(os.path.dirname(sys.executable), "ironcurtain")
+    """This ironcurtain: the absolute path of the entry point installed beside the running
+    interpreter. Never looked up on PATH, where a relative entry (``bin``, ``.``) would find
+    a project's own ``ironcurtain``, or an older copy could come first."""
+    return os.path.abspath(os.path.join(os.path.dirname(sys.executable), "ironcurtain"))
 
 
 def workspace_of(f: ClientFile, e: Entry) -> str | None:
@@ -318,10 +318,47 @@ def run_args(name: str, workspace: str | None) -> list[str]:
     return run
 
 
+# Keys of an entry that change nothing of what the client starts, nor how: kept as they are
+# when wrap rewrites an entry. Any other key (``url``, ``envFile``, ``env_vars``, ``cwd``,
+# ``headers``, a client's own next one) could make the client start something else, or
+# start it otherwise, so such an entry is neither wrapped nor counted as protected.
+INERT_KEYS = frozenset(
+    {
+        "description", "disabled", "enabled", "timeout", "trust", "autoApprove",
+        "alwaysAllow", "startup_timeout_ms", "startup_timeout_sec", "tool_timeout_sec",
+        "includeTools", "excludeTools",
+    }
+)  # fmt: skip
+# Keys whose only harmless value is the one given: a local server started by its command.
+FIXED_KEYS = {"type": "stdio", "source": "custom"}
+ENTRY_KEYS = frozenset({"command", "args", "env"})
+
+
+def odd_key(e: Entry, also: frozenset[str] = frozenset()) -> str | None:
+    """Why a key of the entry could change what the client starts (None: none does);
+    ``also``: more keys allowed."""
+    for key, value in e.raw.items():
+        if key in FIXED_KEYS:
+            if value != FIXED_KEYS[key]:
+                return f"its {key} is {json.dumps(value)[:80]}, not {json.dumps(FIXED_KEYS[key])}"
+        elif key not in ENTRY_KEYS | INERT_KEYS | also:
+            return f"it has the key {key!r}, which wrap does not write"
+    command = e.raw.get("command")
+    if isinstance(command, dict):  # Zed's older form
+        extra = sorted(set(command) - {"path", "args", "env"})
+        if extra:
+            return f"its command has the key {extra[0]!r}, which wrap does not write"
+    return None
+
+
 def not_protected(f: ClientFile, e: Entry) -> str | None:
     """Why an entry that starts a program named ironcurtain is not exactly what wrap writes
     (this ironcurtain, its user config and policy, this server, nothing that weakens the
-    sandbox): None when it is."""
+    sandbox, no key beside them that could change what the client starts): None when it
+    is."""
+    odd = odd_key(e)
+    if odd is not None:
+        return odd
     exe = ironcurtain_exe()
     if e.command != exe:
         return f"starts {e.command}, not this ironcurtain ({exe})"
@@ -339,9 +376,9 @@ def not_protected(f: ClientFile, e: Entry) -> str | None:
                 wants = "none" if allowed == {None} else " or ".join(sorted(map(str, allowed)))
                 return f"--workspace {given}: wrap gives this entry {wants}"
         return f"its arguments are not what wrap writes ({' '.join(run_args(e.name, None))})"
-    odd = sorted(k for k in e.env if not secret_name(k) or k.upper().startswith(LOADER_PREFIXES))
-    if odd:
-        return f"its environment sets {', '.join(odd)} (wrap keeps only secrets there)"
+    names = sorted(k for k in e.env if not secret_name(k) or k.upper().startswith(LOADER_PREFIXES))
+    if names:
+        return f"its environment sets {', '.join(names)} (wrap keeps only secrets there)"
     return None
 
 

@@ -22,7 +22,12 @@ from sandbox_profiles.records import mutable
 Path = tuple[str, ...]
 
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
-_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+# Unrolled (a run of plain characters, then escapes each followed by such a run): no
+# backtracking mark per character, so a long string takes linear time and memory.
+_STRING = re.compile(r'"[^"\\\x00-\x1f]*(?:\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})[^"\\\x00-\x1f]*)*"')
+# Nesting deeper than any client's settings: the reader recurses once per level, and a
+# planted file must get a clear error, not exhaust the interpreter's stack.
+MAX_DEPTH = 100
 
 
 class JsoncError(ValueError):
@@ -117,10 +122,10 @@ class _Reader:
         if at >= len(text):
             raise JsoncError(text, at, "the document ends where a value was expected")
         char = text[at]
-        if char == "{":
-            return self.obj(path)
-        if char == "[":
-            return self.array(path)
+        if char in "{[":
+            if len(path) >= MAX_DEPTH:
+                raise JsoncError(text, at, f"nested deeper than {MAX_DEPTH} levels")
+            return self.obj(path) if char == "{" else self.array(path)
         if char == '"':
             return self.string()
         for word, meaning in (("true", True), ("false", False), ("null", None)):

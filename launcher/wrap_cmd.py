@@ -4,12 +4,13 @@ clients they use, run through ironcurtain under the same names.
 ``wrap`` moves each selected stdio entry's definition into ironcurtain's user config and
 points the client's entry at ``ironcurtain run --config USER_CONFIG --policy-dir
 USER_POLICY --server NAME`` (one server: its tool names stay as the client knows them).
-Only the entry's value changes in the client's file; comments and layout stay. Directory
-arguments become writable mounts of the server's sandbox; environment entries that look
-like secrets stay in the client's entry (the client hands them to ironcurtain) and the moved
-definition refers to them as ``${NAME}``. Every file changed is backed up first and written
-atomically; what was written is recorded, so ``unwrap`` restores each file exactly, and
-refuses one that changed since (:mod:`launcher.wrap_files`).
+Only the entry's value changes in the client's file; comments and layout stay. The moved
+definition is made by :mod:`launcher.wrap_define` (which paths become mounts, which
+variables it may refer to); an entry with a key that could change what the client starts,
+or a name ironcurtain's config refuses, is left alone and said so, and the new config is
+checked with the loader ``run`` uses before anything is written. Every file changed is
+backed up first and written atomically; what was written is recorded, so ``unwrap`` can
+put it back (:mod:`launcher.wrap_files`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import difflib
 import os
 import shutil
+import tempfile
 from collections.abc import Sequence
 from dataclasses import field
 from pathlib import Path
@@ -26,33 +28,23 @@ from launcher.client_io import Refused, Source, read_user
 from launcher.clients import (
     BY_NAME,
     CLIENTS,
-    PROJECT_VARIABLES,
     ClientFile,
     Entry,
     Found,
     found,
-    holds_home,
-    home,
     ironcurtain_exe,
     not_protected,
+    odd_key,
     run_args,
-    secret_name,
     user_config,
     workspace_of,
 )
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
 from launcher.shown import visible
+from launcher.wrap_define import LeftAlone, moved_definition, references_environment
 from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
 from sandbox_profiles.records import mutable
-
-# As the bundled config has it for its git server.
-GIT_SAFE_DIRECTORY = {
-    "GIT_CONFIG_COUNT": "1",
-    "GIT_CONFIG_KEY_0": "safe.directory",
-    "GIT_CONFIG_VALUE_0": "*",
-}
-DIRECTORY_OPTIONS = ("--repository", "--repo", "--root", "--dir", "--directory", "--path")
 
 
 @mutable
@@ -62,6 +54,11 @@ class Change:
     after: str
     notes: list[str] = field(default_factory=list)
     servers: list[str] = field(default_factory=list)
+    # Each entry wrapped: where (``at``, ``name``), and its value before and after.
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    # Servers not to annotate now, and what to say (a project's server that takes variables
+    # from the environment would take them from the user's shell).
+    held: dict[str, str] = field(default_factory=dict)
     source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
 
 
@@ -147,106 +144,42 @@ def launch_problem(e: Entry) -> str | None:
     return None
 
 
-def git_server(e: Entry) -> bool:
-    """Whether the entry starts the reference git server."""
-    return any(Path(part).name == "mcp-server-git" for part in (e.command or "", *e.args))
-
-
-def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """The server's definition for ironcurtain's config, the environment the client's entry
-    keeps (secrets, referred to as ``${NAME}`` in the definition), and what to tell the user."""
-    notes: list[str] = []
-    base = f.project if f.client.cwd == "project" and f.project is not None else None
-    args: list[str] = []
-    writable: list[str] = []
-    readable: list[str] = []
-    after_option = False
-    variable = PROJECT_VARIABLES.get(f.client.name)
-    if variable and workspace_of(f, e) is None and any(variable in a for a in e.args):
-        notes.append(
-            f"{e.name}: {variable} in a user-level entry becomes the session's own workspace "
-            "(a user-level entry gets none: the folder the client has open could be your home)"
-        )
-    for arg in e.args:
-        value = arg
-        if variable and variable in arg:
-            args.append(arg.replace(variable, "${workspace}"))
-            after_option = False
-            continue
-        option, _, attached = arg.partition("=")
-        inline = bool(attached) and option in DIRECTORY_OPTIONS  # --repository=DIR
-        candidate = attached if inline else arg
-        looks_like_path = candidate.startswith(("/", "~", "./", "../")) or after_option
-        if looks_like_path or (base is not None and candidate in (".", "..")):
-            resolved = Path(os.path.expanduser(candidate))
-            if not resolved.is_absolute() and base is not None:
-                resolved = base / resolved
-            if resolved.is_dir() or resolved.is_file():
-                full = str(resolved.resolve())
-                value = f"{option}={full}" if inline else full
-                # A directory made writable; a script the command runs, with what lies
-                # beside it, readable.
-                mount = full if resolved.is_dir() else str(Path(full).parent)
-                if holds_home(Path(mount), home()):
-                    notes.append(
-                        f"{e.name}: {mount} is or holds your home directory: not given to its "
-                        f"sandbox (add a directory of the home to its entry in {user_config()} "
-                        "yourself if you mean it)"
-                    )
-                else:
-                    (writable if resolved.is_dir() else readable).append(mount)
-        args.append(value)
-        after_option = arg in DIRECTORY_OPTIONS
-    definition: dict[str, Any] = {"command": e.command, "args": args}
-    kept: dict[str, str] = {}
-    env: dict[str, str] = {}
-    for name, value in e.env.items():
-        if secret_name(name):
-            kept[name] = value
-            env[name] = "${" + name + "}"
-        else:
-            env[name] = value
-    if git_server(e) and "GIT_CONFIG_COUNT" not in env:
-        # As root, servers run as an unprivileged uid, and git refuses a repository that
-        # uid does not own unless told it is safe (the sandbox holds only what it may use).
-        env.update(GIT_SAFE_DIRECTORY)
-    if env:
-        definition["env"] = env
-    if e.cwd:
-        definition["cwd"] = e.cwd
-    definition["description"] = f"wrapped from {f.client.label} ({f.path})"
-    mounts: dict[str, list[str]] = {}
-    if writable:
-        mounts["allowWrite"] = sorted(set(writable))
-        notes.append(f"{e.name}: writable in its sandbox: {', '.join(mounts['allowWrite'])}")
-    readable = [r for r in sorted(set(readable)) if r not in writable]
-    if readable:
-        mounts["allowRead"] = readable
-        notes.append(f"{e.name}: readable in its sandbox: {', '.join(readable)}")
-    if mounts:
-        definition["sandbox"] = {"filesystem": mounts}
-    if kept:
-        notes.append(
-            f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
-            "ironcurtain); the moved definition refers to them as ${NAME}"
-        )
-    return definition, kept, notes
-
-
 def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
-    """The client's new entry: the same entry, starting ironcurtain for this one server."""
+    """The client's new entry: the same entry (its inert keys kept), starting ironcurtain
+    for this one server; its working directory moved with the definition."""
     run = run_args(e.name, workspace_of(f, e))
     raw = dict(e.raw)
+    raw.pop("cwd", None)
+    exe = ironcurtain_exe()
     if isinstance(raw.get("command"), dict):  # Zed's older form
-        raw["command"] = {"path": ironcurtain_exe(), "args": run, "env": kept_env}
+        raw["command"] = {"path": exe, "args": run, "env": kept_env}
         return raw
-    raw["command"] = ironcurtain_exe()
+    raw["command"] = exe
     raw["args"] = run
     if kept_env:
         raw["env"] = kept_env
     else:
         raw.pop("env", None)
     return raw
+
+
+def config_problem(text: str) -> str | None:
+    """Why ``ironcurtain run`` would refuse ironcurtain's user config holding ``text``
+    (None: it would load it): checked with the loader ``run`` uses, every variable the
+    text refers to taken as set (the client sets them when it starts an entry)."""
+    from launcher.config import load_config
+    from launcher.errors import ConfigError
+    from policy.variables import PLACEHOLDER
+
+    names = {body.partition(":-")[0] for body in PLACEHOLDER.findall(text)}
+    with tempfile.TemporaryDirectory(prefix="ironcurtain-wrap-") as scratch:
+        path = Path(scratch) / "mcp-servers.json"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_config(path, "wrap", scratch, env=dict.fromkeys(names, "set"))
+        except ConfigError as exc:
+            return str(exc).replace(str(path), str(user_config()))
+    return None
 
 
 def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Change]:
@@ -264,6 +197,8 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
         existing = parse(config_text).value.get("mcpServers") or {}
     except (JsoncError, AttributeError):
         raise UsageError(f"{config_path}: not a JSON object with mcpServers") from None
+    if own is not None and (problem := config_problem(config_text)):
+        raise UsageError(f"{problem}; ironcurtain run refuses it as it is: nothing written")
     named = {e.name for f in files for e in f.entries}
     missing = [s for s in servers if s not in named]
     if missing:
@@ -277,50 +212,86 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
         if change is None:
             change = Change(f.path, f.source.text, f.source.text, source=f.source)
         for e in f.entries:
-            if servers and e.name not in servers:
-                continue
-            if e.calls_ironcurtain:
-                reason = not_protected(f, e)
-                if reason is not None:
-                    change.notes.append(
-                        f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
-                        f"writes ({reason}); left alone: unwrap it, or give the entry its own "
-                        "server back, and wrap again"
-                    )
-                continue
-            if not e.command:
-                what = "a remote server" if e.url else "an entry without a command"
-                change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
-                continue
-            problem = launch_problem(e)
-            if problem is not None:
-                change.notes.append(problem)
-                continue
-            definition, kept, notes = moved_definition(f, e)
-            if e.name in existing:
-                if _same(existing[e.name], definition):
-                    pass
-                else:
-                    raise UsageError(
-                        f"{config_path}: a server named {e.name!r} is already defined there, "
-                        f"differently from the one in {f.path}; rename one of them"
-                    )
-            else:
-                config.after = parse(config.after).insert(("mcpServers",), e.name, definition)
-                existing[e.name] = definition
-            entry = client_entry(f, e, kept)
-            if f.client.syntax == "toml":
-                change.after = toml_replace(change.after, f.client.key, e.name, entry)
-            else:
-                change.after = parse(change.after).replace((*f.key_path, e.name), entry)
-            change.notes += notes
-            change.servers.append(e.name)
+            if not servers or e.name in servers:
+                _plan_entry(f, e, change, config, existing)
         if change.servers or change.notes:
             changes[f.path] = change
     for change in changes.values():
         if change.after != change.before and change.source and change.source.unwritable:
             raise UsageError(f"{change.source.unwritable}; nothing written")
+    if config.after != config.before and (problem := config_problem(config.after)):
+        raise UsageError(f"{problem}; nothing written")  # fail closed: never a config run refuses
     return list(changes.values()), config
+
+
+def _plan_entry(
+    f: ClientFile, e: Entry, change: Change, config: Change, existing: dict[str, Any]
+) -> None:
+    """Wrap one entry into ``change`` and ``config``, or say why it is left alone."""
+    if e.calls_ironcurtain:
+        reason = not_protected(f, e)
+        if reason is not None:
+            change.notes.append(
+                f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
+                f"writes ({reason}); left alone: unwrap it, or give the entry its own "
+                "server back, and wrap again"
+            )
+        return
+    if not e.command:
+        what = "a remote server" if e.url else "an entry without a command"
+        change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
+        return
+    odd = odd_key(e, frozenset({"cwd"}))
+    if odd is not None:
+        change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
+        return
+    problem = launch_problem(e)
+    if problem is not None:
+        change.notes.append(problem)
+        return
+    try:
+        definition, kept, notes = moved_definition(f, e)
+    except LeftAlone as exc:
+        change.notes.append(f"{e.name}: {exc}: left alone")
+        return
+    if e.name in existing:
+        if not _same(existing[e.name], definition):
+            raise UsageError(
+                f"{config.path}: a server named {e.name!r} is already defined there, "
+                f"differently from the one in {f.path}; rename one of them"
+            )
+    else:
+        after = parse(config.after).insert(("mcpServers",), e.name, definition)
+        problem = config_problem(after)
+        if problem is not None:
+            change.notes.append(
+                f"{e.name}: ironcurtain run would refuse it ({problem}): left alone"
+            )
+            return
+        config.after = after
+        existing[e.name] = definition
+    entry = client_entry(f, e, kept)
+    if f.client.syntax == "toml":
+        change.after = toml_replace(change.after, f.client.key, e.name, entry)
+    else:
+        change.after = parse(change.after).replace((*f.key_path, e.name), entry)
+    change.notes += notes
+    change.servers.append(e.name)
+    was, now = _recorded(f, e.raw), _recorded(f, entry)
+    change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
+    variables = references_environment(f, definition)
+    if variables:
+        change.held[e.name] = (
+            f"{e.name}: not annotated now: started here it would receive "
+            f"{', '.join(variables)} from your shell, not what its client gives it"
+        )
+
+
+def _recorded(f: ClientFile, raw: dict[str, Any]) -> dict[str, Any]:
+    """What unwrap compares and puts back of an entry (a TOML table: the keys wrap sets)."""
+    if f.client.syntax == "toml":
+        return {k: raw[k] for k in ("command", "args", "env") if k in raw}
+    return raw
 
 
 def toml_replace(text: str, key: str, name: str, entry: dict[str, Any]) -> str:

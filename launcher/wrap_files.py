@@ -1,63 +1,36 @@
 """What ``wrap`` writes and ``unwrap`` restores: each client file backed up (the bytes that
 were read, in a new owner-only file), then written atomically with its mode kept (a link's
-target, so the link stays one; :mod:`launcher.client_io`), and recorded (its digest before
-and after), so ``unwrap`` restores it exactly and refuses a file that changed since; the
-user policy made from the bundled one; the wrapped servers annotated. Every file must
-still be the one that was read, and be one wrap may write, or nothing is written."""
+target, so the link stays one; :mod:`launcher.client_io`), and recorded after each file
+(its digest before and after, and each wrapped entry's value before and after:
+:mod:`launcher.wrap_records`). ``unwrap`` restores a file exactly when it still holds what
+wrap wrote; when it changed elsewhere (a client rewrites its file as it runs), it puts back
+the wrapped entries that still hold what wrap wrote and keeps the rest as it is now; what it
+cannot restore it says, and still does the rest. The user policy is made from the bundled
+one; the wrapped servers are annotated. Every file must still be the one that was read,
+and be one wrap may write, or nothing is written."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import secrets
 import shutil
-import time
+import tomllib
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from launcher import dirs
-from launcher.client_io import Source, read_user, writable, write, write_new, write_own
-from launcher.clients import Found, user_config, user_policy
+from launcher import wrap_records
+from launcher.client_io import Source, read_user, writable, write, write_own
+from launcher.clients import ClientFile, Found, user_config, user_policy
 from launcher.errors import UsageError
-from launcher.wrap_cmd import Change, refuse
-
-
-def _records() -> Path:
-    return dirs.state_dir() / "wrap" / "records.json"
-
-
-def sha(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _load_records() -> list[dict[str, Any]]:
-    path = _records()
-    if not path.exists():
-        return []
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return list(data) if isinstance(data, list) else []
-
-
-def _backup(source: Source) -> Path:
-    """The bytes wrap read of ``source``, kept in a new owner-only file of the state
-    directory (never written through anything already there)."""
-    backups = dirs.state_dir() / "wrap" / "backups"
-    backups.mkdir(parents=True, exist_ok=True, mode=0o700)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    backup = (
-        backups / f"{sha(str(source.path))[:12]}-{stamp}-{secrets.token_hex(3)}-{source.path.name}"
-    )
-    write_new(backup, source.text)
-    return backup
+from launcher.jsonc import JsoncError, parse
+from launcher.wrap_cmd import Change, refuse, toml_replace
+from launcher.wrap_records import sha
 
 
 def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
-    """Back up, write, record; the lines to tell the user. Every file must still be the one
-    that was read, and may be written, or nothing is written."""
+    """Back up, write, record (after each file); the lines to tell the user. Every file
+    must still be the one that was read, and may be written, or nothing is written."""
     said: list[str] = []
-    records = _load_records()
+    records = wrap_records.load()
     todo = [c for c in changes if c.after != c.before]
     for change in todo:
         assert change.source is not None  # a client's file is always read first
@@ -67,19 +40,21 @@ def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
         if source is None or source.text != config.before:
             raise UsageError(f"{config.path}: changed since it was read; nothing written")
         writable(source)
-    for change in todo:
-        assert change.source is not None
-        backup = _backup(change.source)
-        write(change.source, change.after)
-        records.append({
-            "path": str(change.path), "backup": str(backup), "before": sha(change.before),
-            "after": sha(change.after), "servers": change.servers,
-        })  # fmt: skip
-        said.append(f"wrapped {', '.join(change.servers)} in {change.path} (backup: {backup})")
     if config.after != config.before:
+        # First: a client's entry written before its definition would start nothing.
         write_own(config.path, config.after, config.before or None)
         said.append(f"moved their definitions to {config.path}")
-    write_own(_records(), json.dumps(records, indent=1) + "\n")
+    for change in todo:
+        assert change.source is not None
+        backup = wrap_records.backup(change.source)
+        write(change.source, change.after)
+        records.append({
+            "path": str(change.path), "backup": backup, "before": sha(change.before),
+            "after": sha(change.after), "servers": change.servers, "entries": change.entries,
+        })  # fmt: skip
+        wrap_records.save(records)
+        where = wrap_records.backups_dir() / backup
+        said.append(f"wrapped {', '.join(change.servers)} in {change.path} (backup: {where})")
     return said
 
 
@@ -134,30 +109,92 @@ def annotate_new(servers: Sequence[str]) -> list[str]:
     return said
 
 
-def unwrap(files: Found) -> list[str]:
-    """Restore each file of ``files`` as it was before it was wrapped (each level of
-    wrapping, newest first); refuse a file that changed since, or one that may not be
-    written."""
+def unwrap(files: Found) -> tuple[list[str], list[str]]:
+    """Put back each file of ``files`` as it was before it was wrapped (each level of
+    wrapping, newest first): exactly, when it holds what wrap wrote; else the wrapped
+    entries that still hold what wrap wrote get their original values back, the rest of
+    the file kept as it is now. What was done, and what could not be (the rest is done)."""
     refuse(files, "nothing restored")
-    records = _load_records()
+    records = wrap_records.load()
     said: list[str] = []
-    sources = {str(f.path): f.source for f in files.files}
-    for path, source in sources.items():
-        mine = [r for r in records if r["path"] == path]
-        for record in reversed(mine):
-            if sha(source.text) != record["after"]:
-                servers = ", ".join(record["servers"])
-                raise UsageError(
-                    f"{path} changed since ironcurtain wrapped {servers} in it; not restored "
-                    f"(its original is kept in {record['backup']}: compare and restore by hand)"
+    problems: list[str] = []
+    for f in {str(f.path): f for f in files.files}.values():
+        source = f.source
+        for record in reversed([r for r in records if r["path"] == str(f.path)]):
+            try:
+                source, line, left = _restore(f, source, record)
+            except UsageError as exc:
+                problems.append(str(exc))
+                break  # an older level would undo what this one keeps
+            if left:
+                record["entries"] = left
+            else:
+                records.remove(record)
+            wrap_records.save(records)  # at once: the next run sees what was done
+            said.append(line)
+            if left:
+                names = ", ".join(e["name"] for e in left)
+                problems.append(
+                    f"{f.path}: {names} changed since ironcurtain wrapped them; not restored "
+                    f"(the original is kept in {wrap_records.backups_dir() / record['backup']})"
                 )
-            original = Path(record["backup"]).read_bytes().decode("utf-8")
-            if sha(original) != record["before"]:
-                raise UsageError(
-                    f"{record['backup']}: the backup of {path} is not what it was; not restored"
-                )
-            source = write(source, original)
-            records.remove(record)
-            said.append(f"restored {path} (unwrapped {', '.join(record['servers'])})")
-    write_own(_records(), json.dumps(records, indent=1) + "\n")
-    return said
+                break
+    return said, problems
+
+
+def _restore(
+    f: ClientFile, source: Source, record: dict[str, Any]
+) -> tuple[Source, str, list[dict[str, Any]]]:
+    """One record undone in ``f``'s file: what is there now, what to say, and the entries
+    that could not be put back."""
+    servers = ", ".join(record["servers"])
+    kept = wrap_records.backups_dir() / record["backup"]
+    original = wrap_records.read_backup(record["backup"])
+    if sha(original) != record["before"]:
+        raise UsageError(f"{kept}: the backup of {f.path} is not what it was; not restored")
+    if sha(source.text) == record["after"]:
+        return write(source, original), f"restored {f.path} (unwrapped {servers})", []
+    text, done, left = source.text, [], []
+    for entry in record.get("entries") or []:
+        changed = _put_back(f, text, entry, original)
+        if changed is None:
+            left.append(entry)
+        else:
+            text = changed
+            done.append(entry["name"])
+    if not done:
+        raise UsageError(
+            f"{f.path} changed since ironcurtain wrapped {servers} in it, in those entries "
+            f"too; not restored (its original is kept in {kept}: compare and restore by hand)"
+        )
+    line = f"put back {', '.join(done)} in {f.path} (the rest of it kept as it is now)"
+    return write(source, text), line, left
+
+
+def _put_back(f: ClientFile, text: str, entry: dict[str, Any], original: str) -> str | None:
+    """``text`` with one wrapped entry's original value back, or None when the entry no
+    longer holds what wrap wrote. The original value is taken from the backup (checked
+    against its digest), never from the record itself."""
+    at = (*entry["at"], entry["name"])
+    try:
+        if f.client.syntax == "toml":
+            now, before = (_table(tomllib.loads(t), at) for t in (text, original))
+            if now != entry["after"]:
+                return None
+            return toml_replace(text, f.client.key, entry["name"], before)
+        doc = parse(text)
+        value: Any = doc.value
+        was: Any = parse(original).value
+        for key in at:
+            value, was = value[key], was[key]
+        if value != entry["after"] or not isinstance(was, dict):
+            return None
+        return doc.replace(at, was)
+    except (KeyError, TypeError, JsoncError, tomllib.TOMLDecodeError):
+        return None
+
+
+def _table(data: Any, at: tuple[str, ...]) -> dict[str, Any]:
+    for key in at:
+        data = data[key]
+    return {k: data[k] for k in ("command", "args", "env") if k in data}

@@ -277,16 +277,38 @@ def test_unwrap_restores_every_file_byte_for_byte(user: Home) -> None:
     assert "nothing to unwrap" in _cli(user, project, "unwrap", "--all").stderr
 
 
-def test_unwrap_refuses_a_file_that_changed_since(user: Home) -> None:
+def test_unwrap_of_a_file_changed_elsewhere_puts_back_only_the_entries(user: Home) -> None:
+    # A client rewrites its own file as it runs (Claude Code's ~/.claude.json at every
+    # start): unwrap gives the wrapped entries back and keeps the rest as it is now.
     project = _project(user)
+    original = json.loads((project / ".mcp.json").read_text())["mcpServers"]
     assert _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate").returncode == 0
     edited = (project / ".mcp.json").read_text().replace('"docs"', '"documentation"')
     (project / ".mcp.json").write_text(edited)
     done = _cli(user, project, "unwrap", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    assert "put back filesystem, git in" in done.stderr
+    now = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert now["filesystem"] == original["filesystem"] and now["git"] == original["git"]
+    assert now["documentation"] == original["docs"] and "docs" not in now
+    assert "nothing to unwrap" in _cli(user, project, "unwrap", "--all").stderr
+
+
+def test_unwrap_refuses_an_entry_that_changed_since(user: Home) -> None:
+    project = _project(user)
+    assert _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate").returncode == 0
+    wrapped = json.loads((project / ".mcp.json").read_text())
+    wrapped["mcpServers"]["git"]["args"].append("--extra")
+    edited = json.dumps(wrapped)
+    (project / ".mcp.json").write_text(edited)
+    done = _cli(user, project, "unwrap", "--client", "claude-code")
     assert done.returncode == 2
-    assert f"{project}/.mcp.json changed since ironcurtain wrapped filesystem, git" in done.stderr
-    assert "its original is kept in " in done.stderr
-    assert (project / ".mcp.json").read_text() == edited  # not clobbered
+    assert "put back filesystem in" in done.stderr
+    assert f"{project}/.mcp.json: git changed since ironcurtain wrapped them" in done.stderr
+    assert "the original is kept in " in done.stderr
+    now = json.loads((project / ".mcp.json").read_text())["mcpServers"]
+    assert now["git"] == wrapped["mcpServers"]["git"]  # not clobbered
+    assert now["filesystem"]["command"] == "mcp-server-filesystem"
 
 
 @pytest.mark.parametrize(
@@ -447,10 +469,11 @@ def test_a_project_cannot_swap_the_definition_a_wrapped_entry_runs(user: Home) -
 
 @needs_bwrap
 def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Home) -> None:
+    # The user's own entry: a project's would not be given a script outside the project.
     project = user.root / "proj"
     project.mkdir()
     entry = {"command": sys.executable, "args": [str(PROBE)]}
-    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"probe": entry}}))
+    (user.home / ".claude.json").write_text(json.dumps({"mcpServers": {"probe": entry}}))
     done = _cli(user, project, "wrap", "--client", "claude-code")
     assert done.returncode == 0, done.stderr
     assert f"probe: readable in its sandbox: {PROBE.parent}" in done.stderr
@@ -468,7 +491,7 @@ def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Hom
     read_path = next(t for t in drafts if t["toolName"] == "read_path")
     assert read_path["args"]["path"] == ["read-path"]  # role-based rules apply to it
 
-    wrapped = json.loads((project / ".mcp.json").read_text())["mcpServers"]["probe"]
+    wrapped = json.loads((user.home / ".claude.json").read_text())["mcpServers"]["probe"]
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:

@@ -93,6 +93,7 @@ def test_what_a_client_file_names_reaches_the_terminal_as_escapes(user: Home) ->
     forged = "evil\n  fake  runs through ironcurtain"
     servers = {
         "clock\x1b[2J\u202e": {"command": TIME + "\x1b[31m", "args": ["\u202earg"]},
+        "clock": {"command": TIME + "\x1b[31m", "args": ["\u202earg"]},
         forged: {"command": TIME, "args": []},
         "far\x1b[1A": {"url": "https://example.com/\x1b[2Kmcp"},
     }
@@ -114,6 +115,8 @@ def test_what_a_client_file_names_reaches_the_terminal_as_escapes(user: Home) ->
     assert "evil\\x0a  fake" in runs["clients"].stdout
     assert "https://example.com/\\x1b[2Kmcp" in runs["clients"].stdout
     assert "\\u202earg" in runs["dry-run"].stdout
+    # A name ironcurtain's config refuses is left alone, and said so, escaped.
+    assert "clock\\x1b[2J\\u202e: ironcurtain run would refuse it (" in runs["wrap"].stderr
 
 
 def _dotfiles(user: Home) -> tuple[Path, Path, bytes]:
