@@ -7,6 +7,7 @@ import time
 
 from launcher import dirs
 from launcher.errors import UsageError
+from launcher.shown import visible
 from sandbox_profiles import autorun, gitconfig
 
 
@@ -15,10 +16,9 @@ def _detail(path: str, entry: autorun.Entry) -> str:
     name = os.path.basename(path)
     if os.path.isfile(path) and (name in ("config", ".gitconfig", "config.worktree")):
         try:
-            with open(path, encoding="utf-8", errors="replace") as handle:
-                keys = gitconfig.program_keys(handle.read(1 << 20))
-        except OSError:
-            return ""
+            keys = gitconfig.program_keys(gitconfig.read_config(path))
+        except gitconfig.UnreadableConfig as exc:
+            return f" [cannot be read as git reads it: {exc.reason}]"
         return f" [runs or reads: {', '.join(keys)}]" if keys else ""
     if name == "hooks" and os.path.isdir(path):
         try:
@@ -48,7 +48,11 @@ def scan(directories: list[str], fix: bool) -> int:
 
         found += [(root, path, entry) for path, entry in autorun.find(root, unreadable)]
     for _root, path, entry in found:
-        print(f"{path}: {entry.match}: {entry.loaded_by}{_detail(path, entry)}")
+        # File names are the servers': shown as escapes where they would act or hide.
+        shown = visible(
+            f"{path}: {entry.match}: {entry.loaded_by}{_detail(path, entry)}", one_line=True
+        )
+        print(shown)
     if fix and found:
         from launcher.guard import Guard, Quarantined
 
@@ -63,10 +67,10 @@ def scan(directories: list[str], fix: bool) -> int:
             finally:
                 guard.close()
             for record in moved:
-                print(f"moved {record.path} to {record.moved_to}")
+                print(visible(f"moved {record.path} to {record.moved_to}", one_line=True))
             problems += [f"{f.path}: {f.reason}" for f in guard.failures]
     for problem in problems:
-        print(f"NOT CHECKED OR NOT MOVED: {problem}")
+        print(visible(f"NOT CHECKED OR NOT MOVED: {problem}", one_line=True))
     count = len(found)
     summary = f"{count} file{'s' if count != 1 else ''} host tools load or run"
     if fix:

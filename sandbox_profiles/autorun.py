@@ -6,9 +6,10 @@ with direnv, opening it in an editor or an AI client, ``npm install``, activatin
 virtualenv. Every entry below names such a file by its place (a path suffix matched at any
 depth, case-insensitively, since some filesystems fold case), by a name pattern, or by the
 structure git and Python recognise (a directory git takes for a repository whatever it is
-called; a virtualenv). Each is neutralised the same way: present when a server starts, it
-is mounted read-only; appearing later, it is moved out of the root before the call that
-made it returns; at the end of a session a sweep checks again.
+called; a virtualenv); the names, by tool family, with their sources, are the data of
+``sandbox_profiles.autorun_names``. Each is neutralised the same way: present when a
+server starts, it is mounted read-only; appearing later, it is moved out of the root
+before the call that made it returns; at the end of a session a sweep checks again.
 
 What the user runs on purpose (``make``, ``npm run``, ``pytest``) runs the project's own
 code, which is the agent's work product: that is not in the catalogue.
@@ -16,9 +17,11 @@ code, which is the agent's work product: that is not in the catalogue.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Callable, Iterator, Sequence
 
+from sandbox_profiles.autorun_names import NAMES, SUFFIXES, expand
 from sandbox_profiles.records import frozen
 
 
@@ -31,138 +34,6 @@ class Entry:
     source: str  # where the entry comes from
     test: str  # the attack test that proves it is neutralised
 
-
-# Matched at any depth as whole trailing components: ".git/hooks" matches a/.git/hooks.
-_NAMES: tuple[tuple[str, str, str, str], ...] = (
-    # git
-    (".git/hooks", "git runs hooks on commit, checkout, merge, push", "srt, Codex CLI", "name"),
-    (
-        ".git/config",
-        "git reads it on every command: core.fsmonitor, core.hooksPath, aliases, filters, "
-        "pager and editor run programs",
-        "srt, Codex CLI",
-        "deep-git-config",
-    ),
-    (".gitconfig", "git's user configuration, when a writable root is a home", "srt", "name"),
-    (".gitmodules", "git submodule: URLs and update modes", "srt", "name"),
-    (".hg/hgrc", "Mercurial runs [hooks] from it", "Mercurial hgrc(5)", "name"),
-    # shells
-    (".bashrc", "bash, at every interactive start", "srt, shell manuals", "name"),
-    (".bash_profile", "bash login shells", "srt", "name"),
-    (".bash_login", "bash login shells", "bash(1)", "name"),
-    (".bash_logout", "bash, when a login shell exits", "bash(1)", "name"),
-    (".profile", "sh, dash, bash and ksh login shells", "srt", "name"),
-    (".zshrc", "zsh, at every interactive start", "srt", "name"),
-    (".zshenv", "zsh, at every start", "zsh(1)", "name"),
-    (".zprofile", "zsh login shells", "srt", "name"),
-    (".zlogin", "zsh login shells", "zsh(1)", "name"),
-    (".zlogout", "zsh, when a login shell exits", "zsh(1)", "name"),
-    (".kshrc", "ksh interactive shells", "ksh(1)", "name"),
-    (".cshrc", "csh and tcsh at every start", "tcsh(1)", "name"),
-    (".tcshrc", "tcsh at every start", "tcsh(1)", "name"),
-    (".login", "csh login shells", "tcsh(1)", "name"),
-    (".logout", "csh, when a login shell exits", "tcsh(1)", "name"),
-    (".config/fish", "fish runs config.fish and conf.d/ at every start", "fish docs", "name"),
-    # directory hooks and environment managers
-    (".envrc", "direnv, on cd (after direnv allow)", "direnv docs", "name"),
-    (".mise.toml", "mise, on cd: [env] and [hooks] run commands", "mise docs", "name"),
-    ("mise.toml", "mise, on cd", "mise docs", "name"),
-    (".mise.local.toml", "mise, on cd", "mise docs", "name"),
-    ("mise.local.toml", "mise, on cd", "mise docs", "name"),
-    ("mise/config.toml", "mise, on cd", "mise docs", "name"),
-    (".mise/config.toml", "mise, on cd", "mise docs", "name"),
-    (".config/mise", "mise, on cd", "mise docs", "name"),
-    # editors and IDEs
-    (".vscode", "VS Code: tasks that run on folder open, settings naming programs", "srt", "name"),
-    (".idea", "JetBrains IDEs: run configurations, external tools", "srt", "name"),
-    (
-        ".devcontainer",
-        "Dev Containers: initializeCommand runs on the host",
-        "containers.dev",
-        "name",
-    ),
-    (".zed", "Zed: project tasks and language servers", "Zed docs", "name"),
-    (".helix", "Helix: languages.toml names language-server commands", "Helix docs", "name"),
-    (
-        ".exrc",
-        "vim and neovim with 'exrc' set, on start in the directory",
-        "vim :help exrc",
-        "name",
-    ),
-    (".vimrc", "vim with 'exrc' set", "vim :help exrc", "name"),
-    (".nvimrc", "neovim with 'exrc' set", "neovim :help exrc", "name"),
-    (".nvim.lua", "neovim with 'exrc' set", "neovim :help exrc", "name"),
-    (".dir-locals.el", "Emacs: directory-local variables, eval forms", "Emacs manual", "name"),
-    (".dir-locals-2.el", "Emacs: directory-local variables", "Emacs manual", "name"),
-    # AI clients
-    (".mcp.json", "Claude Code: project MCP servers it starts", "srt", "name"),
-    (".claude", "Claude Code: hooks and status line in settings, commands, agents", "srt", "name"),
-    (".cursor", "Cursor: mcp.json servers, rules", "Cursor docs", "name"),
-    (".gemini", "Gemini CLI: settings.json MCP servers and tools", "Gemini CLI docs", "name"),
-    (".codex", "Codex CLI: config.toml", "Codex CLI (read-only in its sandbox)", "name"),
-    (".windsurf", "Windsurf: rules and workflows", "Windsurf docs", "name"),
-    (".continue", "Continue: config with MCP servers", "Continue docs", "name"),
-    (".roo", "Roo Code: mcp.json servers", "Roo Code docs", "name"),
-    (".amazonq", "Amazon Q: mcp.json servers", "Amazon Q docs", "name"),
-    (".kiro", "Kiro: hooks and MCP settings", "Kiro docs", "name"),
-    (".aider.conf.yml", "aider: lint-cmd and test-cmd it runs", "aider docs", "name"),
-    # git hook managers
-    (".husky", "husky: the hooks directory git runs (core.hooksPath)", "husky docs", "name"),
-    (".pre-commit-config.yaml", "pre-commit: hooks run on git commit", "pre-commit docs", "name"),
-    ("lefthook.yml", "lefthook: hooks run by git", "lefthook docs", "name"),
-    (".lefthook.yml", "lefthook: hooks run by git", "lefthook docs", "name"),
-    # Python
-    ("sitecustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),
-    ("usercustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),
-    ("pyvenv.cfg", "makes a directory a virtualenv (its home names the Python)", "venv", "name"),
-    (".pdbrc", "pdb runs its commands when debugging in the directory", "pdb docs", "name"),
-    ("bin/activate", "sourced to activate a virtualenv", "venv docs", "name"),
-    ("bin/activate.fish", "sourced to activate a virtualenv (fish)", "venv docs", "name"),
-    ("bin/activate.csh", "sourced to activate a virtualenv (csh)", "venv docs", "name"),
-    # Node
-    (".npmrc", "npm: node-options, script-shell and git name programs", "npm docs", "name"),
-    (".yarnrc", "yarn 1: yarn-path runs the given script", "yarn docs", "name"),
-    (".yarnrc.yml", "yarn 2+: yarnPath and plugins run code", "yarn docs", "name"),
-    (".pnpmfile.cjs", "pnpm: hooks run on install", "pnpm docs", "name"),
-    ("bunfig.toml", "bun: preload scripts", "bun docs", "name"),
-    # other tools
-    (".ripgreprc", "ripgrep (RIPGREP_CONFIG_PATH): --pre runs a program", "srt", "name"),
-    (".gdbinit", "gdb auto-loads it (where auto-load safe-path allows)", "gdb manual", "name"),
-    (
-        ".devcontainer.json",
-        "Dev Containers: initializeCommand runs on the host",
-        "containers.dev",
-        "name",
-    ),
-    (
-        ".cargo/config.toml",
-        "cargo: rustc-wrapper, runners and aliases run programs",
-        "cargo docs",
-        "name",
-    ),
-    (".cargo/config", "cargo (older name of config.toml)", "cargo docs", "name"),
-    ("rust-toolchain.toml", "rustup: a toolchain path it runs", "rustup docs", "name"),
-    ("rust-toolchain", "rustup: a toolchain path it runs", "rustup docs", "name"),
-    (".rprofile", "R sources it at start in the directory", "R docs", "name"),
-    (".irbrc", "irb loads it from the directory", "irb docs", "name"),
-    (".pryrc", "pry loads it from the directory", "pry docs", "name"),
-    (".ghci", "GHCi runs it from the directory", "GHC docs", "name"),
-    (".octaverc", "Octave runs it at start in the directory", "Octave docs", "name"),
-    (".lazy.lua", "lazy.nvim loads it from the directory", "lazy.nvim docs", "name"),
-    (".jj/repo/config.toml", "Jujutsu: repository config (aliases, programs)", "jj docs", "name"),
-    (".hg/sharedpath", "Mercurial: sends hg to another repository's hgrc", "Mercurial", "name"),
-    (".git/rebase-merge", "git rebase --continue runs its todo list's exec lines", "git", "name"),
-    (".git/rebase-apply", "git am and rebase state", "git", "name"),
-    (".git/sequencer", "git cherry-pick and revert --continue: their todo list", "git", "name"),
-    (".ssh", "ssh: config ProxyCommand, authorized_keys, when a root is a home", "ssh(1)", "name"),
-)
-
-# Name patterns for the last component.
-_SUFFIXES: tuple[tuple[str, str, str, str], ...] = (
-    ("*.pth", "Python runs its import lines at start (in a site directory)", "site docs", "name"),
-    ("*.code-workspace", "VS Code workspace: settings and tasks", "VS Code docs", "name"),
-    ("*.sublime-project", "Sublime Text: build systems", "Sublime docs", "name"),
-)
 
 # Inside a directory git takes for a repository (HEAD plus objects/ and refs/, or plus a
 # commondir file), whatever its name: a bare repository, the target of a .git file's
@@ -196,35 +67,50 @@ GIT_REFERENCE_ENTRY = Entry(
     "git-config(1)",
     "global-include, moved-include-dir, moved-link-on-the-way, include-through-symlink, "
     "include-moved-into-place, include-chain, worktree-config-include, home-link-include, "
-    "linked-worktree-hook",
+    "linked-worktree-hook, bom-hooks-path, bom-include, crlf-hooks-path, case-and-comment, "
+    "quoted-escapes, continued-line, past-a-mib, include-if-onbranch, include-if-hasconfig, "
+    "form-feed-kept, unreadable-include",
 )
 
+_NAMED: tuple[Entry, ...] = tuple(Entry(*row) for row in NAMES)
+_PATTERNED: tuple[Entry, ...] = tuple(Entry(*row) for row in SUFFIXES)
 CATALOGUE: tuple[Entry, ...] = (
-    *(Entry(*row) for row in _NAMES),
-    *(Entry(*row) for row in _SUFFIXES),
+    *_NAMED,
+    *_PATTERNED,
     GIT_DIR_ENTRY,
     GIT_FILE_ENTRY,
     VENV_ENTRY,
     GIT_REFERENCE_ENTRY,
 )
 
-# The path suffixes and name patterns alone (renderers that match paths by pattern).
-PROTECTED_NAMES: tuple[str, ...] = tuple(row[0] for row in _NAMES)
-PROTECTED_SUFFIXES: tuple[str, ...] = tuple(row[0] for row in _SUFFIXES)
+# Every name the entries stand for, one by one: exact path suffixes; endings of the last
+# component (``*.pth``); and last components with a ``*`` elsewhere (``mise.*.toml``).
+_EXPANDED: tuple[tuple[str, Entry], ...] = tuple(
+    (name, entry) for entry in _NAMED for name in expand(entry.match)
+)
+PROTECTED_NAMES: tuple[str, ...] = tuple(n for n, _ in _EXPANDED if "*" not in n)
+PROTECTED_SUFFIXES: tuple[str, ...] = tuple(
+    name for entry in _PATTERNED for name in expand(entry.match)
+)
+PROTECTED_PATTERNS: tuple[str, ...] = tuple(n for n, _ in _EXPANDED if "*" in n)
 
 # Lookup by the last component, lower-cased: (the whole suffix's parts, entry).
 _BY_LAST: dict[str, list[tuple[tuple[str, ...], Entry]]] = {}
-for _entry in CATALOGUE[: len(_NAMES)]:
-    _parts = tuple(_entry.match.lower().split("/"))
-    _BY_LAST.setdefault(_parts[-1], []).append((_parts, _entry))
+_WILD: list[tuple[tuple[str, ...], Entry]] = []
+for _name, _entry in _EXPANDED:
+    _parts = tuple(_name.lower().split("/"))
+    if "*" in _parts[-1]:
+        _WILD.append((_parts, _entry))
+    else:
+        _BY_LAST.setdefault(_parts[-1], []).append((_parts, _entry))
 _BY_SUFFIX: tuple[tuple[str, Entry], ...] = tuple(
-    (entry.match[1:].lower(), entry) for entry in CATALOGUE[len(_NAMES) : len(_NAMES) + 3]
+    (name[1:].lower(), entry) for entry in _PATTERNED for name in expand(entry.match)
 )
 # The directories on the way to an entry of several components (".cargo" of
 # ".cargo/config.toml"), by their last component: a symlink or a file in that place would
 # send the host tool elsewhere, so it counts as the entry.
 _BY_LEADING: dict[str, list[tuple[tuple[str, ...], Entry]]] = {}
-for _parts, _entry in [p for entries in _BY_LAST.values() for p in entries]:
+for _parts, _entry in [*(p for entries in _BY_LAST.values() for p in entries), *_WILD]:
     for _k in range(1, len(_parts)):
         _BY_LEADING.setdefault(_parts[_k - 1], []).append((_parts[:_k], _entry))
 
@@ -246,7 +132,7 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
     that entry: the host tool would follow it.
 
     >>> match(["crate", ".cargo"], False, lambda n: False).match
-    '.cargo/config'
+    '.cargo/config{,.toml}'
     >>> match(["crate", ".cargo"], True, lambda n: False) is None
     True
     """
@@ -259,6 +145,9 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
             return entry
     for ending, entry in _BY_SUFFIX:
         if low.endswith(ending):
+            return entry
+    for suffix, entry in _WILD:
+        if fnmatch.fnmatchcase(low, suffix[-1]) and _ends_with(parts[:-1], suffix[:-1]):
             return entry
     if low == ".git" and not is_dir:
         return GIT_FILE_ENTRY
@@ -273,6 +162,8 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
 
 def _ends_with(parts: Sequence[str], suffix: tuple[str, ...]) -> bool:
     n = len(suffix)
+    if n == 0:
+        return True
     return len(parts) >= n and all(p.lower() == s for p, s in zip(parts[-n:], suffix, strict=True))
 
 

@@ -5,16 +5,31 @@ or read another file. Used for the sandbox (what to keep read-only) and for the 
 from __future__ import annotations
 
 import os
+import shutil
+import stat
 import string
 from collections.abc import Iterator, Sequence
 
 _GIT_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "-")
-_GIT_SPACE = " \t\n\r\f\v"
+_GIT_SPACE = " \t\n\r"  # git's isspace(): a form feed or vertical tab is an ordinary byte
 ConfigEntry = tuple[str, str | None, str, str | None]
+
+
+_BOM = "\ufeff"
 
 
 class GitConfigError(ValueError):
     """A configuration git itself would refuse to read."""
+
+
+class UnreadableConfig(Exception):
+    """A git configuration that is there but cannot be read here as git would read it:
+    what it makes git run is unknown, so whoever asked must protect as if it named anything."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def parse_config(text: str) -> list[ConfigEntry]:
@@ -26,6 +41,8 @@ def parse_config(text: str) -> list[ConfigEntry]:
     >>> parse_config('[core]\\n\\tWorkTree = "../a b" ; c\\n[includeIf "gitdir:x"] path=y')
     [('core', None, 'worktree', '../a b'), ('includeif', 'gitdir:x', 'path', 'y')]
     """
+    if text.startswith(_BOM):
+        text = text[1:]  # git skips a UTF-8 byte-order mark (and refuses part of one)
     text = text.replace("\r\n", "\n")
     entries: list[ConfigEntry] = []
     section: tuple[str, str | None] = ("", None)  # keys before any header: git reads them
@@ -190,7 +207,9 @@ def git_config_entries(text: str) -> Iterator[tuple[str, str]]:
         return
     for section, subsection, key, value in entries:
         middle = f".{subsection.lower()}" if subsection is not None else ""
-        yield f"{section}{middle}.{key}", "true" if value is None else value
+        name = f"{section}{middle}.{key}" if section else key  # keys before any header
+        # git uses values as C strings: a NUL byte ends one
+        yield name, "true" if value is None else value.split("\0", 1)[0]
 
 
 def program_keys(text: str) -> list[str]:
@@ -206,10 +225,29 @@ def program_keys(text: str) -> list[str]:
     return keys
 
 
-def _resolve(value: str, base: str, home: str) -> str:
-    if value.startswith("~/"):
-        value = os.path.join(home, value[2:])
+def _resolve(value: str, base: str, home: str) -> str | None:
+    """Where a path value of a git configuration lands, as git's interpolation reads it:
+    ``~`` and ``~/`` are ``home``, ``~user/`` that user's home, ``%(prefix)/`` git's
+    installation prefix; a relative path is relative to ``base``. None when git could not
+    expand it (an unknown user: git then refuses the file)."""
+    if value == "~" or value.startswith("~/"):
+        value = home + value[1:]
+    elif value.startswith("~"):
+        expanded = os.path.expanduser(value)
+        if expanded == value:
+            return None
+        value = expanded
+    elif value.startswith("%(prefix)/"):
+        value = os.path.join(git_prefix(), value[len("%(prefix)/") :])
     return os.path.normpath(os.path.join(base, value))
+
+
+def git_prefix() -> str:
+    """The prefix git was installed under (``/usr`` for ``/usr/bin/git``)."""
+    found = shutil.which("git")
+    if found is None:
+        return "/usr"
+    return os.path.dirname(os.path.dirname(os.path.realpath(found)))
 
 
 def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> list[str]:
@@ -225,8 +263,8 @@ def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> l
     >>> [p[len(d):] for p in git_config_paths(c, "/h", [d + "/wt"])]
     ['/wt/.githooks', '/wt/tools/fsm']
     """
-    found: list[str] = []
-    for key, value in git_config_entries(_read(config_file)):
+    found: list[str | None] = []
+    for key, value in git_config_entries(read_config(config_file)):
         if not value:
             continue
         if _includes(key):
@@ -237,7 +275,7 @@ def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> l
             words = value.lstrip("!").split()
             if words and "/" in words[0]:
                 found += [_resolve(words[0], top, home) for top in worktrees]
-    return found
+    return [path for path in found if path is not None]
 
 
 def git_config_includes(config_file: str, home: str) -> list[str]:
@@ -250,24 +288,71 @@ def git_config_includes(config_file: str, home: str) -> list[str]:
     >>> [p.replace(d, "D") for p in git_config_includes(c, "/h")]
     ['D/a.cfg', '/h/b']
     """
-    return [
+    found = [
         _resolve(value, os.path.dirname(config_file), home)
-        for key, value in git_config_entries(_read(config_file))
+        for key, value in git_config_entries(read_config(config_file))
         if value and _includes(key)
     ]
+    return [path for path in found if path is not None]
 
 
 def _includes(key: str) -> bool:
     return key == "include.path" or (key.startswith("includeif.") and key.endswith(".path"))
 
 
-def _read(config_file: str) -> str:
-    """A configuration file's text (its first MiB), or nothing when it cannot be read."""
+# git reads configurations of any size up to 2 GiB; past this, what one holds is not looked
+# at here, and it counts as unreadable (protected as if it named anything).
+MAX_CONFIG_BYTES = 64 << 20
+
+
+def read_config(config_file: str) -> str:
+    """A configuration file's text as git reads it: its bytes, every one kept (a path in it
+    is the exact bytes git would use: undecodable ones are carried as surrogate escapes, as
+    ``os`` functions take them back). Empty when nothing is there to read (git skips a
+    missing include, and a directory). :class:`UnreadableConfig` when something is there
+    that cannot be read whole here (no permission, not a regular file, too large): git, or
+    the user's git later, may well read it.
+
+    >>> import tempfile, os
+    >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
+    >>> _ = open(c, "wb").write(b"\\xef\\xbb\\xbf[core]\\n\\thooksPath = h\\xff")
+    >>> list(git_config_entries(read_config(c))) == [("core.hookspath", "h\\udcff")]
+    True
+    """
     try:
-        with open(config_file, encoding="utf-8", errors="replace") as handle:
-            return handle.read(1 << 20)
-    except OSError:
+        st = os.stat(config_file)
+    except (FileNotFoundError, NotADirectoryError):
         return ""
+    except OSError as exc:
+        raise UnreadableConfig(config_file, f"cannot be looked at: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        return ""
+    if not stat.S_ISREG(st.st_mode):
+        raise UnreadableConfig(config_file, "is not a regular file")
+    if st.st_size > MAX_CONFIG_BYTES:
+        raise UnreadableConfig(config_file, f"is larger than {MAX_CONFIG_BYTES} bytes")
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        fd = os.open(config_file, flags)
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    except OSError as exc:
+        raise UnreadableConfig(config_file, f"cannot be read: {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise UnreadableConfig(config_file, "is not a regular file")
+        chunks: list[bytes] = []
+        size = 0
+        while chunk := os.read(fd, 1 << 20):
+            size += len(chunk)
+            if size > MAX_CONFIG_BYTES:
+                raise UnreadableConfig(config_file, f"is larger than {MAX_CONFIG_BYTES} bytes")
+            chunks.append(chunk)
+    except OSError as exc:
+        raise UnreadableConfig(config_file, f"cannot be read: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "surrogateescape")
 
 
 def host_git_configs(home: str, xdg_config: str | None) -> list[str]:

@@ -10,7 +10,12 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find
-from sandbox_profiles.gitconfig import git_config_includes, git_config_paths, host_git_configs
+from sandbox_profiles.gitconfig import (
+    UnreadableConfig,
+    git_config_includes,
+    git_config_paths,
+    host_git_configs,
+)
 from sandbox_profiles.records import mutable
 
 
@@ -28,6 +33,9 @@ class Protection:
     # The links followed to get there, as the host names them: the way through each must
     # stay too (the link itself, and every symlink its target passes through).
     via: list[str] = field(default_factory=list)
+    # Git configurations that are there but could not be read as git reads them (with
+    # why): what they make git run is unknown, so every writable root is read-only.
+    unreadable: list[str] = field(default_factory=list)
 
 
 # How many entries inside one catalogue directory are looked at for symlinks.
@@ -118,11 +126,28 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
         if config in parsed:
             continue
         parsed.add(config)
-        for path in git_config_paths(config, home, worktrees):
-            protect(path, f"named by the git config {config}")
-        if depth < _INCLUDE_DEPTH:
-            pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
+        try:
+            for path in git_config_paths(config, home, worktrees):
+                protect(path, f"named by the git config {config}")
+            if depth < _INCLUDE_DEPTH:
+                pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
+        except UnreadableConfig as exc:
+            found.unreadable.append(str(exc))
+    if found.unreadable:
+        return _fail_closed(writable, found.unreadable)
     return found
+
+
+def _fail_closed(writable: Sequence[str], unreadable: list[str]) -> Protection:
+    """A git configuration that cannot be read may name any path as a hook, an include or a
+    program git runs: every writable root is shown read-only, and nothing else is needed
+    (a server that can write nothing plants nothing)."""
+    why = (
+        "read-only: a git configuration cannot be read as git reads it, so what it makes "
+        "git run is unknown (" + "; ".join(unreadable) + ")"
+    )
+    roots = [r for r in dict.fromkeys(writable) if os.path.isdir(r)]
+    return Protection({root: why for root in roots}, [], unreadable=list(unreadable))
 
 
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
@@ -140,8 +165,8 @@ def _linked_worktrees(tops: Sequence[str]) -> list[str]:
             continue
         for name in names:
             try:
-                with open(os.path.join(listing, name, "gitdir"), encoding="utf-8") as handle:
-                    gitfile = handle.read(4096).strip()
+                with open(os.path.join(listing, name, "gitdir"), "rb") as handle:
+                    gitfile = os.fsdecode(handle.read(4096).strip())  # a path: its bytes
             except OSError:
                 continue
             if os.path.isabs(gitfile):

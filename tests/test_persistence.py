@@ -149,12 +149,18 @@ GIT_ATTACKS = [
 ]
 
 # Every name of the catalogue, planted new at some depth.
-NAMES = [*autorun.PROTECTED_NAMES, *(s.replace("*", "x") for s in autorun.PROTECTED_SUFFIXES)]
+NAMES = [
+    *autorun.PROTECTED_NAMES,
+    *(s.replace("*", "x") for s in (*autorun.PROTECTED_SUFFIXES, *autorun.PROTECTED_PATTERNS)),
+]
 
 
 # A directory on the way to a catalogue entry of several components (".cargo" of
 # ".cargo/config.toml"), planted as a link to a directory holding the rest.
-LEADING = sorted({n.split("/")[0] for n in autorun.PROTECTED_NAMES if "/" in n} - {".git"})
+LEADING = sorted(
+    {n.split("/")[0] for n in (*autorun.PROTECTED_NAMES, *autorun.PROTECTED_PATTERNS) if "/" in n}
+    - {".git"}
+)
 PLANTED = [*NAMES, *(f"{name} (a link)" for name in LEADING)]
 
 
@@ -651,9 +657,11 @@ def test_every_catalogue_entry_is_documented_and_tested() -> None:
         check=True,
     ).stdout
     assert table in docs, "docs/containment.md: run scripts/catalogue_table.py for the table"
+    from tests.test_autorun_families import ATTACK_IDS
+
     for entry in autorun.CATALOGUE:
         for test in entry.test.split(", "):
-            assert test == "name" or test in HOSTILE, (entry.match, test)
+            assert test == "name" or test in (*HOSTILE, *ATTACK_IDS), (entry.match, test)
 
 
 def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(

@@ -1,0 +1,363 @@
+"""The catalogue's data: the names host tools load or run from a directory, by tool family.
+
+Each row is ``(pattern, who loads or runs it and when, where the tool documents it, the
+attack tests)``. A pattern is a path suffix matched at any depth as whole trailing
+components (``.git/hooks`` matches ``a/.git/hooks``), case-insensitively. Braces give a
+family in one row: ``{,.}lefthook.{yml,toml}`` is ``lefthook.yml``, ``lefthook.toml``,
+``.lefthook.yml`` and ``.lefthook.toml``. A ``*`` may stand in the last component only
+(``mise.*.toml``). A test named ``name`` is the generic one: every name planted, new, at
+some depth, by a hostile server, and none left after the session.
+
+What is left out, and why:
+
+- ``pyproject.toml``, ``setup.cfg``, ``tox.ini``, ``package.json``: pylint's ``init-hook``,
+  flake8's local plugins, mypy's plugins and ESLint's ``eslintConfig`` can be set in them,
+  but they are the project's own manifests, edited in normal work; they stay writable.
+- ``.env``: direnv reads it only with ``load_dotenv`` set, and, like ``.envrc``, not before
+  the user allows that exact content; projects write ``.env`` files as ordinary work.
+- ``conftest.py`` and test files: pytest imports them when the user runs the tests, which
+  runs the project's code anyway (so does an editor's test discovery).
+- ``.gitattributes``: it only picks among the filter, diff and merge drivers the user's git
+  configuration defines, which name the programs; those configurations are protected.
+- ``node_modules``: what ``npm install`` writes there is the project's dependencies.
+- ``.pre-commit-config.yml``: pre-commit reads ``.pre-commit-config.yaml`` only.
+"""
+
+from __future__ import annotations
+
+Row = tuple[str, str, str, str]
+
+_ANY_CONFIG = "{yml,yaml,json,jsonc,toml}"
+_JS = "{js,mjs,cjs,ts,mts,cts}"
+
+NAMES: tuple[Row, ...] = (
+    # git
+    (".git/hooks", "git runs hooks on commit, checkout, merge, push", "srt, Codex CLI", "name"),
+    (
+        ".git/config",
+        "git reads it on every command: core.fsmonitor, core.hooksPath, aliases, filters, "
+        "pager and editor run programs",
+        "srt, Codex CLI",
+        "deep-git-config",
+    ),
+    (".gitconfig", "git's user configuration, when a writable root is a home", "srt", "name"),
+    (
+        ".config/git",
+        "git's user configuration (config), when a root is a home",
+        "git-config(1)",
+        "name",
+    ),
+    (".gitmodules", "git submodule: URLs and update modes", "srt", "name"),
+    (".hg/hgrc", "Mercurial runs [hooks] from it", "Mercurial hgrc(5)", "name"),
+    (".hg/sharedpath", "Mercurial: sends hg to another repository's hgrc", "Mercurial", "name"),
+    (".git/rebase-merge", "git rebase --continue runs its todo list's exec lines", "git", "name"),
+    (".git/rebase-apply", "git am and rebase state", "git", "name"),
+    (".git/sequencer", "git cherry-pick and revert --continue: their todo list", "git", "name"),
+    (".jj/repo/config.toml", "Jujutsu: repository config (aliases, programs)", "jj docs", "name"),
+    # git hook managers: their configurations and script folders, run by the hooks git runs
+    (
+        "{,.,.config/}lefthook{,-local}." + _ANY_CONFIG,
+        "lefthook, from the hook it installs, on git commit and the other hooks: every "
+        "command and script these configurations name (the -local ones are merged in)",
+        "lefthook docs (configuration: config file names); lefthook 2.2.2",
+        "lefthook-config, lefthook-agent",
+    ),
+    (
+        "{.lefthook,.lefthook-local}",
+        "lefthook runs the scripts in <source_dir>/<hook>/ (source_dir, source_dir_local)",
+        "lefthook docs (source_dir, source_dir_local)",
+        "lefthook-script",
+    ),
+    (
+        ".git/info/lefthook-remotes",
+        "lefthook: the remote configurations it fetched, loaded as configuration",
+        "lefthook docs (remotes)",
+        "name",
+    ),
+    (".husky", "husky: the hooks directory git runs (core.hooksPath)", "husky docs", "name"),
+    (
+        ".config/husky",
+        "husky sources init.sh before every hook, when a root is a home",
+        "husky docs",
+        "name",
+    ),
+    (".pre-commit-config.yaml", "pre-commit: hooks run on git commit", "pre-commit docs", "name"),
+    (".overcommit.yml", "overcommit: hooks run on git commit", "overcommit README", "name"),
+    (
+        ".git-hooks",
+        "overcommit: custom hooks it runs (plugin_directory)",
+        "overcommit README",
+        "name",
+    ),
+    ("captainhook.json", "CaptainHook: actions its git hooks run", "CaptainHook docs", "name"),
+    (
+        "{,.}simple-git-hooks.{js,cjs,mjs,json}",
+        "simple-git-hooks: loaded when it runs (the project's prepare or postinstall), and "
+        "its commands written into .git/hooks",
+        "simple-git-hooks README; simple-git-hooks 2.14",
+        "name",
+    ),
+    (
+        "{.lintstagedrc{,.json,.yaml,.yml,.mjs,.mts,.js,.ts,.cjs,.cts},lint-staged.config."
+        + _JS
+        + "}",
+        "lint-staged, from the pre-commit hook: JavaScript configurations run, every "
+        "configuration's commands run",
+        "lint-staged README (configuration); lint-staged 16.4",
+        "name",
+    ),
+    (
+        "{.commitlintrc{,.json,.yaml,.yml,.js,.cjs,.mjs,.ts,.cts,.mts},commitlint.config."
+        + _JS
+        + "}",
+        "commitlint, from the commit-msg hook: JavaScript configurations run, plugins load",
+        "commitlint docs (configuration); @commitlint/load 20.5",
+        "name",
+    ),
+    # shells
+    (".bashrc", "bash, at every interactive start", "srt, shell manuals", "name"),
+    (".bash_profile", "bash login shells", "srt", "name"),
+    (".bash_login", "bash login shells", "bash(1)", "name"),
+    (".bash_logout", "bash, when a login shell exits", "bash(1)", "name"),
+    (".bash_aliases", "sourced by the default .bashrc of Debian and Ubuntu", "Debian skel", "name"),
+    (".profile", "sh, dash, bash and ksh login shells", "srt", "name"),
+    (".zshrc", "zsh, at every interactive start", "srt", "name"),
+    (".zshenv", "zsh, at every start", "zsh(1)", "name"),
+    (".zprofile", "zsh login shells", "srt", "name"),
+    (".zlogin", "zsh login shells", "zsh(1)", "name"),
+    (".zlogout", "zsh, when a login shell exits", "zsh(1)", "name"),
+    (".kshrc", "ksh interactive shells", "ksh(1)", "name"),
+    (".cshrc", "csh and tcsh at every start", "tcsh(1)", "name"),
+    (".tcshrc", "tcsh at every start", "tcsh(1)", "name"),
+    (".login", "csh login shells", "tcsh(1)", "name"),
+    (".logout", "csh, when a login shell exits", "tcsh(1)", "name"),
+    (".config/fish", "fish runs config.fish and conf.d/ at every start", "fish docs", "name"),
+    # directory hooks and environment managers
+    (".envrc", "direnv, on cd (after direnv allow)", "direnv docs", "name"),
+    (
+        ".config/direnv",
+        "direnv: direnvrc and lib/ sourced by every .envrc, when a root is a home",
+        "direnv-stdlib(1)",
+        "name",
+    ),
+    (
+        "{,.}mise{,.local}.toml",
+        "mise, on cd: [env] and [hooks] run commands, [tools] puts programs on PATH",
+        "mise docs (configuration)",
+        "name",
+    ),
+    (
+        "{,.}mise.*.toml",
+        "mise, on cd, for MISE_ENV",
+        "mise docs (configuration environments)",
+        "name",
+    ),
+    (".config/mise{,.local}.toml", "mise, on cd", "mise docs (configuration)", "name"),
+    ("mise/config{,.local}.toml", "mise, on cd", "mise docs (configuration)", "name"),
+    ("mise/config.*.toml", "mise, on cd, for MISE_ENV", "mise docs (configuration)", "name"),
+    ("{.mise,.config/mise}", "mise, on cd: config.toml, conf.d/, tasks", "mise docs", "name"),
+    (
+        ".tool-versions",
+        "asdf and mise: a 'path:' version puts that directory's programs on PATH",
+        "asdf docs (.tool-versions), mise docs",
+        "name",
+    ),
+    (
+        "{shell.nix,default.nix,flake.nix,flake.lock}",
+        "nix-shell and nix develop; direnv's use nix and use flake evaluate them on cd and "
+        "run their shellHook, and reload when they change",
+        "direnv-stdlib(1) (use nix, use flake), nix-direnv",
+        "name",
+    ),
+    (
+        "{devenv.nix,devenv.yaml,devenv.local.nix}",
+        "devenv, on cd through direnv: enterShell runs",
+        "devenv docs",
+        "name",
+    ),
+    # editors and IDEs: folders and local configurations
+    (".vscode", "VS Code: tasks that run on folder open, settings naming programs", "srt", "name"),
+    (".idea", "JetBrains IDEs: run configurations, external tools", "srt", "name"),
+    (".fleet", "JetBrains Fleet: run configurations", "Fleet docs", "name"),
+    (
+        ".devcontainer",
+        "Dev Containers: initializeCommand runs on the host",
+        "containers.dev",
+        "name",
+    ),
+    (
+        ".devcontainer.json",
+        "Dev Containers: initializeCommand runs on the host",
+        "containers.dev",
+        "name",
+    ),
+    (".zed", "Zed: project tasks and language servers", "Zed docs", "name"),
+    (".helix", "Helix: languages.toml names language-server commands", "Helix docs", "name"),
+    (
+        ".exrc",
+        "vim and neovim with 'exrc' set, on start in the directory",
+        "vim :help exrc",
+        "name",
+    ),
+    (".vimrc", "vim with 'exrc' set", "vim :help exrc", "name"),
+    (".nvimrc", "neovim with 'exrc' set", "neovim :help exrc", "name"),
+    (".nvim.lua", "neovim with 'exrc' set", "neovim :help exrc", "name"),
+    (
+        ".config/nvim",
+        "neovim: init.lua at every start, when a root is a home",
+        "neovim :help init",
+        "name",
+    ),
+    (".lazy.lua", "lazy.nvim loads it from the directory", "lazy.nvim docs", "name"),
+    (".dir-locals.el", "Emacs: directory-local variables, eval forms", "Emacs manual", "name"),
+    (".dir-locals-2.el", "Emacs: directory-local variables", "Emacs manual", "name"),
+    (
+        "{.emacs,.emacs.d}",
+        "Emacs: init file at every start, when a root is a home",
+        "Emacs manual",
+        "name",
+    ),
+    # what editors run on open or save: linters' and formatters' configurations that are code
+    (
+        "eslint.config." + _JS,
+        "ESLint (the editor's ESLint server on open and save) runs the flat configuration",
+        "ESLint docs (configuration files)",
+        "name",
+    ),
+    (
+        ".eslintrc{,.js,.cjs,.yaml,.yml,.json}",
+        "ESLint's older configurations: JavaScript ones run; parser and plugins named by a "
+        "relative path load that file",
+        "ESLint docs (configuration files, deprecated)",
+        "name",
+    ),
+    (
+        "{.prettierrc{,.json,.yml,.yaml,.json5,.js,.mjs,.cjs,.ts,.mts,.cts,.toml},prettier.config."
+        + _JS
+        + "}",
+        "Prettier (format on save): JavaScript configurations run; plugins named by a path load",
+        "Prettier docs (configuration file, plugins); prettier 3.10",
+        "name",
+    ),
+    (
+        "{.stylelintrc{,.json,.yaml,.yml,.js,.ts,.cjs,.mjs},.config/stylelintrc{,.json,.yaml,.yml,.js,.ts,.cjs,.mjs},stylelint.config.{js,ts,cjs,mjs}}",
+        "stylelint (the editor's extension on open and save): JavaScript configurations run; "
+        "plugins named by a path load",
+        "stylelint docs (configuration); cosmiconfig 9 search places",
+        "name",
+    ),
+    (
+        "{,.}pylintrc{,.toml}",
+        "pylint (the editor's extension on open and save) runs init-hook and loads plugins",
+        "pylint docs (init-hook, load-plugins); pylint 4.1",
+        "name",
+    ),
+    (
+        ".flake8",
+        "flake8: [flake8:local-plugins] paths are imported",
+        "flake8 docs (local plugins)",
+        "name",
+    ),
+    (
+        "{,.}mypy.ini",
+        "mypy (the editor's extension): plugins may be a path to a file it imports",
+        "mypy docs (plugins)",
+        "name",
+    ),
+    # AI clients
+    (".mcp.json", "Claude Code: project MCP servers it starts", "srt", "name"),
+    (".claude", "Claude Code: hooks and status line in settings, commands, agents", "srt", "name"),
+    (".cursor", "Cursor: mcp.json servers, rules", "Cursor docs", "name"),
+    (".gemini", "Gemini CLI: settings.json MCP servers and tools", "Gemini CLI docs", "name"),
+    (".codex", "Codex CLI: config.toml", "Codex CLI (read-only in its sandbox)", "name"),
+    (".windsurf", "Windsurf: rules and workflows", "Windsurf docs", "name"),
+    (".continue", "Continue: config with MCP servers", "Continue docs", "name"),
+    (".roo", "Roo Code: mcp.json servers", "Roo Code docs", "name"),
+    (".amazonq", "Amazon Q: mcp.json servers", "Amazon Q docs", "name"),
+    (".kiro", "Kiro: hooks and MCP settings", "Kiro docs", "name"),
+    (
+        "{opencode.json,opencode.jsonc,.opencode}",
+        "opencode: MCP servers it starts, commands",
+        "opencode docs (config)",
+        "name",
+    ),
+    (".aider.conf.yml", "aider: lint-cmd and test-cmd it runs", "aider docs", "name"),
+    # Python
+    ("sitecustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),
+    ("usercustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),
+    ("pyvenv.cfg", "makes a directory a virtualenv (its home names the Python)", "venv", "name"),
+    (".pdbrc", "pdb runs its commands when debugging in the directory", "pdb docs", "name"),
+    ("bin/activate", "sourced to activate a virtualenv", "venv docs", "name"),
+    ("bin/activate.fish", "sourced to activate a virtualenv (fish)", "venv docs", "name"),
+    ("bin/activate.csh", "sourced to activate a virtualenv (csh)", "venv docs", "name"),
+    (
+        "ipython_config.py",
+        "IPython loads it from the directory it starts in",
+        "IPython docs (config files)",
+        "name",
+    ),
+    # Node
+    (".npmrc", "npm: node-options, script-shell and git name programs", "npm docs", "name"),
+    (".yarnrc", "yarn 1: yarn-path runs the given script", "yarn docs", "name"),
+    (".yarnrc.yml", "yarn 2+: yarnPath and plugins run code", "yarn docs", "name"),
+    (
+        ".yarn/{releases,plugins}",
+        "yarn 2+ runs the release yarnPath names and its plugins on every command",
+        "yarn docs (yarnPath, plugins)",
+        "name",
+    ),
+    (".pnpmfile.cjs", "pnpm: hooks run on install", "pnpm docs", "name"),
+    ("bunfig.toml", "bun: preload scripts", "bun docs", "name"),
+    # other tools
+    (".ripgreprc", "ripgrep (RIPGREP_CONFIG_PATH): --pre runs a program", "srt", "name"),
+    (".gdbinit", "gdb auto-loads it (where auto-load safe-path allows)", "gdb manual", "name"),
+    (
+        ".cargo/config{,.toml}",
+        "cargo: rustc-wrapper, runners and aliases run programs",
+        "cargo docs",
+        "name",
+    ),
+    ("rust-toolchain{,.toml}", "rustup: a toolchain path it runs", "rustup docs", "name"),
+    (".rprofile", "R sources it at start in the directory", "R docs", "name"),
+    (".irbrc", "irb loads it from the directory", "irb docs", "name"),
+    (".pryrc", "pry loads it from the directory", "pry docs", "name"),
+    (".ghci", "GHCi runs it from the directory", "GHC docs", "name"),
+    (".octaverc", "Octave runs it at start in the directory", "Octave docs", "name"),
+    (".ssh", "ssh: config ProxyCommand, authorized_keys, when a root is a home", "ssh(1)", "name"),
+)
+
+# Name patterns for the last component alone, matched by their ending.
+SUFFIXES: tuple[Row, ...] = (
+    ("*.pth", "Python runs its import lines at start (in a site directory)", "site docs", "name"),
+    ("*.code-workspace", "VS Code workspace: settings and tasks", "VS Code docs", "name"),
+    ("*.sublime-project", "Sublime Text: build systems", "Sublime docs", "name"),
+)
+
+
+def expand(pattern: str) -> list[str]:
+    """Every name a brace pattern stands for, in order.
+
+    >>> expand("{,.}a{,-b}.{x,y}")
+    ['a.x', 'a.y', 'a-b.x', 'a-b.y', '.a.x', '.a.y', '.a-b.x', '.a-b.y']
+    >>> expand("{a{1,2},b}")
+    ['a1', 'a2', 'b']
+    """
+    start = pattern.find("{")
+    if start < 0:
+        return [pattern]
+    depth, end = 0, start
+    for end in range(start, len(pattern)):
+        depth += {"{": 1, "}": -1}.get(pattern[end], 0)
+        if depth == 0:
+            break
+    if depth:
+        raise ValueError(f"unbalanced braces in catalogue pattern {pattern!r}")
+    alternatives, depth, begin = [], 0, start + 1
+    for i in range(start + 1, end):
+        depth += {"{": 1, "}": -1}.get(pattern[i], 0)
+        if pattern[i] == "," and depth == 0:
+            alternatives.append(pattern[begin:i])
+            begin = i + 1
+    alternatives.append(pattern[begin:end])
+    head, tail = pattern[:start], pattern[end + 1 :]
+    return [name for alt in alternatives for name in expand(head + alt + tail)]
