@@ -25,7 +25,7 @@ from policy.models import ToolAnnotationsFile
 from policy.paths import resolve_real_path
 from policy.roles import get_path_roles
 from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
-from sandbox_profiles.discover import NeedsHiddenDirectory
+from sandbox_profiles.discover import NeedsHiddenDirectory, hidden_reason
 from sandbox_profiles.launch import launch_cwd
 from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import (
@@ -185,6 +185,37 @@ def never_shown() -> dict[str, str]:
     return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
 
 
+def _keep_links_from_secrets(name: str, fs: FilesystemSandbox, at: Surroundings) -> None:
+    """A grant named through a link (one a project may have put where a directory was after
+    the grant was written) may not lead to what no server is shown: a ``.ssh`` directory or
+    anything in it, ``~/.local``, ``~/.config``, ironcurtain's directories, the socket
+    directories, or a directory holding one. Named directly, it is the user's choice."""
+    hidden = {p: label for p, label in at.never_shown.items() if label != "your home"}
+    # What may not be reached inside, not only held: all of those but the socket directories
+    # (a directory inside /tmp is no socket of a session's).
+    bases = {*rundir.bases(), *map(os.path.realpath, rundir.bases())}
+    inside = {p: label for p, label in hidden.items() if p not in bases}
+    for key, alias in (("allow_read", "allowRead"), ("allow_write", "allowWrite")):
+        for i, path in enumerate(getattr(fs, key)):
+            given = os.path.abspath(os.path.expanduser(path))
+            real = os.path.realpath(given)
+            if real == given:
+                continue
+            why = hidden_reason(real, hidden) or next(
+                (label for p, label in inside.items() if is_under(real, p)), None
+            )
+            if why is None and ".ssh" in real.split("/"):
+                why = "a .ssh directory"
+            if why is not None:
+                raise ConfigError(
+                    str(at.config.path),
+                    f"$.{at.config.key}.{name}.sandbox.filesystem.{alias}[{i}]",
+                    f"{path!r} is a link to {real}: {why}, which no server is shown through "
+                    "a link (one put in a project's place could lead anywhere); name the "
+                    "directory itself if it is meant",
+                )
+
+
 def _keep_runtime_out(name: str, fs: FilesystemSandbox, at: Surroundings) -> None:
     """A server shown the directory where sessions keep their sockets could connect to
     them, read-only or not: the approvals socket (and approve its own calls) or another
@@ -237,6 +268,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
     fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
     if sandboxed:
         _keep_runtime_out(name, fs, at)
+        _keep_links_from_secrets(name, fs, at)
     if at.workspace in fs.allow_write:
         access, access_reason = "write", "allowWrite names it"
     egress = egress_rules(server) if sandboxed else None
