@@ -62,15 +62,28 @@ def register(app: typer.Typer) -> None:
     """Add the commands to ``app``."""
 
     @app.command()
-    def clients(project: ProjectOpt = None) -> None:
+    def clients(
+        project: ProjectOpt = None,
+        check: Annotated[
+            bool,
+            typer.Option(
+                "--check",
+                help="Exit 1 when any server a client names is not protected (remote ones "
+                "included): for scripts and CI.",
+            ),
+        ] = False,
+    ) -> None:
         """List the MCP clients configured on this machine (user files, and this project's),
-        each with its servers and whether they already run through ironcurtain."""
+        each with its servers and whether they run through ironcurtain, and why not."""
         from launcher.clients import found
         from launcher.wrap_cmd import describe
 
         with _shown_errors():
             user, root = _where("clients", project)
-            print(describe(found(user, root)))
+            text, unprotected, _ = describe(found(user, root))
+            print(text)
+        if check and unprotected:
+            raise typer.Exit(1)
 
     @app.command()
     def wrap(

@@ -82,10 +82,12 @@ def refuse(files: Found, what: str) -> None:
         raise UsageError(f"{files.refused[0][1]}; {what}")
 
 
-def describe(files: Found) -> str:
+def describe(files: Found) -> tuple[str, int, int]:
     """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
-    name shown as escapes where it could act on a terminal)."""
+    name shown as escapes where it could act on a terminal), closed by how many are not
+    protected; and that count and the number of servers."""
     lines: list[str] = []
+    total = unprotected = 0
     for f in files.files:
         scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
         lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
@@ -94,21 +96,37 @@ def describe(files: Found) -> str:
         names = {e.name: shown(e.name) for e in f.entries}
         width = max((len(n) for n in names.values()), default=0)
         for e in f.entries:
-            reason = not_protected(f, e) if e.calls_ironcurtain else None
-            if e.calls_ironcurtain and reason is None:
-                how = "runs through ironcurtain"
-            elif reason is not None:
-                how = f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
-            elif e.command:
-                how = "stdio: " + " ".join([e.command, *e.args])
-            elif e.url:
-                how = f"remote: {e.url} (not sandboxable: left alone)"
-            else:
-                how = "no command: left alone"
+            protected, how = status(f, e)
+            total += 1
+            unprotected += not protected
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
     for client, why in files.refused:
         lines.append(shown(f"{client.label}: {why}"))
-    return "\n".join(lines) or "no MCP client configuration found"
+    if not lines:
+        return "no MCP client configuration found", 0, 0
+    if unprotected:
+        lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
+    elif total:
+        lines.append(f"all {total} servers run through ironcurtain")
+    return "\n".join(lines), unprotected, total
+
+
+def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
+    """Whether an entry runs through ironcurtain, and what it starts, said for a person."""
+    reason = not_protected(f, e) if e.calls_ironcurtain else None
+    if e.calls_ironcurtain and reason is None:
+        return True, "runs through ironcurtain"
+    if reason is not None:
+        return False, f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
+    if e.command:
+        how = "stdio: " + " ".join([e.command, *e.args])
+        return False, f"{how} (not protected: `ironcurtain wrap` puts it behind ironcurtain)"
+    if e.url:
+        return False, (
+            f"remote: {e.url} (not protected: it runs elsewhere, where no sandbox of "
+            "ironcurtain's can hold it; left alone)"
+        )
+    return False, "no command (not protected: left alone)"
 
 
 def shown(text: str) -> str:

@@ -79,7 +79,7 @@ def test_clients_lists_every_file_and_server(user: Home) -> None:
     for line in [
         f"Claude Code (project): {project}/.mcp.json",
         "  filesystem  stdio: mcp-server-filesystem ./project-files",
-        "  docs        remote: https://example.com/mcp (not sandboxable: left alone)",
+        "  docs        remote: https://example.com/mcp (not protected: it runs elsewhere",
         f"VS Code (project): {project}/.vscode/mcp.json",
         "  files   stdio: mcp-server-filesystem ${workspaceFolder}",
         "Zed (project):",
@@ -95,6 +95,21 @@ def test_clients_lists_every_file_and_server(user: Home) -> None:
         "  gclock  stdio: mcp-server-time",
     ]:
         assert line in out, out
+
+
+def test_clients_check_fails_while_anything_configured_is_unprotected(user: Home) -> None:
+    project = _project(user)
+    listed = _cli(user, project, "clients", "--check")
+    assert listed.returncode == 1, listed.stderr
+    assert "(not protected: `ironcurtain wrap` puts it behind ironcurtain)" in listed.stdout
+    assert listed.stdout.rstrip().endswith("servers are NOT protected by ironcurtain")
+    assert _cli(user, project, "clients").returncode == 0  # without --check: a listing
+    wrapped = _cli(user, project, "wrap", "--all", "--no-annotate")
+    assert wrapped.returncode == 0, wrapped.stderr
+    after = _cli(user, project, "clients", "--check")
+    # What wrap cannot take (the two remote servers) keeps it failing, named as such.
+    assert after.returncode == 1 and "2 of 12 servers are NOT" in after.stdout, after.stdout
+    assert "remote: https://example.com/mcp (not protected" in after.stdout
 
 
 def test_a_dry_run_shows_the_diff_and_writes_nothing(user: Home) -> None:
