@@ -185,33 +185,56 @@ def never_shown() -> dict[str, str]:
     return {**found, **{os.path.realpath(p): label for p, label in found.items()}}
 
 
-def _keep_links_from_secrets(name: str, fs: FilesystemSandbox, at: Surroundings) -> None:
-    """A grant named through a link (one a project may have put where a directory was after
-    the grant was written) may not lead to what no server is shown: a ``.ssh`` directory or
-    anything in it, ``~/.local``, ``~/.config``, ironcurtain's directories, the socket
-    directories, or a directory holding one. Named directly, it is the user's choice."""
-    hidden = {p: label for p, label in at.never_shown.items() if label != "your home"}
-    # What may not be reached inside, not only held: all of those but the socket directories
-    # (a directory inside /tmp is no socket of a session's).
+# The system's own trees: no grant reached through a link may lead into them (a link a
+# project put where a directory was could hand a server /run's sockets or /etc writable).
+SYSTEM_TREES = ("/proc", "/sys", "/dev", "/run", "/etc", "/var", "/boot", "/usr", "/bin",
+                "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/root", "/snap")  # fmt: skip
+
+
+def link_problem(real: str, never_shown: Mapping[str, str]) -> str | None:
+    """Why a grant that reaches ``real`` through a link may not be shown (None: it may): it
+    is or holds a place no server is shown (the home, a ``.ssh``...), it lies in
+    ironcurtain's directories, ``~/.local`` or ``~/.config``, in a dot-directory of the home
+    (``~/.claude``, ``~/.aws``: programs' settings and secrets), in a ``.ssh`` anywhere, or
+    in the system's own trees.
+
+    >>> link_problem("/etc/cron.d", {})
+    "it lies in /etc, the system's own"
+    """
+    why = hidden_reason(real, never_shown)
+    if why is not None:
+        return why
     bases = {*rundir.bases(), *map(os.path.realpath, rundir.bases())}
-    inside = {p: label for p, label in hidden.items() if p not in bases}
+    for place, label in never_shown.items():
+        if place not in bases and label != "your home" and is_under(real, place):
+            return f"it lies in {label}"
+        if label == "your home" and is_under(real, place):
+            first = os.path.relpath(real, place).split("/")[0]
+            if first.startswith("."):
+                return f"it lies in ~/{first} (a program's settings and secrets)"
+    if ".ssh" in real.split("/"):
+        return "it lies in a .ssh directory"
+    for tree in SYSTEM_TREES:
+        if real == tree or is_under(real, tree):
+            return f"it lies in {tree}, the system's own"
+    return None
+
+
+def _keep_links_from_secrets(name: str, fs: FilesystemSandbox, at: Surroundings) -> None:
+    """A grant named through a link (which a project may have put where a directory was,
+    after the grant was written) may not lead where :func:`link_problem` says. Named
+    directly, it is the user's choice."""
     for key, alias in (("allow_read", "allowRead"), ("allow_write", "allowWrite")):
         for i, path in enumerate(getattr(fs, key)):
             given = os.path.abspath(os.path.expanduser(path))
             real = os.path.realpath(given)
-            if real == given:
-                continue
-            why = hidden_reason(real, hidden) or next(
-                (label for p, label in inside.items() if is_under(real, p)), None
-            )
-            if why is None and ".ssh" in real.split("/"):
-                why = "a .ssh directory"
+            why = link_problem(real, at.never_shown) if real != given else None
             if why is not None:
                 raise ConfigError(
                     str(at.config.path),
                     f"$.{at.config.key}.{name}.sandbox.filesystem.{alias}[{i}]",
-                    f"{path!r} is a link to {real}: {why}, which no server is shown through "
-                    "a link (one put in a project's place could lead anywhere); name the "
+                    f"{path!r} is a link to {real}: {why}; no server is shown that through "
+                    "a link (one put in a project's place could lead anywhere): name the "
                     "directory itself if it is meant",
                 )
 

@@ -1,7 +1,9 @@
 """A grant written as a project's directory, which the project later replaces with a link:
-`run` does not show a server what the link leads to when that is a `.ssh` directory or
-another place no server is shown (`~/.config`, `~/.local`, ironcurtain's directories). A
-link to an ordinary directory, and a path the user names directly, are shown as before."""
+`run` does not show a server what the link leads to when that is a place no server is shown
+through a link: a `.ssh` directory, a dot-directory of the home (programs' settings and
+secrets: `~/.config`, `~/.local`, `~/.claude`, `~/.aws`), the home itself, ironcurtain's
+directories, the system's own trees (`/run`, `/dev`, `/sys`, `/etc`, `/proc`). A link to an
+ordinary directory, and a path the user names directly, are shown as before."""
 
 from __future__ import annotations
 
@@ -39,7 +41,11 @@ def _profile(user: Home, config: Path) -> str:
     return done.stdout
 
 
-@pytest.mark.parametrize("secret", [".ssh", ".ssh/keys", ".config", ".local/share"])
+SECRET_PLACES = [".ssh", ".ssh/keys", ".config", ".local/share", ".claude", ".aws", ""]
+SYSTEM_PLACES = ["/run", "/dev", "/sys", "/etc", "/proc/self"]
+
+
+@pytest.mark.parametrize("secret", SECRET_PLACES + SYSTEM_PLACES)
 def test_a_project_directory_swapped_for_a_link_to_a_secret_place_is_refused(
     user: Home, secret: str
 ) -> None:
@@ -47,8 +53,9 @@ def test_a_project_directory_swapped_for_a_link_to_a_secret_place_is_refused(
     data.mkdir(parents=True)
     config = _config(user, data)
     assert f"--bind {data} {data}" in _profile(user, config)  # as wrap left it
-    target = user.home / secret
-    target.mkdir(parents=True, exist_ok=True)
+    target = Path(secret) if secret.startswith("/") else user.home / secret
+    if not secret.startswith("/"):
+        target.mkdir(parents=True, exist_ok=True)
     data.rmdir()
     data.symlink_to(target)  # the project, afterwards
     done = _run(user, config)
