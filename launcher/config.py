@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import fields, is_dataclass, replace
+from dataclasses import field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,10 @@ class LoadedConfig:
     servers: dict[str, ServerConfig]
     warnings: tuple[str, ...]
     key: str = "mcpServers"  # the top-level key the file used, for JSON paths
+    # Servers whose placeholders cannot be expanded here (an unset variable), with why: an
+    # error only for a session that starts them, so one server's secret left unset does
+    # not stop every other server of the file.
+    broken: Mapping[str, ConfigError] = field(default_factory=dict)
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> tuple[Path, str]:
@@ -161,9 +165,13 @@ def load_config(
     variables = dict(os.environ if env is None else env)
     variables["workspace"] = workspace
     servers: dict[str, ServerConfig] = {}
+    broken: dict[str, ConfigError] = {}
     for name, server in raw.items():
-        servers[name] = _expand_server(server, (key, name), variables, file)
-    return LoadedConfig(path, source, servers, tuple(warnings), key)
+        try:
+            servers[name] = _expand_server(server, (key, name), variables, file)
+        except ConfigError as exc:
+            servers[name], broken[name] = server, exc
+    return LoadedConfig(path, source, servers, tuple(warnings), key, broken)
 
 
 def _expand_server(

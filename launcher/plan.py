@@ -151,10 +151,14 @@ def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, Se
         disabled = [n for n in names if config.servers[n].disabled]
         if disabled:
             raise OptionError("servers", disabled[0], f"the server is disabled in {config.path}")
-        return {n: config.servers[n] for n in dict.fromkeys(names)}
-    chosen = {n: s for n, s in config.servers.items() if not s.disabled}
+        chosen = {n: config.servers[n] for n in dict.fromkeys(names)}
+    else:
+        chosen = {n: s for n, s in config.servers.items() if not s.disabled}
     if not chosen:
         raise UsageError(f"{config.path}: no enabled servers to start")
+    for name in chosen:  # what could not be expanded is an error for a server started
+        if name in config.broken:
+            raise config.broken[name]
     return chosen
 
 

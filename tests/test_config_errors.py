@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -278,3 +279,29 @@ def test_an_error_quoting_a_hostile_name_cannot_drive_the_terminal(user: Home) -
     assert message.startswith("ironcurtain: error:") and len(message.splitlines()) == 1
     assert "\x1b" not in done.stderr and "\u202e" not in done.stderr and "\x07" not in done.stderr
     assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil\\x0aironcurtain: ready.json" in message
+
+
+def test_one_servers_unset_variable_stops_only_that_server(user: Home) -> None:
+    """A config holding several servers (wrap keeps each client's in one file): a variable
+    one of them needs and this environment lacks is an error for a session that starts that
+    server, and nothing else."""
+    from tests.support.client import Client
+    from tests.support.paths import IRONCURTAIN, REPO
+
+    fine = {"command": sys.executable, "args": [str(REPO / "scripts" / "stdlib_server.py")],
+            "sandbox": False}  # fmt: skip
+    needs = {**fine, "env": {"TOKEN": "${IRONCURTAIN_TEST_UNSET_TOKEN}"}}
+    config = user.root / "mcp-servers.json"
+    config.write_text(json.dumps({"mcpServers": {"fine": fine, "needs": needs}}))
+    run = ["run", "--config", str(config), "--workspace", str(user.ws()), "--allow-unsandboxed"]
+    client = Client.spawn([IRONCURTAIN, *run, "--server", "fine"], user.env)
+    try:
+        answer = client.initialize({}, timeout=60)
+        assert "result" in answer, answer
+    finally:
+        client.kill()
+    for chosen in (["--server", "needs"], []):
+        done = ironcurtain(user, *run, *chosen)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert "$.mcpServers.needs.env.TOKEN" in done.stderr
+        assert "IRONCURTAIN_TEST_UNSET_TOKEN" in done.stderr
