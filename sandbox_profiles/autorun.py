@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 
 from sandbox_profiles.autorun_names import NAMES, SUFFIXES, expand
@@ -71,6 +72,17 @@ GIT_REFERENCE_ENTRY = Entry(
     "quoted-escapes, continued-line, past-a-mib, include-if-onbranch, include-if-hasconfig, "
     "form-feed-kept, unreadable-include",
 )
+LEFTHOOK_REFERENCE_ENTRY = Entry(
+    "a file or folder a lefthook configuration names (source_dir, source_dir_local, rc, "
+    "lefthook, extends and its glob's folder, remotes' configs, run and runner programs "
+    "by path), also from a repository that holds the root",
+    "lefthook runs <source_dir>/<hook>/ scripts and merges what extends names; the hook it "
+    "installs sources rc and runs the lefthook command; one that cannot be read for sure "
+    "makes every writable root read-only",
+    "lefthook docs (configuration); lefthook 2.2.2 (internal/config/loader.go)",
+    "yaml-source-dir, toml-source-dir-local, jsonc-source-dir, rc, extends-glob, "
+    "enclosing-repository, flow",
+)
 
 _NAMED: tuple[Entry, ...] = tuple(Entry(*row) for row in NAMES)
 _PATTERNED: tuple[Entry, ...] = tuple(Entry(*row) for row in SUFFIXES)
@@ -81,6 +93,7 @@ CATALOGUE: tuple[Entry, ...] = (
     GIT_FILE_ENTRY,
     VENV_ENTRY,
     GIT_REFERENCE_ENTRY,
+    LEFTHOOK_REFERENCE_ENTRY,
 )
 
 # Every name the entries stand for, one by one: exact path suffixes; endings of the last
@@ -138,8 +151,8 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
     """
     if not parts:
         return None
-    name = parts[-1]
-    low = name.lower()
+    parts = [fold(p) for p in parts]
+    low = parts[-1]
     for suffix, entry in _BY_LAST.get(low, ()):
         if _ends_with(parts, suffix):
             return entry
@@ -155,16 +168,28 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
         for leading, entry in _BY_LEADING.get(low, ()):
             if _ends_with(parts, leading):
                 return entry
-    if name in GIT_DIR_MEMBERS and is_git_dir(sibling):
+    if low in GIT_DIR_MEMBERS and is_git_dir(sibling):
         return GIT_DIR_ENTRY
     return None
+
+
+def fold(name: str) -> str:
+    """A name as a file system that folds it may take it: case folded (``ſ`` is ``s``, the
+    Kelvin sign ``k``), Unicode compatibility-decomposed (a Mac's file system ignores
+    normalisation; ext4's case-folding directories decompose), trailing dots and blanks
+    dropped (Windows shares drop them). More names count as an entry, never fewer.
+
+    >>> fold(".BA\u017fHRC. ") == fold(".bashrc") == ".bashrc"
+    True
+    """
+    return unicodedata.normalize("NFKD", name).casefold().rstrip(". ")
 
 
 def _ends_with(parts: Sequence[str], suffix: tuple[str, ...]) -> bool:
     n = len(suffix)
     if n == 0:
         return True
-    return len(parts) >= n and all(p.lower() == s for p, s in zip(parts[-n:], suffix, strict=True))
+    return len(parts) >= n and all(p == s for p, s in zip(parts[-n:], suffix, strict=True))
 
 
 def is_git_dir(has: Exists) -> bool:

@@ -19,7 +19,10 @@ What is left out, and why:
   runs the project's code anyway (so does an editor's test discovery).
 - ``.gitattributes``: it only picks among the filter, diff and merge drivers the user's git
   configuration defines, which name the programs; those configurations are protected.
-- ``node_modules``: what ``npm install`` writes there is the project's dependencies.
+- ``node_modules``: what ``npm install`` writes there is the project's dependencies (save
+  the lefthook packages the hook lefthook installs runs by itself, on ``git commit``).
+- ``package.json`` scripts: run by ``npm run``, ``npm test`` and ``npm install`` (its
+  ``prepare`` and ``postinstall``), which the user runs on purpose on the project's code.
 - ``.pre-commit-config.yml``: pre-commit reads ``.pre-commit-config.yaml`` only.
 """
 
@@ -28,6 +31,8 @@ from __future__ import annotations
 Row = tuple[str, str, str, str]
 
 _ANY_CONFIG = "{yml,yaml,json,jsonc,toml}"
+# Lefthook's configuration names (what they name is read by ``sandbox_profiles.lefthook``).
+LEFTHOOK_CONFIGS = "{,.,.config/}lefthook{,-local}." + _ANY_CONFIG
 _JS = "{js,mjs,cjs,ts,mts,cts}"
 
 NAMES: tuple[Row, ...] = (
@@ -56,7 +61,7 @@ NAMES: tuple[Row, ...] = (
     (".jj/repo/config.toml", "Jujutsu: repository config (aliases, programs)", "jj docs", "name"),
     # git hook managers: their configurations and script folders, run by the hooks git runs
     (
-        "{,.,.config/}lefthook{,-local}." + _ANY_CONFIG,
+        LEFTHOOK_CONFIGS,
         "lefthook, from the hook it installs, on git commit and the other hooks: every "
         "command and script these configurations name (the -local ones are merged in)",
         "lefthook docs (configuration: config file names); lefthook 2.2.2",
@@ -64,9 +69,24 @@ NAMES: tuple[Row, ...] = (
     ),
     (
         "{.lefthook,.lefthook-local}",
-        "lefthook runs the scripts in <source_dir>/<hook>/ (source_dir, source_dir_local)",
+        "lefthook runs the scripts in <source_dir>/<hook>/ (source_dir, source_dir_local; "
+        "a folder a configuration names instead is protected as named)",
         "lefthook docs (source_dir, source_dir_local)",
-        "lefthook-script",
+        "lefthook-script, yaml-source-dir",
+    ),
+    (
+        ".config/{lefthook,lefthook-local}",
+        "lefthook also runs the scripts in .config/lefthook/<hook>/ and "
+        ".config/lefthook-local/<hook>/, whatever source_dir says",
+        "lefthook 2.2.2 (internal/command/run.go: getSourceDirs)",
+        "dot-config-scripts",
+    ),
+    (
+        "node_modules/{lefthook,lefthook-*,@evilmartians/lefthook,@evilmartians/lefthook-installer}",
+        "the git hook lefthook installs runs lefthook from these packages when it is not on "
+        "PATH (lefthook installed with npm)",
+        "lefthook 2.2.2 (internal/templates/hook.tmpl)",
+        "name",
     ),
     (
         ".git/info/lefthook-remotes",

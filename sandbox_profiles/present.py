@@ -10,12 +10,14 @@ from collections.abc import Sequence
 from dataclasses import field
 
 from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find
+from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
 from sandbox_profiles.gitconfig import (
     UnreadableConfig,
     git_config_includes,
     git_config_paths,
     host_git_configs,
 )
+from sandbox_profiles.lefthook import lefthook_paths
 from sandbox_profiles.records import mutable
 
 
@@ -91,6 +93,11 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
 
     configs: list[tuple[str, list[str]]] = []
     tops: list[str] = []
+    lefthooks: list[str] = []
+    for top in _enclosing(writable):
+        # A repository holding a root: its configurations may name places in the root.
+        configs.append((os.path.join(top, ".git", "config"), [top]))
+        lefthooks += [top + name for name in _LEFTHOOK_NAMES]
     for root in writable:
         for path, entry in find(root):
             rel = os.path.relpath(path, root)
@@ -102,6 +109,8 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"always protected: {rel}")
                 found.by_name.add(path)
             name = os.path.basename(path)
+            if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
+                lefthooks.append(path)
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
@@ -133,6 +142,12 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
+    for config in lefthooks:
+        try:
+            for path in lefthook_paths(config, home):
+                protect(path, f"named by the lefthook configuration {config}")
+        except UnreadableConfig as exc:
+            found.unreadable.append(str(exc))
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
@@ -151,6 +166,24 @@ def _fail_closed(writable: Sequence[str], unreadable: list[str]) -> Protection:
 
 
 _INCLUDE_DEPTH = 10  # git's own limit on nested includes
+_LEFTHOOK_NAMES = tuple("/" + name for name in expand(LEFTHOOK_CONFIGS))
+
+
+def _enclosing(writable: Sequence[str]) -> list[str]:
+    """The tops of the repositories (a ``.git`` there) above each root, outside every
+    root: git and lefthook read their configurations when the user commits there, and a
+    relative place they name may lie in the root."""
+    tops: list[str] = []
+    for root in writable:
+        current = os.path.dirname(os.path.normpath(root))
+        while True:
+            if os.path.lexists(os.path.join(current, ".git")) and current not in tops:
+                tops.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return tops
 
 
 def _linked_worktrees(tops: Sequence[str]) -> list[str]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from sandbox_profiles.autorun import PROTECTED_SUFFIXES
+from sandbox_profiles.autorun import PROTECTED_PATTERNS, PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT
 from sandbox_profiles.ways import PINNED, is_under
@@ -99,16 +99,32 @@ def protected_name_regex(root: str, name: str) -> str:
     """A regex matching ``name`` at any depth below ``root``, and everything inside it, for
     an SBPL ``#"..."`` literal (which takes backslashes as they are and cannot hold ``"``).
 
+    The name is matched whatever its case (a Mac's file system folds case, and the host
+    tool finds ``.GIT/hooks`` as ``.git/hooks``); a ``*`` in it (``*.pth``,
+    ``mise.*.toml``) stands for any characters but ``/``.
+
     >>> print(protected_name_regex("/ws", ".git/hooks"))
-    ^/ws/(.*/)?\\.git/hooks(/.*)?$
+    ^/ws/(.*/)?\\.[gG][iI][tT]/[hH][oO][oO][kK][sS](/.*)?$
     >>> print(protected_name_regex("/ws", "*.pth"))
-    ^/ws/(.*/)?[^/]*\\.pth(/.*)?$
+    ^/ws/(.*/)?[^/]*\\.[pP][tT][hH](/.*)?$
+    >>> print(protected_name_regex("/ws", "mise.*.toml"))
+    ^/ws/(.*/)?[mM][iI][sS][eE]\\.[^/]*\\.[tT][oO][mM][lL](/.*)?$
     """
     if '"' in root:
         raise ValueError(f"a writable root with a double quote cannot be expressed: {root!r}")
-    # A name pattern ("*.pth") matches any last component with that ending.
-    last = "[^/]*" + _escape(name[1:]) if name.startswith("*") else _escape(name)
-    return f"^{_escape(root.rstrip('/'))}/(.*/)?{last}(/.*)?$"
+    return f"^{_escape(root.rstrip('/'))}/(.*/)?{_name_regex(name)}(/.*)?$"
+
+
+def _name_regex(name: str) -> str:
+    out = []
+    for char in name:
+        if char == "*":
+            out.append("[^/]*")
+        elif char.lower() != char.upper():
+            out.append(f"[{char.lower()}{char.upper()}]")
+        else:
+            out.append(_escape(char))
+    return "".join(out)
 
 
 def _escape(text: str) -> str:
@@ -207,7 +223,7 @@ def render(profile: SandboxProfile) -> str:
         ] + [
             f'(regex #"{protected_name_regex(form, suffix)}")'
             for form in both_forms(root)
-            for suffix in PROTECTED_SUFFIXES
+            for suffix in (*PROTECTED_SUFFIXES, *PROTECTED_PATTERNS)
         ]
         lines += _rule("deny", "file-write*", regexes, f"always-protected names in {root}")
     for path, reason in deny_write:

@@ -658,10 +658,12 @@ def test_every_catalogue_entry_is_documented_and_tested() -> None:
     ).stdout
     assert table in docs, "docs/containment.md: run scripts/catalogue_table.py for the table"
     from tests.test_autorun_families import ATTACK_IDS
+    from tests.test_lefthook_places import ATTACK_IDS as LEFTHOOK_IDS
 
     for entry in autorun.CATALOGUE:
         for test in entry.test.split(", "):
-            assert test == "name" or test in (*HOSTILE, *ATTACK_IDS), (entry.match, test)
+            known = (*HOSTILE, *ATTACK_IDS, *LEFTHOOK_IDS)
+            assert test == "name" or test in known, (entry.match, test)
 
 
 def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sandbox_profiles import seatbelt
+from sandbox_profiles.autorun import PROTECTED_PATTERNS, PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.profile import (
     ALWAYS_PROTECTED_NAMES,
@@ -87,6 +88,36 @@ def test_golden_profile_structure() -> None:
         assert any(re.match(rx, f"/Users/me/out/{name}") for rx in regexes), name
     assert not any(re.match(rx, "/tmp/ic-ws/notes/.git-hooks.md") for rx in regexes)
     assert not any(re.match(rx, "/tmp/ic-ws-evil/.bashrc") for rx in regexes)
+
+
+def _instance(pattern: str) -> str:
+    return pattern.replace("*", "staging")
+
+
+@pytest.mark.parametrize("pattern", [*PROTECTED_PATTERNS, *PROTECTED_SUFFIXES])
+def test_names_with_a_wildcard_are_denied_at_any_depth_in_any_case(pattern: str) -> None:
+    """``mise.*.toml`` as ``mise.staging.toml`` (and ``*.pth``): a Mac's file system folds
+    case, so ``MISE.STAGING.TOML`` is the file mise reads too."""
+    profile = sample_profile()
+    rs = check_structure(seatbelt.render(profile), profile)
+    regexes = [v for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"]
+    for path in (
+        f"/tmp/ic-ws/a/b/{_instance(pattern)}",
+        f"/private/tmp/ic-ws/{_instance(pattern).upper()}",
+        f"/Users/me/out/x/{_instance(pattern)}/inside",
+    ):
+        assert any(re.match(rx, path) for rx in regexes), path
+    if 0 < pattern.find("*") < len(pattern) - 1:  # the wildcard does not cross a directory
+        crossing = pattern.replace("*", "a/b")
+        assert not any(re.match(rx, f"/tmp/ic-ws/{crossing}") for rx in regexes), crossing
+
+
+def test_every_catalogue_name_is_denied_whatever_its_case() -> None:
+    profile = sample_profile()
+    rs = check_structure(seatbelt.render(profile), profile)
+    regexes = [v for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"]
+    for name in ALWAYS_PROTECTED_NAMES:
+        assert any(re.match(rx, f"/tmp/ic-ws/d/{name.upper()}") for rx in regexes), name
 
 
 def test_a_real_profile_renders_with_the_same_structure(tmp_path: Path) -> None:
