@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import dirs, rundir
-from launcher.config import LoadedConfig
+from launcher.config import LoadedConfig, warn
 from launcher.config_schema import FilesystemSandbox, ServerConfig
 from launcher.errors import ConfigError, SandboxUnavailable
 from launcher.host import PLATFORM
@@ -28,6 +28,7 @@ from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, hidden_reason
 from sandbox_profiles.launch import launch_cwd
 from sandbox_profiles.model import Limits
+from sandbox_profiles.present import FAIL_CLOSED
 from sandbox_profiles.profile import (
     WorkspaceAccess,
     guarded_paths,
@@ -335,6 +336,9 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             raise ConfigError(
                 str(at.config.path), f"$.{at.config.key}.{name}.command", f"{exc}; {HIDDEN_DIR_FIX}"
             ) from None
+        closed = next((m.reason for m in profile.mounts if m.reason.startswith(FAIL_CLOSED)), "")
+        if closed and not at.display_only:  # failing closed, loudly
+            warn(f"server '{name}' can write nothing this session: {closed}")
         if profile.limits.any() and shutil.which("prlimit") is None:
             raise SandboxUnavailable(
                 f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "

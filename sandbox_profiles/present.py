@@ -153,13 +153,17 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     return found
 
 
+# The reason of every writable root made read-only because a configuration could not be
+# read (the launcher says so at start).
+FAIL_CLOSED = "read-only: a configuration that names what git or its hooks run cannot be read"
+
+
 def _fail_closed(writable: Sequence[str], unreadable: list[str]) -> Protection:
-    """A git configuration that cannot be read may name any path as a hook, an include or a
-    program git runs: every writable root is shown read-only, and nothing else is needed
-    (a server that can write nothing plants nothing)."""
-    why = (
-        "read-only: a git configuration cannot be read as git reads it, so what it makes "
-        "git run is unknown (" + "; ".join(unreadable) + ")"
+    """A git (or lefthook) configuration that cannot be read may name any path as a hook, an
+    include or a program git runs: every writable root is shown read-only, and nothing else
+    is needed (a server that can write nothing plants nothing)."""
+    why = f"{FAIL_CLOSED} as they read it, so what it makes them run is unknown (" + (
+        "; ".join(unreadable) + ")"
     )
     roots = [r for r in dict.fromkeys(writable) if os.path.isdir(r)]
     return Protection({root: why for root in roots}, [], unreadable=list(unreadable))

@@ -17,6 +17,11 @@ import pytest
 from launcher.guard import Guard, Quarantined
 from sandbox_profiles.gitconfig import GitConfigError, parse_config, read_config
 from sandbox_profiles.present import existing
+from tests.support.client import Client
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+from tests.support.probe import probe_session
 
 CORE = b"[core]\n\trepositoryformatversion = 0\n"
 VARIANTS: dict[str, bytes] = {
@@ -153,3 +158,27 @@ def test_a_configuration_that_cannot_be_read_makes_every_root_read_only(tmp_path
     assert set(protection.read_only) == {str(ws), str(other)}, protection.read_only
     assert "team.gitconfig: is not a regular file" in protection.read_only[str(ws)]
     assert protection.guarded == [] and protection.unreadable
+
+
+@needs_bwrap
+def test_a_session_whose_roots_are_made_read_only_says_so(user: Home) -> None:
+    """Failing closed, loudly: the operator is told at start that the server can write
+    nothing, and why."""
+    ws = user.ws()
+    repo = ws / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    os.mkfifo(ws / "team.gitconfig")
+    subprocess.run(["git", "-C", str(repo), "config", "include.path", "../../team.gitconfig"])
+    args, _, _ = probe_session(user)
+    client = Client.spawn([IRONCURTAIN, "run", *args], user.env, stderr=subprocess.PIPE)
+    try:
+        client.initialize({}, timeout=60)
+        client.hang_up()
+        client.proc.wait(timeout=20)
+        assert client.proc.stderr is not None
+        stderr = client.proc.stderr.read().decode()
+    finally:
+        client.kill()
+    said = [line for line in stderr.splitlines() if "can write nothing this session" in line]
+    assert said and "server 'probe'" in said[0] and "team.gitconfig" in said[0], stderr
