@@ -153,14 +153,23 @@ def register(app: typer.Typer) -> None:
         """Restore the clients' files as they were before `ironcurtain wrap`: exactly, or, in
         a file changed elsewhere since, the wrapped entries only; what cannot be restored is
         said (its backup named) and the rest is done."""
+        from launcher import wrap_records
         from launcher.errors import UsageError
         from launcher.wrap_cmd import select
         from launcher.wrap_files import unwrap as restore
 
         with _shown_errors():
             user, root = _where("unwrap", project)
-            said, problems = restore(select(user, root, client or [], everything))
-        for line in said or ([] if problems else ["nothing to unwrap"]):
+            files = select(user, root, client or [], everything)
+            said, problems = restore(files)
+            others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
+        nothing = "nothing to unwrap"
+        if others:
+            nothing += (
+                f" in the files read here; wrap's records name other files: {', '.join(others)} "
+                "(unwrap where they are read: in their project, or with their --client)"
+            )
+        for line in said or ([] if problems else [nothing]):
             _say("unwrap", line)
         if problems:
             with _shown_errors():

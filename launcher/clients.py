@@ -20,7 +20,6 @@ exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sys
@@ -32,6 +31,7 @@ from typing import Any
 
 from launcher import dirs
 from launcher.client_io import Refused, Source, read_project, read_user
+from launcher.entry_shape import odd_key, shape_problem
 from launcher.errors import UsageError
 from launcher.jsonc import JsoncError, parse
 from launcher.wrap_paths import holds_home, identity
@@ -196,6 +196,8 @@ def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
             raise UsageError(f"{path}: not TOML: {exc}") from None
         except RecursionError:
             raise UsageError(f"{path}: not TOML a client reads: nested too deeply") from None
+        except ValueError as exc:  # an integer longer than Python converts (its digit limit)
+            raise UsageError(f"{path}: a value ironcurtain cannot read: {exc}") from None
     else:
         try:
             data = parse(text).value
@@ -262,7 +264,11 @@ def found(home: Path, project: Path | None) -> Found:
             if source is None or (source.device, source.inode) in seen:
                 continue
             seen.add((source.device, source.inode))
-            out.files.append(read(client, source, "user", None))
+            try:
+                out.files.append(read(client, source, "user", None))
+            except UsageError as exc:
+                out.refused.append((client, str(exc)))
+                continue
             if client.name == "claude-code":
                 out.files.extend(local_servers(client, source, home))
     for client in CLIENTS:
@@ -274,7 +280,10 @@ def found(home: Path, project: Path | None) -> Found:
                 continue
             if source is not None and (source.device, source.inode) not in seen:
                 seen.add((source.device, source.inode))
-                out.files.append(read(client, source, "project", project))
+                try:  # a file that cannot be read is said, and stops nothing else
+                    out.files.append(read(client, source, "project", project))
+                except UsageError as exc:
+                    out.refused.append((client, str(exc)))
     return out
 
 
@@ -318,45 +327,12 @@ def run_args(name: str, workspace: str | None) -> list[str]:
     return run
 
 
-# Keys of an entry that change nothing of what the client starts, nor how: kept as they are
-# when wrap rewrites an entry. Any other key (``url``, ``envFile``, ``env_vars``, ``cwd``,
-# ``headers``, a client's own next one) could make the client start something else, or
-# start it otherwise, so such an entry is neither wrapped nor counted as protected.
-INERT_KEYS = frozenset(
-    {
-        "description", "disabled", "enabled", "timeout", "trust", "autoApprove",
-        "alwaysAllow", "startup_timeout_ms", "startup_timeout_sec", "tool_timeout_sec",
-        "includeTools", "excludeTools",
-    }
-)  # fmt: skip
-# Keys whose only harmless value is the one given: a local server started by its command.
-FIXED_KEYS = {"type": "stdio", "source": "custom"}
-ENTRY_KEYS = frozenset({"command", "args", "env"})
-
-
-def odd_key(e: Entry, also: frozenset[str] = frozenset()) -> str | None:
-    """Why a key of the entry could change what the client starts (None: none does);
-    ``also``: more keys allowed."""
-    for key, value in e.raw.items():
-        if key in FIXED_KEYS:
-            if value != FIXED_KEYS[key]:
-                return f"its {key} is {json.dumps(value)[:80]}, not {json.dumps(FIXED_KEYS[key])}"
-        elif key not in ENTRY_KEYS | INERT_KEYS | also:
-            return f"it has the key {key!r}, which wrap does not write"
-    command = e.raw.get("command")
-    if isinstance(command, dict):  # Zed's older form
-        extra = sorted(set(command) - {"path", "args", "env"})
-        if extra:
-            return f"its command has the key {extra[0]!r}, which wrap does not write"
-    return None
-
-
 def not_protected(f: ClientFile, e: Entry) -> str | None:
     """Why an entry that starts a program named ironcurtain is not exactly what wrap writes
     (this ironcurtain, its user config and policy, this server, nothing that weakens the
-    sandbox, no key beside them that could change what the client starts): None when it
-    is."""
-    odd = odd_key(e)
+    sandbox, no key beside them that could change what the client starts, every value as
+    written): None when it is."""
+    odd = odd_key(e.raw) or shape_problem(e.raw)
     if odd is not None:
         return odd
     exe = ironcurtain_exe()

@@ -13,6 +13,7 @@ Zed and others are JSONC; plain JSON is JSONC too.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import field
 from typing import Any
@@ -136,7 +137,12 @@ class _Reader:
         if match is None:
             raise JsoncError(text, at, f"unexpected {text[at]!r}")
         self.at = match.end()
-        return json.loads(match.group())
+        try:
+            return json.loads(match.group())
+        except ValueError:  # an integer longer than Python converts (its digit limit)
+            raise JsoncError(
+                text, at, f"a number of {match.end() - at} characters (too long to read)"
+            ) from None
 
     def string(self) -> str:
         match = _STRING.match(self.text, self.at)
@@ -192,6 +198,29 @@ class _Reader:
         return False
 
 
+def unwritable(value: Any) -> str | None:
+    """Why ``value`` (as read) cannot be written back as JSON text (None: it can): a number
+    too large for a double (``1e999`` reads as infinity) or a lone UTF-16 surrogate
+    (``\\ud800``) in a string or key.
+
+    >>> unwritable({"a": [1, "x"]}), unwritable({"t": 1e999})
+    (None, 'a number JSON cannot hold (inf)')
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"a number JSON cannot hold ({value})"
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"a lone UTF-16 surrogate ({value[exc.start : exc.end]!r})"
+        return None
+    if isinstance(value, dict):
+        parts: list[Any] = [*value, *value.values()]
+    else:
+        parts = value if isinstance(value, list) else []
+    return next((p for p in map(unwritable, parts) if p is not None), None)
+
+
 def _strip_comments(text: str) -> str:
     return re.sub(r"//[^\n]*|/\*.*?\*/", "", text, flags=re.S)
 
@@ -205,8 +234,9 @@ def _indent_at(text: str, at: int) -> str:
 def _dumps(value: Any, indent: str) -> str:
     """``value`` as JSON: on one line when short, else two spaces deeper per level, each
     line after the first starting with ``indent`` (the indentation of the line it is on)."""
-    flat = json.dumps(value, ensure_ascii=False)
+    # allow_nan=False: Infinity and NaN are not JSON, and the file must stay JSON.
+    flat = json.dumps(value, ensure_ascii=False, allow_nan=False)
     if len(flat) <= 60 or not isinstance(value, dict | list):
         return flat
-    lines = json.dumps(value, ensure_ascii=False, indent=2).split("\n")
+    lines = json.dumps(value, ensure_ascii=False, indent=2, allow_nan=False).split("\n")
     return "\n".join([lines[0], *(indent + line for line in lines[1:])])

@@ -34,13 +34,13 @@ from launcher.clients import (
     found,
     ironcurtain_exe,
     not_protected,
-    odd_key,
     run_args,
     user_config,
     workspace_of,
 )
+from launcher.entry_shape import odd_key, shape_problem
 from launcher.errors import UsageError
-from launcher.jsonc import JsoncError, parse
+from launcher.jsonc import JsoncError, parse, unwritable
 from launcher.shown import visible
 from launcher.wrap_define import LeftAlone, moved_definition, references_environment
 from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
@@ -104,11 +104,13 @@ def describe(files: Found) -> tuple[str, int, int]:
         lines.append(shown(f"{client.label}: {why}"))
     if not lines:
         return "no MCP client configuration found", 0, 0
+    if files.refused:  # their servers are not known to be protected
+        lines.append(f"{len(files.refused)} client files not read: their servers are not counted")
     if unprotected:
         lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
     elif total:
         lines.append(f"all {total} servers run through ironcurtain")
-    return "\n".join(lines), unprotected, total
+    return "\n".join(lines), unprotected + len(files.refused), total
 
 
 def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
@@ -259,7 +261,7 @@ def _plan_entry(
         what = "a remote server" if e.url else "an entry without a command"
         change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
         return
-    odd = odd_key(e, frozenset({"cwd"}))
+    odd = odd_key(e.raw, frozenset({"cwd"})) or shape_problem(e.raw)
     if odd is not None:
         change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
         return
@@ -271,6 +273,16 @@ def _plan_entry(
         definition, kept, notes = moved_definition(f, e)
     except LeftAlone as exc:
         change.notes.append(f"{e.name}: {exc}: left alone")
+        return
+    entry = client_entry(f, e, kept)
+    # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
+    problem = unwritable({e.name: definition}) or (
+        unwritable(entry) if f.client.syntax != "toml" else None
+    )
+    if problem is not None:
+        change.notes.append(
+            f"{e.name}: its entry holds {problem}, which wrap cannot write back: left alone"
+        )
         return
     if e.name in existing:
         if not _same(existing[e.name], definition):
@@ -288,7 +300,6 @@ def _plan_entry(
             return
         config.after = after
         existing[e.name] = definition
-    entry = client_entry(f, e, kept)
     if f.client.syntax == "toml":
         change.after = toml_replace(change.after, f.client.key, e.name, entry)
     else:

@@ -2,13 +2,19 @@
 command, arguments, environment and working directory, and the mounts its sandbox gets from
 its own path arguments (:mod:`launcher.wrap_paths` says which may be mounts).
 
+Each value is first said in ironcurtain's form (:mod:`launcher.wrap_vars`: what its
+client fills from the environment becomes ``${NAME}``; what it passes as text must stay
+text, or the entry is left alone).
+
 A project's entry is the project's to shape. ``ironcurtain run`` fills every ``${NAME}`` of
 a definition from its own environment, so a project's entry keeps references only as whole
-values of its ``env`` (each named when wrapped: that project's server receives those
-variables); one in its command, arguments or working directory leaves it unwrapped. A
-user-level entry's relative paths are not resolved: the directory its client starts it in
-is not known (resolving them against where wrap runs would hand the user's server that
-project for good).
+values of its ``env`` that its client would have filled (each named when wrapped: that
+project's server receives those variables); one in its command, arguments or working
+directory leaves it unwrapped. A path that lies through the project, in a project's entry or
+in one Claude Code keeps for that project ("local"), is mounted only when its real path is
+inside the project: the project's contents, links included, are the project's. A user-level
+entry's relative paths are not resolved: the directory its client starts it in is not known
+(resolving them against where wrap runs would hand the user's server that project for good).
 """
 
 from __future__ import annotations
@@ -27,7 +33,10 @@ from launcher.clients import (
     user_config,
     workspace_of,
 )
-from launcher.wrap_paths import refusal, within
+from launcher.wrap_paths import identity, refusal, within
+from launcher.wrap_vars import WORKSPACE, LeftAlone, translate
+
+__all__ = ["LeftAlone", "moved_definition", "references_environment"]
 
 # As the bundled config has it for its git server.
 GIT_SAFE_DIRECTORY = {
@@ -38,10 +47,6 @@ GIT_SAFE_DIRECTORY = {
 DIRECTORY_OPTIONS = ("--repository", "--repo", "--root", "--dir", "--directory", "--path")
 # A whole value that is one reference: ${NAME} or ${NAME:-default}.
 WHOLE_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}$]*)?\}")
-
-
-class LeftAlone(Exception):
-    """The entry is not wrapped; the message says why."""
 
 
 def git_server(e: Entry) -> bool:
@@ -55,6 +60,12 @@ def projects(f: ClientFile) -> bool:
     return f.scope == "project"
 
 
+def confined(f: ClientFile) -> bool:
+    """Whether a path through the entry's project must stay inside it: a project's entry,
+    and one Claude Code keeps for a project (it starts in the project directory)."""
+    return f.project is not None and f.scope in ("project", "local")
+
+
 def _no_reference(where: str, value: str) -> None:
     if "${" in value:
         raise LeftAlone(
@@ -62,6 +73,14 @@ def _no_reference(where: str, value: str) -> None:
             "fill from your environment: a project's entry may refer to variables only as "
             "whole values of its env"
         )
+
+
+def _through(path: str, project: Path) -> bool:
+    """Whether ``path`` (absolute, as written) passes through ``project``: one of its
+    leading parts, each taken as the kernel would reach it, is the project."""
+    mark = identity(project)
+    parts = Path(path).parts
+    return any(identity(os.path.join(*parts[: i + 1])) == mark for i in range(len(parts)))
 
 
 class _Mounts:
@@ -93,8 +112,13 @@ class _Mounts:
         # readable.
         mount = full if directory else os.path.dirname(full)
         why = refusal(mount, directory, home())
-        if why is None and projects(self.f) and not within(mount, self.f.project):  # type: ignore[arg-type]
-            why = f"is outside the project {self.f.project}"
+        project = self.f.project
+        if why is None and confined(self.f) and project is not None:
+            through = not os.path.isabs(expanded) or _through(expanded, project)
+            if (projects(self.f) or through) and not within(mount, project):
+                why = f"is outside the project {project}"
+                if through and str(resolved) != full:
+                    why += f" (reached through a link in it: {candidate})"
         if why is not None:
             self.notes.append(
                 f"{self.e.name}: {mount} {why}: not given to its sandbox (grant it yourself in "
@@ -112,24 +136,28 @@ def _environment(
     kept: dict[str, str] = {}
     env: dict[str, str] = {}
     received: list[str] = []
-    for name, value in e.env.items():
+    asked: list[str] = []
+    for name, given in e.env.items():
         if secret_name(name):
-            kept[name] = value
+            # The client fills it, as before: the definition only passes it on.
+            kept[name] = given
             env[name] = "${" + name + "}"
             continue
-        if "${" in value and projects(f):
-            whole = WHOLE_REFERENCE.fullmatch(value)
-            if whole is None:
+        value, names = translate(f.client, given)
+        if names and projects(f):
+            if WHOLE_REFERENCE.fullmatch(value) is None:
                 raise LeftAlone(
-                    f"its env {name}={value!r} refers to a variable inside a longer value; a "
+                    f"its env {name}={given!r} refers to a variable inside a longer value; a "
                     "project's entry may refer to variables only as whole values of its env"
                 )
-            received.append(whole.group(1))
+            received += names
+            asked.append(f"{name}={given}")
         env[name] = value
     if received:
         notes.append(
             f"{e.name}: this project's server receives {', '.join(sorted(set(received)))} "
-            "from the environment its client starts ironcurtain with (its entry asks for them)"
+            f"from the environment its client starts ironcurtain with, as {f.client.label} "
+            f"filled them before (its entry asks for them: {', '.join(asked)})"
         )
     if git_server(e) and "GIT_CONFIG_COUNT" not in env:
         # As root, servers run as an unprivileged uid, and git refuses a repository that
@@ -143,20 +171,21 @@ def _cwd(f: ClientFile, e: Entry) -> str | None:
     project's inside the project."""
     if not e.cwd:
         return None
+    cwd, _ = translate(f.client, e.cwd)
     if projects(f):
-        _no_reference("cwd", e.cwd)
-        where = Path(os.path.expanduser(e.cwd))
+        _no_reference("cwd", cwd)
+        where = Path(os.path.expanduser(cwd))
         if not where.is_absolute() and f.project is not None:
             where = f.project / where
         if f.project is None or not within(where, f.project):
             raise LeftAlone(f"its cwd {e.cwd!r} is not a directory inside the project")
         return os.path.realpath(where)
-    if not e.cwd.startswith(("/", "~", "${")):
+    if not cwd.startswith(("/", "~", "${")):
         raise LeftAlone(
             f"its cwd {e.cwd!r} is relative, and the directory the client starts it in is "
             "not known (name it by its full path)"
         )
-    return e.cwd
+    return cwd
 
 
 def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
@@ -165,8 +194,9 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     user. :class:`LeftAlone` when the entry must not be wrapped."""
     notes: list[str] = []
     variable = PROJECT_VARIABLES.get(f.client.name)
+    command, _ = translate(f.client, e.command or "")
     if projects(f):
-        _no_reference("command", e.command or "")
+        _no_reference("command", command)
     if variable and workspace_of(f, e) is None and any(variable in a for a in e.args):
         notes.append(
             f"{e.name}: {variable} in a user-level entry becomes the session's own workspace "
@@ -175,16 +205,14 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     mounts = _Mounts(f, e, notes)
     args: list[str] = []
     after_option = False
-    for arg in e.args:
-        if variable and variable in arg:
-            rest = arg.replace(variable, "")
-            if projects(f):
-                _no_reference("argument", rest)
-            args.append(arg.replace(variable, "${workspace}"))
+    for given in e.args:
+        arg, names = translate(f.client, given)
+        if projects(f):
+            _no_reference("argument", arg.replace(WORKSPACE, ""))
+        if WORKSPACE in arg or names:
+            args.append(arg)
             after_option = False
             continue
-        if projects(f):
-            _no_reference("argument", arg)
         option, _, attached = arg.partition("=")
         inline = bool(attached) and option in DIRECTORY_OPTIONS  # --repository=DIR
         candidate = attached if inline else arg
@@ -195,7 +223,7 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
             value = f"{option}={got}" if inline else got
         args.append(value)
         after_option = arg in DIRECTORY_OPTIONS
-    definition: dict[str, Any] = {"command": e.command, "args": args}
+    definition: dict[str, Any] = {"command": command, "args": args}
     env, kept = _environment(f, e, notes)
     if env:
         definition["env"] = env

@@ -21,8 +21,8 @@ from launcher import wrap_records
 from launcher.client_io import Source, read_user, writable, write, write_own
 from launcher.clients import ClientFile, Found, user_config, user_policy
 from launcher.errors import UsageError
-from launcher.jsonc import JsoncError, parse
-from launcher.wrap_cmd import Change, refuse, toml_replace
+from launcher.jsonc import JsoncError, parse, unwritable
+from launcher.wrap_cmd import Change, toml_replace
 from launcher.wrap_records import sha
 
 
@@ -35,6 +35,10 @@ def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
     for change in todo:
         assert change.source is not None  # a client's file is always read first
         writable(change.source)
+    for text, path in [(config.after, config.path), *((c.after, c.path) for c in todo)]:
+        problem = unwritable(text)
+        if problem is not None:  # each entry is checked when planned: this is the last guard
+            raise UsageError(f"{path}: the new text holds {problem}; nothing written")
     if config.after != config.before and os.path.lexists(config.path):
         source = read_user(config.path.parent, config.path.name, None)
         if source is None or source.text != config.before:
@@ -49,8 +53,9 @@ def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
         backup = wrap_records.backup(change.source)
         write(change.source, change.after)
         records.append({
-            "path": str(change.path), "backup": backup, "before": sha(change.before),
-            "after": sha(change.after), "servers": change.servers, "entries": change.entries,
+            "path": str(change.path), "real": str(change.source.real), "backup": backup,
+            "before": sha(change.before), "after": sha(change.after), "servers": change.servers,
+            "entries": change.entries,
         })  # fmt: skip
         wrap_records.save(records)
         where = wrap_records.backups_dir() / backup
@@ -113,14 +118,16 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
     """Put back each file of ``files`` as it was before it was wrapped (each level of
     wrapping, newest first): exactly, when it holds what wrap wrote; else the wrapped
     entries that still hold what wrap wrote get their original values back, the rest of
-    the file kept as it is now. What was done, and what could not be (the rest is done)."""
-    refuse(files, "nothing restored")
+    the file kept as it is now. A record names its file by path and real path, and is
+    matched by either, or by the identity of its directory (the home reached by another
+    path is the same home). What was done, and what could not be (the rest is done)."""
     records = wrap_records.load()
     said: list[str] = []
-    problems: list[str] = []
+    # A file that cannot be read (a project's, which may be hostile) stops nothing else.
+    problems = [f"{why}: not restored" for _, why in files.refused]
     for f in {str(f.path): f for f in files.files}.values():
         source = f.source
-        for record in reversed([r for r in records if r["path"] == str(f.path)]):
+        for record in reversed([r for r in records if wrap_records.names(r, f.source)]):
             try:
                 source, line, left = _restore(f, source, record)
             except UsageError as exc:

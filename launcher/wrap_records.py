@@ -24,6 +24,7 @@ from typing import Any
 from launcher import dirs
 from launcher.client_io import Refused, Source, open_dir, read_user, write_new, write_own
 from launcher.errors import UsageError
+from launcher.wrap_paths import identity
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -75,6 +76,9 @@ def _problem(record: Any) -> str | None:
     path, backup = record.get("path"), record.get("backup")
     if not isinstance(path, str) or not os.path.isabs(path):
         return "its path is not an absolute path"
+    real = record.get("real", path)
+    if not isinstance(real, str) or not os.path.isabs(real):
+        return "its real path is not an absolute path"
     if not isinstance(backup, str):
         return "its backup is not a file name"
     name = os.path.basename(backup)
@@ -102,6 +106,27 @@ def _problem(record: Any) -> str | None:
         ):
             return "an entry of it is not {at, name, before, after}"
     return None
+
+
+def names(record: dict[str, Any], source: Source) -> bool:
+    """Whether ``record`` is of the file ``source`` was read from: by the path or the real
+    path written, or by the identity of the directory holding it and its name."""
+    written = [record["path"], *([record["real"]] if isinstance(record.get("real"), str) else [])]
+    real = str(source.real)
+    if str(source.path) in written or real in written:
+        return True
+    if any(os.path.realpath(p) == real for p in written):
+        return True
+    here = identity(source.real.parent)
+    return here is not None and any(
+        os.path.basename(p) == source.real.name and identity(os.path.dirname(p)) == here
+        for p in written
+    )
+
+
+def unmatched(records: list[dict[str, Any]], sources: list[Source]) -> list[str]:
+    """The files records name that none of ``sources`` is."""
+    return sorted({r["path"] for r in records if not any(names(r, s) for s in sources)})
 
 
 def save(records: list[dict[str, Any]]) -> None:

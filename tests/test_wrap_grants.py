@@ -263,11 +263,14 @@ def test_deep_nesting_is_a_clear_error_not_a_traceback(user: Home) -> None:
     project.mkdir()
     text = '{"mcpServers": {"a": ' + "[" * 600 + "]" * 600 + "}}"
     (project / ".mcp.json").write_text(text)
-    for command in (["clients"], ["wrap", "--client", "claude-code", "--no-annotate"]):
-        done = _cli(user, project, *command)
-        assert done.returncode == 2, done.stdout + done.stderr
-        assert "nested deeper than 100 levels" in done.stderr
-        assert "Traceback" not in done.stderr
+    listed = _cli(user, project, "clients", "--check")  # listed as not read; not protected
+    assert listed.returncode == 1, listed.stdout + listed.stderr
+    assert "nested deeper than 100 levels" in listed.stdout
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "nested deeper than 100 levels" in done.stderr
+    for out in (listed, done):
+        assert "Traceback" not in out.stderr
     (user.home / ".codex").mkdir()
     (user.home / ".codex" / "config.toml").write_text("x = " + "[" * 5000 + "]" * 5000 + "\n")
     done = _cli(user, project, "clients")
