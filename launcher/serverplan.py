@@ -201,6 +201,8 @@ def link_problem(real: str, never_shown: Mapping[str, str]) -> str | None:
 
     >>> link_problem("/etc/cron.d", {})
     "it lies in /etc, the system's own"
+    >>> link_problem("/var/home/me/proj", {"/var/home/me": "your home"}) is None
+    True
     """
     why = hidden_reason(real, never_shown)
     if why is not None:
@@ -209,12 +211,14 @@ def link_problem(real: str, never_shown: Mapping[str, str]) -> str | None:
     for place, label in never_shown.items():
         if place not in bases and label != "your home" and is_under(real, place):
             return f"it lies in {label}"
+    if ".ssh" in real.split("/"):
+        return "it lies in a .ssh directory"
+    for place, label in never_shown.items():
         if label == "your home" and is_under(real, place):
             first = os.path.relpath(real, place).split("/")[0]
             if first.startswith("."):
                 return f"it lies in ~/{first} (a program's settings and secrets)"
-    if ".ssh" in real.split("/"):
-        return "it lies in a .ssh directory"
+            return None  # an ordinary place of the home (which may live in /var/home)
     for tree in SYSTEM_TREES:
         if real == tree or is_under(real, tree):
             return f"it lies in {tree}, the system's own"
