@@ -319,6 +319,12 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         # arguments forwarded to servers, are real paths too).
         allow_read=[resolve_real_path(p) for p in fs.allow_read],
         allow_write=[resolve_real_path(p) for p in fs.allow_write],
+        grant_links=[
+            (named, real)
+            for p in (*fs.allow_read, *fs.allow_write)
+            for named, real in [(os.path.abspath(p), resolve_real_path(p))]
+            if named != real
+        ],
         deny_read=list(dict.fromkeys([*fs.deny_read, *map(resolve_real_path, fs.deny_read)])),
         deny_write=list(dict.fromkeys([*fs.deny_write, *map(resolve_real_path, fs.deny_write)])),
         protected=at.protected,

@@ -68,6 +68,9 @@ class ProfileRequest:
     workspace_reason: str = ""
     allow_read: Sequence[str] = ()
     allow_write: Sequence[str] = ()
+    # A grant named through a link (as named, where it is): shown where it is, and at the
+    # name too, as a link, so a server told the name finds it.
+    grant_links: Sequence[tuple[str, str]] = ()
     deny_read: Sequence[str] = ()
     deny_write: Sequence[str] = ()
     # ironcurtain's own files (config, policy, audit log): read-only wherever they appear.
@@ -225,6 +228,10 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for path in writable:
         if path != req.workspace:
             mounts.append(Mount("bind", path, path, "allowWrite"))
+    shown_trees = [m.dest for m in mounts if m.kind in ("ro-bind", "bind")]
+    for named, real in req.grant_links:
+        if os.path.exists(real) and not any(named == t or is_under(named, t) for t in shown_trees):
+            mounts.append(Mount("symlink", named, real, "the grant as it is named: a link"))
     roots_end = len(mounts)  # what is shown inside a writable root comes after this
     # After the writable roots, so a program directory inside one stays read-only.
     argv: tuple[str, ...] = (req.command_path, *req.args)

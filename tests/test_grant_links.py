@@ -74,3 +74,26 @@ def test_a_link_to_an_ordinary_directory_and_a_secret_place_named_directly_are_s
     assert f"--bind {work} {work}" in _profile(user, _config(user, link))
     direct = user.home / ".ssh"  # the user's own explicit choice
     assert f"--bind {direct} {direct}" in _profile(user, _config(user, direct))
+
+
+def test_a_server_told_the_grants_name_finds_it(user: Home) -> None:
+    """Shown where it really is, a grant named through a link is there by its name too: a
+    server that knows only the name (from its arguments or environment) writes where the
+    link leads."""
+    from tests.support.probe import probe_server_config, run_probe
+
+    real = user.home / "work" / "notes"
+    real.mkdir(parents=True)
+    named = user.root / "notes-link"
+    named.symlink_to(real)
+    server = probe_server_config(True)
+    server["sandbox"]["filesystem"]["allowWrite"] += [str(named)]
+    server["env"] = {**server.get("env", {}), "GRANTED": str(named)}
+    out = run_probe(
+        user,
+        user.ws(),
+        server,
+        lambda: [("write_under_env", {"var": "GRANTED", "rel": "todo.txt", "content": "x"})],
+    )
+    assert out[0][1] == "WRITE OK", out
+    assert (real / "todo.txt").read_text() == "x"
