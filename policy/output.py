@@ -16,8 +16,8 @@ and what happens to the fields they match:
 Actions: ``allow`` (kept), ``mask`` (the value is replaced by a marker of the same type:
 a string says why, a number becomes 0, a boolean false, an object or an array is emptied
 whole unless a path names something inside it, since its keys may be the data) and
-``redact`` (the field is removed). Once a tool has an output policy, a field no path covers is removed (default
-deny).
+``redact`` (the field is removed). Once a tool has an output policy, a field no path covers
+is removed (default deny).
 
 Which path decides a field: the one that matches the field itself, else the one that
 matches its nearest enclosing object or array (a path ending at an object covers its
