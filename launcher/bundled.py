@@ -11,10 +11,11 @@ import json
 from collections.abc import Mapping, Sequence
 
 from launcher import dirs
+from launcher.config import BUNDLED_SOURCE, warn
 from launcher.config_schema import ServerConfig
+from launcher.errors import UsageError
 from launcher.programs import resolve_command
 
-BUNDLED = "bundled default"
 _PYTHON = (
     "install ironcurtain with its servers: pip install 'ironcurtain[servers]' "
     "(pipx install 'ironcurtain[servers]', uv tool install 'ironcurtain[servers]')"
@@ -57,11 +58,18 @@ def installed(
     selected: dict[str, ServerConfig],
     asked: Sequence[str],
     search: Sequence[str],
-) -> tuple[dict[str, ServerConfig], dict[str, str]]:
-    """The servers to start, and those left out with why: with the bundled config and no
-    server asked for by name, those not installed are left out (all of them missing is
-    for the caller to refuse); otherwise every selected server, none left out."""
-    if source != BUNDLED or asked:
-        return selected, {}
+) -> dict[str, ServerConfig]:
+    """The servers to start: with the bundled config and no server asked for by name, those
+    installed (each missing one named on stderr with the command that adds it; none
+    installed is a UsageError); otherwise every selected server."""
+    if source != BUNDLED_SOURCE or asked:
+        return selected
     absent = missing({n: s.command for n, s in selected.items()}, search)
-    return {n: s for n, s in selected.items() if n not in absent}, absent
+    if len(absent) == len(selected):
+        raise UsageError(
+            "none of the servers of the bundled default config is installed: "
+            + "; ".join(f"{name}: {why}" for name, why in absent.items())
+        )
+    for name, why in absent.items():
+        warn(f"server '{name}' of the bundled default config is not started: {why}")
+    return {n: s for n, s in selected.items() if n not in absent}

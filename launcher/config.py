@@ -21,6 +21,9 @@ from policy.variables import PlaceholderError
 from policy.variables import expand as expand_placeholders
 from sandbox_profiles.records import frozen
 
+# How the bundled default config is named as a config's source.
+BUNDLED_SOURCE = "bundled default"
+
 
 @frozen
 class LoadedConfig:
@@ -51,7 +54,7 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> t
     user = dirs.config_dir() / "mcp-servers.json"
     if user.is_file():
         return user, str(user)
-    return dirs.bundled_config(), "bundled default"
+    return dirs.bundled_config(), BUNDLED_SOURCE
 
 
 def expand(value: str, variables: Mapping[str, str], where: Callable[[], str], file: str) -> str:

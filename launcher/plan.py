@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher import bundled, dirs, rundir
-from launcher.config import LoadedConfig, load_and_warn, warn
+from launcher.config import LoadedConfig, load_and_warn
 from launcher.config_schema import ServerConfig
 from launcher.errors import SandboxUnavailable, UsageError
 from launcher.host import (
@@ -303,16 +303,9 @@ def _plan(
     probe: SandboxProbe | None,
 ) -> SessionPlan:
     config = load_and_warn(opts.config, workspace)
-    selected, absent = bundled.installed(
+    selected = bundled.installed(
         config.source, select_servers(config, opts.servers), opts.servers, search_path()
     )
-    if not selected:
-        raise UsageError(
-            f"none of the servers of the bundled default config ({config.path}) is installed: "
-            + "; ".join(f"{name}: {why}" for name, why in absent.items())
-        )
-    for name, why in absent.items():
-        warn(f"server '{name}' of the bundled default config is not started: {why}")
     files = load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
     audit_path = resolve_real_path(
