@@ -188,8 +188,10 @@ def never_shown() -> dict[str, str]:
 
 # The system's own trees: no grant reached through a link may lead into them (a link a
 # project put where a directory was could hand a server /run's sockets or /etc writable).
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/run", "/etc", "/var", "/boot", "/usr", "/bin",
-                "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/root", "/snap")  # fmt: skip
+# The kernel's and the runtime's trees (sockets, devices, process state): never a server's.
+RUNTIME_TREES = ("/proc", "/sys", "/dev", "/run")
+SYSTEM_TREES = (*RUNTIME_TREES, "/etc", "/var", "/boot", "/usr", "/bin", "/sbin", "/lib",
+                "/lib32", "/lib64", "/libx32", "/root", "/snap")  # fmt: skip
 
 
 def link_problem(real: str, never_shown: Mapping[str, str]) -> str | None:
@@ -305,6 +307,8 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
     if sandboxed and os.path.basename(command) == "npx":
         command, args = npx_to_node(command, args, list(at.search), at.config, name)
         program_files.append(args[0])
+    # Each grant where it really is (config paths are absolute already).
+    real = {p: resolve_real_path(p) for p in (*fs.allow_read, *fs.allow_write)}
     request = ProfileRequest(
         name=name,
         command_path=command,
@@ -317,14 +321,9 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         # Where they really are: a grant that is a link is shown at its target, where
         # every protection inside a writable root is worked out (the workspace, and the
         # arguments forwarded to servers, are real paths too).
-        allow_read=[resolve_real_path(p) for p in fs.allow_read],
-        allow_write=[resolve_real_path(p) for p in fs.allow_write],
-        grant_links=[
-            (named, real)
-            for p in (*fs.allow_read, *fs.allow_write)
-            for named, real in [(os.path.abspath(p), resolve_real_path(p))]
-            if named != real
-        ],
+        allow_read=[real[p] for p in fs.allow_read],
+        allow_write=[real[p] for p in fs.allow_write],
+        grant_links=[(p, real[p]) for p in real if p != real[p]],
         deny_read=list(dict.fromkeys([*fs.deny_read, *map(resolve_real_path, fs.deny_read)])),
         deny_write=list(dict.fromkeys([*fs.deny_write, *map(resolve_real_path, fs.deny_write)])),
         protected=at.protected,

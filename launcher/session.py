@@ -36,7 +36,6 @@ from launcher.relay import Relay
 from launcher.report import say, say_lines, startup_report
 from launcher.seams import Upstream
 from launcher.served import Served
-from launcher.shown import visible
 from launcher.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
@@ -231,7 +230,7 @@ class Session:
     # -- what the session does on its own: stderr and the audit log ------------------------
 
     def event(self, event: str, text: str, **fields: object) -> None:
-        say(visible(text, one_line=True))  # names in it are a server's choice
+        say(text)  # on one line, as escapes: names in it are a server's choice
         if self.audit is not None:
             self.audit.write({"event": event, **fields})
 

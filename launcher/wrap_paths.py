@@ -22,10 +22,6 @@ from pathlib import Path
 from launcher import dirs
 from sandbox_profiles.discover import hidden_reason
 
-# The kernel's and the runtime's trees: sockets (the session bus, container runtimes),
-# devices and process state; nothing in them is a server's to be given.
-SYSTEM_TREES = ("/proc", "/sys", "/dev", "/run", "/var/run")
-
 
 def identity(path: str | Path) -> tuple[int, int] | None:
     """(device, inode) of ``path`` (links followed); None when it cannot be looked at."""
@@ -61,7 +57,7 @@ def holds_home(path: str | Path, home: str | Path) -> bool:
 def refusal(mount: str, writable: bool, home: Path) -> str | None:
     """Why ``mount`` (a directory, absolute) must not be given to a wrapped server, as
     "MOUNT is ..." wording; None when it may."""
-    from launcher.serverplan import never_shown  # the planner's own list
+    from launcher.serverplan import RUNTIME_TREES, never_shown  # the planner's own lists
 
     if holds_home(mount, home):
         return "is or holds your home directory"
@@ -83,7 +79,7 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
     if ".ssh" in Path(os.path.realpath(mount)).parts:
         return "is in an SSH directory"
     real = os.path.realpath(mount)
-    for tree in SYSTEM_TREES:
+    for tree in (*RUNTIME_TREES, "/var/run"):
         if within(mount, tree) or Path(real).is_relative_to(tree):
             return f"is in {tree} (the system's sockets, devices or processes)"
     if writable and (within(mount, "/etc") or Path(real).is_relative_to("/etc")):
