@@ -25,9 +25,10 @@ import json
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import field
-from typing import Any
+from typing import Any, Protocol
 
 from launcher.audit import hash_value
+from launcher.jsonrpc import Message
 from launcher.shown import visible
 from policy import Decision
 from sandbox_profiles.records import frozen, mutable
@@ -39,6 +40,26 @@ APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 # What a server's own request (not a tool call) is kept as in the session whitelist.
 SERVER_REQUEST = "server request: "
 Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
+
+
+class AskClient(Protocol):
+    """Sends the client a request; ``related``: the client's request it belongs to."""
+
+    def __call__(
+        self, method: str, params: Message, timeout: float, related: str | int | None = None
+    ) -> Awaitable[Message]: ...
+
+
+def asking_with(ask: AskClient, related: object) -> Requester:
+    """``ask`` for questions about the client's request ``related``: they go with it (over
+    HTTP, on the event stream of that request, which the client reads; a client need not
+    open the stream for what nobody asked)."""
+    about = related if isinstance(related, str | int) else None
+
+    def asking(method: str, params: dict[str, Any], timeout: float) -> Awaitable[Message]:
+        return ask(method, params, timeout, about)
+
+    return asking
 
 
 @frozen

@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
+from launcher.approval import AskClient, asking_with
 from launcher.audit import hashed_arguments
 from launcher.jsonrpc import Message, ServerGone
 from launcher.questions import ELICIT, SAMPLE, Refused, forwarded
@@ -40,8 +41,6 @@ DENIED = -32001
 # How long a question of a server's may wait for the client (a human answering a form).
 ASK_TIMEOUT = 600.0
 MAX_OPEN = 4  # questions one server may have open at once
-
-AskClient = Callable[[str, Message, float, "str | int | None"], Awaitable[Message]]
 
 
 class ServerAsks:
@@ -180,12 +179,7 @@ class ServerAsks:
         """Ask the client ``sent`` (first a human, when the decision escalates: shown
         ``sent``, all of it) and give the server its answer."""
         server = conn.name
-        related = self._related(server)
-
-        def approve_via(method: str, params: Message, timeout: float) -> Awaitable[Message]:
-            # The human's question goes with the call the server asks during (over HTTP,
-            # on that call's event stream, which the client reads).
-            return self._approve_via(method, params, timeout, related)
+        related = self._related(server)  # the call the server asks during
 
         try:
             if decision.decision == "escalate":
@@ -195,7 +189,7 @@ class ServerAsks:
                     sent,
                     decision,
                     self._client_elicits(),
-                    approve_via,
+                    asking_with(self._approve_via, related),
                     by_server=True,
                 )
                 entry["escalation"] = outcome.escalation

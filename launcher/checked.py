@@ -18,8 +18,9 @@ from collections.abc import Callable, Coroutine
 from dataclasses import field
 from typing import Any, Protocol
 
+from launcher.approval import AskClient
 from launcher.audit import Prepared, hashed_arguments
-from launcher.escalation import AskClient, Escalations, discard
+from launcher.escalation import Escalations, discard
 from launcher.gate import (
     BY_URI,
     COMPLETE,

@@ -10,10 +10,10 @@ The checked path (:mod:`launcher.checked`) hands a call here and gets it back th
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
-from launcher.approval import Requester
+from launcher.approval import AskClient, asking_with
 from launcher.audit import hash_value
 from launcher.gate import TOOL, denial_text, label
 from launcher.grants import CannotWiden, Grant, describe
@@ -26,14 +26,6 @@ if TYPE_CHECKING:
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0
-
-
-class AskClient(Protocol):
-    """Sends the client a request; ``related``: the client's request it belongs to."""
-
-    def __call__(
-        self, method: str, params: Message, timeout: float, related: str | int | None = None
-    ) -> Awaitable[Message]: ...
 
 
 class Ends(Protocol):
@@ -69,16 +61,6 @@ class Escalations:
         self._spawn = spawn
         self._waiting: dict[str | int, asyncio.Task[None]] = {}  # by the client's id
         self.keepalive = KEEPALIVE_SECONDS
-
-    def _asking_for(self, call: Call) -> Requester:
-        """The question about ``call`` goes with it: over HTTP, on the event stream of the
-        client's request for it (a client need not open the stream for what nobody asked)."""
-        related = call.request_id if isinstance(call.request_id, str | int) else None
-
-        def ask(method: str, params: dict[str, Any], timeout: float) -> Awaitable[Message]:
-            return self.ask(method, params, timeout, related)
-
-        return ask
 
     def start(self, call: Call, decision: Decision) -> None:
         """Put ``call`` to a human, in a task of its own (the relay goes on meanwhile)."""
@@ -126,7 +108,7 @@ class Escalations:
                 call.arguments,
                 decision,
                 self.client_elicits(),
-                self._asking_for(call),
+                asking_with(self.ask, call.request_id),
                 describe(call.server, grants) if grants else "",
             )
         except asyncio.CancelledError:
