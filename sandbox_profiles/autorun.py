@@ -182,6 +182,8 @@ def fold(name: str) -> str:
     >>> fold(".BA\u017fHRC. ") == fold(".bashrc") == ".bashrc"
     True
     """
+    if name.isascii():  # nearly every name: nothing to decompose, casefold is lower
+        return name.lower().rstrip(". ")
     return unicodedata.normalize("NFKD", name).casefold().rstrip(". ")
 
 

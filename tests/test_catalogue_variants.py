@@ -56,3 +56,13 @@ def test_a_git_directory_member_in_another_case_is_protected() -> None:
 @pytest.mark.parametrize("name", ["bashrc", ".bashrc-notes", "notes.md", "mise.toml.md"])
 def test_other_names_stay_ordinary_work(name: str) -> None:
     assert autorun.match(["proj", name], False, _none) is None
+
+
+def test_an_ascii_name_folds_as_the_full_folding_would() -> None:
+    import unicodedata
+
+    from sandbox_profiles.autorun import fold
+
+    for char in map(chr, range(128)):
+        name = f".A{char}b{char}"
+        assert fold(name) == unicodedata.normalize("NFKD", name).casefold().rstrip(". ")
