@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-import launcher
 from sandbox_profiles import autorun_names
+from tests.support.bundled import bundled_servers, write_config
 from tests.support.home import Home, make_home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
@@ -293,14 +293,9 @@ def test_without_the_sandbox_the_too_large_configurations_hook_runs(tmp_path: Pa
 
 def _agent(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[tuple[bool, str]], Path]:
     user, ws, markers = _world(base)
-    bundled = json.loads(
-        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    config = write_config(
+        user.root / "agent.json", bundled_servers("filesystem", sandboxed=sandboxed)
     )
-    server = bundled["mcpServers"]["filesystem"]
-    if not sandboxed:
-        server["sandbox"] = False
-    config = user.root / "agent.json"
-    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
     calls: list[tuple[str, dict[str, Any]]] = []
     for op in _ops(ws, markers):
         # write_file makes no executable file: git would not run it as a hook, but lefthook

@@ -14,7 +14,6 @@ configuration that cannot be read for sure makes the roots read-only.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -23,7 +22,7 @@ from typing import Any
 
 import pytest
 
-import launcher
+from tests.support.bundled import bundled_servers, write_config
 from tests.support.home import Home, make_home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
@@ -244,14 +243,9 @@ AGENT_CASES = ["yaml-source-dir", "toml-source-dir-local", "rc", "dot-config-scr
 
 def _agent(base: Path, sandboxed: bool) -> tuple[set[str], list[tuple[bool, str]], Path]:
     user, ws, markers = _world(base, {c: CASES[c][0] for c in AGENT_CASES})
-    bundled = json.loads(
-        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    config = write_config(
+        user.root / "agent.json", bundled_servers("filesystem", sandboxed=sandboxed)
     )
-    server = bundled["mcpServers"]["filesystem"]
-    if not sandboxed:
-        server["sandbox"] = False
-    config = user.root / "agent.json"
-    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
     # write_file makes no executable file: lefthook runs these through sh, or sources them.
     planted = [*_planted(markers, AGENT_CASES), ("tools/x.py", "print('hi')\n")]
     calls: list[tuple[str, dict[str, Any]]] = []

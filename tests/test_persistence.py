@@ -25,6 +25,7 @@ import pytest
 
 import launcher
 from sandbox_profiles import autorun
+from tests.support.bundled import bundled_servers, write_config
 from tests.support.cli import run_args
 from tests.support.home import Home, make_home
 from tests.support.marks import needs_bwrap
@@ -469,15 +470,9 @@ def _agent_calls(ws: Path, markers: Path) -> list[tuple[str, dict[str, Any]]]:
 
 def _agent(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[tuple[bool, str]]]:
     user, ws, markers = _world(base)
-    bundled = json.loads(
-        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    config = write_config(
+        user.root / "agent.json", bundled_servers("filesystem", "git", sandboxed=sandboxed)
     )
-    servers = {n: bundled["mcpServers"][n] for n in ("filesystem", "git")}
-    if not sandboxed:
-        for server in servers.values():
-            server["sandbox"] = False
-    config = user.root / "agent.json"
-    config.write_text(json.dumps({"mcpServers": servers}))
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
@@ -506,14 +501,9 @@ def _agent_moves(base: Path, sandboxed: bool) -> tuple[bool, list[tuple[bool, st
     """The agent renames the directory holding the file the user's repository includes
     (its read-only mount goes with it), makes it again and writes its own file there."""
     user, ws, markers = _world(base)
-    bundled = json.loads(
-        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
+    config = write_config(
+        user.root / "agent.json", bundled_servers("filesystem", sandboxed=sandboxed)
     )
-    server = bundled["mcpServers"]["filesystem"]
-    if not sandboxed:
-        server["sandbox"] = False
-    config = user.root / "agent.json"
-    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
     conf = ws / "inc" / "conf"
     calls: list[tuple[str, dict[str, Any]]] = [
         ("filesystem__move_file", {"source": str(conf), "destination": f"{conf}.orig"}),
@@ -673,9 +663,7 @@ def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(
     its call answered with an error, the event audited; a server that cannot write there
     goes on; the end-of-session sweep still leaves nothing host git would run."""
     user, ws, markers = _world(tmp_path)
-    bundled = json.loads(
-        (Path(launcher.__file__).parent / "defaults" / "mcp-servers.json").read_text()
-    )
+    bundled = {"mcpServers": bundled_servers("time")}
     config = user.root / "probe.json"
     config.write_text(
         json.dumps(
