@@ -48,8 +48,8 @@ from functools import partial
 
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms, print_medians
 
-from launcher.oscalls import memfd, wide_table_fd
-from launcher.plan import RunOptions, plan_session
+from launcher.host.oscalls import memfd, wide_table_fd
+from launcher.plan.session_plan import RunOptions, plan_session
 from sandbox_profiles.model import Limits
 from sandbox_profiles.profile import write_runtime_files
 from tests.support.client import Client

@@ -61,9 +61,9 @@ def launcher_argv(tree: str, run_argv: list[str]) -> list[str]:
     """``ironcurtain run ...`` from ``tree`` (its entry point, or the typer app before there
     was one)."""
     entry = (
-        "launcher.entry"
+        "launcher.cli.entry"
         if os.path.exists(os.path.join(tree, "launcher", "entry.py"))
-        else "launcher.cli"
+        else "launcher.cli.app"
     )
     code = f"import sys; sys.argv[0] = 'ironcurtain'; from {entry} import main; main()"
     return [sys.executable, "-c", code, *run_argv[1:]]

@@ -55,8 +55,8 @@ def test_the_bundled_annotations_cover_every_path_argument_of_the_live_tools(
     import asyncio
     import os
 
-    from launcher.plan import RunOptions, plan_session
-    from launcher.session import Session
+    from launcher.plan.session_plan import RunOptions, plan_session
+    from launcher.session.wiring import Session
     from policy.heuristic import validate
 
     os.environ["XDG_STATE_HOME"] = str(user.state)
@@ -152,7 +152,7 @@ def _listing(*prompts: dict) -> dict:  # type: ignore[type-arg]
 
 
 def _drafts(listing: dict) -> dict:  # type: ignore[type-arg]
-    from launcher.annotate_cmd import heuristic_drafts
+    from launcher.pipeline.annotate import heuristic_drafts
 
     return heuristic_drafts(listing)
 
@@ -211,8 +211,8 @@ def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed
 
 
 def test_an_invalid_annotations_file_is_never_overwritten(tmp_path: Path) -> None:
-    from launcher.compile_cmd import merge_into
-    from launcher.errors import UsageError
+    from launcher.pipeline.compile import merge_into
+    from launcher.shared.errors import UsageError
 
     out = tmp_path / "tool-annotations.json"
     out.write_text('{"servers": {"fs": {"tools": [{"toolName": "x"}]}}}')

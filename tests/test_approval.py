@@ -212,7 +212,7 @@ def test_approvals_without_a_session_says_so(user: Home) -> None:
 
 
 def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None:
-    from launcher.approval import Terminals
+    from launcher.relay.approval import Terminals
 
     async def scenario() -> None:
         terminals = Terminals(str(tmp_path / "a.sock"))
@@ -249,7 +249,7 @@ def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None
 def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
     # A path whose right-to-left override would show "exe.txt" as "txt.exe", and content
     # holding a C1 control, a zero-width space and a line separator.
-    from launcher.approval import approval_message
+    from launcher.relay.approval import approval_message
     from policy.decision import Decision
 
     arguments = {
@@ -264,7 +264,7 @@ def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
 
 
 def test_a_servers_request_is_asked_as_the_servers_and_a_name_keeps_to_its_line() -> None:
-    from launcher.approval import approval_message
+    from launcher.relay.approval import approval_message
     from policy.decision import Decision
 
     decision = Decision("escalate", "client-requests", "a human approves sampling")
@@ -284,7 +284,7 @@ def test_a_tool_approved_for_the_session_never_covers_a_servers_request() -> Non
     """A server names a tool after its own request (``sampling/createMessage``): the agent's
     call to it, approved for the session, must not let the server's sampling request with
     the same content through unasked."""
-    from launcher.approval import APPROVE_SESSION, Approvals
+    from launcher.relay.approval import APPROVE_SESSION, Approvals
     from policy.decision import Decision
 
     asked: list[str] = []

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.audit import AuditLog
-from launcher.audit_read import verify
+from launcher.audit.log import AuditLog
+from launcher.audit.read import verify
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
@@ -51,7 +51,7 @@ ODD_ENTRY = {
 
 @pytest.mark.parametrize("value", ["", "plain", 'a "q" \\ \n\x00 \u2028 \u00e9 \U0001f600'])
 def test_a_string_argument_hashes_as_its_canonical_json(value: str) -> None:
-    from launcher.audit import hash_value
+    from launcher.audit.log import hash_value
 
     text = json.dumps(value, ensure_ascii=False).encode()
     assert hash_value(value) == "sha256:" + hashlib.sha256(text).hexdigest()
@@ -98,7 +98,7 @@ def _edit(lines: list[str]) -> list[str]:
 def _forge(lines: list[str]) -> list[str]:
     # A careful forger chains the new entry to line 2 and gives it a self-consistent hash;
     # without rewriting every later line, the next one no longer follows.
-    from launcher.audit import entry_hash
+    from launcher.audit.log import entry_hash
 
     entry = json.loads(lines[1])
     entry["tool"] = "rm_everything"

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from launcher.audit import AuditLog, entry_hash
-from launcher.audit_read import verify
-from launcher.shown import visible
+from launcher.audit.log import AuditLog, entry_hash
+from launcher.audit.read import verify
+from launcher.shared.shown import visible
 from tests.servers.forging_server import FORGED as FORGED_LINE
 from tests.support.cli import ironcurtain
 from tests.support.client import Client

@@ -38,7 +38,7 @@ def install_probe(user: Home, where: str) -> Path:
 
 
 def _never_shown(user: Home, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    from launcher.serverplan import never_shown
+    from launcher.plan.server_plan import never_shown
 
     for key in ("HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"):
         monkeypatch.setenv(key, user.env[key])

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from launcher.compile_cmd import CompileOptions, Progress, compile_policy
+from launcher.pipeline.compile import CompileOptions, Progress, compile_policy
 from policy import schema
 from policy.llm import CachedLLM, LLMError, ask
 from policy.loader import bundled_policy_dir
@@ -181,7 +181,7 @@ def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) ->
 
 @needs_bwrap
 def test_annotate_tools_with_the_llm_and_a_malformed_first_answer(env: Home) -> None:
-    from launcher.annotate_cmd import annotate_tools
+    from launcher.pipeline.annotate import annotate_tools
 
     out = env.root / "annotations.json"
     replay = Replay("malformed", "bundled")
@@ -204,7 +204,7 @@ def test_annotate_tools_with_the_llm_and_a_malformed_first_answer(env: Home) -> 
 def test_an_answer_that_stays_malformed_is_reported_and_nothing_written(
     env: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from launcher.annotate_cmd import annotate_tools
+    from launcher.pipeline.annotate import annotate_tools
 
     out = env.root / "annotations.json"
     replay = Replay("garbage")
@@ -284,7 +284,7 @@ def test_the_commands_say_what_they_need_without_an_api_key(user: Home) -> None:
 
 @needs_bwrap
 def test_the_output_may_not_overlap_what_the_servers_may_use(env: Home) -> None:
-    from launcher.errors import UsageError
+    from launcher.shared.errors import UsageError
 
     workspaces = Path(os.environ["XDG_STATE_HOME"]) / "ironcurtain" / "workspaces"
     with pytest.raises(UsageError, match="overlaps"):

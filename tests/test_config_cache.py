@@ -1,4 +1,4 @@
-"""The validated config kept across starts (launcher.config over policy.cache): read back
+"""The validated config kept across starts (launcher.plan.config over policy.cache): read back
 exactly, warnings included, never trusted past the bytes it was made from, and out of a
 hostile server's reach."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import content_cache, load_config
-from launcher.config_schema import ServerConfig
-from launcher.dirs import bundled_config
-from launcher.errors import ConfigError
+from launcher.plan.config import content_cache, load_config
+from launcher.plan.config_schema import ServerConfig
+from launcher.shared.dirs import bundled_config
+from launcher.shared.errors import ConfigError
 from tests.support.client import PROTOCOL
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap
@@ -88,7 +88,7 @@ def test_a_start_that_hits_imports_no_pydantic(tmp_path: Path) -> None:
     path = tmp_path / "mcp-servers.json"
     path.write_text(json.dumps(CONFIG))
     program = (
-        "import sys; from pathlib import Path; from launcher.config import load_config; "
+        "import sys; from pathlib import Path; from launcher.plan.config import load_config; "
         f"load_config(Path({str(path)!r}), 't', '/ws', cache=Path({str(tmp_path / 'c')!r})); "
         "print('pydantic' in sys.modules)"
     )
@@ -158,15 +158,15 @@ def test_without_the_sandbox_a_forged_entry_would_be_the_config(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    ("entry", "typer_loaded"), [("launcher.entry", "False"), ("launcher.cli", "True")]
+    ("entry", "typer_loaded"), [("launcher.cli.entry", "False"), ("launcher.cli.app", "True")]
 )
 def test_a_warm_session_never_imports_pydantic(
     tmp_path: Path, entry: str, typer_loaded: str
 ) -> None:
     # The whole of `ironcurtain run` over stdio (planning, the spawn, the relay, a listing),
     # its config and policy unchanged since the last start; the first start validates.
-    # Through the executable (launcher.entry) typer is not loaded either; through
-    # `python -m launcher.cli` it is, and still brings no pydantic.
+    # Through the executable (launcher.cli.entry) typer is not loaded either; through
+    # `python -m launcher.cli.app` it is, and still brings no pydantic.
     user = make_home(tmp_path)
     program = (
         "import atexit, sys; atexit.register(lambda: sys.stderr.write("

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launcher.programs import resolve_command
+from launcher.plan.programs import resolve_command
 from sandbox_profiles.discover import program_dirs, which
 from tests.support.home import Home
 from tests.support.paths import IRONCURTAIN

@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 import pytest
 from mcp import MCPError as McpError
 
-from launcher import egress
-from launcher.egress import EgressProxy, Refusal
+from launcher.servers import egress
+from launcher.servers.egress import EgressProxy, Refusal
 from policy.egress import EgressRules, check_address, check_host
 from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from pyfakefs.fake_filesystem import FakeFilesystem
 
-from launcher.hostfiles import write_runtime_files
-from launcher.oscalls import memfd
-from launcher.plan import RunOptions, plan_session
+from launcher.host.oscalls import memfd
+from launcher.plan.session_plan import RunOptions, plan_session
+from launcher.session.hostfiles import write_runtime_files
 from sandbox_profiles.model import Mount
 from sandbox_profiles.profile import _bind_etc
 from tests.support.home import make_home

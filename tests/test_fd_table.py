@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.oscalls import WIDE_TABLE, wide_table_fd
+from launcher.host.oscalls import WIDE_TABLE, wide_table_fd
 from sandbox_profiles.bwrap import render
 from sandbox_profiles.model import SandboxProfile
 from sandbox_profiles.profile import ProfileRequest, build_profile, write_runtime_files

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.guard import Guard, Quarantined
+from launcher.guard.watch import Guard, Quarantined
 from sandbox_profiles.gitconfig import GitConfigError, parse_config, read_config
 from sandbox_profiles.present import existing
 from tests.support.client import Client

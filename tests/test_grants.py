@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.grants import SYSTEM_PLACES, CannotWiden, Grant, describe, plan_grants
-from launcher.widen import grant_dirs, widened_profile
+from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, describe, plan_grants
+from launcher.servers.widen import grant_dirs, widened_profile
 from sandbox_profiles.model import Mount, SandboxProfile
 
 WRITE = {"path": frozenset({"write-path"})}

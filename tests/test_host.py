@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from launcher.host import _count_threads
+from launcher.host.machine import _count_threads
 
 
 def _status(proc: Path, pid: int, uid: int, threads: int | None) -> None:

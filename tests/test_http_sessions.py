@@ -11,9 +11,9 @@ from typing import Any
 import httpx2
 import pytest
 
-from launcher import http_bounds, http_transport
-from launcher.http_transport import ClientStream, HttpEndpoint
-from launcher.jsonrpc import result
+from launcher.shared.jsonrpc import result
+from launcher.transports import http_bounds, streamable_http
+from launcher.transports.streamable_http import ClientStream, HttpEndpoint
 
 TOKEN = "t" * 32
 HEAD = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
@@ -65,7 +65,7 @@ async def _ping(http: httpx2.AsyncClient, url: str, sid: str) -> int:
 
 
 def test_a_new_client_ends_the_session_unused_longest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(http_transport, "MAX_SESSIONS", 3)
+    monkeypatch.setattr(streamable_http, "MAX_SESSIONS", 3)
     closed: list[str] = []
     found: dict[str, Any] = {}
 
@@ -89,7 +89,7 @@ def test_a_new_client_ends_the_session_unused_longest(monkeypatch: pytest.Monkey
 def test_busy_sessions_are_kept_and_the_new_client_is_told_to_come_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(http_transport, "MAX_SESSIONS", 2)
+    monkeypatch.setattr(streamable_http, "MAX_SESSIONS", 2)
     found: dict[str, Any] = {}
 
     async def scenario() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from launcher.config_schema import DEFAULT_LIMITS
-from launcher.plan import RunOptions, SessionPlan, plan_session
-from launcher.serverplan import workspace_access
+from launcher.plan.config_schema import DEFAULT_LIMITS
+from launcher.plan.server_plan import workspace_access
+from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from policy import schema
 from policy.models import ToolAnnotationsFile
 from sandbox_profiles.model import Limits

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from launcher.lines import LineBuffer
+from launcher.shared.lines import LineBuffer
 
 STREAM = b'{"a":1}\n\n{"b":"two"}\n' + b"x" * 40 + b'\n{"c":3}\n' + b"y" * 11 + b"\ntail"
 

@@ -202,7 +202,7 @@ def test_the_file_is_read_and_its_absence_is_no_policy(tmp_path: Path) -> None:
 
 
 def test_what_cannot_be_filtered_by_field_is_removed_from_a_tool_with_a_policy() -> None:
-    from launcher.outputs import UNFILTERABLE, Outputs
+    from launcher.relay.outputs import UNFILTERABLE, Outputs
 
     policy = parse_output_policy(
         {"tools": [{"server": "crm", "tool": "get", "fields": {".id": "allow"}}]}, "p"

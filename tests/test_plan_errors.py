@@ -11,9 +11,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.errors import ConfigError, SandboxUnavailable, UsageError
-from launcher.plan import OptionError, RunOptions, SandboxRefused, plan_session
-from launcher.run_cmd import cli_words
+from launcher.cli.run import cli_words
+from launcher.plan.session_plan import OptionError, RunOptions, SandboxRefused, plan_session
+from launcher.shared.errors import ConfigError, SandboxUnavailable, UsageError
 from tests.support.marks import needs_bwrap
 
 
@@ -118,7 +118,7 @@ def test_a_probe_ended_early_leaves_nothing_behind_and_never_hangs(tmp_path: Pat
     # ending the probe (reading it to its end) would hang the session's start.
     code = (
         "import os, time\n"
-        "from launcher.host import SandboxProbe\n"
+        "from launcher.host.machine import SandboxProbe\n"
         "for i in range(1000):\n"
         "    with SandboxProbe(os.geteuid() == 0):\n"
         "        time.sleep((0, 0.0005, 0.002)[i % 3])\n"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import plan as plan_module
-from launcher.plan import RunOptions, plan_session
+from launcher.plan import session_plan as plan_module
+from launcher.plan.session_plan import RunOptions, plan_session
 from policy import load_policy_dir
 from policy.cache import KEEP, ContentCache, decode, encode
 from policy.errors import PolicyFileError

@@ -1,4 +1,4 @@
-"""Servers start before the session's event loop exists (``launcher.prestart``): a session
+"""Servers start before the session's event loop exists (``launcher.session.prestart``): a session
 that fails after they started stops them having sent them nothing, and leaves nothing."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.approval import Terminals
-from launcher.errors import StartupError
-from launcher.launchspec import LaunchSpec
-from launcher.plan import RunOptions, SessionPlan, plan_session
-from launcher.prestart import prestart
-from launcher.session import Session
+from launcher.host.launch import LaunchSpec
+from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
+from launcher.relay.approval import Terminals
+from launcher.session.prestart import prestart
+from launcher.session.wiring import Session
+from launcher.shared.errors import StartupError
 from tests.support.client import Client
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap

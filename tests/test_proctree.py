@@ -1,4 +1,4 @@
-"""A server's process tree read from /proc (launcher.proctree): every descendant, what each
+"""A server's process tree read from /proc (launcher.host.proctree): every descendant, what each
 uses, and a kill that spares a pid the kernel has given to another process since."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import time
 import psutil
 import pytest
 
-from launcher import proctree
-from launcher.proctree import Member, kill, over_limits, process_tree
+from launcher.host import proctree
+from launcher.host.proctree import Member, kill, over_limits, process_tree
 from sandbox_profiles.model import Limits
 
 
@@ -130,17 +130,17 @@ def test_a_reaped_server_is_never_looked_at_or_killed_by_its_pid(
     # group id) to any new process: halting or stopping it then touches nothing.
     import asyncio
 
-    from launcher import servers
-    from launcher.launchspec import LaunchSpec
+    from launcher.host.launch import LaunchSpec
+    from launcher.servers import connection
 
     touched: list[str] = []
-    monkeypatch.setattr(servers.os, "killpg", lambda *a: touched.append(f"killpg{a}"))
-    monkeypatch.setattr(servers, "kill", lambda tree: tree and touched.append(f"kill {tree}"))
-    monkeypatch.setattr(servers, "process_tree", lambda pid: touched.append("tree") or [])
+    monkeypatch.setattr(connection.os, "killpg", lambda *a: touched.append(f"killpg{a}"))
+    monkeypatch.setattr(connection, "kill", lambda tree: tree and touched.append(f"kill {tree}"))
+    monkeypatch.setattr(connection, "process_tree", lambda pid: touched.append("tree") or [])
 
-    async def scenario() -> servers.ServerConnection:
+    async def scenario() -> connection.ServerConnection:
         spec = LaunchSpec("gone", [sys.executable, "-c", "pass"], dict(os.environ), "/", None)
-        conn = servers.ServerConnection(spec)
+        conn = connection.ServerConnection(spec)
         await conn.start()
         await conn.exited.wait()
         assert not conn.running  # exited and reaped

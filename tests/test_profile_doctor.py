@@ -135,7 +135,7 @@ def test_doctor_names_a_bwrap_that_cannot_start(user: Home) -> None:
 def test_seatbelt_of_a_real_server_is_well_formed(
     user: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from launcher.plan import RunOptions, plan_session
+    from launcher.plan.session_plan import RunOptions, plan_session
 
     ws = user.ws()
     monkeypatch.setenv("XDG_STATE_HOME", str(user.state))

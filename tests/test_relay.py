@@ -19,16 +19,16 @@ from typing import Any
 
 import pytest
 
-from launcher.approval import APPROVE, APPROVE_SESSION, DENY, Approvals
-from launcher.asks import MAX_OPEN
-from launcher.audit import AuditLog
-from launcher.breaker import CircuitBreaker
-from launcher.gate import Gate
-from launcher.jsonrpc import Message, ServerGone
-from launcher.pins import Pins
-from launcher.relay import WITHDRAWN, Relay
-from launcher.router import Router
-from launcher.seams import Core, ServerSettings
+from launcher.audit.log import AuditLog
+from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY, Approvals
+from launcher.relay.asks import MAX_OPEN
+from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.core import WITHDRAWN, Relay
+from launcher.relay.gate import Gate
+from launcher.relay.pins import Pins
+from launcher.relay.router import Router
+from launcher.relay.seams import Core, ServerSettings
+from launcher.shared.jsonrpc import Message, ServerGone
 from policy import PolicyEngine, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from tests.support.downstream import FakeServer

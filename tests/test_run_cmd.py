@@ -1,4 +1,4 @@
-"""`ironcurtain run` read without typer (launcher.run_cmd) reads every line it accepts as
+"""`ironcurtain run` read without typer (launcher.cli.run) reads every line it accepts as
 typer would, and leaves every other line to typer."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any, cast
 import pytest
 import typer
 
-from launcher import cli
-from launcher import run_cmd as run_cmd_module
-from launcher.plan import RunOptions
-from launcher.run_cmd import RUN_OPTIONS, read_run
+from launcher.cli import app
+from launcher.cli import run as run_cmd_module
+from launcher.cli.run import RUN_OPTIONS, read_run
+from launcher.plan.session_plan import RunOptions
 
 EXECUTABLE = os.path.join(os.path.dirname(sys.executable), "ironcurtain")
 
@@ -31,14 +31,14 @@ def typer_reads(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunOptions:
 
     monkeypatch.setattr(run_cmd_module, "start", record)
     with pytest.raises(SystemExit) as ended:
-        cli.dispatch(["ironcurtain", *argv])
+        app.dispatch(["ironcurtain", *argv])
     assert ended.value.code == 0, f"typer refused {argv}"
     assert len(seen) == 1
     return seen[0]
 
 
 def test_the_table_is_the_run_commands_own_options() -> None:
-    command = cast(Any, typer.main.get_command(cli.app)).commands["run"]
+    command = cast(Any, typer.main.get_command(app.app)).commands["run"]
     kinds = {}
     for param in command.params:
         assert param.param_type_name == "option", param.name  # no argument
@@ -160,11 +160,11 @@ def test_the_executable_answers_as_typer_does(tmp_path: Path, argv: list[str]) -
             stdin=subprocess.DEVNULL,
             timeout=60,
         )
-        for command in ([EXECUTABLE], [sys.executable, "-m", "launcher.cli"])
+        for command in ([EXECUTABLE], [sys.executable, "-m", "launcher.cli.app"])
     ]
     ours, typers = runs
     assert ours.returncode == typers.returncode == 2
-    # typer names the program as it was started: `ironcurtain` or `python -m launcher.cli`
-    assert ours.stderr == typers.stderr.replace("python -m launcher.cli", "ironcurtain")
+    # typer names the program as it was started: `ironcurtain` or `python -m launcher.cli.app`
+    assert ours.stderr == typers.stderr.replace("python -m launcher.cli.app", "ironcurtain")
     assert ours.stderr.strip() and not ours.stdout
     assert "Traceback" not in ours.stderr

@@ -1,4 +1,4 @@
-"""The compiled system-call filter kept across starts (launcher.seccomp_cache): the very
+"""The compiled system-call filter kept across starts (launcher.host.seccomp_cache): the very
 program libseccomp builds, keyed by everything it is made from, and out of a hostile
 server's reach."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher import seccomp_cache
-from launcher.seccomp_cache import cache_slot, compiled_filter
+from launcher.host import seccomp_cache
+from launcher.host.seccomp_cache import cache_slot, compiled_filter
 from sandbox_profiles.seccomp import compile_filter
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap
@@ -51,7 +51,7 @@ def test_a_cached_filter_is_the_compiled_one(tmp_path: Path) -> None:
 
 def test_a_start_that_hits_loads_no_binding(tmp_path: Path) -> None:
     program = (
-        "import sys; from pathlib import Path; from launcher.seccomp_cache import "
+        "import sys; from pathlib import Path; from launcher.host.seccomp_cache import "
         "compiled_filter; bpf = compiled_filter(Path(sys.argv[1])); "
         "print(len(bpf), 'pyseccomp' in sys.modules)"
     )

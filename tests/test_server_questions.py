@@ -11,8 +11,8 @@ from __future__ import annotations
 import subprocess
 from typing import Any
 
-from launcher.approval import APPROVE, APPROVE_SESSION, DENY, approval_message
-from launcher.shown import visible
+from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY, approval_message
+from launcher.shared.shown import visible
 from policy import Decision
 from tests.support.asking import (
     ELICIT,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher import staging
-from launcher.fdtree import TooLarge
-from launcher.grants import CannotWiden, Grant
-from launcher.staging import Stage
+from launcher.host.fdtree import TooLarge
+from launcher.relay.grants import CannotWiden, Grant
+from launcher.servers import staging
+from launcher.servers.staging import Stage
 
 
 def _stage(tmp_path: Path) -> tuple[Stage, Path]:

@@ -496,9 +496,9 @@ def test_where_sandboxes_have_no_mounts_an_approval_cannot_widen(
     user: Home, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Seatbelt (macOS) has no mounts to stand a staging tree on: refused before asking.
-    from launcher.grants import CannotWiden
-    from launcher.plan import RunOptions, plan_session
-    from launcher.widen import Widener
+    from launcher.plan.session_plan import RunOptions, plan_session
+    from launcher.relay.grants import CannotWiden
+    from launcher.servers.widen import Widener
 
     for name, value in user.env.items():
         monkeypatch.setenv(name, value)

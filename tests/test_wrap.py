@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from launcher.jsonc import parse
+from launcher.clients.jsonc import parse
 from tests.support.audit import audit_entries
 from tests.support.home import Home, git_repo
 from tests.support.marks import needs_bwrap

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.errors import UsageError
+from launcher.shared.errors import UsageError
 from tests.support.home import Home
 from tests.support.paths import BIN, IRONCURTAIN
 
@@ -228,8 +228,8 @@ def test_a_project_file_swapped_between_reading_and_writing_is_not_written(
     user: Home, monkeypatch: pytest.MonkeyPatch, swap: object
 ) -> None:
     # Between wrap's reading and its writing the project puts a link where its file was.
-    from launcher.wrap_cmd import plan_wrap, select
-    from launcher.wrap_files import apply_wrap
+    from launcher.clients.wrap import plan_wrap, select
+    from launcher.clients.wrap_files import apply_wrap
 
     user.enter(monkeypatch)
     _secret_user_file(user)

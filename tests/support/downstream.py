@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.jsonrpc import Message, OnDone, ServerGone
+from launcher.shared.jsonrpc import Message, OnDone, ServerGone
 
 Answer = Callable[[str, Message], Message | BaseException | None]
 

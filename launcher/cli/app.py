@@ -1,0 +1,353 @@
+"""The ``ironcurtain`` command: a thin skin over the launcher, policy and profile modules."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated
+
+# Pydantic looks for plugins in every installed distribution's entry points when it builds
+# the first model: a scan at every start that ironcurtain's own models never need.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+import typer
+
+from launcher.cli import clients
+from launcher.cli.entry import finish
+from launcher.cli.run import cli_words
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Run MCP servers in OS sandboxes behind a policy proxy.",
+)
+
+ConfigOpt = Annotated[str | None, typer.Option("--config", help="mcp-servers.json to use.")]
+PolicyOpt = Annotated[
+    str | None, typer.Option("--policy-dir", help="Directory with the compiled policy.")
+]
+ModelOpt = Annotated[
+    str | None,
+    typer.Option("--model", help="LLM model (default $IRONCURTAIN_MODEL, else a Claude model)."),
+]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option("--api-key", help="Anthropic API key (default $ANTHROPIC_API_KEY, preferred)."),
+]
+BaseUrlOpt = Annotated[
+    str | None, typer.Option("--base-url", help="API base URL (default $ANTHROPIC_BASE_URL).")
+]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Ask the LLM again even where its answer is cached.")
+]
+WorkspaceOpt = Annotated[
+    str | None,
+    typer.Option("--workspace", help="Workspace directory (default: a new one per session)."),
+]
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    policy_dir: PolicyOpt = None,
+    workspace: WorkspaceOpt = None,
+    server: Annotated[
+        list[str] | None, typer.Option("--server", help="Start only this server (repeatable).")
+    ] = None,
+    audit_log: Annotated[str | None, typer.Option("--audit-log", help="Audit log path.")] = None,
+    allow_unsandboxed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsandboxed", help="If this machine cannot sandbox, run servers without it."
+        ),
+    ] = False,
+    allow_no_seccomp: Annotated[
+        bool,
+        typer.Option(
+            "--allow-no-seccomp",
+            help="If no seccomp filter can be built here, sandbox servers without it.",
+        ),
+    ] = False,
+    audit_args: Annotated[
+        str,
+        typer.Option(
+            "--audit-args",
+            help="hashed (default) or clear: arguments in the audit log in clear text "
+            "(fields annotated as PII stay hashed).",
+        ),
+    ] = "hashed",
+    approval: Annotated[
+        str,
+        typer.Option(
+            "--approval",
+            help="Who answers escalations: auto (the client by MCP elicitation when it can, "
+            "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
+            "or deny.",
+        ),
+    ] = "auto",
+    approval_timeout: Annotated[
+        float,
+        typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
+    ] = 120.0,
+    max_identical_calls: Annotated[
+        int,
+        typer.Option(
+            "--max-identical-calls",
+            help="Refuse the same call (server, tool, arguments) past this many times a "
+            "minute; 0 turns the circuit breaker off.",
+        ),
+    ] = 30,
+    accept_tool_changes: Annotated[
+        bool,
+        typer.Option(
+            "--accept-tool-changes",
+            help="Trust the servers' tools as they are now (re-pin their descriptions and "
+            "schemas); otherwise changed tools are escalated.",
+        ),
+    ] = False,
+    http: Annotated[
+        int | None,
+        typer.Option(
+            "--http",
+            help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
+            "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
+        ),
+    ] = None,
+    http_token_file: Annotated[
+        str | None,
+        typer.Option(
+            "--http-token-file",
+            help="Read the --http bearer token from this owner-only file (else "
+            "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
+        ),
+    ] = None,
+) -> None:
+    """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
+    from launcher.cli.run import start
+    from launcher.plan.session_plan import RunOptions
+
+    opts = RunOptions(
+        config=config,
+        policy_dir=policy_dir,
+        workspace=workspace,
+        servers=tuple(server or ()),
+        audit_log=audit_log,
+        allow_unsandboxed=allow_unsandboxed,
+        allow_no_seccomp=allow_no_seccomp,
+        audit_args=audit_args,
+        approval=approval,
+        approval_timeout=approval_timeout,
+        max_identical_calls=max_identical_calls,
+        accept_tool_changes=accept_tool_changes,
+        http_port=http,
+        http_token_file=http_token_file,
+    )
+    raise typer.Exit(start(opts))
+
+
+@app.command()
+def profile(
+    name: Annotated[str, typer.Argument(help="Server name as in the config.")],
+    fmt: Annotated[
+        str, typer.Option("--format", help="bwrap (argv with reasons), seatbelt (SBPL) or json.")
+    ] = "bwrap",
+    config: ConfigOpt = None,
+    policy_dir: PolicyOpt = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Print the exact sandbox profile a server would get, with the reason for each part."""
+    from launcher.cli.profile import show_profile
+    from launcher.plan.session_plan import RunOptions
+
+    opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
+    with cli_words(servers="profile"):
+        print(show_profile(name, fmt, opts))
+
+
+audit_app = typer.Typer(
+    no_args_is_help=True, help="Check or follow an audit log (default: the newest one)."
+)
+app.add_typer(audit_app, name="audit")
+AuditPath = Annotated[
+    str | None, typer.Argument(help="The audit log (default: the newest in the state dir).")
+]
+
+
+@audit_app.command("verify")
+def audit_verify(path: AuditPath = None) -> None:
+    """Check the hash chain; name the first line that was edited, removed, added or moved."""
+    from launcher.cli.audit import verify_log
+
+    raise typer.Exit(verify_log(path))
+
+
+@audit_app.command("tail")
+def audit_tail(
+    path: AuditPath = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
+) -> None:
+    """Show the last entries readably; with -f, keep printing new ones."""
+    from launcher.cli.audit import tail_log
+
+    tail_log(path, lines, follow)
+
+
+@app.command()
+def approvals(
+    session: Annotated[
+        str | None, typer.Option("--session", help="Session id (default: the newest).")
+    ] = None,
+) -> None:
+    """Attach to a running session and answer its escalations one by one."""
+    from launcher.cli.approvals import attach
+
+    raise typer.Exit(attach(session))
+
+
+@app.command("annotate-tools")
+def annotate_tools(
+    server: Annotated[
+        list[str] | None, typer.Option("--server", help="Annotate this server (repeatable).")
+    ] = None,
+    all_servers: Annotated[bool, typer.Option("--all", help="Every enabled server.")] = False,
+    heuristic: Annotated[
+        bool,
+        typer.Option("--heuristic", help="No LLM: a draft from MCP hints and argument names."),
+    ] = False,
+    output: Annotated[
+        str, typer.Option("--output", help="Where to write the annotations.")
+    ] = "tool-annotations.draft.json",
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    base_url: BaseUrlOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Start servers in their sandboxes, list their tools and annotate them (with the LLM,
+    or --heuristic without one)."""
+    from launcher.pipeline.annotate import annotate_tools as run_annotate
+    from launcher.pipeline.compile import LLMOptions
+
+    llm = LLMOptions(model, api_key, base_url, force)
+    with cli_words():
+        code = run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm)
+    raise typer.Exit(code)
+
+
+@app.command("compile-policy")
+def compile_policy(
+    server: Annotated[
+        list[str] | None,
+        typer.Option("--server", help="Only these servers (repeatable; default: all enabled)."),
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output", help="Directory for the artifacts (default ~/.config/ironcurtain/policy)."
+        ),
+    ] = None,
+    config: ConfigOpt = None,
+    model: ModelOpt = None,
+    api_key: ApiKeyOpt = None,
+    base_url: BaseUrlOpt = None,
+    force: ForceOpt = False,
+) -> None:
+    """Compile the constitution into a verified policy (annotations, rules, scenarios)."""
+    from launcher.pipeline.compile import CompileOptions, LLMOptions
+    from launcher.pipeline.compile import compile_policy as run_compile
+
+    llm = LLMOptions(model, api_key, base_url, force)
+    opts = CompileOptions(config=config, servers=tuple(server or ()), output=output, llm=llm)
+    with cli_words():
+        code = run_compile(opts)
+    raise typer.Exit(code)
+
+
+@app.command()
+def doctor() -> None:
+    """Can this machine sandbox? One line per check; non-zero exit when it cannot."""
+    from launcher.cli.doctor import run_checks
+
+    raise typer.Exit(run_checks())
+
+
+@app.command()
+def scan(
+    directories: Annotated[list[str], typer.Argument(help="Directories to sweep.")],
+    fix: Annotated[
+        bool, typer.Option("--fix", help="Move what is found into the quarantine directory.")
+    ] = False,
+) -> None:
+    """List files host tools would load or run (git config and hooks, shell rc files, editor
+    and AI-client configs...); exit 1 when any is found. --fix moves them out."""
+    from launcher.cli.scan import scan as run_scan
+
+    raise typer.Exit(run_scan(directories, fix))
+
+
+@app.command()
+def check(
+    server: Annotated[str, typer.Argument(help="Server name as in the config.")],
+    tool: Annotated[str, typer.Argument(help="Tool name (unprefixed).")],
+    args: Annotated[str, typer.Option("--args", help="Arguments as a JSON object.")] = "{}",
+    config: ConfigOpt = None,
+    policy_dir: PolicyOpt = None,
+    workspace: WorkspaceOpt = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            help="A sample of what the tool returns (JSON: its result, or the value of its "
+            "structured content): shown as the agent would get it, through the tool's "
+            "output policy and the credential detectors.",
+        ),
+    ] = None,
+) -> None:
+    """Dry-run one call through the policy: decision, rule, reason, canonical arguments;
+    with --output, what a result of the tool would look like to the agent."""
+    from launcher.cli.check import check_call
+
+    with cli_words(servers="check"):
+        print(check_call(server, tool, args, config, policy_dir, workspace, output))
+
+
+clients.register(app)
+
+
+def _group() -> None:
+    """Run MCP servers in OS sandboxes behind a policy proxy."""
+
+
+def command_app(argv: list[str]) -> typer.Typer:
+    """The app to dispatch ``argv`` with. Typer reads the signature and type hints of every
+    command to build the whole tree (some 30 ms, paid before a server can start); for a
+    top-level command named in full only that command is built, with the same options,
+    help and errors. Anything else (no command, ``--help``, a typo, ``audit ...``) gets
+    the whole app."""
+    if len(argv) < 2:
+        return app
+    for info in app.registered_commands:
+        assert info.callback is not None
+        if (info.name or info.callback.__name__.lower().replace("_", "-")) == argv[1]:
+            one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
+            one.callback()(_group)  # a group, so the command is still named on the line
+            one.registered_commands = [info]
+            return one
+    return app
+
+
+def dispatch(argv: list[str]) -> None:
+    """Run the command ``argv`` names, through typer."""
+    command_app(argv)(args=argv[1:])
+
+
+def main() -> None:
+    finish(lambda: dispatch(sys.argv))
+
+
+if __name__ == "__main__":
+    main()
+
+__all__ = ["app", "main"]

@@ -1,0 +1,372 @@
+"""The MCP clients configured on this machine: where each keeps its servers, in which format,
+and what each entry starts.
+
+| client | user file | project file | servers under | format |
+|---|---|---|---|---|
+| Claude Desktop | ``~/.config/Claude/claude_desktop_config.json`` (macOS: ``~/Library/Application Support/Claude/``) | none | ``mcpServers`` | JSON |
+| Claude Code | ``~/.claude.json`` | ``.mcp.json`` | ``mcpServers`` | JSON |
+| Cursor | ``~/.cursor/mcp.json`` | ``.cursor/mcp.json`` | ``mcpServers`` | JSON |
+| VS Code | ``~/.config/Code/User/mcp.json`` (macOS: ``~/Library/Application Support/Code/User/``) | ``.vscode/mcp.json`` | ``servers`` | JSONC |
+| Windsurf | ``~/.codeium/windsurf/mcp_config.json`` | none | ``mcpServers`` | JSON |
+| Gemini CLI | ``~/.gemini/settings.json`` | ``.gemini/settings.json`` | ``mcpServers`` | JSONC |
+| Codex CLI | ``~/.codex/config.toml`` | none | ``[mcp_servers.NAME]`` | TOML |
+| Zed | ``~/.config/zed/settings.json`` | ``.zed/settings.json`` | ``context_servers`` | JSONC |
+
+Each file is read once, as what it is (:mod:`launcher.clients.file_io` says how): the home
+directory, or one holding it, is never a project, and a project's file that is one of the
+user's is the user's. An entry counts as running through ironcurtain only when it is
+exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Iterator, Sequence
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from launcher.clients.entry_shape import odd_key, shape_problem
+from launcher.clients.file_io import Refused, Source, read_project, read_user
+from launcher.clients.jsonc import JsoncError, parse
+from launcher.clients.wrap_paths import holds_home, identity
+from launcher.shared import dirs
+from launcher.shared.errors import UsageError
+from sandbox_profiles.records import frozen, mutable
+
+
+@frozen
+class Client:
+    name: str  # as --client takes it
+    label: str
+    user: tuple[str, ...]  # user-level files, relative to the home directory
+    project: tuple[str, ...]  # project-level files, relative to the project root
+    key: str  # the object that holds the servers
+    syntax: str  # json, jsonc or toml
+    # Where the client starts a server: "project" (the project root) or "none" (a directory
+    # of the client's own: nothing to count on).
+    cwd: str
+
+
+def _app_support(name: str) -> str:
+    if sys.platform == "darwin":
+        return f"Library/Application Support/{name}"
+    return f".config/{name}"
+
+
+CLIENTS: tuple[Client, ...] = (
+    Client("claude-desktop", "Claude Desktop",
+           (f"{_app_support('Claude')}/claude_desktop_config.json",), (), "mcpServers",
+           "json", "none"),
+    Client("claude-code", "Claude Code", (".claude.json",), (".mcp.json",), "mcpServers",
+           "json", "project"),
+    Client("cursor", "Cursor", (".cursor/mcp.json",), (".cursor/mcp.json",), "mcpServers",
+           "json", "project"),
+    Client("vscode", "VS Code", (f"{_app_support('Code')}/User/mcp.json",),
+           (".vscode/mcp.json",), "servers", "jsonc", "project"),
+    Client("windsurf", "Windsurf", (".codeium/windsurf/mcp_config.json",), (), "mcpServers",
+           "json", "none"),
+    Client("gemini", "Gemini CLI", (".gemini/settings.json",), (".gemini/settings.json",),
+           "mcpServers", "jsonc", "project"),
+    Client("codex", "Codex CLI", (".codex/config.toml",), (), "mcp_servers", "toml", "none"),
+    Client("zed", "Zed", (".config/zed/settings.json",), (".zed/settings.json",),
+           "context_servers", "jsonc", "project"),
+)  # fmt: skip
+BY_NAME = {c.name: c for c in CLIENTS}
+
+
+# A client's own variable for the project directory, which it expands in an entry's args:
+# the moved definition says ${workspace} instead, and the client's entry of a project's
+# file passes the directory to ironcurtain as --workspace.
+PROJECT_VARIABLES = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
+# Words of an environment variable's name (split at _ and -) that mark a secret.
+SECRET_WORDS = frozenset(
+    {
+        "KEY", "APIKEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "PWD",
+        "CREDENTIAL", "CREDENTIALS", "AUTH", "COOKIE", "SESSION", "PAT", "PRIVATE",
+    }
+)  # fmt: skip
+# Variables that change what the ironcurtain process itself loads or reads.
+LOADER_PREFIXES = ("LD_", "DYLD_", "PYTHON", "IRONCURTAIN_")
+
+
+def secret_name(name: str) -> bool:
+    """
+    >>> [secret_name(n) for n in ("OPENAI_API_KEY", "DB_PASSWORD", "GIT_AUTHOR_NAME", "TZ")]
+    [True, True, False, False]
+    """
+    return any(word in SECRET_WORDS for word in re.split(r"[_\-]", name.upper()))
+
+
+@mutable
+class Entry:
+    """One server entry of a client's file, as it starts the server."""
+
+    name: str
+    raw: dict[str, Any]
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str | None = None  # a remote server
+
+    @property
+    def calls_ironcurtain(self) -> bool:
+        """Whether it starts a program named ironcurtain (which may or may not be this
+        one, as wrap writes it: see :func:`not_protected`)."""
+        return Path(self.command or "").name == "ironcurtain"
+
+
+@mutable
+class ClientFile:
+    """The servers of one client in one file: a whole file's, or (Claude Code's
+    ``~/.claude.json``) those one project keeps in it."""
+
+    client: Client
+    source: Source
+    scope: str  # user, project, or local (one project's, in a user file)
+    # The project the servers start in, which becomes their workspace (a project or local
+    # scope; None for a local scope whose root is, or holds, the home directory).
+    project: Path | None
+    entries: list[Entry]
+    # Where the servers are in the file (keys from the top); empty: the client's key.
+    at: tuple[str, ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return self.source.path
+
+    @property
+    def key_path(self) -> tuple[str, ...]:
+        return self.at or (self.client.key,)
+
+
+@mutable
+class Found:
+    """The client files found: those read, and those there but not read (and why)."""
+
+    files: list[ClientFile] = field(default_factory=list)
+    refused: list[tuple[Client, str]] = field(default_factory=list)
+
+    def of(self, names: Sequence[str] | None) -> Found:
+        """Only the clients named (None: all)."""
+
+        def keep(client: Client) -> bool:
+            return names is None or client.name in names
+
+        return Found([f for f in self.files if keep(f.client)],
+                     [(c, why) for c, why in self.refused if keep(c)])  # fmt: skip
+
+
+def entry_of(client: Client, name: str, raw: Any) -> Entry:
+    """What an entry starts, whatever the client's shape of it."""
+    if not isinstance(raw, dict):
+        return Entry(name, {})
+    entry = Entry(name, raw)
+    command = raw.get("command")
+    if isinstance(command, dict):  # Zed's older form: {"command": {"path", "args", "env"}}
+        entry.command = _text(command.get("path"))
+        entry.args = _texts(command.get("args"))
+        entry.env = _mapping(command.get("env"))
+    else:
+        entry.command = _text(command)
+        entry.args = _texts(raw.get("args"))
+        entry.env = _mapping(raw.get("env"))
+    entry.cwd = _text(raw.get("cwd"))
+    entry.url = _text(raw.get("url") or raw.get("httpUrl") or raw.get("serverUrl"))
+    return entry
+
+
+def read(client: Client, source: Source, scope: str, project: Path | None) -> ClientFile:
+    """A client's file, its servers listed; UsageError names the file and the place of a
+    mistake."""
+    servers = servers_in(client, source.text, source.path)
+    entries = [entry_of(client, name, raw) for name, raw in servers.items()]
+    return ClientFile(client, source, scope, project, entries)
+
+
+def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
+    if client.syntax == "toml":
+        try:
+            data: Any = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{path}: not TOML: {exc}") from None
+        except RecursionError:
+            raise UsageError(f"{path}: not TOML a client reads: nested too deeply") from None
+        except ValueError as exc:  # an integer longer than Python converts (its digit limit)
+            raise UsageError(f"{path}: a value ironcurtain cannot read: {exc}") from None
+    else:
+        try:
+            data = parse(text).value
+        except JsoncError as exc:
+            raise UsageError(f"{path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected an object at the top")
+    servers = data.get(client.key, {})
+    if not isinstance(servers, dict):
+        raise UsageError(f"{path}: {client.key} is not an object of servers")
+    return servers
+
+
+def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
+    """Claude Code's servers of one project kept in the user file (``claude mcp add``'s
+    default "local" scope): ``projects.<project root>.mcpServers`` of ``~/.claude.json``."""
+    try:
+        data = parse(source.text).value
+    except JsoncError:
+        return  # read() has said what is wrong with it
+    projects = data.get("projects") if isinstance(data, dict) else None
+    for root, settings in (projects or {}).items() if isinstance(projects, dict) else ():
+        servers = settings.get("mcpServers") if isinstance(settings, dict) else None
+        if not isinstance(servers, dict) or not servers or not os.path.isabs(root):
+            continue
+        entries = [entry_of(client, name, raw) for name, raw in servers.items()]
+        at = ("projects", root, "mcpServers")
+        # Servers kept for the home as a project are the user's, and get no workspace.
+        project = None if holds_home(Path(root), home) else Path(root)
+        yield ClientFile(client, source, "local", project, entries, at)
+
+
+def project_root(home: Path, given: str | None, cwd: str) -> tuple[Path | None, str | None]:
+    """The project whose files to read (None: none), and what to tell the user. The home
+    directory, or one holding it, is never a project (by identity: the home bound at
+    another path is the home): its client files are the user's."""
+    project = Path(given or cwd).resolve()
+    if not holds_home(project, home):
+        return project, None
+    what = "is" if identity(project) == identity(home) else "holds"
+    if given is not None:
+        raise UsageError(
+            f"--project {given}: it {what} your home directory; the home is never taken as a "
+            "project (name the project's own directory)"
+        )
+    return None, (
+        f"{project}: it {what} your home directory, which is never taken as a project; only "
+        "your user files are read (run in a project, or name one with --project)"
+    )
+
+
+def found(home: Path, project: Path | None) -> Found:
+    """Every client file that exists, user files first, each read once: a project's file
+    that is one of the user's files is the user's."""
+    out = Found()
+    seen: set[tuple[int, int]] = set()
+    for client in CLIENTS:
+        for relative in client.user:
+            try:
+                source = read_user(home, relative, project)
+            except Refused as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            if source is None or (source.device, source.inode) in seen:
+                continue
+            seen.add((source.device, source.inode))
+            try:
+                out.files.append(read(client, source, "user", None))
+            except UsageError as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            if client.name == "claude-code":
+                out.files.extend(local_servers(client, source, home))
+    for client in CLIENTS:
+        for relative in client.project if project is not None else ():
+            try:
+                source = read_project(project, relative)  # type: ignore[arg-type]
+            except Refused as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            if source is not None and (source.device, source.inode) not in seen:
+                seen.add((source.device, source.inode))
+                try:  # a file that cannot be read is said, and stops nothing else
+                    out.files.append(read(client, source, "project", project))
+                except UsageError as exc:
+                    out.refused.append((client, str(exc)))
+    return out
+
+
+def home() -> Path:
+    return Path(os.path.expanduser("~"))
+
+
+def user_config() -> Path:
+    return dirs.config_dir() / "mcp-servers.json"
+
+
+def user_policy() -> Path:
+    return dirs.config_dir() / "policy"
+
+
+def ironcurtain_exe() -> str:
+    """This ironcurtain: the absolute path of the entry point installed beside the running
+    interpreter. Never looked up on PATH, where a relative entry (``bin``, ``.``) would find
+    a project's own ``ironcurtain``, or an older copy could come first."""
+    return os.path.abspath(os.path.join(os.path.dirname(sys.executable), "ironcurtain"))
+
+
+def workspace_of(f: ClientFile, e: Entry) -> str | None:
+    """The ``--workspace`` wrap gives the entry: none for a user-level entry (one entry
+    serves every project; "where the client was started" could be the home); for a
+    project's, the project (or the client's own variable for it, which it expands)."""
+    if f.scope == "user" or f.project is None or f.client.cwd != "project":
+        return None
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    if variable and any(variable in a for a in e.args):
+        return variable
+    return str(f.project)
+
+
+def run_args(name: str, workspace: str | None) -> list[str]:
+    """The arguments of an entry wrap writes."""
+    run = ["run", "--config", str(user_config()), "--policy-dir", str(user_policy()),
+           "--server", name]  # fmt: skip
+    if workspace is not None:
+        run[1:1] = ["--workspace", workspace]
+    return run
+
+
+def not_protected(f: ClientFile, e: Entry) -> str | None:
+    """Why an entry that starts a program named ironcurtain is not exactly what wrap writes
+    (this ironcurtain, its user config and policy, this server, nothing that weakens the
+    sandbox, no key beside them that could change what the client starts, every value as
+    written): None when it is."""
+    odd = odd_key(e.raw) or shape_problem(e.raw)
+    if odd is not None:
+        return odd
+    exe = ironcurtain_exe()
+    if e.command != exe:
+        return f"starts {e.command}, not this ironcurtain ({exe})"
+    weakening = [a for a in e.args if a.startswith(("--allow", "--accept", "--http"))]
+    if weakening:
+        return f"{' '.join(weakening)} weakens its sandbox"
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    allowed = {workspace_of(f, e)}
+    if allowed != {None} and variable:
+        allowed |= {variable, str(f.project)}
+    if e.args not in [run_args(e.name, w) for w in allowed]:
+        if "--workspace" in e.args[:-1]:
+            given = e.args[e.args.index("--workspace") + 1]
+            if given not in allowed:
+                wants = "none" if allowed == {None} else " or ".join(sorted(map(str, allowed)))
+                return f"--workspace {given}: wrap gives this entry {wants}"
+        return f"its arguments are not what wrap writes ({' '.join(run_args(e.name, None))})"
+    names = sorted(k for k in e.env if not secret_name(k) or k.upper().startswith(LOADER_PREFIXES))
+    if names:
+        return f"its environment sets {', '.join(names)} (wrap keeps only secrets there)"
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _texts(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _mapping(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): str(v) for k, v in value.items()}

@@ -1,0 +1,364 @@
+"""``ironcurtain clients``, ``wrap`` and ``unwrap``: the servers a user already has, in the
+clients they use, run through ironcurtain under the same names.
+
+``wrap`` moves each selected stdio entry's definition into ironcurtain's user config and
+points the client's entry at ``ironcurtain run --config USER_CONFIG --policy-dir
+USER_POLICY --server NAME`` (one server: its tool names stay as the client knows them).
+Only the entry's value changes in the client's file; comments and layout stay. The moved
+definition is made by :mod:`launcher.clients.wrap_define` (which paths become mounts, which
+variables it may refer to); an entry with a key that could change what the client starts,
+or a name ironcurtain's config refuses, is left alone and said so, and the new config is
+checked with the loader ``run`` uses before anything is written. Every file changed is
+backed up first and written atomically; what was written is recorded, so ``unwrap`` can
+put it back (:mod:`launcher.clients.wrap_files`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from launcher.clients.entry_shape import odd_key, shape_problem
+from launcher.clients.file_io import Refused, Source, read_user
+from launcher.clients.jsonc import JsoncError, parse, unwritable
+from launcher.clients.known import (
+    BY_NAME,
+    CLIENTS,
+    ClientFile,
+    Entry,
+    Found,
+    found,
+    ironcurtain_exe,
+    not_protected,
+    run_args,
+    user_config,
+    workspace_of,
+)
+from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
+from launcher.shared.errors import UsageError
+from launcher.shared.shown import visible
+from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
+from sandbox_profiles.records import mutable
+
+
+@mutable
+class Change:
+    path: Path
+    before: str
+    after: str
+    notes: list[str] = field(default_factory=list)
+    servers: list[str] = field(default_factory=list)
+    # Each entry wrapped: where (``at``, ``name``), and its value before and after.
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    # Servers not to annotate now, and what to say (a project's server that takes variables
+    # from the environment would take them from the user's shell).
+    held: dict[str, str] = field(default_factory=dict)
+    source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
+
+
+def select(home: Path, project: Path | None, clients: Sequence[str], everything: bool) -> Found:
+    unknown = [c for c in clients if c not in BY_NAME]
+    if unknown:
+        raise UsageError(
+            f"--client {unknown[0]}: no such client (known: {', '.join(c.name for c in CLIENTS)})"
+        )
+    if not clients and not everything:
+        raise UsageError(
+            "name the clients: --client NAME (repeatable; see `ironcurtain clients`) or --all"
+        )
+    return found(home, project).of(None if everything else clients)
+
+
+def refuse(files: Found, what: str) -> None:
+    """UsageError when a chosen client's file is there but could not be read: wrap and
+    unwrap change nothing then."""
+    if files.refused:
+        raise UsageError(f"{files.refused[0][1]}; {what}")
+
+
+def describe(files: Found) -> tuple[str, int, int]:
+    """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
+    name shown as escapes where it could act on a terminal), closed by how many are not
+    protected; and that count and the number of servers."""
+    lines: list[str] = []
+    total = unprotected = 0
+    for f in files.files:
+        scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
+        lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
+        if not f.entries:
+            lines.append("  (no servers)")
+        names = {e.name: shown(e.name) for e in f.entries}
+        width = max((len(n) for n in names.values()), default=0)
+        for e in f.entries:
+            protected, how = status(f, e)
+            total += 1
+            unprotected += not protected
+            lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
+    for client, why in files.refused:
+        lines.append(shown(f"{client.label}: {why}"))
+    if not lines:
+        return "no MCP client configuration found", 0, 0
+    if files.refused:  # their servers are not known to be protected
+        lines.append(f"{len(files.refused)} client files not read: their servers are not counted")
+    if unprotected:
+        lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
+    elif total:
+        lines.append(f"all {total} servers run through ironcurtain")
+    return "\n".join(lines), unprotected + len(files.refused), total
+
+
+def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
+    """Whether an entry runs through ironcurtain, and what it starts, said for a person."""
+    reason = not_protected(f, e) if e.calls_ironcurtain else None
+    if e.calls_ironcurtain and reason is None:
+        return True, "runs through ironcurtain"
+    if reason is not None:
+        return False, f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
+    if e.command:
+        how = "stdio: " + " ".join([e.command, *e.args])
+        return False, f"{how} (not protected: `ironcurtain wrap` puts it behind ironcurtain)"
+    if e.url:
+        return False, (
+            f"remote: {e.url} (not protected: it runs elsewhere, where no sandbox of "
+            "ironcurtain's can hold it; left alone)"
+        )
+    return False, "no command (not protected: left alone)"
+
+
+def shown(text: str) -> str:
+    """One line of what a client's file names, safe to print."""
+    return visible(text, one_line=True)
+
+
+def launch_problem(e: Entry) -> str | None:
+    """Why the entry could not start in a sandbox as it stands (None: it can). A sandbox
+    has no network, so a launcher that fetches its package at start cannot run there."""
+    program = Path(e.command or "").name
+    if program in ("uvx", "uv"):
+        return (
+            f"{e.name}: `{program}` runs its package from uv's cache in your home, which no "
+            "sandbox is shown; install it where one can see it (python3 -m venv "
+            f"/opt/venvs/{e.name}, then /opt/venvs/{e.name}/bin/pip install PACKAGE), point "
+            "the entry at the installed command, and wrap again: left alone"
+        )
+    if program != "npx":
+        return None
+    prefixes = [os.path.dirname(os.path.dirname(shutil.which("npx") or "/usr/bin/npx"))]
+    cache = os.environ.get("npm_config_cache")  # noqa: SIM112 (npm's own name)
+    roots = npx_roots(os.path.expanduser("~"), cache, prefixes)
+    try:
+        found = resolve_npx(e.args, roots)
+    except PackageNotInstalled as exc:
+        return f"{e.name}: {exc}; wrap again after that: left alone"
+    if found is None:
+        return (
+            f"{e.name}: only `npx [-y] PACKAGE [ARGS]` can be sandboxed; give the installed "
+            "program as the command: left alone"
+        )
+    return None
+
+
+def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
+    """The client's new entry: the same entry (its inert keys kept), starting ironcurtain
+    for this one server; its working directory moved with the definition."""
+    run = run_args(e.name, workspace_of(f, e))
+    raw = dict(e.raw)
+    raw.pop("cwd", None)
+    exe = ironcurtain_exe()
+    if isinstance(raw.get("command"), dict):  # Zed's older form
+        raw["command"] = {"path": exe, "args": run, "env": kept_env}
+        return raw
+    raw["command"] = exe
+    raw["args"] = run
+    if kept_env:
+        raw["env"] = kept_env
+    else:
+        raw.pop("env", None)
+    return raw
+
+
+def config_problem(text: str) -> str | None:
+    """Why ``ironcurtain run`` would refuse ironcurtain's user config holding ``text``
+    (None: it would load it): checked with the loader ``run`` uses, every variable the
+    text refers to taken as set (the client sets them when it starts an entry)."""
+    from launcher.plan.config import load_config
+    from launcher.shared.errors import ConfigError
+    from policy.variables import PLACEHOLDER
+
+    names = {body.partition(":-")[0] for body in PLACEHOLDER.findall(text)}
+    with tempfile.TemporaryDirectory(prefix="ironcurtain-wrap-") as scratch:
+        path = Path(scratch) / "mcp-servers.json"
+        path.write_text(text, encoding="utf-8")
+        try:
+            load_config(path, "wrap", scratch, env=dict.fromkeys(names, "set"))
+        except ConfigError as exc:
+            return str(exc).replace(str(path), str(user_config()))
+    return None
+
+
+def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Change]:
+    """What wrapping changes: each client file, and ironcurtain's user config."""
+    refuse(found, "nothing written")
+    files = found.files
+    config_path = user_config()
+    try:
+        own = read_user(config_path.parent, config_path.name, None)
+    except Refused as exc:
+        raise UsageError(str(exc)) from None
+    config_text = own.text if own is not None else '{\n  "mcpServers": {}\n}\n'
+    config = Change(config_path, own.text if own is not None else "", config_text)
+    try:
+        existing = parse(config_text).value.get("mcpServers") or {}
+    except (JsoncError, AttributeError):
+        raise UsageError(f"{config_path}: not a JSON object with mcpServers") from None
+    if own is not None and (problem := config_problem(config_text)):
+        raise UsageError(f"{problem}; ironcurtain run refuses it as it is: nothing written")
+    named = {e.name for f in files for e in f.entries}
+    missing = [s for s in servers if s not in named]
+    if missing:
+        raise UsageError(
+            f"--server {missing[0]}: no such server in the clients chosen "
+            f"(they have: {', '.join(sorted(named)) or 'none'})"
+        )
+    changes: dict[Path, Change] = {}
+    for f in files:
+        change = changes.get(f.path)  # one file may hold several projects' servers
+        if change is None:
+            change = Change(f.path, f.source.text, f.source.text, source=f.source)
+        for e in f.entries:
+            if not servers or e.name in servers:
+                _plan_entry(f, e, change, config, existing)
+        if change.servers or change.notes:
+            changes[f.path] = change
+    for change in changes.values():
+        if change.after != change.before and change.source and change.source.unwritable:
+            raise UsageError(f"{change.source.unwritable}; nothing written")
+    if config.after != config.before and (problem := config_problem(config.after)):
+        raise UsageError(f"{problem}; nothing written")  # fail closed: never a config run refuses
+    return list(changes.values()), config
+
+
+def _plan_entry(
+    f: ClientFile, e: Entry, change: Change, config: Change, existing: dict[str, Any]
+) -> None:
+    """Wrap one entry into ``change`` and ``config``, or say why it is left alone."""
+    if e.calls_ironcurtain:
+        reason = not_protected(f, e)
+        if reason is not None:
+            change.notes.append(
+                f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
+                f"writes ({reason}); left alone: unwrap it, or give the entry its own "
+                "server back, and wrap again"
+            )
+        return
+    if not e.command:
+        what = "a remote server" if e.url else "an entry without a command"
+        change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
+        return
+    odd = odd_key(e.raw, frozenset({"cwd"})) or shape_problem(e.raw)
+    if odd is not None:
+        change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
+        return
+    problem = launch_problem(e)
+    if problem is not None:
+        change.notes.append(problem)
+        return
+    try:
+        definition, kept, notes = moved_definition(f, e)
+    except LeftAlone as exc:
+        change.notes.append(f"{e.name}: {exc}: left alone")
+        return
+    entry = client_entry(f, e, kept)
+    # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
+    problem = unwritable({e.name: definition}) or (
+        unwritable(entry) if f.client.syntax != "toml" else None
+    )
+    if problem is not None:
+        change.notes.append(
+            f"{e.name}: its entry holds {problem}, which wrap cannot write back: left alone"
+        )
+        return
+    if e.name in existing:
+        if not _same(existing[e.name], definition):
+            raise UsageError(
+                f"{config.path}: a server named {e.name!r} is already defined there, "
+                f"differently from the one in {f.path}; rename one of them"
+            )
+    else:
+        after = parse(config.after).insert(("mcpServers",), e.name, definition)
+        problem = config_problem(after)
+        if problem is not None:
+            change.notes.append(
+                f"{e.name}: ironcurtain run would refuse it ({problem}): left alone"
+            )
+            return
+        config.after = after
+        existing[e.name] = definition
+    if f.client.syntax == "toml":
+        change.after = toml_replace(change.after, f.client.key, e.name, entry)
+    else:
+        change.after = parse(change.after).replace((*f.key_path, e.name), entry)
+    change.notes += notes
+    change.servers.append(e.name)
+    was, now = _recorded(f, e.raw), _recorded(f, entry)
+    change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
+    variables = references_environment(f, definition)
+    if variables:
+        change.held[e.name] = (
+            f"{e.name}: not annotated now: started here it would receive "
+            f"{', '.join(variables)} from your shell, not what its client gives it"
+        )
+
+
+def _recorded(f: ClientFile, raw: dict[str, Any]) -> dict[str, Any]:
+    """What unwrap compares and puts back of an entry (a TOML table: the keys wrap sets)."""
+    if f.client.syntax == "toml":
+        return {k: raw[k] for k in ("command", "args", "env") if k in raw}
+    return raw
+
+
+def toml_replace(text: str, key: str, name: str, entry: dict[str, Any]) -> str:
+    """``text`` (TOML) with the ``command``, ``args`` and ``env`` of table ``key.name`` set
+    from ``entry`` (an ``env`` left empty is removed); every other byte (comments, the
+    table's other keys, the rest of the file) as it was."""
+    import tomlkit  # only wrap needs it
+
+    doc = tomlkit.parse(text)
+    table = doc[key][name]
+    table["command"] = entry["command"]
+    table["args"] = entry["args"]
+    if entry.get("env"):
+        table["env"] = entry["env"]
+    elif "env" in table:
+        del table["env"]
+    return tomlkit.dumps(doc)
+
+
+def _same(a: Any, b: dict[str, Any]) -> bool:
+    strip = ("description",)
+    if not isinstance(a, dict):
+        return False
+    return {k: v for k, v in a.items() if k not in strip} == {
+        k: v for k, v in b.items() if k not in strip
+    }
+
+
+def diff(change: Change) -> str:
+    """The unified diff of a change, what the files hold shown as escapes where it could act
+    on a terminal (lines stay lines)."""
+    return visible(
+        "".join(
+            difflib.unified_diff(
+                change.before.splitlines(keepends=True),
+                change.after.splitlines(keepends=True),
+                f"{shown(str(change.path))} (now)",
+                f"{shown(str(change.path))} (wrapped)",
+            )
+        )
+    )

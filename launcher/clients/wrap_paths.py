@@ -1,0 +1,87 @@
+"""Which directories ``wrap`` may give a wrapped server's sandbox from its entry's own
+arguments, decided without asking (wrap writes at once).
+
+A project's entry is the project's to shape, and a project may be hostile: a path it names
+becomes a mount only when its real path lies inside the project (a ``./keys`` link to
+``~/.ssh``, ``~/.config`` or ``/run`` named outright, ``..``: none is mounted). For every
+entry, the user's own included, some places are never mounted: the home and any directory
+holding it, ``~/.ssh`` (and anything in it) and any directory holding a ``.ssh``, ``~/.config``
+and ``~/.local`` and what holds them, ironcurtain's own configuration and state (and
+anything in them), the directories where sessions keep their sockets, the kernel's and the
+runtime's trees (``/proc``, ``/sys``, ``/dev``, ``/run``), and ``/etc`` writable. The list of
+directories a server is never shown is the planner's
+(:func:`launcher.plan.server_plan.never_shown`); this adds what holds by identity, so a
+bind mount of the home at another path is still the home.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from launcher.shared import dirs
+from sandbox_profiles.discover import hidden_reason
+
+
+def identity(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of ``path`` (links followed); None when it cannot be looked at."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def lineage(path: str | Path) -> list[tuple[int, int]]:
+    """The identities of ``path`` and of every directory holding it (its real path's)."""
+    real = Path(os.path.realpath(path))
+    found = [identity(p) for p in (real, *real.parents)]
+    return [i for i in found if i is not None]
+
+
+def within(inner: str | Path, outer: str | Path) -> bool:
+    """Whether ``inner`` is ``outer`` or lies inside it, by identity: a bind mount of
+    ``outer`` at another path counts as ``outer``."""
+    mark = identity(outer)
+    return mark is not None and mark in lineage(inner)
+
+
+def holds_home(path: str | Path, home: str | Path) -> bool:
+    """Whether ``path`` is the home directory or a directory holding it (by identity, and
+    by real path when the home cannot be looked at)."""
+    if identity(home) is None:
+        return Path(os.path.realpath(home)).is_relative_to(os.path.realpath(path))
+    return within(home, path)
+
+
+def refusal(mount: str, writable: bool, home: Path) -> str | None:
+    """Why ``mount`` (a directory, absolute) must not be given to a wrapped server, as
+    "MOUNT is ..." wording; None when it may."""
+    from launcher.plan.server_plan import RUNTIME_TREES, never_shown  # the planner's own lists
+
+    if holds_home(mount, home):
+        return "is or holds your home directory"
+    hidden = never_shown()
+    reason = hidden_reason(mount, hidden)
+    if reason is not None:
+        return reason[3:] if reason.startswith("it ") else f"is {reason}"
+    for place, label in hidden.items():
+        if identity(place) is not None and within(place, mount):
+            return f"holds {label} ({place})"
+    own = {str(dirs.config_dir()): "ironcurtain's configuration",
+           str(dirs.state_dir()): "ironcurtain's state (its records, backups, tokens)",
+           str(home / ".ssh"): "your SSH directory"}  # fmt: skip
+    for place, label in own.items():
+        if within(mount, place) or Path(os.path.realpath(mount)).is_relative_to(
+            os.path.realpath(place)
+        ):
+            return f"is in {label} ({place})"
+    if ".ssh" in Path(os.path.realpath(mount)).parts:
+        return "is in an SSH directory"
+    real = os.path.realpath(mount)
+    for tree in (*RUNTIME_TREES, "/var/run"):
+        if within(mount, tree) or Path(real).is_relative_to(tree):
+            return f"is in {tree} (the system's sockets, devices or processes)"
+    if writable and (within(mount, "/etc") or Path(real).is_relative_to("/etc")):
+        return "is in /etc (the system's settings: never writable)"
+    return None

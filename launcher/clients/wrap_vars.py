@@ -1,0 +1,129 @@
+"""An entry's variables, as its client fills them, said in the form of ironcurtain's config.
+
+Each client has its own syntax, and ``ironcurtain run`` fills every ``${NAME}`` of a
+definition from its environment: a value moved as it is would be filled where its client
+passed it as text. So each value is translated:
+
+| client | fills | passes as text |
+|---|---|---|
+| Claude Code | ``${NAME}``, ``${NAME:-default}`` (as ironcurtain does) | nothing of that form |
+| Gemini CLI | ``$NAME``, ``${NAME}`` | ``${anything else}`` |
+| VS Code, Cursor | ``${env:NAME}``, ``${workspaceFolder}`` and their own (``${userHome}``, ``${input:…}``) | ``${ANY_OTHER}`` |
+| Windsurf | ``${env:NAME}``, ``${file:…}`` | ``${ANY_OTHER}`` |
+| Claude Desktop, Codex CLI, Zed | nothing | every ``${…}`` |
+
+What the client fills from its environment becomes ``${NAME}``; its project directory
+becomes ``${workspace}``. ironcurtain's config has no escape for a literal ``${…}``, and
+wrap cannot say a client's own values (the user's input, the open file), so an entry
+holding either is left alone, with the reason.
+"""  # noqa: E501
+
+from __future__ import annotations
+
+import re
+
+from launcher.clients.known import Client
+
+WORKSPACE = "${workspace}"
+# As ironcurtain's config reads a reference (policy.variables.PLACEHOLDER).
+_CONFIG_REFERENCE = re.compile(r"\$\{([^}]*)\}")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BRACED = re.compile(r"\$\{([^}]*)\}")
+# Gemini CLI: $NAME or ${NAME} (a word), anything else left as it is.
+_GEMINI = re.compile(r"\$(?:(\w+)|\{([^}]+)\})")
+# VS Code's own variables (Cursor's are a subset): filled by the editor, never from the
+# environment; wrap cannot know their values when the server starts.
+_EDITOR_VARIABLES = frozenset(
+    {
+        "userHome", "workspaceFolderBasename", "workspaceRoot", "file", "fileWorkspaceFolder",
+        "relativeFile", "relativeFileDirname", "fileBasename", "fileBasenameNoExtension",
+        "fileExtname", "fileDirname", "fileDirnameBasename", "cwd", "lineNumber",
+        "selectedText", "execPath", "defaultBuildTask", "pathSeparator", "/",
+        "extensionInstallFolder",
+    }
+)  # fmt: skip
+_EDITOR_PREFIXES = ("input:", "config:", "command:", "workspaceFolder:", "extensionDir:")
+
+
+class LeftAlone(Exception):
+    """The entry is not wrapped; the message says why."""
+
+
+def translate(client: Client, value: str) -> tuple[str, list[str]]:
+    """``value`` as ironcurtain's config says what ``client`` makes of it, and the names of
+    the environment variables it refers to. :class:`LeftAlone` when it cannot be said.
+
+    >>> from launcher.clients.known import BY_NAME
+    >>> translate(BY_NAME["vscode"], "${env:TOKEN}")
+    ('${TOKEN}', ['TOKEN'])
+    >>> translate(BY_NAME["vscode"], "${workspaceFolder}/src")
+    ('${workspace}/src', [])
+    >>> translate(BY_NAME["gemini"], "$HOME/x")
+    ('${HOME}/x', ['HOME'])
+    >>> translate(BY_NAME["zed"], "price: $5")
+    ('price: $5', [])
+    """
+    pattern = _GEMINI if client.name == "gemini" else _BRACED
+    out: list[str] = []
+    spans: set[tuple[int, int]] = set()
+    names: list[str] = []
+    length = last = 0
+    for match in pattern.finditer(value):
+        literal = value[last : match.start()]
+        out.append(literal)
+        length += len(literal)
+        meant = _meaning(client, match)
+        piece = match.group() if meant is None else meant[0]
+        if meant is not None:
+            spans.add((length, length + len(piece)))
+            if meant[1] is not None:
+                names.append(meant[1])
+        out.append(piece)
+        length += len(piece)
+        last = match.end()
+    out.append(value[last:])
+    result = "".join(out)
+    for ref in _CONFIG_REFERENCE.finditer(result):
+        if ref.span() not in spans:
+            raise LeftAlone(
+                f"{value!r}: {client.label} passes {ref.group()!r} to the server as that very "
+                "text, and ironcurtain's config cannot hold it as text (it would fill it from "
+                "the environment)"
+            )
+    return result, names
+
+
+def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | None:
+    """What one variable of ``client``'s syntax becomes: ironcurtain's reference and the
+    environment name it reads (None: none), or None when the client leaves it as text."""
+    if client.name == "claude-code":  # ironcurtain's own syntax
+        name = match.group(1).partition(":-")[0]
+        if name == "workspace":
+            raise LeftAlone(
+                f"{match.group()!r}: Claude Code fills it from its environment, ironcurtain "
+                "with the session's workspace"
+            )
+        return match.group(), name
+    if client.name == "gemini":
+        name = match.group(1) or match.group(2)
+        if _NAME.fullmatch(name) and name != "workspace":
+            return "${" + name + "}", name
+        return None
+    if client.name not in ("vscode", "cursor", "windsurf"):
+        return None  # a client that fills nothing
+    body = match.group(1)
+    kind, colon, name = body.partition(":")
+    if colon and kind == "env" and _NAME.fullmatch(name) and name != "workspace":
+        return "${" + name + "}", name
+    if body == "workspaceFolder" and client.name != "windsurf":
+        return WORKSPACE, None
+    if client.name == "windsurf":
+        known = kind in ("env", "file") and bool(colon)
+    else:
+        known = body in _EDITOR_VARIABLES or body.startswith(("env:", *_EDITOR_PREFIXES))
+    if known:
+        raise LeftAlone(
+            f"{match.group()!r}: {client.label} fills it with a value of its own, which wrap "
+            "cannot say in ironcurtain's config"
+        )
+    return None

@@ -1,0 +1,1 @@
+"""Keeping what host tools load or run out of the writable roots during a session."""

@@ -1,0 +1,441 @@
+"""Keeping what host tools load or run out of the writable roots during a session.
+
+What is there when a server starts is mounted read-only in its sandbox. A sandboxed server
+can still *create* such a file or directory, at any depth, where none existed (the
+catalogue in ``sandbox_profiles.autorun`` says which). The guard watches every directory of
+every writable root with inotify and moves such a path out into the session's quarantine
+directory, and the session settles the guard before it returns each call's result, so the
+call that made it returns only after it is gone.
+
+It fails closed: whatever it cannot watch, list or move (any error, any depth or name
+length, any permission bits, no descriptors left) is reported through ``on_failure``, and
+the session stops every server that can write to that root. Directories a server made
+unreadable or read-only get their owner's permissions back so they can be moved (the
+launcher runs as their owner, or as root).
+
+Moving is done through directory descriptors opened without following symlinks, one
+component at a time, so a server that swaps a directory for a symlink cannot make the
+trusted process move anything outside the root, and no path is ever too long to handle
+(``launcher.host.nofollow``).
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+from launcher.guard.places import Places
+from launcher.guard.quarantine import QuarantineDir, QuarantineError
+from launcher.host import nofollow
+from launcher.host.nofollow import Parts
+from launcher.host.oscalls import (
+    IN_CREATE,
+    IN_DELETE_SELF,
+    IN_DONT_FOLLOW,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVE_SELF,
+    IN_MOVED_TO,
+    IN_ONLYDIR,
+    IN_Q_OVERFLOW,
+    explain,
+    inotify_add_watch,
+    inotify_events,
+    inotify_init,
+    open_up_path,
+)
+from sandbox_profiles import autorun
+from sandbox_profiles.records import frozen
+
+_MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
+# Deeper trees than this below a root are not followed: the server that made one is stopped.
+MAX_DEPTH = 400
+# Seconds one settle may spend scanning: a server that changes the tree faster than it can be
+# checked (a rename storm over a big tree) is stopped instead of keeping the guard behind.
+BUDGET = 2.0
+
+
+class GuardError(Exception):
+    """The guard cannot watch a writable root (inotify missing or out of watches)."""
+
+
+@frozen
+class Quarantined:
+    """A file the guard moved out of a writable root: where it was, where it is, why."""
+
+    path: str  # where it appeared
+    moved_to: str  # where it is now
+    why: str
+
+
+@frozen
+class GuardFailure:
+    """Something in a writable root the guard could not neutralise."""
+
+    root: str  # the writable root it happened in
+    path: str
+    reason: str
+
+
+class _Failed(Exception):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(reason)
+        self.path = path
+        self.reason = reason
+
+
+class Guard:
+    """One inotify instance over all writable roots of a session."""
+
+    def __init__(
+        self,
+        roots: Sequence[str],
+        guarded: Iterable[str],
+        quarantine_dir: str,
+        on_quarantine: Callable[[Quarantined], None],
+        on_failure: Callable[[GuardFailure], None] | None = None,
+        anchored: Iterable[str] = (),
+    ) -> None:
+        self.roots = [r.rstrip("/") or "/" for r in roots]
+        self.places = Places(self.roots, guarded, anchored)
+        self.quarantine_dir = quarantine_dir
+        self.on_quarantine = on_quarantine
+        self.on_failure = on_failure
+        self.quarantined: list[Quarantined] = []
+        self.failures: list[GuardFailure] = []
+        # The user's own, present at start (by identity, so a replacement is not): left alone.
+        self.preexisting: dict[str, tuple[int, int, int]] = {}
+        try:
+            self.fd = inotify_init()
+        except OSError as exc:
+            raise GuardError(f"inotify is not available: {exc.strerror}") from None
+        self._watched: dict[int, tuple[str, Parts]] = {}
+        self._store = QuarantineDir(quarantine_dir)
+        self._started = False
+        self.budget = BUDGET
+        self._deadline = float("inf")
+        self._behind: set[str] = set()  # roots whose events this settle could not keep up with
+
+    # -- watching --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Watch every directory below every root. What is there already is the user's:
+        existing entries are mounted read-only instead, and left alone here."""
+        for root in self.roots:
+            try:
+                self._scan(root, ())
+            except _Failed as exc:
+                raise GuardError(f"{exc.path}: {exc.reason}") from None
+            # The places the scan does not reach (inside what it leaves alone, or past a
+            # symlink, which is not followed) are known by identity too.
+            for path in self.places.known_by_identity(root):
+                if path not in self.preexisting:
+                    parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
+                    try:
+                        identity = nofollow.identity(root, parts)
+                    except OSError:
+                        continue
+                    if identity is not None:
+                        self.preexisting[path] = identity
+        self._started = True
+
+    def _add_watch(self, root: str, parts: Parts) -> bool:
+        """Watch ``root/parts``; False when it is gone or is not a directory any more."""
+        wd, err = self._watch(root, parts)
+        if err == errno.EACCES:  # its owner made it unreadable: the launcher is its owner
+            nofollow.open_up_at(root, parts)
+            wd, err = self._watch(root, parts)
+        if wd < 0:
+            if err in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return False  # gone again, or replaced by a symlink (not followed)
+            where = os.path.join(root, *parts)
+            if err == errno.ENOSPC:
+                raise _Failed(
+                    where,
+                    "out of inotify watches; raise the limit with "
+                    "sudo sysctl -w fs.inotify.max_user_watches=1048576",
+                )
+            raise _Failed(where, f"cannot watch it: {os.strerror(err)}")
+        self._watched[wd] = (root, parts)
+        return True
+
+    def _watch(self, root: str, parts: Parts) -> tuple[int, int]:
+        with nofollow.dir_path(root, parts) as path:
+            follow = path.startswith("/proc/self/fd/")
+            flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
+            return inotify_add_watch(self.fd, path, flags)
+
+    def _list(self, root: str, parts: Parts) -> list[tuple[str, bool]] | None:
+        try:
+            return nofollow.entries(root, parts)
+        except nofollow.Unreadable as exc:
+            raise _Failed(os.path.join(root, *parts), str(exc)) from None
+
+    def _scan(self, root: str, top: Parts) -> None:
+        """Check ``root/top`` and everything below it; watch each directory first, then
+        list it, so nothing created in between is missed."""
+        stack = [top]
+        while stack:
+            parts = stack.pop()
+            if time.monotonic() > self._deadline:
+                self._behind.add(root)
+                raise _Failed(
+                    root,
+                    f"the guard fell behind: the tree changed faster than it could be checked "
+                    f"within {self.budget:g} s",
+                )
+            if len(parts) > MAX_DEPTH:
+                raise _Failed(
+                    os.path.join(root, *parts),
+                    f"a directory tree deeper than {MAX_DEPTH} levels",
+                )
+            if not self._add_watch(root, parts):
+                continue
+            entries = self._list(root, parts)
+            if entries is None:
+                continue
+            names = {name for name, _ in entries}
+            for name, is_dir in entries:
+                child = (*parts, name)
+                if self._check(root, child, is_dir, names.__contains__):
+                    continue
+                if is_dir:
+                    stack.append(child)
+            if names & _MARKERS:
+                self._check_git_dir(root, parts, names.__contains__)
+
+    def _check(self, root: str, parts: Parts, is_dir: bool, sibling: autorun.Exists) -> bool:
+        """Quarantine ``root/parts`` if it must not exist. True when it is a catalogue entry
+        or a guarded path: moved away, or (before start, or the user's own) left alone and
+        not to be descended into."""
+        entry = autorun.match(parts, is_dir, sibling)
+        if entry is None and is_dir and nofollow.lexists(root, parts, "pyvenv.cfg"):
+            entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
+        path = os.path.join(root, *parts)
+        # final: not descended into (left alone as the user's, or moved away)
+        kept = (
+            (f"{entry.match}: {entry.loaded_by}", True) if entry else self.places.why(path, is_dir)
+        )
+        if kept is None:
+            return False
+        why, final = kept
+        if not self._started:
+            identity = nofollow.identity(root, parts)
+            if identity is not None:
+                self.preexisting[path] = identity
+        elif not self._is_preexisting(root, parts, same_inode=not final and is_dir):
+            self._quarantine(root, parts, why)
+            return True
+        return final
+
+    def _is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
+        """Whether ``root/parts`` is what was there at start. A directory kept by identity
+        (on the way to a protected path) is compared by inode alone: its change time moves
+        with every entry made in it."""
+        known = self.preexisting.get(os.path.join(root, *parts))
+        now = nofollow.identity(root, parts)
+        if known is None or now is None:
+            return False
+        return known[:2] == now[:2] if same_inode else known == now
+
+    def _check_git_dir(self, root: str, parts: Parts, has: autorun.Exists) -> None:
+        """A directory that has just become one git takes for a repository: what in it git
+        would read or run goes, unless it was the user's before the session."""
+        if not self._started or not autorun.is_git_dir(has):
+            return
+        for member in autorun.GIT_DIR_MEMBERS:
+            if has(member) and not self._is_preexisting(root, (*parts, member)):
+                entry = autorun.GIT_DIR_ENTRY
+                self._quarantine(root, (*parts, member), f"{member}: {entry.loaded_by}")
+
+    # -- events ----------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Handle every event queued so far. Events are queued by the system call that
+        caused them, so after a server has answered a call, all it did is here. It spends at
+        most ``budget`` seconds scanning: a root it cannot keep up with is reported as a
+        failure (once), the rest of its events are drained, and :meth:`sweep` is then the way
+        to catch up, once the servers writing there are stopped."""
+        self._deadline = time.monotonic() + self.budget
+        self._behind = set()
+        try:
+            while True:
+                if time.monotonic() > self._deadline:
+                    # Events keep coming faster than they are handled: stop the writers.
+                    for root in self.roots:
+                        if root not in self._behind:
+                            self._behind.add(root)
+                            self._fail(root, root, "the guard fell behind: events kept coming")
+                    return
+                try:
+                    data = os.read(self.fd, 65536)
+                except BlockingIOError:
+                    return
+                except OSError as exc:
+                    for root in self.roots:
+                        self._fail(root, root, f"cannot read its inotify events: {explain(exc)}")
+                    return
+                self._handle(data)
+        except Exception as exc:  # a fault of the guard itself is never taken as handled
+            self._fail_all(f"the guard failed: {exc!r}")
+        finally:
+            self._deadline = float("inf")
+
+    def _fail_all(self, reason: str) -> None:
+        for root in self.roots:
+            self._fail(root, root, reason)
+
+    @property
+    def fell_behind(self) -> bool:
+        """Whether the last settle left roots unchecked (a sweep catches up)."""
+        return bool(self._behind)
+
+    def _handle(self, data: bytes) -> None:
+        rescan: list[tuple[str, Parts]] = []
+        touched: dict[tuple[str, Parts], None] = {}
+        for wd, mask, name in inotify_events(data):
+            if mask & IN_Q_OVERFLOW:
+                rescan = [(root, ()) for root in self.roots]
+                continue
+            if mask & IN_IGNORED:
+                self._watched.pop(wd, None)
+                continue
+            where = self._watched.get(wd)
+            if where is None or not name:
+                continue
+            root, parent = where
+            if not mask & (IN_CREATE | IN_MOVED_TO):
+                continue
+            if mask & IN_ISDIR:
+                rescan.append((root, (*parent, name)))
+            else:
+                self._guarded_call(root, (*parent, name), self._check_new)
+            if name.lower() in _MARKERS:
+                touched[(root, parent)] = None
+        for root, parts in _outermost(rescan):
+            self._guarded_call(root, parts, self._check_new_dir)
+        for root, parts in touched:
+            self._guarded_call(root, parts, self._recheck_git_dir)
+
+    def _guarded_call(self, root: str, parts: Parts, work: Callable[[str, Parts], None]) -> None:
+        if root in self._behind:
+            return  # reported once; the sweep after the writers stop catches up
+        try:
+            work(root, parts)
+        except _Failed as exc:
+            self._fail(root, exc.path, exc.reason)
+        except OSError as exc:  # anything unforeseen: never taken as handled
+            self._fail(root, os.path.join(root, *parts), explain(exc))
+
+    def _check_new(self, root: str, parts: Parts) -> None:
+        self._check(root, parts, False, functools.partial(nofollow.lexists, root, parts[:-1]))
+
+    def _check_new_dir(self, root: str, parts: Parts) -> None:
+        if parts and self._check(
+            root, parts, True, functools.partial(nofollow.lexists, root, parts[:-1])
+        ):
+            return
+        self._scan(root, parts)
+
+    def _recheck_git_dir(self, root: str, parts: Parts) -> None:
+        entries = self._list(root, parts)
+        if entries is not None:
+            self._check_git_dir(root, parts, {name for name, _ in entries}.__contains__)
+
+    def _fail(self, root: str, path: str, reason: str) -> None:
+        failure = GuardFailure(root, path, reason)
+        self.failures.append(failure)
+        if self.on_failure is not None:
+            self.on_failure(failure)
+
+    # -- the end-of-session sweep ----------------------------------------------------------
+
+    def sweep(self) -> list[Quarantined]:
+        """Check every root against the catalogue once more, without relying on events, and
+        quarantine what appeared during the session and is still there."""
+        before = len(self.quarantined)
+        try:
+            for root in self.roots:
+                self._sweep_root(root)
+        except Exception as exc:  # as in settle: said, never taken as handled
+            self._fail_all(f"the sweep failed: {exc!r}")
+        return self.quarantined[before:]
+
+    def _sweep_root(self, root: str) -> None:
+        def unreadable(path: str, exc: OSError) -> None:
+            self._fail(root, path, f"the sweep cannot read it: {explain(exc)}")
+
+        for path, entry in autorun.find(root, on_error=unreadable, open_up=open_up_path):
+            parts = tuple(os.path.relpath(path, root).split("/"))
+            if self._is_preexisting(root, parts):
+                continue
+            try:
+                self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
+            except _Failed as exc:
+                self._fail(root, exc.path, exc.reason)
+        # The places the catalogue does not name, outermost first.
+        for path in self.places.in_root(root):
+            parts = tuple(os.path.relpath(path, root).split("/"))
+            try:
+                self._sweep_place(root, parts)
+            except _Failed as exc:
+                self._fail(root, exc.path, exc.reason)
+            except OSError as exc:
+                self._fail(root, path, f"the sweep cannot check it: {explain(exc)}")
+
+    def _sweep_place(self, root: str, parts: Parts) -> None:
+        try:
+            with nofollow.dir_path(root, parts[:-1]) as directory:
+                st = os.lstat(os.path.join(directory, parts[-1]))
+        except (FileNotFoundError, NotADirectoryError):
+            return  # not there, or a place on the way is not a directory (checked itself)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return  # through a symlink: that symlink is a place checked itself
+            raise
+        is_dir = stat.S_ISDIR(st.st_mode)
+        self._check(root, parts, is_dir, functools.partial(nofollow.lexists, root, parts[:-1]))
+
+    # -- quarantine ------------------------------------------------------------------------
+
+    def _quarantine(self, root: str, parts: Parts, why: str) -> None:
+        """Move ``root/parts`` into the quarantine directory without following symlinks on
+        the way. Nothing to do when it is not there (any more) as a real path inside
+        ``root``; ``_Failed`` when it is there and cannot be moved."""
+        if not parts:
+            return
+        try:
+            moved_to = self._store.move_from(root, parts, why)
+        except QuarantineError as exc:
+            raise _Failed(os.path.join(root, *parts), str(exc)) from None
+        if moved_to is None:
+            return
+        record = Quarantined(os.path.join(root, *parts), moved_to, why)
+        self.quarantined.append(record)
+        self.on_quarantine(record)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+_MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
+
+
+def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
+    """Each (root, parts) once, and none inside another of the list: a rescan covers what
+    is below it (a storm of renames must not make the guard scan one tree many times)."""
+    unique = sorted(set(paths), key=lambda p: (p[0], len(p[1])))
+    kept: list[tuple[str, Parts]] = []
+    seen: set[tuple[str, Parts]] = set()
+    for root, parts in unique:
+        if any((root, parts[:i]) in seen for i in range(len(parts))):
+            continue
+        seen.add((root, parts))
+        kept.append((root, parts))
+    return kept

@@ -1,0 +1,3 @@
+"""The machine: its platform and whether it can sandbox, launching a sandbox, OS calls, ACLs,
+no-follow walks, process trees.
+"""

@@ -1,0 +1,1 @@
+"""The offline policy pipeline: annotating tools and compiling the policy."""

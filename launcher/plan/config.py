@@ -1,0 +1,220 @@
+"""``mcp-servers.json``: where it is found, reading and validating it (once per content:
+the cache), ``${VAR}`` expansion. Its models are in :mod:`launcher.plan.config_schema`."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from launcher.plan.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
+from launcher.shared import dirs
+from launcher.shared.errors import ConfigError
+from policy.cache import ContentCache, encode, rebuild
+from policy.loader import describe_validation_error, json_path
+from policy.schema import pyd, validate
+from policy.variables import PlaceholderError
+from policy.variables import expand as expand_placeholders
+from sandbox_profiles.records import frozen
+
+# How the bundled default config is named as a config's source.
+BUNDLED_SOURCE = "bundled default"
+
+
+@frozen
+class LoadedConfig:
+    """A server config file, read, validated and expanded, with its warnings."""
+
+    path: Path
+    source: str  # how it was found: --config, $IRONCURTAIN_CONFIG, ./, user, bundled
+    servers: dict[str, ServerConfig]
+    warnings: tuple[str, ...]
+    key: str = "mcpServers"  # the top-level key the file used, for JSON paths
+    # Servers whose placeholders cannot be expanded here (an unset variable), with why: an
+    # error only for a session that starts them, so one server's secret left unset does
+    # not stop every other server of the file.
+    broken: Mapping[str, ConfigError] = field(default_factory=dict)
+
+
+def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """The config file to use: the one given, $IRONCURTAIN_CONFIG, ./mcp-servers.json,
+    the user's, then the bundled default."""
+    env = os.environ if env is None else env
+    if explicit:
+        return Path(explicit), "--config"
+    if env.get("IRONCURTAIN_CONFIG"):
+        return Path(env["IRONCURTAIN_CONFIG"]), "$IRONCURTAIN_CONFIG"
+    local = Path("mcp-servers.json")
+    if local.is_file():
+        return local, "./mcp-servers.json"
+    user = dirs.config_dir() / "mcp-servers.json"
+    if user.is_file():
+        return user, str(user)
+    return dirs.bundled_config(), BUNDLED_SOURCE
+
+
+def expand(value: str, variables: Mapping[str, str], where: Callable[[], str], file: str) -> str:
+    """Expand ``${VAR}``, ``${VAR:-default}``; ``${workspace}`` comes from ``variables``.
+
+    >>> expand("${A}-${B:-x}", {"A": "1"}, lambda: "$", "f")
+    '1-x'
+    """
+    try:
+        return expand_placeholders(value, variables)
+    except PlaceholderError as exc:
+        raise ConfigError(file, where(), str(exc)) from None
+
+
+def _expand_path(
+    value: str, variables: Mapping[str, str], where: Callable[[], str], file: str
+) -> str:
+    out = os.path.expanduser(expand(value, variables, where, file))
+    if not os.path.isabs(out):
+        raise ConfigError(
+            file,
+            where(),
+            f"relative path {value!r} cannot be resolved: sandbox paths and cwd must be absolute "
+            "or start with ~ or ${workspace}",
+        )
+    return os.path.normpath(out)
+
+
+def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> list[str]:
+    """The JSON paths of the keys in ``raw`` (the file's JSON) that ``value`` (what it
+    was validated into) has no field for."""
+    if is_dataclass(value) and isinstance(raw, dict):
+        found: list[str] = []
+        names = {f.name: json_name(f.name) for f in fields(value)}
+        known = set(names) | set(names.values())
+        found += [json_path((*loc, key)) for key in raw if key not in known]
+        for name, alias in names.items():
+            key = alias if alias in raw else name
+            if key in raw:
+                found += _unknown_keys(getattr(value, name), raw[key], (*loc, key))
+        return found
+    if isinstance(value, dict) and isinstance(raw, dict):
+        return [
+            path
+            for key, item in value.items()
+            for path in _unknown_keys(item, raw.get(key), (*loc, key))
+        ]
+    return []
+
+
+def content_cache(directory: Path) -> ContentCache:
+    """Where validated configs are kept across starts: keyed by the file's bytes and the
+    code that validated it (this module's included)."""
+    here = Path(__file__).resolve()
+    return ContentCache(directory, "config", (here, here.with_name("config_schema.py")))
+
+
+def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
+    """The file validated, and the JSON paths of its unknown keys. With a ``cache``
+    directory, a file validated before (the same bytes, the same code) is read from there
+    without validating it again."""
+    file = str(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(file, "", "no such file") from None
+    except OSError as exc:
+        raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
+    store = content_cache(cache) if cache is not None else None
+    key = store.key(raw) if store else ""
+    known = rebuild(store.get(key), CACHED, ConfigFile, list) if store else None
+    if known is not None and all(isinstance(path, str) for path in known[1]):
+        return known[0], known[1]
+    try:
+        data: Any = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(file, f"byte {exc.start}", "not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            file, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError(file, "$", f"expected an object, found {type(data).__name__}")
+    if "mcpServers" not in data and "servers" not in data:
+        raise ConfigError(file, "$", 'expected a "mcpServers" (or "servers") object')
+    try:
+        parsed = validate(ConfigFile, data)
+    except pyd.ValidationError as exc:
+        loc, detail = describe_validation_error(exc, UNION_TAGS)
+        raise ConfigError(file, loc, detail) from None
+    unknown = _unknown_keys(parsed, data, ())
+    if store:
+        store.put(key, encode([parsed, unknown]))
+    return parsed, unknown
+
+
+def load_config(
+    path: Path,
+    source: str,
+    workspace: str,
+    env: Mapping[str, str] | None = None,
+    cache: Path | None = None,
+) -> LoadedConfig:
+    """Read, validate and expand a config; every problem is a :class:`ConfigError`."""
+    file = str(path)
+    parsed, unknown = _parse(path, cache)
+    key = "mcpServers" if parsed.mcp_servers is not None else "servers"
+    raw = parsed.mcp_servers if parsed.mcp_servers is not None else parsed.servers
+    assert raw is not None
+    warnings = [f"{file}: {loc}: unknown key, ignored" for loc in unknown]
+    variables = dict(os.environ if env is None else env)
+    variables["workspace"] = workspace
+    servers: dict[str, ServerConfig] = {}
+    broken: dict[str, ConfigError] = {}
+    for name, server in raw.items():
+        try:
+            servers[name] = _expand_server(server, (key, name), variables, file)
+        except ConfigError as exc:
+            servers[name], broken[name] = server, exc
+    return LoadedConfig(path, source, servers, tuple(warnings), key, broken)
+
+
+def _expand_server(
+    server: ServerConfig, loc: tuple[str, ...], variables: Mapping[str, str], file: str
+) -> ServerConfig:
+    def at(*parts: str | int) -> Callable[[], str]:
+        return lambda: json_path((*loc, *parts))
+
+    update: dict[str, Any] = {
+        "command": expand(server.command, variables, at("command"), file),
+        "args": [expand(a, variables, at("args", i), file) for i, a in enumerate(server.args)],
+        "env": {k: expand(v, variables, at("env", k), file) for k, v in server.env.items()},
+        "cwd": _expand_path(server.cwd, variables, at("cwd"), file) if server.cwd else None,
+    }
+    if server.sandbox is not False:
+        fs = server.sandbox.filesystem
+        fs_update = {
+            name: [
+                _expand_path(p, variables, at("sandbox", "filesystem", alias, i), file)
+                for i, p in enumerate(getattr(fs, name))
+            ]
+            for name, alias in (
+                ("allow_read", "allowRead"),
+                ("deny_read", "denyRead"),
+                ("allow_write", "allowWrite"),
+                ("deny_write", "denyWrite"),
+            )
+        }
+        update["sandbox"] = replace(server.sandbox, filesystem=replace(fs, **fs_update))
+    return replace(server, **update)
+
+
+def warn(message: str) -> None:
+    print(f"ironcurtain: warning: {message}", file=sys.stderr)
+
+
+def load_and_warn(explicit: str | None, workspace: str) -> LoadedConfig:
+    """Find and load the config, warning once on stderr about each unknown key."""
+    path, source = find_config(explicit)
+    config = load_config(path, source, workspace, cache=dirs.cache_dir())
+    for message in config.warnings:
+        warn(message)
+    return config

@@ -1,0 +1,398 @@
+"""Everything a session needs, decided and checked before anything is created or started.
+
+Errors speak the library's words: an option is named as the field of :class:`RunOptions`
+it came from (``OptionError.option``, ``SandboxRefused.option``), and the command layer
+names it as its users know it (``--audit-args``).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from launcher.host.machine import (
+    BWRAP_FIX,
+    SECCOMP_FIX,
+    SandboxProbe,
+    sandbox_identity,
+    seccomp_filter,
+)
+from launcher.plan import bundled
+from launcher.plan.config import LoadedConfig, load_and_warn
+from launcher.plan.config_schema import ServerConfig
+from launcher.plan.programs import search_path
+from launcher.plan.server_plan import ServerPlan, Surroundings, never_shown, plan_server
+from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
+from launcher.shared import dirs, rundir
+from launcher.shared.errors import SandboxUnavailable, UsageError
+from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.egress import Entry
+from policy.errors import PolicyFileError
+from policy.loader import PolicyFiles, check_placeholders
+from policy.output import OUTPUT_POLICY_FILE
+from policy.paths import resolve_real_path
+from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import is_under
+
+if TYPE_CHECKING:
+    from launcher.transports.http_token import Token
+
+__all__ = [
+    "OptionError",
+    "RunOptions",
+    "SandboxRefused",
+    "ServerPlan",
+    "SessionPlan",
+    "plan_session",
+]
+
+
+@frozen
+class RunOptions:
+    """The options of ``ironcurtain run`` (and of the commands that plan as it does)."""
+
+    config: str | None = None
+    policy_dir: str | None = None
+    workspace: str | None = None
+    servers: tuple[str, ...] = ()
+    audit_log: str | None = None
+    allow_unsandboxed: bool = False
+    allow_no_seccomp: bool = False
+    audit_args: str = "hashed"  # or "clear": arguments in clear, PII fields still hashed
+    approval: str = "auto"  # auto | elicit | socket | deny
+    approval_timeout: float = 120.0
+    max_identical_calls: int = 30  # per minute; 0: no circuit breaker
+    accept_tool_changes: bool = False  # re-pin every server's tools at start
+    http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
+    http_token_file: str | None = (
+        None  # where its bearer token is (else launcher.transports.http_token)
+    )
+    # Plan to show, not to run (no probes, nothing refused).
+    display_only: bool = False
+
+
+class OptionError(UsageError):
+    """An option of :class:`RunOptions` names something that does not exist or cannot be
+    used. ``option`` is the field's name; ``shown_as`` is how the message names it (the
+    field, until the command layer gives the name its users know).
+
+    >>> str(OptionError("audit_args", "plain", "expected hashed or clear"))
+    'audit_args plain: expected hashed or clear'
+    """
+
+    def __init__(self, option: str, value: object, problem: str) -> None:
+        super().__init__(option, value, problem)
+        self.option, self.value, self.problem = option, value, problem
+        self.shown_as = option
+
+    def __str__(self) -> str:
+        return f"{self.shown_as} {self.value}: {self.problem}"
+
+
+class SandboxRefused(SandboxUnavailable):
+    """Servers cannot be sandboxed as asked, and ``option`` (a :class:`RunOptions` flag)
+    would run them anyway, ``effect``."""
+
+    def __init__(self, problem: str, fix: str, option: str, effect: str) -> None:
+        super().__init__(problem, fix, option, effect)
+        self.problem, self.fix, self.option, self.effect = problem, fix, option, effect
+        self.shown_as = f"{option}=True"
+
+    def __str__(self) -> str:
+        return (
+            f"cannot sandbox servers: {self.problem}.\n"
+            f"To fix: {self.fix}; or pass {self.shown_as} to {self.effect}."
+        )
+
+
+@frozen
+class SessionPlan:
+    """Everything a session is made from, worked out before anything starts."""
+
+    session_id: str
+    config: LoadedConfig
+    policy: PolicyFiles
+    engine: PolicyEngine
+    workspace: str
+    create_workspace: bool
+    audit_path: str
+    runtime_dir: str
+    servers: dict[str, ServerPlan]
+    prefixed: bool
+    sandbox_problem: str | None
+    run_as: tuple[int, int] | None = None  # set when running as root: the servers' identity
+    audit_args_clear: bool = False
+    approval: str = "auto"
+    approval_timeout: float = 120.0
+    max_identical_calls: int = 30
+    accept_tool_changes: bool = False
+    http_port: int | None = None
+    http_token: Token | None = None  # set with http_port
+    seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
+    seccomp_problem: str | None = None
+
+
+def new_session_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + os.urandom(3).hex()
+
+
+def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, ServerConfig]:
+    if names:
+        unknown = [n for n in names if n not in config.servers]
+        if unknown:
+            raise OptionError(
+                "servers",
+                unknown[0],
+                f"no such server in {config.path} "
+                f"(it defines: {', '.join(sorted(config.servers)) or 'none'})",
+            )
+        disabled = [n for n in names if config.servers[n].disabled]
+        if disabled:
+            raise OptionError("servers", disabled[0], f"the server is disabled in {config.path}")
+        chosen = {n: config.servers[n] for n in dict.fromkeys(names)}
+    else:
+        chosen = {n: s for n, s in config.servers.items() if not s.disabled}
+    if not chosen:
+        raise UsageError(f"{config.path}: no enabled servers to start")
+    for name in chosen:  # what could not be expanded is an error for a server started
+        if name in config.broken:
+            raise config.broken[name]
+    return chosen
+
+
+def protected_paths(config: LoadedConfig, policy_dir: Path, audit_path: str) -> dict[str, str]:
+    entries = {
+        str(config.path): "the server configuration",
+        str(dirs.config_dir()): "ironcurtain's configuration directory",
+        str(policy_dir): "the policy directory",
+        audit_path: "the audit log",
+    }
+    return {resolve_real_path(p): label for p, label in entries.items()}
+
+
+def build_engine(
+    config: LoadedConfig,
+    files: PolicyFiles,
+    workspace: str,
+    audit_path: str,
+    servers: dict[str, ServerConfig],
+) -> PolicyEngine:
+    structural = StructuralConfig(
+        protected=protected_paths(config, files.directory, audit_path),
+        state_dir=resolve_real_path(str(dirs.state_dir())),
+        exempt=(workspace,),
+    )
+    # The policy's domain gate looks at names; port scoping is the egress proxy's business.
+    allowlists = {
+        name: [Entry.parse(d).pattern for d in server.allowed_domains]
+        for name, server in servers.items()
+    }
+    return PolicyEngine(
+        files.policy, files.annotations, structural, allowlists, {"workspace": workspace}
+    )
+
+
+def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:
+    """Each entry of ``output-policy.json`` names a server the config defines (a glob:
+    matches one): a policy for a server that does not exist is a mistake, not a no-op."""
+    names = list(servers)
+    for i, entry in enumerate(files.output.tools):
+        if not any(fnmatch.fnmatchcase(name, entry.server) for name in names):
+            raise PolicyFileError(
+                str(files.directory / OUTPUT_POLICY_FILE),
+                f"$.tools[{i}].server",
+                f"{entry.server!r} matches no server of the config "
+                f"(it defines: {', '.join(sorted(names)) or 'none'})",
+            )
+
+
+def load_policy(policy_dir: str | None) -> PolicyFiles:
+    directory = Path(policy_dir).resolve() if policy_dir else bundled_policy_dir()
+    files = load_policy_dir(directory, cache=dirs.cache_dir())
+    check_placeholders(files, ["workspace"])
+    return files
+
+
+def check_options(opts: RunOptions) -> None:
+    if opts.audit_args not in ("hashed", "clear"):
+        raise OptionError("audit_args", opts.audit_args, "expected hashed or clear")
+    if opts.approval not in ("auto", "elicit", "socket", "deny"):
+        raise OptionError("approval", opts.approval, "expected auto, elicit, socket or deny")
+    if opts.http_port is not None and not 0 <= opts.http_port < 65536:
+        raise OptionError("http_port", opts.http_port, "not a port (0 picks a free one)")
+    if opts.http_port is not None and not all(map(_importable, ("mcp", "uvicorn"))):
+        raise OptionError(
+            "http_port",
+            opts.http_port,
+            "needs the HTTP stack, which is not installed: pip install 'ironcurtain[http]'",
+        )
+    if opts.http_token_file is not None and opts.http_port is None:
+        raise OptionError("http_token_file", opts.http_token_file, "is only used with --http")
+    if not opts.approval_timeout > 0:
+        raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _http_token(token_file: str | None) -> Token:
+    from launcher.transports.http_token import resolve
+
+    return resolve(token_file)
+
+
+def check_workspace(workspace: str, given: str | None) -> None:
+    """A workspace in ironcurtain's state directory is one of its workspaces, or nothing:
+    a server may write its whole workspace, and the rest of that directory (audit logs,
+    tool pins, the validated config and policy read at the next start) must stay out of
+    its reach."""
+    state = resolve_real_path(str(dirs.state_dir()))
+    workspaces = os.path.join(state, "workspaces")
+    if is_under(workspace, state) and not (
+        is_under(workspace, workspaces) and workspace != workspaces
+    ):
+        raise OptionError(
+            "workspace",
+            given,
+            f"is in ironcurtain's state directory {state}, whose audit logs, tool pins and "
+            "validated files a server working there could rewrite; use a directory outside "
+            f"it (or one of {workspaces}/*)",
+        )
+    for base in rundir.bases():
+        if is_under(os.path.realpath(base), workspace):
+            raise OptionError(
+                "workspace",
+                given,
+                f"holds {base}, where every ironcurtain session keeps its sockets "
+                "(approvals, egress proxies), which a server working there could connect "
+                "to; use a directory inside it",
+            )
+
+
+def plan_session(opts: RunOptions) -> SessionPlan:
+    """The plan of a session: the same for running it, showing a server's profile and
+    checking one call (``display_only``: nothing probed, nothing refused)."""
+    check_options(opts)
+    session_id = new_session_id()
+    state = dirs.state_dir()
+    if opts.workspace:
+        workspace = resolve_real_path(os.path.expanduser(opts.workspace))
+        if os.path.exists(workspace) and not os.path.isdir(workspace):
+            raise OptionError("workspace", opts.workspace, "exists and is not a directory")
+    else:
+        workspace = resolve_real_path(str(state / "workspaces" / session_id))
+    check_workspace(workspace, opts.workspace)
+    run_as = sandbox_identity(workspace)
+    # Whether bwrap works here is probed while the config and the policy are read.
+    if opts.display_only:
+        return _plan(opts, session_id, workspace, run_as, None)
+    with SandboxProbe(run_as is not None) as probe:
+        return _plan(opts, session_id, workspace, run_as, probe)
+
+
+def _plan(
+    opts: RunOptions,
+    session_id: str,
+    workspace: str,
+    run_as: tuple[int, int] | None,
+    probe: SandboxProbe | None,
+) -> SessionPlan:
+    config = load_and_warn(opts.config, workspace)
+    selected = bundled.installed(
+        config.source, select_servers(config, opts.servers), opts.servers, search_path()
+    )
+    files = load_policy(opts.policy_dir)
+    check_output_servers(files, config.servers)
+    audit_path = resolve_real_path(
+        os.path.expanduser(opts.audit_log)
+        if opts.audit_log
+        else str(dirs.state_dir() / "audit" / f"{session_id}.jsonl")
+    )
+    engine = build_engine(config, files, workspace, audit_path, selected)
+    state_real = engine.structural.state_dir or ""
+    if state_real and not opts.display_only and writable_holds(state_real, workspace, selected):
+        # What ironcurtain writes in its state directory is there before the sandboxes are
+        # planned, so a root that holds it gets it read-only; made later, the guard would
+        # take it for a server's and move it away.
+        dirs.make_state(STATE_DIRS)
+    # Made (when it is not there) before the sandboxes are planned: see make_state.
+    http_token = (
+        _http_token(opts.http_token_file)
+        if opts.http_port is not None and not opts.display_only
+        else None
+    )
+    problem = None
+    bpf: bytes | None = None
+    seccomp_problem: str | None = None
+    if probe is None:
+        pass
+    elif any(s.sandboxed for s in selected.values()):
+        problem = probe.result()
+        if problem and not opts.allow_unsandboxed:
+            raise SandboxRefused(
+                problem, BWRAP_FIX, "allow_unsandboxed", "run servers without isolation"
+            )
+        if problem is None:
+            bpf, seccomp_problem = seccomp_filter(dirs.cache_dir())
+            if seccomp_problem and not opts.allow_no_seccomp:
+                raise SandboxRefused(
+                    seccomp_problem,
+                    SECCOMP_FIX,
+                    "allow_no_seccomp",
+                    "sandbox without the system-call filter",
+                )
+    # Sockets live here, and a unix socket path has at most 107 bytes.
+    longest = max([f"egress-{n}.sock" for n in selected] + ["approvals.sock"], key=len)
+    runtime_dir = rundir.path_for(session_id, longest)
+    # Read-only inside any writable root: ironcurtain's files, and its state dir (when this
+    # session's workspace is one of its workspaces, everything there but the workspaces).
+    sandbox_protected = list(engine.structural.protected)
+    if state_real:
+        sandbox_protected += state_protected(state_real, workspace)
+    sandbox_protected = uncovered(sandbox_protected)
+    at = Surroundings(
+        config=config,
+        annotations=files.annotations,
+        workspace=workspace,
+        runtime_dir=runtime_dir,
+        search=search_path(),
+        bwrap=shutil.which("bwrap") or "bwrap",
+        protected=sandbox_protected,
+        never_shown=never_shown(),
+        run_as=run_as,
+        seccomp_bpf=bpf,
+        can_sandbox=problem is None,
+        display_only=opts.display_only,
+    )
+    plans = {name: plan_server(name, server, at) for name, server in selected.items()}
+    return SessionPlan(
+        session_id=session_id,
+        config=config,
+        policy=files,
+        engine=engine,
+        workspace=workspace,
+        create_workspace=not os.path.isdir(workspace),
+        audit_path=audit_path,
+        runtime_dir=runtime_dir,
+        servers=plans,
+        prefixed=not (opts.servers and len(plans) == 1),
+        sandbox_problem=problem,
+        run_as=run_as if any(p.sandboxed for p in plans.values()) else None,
+        seccomp_bpf=bpf,
+        seccomp_problem=seccomp_problem,
+        audit_args_clear=opts.audit_args == "clear",
+        approval=opts.approval,
+        approval_timeout=opts.approval_timeout,
+        max_identical_calls=opts.max_identical_calls,
+        accept_tool_changes=opts.accept_tool_changes,
+        http_port=opts.http_port,
+        http_token=http_token,
+    )

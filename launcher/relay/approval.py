@@ -1,0 +1,290 @@
+"""Escalations asked of a human.
+
+An escalated call waits (alone: other calls go on) for an answer from an approval channel,
+in this order for ``--approval auto``: MCP elicitation to the upstream client when it
+declared the capability; an attached ``ironcurtain approvals`` terminal (a unix socket in
+the session's owner-only runtime directory). No channel, no answer within
+``--approval-timeout``, or anything but an approval means deny. An approval
+is bound to the exact server, tool and argument hash of the call that asked and is used by
+that call alone; "approve for this session" records a narrow entry (same server, tool and
+canonical arguments) that later identical calls match without asking again.
+
+A server's own request of the client (sampling) is asked the same way, worded as the
+server's, never as a call the agent makes: the human is shown the whole request as it will
+be sent, and a session entry covers only a request whose every field is the same. The
+question's message starts with ``ironcurtain:``, which a server's own question relayed to
+the client never does (each of its lines starts with ``[server 'name']``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import field
+from typing import Any, Protocol
+
+from launcher.audit.log import hash_value
+from launcher.shared.jsonrpc import Message
+from launcher.shared.shown import visible
+from policy import Decision
+from sandbox_profiles.records import frozen, mutable
+
+MODES = ("auto", "elicit", "socket", "deny")
+APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
+APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
+
+# What a server's own request (not a tool call) is kept as in the session whitelist.
+SERVER_REQUEST = "server request: "
+Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
+
+
+class AskClient(Protocol):
+    """Sends the client a request; ``related``: the client's request it belongs to."""
+
+    def __call__(
+        self, method: str, params: Message, timeout: float, related: str | int | None = None
+    ) -> Awaitable[Message]: ...
+
+
+def asking_with(ask: AskClient, related: object) -> Requester:
+    """``ask`` for questions about the client's request ``related``: they go with it (over
+    HTTP, on the event stream of that request, which the client reads; a client need not
+    open the stream for what nobody asked)."""
+    about = related if isinstance(related, str | int) else None
+
+    def asking(method: str, params: dict[str, Any], timeout: float) -> Awaitable[Message]:
+        return ask(method, params, timeout, about)
+
+    return asking
+
+
+@frozen
+class Outcome:
+    approved: bool
+    escalation: str  # what the audit log records
+    detail: str = ""  # for the client when denied
+
+
+class Terminals:
+    """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
+
+    JSON lines. To a terminal: ``{"type": "attached"}`` once it counts as attached (from
+    then on escalations go to it), ``{"type": "request", "id", "server", "tool", "arguments",
+    "rule", "reason", "question"}`` (``question``: whose request it is and what it asks, in
+    words) for every question open now or later, and ``{"type": "closed", "id"}`` once it
+    is answered anywhere or given up. From a terminal: ``{"type": "answer",
+    "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
+        self._ids = itertools.count(1)
+
+    @property
+    def attached(self) -> bool:
+        return bool(self._writers)
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._terminal, path=self.path)
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for writer in list(self._writers):
+            writer.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    async def ask(self, question: dict[str, Any], timeout: float) -> str:
+        """The answer to ``question`` (TimeoutError when none comes in time)."""
+        qid = f"q{next(self._ids)}"
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        message = {"type": "request", "id": qid, **question}
+        self._open[qid] = (message, future)
+        self._broadcast(message)
+        try:
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._open.pop(qid, None)
+            self._broadcast({"type": "closed", "id": qid})
+
+    def _broadcast(self, message: dict[str, Any]) -> None:
+        data = json.dumps(message).encode() + b"\n"
+        for writer in list(self._writers):
+            try:
+                writer.write(data)
+            except (OSError, RuntimeError):
+                self._writers.discard(writer)
+
+    async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
+        try:
+            writer.write(b'{"type": "attached"}\n')
+            for message, _ in list(self._open.values()):
+                writer.write(json.dumps(message).encode() + b"\n")
+            while line := await reader.readline():
+                try:
+                    answer = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if not isinstance(answer, dict) or answer.get("type") != "answer":
+                    continue
+                entry = self._open.get(str(answer.get("id")))
+                if entry is not None and not entry[1].done():
+                    entry[1].set_result(str(answer.get("answer")))
+        except (OSError, ConnectionError):
+            pass
+        except asyncio.CancelledError:
+            # The session is ending. Returning (not re-raising) keeps Python 3.11's stream
+            # server from printing the cancelled handler as an error on the way out.
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+
+@mutable
+class Approvals:
+    mode: str
+    timeout: float
+    terminals: Terminals | None = None
+    # (server, tool, argument hash) that the user approved for the rest of the session.
+    session_whitelist: set[tuple[str, str, str]] = field(default_factory=set)
+
+    def forget(self, server: str, tool: str) -> None:
+        """What was approved for the session for ``tool`` of ``server`` no longer counts
+        (it changed since)."""
+        self.session_whitelist = {
+            key for key in self.session_whitelist if key[:2] != (server, tool)
+        }
+
+    def channel(self, client_elicits: bool) -> str | None:
+        if self.mode in ("auto", "elicit") and client_elicits:
+            return "elicit"
+        if self.terminals is not None and (
+            self.mode == "socket" or (self.mode == "auto" and self.terminals.attached)
+        ):
+            return "socket"
+        return None
+
+    async def decide(
+        self,
+        server: str,
+        tool: str,
+        arguments: dict[str, object],
+        decision: Decision,
+        client_elicits: bool,
+        ask: Requester,
+        grant: str = "",
+        by_server: bool = False,
+    ) -> Outcome:
+        """``grant``: what approving gives the call beyond its server's sandbox, said in
+        the question (empty: nothing); ``by_server``: the request is the server's own of the
+        client (``tool`` its method, ``arguments`` all of it as it will be sent)."""
+        # A server's own request is never the same entry as a tool of the same name.
+        key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
+        if key in self.session_whitelist:
+            return Outcome(True, "session-whitelist")
+        channel = self.channel(client_elicits)
+        if channel is None:
+            return Outcome(False, "no-approval-channel")
+        if channel == "socket":
+            assert self.terminals is not None
+            question = {
+                "server": server,
+                "tool": tool,
+                "arguments": arguments,
+                "rule": decision.rule,
+                "reason": decision.reason,
+                "question": visible(_asked(server, tool, by_server)),
+                **({"grant": grant} if grant else {}),
+            }
+            try:
+                said = await self.terminals.ask(question, self.timeout)
+            except TimeoutError:
+                return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+            return self._outcome(key, said, said)
+        params = {
+            "mode": "form",
+            "message": approval_message(server, tool, arguments, decision, grant, by_server),
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "answer": {
+                        "type": "string",
+                        "title": "Allow this request?" if by_server else "Allow this call?",
+                        "enum": [APPROVE, APPROVE_SESSION, DENY],
+                    }
+                },
+                "required": ["answer"],
+            },
+        }
+        try:
+            reply = await ask("elicitation/create", params, self.timeout)
+        except TimeoutError:
+            return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+        except Exception as exc:  # a failed channel is a deny, with the reason
+            return Outcome(False, "channel-failed", str(exc))
+        result = reply.get("result") if isinstance(reply.get("result"), dict) else {}
+        assert isinstance(result, dict)
+        content = result.get("content") if isinstance(result.get("content"), dict) else {}
+        assert isinstance(content, dict)
+        answer = content.get("answer") if result.get("action") == "accept" else None
+        action = result.get("action") or ("error" if "error" in reply else "?")
+        return self._outcome(key, answer, str(answer or action))
+
+    def _outcome(self, key: tuple[str, str, str], answer: object, said: str) -> Outcome:
+        if answer == APPROVE:
+            return Outcome(True, "approved")
+        if answer == APPROVE_SESSION:
+            self.session_whitelist.add(key)
+            return Outcome(True, "approved-for-session")
+        return Outcome(False, "denied", f"the user answered {said}")
+
+
+def approval_message(
+    server: str,
+    tool: str,
+    arguments: dict[str, object],
+    decision: Decision,
+    grant: str = "",
+    by_server: bool = False,
+) -> str:
+    """What the human sees: which call (or which request of a server's, ``by_server``), why
+    it needs them, what approving gives, the exact (canonical) arguments."""
+    shown = json.dumps(arguments, indent=2, ensure_ascii=False, sort_keys=True)
+    what = (
+        "The request, all of it, as it would be sent"
+        if by_server
+        else "Arguments (as the server would get them)"
+    )
+    # Characters that act rather than show (bidi overrides, C1 controls, zero-width) are
+    # written as escapes: the person approves what the server gets, not what it looks like.
+    return visible(
+        f"ironcurtain: {_asked(server, tool, by_server)}.\n"
+        f"Policy rule {decision.rule}: {decision.reason}.\n"
+        + (f"{grant}.\n" if grant else "")
+        + f"{what}:\n{shown}"
+    )
+
+
+def _asked(server: str, tool: str, by_server: bool) -> str:
+    """The question, in words: whose request it is and what it asks for (a tool's name is
+    the server's: on one line, so it cannot start a line of its own)."""
+    tool = visible(tool, one_line=True)
+    if not by_server:
+        return f"the agent wants to call {tool} on server '{server}'"
+    if tool == "sampling/createMessage":
+        return (
+            f"server '{server}' asks the user's model to answer its request ({tool}); "
+            "nothing is sent to the model unless you approve"
+        )
+    return f"server '{server}' asks the client: {tool}"

@@ -1,0 +1,271 @@
+"""What servers ask of the client: ``elicitation/create`` and ``sampling/createMessage``,
+relayed through one path (``ping`` and ``roots/list`` a server connection answers itself).
+
+- **Elicitation** reaches the client when the client declared the mode asked for (``form``,
+  the default, or ``url``) and the server's ``clientRequests.elicitation`` is ``allow``. It
+  is marked as the server's, its strings shown as escapes, and a link is relayed only to a
+  host the server's egress allows (:mod:`launcher.relay.questions`).
+- **Sampling** reaches the client when it declared ``sampling`` and the server's
+  ``clientRequests.sampling`` lets it: ``allow``, or ``ask`` (a human approves each first,
+  through the approval channels, shown the whole request as the client's model would get
+  it). ``includeContext`` is sent as ``none``: to the client, "this server" is ironcurtain,
+  so any context it added would be every server's.
+- Anything else a server asks is answered "method not found".
+
+What the client gets is made once (:func:`launcher.relay.questions.forwarded`, after the server's
+credentials are masked): the human approving a sampling request is shown that, it is what
+is sent, and "approve for this session" covers only a request whose forwarded content is the
+same. Each is audited like a call (server, method, the request's fields hashed, the
+decision, the outcome); the client's answer goes back to the server as it came. A server
+that cancels its request has the question withdrawn from the client. A server has at most
+``MAX_OPEN`` of them open at once (more are refused, so it cannot bury the human in
+questions), and an id it is already using is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from launcher.audit.log import hashed_arguments
+from launcher.relay.approval import AskClient, asking_with
+from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
+from launcher.relay.seams import Core, Downstream
+from launcher.shared.jsonrpc import Message, ServerGone
+from policy import Decision
+
+DENIED = -32001
+# How long a question of a server's may wait for the client (a human answering a form).
+ASK_TIMEOUT = 600.0
+MAX_OPEN = 4  # questions one server may have open at once
+
+
+class ServerAsks:
+    def __init__(
+        self,
+        core: Core,
+        *,
+        ask_client: AskClient,
+        client_capabilities: Callable[[], Message | None],
+        approve_via: AskClient,
+        client_elicits: Callable[[], bool],
+        related: Callable[[str], str | int | None],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self.core = core
+        self._ask_client = ask_client
+        self._client = client_capabilities  # None until the client's initialize
+        self._approve_via = approve_via
+        self._client_elicits = client_elicits
+        self._related = related
+        self._spawn = spawn
+        self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
+
+    def request(self, conn: Downstream, message: Message) -> None:
+        """A request ``conn``'s server sent; it is answered (now or when the client has)."""
+        method = str(message.get("method"))
+        request_id = message.get("id")
+        if method not in (ELICIT, SAMPLE):
+            _reply(conn, request_id, error=(-32601, f"method not found: {method}"))
+            return
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        started = time.perf_counter()
+        decision = self._decide(conn.name, method, params)
+        if decision.decision != "deny":
+            decision = self._limit(conn.name, request_id) or decision
+        sent: Message = {}
+        if decision.decision != "deny":
+            settings = self.core.settings[conn.name]
+            try:
+                sent = forwarded(
+                    conn.name,
+                    method,
+                    self.core.outputs.message(conn.name, params),
+                    settings.allowed_domains,
+                    settings.denied_domains,
+                )
+            except Refused as exc:
+                rule = "elicitation-url" if params.get("mode") == "url" else "client-request-shape"
+                decision = Decision("deny", rule, str(exc))
+        entry = self._entry(conn.name, request_id, method, params, decision)
+        if decision.decision == "deny":
+            code = -32601 if decision.rule == "client-capability" else DENIED
+            self._finish(entry, "denied", started)
+            _reply(
+                conn, request_id, error=(code, f"DENIED (rule: {decision.rule}): {decision.reason}")
+            )
+            return
+        task = self._spawn(self._relay(conn, request_id, method, sent, decision, entry, started))
+        if isinstance(request_id, str | int):
+            key = (conn.name, request_id)
+            self._open[key] = task
+            task.add_done_callback(lambda _: self._open.pop(key, None))
+
+    def cancelled(self, conn: Downstream, params: Message) -> None:
+        """The server cancelled a request of its own: the client's question is withdrawn."""
+        request_id = params.get("requestId")
+        task = (
+            self._open.get((conn.name, request_id)) if isinstance(request_id, str | int) else None
+        )
+        if task is not None:
+            task.cancel()
+
+    def _limit(self, server: str, request_id: Any) -> Decision | None:
+        """A refusal when the server asks too much at once, or reuses an open id."""
+        if isinstance(request_id, str | int) and (server, request_id) in self._open:
+            return Decision(
+                "deny", "client-requests-limit", f"request id {request_id!r} is already open"
+            )
+        if sum(1 for name, _ in self._open if name == server) >= MAX_OPEN:
+            return Decision(
+                "deny",
+                "client-requests-limit",
+                f"server '{server}' already has {MAX_OPEN} questions open; "
+                "it may ask again once one is answered",
+            )
+        return None
+
+    def _decide(self, server: str, method: str, params: Message) -> Decision:
+        settings = self.core.settings[server]
+        client = self._client()
+        if client is None:
+            return Decision("deny", "client-not-connected", "no client has connected yet")
+        if method == ELICIT:
+            mode = params.get("mode", "form")
+            if settings.elicitation != "allow":
+                return Decision(
+                    "deny",
+                    "client-requests",
+                    f"server '{server}' may not ask the user questions "
+                    "(its clientRequests.elicitation is deny)",
+                )
+            if mode not in elicitation_modes(client):
+                return Decision(
+                    "deny",
+                    "client-capability",
+                    f"the client does not take {mode!r} elicitation requests",
+                )
+            return Decision("allow", "client-requests", "elicitation is allowed for this server")
+        if settings.sampling == "deny":
+            return Decision(
+                "deny",
+                "client-requests",
+                f"server '{server}' may not ask for sampling (its clientRequests.sampling is deny)",
+            )
+        if not isinstance(client.get("sampling"), dict):
+            return Decision("deny", "client-capability", "the client does not take sampling")
+        if settings.sampling == "ask":
+            return Decision(
+                "escalate",
+                "client-requests",
+                f"server '{server}' wants the user's model to answer its own prompt",
+            )
+        return Decision("allow", "client-requests", "sampling is allowed for this server")
+
+    async def _relay(
+        self,
+        conn: Downstream,
+        request_id: Any,
+        method: str,
+        sent: Message,
+        decision: Decision,
+        entry: dict[str, Any],
+        started: float,
+    ) -> None:
+        """Ask the client ``sent`` (first a human, when the decision escalates: shown
+        ``sent``, all of it) and give the server its answer."""
+        server = conn.name
+        related = self._related(server)  # the call the server asks during
+
+        try:
+            if decision.decision == "escalate":
+                outcome = await self.core.gate.approve(
+                    server,
+                    method,
+                    sent,
+                    decision,
+                    self._client_elicits(),
+                    asking_with(self._approve_via, related),
+                    by_server=True,
+                )
+                entry["escalation"] = outcome.escalation
+                if not outcome.approved:
+                    text = f"DENIED (rule: {decision.rule}): {outcome.detail or 'not approved'}"
+                    self._finish(entry, "denied", started)
+                    _reply(conn, request_id, error=(DENIED, text))
+                    return
+            answer = await self._ask_client(method, sent, ASK_TIMEOUT, related)
+        except asyncio.CancelledError:
+            self._finish(entry, "cancelled", started)  # by the server, or at stop
+            raise
+        except TimeoutError:
+            self._finish(entry, "timeout", started)
+            _reply(conn, request_id, error=(-32603, "the client did not answer in time"))
+            return
+        except Exception as exc:  # never leave the server without an answer
+            self._finish(entry, "error", started)
+            _reply(conn, request_id, error=(-32603, f"the request failed in ironcurtain: {exc}"))
+            return
+        failed = "error" in answer or not isinstance(answer.get("result"), dict)
+        self._finish(entry, "error" if failed else "success", started)
+        if failed:
+            err = answer.get("error")
+            err = err if isinstance(err, dict) else {"code": -32603, "message": "no result"}
+            with contextlib.suppress(ServerGone, OSError):
+                conn.reply(request_id, {"error": err})
+        else:
+            with contextlib.suppress(ServerGone, OSError):
+                conn.reply(request_id, {"result": answer["result"]})
+
+    def _entry(
+        self, server: str, request_id: Any, method: str, params: Message, decision: Decision
+    ) -> dict[str, Any]:
+        fields = {k: v for k, v in params.items() if k != "_meta"}
+        return {
+            "requestId": request_id,
+            "method": method,
+            "server": server,
+            "tool": method,
+            "direction": "server-to-client",
+            "arguments": hashed_arguments(fields, self.core.audit_args_clear),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": self.core.settings[server].sandboxed,
+        }
+
+    def _finish(self, entry: dict[str, Any], status: str, started: float) -> None:
+        duration = round((time.perf_counter() - started) * 1000, 3)
+        audit = self.core.audit
+        if not audit.write({**entry, "result": status, "durationMs": duration}):
+            self.core.say(f"audit log write failed ({audit.error}); denying every further call")
+
+
+def elicitation_modes(capabilities: Message) -> frozenset[str]:
+    """The elicitation modes a client declared: an empty ``elicitation`` object means form
+    (as before modes existed).
+
+    >>> sorted(elicitation_modes({"elicitation": {}}))
+    ['form']
+    >>> sorted(elicitation_modes({"elicitation": {"url": {}}}))
+    ['url']
+    >>> sorted(elicitation_modes({}))
+    []
+    """
+    declared = capabilities.get("elicitation")
+    if not isinstance(declared, dict):
+        return frozenset()
+    modes = frozenset(m for m in ("form", "url") if isinstance(declared.get(m), dict))
+    return modes or frozenset({"form"})
+
+
+def _reply(conn: Downstream, request_id: Any, *, error: tuple[int, str]) -> None:
+    with contextlib.suppress(ServerGone, OSError):
+        conn.reply(request_id, {"error": {"code": error[0], "message": error[1]}})

@@ -1,0 +1,355 @@
+"""The checked call: one path for every request that reaches a server (``tools/call``,
+``prompts/get``, ``resources/read``, ``resources/subscribe``/``unsubscribe``,
+``completion/complete``).
+
+Route → gate (one decision) → approval when escalated (:mod:`launcher.relay.escalation`) →
+forward → audit. The request is decided, audited and forwarded in the callback that read
+it, and the answer relayed in the callback that read it; only an escalation, which waits for
+a human, runs as a task. A refused tool call is answered with a tool result whose text
+starts ``DENIED`` (the model reads it); any other refused method with an error answer saying
+the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import field
+from typing import Any, Protocol
+
+from launcher.audit.log import Prepared, hashed_arguments
+from launcher.relay.approval import AskClient
+from launcher.relay.escalation import Escalations, discard
+from launcher.relay.gate import (
+    BY_URI,
+    COMPLETE,
+    PROMPT,
+    SUBSCRIBE,
+    TOOL,
+    UNSUBSCRIBE,
+    completion_arguments,
+    denial_text,
+)
+from launcher.relay.seams import Core, Downstream, OneShot
+from launcher.shared.jsonrpc import Message, ServerGone, error, result, tool_result
+from policy import Decision
+from policy.models import Annotation
+from sandbox_profiles.records import mutable
+
+DENIED = -32001  # a request the policy did not let through (not a tool call)
+NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
+CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
+
+
+class Send(Protocol):
+    """Where messages for the client go; ``related``: the client's request one belongs to."""
+
+    def __call__(self, message: Message, related: str | int | None = None) -> None: ...
+
+
+@mutable(slots=True)
+class Call:
+    """One checked request on its way through the relay."""
+
+    request_id: Any
+    method: str
+    params: Message
+    started: float
+    server: str | None
+    name: str  # the server's own name of the tool or prompt; the method for a resource
+    arguments: dict[str, object]
+    conn: Downstream | None
+    entry: dict[str, Any] = field(default_factory=dict)
+    downstream: int | None = None  # the id it was sent to the server with
+    prepared: Prepared | None = None  # its audit entry, serialised while the server works
+    progress_sent: int = 0  # progress ironcurtain reported while a human decided
+    one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
+    granted: list[dict[str, object]] | None = None  # what it was given, for the audit
+
+    def progress_token(self) -> str | int | None:
+        """The client's progress token for this call, if it sent one."""
+        meta = self.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        return token if type(token) in (str, int) else None
+
+
+class CheckedCalls:
+    def __init__(
+        self,
+        core: Core,
+        *,
+        send: Send,
+        ask: AskClient,
+        client_elicits: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self.core = core
+        self.send = send
+        self._spawn = spawn
+        self._calls: dict[str | int, Call] = {}  # forwarded, by the client's id
+        # Progress tokens of calls out at a server: (server, token) -> call. A server's
+        # progress is relayed only for its own calls still out (not after a cancel).
+        self.progress: dict[tuple[str, object], Call] = {}
+        self.escalations = Escalations(
+            core, self, send=send, ask=ask, client_elicits=client_elicits, spawn=spawn
+        )
+
+    def only_call_at(self, server: str) -> str | int | None:
+        """The client's id of the one call out at ``server``; None when there are none or
+        several (what the server asks then cannot be told apart)."""
+        found = [c.request_id for c in self._calls.values() if c.server == server]
+        return found[0] if len(found) == 1 else None
+
+    def cancel(self, request_id: str | int) -> None:
+        """The client cancelled ``request_id``: the server is told (or the human no longer
+        asked); the audit says ``cancelled``; the client gets no answer (MCP)."""
+        call = self._calls.get(request_id)
+        if call is not None:
+            self._cancel(call, "cancelled")
+            return
+        self.escalations.cancel(request_id)
+
+    def stop(self) -> None:
+        """Calls still out are cancelled at their servers and audited ``cancelled``."""
+        for call in list(self._calls.values()):
+            self._cancel(call, "the session is stopping")
+
+    def start(self, method: str, params: Message, request_id: Any) -> None:
+        """Decided, audited and forwarded in the callback that read it; the answer is
+        relayed in the callback that reads it (:meth:`answered`)."""
+        started = time.perf_counter()
+        if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
+            self.send(result(request_id, tool_result("DENIED: arguments must be a JSON object")))
+            return
+        if method == PROMPT and not isinstance(params.get("arguments") or {}, dict):
+            self.send(error(request_id, -32602, "invalid params: arguments must be an object"))
+            return
+        if method == COMPLETE and completion_arguments(params) is None:
+            text = (
+                "invalid params: a completion needs a ref (ref/prompt or ref/resource), an "
+                "argument with a string name and value, and context arguments that are strings"
+            )
+            self.send(error(request_id, -32602, text))
+            return
+        server, name, args = self.core.router.target(method, params)
+        subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
+        if server is not None and subscribing and server not in self.core.router.subscribes:
+            self.send(error(request_id, -32601, f"server '{server}' has no subscriptions"))
+            return
+        if server is not None and method == COMPLETE and server not in self.core.router.completes:
+            self.send(result(request_id, {"completion": {"values": [], "hasMore": False}}))
+            return
+        cwd = self.core.settings[server].cwd if server else self.core.workspace
+        checked = self.core.gate.check(method, server, name, args, cwd)
+        decision = checked.decision
+        conn = self.core.servers.get(server) if server else None
+        call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
+        call.entry = self._entry(call, decision, checked.hashes)
+        if decision.decision == "escalate" and conn is not None and server is not None:
+            self.escalations.start(call, decision)
+        elif decision.decision != "allow" or conn is None:
+            self.end(call, "denied", denial=denial_text(decision), missing=server is None)
+        else:
+            self.forward(call)
+
+    def forward(self, call: Call) -> None:
+        """Send ``call`` to its server (or the instance an approval gave it)."""
+        conn, server = call.conn, call.server
+        assert conn is not None and server is not None
+        try:
+            call.downstream = conn.send_request(
+                call.method,
+                self._forwarded_params(call),
+                lambda outcome: self.answered(call, outcome),
+                self.core.settings[server].timeout,
+            )
+        except ServerGone as gone:
+            self.answered(call, gone)
+            return
+        except Exception as exc:  # whatever it was, the call is audited and answered
+            self.end(call, "error", failure=f"ERROR: the request could not be sent: {exc}")
+            return
+        if isinstance(call.request_id, str | int):
+            self._calls[call.request_id] = call
+        token = call.progress_token()
+        if token is not None:
+            self.progress[(server, token)] = call
+        call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
+
+    def _forwarded_params(self, call: Call) -> Message:
+        """The client's params as the server knows them: its own names, canonical values."""
+        params, method = call.params, call.method
+        if method == TOOL:
+            return {**params, "name": call.name, "arguments": call.arguments}
+        if method == PROMPT:
+            return {**params, "name": call.name, "arguments": call.arguments}
+        if method == COMPLETE:
+            # Rebuilt from what was checked: the completed argument first, then the context.
+            (argument, value), *context = call.arguments.items()
+            ref = dict(params["ref"])
+            if ref.get("type") == "ref/prompt":
+                ref["name"] = call.name.removeprefix("ref/prompt ")
+            forward: Message = {"ref": ref, "argument": {"name": argument, "value": value}}
+            if context:
+                forward["context"] = {"arguments": dict(context)}
+            return forward
+        return {**params, "uri": call.arguments["uri"]}
+
+    def answered(self, call: Call, outcome: Message | BaseException) -> None:
+        """The server answered, exited, or ran out of time: audit, then answer the client."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        if call.one_shot is not None:
+            self.escalations.carry_over(call, outcome)
+            return
+        try:
+            self.core.settle()  # what the call created is dealt with before it returns
+            halted = self.core.halted.get(call.server) if call.server else None
+            if halted is not None:
+                text = f"ERROR: server '{call.server}' was stopped: {halted}; it is not running"
+                self.end(call, "error", failure=text)
+                return
+            self._answer(call, outcome)
+        except Exception as exc:  # never take the session down for one call
+            self.send(error(call.request_id, -32603, f"internal error: {exc}"))
+
+    def _answer(self, call: Call, outcome: Message | BaseException) -> None:
+        server, conn = call.server, call.conn
+        assert conn is not None and server is not None
+        if isinstance(outcome, ServerGone):
+            again = "it is being restarted, try again shortly" if conn.restarting else None
+            self.end(
+                call, "server-exited", failure=f"ERROR: {outcome}; {again or 'it is not running'}"
+            )
+            return
+        if isinstance(outcome, TimeoutError):
+            timeout = self.core.settings[server].timeout
+            text = (
+                f"ERROR: server '{server}' did not answer within {timeout} s; "
+                "the call was cancelled"
+            )
+            self.end(call, "timeout", failure=text)
+            return
+        if isinstance(outcome, BaseException):
+            raise outcome
+        if "error" in outcome:
+            self.finish(call, "error")
+            err = outcome["error"] if isinstance(outcome["error"], dict) else {}
+            code = err.get("code")
+            relayed: Message = {
+                **err,
+                # A JSON-RPC code is a 32-bit integer; anything else carries the server's data.
+                "code": code if type(code) is int and -(2**31) <= code < 2**31 else -32603,
+                "message": str(err.get("message", "error")),
+            }
+            relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)
+            self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
+            return
+        answer = outcome.get("result")
+        if not isinstance(answer, dict):
+            text = f"ERROR: server '{server}' returned a malformed result"
+            self.end(call, "error", failure=text)
+            return
+        failed = call.method == TOOL and bool(answer.get("isError"))
+        answer, filtered = self.core.outputs.answer(server, call.method, call.name or "", answer)
+        self.finish(call, "error" if failed else "success", filtered)
+        if not self.core.audit.healthy:
+            text = (
+                "DENIED (rule: audit-log-unwritable): the audit log cannot be "
+                "written; the call ran but its result is withheld"
+            )
+            self._reply(call, text, DENIED)
+            return
+        self.send(result(call.request_id, answer))
+
+    def end(
+        self,
+        call: Call,
+        status: str,
+        *,
+        denial: str | None = None,
+        failure: str | None = None,
+        missing: bool = False,
+    ) -> None:
+        """Audit ``call`` with ``status`` and tell the client why it was not made (a denial)
+        or did not work (a failure)."""
+        self.finish(call, status)
+        if denial is not None:
+            code = NOT_FOUND.get(call.method, DENIED) if missing else DENIED
+            self._reply(call, denial, code)
+        else:
+            self._reply(call, failure or "ERROR", -32603)
+
+    def _reply(self, call: Call, text: str, code: int) -> None:
+        """A tool call's refusal is a tool result (so the model reads it); any other
+        method's is an error answer."""
+        if call.method == TOOL:
+            self.send(result(call.request_id, tool_result(text)))
+        else:
+            self.send(error(call.request_id, code, text))
+
+    def _cancel(self, call: Call, reason: str) -> None:
+        """The client cancelled it, or the session is stopping: the server is told, the
+        audit says ``cancelled``, the client gets no answer (MCP)."""
+        if self._calls.get(call.request_id) is call:
+            del self._calls[call.request_id]
+        assert call.conn is not None and call.downstream is not None
+        if call.conn.cancel_request(call.downstream, reason):
+            self.finish(call, "cancelled")
+        one_shot, call.one_shot = call.one_shot, None
+        if one_shot is not None:  # nothing of a cancelled call is carried over
+            self._spawn(discard(one_shot))
+
+    def _entry(self, call: Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
+        server = call.server
+        return {
+            "requestId": call.request_id,
+            "method": call.method,
+            "server": server,
+            "tool": call.name,
+            "arguments": hashed_arguments(
+                call.arguments, self.core.audit_args_clear, self._pii(call), hashes
+            ),
+            "policy": {
+                "decision": decision.decision,
+                "rule": decision.rule,
+                "reason": decision.reason,
+            },
+            "escalation": None,
+            "sandboxed": bool(server and self.core.settings[server].sandboxed),
+        }
+
+    def _pii(self, call: Call) -> list[str]:
+        if not self.core.audit_args_clear or call.server is None:
+            return []
+        engine = self.core.gate.engine
+        annotation: Annotation | None = None
+        if call.method == TOOL:
+            annotation = engine.get_annotation(call.server, call.name)
+        elif call.method == PROMPT:
+            annotation = engine.get_prompt_annotation(call.server, call.name)
+        return list(annotation.pii_fields) if annotation else []
+
+    def finish(self, call: Call, status: str, output: Message | None = None) -> None:
+        """Write the call's audit entry with its outcome (what was known before is already
+        serialised in ``call.prepared`` when the call was forwarded)."""
+        if self.progress:
+            token = call.progress_token()
+            if token is not None and self.progress.get((str(call.server), token)) is call:
+                del self.progress[(str(call.server), token)]
+        outcome: Message = {
+            "result": status,
+            "durationMs": round((time.perf_counter() - call.started) * 1000, 3),
+        }
+        if output is not None:
+            outcome["output"] = output  # what the output filters did: counts, detector names
+        if call.granted is not None:
+            outcome["carriedOver"] = call.granted  # a widened call: what reached the host
+        audit = self.core.audit
+        if call.prepared is not None:
+            written = audit.write(outcome, call.prepared)
+        else:
+            written = audit.write({**call.entry, **outcome})
+        if not written:
+            self.core.say(f"audit log write failed ({audit.error}); denying every further call")

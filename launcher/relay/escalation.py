@@ -1,0 +1,224 @@
+"""An escalated call, from the policy's ``escalate`` to its forward or its refusal: what
+approving it would give beyond its server's sandbox, the human's answer (the client hears
+progress while it waits), and, approved with more access, the instance that holds it and
+what the call changed carried over to the host afterwards.
+
+The checked path (:mod:`launcher.relay.checked`) hands a call here and gets it back through
+:class:`Ends`: forwarded, or ended with its audit entry and the client's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Protocol
+
+from launcher.audit.log import hash_value
+from launcher.relay.approval import AskClient, asking_with
+from launcher.relay.gate import TOOL, denial_text, label
+from launcher.relay.grants import CannotWiden, Grant, describe
+from launcher.relay.seams import Core, OneShot
+from launcher.shared.jsonrpc import Message, notification
+from policy import Decision
+
+if TYPE_CHECKING:
+    from launcher.relay.checked import Call, Send
+
+# While a human decides, a call with a progress token hears this often that it is alive.
+KEEPALIVE_SECONDS = 10.0
+
+
+class Ends(Protocol):
+    """What the checked path does with an escalated call once it is decided."""
+
+    def forward(self, call: Call) -> None: ...
+
+    def end(
+        self, call: Call, status: str, *, denial: str | None = None, failure: str | None = None
+    ) -> None: ...
+
+    def finish(self, call: Call, status: str) -> None: ...
+
+    def answered(self, call: Call, outcome: Message | BaseException) -> None: ...
+
+
+class Escalations:
+    def __init__(
+        self,
+        core: Core,
+        ends: Ends,
+        *,
+        send: Send,
+        ask: AskClient,
+        client_elicits: Callable[[], bool],
+        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+    ) -> None:
+        self.core = core
+        self.ends = ends
+        self.send = send
+        self.ask = ask
+        self.client_elicits = client_elicits
+        self._spawn = spawn
+        self._waiting: dict[str | int, asyncio.Task[None]] = {}  # by the client's id
+        self.keepalive = KEEPALIVE_SECONDS
+
+    def start(self, call: Call, decision: Decision) -> None:
+        """Put ``call`` to a human, in a task of its own (the relay goes on meanwhile)."""
+        task = self._spawn(self._escalate(call, decision))
+        if isinstance(call.request_id, str | int):
+            self._waiting[call.request_id] = task
+
+    def cancel(self, request_id: str | int) -> None:
+        """The client cancelled a call that waits for a human: no one is asked any more."""
+        task = self._waiting.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    def carry_over(self, call: Call, outcome: Message | BaseException) -> None:
+        """A widened call answered: in a task, its instance is stopped and what it changed
+        carried over before the client is answered (:meth:`_carry_over`)."""
+        assert call.one_shot is not None
+        self._spawn(self._carry_over(call, call.one_shot, outcome))
+
+    async def _escalate(self, call: Call, decision: Decision) -> None:
+        assert call.server is not None
+        named = label(call.method, call.name)
+        ends = self.ends
+        try:
+            grants = self._grants(call)
+        except CannotWiden as exc:
+            call.entry["escalation"] = "cannot-take-effect"
+            text = (
+                f"ESCALATION CANNOT TAKE EFFECT (rule: {decision.rule}): {decision.reason}; "
+                f"no approval was asked, because {exc}"
+            )
+            ends.end(call, "denied", denial=text)
+            return
+        except Exception as exc:  # whatever it was, no one is asked and the call is answered
+            call.entry["escalation"] = "cannot-take-effect"
+            text = f"ERROR: what an approval would give could not be worked out: {exc}"
+            ends.end(call, "error", failure=text)
+            return
+        token = call.progress_token()
+        alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
+        try:
+            outcome = await self.core.gate.approve(
+                call.server,
+                named,
+                call.arguments,
+                decision,
+                self.client_elicits(),
+                asking_with(self.ask, call.request_id),
+                describe(call.server, grants) if grants else "",
+            )
+        except asyncio.CancelledError:
+            ends.finish(call, "cancelled")  # by the client, or at stop
+            raise
+        except Exception as exc:  # never leave the client without an answer
+            ends.end(call, "error", failure=f"ERROR: the approval failed: {exc}")
+            return
+        finally:
+            if alive is not None:
+                alive.cancel()
+            if self._waiting.get(call.request_id) is asyncio.current_task():
+                del self._waiting[call.request_id]
+        call.entry["escalation"] = outcome.escalation
+        if outcome.escalation == "approved-for-session":
+            call.entry["whitelisted"] = {  # what later identical calls will match
+                "server": call.server,
+                "tool": named,
+                "arguments": hash_value(call.arguments),
+            }
+        if outcome.approved and grants:
+            try:
+                for_session = outcome.escalation in ("approved-for-session", "session-whitelist")
+                await self._widen(call, grants, for_session)
+            except asyncio.CancelledError:
+                ends.finish(call, "cancelled")
+                raise
+            except Exception as exc:
+                text = f"ERROR: the approved call could not be given its access: {exc}"
+                ends.end(call, "error", failure=text)
+                return
+        if outcome.approved:
+            ends.forward(call)
+            return
+        text = (
+            denial_text(decision)
+            if outcome.escalation == "no-approval-channel"
+            else f"ESCALATION DENIED (rule: {decision.rule}): {decision.reason}; "
+            f"{outcome.detail or 'not approved'}"
+        )
+        ends.end(call, "denied", denial=text)
+
+    def _grants(self, call: Call) -> list[Grant]:
+        """What an approval of ``call`` would have to give beyond its server's sandbox."""
+        widen = self.core.widen
+        if widen is None or call.method != TOOL or call.server is None:
+            return []
+        return widen.grants(call.server, call.name, call.arguments)
+
+    async def _widen(self, call: Call, grants: list[Grant], for_session: bool) -> None:
+        """Run the approved ``call`` in an instance that holds the grants: its own, or the
+        one kept for the identical calls approved for the session."""
+        assert self.core.widen is not None and call.server is not None
+        call.entry["granted"] = [g.record() for g in grants if g.outside]
+        keep = None
+        if for_session:
+            named = label(call.method, call.name)
+            keep = f"{call.server}\0{named}\0{hash_value(call.arguments)}"
+        one_shot = await self.core.widen.start(call.server, grants, keep)
+        call.one_shot, call.conn = one_shot, one_shot.conn
+
+    async def _keep_alive(self, call: Call, token: str | int) -> None:
+        """Progress for a call waiting for a human, so a client that times requests out
+        (and counts progress as life) keeps waiting; the server's own progress for it later
+        is reported after these."""
+        while True:
+            await asyncio.sleep(self.keepalive)
+            call.progress_sent += 1
+            params = {
+                "progressToken": token,
+                "progress": call.progress_sent,
+                "message": "waiting for a human to approve this call",
+            }
+            self.send(notification("notifications/progress", params), call.request_id)
+
+    async def _carry_over(
+        self, call: Call, one_shot: OneShot, outcome: Message | BaseException
+    ) -> None:
+        """A widened call answered: its instance is stopped, then what the call changed of
+        the approved paths is carried over to the host (only when it succeeded), then the
+        client is answered as for any call."""
+        call.one_shot = None
+        failure = None
+        try:
+            if not one_shot.kept:
+                await one_shot.stop()
+            succeeded = (
+                isinstance(outcome, dict)
+                and isinstance(outcome.get("result"), dict)
+                and not outcome["result"].get("isError")
+            )
+            if succeeded:
+                # In a thread: a large file's copy must not hold the other calls up.
+                call.granted, failure = await asyncio.to_thread(one_shot.commit)
+        except Exception as exc:  # whatever it was, the client is told and nothing more runs
+            failure = f"the approved change could not be carried over: {exc}"
+        finally:
+            if one_shot.kept and failure is None:
+                one_shot.release()
+            else:
+                await discard(one_shot)
+        if failure is not None:
+            self.ends.end(call, "error", failure=f"ERROR: {failure}")
+            return
+        self.ends.answered(call, outcome)
+
+
+async def discard(one_shot: OneShot) -> None:
+    """Stop an instance for approved calls and remove what it was given."""
+    try:
+        await one_shot.stop()
+    finally:
+        one_shot.discard()

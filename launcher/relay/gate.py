@@ -1,0 +1,268 @@
+"""The one gate every request that reaches a server passes: one decision, strictest wins.
+
+In order: the policy engine (by method: a tool call, a prompt, a resource read, a
+completion), the tool pins (a tool that changed since it was pinned is escalated), the
+circuit breaker (the same request too often is denied) and the audit log's health (no
+request while it cannot be written). An escalation is then put to a human through the
+approvals; nothing else waits.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from launcher.audit.log import AuditLog, argument_hashes
+from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.pins import Pins
+from launcher.shared.jsonrpc import Message
+from policy import Decision, PolicyEngine
+from sandbox_profiles.records import frozen
+
+if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
+    from launcher.relay.approval import Approvals, Outcome, Requester
+
+TOOL, PROMPT, READ = "tools/call", "prompts/get", "resources/read"
+SUBSCRIBE, UNSUBSCRIBE = "resources/subscribe", "resources/unsubscribe"
+COMPLETE = "completion/complete"
+# The methods whose requests name a resource by its URI, decided as a read of it.
+BY_URI = (READ, SUBSCRIBE, UNSUBSCRIBE)
+
+_TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
+_URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
+
+
+@frozen(slots=True)
+class Checked:
+    """What the gate made of a request: the decision, and the arguments to forward."""
+
+    decision: Decision
+    arguments: dict[str, object]  # canonical: what the server gets, what the audit hashes
+    hashes: dict[str, str]
+
+
+def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
+    """A URI template with the variables ``values`` gives; the others empty.
+
+    >>> expand_template("file:///{path}", {"path": "etc/pa"})
+    'file:///etc/pa'
+    >>> expand_template("db://{table}/{+id}", {"id": "7"})
+    'db:///7'
+    """
+    return _TEMPLATE_VARIABLE.sub(
+        lambda m: str(values.get(m.group(2).split(":")[0].rstrip("*"), "")), uri_template
+    )
+
+
+def completion_arguments(params: Message) -> dict[str, object] | None:
+    """A completion's arguments to check: the one being completed first, then those its
+    ``context`` gives; None when they are not all strings or the ref is not one MCP has.
+
+    >>> completion_arguments({"ref": {"type": "ref/prompt", "name": "p"},
+    ...     "argument": {"name": "b", "value": "x"}, "context": {"arguments": {"a": "y"}}})
+    {'b': 'x', 'a': 'y'}
+    >>> completion_arguments({"ref": {"type": "ref/prompt"}, "argument": {"name": "b", "value": 1}})
+    """
+    ref, argument = params.get("ref"), params.get("argument")
+    if not isinstance(ref, dict) or ref.get("type") not in ("ref/prompt", "ref/resource"):
+        return None
+    if not isinstance(argument, dict):
+        return None
+    name, value = argument.get("name"), argument.get("value")
+    context = params.get("context")
+    given = context.get("arguments", {}) if isinstance(context, dict) else {}
+    if not isinstance(name, str) or not isinstance(value, str) or not isinstance(given, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        return None
+    return {name: value, **{k: v for k, v in given.items() if k != name}}
+
+
+def denial_text(decision: Decision) -> str:
+    """What the client is told when a request is not made; the first word is the contract."""
+    if decision.decision == "escalate":
+        return (
+            f"ESCALATION REQUIRED (rule: {decision.rule}): {decision.reason}. "
+            "No approval channel is available in this session, so the call was not made."
+        )
+    return f"DENIED (rule: {decision.rule}): {decision.reason}"
+
+
+class Gate:
+    def __init__(
+        self,
+        engine: PolicyEngine,
+        breaker: CircuitBreaker,
+        audit: AuditLog,
+        approvals: Approvals,
+        pins_dir: str,
+        accept_tool_changes: bool = False,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self.engine = engine
+        self.breaker = breaker
+        self.audit = audit
+        self.approvals = approvals
+        self.pins_dir = pins_dir
+        self.accept_tool_changes = accept_tool_changes
+        self.say = say
+        # Per server, the tools and prompts (by method and name) that differ from their pins.
+        self.changed: dict[str, dict[tuple[str, str], str]] = {}
+        self._pins: dict[str, Pins] = {}
+
+    # -- the decision ----------------------------------------------------------------------
+
+    def check(
+        self, method: str, server: str | None, name: str, args: Mapping[str, object], cwd: str
+    ) -> Checked:
+        """Decide one request. ``server`` is None when no server offers ``name``; ``args``
+        are the client's (a resource's ``{"uri"}``; a completion's ``{argument: value}``
+        with ``name`` the prompt or URI template completed)."""
+        decision, forward = self._policy(method, server, name, args, cwd)
+        changed = self.changed.get(server, {}).get((method, name)) if server else None
+        if changed and decision.decision != "deny":
+            what = "tool" if method == TOOL else "prompt"
+            also = (
+                f"; and {decision.rule}: {decision.reason}" if decision.decision != "allow" else ""
+            )
+            decision = Decision(
+                "escalate",
+                f"{what}-changed",
+                f"the {what} is {changed} since it was pinned; a human must approve its "
+                f"calls{also}",
+            )
+        hashes = argument_hashes(forward)
+        if (
+            decision.decision != "deny"
+            and server is not None
+            and not self.breaker.allow(server, f"{method} {name}", hashes)
+        ):
+            decision = Decision(
+                "deny",
+                "circuit-breaker",
+                f"the same request was made {self.breaker.limit} times within "
+                f"{self.breaker.window:g} s; it is refused until that slows down",
+            )
+        if not self.audit.check():
+            decision = Decision(
+                "deny",
+                "audit-log-unwritable",
+                f"the audit log cannot be written ({self.audit.error}), so no call is allowed",
+            )
+        return Checked(decision, forward, hashes)
+
+    def _policy(
+        self, method: str, server: str | None, name: str, args: Mapping[str, object], cwd: str
+    ) -> tuple[Decision, dict[str, object]]:
+        engine = self.engine
+        if method == TOOL:
+            return engine.decide(server or "", name, args, cwd=cwd)
+        if method == PROMPT:
+            if server is None:
+                return _unknown("prompt", name), dict(args)
+            return engine.decide_prompt(server, name, args, cwd=cwd)
+        if method in BY_URI:
+            uri = str(args.get("uri"))
+            if server is None:
+                return _unknown("resource", uri), dict(args)
+            decision, forward_uri = engine.decide_resource_read(server, uri, cwd)
+            return decision, {"uri": forward_uri}
+        if method == COMPLETE:
+            return self._completion(server, name, args, cwd)
+        return Decision("deny", "unknown-method", f"{method} is not relayed"), dict(args)
+
+    def _completion(
+        self, server: str | None, name: str, args: Mapping[str, object], cwd: str
+    ) -> tuple[Decision, dict[str, object]]:
+        """A completion reveals what the server would do with the value typed so far: it is
+        decided as that request would be (the prompt with this argument and its context; a
+        read of the resource the template names with these values), and never asked of a
+        human. ``args``: the completed argument, then the context's."""
+        if server is None:
+            return _unknown("prompt or resource template", name), dict(args)
+        if name.startswith("ref/prompt "):
+            prompt = name.removeprefix("ref/prompt ")
+            decision, forward = self.engine.decide_prompt(server, prompt, args, cwd=cwd)
+        elif any(_URI_SPECIAL.search(str(v)) for v in args.values()):
+            # Parsed as a URI, the value would be judged on less than the server gets.
+            refused = "a value completed into a URI template may not hold ?, #, % or controls"
+            return Decision("deny", "completion-value-shape", refused), dict(args)
+        else:
+            uri = expand_template(name.removeprefix("ref/resource "), args)
+            decision, _ = self.engine.decide_resource_read(server, uri, cwd)
+            forward = dict(args)
+        if decision.decision == "escalate":
+            decision = Decision(
+                "deny",
+                decision.rule,
+                f"{decision.reason} (a completion is never put to a human)",
+            )
+        return decision, forward
+
+    async def approve(
+        self,
+        server: str,
+        label: str,
+        arguments: dict[str, object],
+        decision: Decision,
+        client_elicits: bool,
+        ask: Requester,
+        grant: str = "",
+        by_server: bool = False,
+    ) -> Outcome:
+        """Put an escalated request to a human (or find it approved for the session);
+        ``grant`` says what approving gives beyond the server's sandbox; ``by_server``: the
+        request is the server's own of the client (``arguments``: all of it, as sent)."""
+        return await self.approvals.decide(
+            server, label, arguments, decision, client_elicits, ask, grant, by_server
+        )
+
+    # -- pins ------------------------------------------------------------------------------
+
+    def pin(
+        self, server: str, tools: list[Message], prompts: list[Message], at_start: bool
+    ) -> None:
+        """Compare a server's tools and prompts with their pins (pinning them the first
+        time, or when the user accepts changes); those that differ are escalated from now
+        on, and what was approved for the session for them no longer counts."""
+        pins = self._pins.get(server) or Pins.load(self.pins_dir, server)
+        self._pins[server] = pins
+        fresh = not pins.existed or self.accept_tool_changes
+        if at_start and (fresh or pins.prompts is None):
+            try:
+                # A pins file from before prompts were pinned keeps its tools' pins.
+                pins.save(tools if fresh else _pinned_only(tools, pins), prompts)
+            except OSError as exc:
+                self.say(f"warning: cannot pin the tools of '{server}': {exc}")
+        changed = {
+            **{(TOOL, name): kind for name, kind in pins.changed(tools).items()},
+            **{(PROMPT, name): kind for name, kind in pins.changed(prompts, "prompts").items()},
+        }
+        self.changed[server] = changed
+        if changed:
+            for method, name in changed:
+                self.approvals.forget(server, label(method, name))
+            listing = ", ".join(
+                f"{'prompt ' if method == PROMPT else ''}{name} ({kind})"
+                for (method, name), kind in sorted(changed.items())
+            )
+            self.say(
+                f"server '{server}' has tools or prompts that differ from their pins, "
+                f"escalated until accepted (run --accept-tool-changes): {listing}"
+            )
+
+
+def label(method: str, name: str) -> str:
+    """How an escalated request is named to the human, and in the session's approvals."""
+    return name if method == TOOL else f"{method} {name}"
+
+
+def _pinned_only(tools: list[Message], pins: Pins) -> list[Message]:
+    """The tools as pinned: a changed or new one keeps its old pin (or none)."""
+    same = set(pins.pinned) - set(pins.changed(tools))
+    return [t for t in tools if str(t.get("name", "")) in same]
+
+
+def _unknown(kind: str, name: str) -> Decision:
+    return Decision("deny", "not-found", f"{kind} not found: no server offers {name!r}")

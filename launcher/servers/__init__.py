@@ -1,0 +1,3 @@
+"""The servers as the trusted process runs them: each connection, the fleet, egress, one-shot
+widened calls.
+"""

@@ -1,0 +1,136 @@
+"""The session's servers: started together, each in its sandbox; restarted with back-off when
+one exits and its config says so; halted when the guard cannot neutralise what they wrote;
+stopped together."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Callable
+
+from launcher.plan.config_schema import RestartConfig
+from launcher.plan.server_plan import client_capabilities
+from launcher.plan.session_plan import SessionPlan
+from launcher.servers.connection import ServerConnection
+from launcher.shared.errors import StartupError
+from launcher.shared.jsonrpc import Message, ServerGone
+
+STARTUP_TIMEOUT = 60.0
+
+Notified = Callable[[ServerConnection, Message], None]
+Event = Callable[..., None]  # (event, text, **fields): stderr and the audit log
+
+
+class Fleet:
+    def __init__(
+        self, plan: SessionPlan, on_notification: Notified, halted: dict[str, str] | None = None
+    ) -> None:
+        self.plan = plan
+        self._on_notification = on_notification
+        self.servers: dict[str, ServerConnection] = {
+            name: ServerConnection(sp.launch, on_notification, client_capabilities(sp))
+            for name, sp in plan.servers.items()
+        }
+        # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
+        # Shared by every fleet of a session: a server halted in one is started in none.
+        self.halted: dict[str, str] = {} if halted is None else halted
+        self._supervisors: list[asyncio.Task[None]] = []
+
+    async def adopt(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
+        """Take over servers started before the session's event loop (not yet spoken to),
+        taking each out of ``procs``: from now on it is stopped with the fleet."""
+        for name in list(procs):
+            await self.servers[name].start(procs.pop(name))
+
+    @staticmethod
+    async def _start_one(conn: ServerConnection) -> None:
+        if conn.pid is None:  # not started already (adopted)
+            await conn.start()
+        await conn.initialize()
+        await conn.list_tools()
+        await conn.list_extras()
+
+    async def start(self) -> None:
+        """Start every server and list what it offers; the first that fails is reported with
+        its last output, and none of them is left running (the caller stops them)."""
+        conns = [c for name, c in self.servers.items() if name not in self.halted]
+        results = await asyncio.gather(
+            *(asyncio.wait_for(self._start_one(c), STARTUP_TIMEOUT) for c in conns),
+            return_exceptions=True,
+        )
+        for conn, outcome in zip(conns, results, strict=True):
+            if isinstance(outcome, BaseException):
+                await asyncio.sleep(0.05)  # let the last stderr lines arrive
+                why = "did not answer in time" if isinstance(outcome, TimeoutError) else outcome
+                tail = "\n".join(f"    {line}" for line in conn.stderr_tail[-8:])
+                raise StartupError(
+                    f"server '{conn.name}' failed to start: {why}"
+                    + (f"\n  its last output:\n{tail}" if tail else "")
+                )
+
+    def supervise(self, event: Event, restarted: Callable[[ServerConnection], None]) -> None:
+        """Watch the servers whose config asks for restarts."""
+        for name, sp in self.plan.servers.items():
+            policy = sp.config.restart_policy
+            if policy is not None:
+                task = asyncio.create_task(self._supervise(name, policy, event, restarted))
+                self._supervisors.append(task)
+
+    async def _supervise(
+        self,
+        name: str,
+        policy: RestartConfig,
+        event: Event,
+        restarted: Callable[[ServerConnection], None],
+    ) -> None:
+        """Restart a server that exits, with back-off, at most ``maxRestarts`` times."""
+        for attempt in range(1, policy.max_restarts + 1):
+            conn = self.servers[name]
+            await conn.exited.wait()
+            if name in self.halted:
+                return  # stopped by the guard: it stays stopped
+            conn.restarting = True
+            delay = min(30.0, policy.backoff_seconds * 2 ** (attempt - 1))
+            status = conn.gone.status if conn.gone else None
+            event(
+                "server-restart",
+                f"server '{name}' exited ({status}); restarting in {delay:g} s "
+                f"(restart {attempt} of {policy.max_restarts})",
+                server=name,
+                exitStatus=status,
+                attempt=attempt,
+            )
+            await asyncio.sleep(delay)
+            fresh = ServerConnection(conn.spec, self._on_notification, conn.client_capabilities)
+            try:
+                await asyncio.wait_for(self._start_one(fresh), STARTUP_TIMEOUT)
+            except Exception as exc:  # it counts as one more exit
+                event("server-restart-failed", f"restarting '{name}' failed: {exc}", server=name)
+                await fresh.stop()
+                if fresh.gone is None:
+                    fresh.gone = ServerGone(name, None, f"it could not be restarted: {exc}")
+                fresh.exited.set()
+            self.servers[name] = fresh
+            await conn.stop()
+            if fresh.gone is None:
+                restarted(fresh)
+        self.servers[name].restarting = False
+
+    def halt(self, root: str, reason: str) -> list[str]:
+        """Stop every server that can write ``root``; their requests are refused from now
+        on. Returns the names of those that were still running."""
+        stopped = []
+        for name, sp in self.plan.servers.items():
+            writable = sp.profile.writable if sp.profile is not None else ()
+            if root in writable:
+                self.halted.setdefault(name, reason)
+                if self.servers[name].running:
+                    stopped.append(name)
+                    self.servers[name].halt(reason)
+        return stopped
+
+    async def stop(self) -> None:
+        for task in self._supervisors:
+            task.cancel()
+        await asyncio.gather(*self._supervisors, return_exceptions=True)
+        await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)

@@ -1,0 +1,154 @@
+"""What ``ironcurtain run`` says on stderr once it is ready: each server and how it is
+contained, its tool count, the workspace, the limits, where the audit log is, who answers
+escalations, and (on a terminal, or for ``--http``) a client configuration to paste."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Mapping
+from typing import Protocol
+
+from launcher.plan.session_plan import SessionPlan
+from launcher.shared.jsonrpc import Message
+from launcher.shared.shown import visible
+
+
+def say(text: str) -> None:
+    """One line for the person who started ``ironcurtain run``, on stderr. What a server or
+    a client put in it (a name, an error's text) is shown, never acted on by the terminal,
+    and a newline in it cannot start a line that reads as ironcurtain's own."""
+    print(f"ironcurtain: {visible(text, one_line=True)}", file=sys.stderr, flush=True)
+
+
+def say_lines(text: str) -> None:
+    """Several lines of ironcurtain's own, each made safe to show where it was made (the
+    start-up report)."""
+    print(f"ironcurtain: {text}", file=sys.stderr, flush=True)
+
+
+class HttpAddress(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def token(self) -> str: ...
+
+
+def approval_channels(mode: str, session_id: str) -> str:
+    terminal = f"`ironcurtain approvals --session {session_id}`"
+    return {
+        "auto": f"the client (MCP elicitation) if it can, else {terminal}, else deny",
+        "elicit": "the client (MCP elicitation) if it can, else deny",
+        "socket": f"{terminal}",
+        "deny": "none: escalations are denied",
+    }.get(mode, mode)
+
+
+def containment(plan: SessionPlan, name: str) -> str:
+    """How a server is contained, in a few words."""
+    sp = plan.servers[name]
+    if sp.profile is None:
+        return "UNSANDBOXED" + (
+            f" ({plan.sandbox_problem})"
+            if plan.sandbox_problem and sp.config.sandboxed
+            else " (sandbox: false)"
+        )
+    net = "no network"
+    if sp.egress is not None:
+        count = len(sp.egress.allowed)
+        net = f"egress proxy: {count} domain{'s' if count != 1 else ''}"
+    return f"sandboxed (bwrap, {net}" + (")" if sp.profile.seccomp else ", NO seccomp filter)")
+
+
+def output_filters(plan: SessionPlan) -> str:
+    """What is filtered out of what servers send, in a few words."""
+    off = [name for name, sp in plan.servers.items() if not sp.config.mask_secrets]
+    text = "credentials masked in everything servers send" + (
+        f" (off for: {', '.join(off)})" if off else ""
+    )
+    if len(off) == len(plan.servers):
+        text = "credentials NOT masked (maskSecrets: false)"
+    tools = [f"{e.server}/{e.tool}" for e in plan.policy.output.tools]
+    return text + (f"; output policy for {', '.join(tools)}" if tools else "")
+
+
+def startup_report(
+    plan: SessionPlan, tools: Mapping[str, list[Message]], http: HttpAddress | None
+) -> str:
+    lines = [f"ironcurtain: session {plan.session_id}"]
+    width = max(len(n) for n in tools)
+    boxes = {name: containment(plan, name) for name in tools}
+    box_width = max(32, *(len(b) for b in boxes.values()))
+    for name, listed in tools.items():
+        count = len(listed)
+        lines.append(
+            f"  {name:<{width}}  {boxes[name]:<{box_width}} {count} tool{'' if count == 1 else 's'}"
+        )
+    if plan.run_as is not None:
+        uid, gid = plan.run_as
+        lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")
+    # Per sandboxed server: how it sees the workspace, and the limits in force.
+    access: dict[str, list[str]] = {}
+    limits: dict[str, list[str]] = {}
+    for name, sp in plan.servers.items():
+        if sp.profile is not None:
+            access.setdefault(sp.workspace_access, []).append(name)
+            limits.setdefault(sp.profile.limits.describe(), []).append(name)
+    seen = "; ".join(
+        f"{label}: {', '.join(access[key])}"
+        for key, label in (("write", "writable"), ("read", "read-only"), ("none", "not shown"))
+        if key in access
+    )
+    lines.append(f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else ""))
+    lines += [f"  limits:     {', '.join(names)}: {text}" for text, names in limits.items()]
+    lines += [
+        f"  audit log:  {plan.audit_path}",
+        f"  config:     {plan.config.path} ({plan.config.source})",
+        f"  policy:     {plan.policy.directory}",
+        f"  output:     {output_filters(plan)}",
+        f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
+    ]
+    if http is not None:
+        source = plan.http_token.source if plan.http_token is not None else "given"
+        lines.append(f"ironcurtain: bearer token: {source} (`ironcurtain http-token` prints it)")
+        if sys.stderr.isatty():  # the token is not written to a log file
+            lines.append("ironcurtain: client configuration:")
+            entry = {
+                "type": "http",
+                "url": http.url,
+                "headers": {"Authorization": f"Bearer {http.token}"},
+            }
+            lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
+        lines.append(
+            f"ironcurtain: ready, serving MCP on {http.url} "
+            "(each client session gets its own servers; Ctrl-C stops)"
+        )
+    else:
+        if sys.stdin.isatty():
+            lines.append("ironcurtain: client configuration for this session:")
+            lines.append(client_entry(plan))
+        lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
+    # Each line on one line (names in it are the config's and the servers'); the JSON blocks
+    # (ASCII, their newlines their own) as they are.
+    return "\n".join(
+        line if line.startswith("{") and line.isascii() else visible(line, one_line=True)
+        for line in lines
+    )
+
+
+def client_entry(plan: SessionPlan) -> str:
+    """A client configuration entry (Claude Desktop / Claude Code form) for this session."""
+    exe = shutil.which("ironcurtain") or os.path.join(
+        os.path.dirname(sys.executable), "ironcurtain"
+    )
+    args = ["run", "--config", str(plan.config.path.resolve())]
+    if plan.policy.directory:
+        args += ["--policy-dir", str(plan.policy.directory)]
+    if not plan.prefixed:
+        args += ["--server", next(iter(plan.servers))]
+    # With one selected server the entry replaces that server in a client's config.
+    key = "ironcurtain" if plan.prefixed else next(iter(plan.servers))
+    return json.dumps({"mcpServers": {key: {"command": exe, "args": args}}}, indent=2)

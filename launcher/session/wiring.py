@@ -1,0 +1,398 @@
+"""``ironcurtain run``: the wiring of one session.
+
+The host's files are made (:mod:`launcher.session.hostfiles`), the guard watches the roots servers
+may write, the egress sockets listen and the servers start in their sandboxes, all before
+the event loop exists (:mod:`launcher.session.prestart`); then the session takes them over, the
+egress proxies and the approvals socket start, the servers are initialised and listed
+(:mod:`launcher.servers.fleet`), and a client transport (:mod:`launcher.transports.stdio` or
+:mod:`launcher.transports.streamable_http`) is joined to the relay core
+(:mod:`launcher.relay.core`), which checks every request through one gate
+(:mod:`launcher.relay.gate`). Everything stops on end of input, SIGINT or SIGTERM; the
+guard then sweeps the writable roots once more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import gc
+import importlib
+import os
+import signal
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from launcher.audit.log import AuditLog
+from launcher.guard.watch import Guard, GuardFailure, Quarantined
+from launcher.plan import coherence
+from launcher.plan.session_plan import SessionPlan
+from launcher.relay.approval import APPROVALS_SOCKET, Approvals, Terminals
+from launcher.relay.core import Relay
+from launcher.relay.seams import Upstream
+from launcher.servers.egress import EgressProxy, Refusal
+from launcher.session.hostfiles import HostFiles
+from launcher.session.prestart import Prestarted, prestart
+from launcher.session.report import say, say_lines, startup_report
+from launcher.session.served import Served
+from launcher.shared.errors import StartupError
+from launcher.shared.jsonrpc import Message
+from launcher.transports.stdio import StdioTransport, client_gone
+from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
+
+if TYPE_CHECKING:
+    from launcher.transports.streamable_http import HttpEndpoint
+
+
+class Session:
+    def __init__(self, plan: SessionPlan, started: Prestarted | None = None) -> None:
+        """``started``: the servers and what they need, started before the event loop
+        (:func:`launcher.session.prestart.prestart`); otherwise :meth:`run` starts them."""
+        self.plan = plan
+        self._started = started
+        # Servers the guard stopped (it could not neutralise what their sandbox wrote), and
+        # why: in every client's fleet, and never started again in a new one.
+        self.halted: dict[str, str] = {}
+        self.first = Served(self)
+        self.served: list[Served] = [self.first]
+        self.fleet = self.first.fleet
+        self.servers = self.fleet.servers
+        self.files = HostFiles(plan)
+        self.audit: AuditLog | None = None
+        self.guard: Guard | None = None
+        self.egress: dict[str, EgressProxy] = {}
+        self.approvals = Approvals(
+            plan.approval,
+            plan.approval_timeout,
+            Terminals(os.path.join(plan.runtime_dir, APPROVALS_SOCKET))
+            if plan.approval in ("auto", "socket")
+            else None,
+        )
+        self.relay: Relay | None = None
+        self.http: HttpEndpoint | None = None
+        self.stdio: StdioTransport | None = None
+        self._spare: asyncio.Task[Served] | None = None
+        self._stop = asyncio.Event()
+        self.unneutralised: list[GuardFailure] = []
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def collect_listings(self) -> dict[str, dict[str, list[Message]]]:
+        """Start every server in its sandbox, list its tools and prompts, stop: for
+        annotating them (``annotate-tools``, ``compile-policy``)."""
+        started = None
+        try:
+            started = self._started = prestart(self.plan)
+            await self._take_over(started)
+            await self.fleet.start()
+            return {
+                name: {"tools": list(conn.tools), "prompts": list(conn.prompts)}
+                for name, conn in self.servers.items()
+            }
+        finally:
+            if started is not None:
+                started.drop_unadopted()
+            await self.stop()
+
+    async def run(self) -> int:
+        started = self._started
+        try:
+            if started is None:
+                started = self._started = prestart(self.plan)
+            await self._take_over(started)
+            if self.approvals.terminals is not None:
+                try:
+                    await self.approvals.terminals.start()
+                except OSError as exc:
+                    raise StartupError(f"cannot open the approvals socket: {exc}") from None
+            # The HTTP stack takes about half a second to import: done while servers start.
+            stack = (
+                asyncio.get_running_loop().run_in_executor(
+                    None, importlib.import_module, "launcher.transports.streamable_http"
+                )
+                if self.plan.http_port is not None
+                else None
+            )
+            if self.plan.http_port is None:
+                if not await self._start_while_client_waits():
+                    say("the client closed its input before the servers were ready; stopped")
+                    return 0
+            else:
+                await self.fleet.start()
+            for warning in check_output_tools(
+                self.plan, {n: c.tools for n, c in self.servers.items()}
+            ):
+                say(warning)
+            for mismatch in coherence.check(self.plan):
+                say(f"warning: {mismatch}")
+            if stack is not None and self.plan.http_port is not None:
+                await stack
+                self.relay = self.first.attach(None, at_start=True)  # the first client's
+                await self._listen(self.plan.http_port)
+            else:
+                self.stdio = StdioTransport(self.first.feed, self._stop.set)
+                self.relay = self.first.attach(self.stdio, at_start=True)
+            tools = {name: conn.tools for name, conn in self.servers.items()}
+            say_lines(startup_report(self.plan, tools, self.http).removeprefix("ironcurtain: "))
+            # What start-up built lives as long as the session: out of the collector's way,
+            # so a full collection during a call walks only what calls allocate.
+            gc.freeze()
+            await self._serve()
+        finally:
+            if started is not None:
+                started.drop_unadopted()
+            await self.stop()
+        return 1 if self.unneutralised else 0
+
+    async def _take_over(self, started: Prestarted) -> None:
+        """Take over what was started before the event loop: from here on, stopping the
+        session stops and removes it."""
+        self.files, self.audit, self.guard = started.files, started.audit, started.guard
+        if self.guard is not None:
+            self.guard.on_quarantine = self._quarantined
+            self.guard.on_failure = self._guard_failed
+        await self.fleet.adopt(started.procs)
+        await self._start_egress(started.listeners)
+
+    async def _start_while_client_waits(self) -> bool:
+        """Start the servers, unless the client on stdin goes away first (closes its input
+        having sent nothing): then False, and they are stopped with the session rather
+        than waited for (a server may take up to a minute to be given up on)."""
+        start = asyncio.ensure_future(self.fleet.start())
+        gone = asyncio.ensure_future(client_gone(sys.stdin.fileno()))
+        try:
+            await asyncio.wait({start, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (gone, start):
+                if not task.done():
+                    task.cancel()
+            # The servers' start, once cancelled, has stopped waiting for them; stopping
+            # the session stops them.
+            await asyncio.gather(gone, start, return_exceptions=True)
+        if start.cancelled():
+            return False
+        start.result()
+        return True
+
+    async def _listen(self, port: int) -> None:
+        from launcher.transports.streamable_http import (
+            HttpEndpoint,  # the HTTP stack: only for --http
+        )
+
+        assert self.plan.http_token is not None and self._started is not None
+        self.http = HttpEndpoint(port, self.plan.http_token.value, self._open_client, say)
+        # The socket was bound before any server started (a port that cannot be had stops
+        # the session before anything does); the endpoint owns it from here.
+        sock, self._started.http = self._started.http, None
+        await self.http.start(sock)
+
+    async def _open_client(self, upstream: Upstream) -> Served:
+        """Servers and a relay for a new HTTP session: the ones started with the session
+        for the first, then a spare started in advance (the next one is started at once)."""
+        first = self.first.relay
+        if first is not None and first.upstream is None:
+            first.upstream = upstream
+            served = self.first
+        else:
+            spare = self._spare or asyncio.create_task(self._start_spare())
+            self._spare = None
+            served = await spare
+            served.attach(upstream, at_start=False)
+        from launcher.transports.streamable_http import MAX_SESSIONS
+
+        if self._spare is None and len(self.served) < MAX_SESSIONS:
+            self._spare = asyncio.create_task(self._start_spare())
+        return served
+
+    async def _start_spare(self) -> Served:
+        served = Served(self)
+        self.served.append(served)  # from now on the guard can halt its servers too
+        try:
+            await served.fleet.start()
+        except BaseException:
+            await served.close()
+            raise
+        return served
+
+    async def _start_egress(self, listening: dict[str, socket.socket]) -> None:
+        """Start each server's egress proxy on its socket, ``listening`` already (taken out
+        of the dict: from then on the proxy closes it)."""
+        for name, sp in self.plan.servers.items():
+            if sp.egress is None or sp.egress_socket is None:
+                continue
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused)
+            try:
+                await proxy.start(listening.pop(name, None))
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot start the egress proxy for '{name}' at {sp.egress_socket}: "
+                    f"{exc.strerror}"
+                ) from None
+            self.egress[name] = proxy
+
+    # -- what the session does on its own: stderr and the audit log ------------------------
+
+    def event(self, event: str, text: str, **fields: object) -> None:
+        say(text)  # on one line, as escapes: names in it are a server's choice
+        if self.audit is not None:
+            self.audit.write({"event": event, **fields})
+
+    def _egress_refused(self, refusal: Refusal) -> None:
+        self.event(
+            "egress-refused",
+            f"egress refused for '{refusal.server}': "
+            f"{refusal.host}:{refusal.port}: {refusal.reason}",
+            server=refusal.server,
+            host=refusal.host,
+            port=refusal.port,
+            reason=refusal.reason,
+        )
+
+    def _quarantined(self, record: Quarantined) -> None:
+        path = _as_text(record.path)
+        self.event(
+            "quarantine",
+            f"quarantined {path} ({record.why}); moved to {_as_text(record.moved_to)}",
+            path=path,
+            movedTo=record.moved_to,
+            reason=record.why,
+        )
+
+    def _guard_failed(self, failure: GuardFailure) -> None:
+        """The guard could not neutralise something in a writable root: every server that
+        can write there is stopped (the guard cannot tell which of them made it), its calls
+        refused from now on; the others go on."""
+        path = _as_text(failure.path)
+        reason = (
+            f"the guard could not neutralise {path} in its writable root "
+            f"{failure.root} ({failure.reason})"
+        )
+        stopped = [
+            name for served in self.served for name in served.fleet.halt(failure.root, reason)
+        ]
+        stopped = list(dict.fromkeys(stopped))
+        self.event(
+            "guard-failure",
+            f"FAILED CLOSED: {reason}; stopped: {', '.join(stopped) or 'none still running'}",
+            root=failure.root,
+            path=path,
+            reason=failure.reason,
+            stopped=stopped,
+        )
+
+    def settle(self) -> None:
+        """Quarantine whatever protected path a server has created so far. Whatever goes
+        wrong in the guard stops the servers that can write to the roots it watches."""
+        guard = self.guard
+        if guard is None:
+            return
+        failures = len(guard.failures)
+        guard.settle()
+        if len(guard.failures) > failures:
+            # The servers that could write there are stopped now, so nothing races a sweep:
+            # what the events could not show is found and moved out at once.
+            guard.sweep()
+
+    # -- serving ---------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        if self.guard is not None:
+            # Between calls too: a server's background process is caught as it writes.
+            loop.add_reader(self.guard.fd, self.settle)
+        if self.stdio is not None:
+            await self.stdio.open()
+        try:
+            await self._stop.wait()
+            # Requests read before the input ended (a file on stdin) are still answered,
+            # given a moment; what waits longer (a human's approval) is cancelled at stop.
+            pending = [t for served in self.served if served.relay for t in served.relay.pending]
+            if pending:
+                await asyncio.wait(pending, timeout=0.5)
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            if self.guard is not None:
+                loop.remove_reader(self.guard.fd)
+            if self.http is not None:
+                await self.http.stop()
+            elif self.stdio is not None:
+                await self.stdio.close()
+
+    async def stop(self) -> None:
+        if self._spare is not None:
+            self._spare.cancel()
+            await asyncio.gather(self._spare, return_exceptions=True)
+        for served in list(self.served):
+            if served.relay is not None:
+                await served.relay.stop()
+        await asyncio.gather(*(s.fleet.stop() for s in self.served), return_exceptions=True)
+        await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
+        if self.approvals.terminals is not None:
+            await self.approvals.terminals.stop()
+        if self.guard is not None:
+            self.settle()
+            self._sweep(self.guard)
+            self.guard.close()
+        self.files.remove()
+
+    def _sweep(self, guard: Guard) -> None:
+        """The backstop at the end: the roots checked against the catalogue without
+        relying on events (each failure is reported as it happens); what is still there and
+        cannot be moved is said loudly once more."""
+        failed_before = len(guard.failures)
+        guard.sweep()
+        # The sweep looked at every root again: only what it could not handle is left.
+        left = guard.failures[failed_before:]
+        self.unneutralised = left
+        if left:
+            listing = "\n".join(f"  {f.path}: {f.reason}" for f in left)
+            say(
+                "WARNING: these paths in the workspace may be loaded or run by "
+                "host tools (git, shells, editors) and could not be moved out; inspect and "
+                f"remove them before using the workspace:\n{listing}"
+            )
+
+
+def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> list[str]:
+    """Each entry of ``output-policy.json`` for a server of this session names a tool it
+    has (a glob: matches one); otherwise the session does not start. Returns a warning for
+    each tool whose ``outputSchema`` its output policy would break (the client may then
+    refuse its results)."""
+    output = plan.policy.output
+    for i, entry in enumerate(output.tools):
+        servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]
+        names = sorted({str(t.get("name")) for s in servers for t in tools[s]})
+        if servers and not any(fnmatch.fnmatchcase(name, entry.tool) for name in names):
+            raise StartupError(
+                f"{plan.policy.directory / OUTPUT_POLICY_FILE}: $.tools[{i}].tool: "
+                f"{entry.tool!r} matches no tool of {', '.join(servers)} "
+                f"(its tools: {', '.join(names) or 'none'})"
+            )
+    warnings = []
+    for server, listed in tools.items():
+        for tool in listed:
+            name = str(tool.get("name"))
+            own = output.for_tool(server, name)
+            schema = tool.get("outputSchema")
+            if own is None or schema is None:
+                continue
+            conflicts = schema_conflicts(own, schema)
+            if conflicts:
+                warnings.append(
+                    f"WARNING: the output policy of {server}/{name} breaks its outputSchema "
+                    f"(a client that checks results will refuse them): {'; '.join(conflicts)}"
+                )
+    return warnings
+
+
+def _as_text(path: str) -> str:
+    """A path as text the audit log can hold: bytes that are not UTF-8 (a name a server
+    chose) are shown as escapes, so they cannot make the log fail.
+
+    >>> _as_text("/ws/" + b"\\xff".decode("utf-8", "surrogateescape"))
+    '/ws/\\\\xff'
+    """
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
