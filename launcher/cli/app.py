@@ -13,7 +13,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 import typer
 
 from launcher.cli import clients
-from launcher.cli.entry import finish
+from launcher.cli.exits import finish
 from launcher.cli.run import cli_words
 
 app = typer.Typer(
