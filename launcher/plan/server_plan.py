@@ -10,7 +10,6 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from launcher.host.launch import LaunchSpec
 from launcher.host.machine import PLATFORM
@@ -37,9 +36,6 @@ from sandbox_profiles.profile import (
 )
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
-
-if TYPE_CHECKING:
-    from launcher.relay.seams import ServerSettings
 
 # Path roles that change the filesystem: a server with a tool taking one gets the workspace
 # writable; with only other path roles, read-only; with no path role at all, not at all.
@@ -94,24 +90,6 @@ def client_capabilities(sp: ServerPlan) -> ClientSide:
         capabilities["sampling"] = {}
     roots = tuple({"uri": Path(root).as_uri(), "name": root} for root in sp.roots)
     return ClientSide(capabilities, roots)
-
-
-def relay_settings(sp: ServerPlan) -> ServerSettings:
-    """What the relay core needs to know of one planned server."""
-    from launcher.relay.seams import ServerSettings  # the relay core's: loaded after the spawn
-
-    asks = sp.config.client_requests
-    sandbox = sp.config.sandbox
-    denied = sandbox.network.denied_domains if sandbox and sandbox.network else []
-    return ServerSettings(
-        sp.cwd,
-        sp.launch.timeout,
-        sp.sandboxed,
-        asks.elicitation,
-        asks.sampling,
-        tuple(sp.config.allowed_domains),
-        tuple(denied),
-    )
 
 
 @frozen

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
+from launcher.audit.log import AuditLog
+from launcher.relay.gate import Gate
+from launcher.relay.grants import Grant
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Listing, Router
 from launcher.shared.jsonrpc import Message, OnDone
 from policy.output import OutputPolicy
 from sandbox_profiles.records import frozen, mutable
-
-if TYPE_CHECKING:  # planning reads ServerSettings before the event loop's modules load
-    from launcher.audit.log import AuditLog
-    from launcher.relay.gate import Gate
-    from launcher.relay.grants import Grant
 
 
 class Downstream(Listing, Protocol):

@@ -5,15 +5,18 @@ MCP session (:mod:`launcher.session.wiring` makes them,
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from launcher.plan.server_plan import relay_settings
+from launcher.audit.log import AuditLog
+from launcher.plan.server_plan import ServerPlan
+from launcher.plan.session_plan import SessionPlan
+from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
 from launcher.relay.gate import Gate
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Router
-from launcher.relay.seams import Core, Upstream
+from launcher.relay.seams import Core, ServerSettings, Upstream
 from launcher.servers.connection import ServerConnection
 from launcher.servers.fleet import Fleet
 from launcher.servers.widen import Widener
@@ -24,15 +27,27 @@ from launcher.shared.jsonrpc import Message
 # What a one-shot instance (one approved call beyond its sandbox) may tell the client.
 ONE_SHOT_NOTIFICATIONS = ("notifications/progress", "notifications/message")
 
-if TYPE_CHECKING:
-    from launcher.session.wiring import Session
+
+class Hosting(Protocol):
+    """What the session shares with each client's servers: the plan, its audit log and
+    approvals, the servers stopped for good, and where to report and settle."""
+
+    plan: SessionPlan
+    audit: AuditLog | None
+    approvals: Approvals
+    halted: dict[str, str]
+    served: list[Served]
+
+    def event(self, event: str, text: str, **fields: object) -> None: ...
+
+    def settle(self) -> None: ...
 
 
 class Served:
     """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
     session, so a client's subscriptions, log level and questions stay its own."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Hosting) -> None:
         self.session = session
         self.fleet = Fleet(session.plan, self._notified, session.halted)
         self.relay: Relay | None = None
@@ -106,3 +121,19 @@ class Served:
         if self.relay is not None:
             self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
             self.relay.lists_changed()
+
+
+def relay_settings(sp: ServerPlan) -> ServerSettings:
+    """What the relay core needs to know of one planned server."""
+    asks = sp.config.client_requests
+    sandbox = sp.config.sandbox
+    denied = sandbox.network.denied_domains if sandbox and sandbox.network else []
+    return ServerSettings(
+        sp.cwd,
+        sp.launch.timeout,
+        sp.sandboxed,
+        asks.elicitation,
+        asks.sampling,
+        tuple(sp.config.allowed_domains),
+        tuple(denied),
+    )
