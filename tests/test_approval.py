@@ -212,10 +212,10 @@ def test_approvals_without_a_session_says_so(user: Home) -> None:
 
 
 def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None:
-    from launcher.relay.approval import Terminals
+    from launcher.transports.approvals_socket import ApprovalsSocket
 
     async def scenario() -> None:
-        terminals = Terminals(str(tmp_path / "a.sock"))
+        terminals = ApprovalsSocket(str(tmp_path / "a.sock"))
         await terminals.start()
         reader, writer = await asyncio.open_unix_connection(str(tmp_path / "a.sock"))
         assert json.loads(await reader.readline()) == {"type": "attached"}

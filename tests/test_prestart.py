@@ -17,10 +17,10 @@ import pytest
 
 from launcher.host.launch import LaunchSpec
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
-from launcher.relay.approval import Terminals
 from launcher.session.prestart import prestart
 from launcher.session.wiring import Session
 from launcher.shared.errors import StartupError
+from launcher.transports.approvals_socket import ApprovalsSocket
 from tests.support.client import Client
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
@@ -85,10 +85,10 @@ def test_a_session_that_fails_after_its_servers_started_sends_them_nothing(
     tree = _ours()
     assert tree, "the servers run"
 
-    async def refuse(self: Terminals) -> None:
+    async def refuse(self: ApprovalsSocket) -> None:
         raise OSError(98, "Address already in use")
 
-    monkeypatch.setattr(Terminals, "start", refuse)
+    monkeypatch.setattr(ApprovalsSocket, "start", refuse)
     with pytest.raises(StartupError, match="cannot open the approvals socket"):
         asyncio.run(Session(plan, started).run())
     assert (ws / "a.received").read_bytes() == b""

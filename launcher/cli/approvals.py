@@ -7,10 +7,11 @@ import os
 import socket
 import sys
 
-from launcher.relay.approval import APPROVALS_SOCKET, APPROVE, APPROVE_SESSION, DENY
+from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.transports.approvals_socket import APPROVALS_SOCKET
 
 _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 

@@ -18,11 +18,7 @@ the client never does (each of its lines starts with ``[server 'name']``).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import itertools
 import json
-import os
 from collections.abc import Awaitable, Callable
 from dataclasses import field
 from typing import Any, Protocol
@@ -34,7 +30,6 @@ from policy import Decision
 from sandbox_profiles.records import frozen, mutable
 
 MODES = ("auto", "elicit", "socket", "deny")
-APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 
 # What a server's own request (not a tool call) is kept as in the session whitelist.
@@ -69,86 +64,16 @@ class Outcome:
     detail: str = ""  # for the client when denied
 
 
-class Terminals:
-    """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
-
-    JSON lines. To a terminal: ``{"type": "attached"}`` once it counts as attached (from
-    then on escalations go to it), ``{"type": "request", "id", "server", "tool", "arguments",
-    "rule", "reason", "question"}`` (``question``: whose request it is and what it asks, in
-    words) for every question open now or later, and ``{"type": "closed", "id"}`` once it
-    is answered anywhere or given up. From a terminal: ``{"type": "answer",
-    "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._server: asyncio.AbstractServer | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
-        self._ids = itertools.count(1)
+class Terminals(Protocol):
+    """Where a human answers in a terminal (``ironcurtain approvals``): whether one is
+    attached, and asking it."""
 
     @property
-    def attached(self) -> bool:
-        return bool(self._writers)
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_unix_server(self._terminal, path=self.path)
-        os.chmod(self.path, 0o600)
-
-    async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
-        for writer in list(self._writers):
-            writer.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+    def attached(self) -> bool: ...
 
     async def ask(self, question: dict[str, Any], timeout: float) -> str:
         """The answer to ``question`` (TimeoutError when none comes in time)."""
-        qid = f"q{next(self._ids)}"
-        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        message = {"type": "request", "id": qid, **question}
-        self._open[qid] = (message, future)
-        self._broadcast(message)
-        try:
-            return await asyncio.wait_for(future, timeout)
-        finally:
-            self._open.pop(qid, None)
-            self._broadcast({"type": "closed", "id": qid})
-
-    def _broadcast(self, message: dict[str, Any]) -> None:
-        data = json.dumps(message).encode() + b"\n"
-        for writer in list(self._writers):
-            try:
-                writer.write(data)
-            except (OSError, RuntimeError):
-                self._writers.discard(writer)
-
-    async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._writers.add(writer)
-        try:
-            writer.write(b'{"type": "attached"}\n')
-            for message, _ in list(self._open.values()):
-                writer.write(json.dumps(message).encode() + b"\n")
-            while line := await reader.readline():
-                try:
-                    answer = json.loads(line)
-                except (ValueError, RecursionError):
-                    continue
-                if not isinstance(answer, dict) or answer.get("type") != "answer":
-                    continue
-                entry = self._open.get(str(answer.get("id")))
-                if entry is not None and not entry[1].done():
-                    entry[1].set_result(str(answer.get("answer")))
-        except (OSError, ConnectionError):
-            pass
-        except asyncio.CancelledError:
-            # The session is ending. Returning (not re-raising) keeps Python 3.11's stream
-            # server from printing the cancelled handler as an error on the way out.
-            pass
-        finally:
-            self._writers.discard(writer)
-            writer.close()
+        ...
 
 
 @mutable

@@ -27,7 +27,7 @@ from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardFailure, Quarantined
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
-from launcher.relay.approval import APPROVALS_SOCKET, Approvals, Terminals
+from launcher.relay.approval import Approvals
 from launcher.relay.core import Relay
 from launcher.relay.seams import Upstream
 from launcher.servers.egress import EgressProxy, Refusal
@@ -37,6 +37,7 @@ from launcher.session.report import say, say_lines, startup_report
 from launcher.session.served import Served
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message
+from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
@@ -61,13 +62,12 @@ class Session:
         self.audit: AuditLog | None = None
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
-        self.approvals = Approvals(
-            plan.approval,
-            plan.approval_timeout,
-            Terminals(os.path.join(plan.runtime_dir, APPROVALS_SOCKET))
+        self.terminals = (
+            ApprovalsSocket(os.path.join(plan.runtime_dir, APPROVALS_SOCKET))
             if plan.approval in ("auto", "socket")
-            else None,
+            else None
         )
+        self.approvals = Approvals(plan.approval, plan.approval_timeout, self.terminals)
         self.relay: Relay | None = None
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
@@ -100,9 +100,9 @@ class Session:
             if started is None:
                 started = self._started = prestart(self.plan)
             await self._take_over(started)
-            if self.approvals.terminals is not None:
+            if self.terminals is not None:
                 try:
-                    await self.approvals.terminals.start()
+                    await self.terminals.start()
                 except OSError as exc:
                     raise StartupError(f"cannot open the approvals socket: {exc}") from None
             # The HTTP stack takes about half a second to import: done while servers start.
@@ -330,8 +330,8 @@ class Session:
                 await served.relay.stop()
         await asyncio.gather(*(s.fleet.stop() for s in self.served), return_exceptions=True)
         await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
-        if self.approvals.terminals is not None:
-            await self.approvals.terminals.stop()
+        if self.terminals is not None:
+            await self.terminals.stop()
         if self.guard is not None:
             self.settle()
             self._sweep(self.guard)
