@@ -30,6 +30,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.shared import dirs
 from launcher.shared.errors import StartupError
+from launcher.transports.http_socket import listen_http
 from sandbox_profiles.records import mutable
 
 
@@ -146,22 +147,6 @@ def _guard(plan: SessionPlan) -> Guard | None:
     return guard
 
 
-def listen_http(port: int) -> socket.socket:
-    """The ``--http`` socket, listening on 127.0.0.1:``port`` (0: a free one)."""
-    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0 it
-    # does not, and an event after its headers waits out the client's delayed ACK).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", port))
-        sock.listen(128)
-    except OSError as exc:
-        sock.close()
-        raise StartupError(f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}") from None
-    sock.setblocking(False)
-    return sock
-
-
 def _listen(server: str, path: str) -> socket.socket:
     """The egress proxy's socket for ``server``, listening (connections wait in its backlog
     until the proxy serves them)."""
@@ -183,4 +168,4 @@ def _listen(server: str, path: str) -> socket.socket:
     return sock
 
 
-__all__ = ["Prestarted", "kill", "listen_http", "prestart"]
+__all__ = ["Prestarted", "kill", "prestart"]

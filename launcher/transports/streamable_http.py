@@ -47,6 +47,7 @@ from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, Message, error
 from launcher.transports.http_bounds import bounded_protocol, quiet_logs
+from launcher.transports.http_socket import listen_http
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
@@ -89,8 +90,6 @@ class HttpEndpoint:
         possible)."""
         quiet_logs(self.say)
         if sock is None:
-            from launcher.session.prestart import listen_http
-
             sock = listen_http(self.port)
         self._socket = sock
         self.port = sock.getsockname()[1]

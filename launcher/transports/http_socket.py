@@ -1,0 +1,25 @@
+"""The socket ``ironcurtain run`` serves streamable HTTP on: made and listening before any
+server starts, so a port that cannot be had fails the session before anything runs, and
+without loading the HTTP stack."""
+
+from __future__ import annotations
+
+import socket
+
+from launcher.shared.errors import StartupError
+
+
+def listen_http(port: int) -> socket.socket:
+    """The ``--http`` socket, listening on 127.0.0.1:``port`` (0: a free one)."""
+    # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0 it
+    # does not, and an event after its headers waits out the client's delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
