@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from sandbox_profiles.model import Mount
+from sandbox_profiles.model import Mount, SandboxProfile
 
 PINNED = "pinned"
 
@@ -14,6 +14,16 @@ PINNED = "pinned"
 def is_under(path: str, root: str) -> bool:
     """``path`` is ``root`` or inside it (no prefix confusion: ``/ws-x`` is not in ``/ws``)."""
     return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def deepest_mount(profile: SandboxProfile, path: str) -> Mount | None:
+    """The mount that decides what ``path`` is inside the sandbox: the last, deepest one
+    whose destination holds it (None: only the sandbox's empty root)."""
+    found: Mount | None = None
+    for mount in profile.mounts:
+        if is_under(path, mount.dest) and (found is None or len(mount.dest) >= len(found.dest)):
+            found = mount
+    return found
 
 
 def ways(paths: Sequence[str], writable: Sequence[str]) -> tuple[list[Mount], list[str]]:

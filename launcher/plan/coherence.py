@@ -22,11 +22,11 @@ from collections.abc import Iterable
 
 from launcher.plan.server_plan import ServerPlan
 from launcher.plan.session_plan import SessionPlan
-from launcher.relay.grants import deepest_mount
 from policy import PolicyEngine
 from policy.compiled import Rule
 from policy.models import ToolAnnotation
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import deepest_mount, is_under
 
 WRITES = frozenset({"write-path", "delete-path"})
 READS = frozenset({"read-path"})
@@ -42,12 +42,8 @@ class Mismatch:
         return f"{self.subject}: {self.text}"
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def _overlap(a: str, b: str) -> bool:
-    return _within(a, b) or _within(b, a)
+    return is_under(a, b) or is_under(b, a)
 
 
 def _matches(rule: Rule, server: str, tool: ToolAnnotation) -> frozenset[str]:

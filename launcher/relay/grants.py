@@ -25,8 +25,9 @@ from typing import Literal
 from launcher.shared.shown import visible
 from policy.paths import iter_strings
 from sandbox_profiles.autorun import Entry, match, path_sibling
-from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.model import SandboxProfile
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import deepest_mount, is_under
 
 READ_ROLES = frozenset({"read-path"})
 WRITE_ROLES = frozenset({"write-path"})
@@ -116,20 +117,6 @@ def runs_on_host(path: str, is_dir: bool) -> Entry | None:
     return match(parts, is_dir, path_sibling(os.path.dirname(path)))
 
 
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def deepest_mount(profile: SandboxProfile, path: str) -> Mount | None:
-    """The mount that decides what ``path`` is inside the sandbox: the last, deepest one
-    whose destination holds it (None: only the sandbox's empty root)."""
-    found: Mount | None = None
-    for mount in profile.mounts:
-        if _within(path, mount.dest) and (found is None or len(mount.dest) >= len(found.dest)):
-            found = mount
-    return found
-
-
 def _kind(path: str, argument: str) -> Kind:
     try:
         st = os.lstat(path)
@@ -176,7 +163,7 @@ def plan_grants(
             if "\0" in path:
                 raise CannotWiden(f"{argument}: a path holding a NUL byte names no file")
             mount = deepest_mount(profile, path)
-            in_root = any(_within(path, root) for root in writable)
+            in_root = any(is_under(path, root) for root in writable)
             if writes or removes:
                 reachable = in_root and mount is not None and mount.kind == "bind"
             else:
@@ -240,12 +227,12 @@ def _check_place(
     socket's would hold the rest of it, and moving it would move them); to be changed but
     inside a directory the server sees read-only."""
     for mask in profile.mounts:
-        if mask.reason.startswith("denyRead") and _within(path, mask.dest):
+        if mask.reason.startswith("denyRead") and is_under(path, mask.dest):
             raise CannotWiden(f"{argument}: {path} is hidden from this server (denyRead)")
     for root, what in off_limits.items():
-        if _within(path, root):
+        if is_under(path, root):
             raise CannotWiden(f"{argument}: {path} is inside {what}, which no approval opens")
-        if _within(root, path):
+        if is_under(root, path):
             raise CannotWiden(f"{argument}: {path} holds {what} ({root}), which no approval opens")
     if not changes:
         return
