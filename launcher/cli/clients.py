@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -106,7 +106,7 @@ def register(app: typer.Typer) -> None:
         ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
         under the same name (backups first; `ironcurtain unwrap` restores)."""
         from launcher.clients.wrap import diff, plan_wrap, select
-        from launcher.clients.wrap_files import annotate_new, apply_wrap, ensure_user_policy
+        from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
 
         with _shown_errors():
             user, root = _where("wrap", project)
@@ -199,3 +199,43 @@ def register(app: typer.Typer) -> None:
         else:
             value = http_token.resolve(None, env={}).value
         print(value)
+
+
+def annotate_new(servers: Sequence[str]) -> list[str]:
+    """Heuristic drafts for the wrapped servers the user policy has no annotations of, so
+    the constitution's role-based rules apply to them at once: each is started in its
+    sandbox once to list its tools. What fails is said with the command to run later."""
+    from launcher.clients.known import user_config, user_policy
+    from launcher.pipeline.annotate import annotate_tools
+    from policy.loader import load_policy_dir
+
+    annotations = user_policy() / "tool-annotations.json"
+    known = load_policy_dir(user_policy()).annotations.servers
+    new = [name for name in dict.fromkeys(servers) if name not in known]
+    if not new:
+        return []
+    command = (
+        f"ironcurtain annotate-tools --server {' --server '.join(new)} --heuristic "
+        f"--config {user_config()} --output {annotations}"
+    )
+    try:
+        annotate_tools(tuple(new), False, True, str(annotations), str(user_config()))
+    except Exception as exc:  # a server that cannot start here: the user can retry
+        return [f"could not annotate {', '.join(new)} ({exc}); run later: {command}"]
+    said = [
+        f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
+        f"`ironcurtain compile-policy --server NAME`, or edit {annotations})"
+    ]
+    servers_now = load_policy_dir(user_policy()).annotations.servers
+    for name in new:
+        entry = servers_now.get(name)
+        unclassified = (
+            sorted(t.tool_name for t in entry.tools if t.effect == "other") if entry else []
+        )
+        if unclassified:
+            said.append(
+                f"{name}: the heuristic could not classify {', '.join(unclassified)}; no rule "
+                f"lets their calls through until reviewed: ironcurtain compile-policy --server "
+                f"{name}"
+            )
+    return said

@@ -20,7 +20,7 @@ from typing import Any
 from launcher.clients import wrap_records
 from launcher.clients.file_io import Source, read_user, writable, write, write_own
 from launcher.clients.jsonc import JsoncError, parse, unwritable
-from launcher.clients.known import ClientFile, Found, user_config, user_policy
+from launcher.clients.known import ClientFile, Found, user_policy
 from launcher.clients.wrap import Change, toml_replace
 from launcher.clients.wrap_records import sha
 from launcher.shared.errors import UsageError
@@ -73,45 +73,6 @@ def ensure_user_policy() -> str | None:
 
     shutil.copytree(bundled_policy_dir(), target, ignore=shutil.ignore_patterns("__*", "*.py*"))
     return f"made {target} from the bundled policy"
-
-
-def annotate_new(servers: Sequence[str]) -> list[str]:
-    """Heuristic drafts for the wrapped servers the user policy has no annotations of, so
-    the constitution's role-based rules apply to them at once: each is started in its
-    sandbox once to list its tools. What fails is said with the command to run later."""
-    from launcher.pipeline.annotate import annotate_tools
-    from policy.loader import load_policy_dir
-
-    annotations = user_policy() / "tool-annotations.json"
-    known = load_policy_dir(user_policy()).annotations.servers
-    new = [name for name in dict.fromkeys(servers) if name not in known]
-    if not new:
-        return []
-    command = (
-        f"ironcurtain annotate-tools --server {' --server '.join(new)} --heuristic "
-        f"--config {user_config()} --output {annotations}"
-    )
-    try:
-        annotate_tools(tuple(new), False, True, str(annotations), str(user_config()))
-    except Exception as exc:  # a server that cannot start here: the user can retry
-        return [f"could not annotate {', '.join(new)} ({exc}); run later: {command}"]
-    said = [
-        f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
-        f"`ironcurtain compile-policy --server NAME`, or edit {annotations})"
-    ]
-    servers_now = load_policy_dir(user_policy()).annotations.servers
-    for name in new:
-        entry = servers_now.get(name)
-        unclassified = (
-            sorted(t.tool_name for t in entry.tools if t.effect == "other") if entry else []
-        )
-        if unclassified:
-            said.append(
-                f"{name}: the heuristic could not classify {', '.join(unclassified)}; no rule "
-                f"lets their calls through until reviewed: ironcurtain compile-policy --server "
-                f"{name}"
-            )
-    return said
 
 
 def unwrap(files: Found) -> tuple[list[str], list[str]]:
