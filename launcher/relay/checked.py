@@ -15,63 +15,34 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import field
-from typing import Any, Protocol
+from typing import Any
 
-from launcher.audit.log import Prepared, hashed_arguments
+from launcher.audit.log import hashed_arguments
 from launcher.relay.approval import AskClient
+from launcher.relay.call import Call, Send
 from launcher.relay.escalation import Escalations, discard
-from launcher.relay.gate import (
+from launcher.relay.gate import denial_text
+from launcher.relay.seams import Core
+from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
     PROMPT,
     SUBSCRIBE,
     TOOL,
     UNSUBSCRIBE,
+    Message,
+    ServerGone,
     completion_arguments,
-    denial_text,
+    error,
+    result,
+    tool_result,
 )
-from launcher.relay.seams import Core, Downstream, OneShot
-from launcher.shared.jsonrpc import Message, ServerGone, error, result, tool_result
 from policy import Decision
 from policy.models import Annotation
-from sandbox_profiles.records import mutable
 
 DENIED = -32001  # a request the policy did not let through (not a tool call)
 NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
 CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
-
-
-class Send(Protocol):
-    """Where messages for the client go; ``related``: the client's request one belongs to."""
-
-    def __call__(self, message: Message, related: str | int | None = None) -> None: ...
-
-
-@mutable(slots=True)
-class Call:
-    """One checked request on its way through the relay."""
-
-    request_id: Any
-    method: str
-    params: Message
-    started: float
-    server: str | None
-    name: str  # the server's own name of the tool or prompt; the method for a resource
-    arguments: dict[str, object]
-    conn: Downstream | None
-    entry: dict[str, Any] = field(default_factory=dict)
-    downstream: int | None = None  # the id it was sent to the server with
-    prepared: Prepared | None = None  # its audit entry, serialised while the server works
-    progress_sent: int = 0  # progress ironcurtain reported while a human decided
-    one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
-    granted: list[dict[str, object]] | None = None  # what it was given, for the audit
-
-    def progress_token(self) -> str | int | None:
-        """The client's progress token for this call, if it sent one."""
-        meta = self.params.get("_meta")
-        token = meta.get("progressToken") if isinstance(meta, dict) else None
-        return token if type(token) in (str, int) else None
 
 
 class CheckedCalls:

@@ -16,12 +16,13 @@ from collections.abc import Coroutine
 from typing import Any
 
 from launcher.relay.asks import ServerAsks, elicitation_modes
-from launcher.relay.checked import CHECKED, Call, CheckedCalls
-from launcher.relay.gate import TOOL
+from launcher.relay.call import Call
+from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.seams import Core, Downstream, Upstream
 from launcher.shared.jsonrpc import (
     LATEST_PROTOCOL,
     PROTOCOL_VERSIONS,
+    TOOL,
     Message,
     error,
     loads,

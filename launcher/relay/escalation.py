@@ -11,18 +11,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from launcher.audit.log import hash_value
 from launcher.relay.approval import AskClient, asking_with
-from launcher.relay.gate import TOOL, denial_text, label
+from launcher.relay.call import Call, Send
+from launcher.relay.gate import denial_text, label
 from launcher.relay.grants import CannotWiden, Grant, describe
 from launcher.relay.seams import Core, OneShot
-from launcher.shared.jsonrpc import Message, notification
+from launcher.shared.jsonrpc import TOOL, Message, notification
 from policy import Decision
-
-if TYPE_CHECKING:
-    from launcher.relay.checked import Call, Send
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0

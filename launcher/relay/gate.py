@@ -16,18 +16,13 @@ from typing import TYPE_CHECKING
 from launcher.audit.log import AuditLog, argument_hashes
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.pins import Pins
-from launcher.shared.jsonrpc import Message
+from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy import Decision, PolicyEngine
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
     from launcher.relay.approval import Approvals, Outcome, Requester
 
-TOOL, PROMPT, READ = "tools/call", "prompts/get", "resources/read"
-SUBSCRIBE, UNSUBSCRIBE = "resources/subscribe", "resources/unsubscribe"
-COMPLETE = "completion/complete"
-# The methods whose requests name a resource by its URI, decided as a read of it.
-BY_URI = (READ, SUBSCRIBE, UNSUBSCRIBE)
 
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 _URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
@@ -53,30 +48,6 @@ def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
     return _TEMPLATE_VARIABLE.sub(
         lambda m: str(values.get(m.group(2).split(":")[0].rstrip("*"), "")), uri_template
     )
-
-
-def completion_arguments(params: Message) -> dict[str, object] | None:
-    """A completion's arguments to check: the one being completed first, then those its
-    ``context`` gives; None when they are not all strings or the ref is not one MCP has.
-
-    >>> completion_arguments({"ref": {"type": "ref/prompt", "name": "p"},
-    ...     "argument": {"name": "b", "value": "x"}, "context": {"arguments": {"a": "y"}}})
-    {'b': 'x', 'a': 'y'}
-    >>> completion_arguments({"ref": {"type": "ref/prompt"}, "argument": {"name": "b", "value": 1}})
-    """
-    ref, argument = params.get("ref"), params.get("argument")
-    if not isinstance(ref, dict) or ref.get("type") not in ("ref/prompt", "ref/resource"):
-        return None
-    if not isinstance(argument, dict):
-        return None
-    name, value = argument.get("name"), argument.get("value")
-    context = params.get("context")
-    given = context.get("arguments", {}) if isinstance(context, dict) else {}
-    if not isinstance(name, str) or not isinstance(value, str) or not isinstance(given, dict):
-        return None
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
-        return None
-    return {name: value, **{k: v for k, v in given.items() if k != name}}
 
 
 def denial_text(decision: Decision) -> str:

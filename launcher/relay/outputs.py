@@ -30,11 +30,10 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.shared.jsonrpc import Message, loads
+from launcher.shared.jsonrpc import TOOL, Message, loads
 from policy.output import Filtered, OutputPolicy, ToolOutputPolicy
 from policy.secrets import mask_strings
 
-TOOL = "tools/call"
 UNFILTERABLE = (
     "[removed by the output policy: content that is not a JSON object or array cannot be "
     "filtered field by field]"

@@ -12,8 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Protocol
 
-from launcher.relay.gate import COMPLETE, PROMPT, TOOL, completion_arguments
-from launcher.shared.jsonrpc import Message
+from launcher.shared.jsonrpc import COMPLETE, PROMPT, TOOL, Message, completion_arguments
 from sandbox_profiles.records import mutable
 
 SEPARATOR = "__"

@@ -20,6 +20,13 @@ LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
 LINE_LIMIT = 64 * 1024 * 1024
 CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
 
+# The methods the relay checks before a server answers them.
+TOOL, PROMPT, READ = "tools/call", "prompts/get", "resources/read"
+SUBSCRIBE, UNSUBSCRIBE = "resources/subscribe", "resources/unsubscribe"
+COMPLETE = "completion/complete"
+# The methods whose requests name a resource by its URI, decided as a read of it.
+BY_URI = (READ, SUBSCRIBE, UNSUBSCRIBE)
+
 Message = dict[str, Any]
 # Called once with a request's whole response (``result`` or ``error``), or with why there
 # is none (``ServerGone``, ``TimeoutError``).
@@ -170,3 +177,27 @@ def unencodable(value: object) -> bool:
 
 def tool_result(text: str, is_error: bool = True) -> Message:
     return {"content": [{"type": "text", "text": text}], "isError": is_error}
+
+
+def completion_arguments(params: Message) -> dict[str, object] | None:
+    """A completion's arguments to check: the one being completed first, then those its
+    ``context`` gives; None when they are not all strings or the ref is not one MCP has.
+
+    >>> completion_arguments({"ref": {"type": "ref/prompt", "name": "p"},
+    ...     "argument": {"name": "b", "value": "x"}, "context": {"arguments": {"a": "y"}}})
+    {'b': 'x', 'a': 'y'}
+    >>> completion_arguments({"ref": {"type": "ref/prompt"}, "argument": {"name": "b", "value": 1}})
+    """
+    ref, argument = params.get("ref"), params.get("argument")
+    if not isinstance(ref, dict) or ref.get("type") not in ("ref/prompt", "ref/resource"):
+        return None
+    if not isinstance(argument, dict):
+        return None
+    name, value = argument.get("name"), argument.get("value")
+    context = params.get("context")
+    given = context.get("arguments", {}) if isinstance(context, dict) else {}
+    if not isinstance(name, str) or not isinstance(value, str) or not isinstance(given, dict):
+        return None
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given.items()):
+        return None
+    return {name: value, **{k: v for k, v in given.items() if k != name}}

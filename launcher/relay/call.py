@@ -1,0 +1,44 @@
+"""One checked request on its way through the relay, and where messages for the client go:
+what the checked calls and their escalations both hold."""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any, Protocol
+
+from launcher.audit.log import Prepared
+from launcher.relay.seams import Downstream, OneShot
+from launcher.shared.jsonrpc import Message
+from sandbox_profiles.records import mutable
+
+
+class Send(Protocol):
+    """Where messages for the client go; ``related``: the client's request one belongs to."""
+
+    def __call__(self, message: Message, related: str | int | None = None) -> None: ...
+
+
+@mutable(slots=True)
+class Call:
+    """One checked request on its way through the relay."""
+
+    request_id: Any
+    method: str
+    params: Message
+    started: float
+    server: str | None
+    name: str  # the server's own name of the tool or prompt; the method for a resource
+    arguments: dict[str, object]
+    conn: Downstream | None
+    entry: dict[str, Any] = field(default_factory=dict)
+    downstream: int | None = None  # the id it was sent to the server with
+    prepared: Prepared | None = None  # its audit entry, serialised while the server works
+    progress_sent: int = 0  # progress ironcurtain reported while a human decided
+    one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
+    granted: list[dict[str, object]] | None = None  # what it was given, for the audit
+
+    def progress_token(self) -> str | int | None:
+        """The client's progress token for this call, if it sent one."""
+        meta = self.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, dict) else None
+        return token if type(token) in (str, int) else None
