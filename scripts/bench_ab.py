@@ -60,10 +60,14 @@ def export(revision: str, target: str) -> str:
 def launcher_argv(tree: str, run_argv: list[str]) -> list[str]:
     """``ironcurtain run ...`` from ``tree`` (its entry point, or the typer app before there
     was one)."""
-    entry = (
-        "launcher.cli.entry"
-        if os.path.exists(os.path.join(tree, "launcher", "entry.py"))
-        else "launcher.cli.app"
+    entry = next(
+        module
+        for module, path in (
+            ("launcher.cli.entry", ("cli", "entry.py")),
+            ("launcher.entry", ("entry.py",)),
+            ("launcher.cli", ()),
+        )
+        if os.path.exists(os.path.join(tree, "launcher", *path))
     )
     code = f"import sys; sys.argv[0] = 'ironcurtain'; from {entry} import main; main()"
     return [sys.executable, "-c", code, *run_argv[1:]]
