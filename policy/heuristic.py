@@ -35,7 +35,6 @@ _PATH_NAMES = {
 }  # fmt: skip
 _URL_NAMES = {"url", "uri", "href", "link", "endpoint"}
 _MOVE_FROM = {"source", "src", "from", "old"}
-_MOVE_TO = {"destination", "dst", "dest", "to", "new", "target"}
 
 
 def words(name: str) -> list[str]:

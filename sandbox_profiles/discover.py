@@ -16,6 +16,8 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
+from sandbox_profiles.ways import is_under
+
 # Directories the base profile already shows read-only: nothing below them needs a mount.
 SYSTEM_DIRS: tuple[str, ...] = ("/usr", "/bin", "/lib", "/lib64", "/sbin")
 
@@ -36,7 +38,7 @@ def which(command: str, search: Sequence[str]) -> str | None:
 
 
 def _under_system(path: str) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in SYSTEM_DIRS)
+    return any(is_under(path, d) for d in SYSTEM_DIRS)
 
 
 def read_shebang(path: str) -> list[str] | None:
@@ -94,10 +96,6 @@ class NeedsHiddenDirectory(Exception):
 _INTERPRETER = re.compile(r"(python|pypy|node|nodejs|ruby|perl|php|lua|bun|deno)[0-9.]*")
 
 
-def _contains(outer: str, inner: str) -> bool:
-    return inner == outer or inner.startswith(outer.rstrip("/") + "/")
-
-
 def hidden_reason(directory: str, never_shown: Mapping[str, str]) -> str | None:
     """Why ``directory`` must never be shown to a server, or None when it may be.
 
@@ -112,7 +110,7 @@ def hidden_reason(directory: str, never_shown: Mapping[str, str]) -> str | None:
     """
     for path in dict.fromkeys((directory, os.path.realpath(directory))):
         for hidden, label in never_shown.items():
-            if _contains(path, hidden):
+            if is_under(hidden, path):
                 return label if path == hidden else f"it holds {label} ({hidden})"
         if os.path.lexists(os.path.join(path, ".ssh")):
             return f"it holds {os.path.join(path, '.ssh')}"
@@ -134,9 +132,9 @@ def program_dirs(
 
     def add(path: str, reason: str) -> None:
         # Skip what an earlier, wider mount already shows; a wider one replaces narrower ones.
-        if any(path == d or path.startswith(d + "/") for d, _ in found):
+        if any(is_under(path, d) for d, _ in found):
             return
-        found[:] = [(d, r) for d, r in found if not d.startswith(path + "/")]
+        found[:] = [(d, r) for d, r in found if not is_under(d, path)]
         found.append((path, reason))
 
     def show(

@@ -19,6 +19,7 @@ from sandbox_profiles.gitconfig import (
 )
 from sandbox_profiles.lefthook import lefthook_paths
 from sandbox_profiles.records import mutable
+from sandbox_profiles.ways import is_under
 
 
 @mutable
@@ -51,7 +52,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     include, take hooks from or run, when that lies in a writable root."""
 
     def inside(path: str) -> bool:
-        return any(path == r or path.startswith(r.rstrip("/") + "/") for r in writable)
+        return any(is_under(path, r) for r in writable)
 
     found = Protection({}, [])
     seen: set[str] = set()

@@ -68,9 +68,9 @@ def both_forms(path: str) -> list[str]:
     (['/tmp/ws', '/private/tmp/ws'], ['/private/var/x', '/var/x'], ['/Users/a'])
     """
     for top in _PRIVATE:
-        if path == top or path.startswith(top + "/"):
+        if is_under(path, top):
             return [path, "/private" + path]
-        if path == "/private" + top or path.startswith("/private" + top + "/"):
+        if is_under(path, "/private" + top):
             return [path, path[len("/private") :]]
     return [path]
 

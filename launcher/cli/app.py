@@ -14,7 +14,7 @@ import typer
 
 from launcher.cli import clients
 from launcher.cli.exits import finish
-from launcher.cli.run import cli_words
+from launcher.cli.run import flag_names
 
 app = typer.Typer(
     add_completion=False,
@@ -161,8 +161,7 @@ def profile(
     from launcher.plan.session_plan import RunOptions
 
     opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
-    with cli_words(servers="profile"):
-        print(show_profile(name, fmt, opts))
+    print(show_profile(name, fmt, opts))
 
 
 audit_app = typer.Typer(
@@ -231,8 +230,7 @@ def annotate_tools(
     from launcher.pipeline.compile import LLMOptions
 
     llm = LLMOptions(model, api_key, base_url, force)
-    with cli_words():
-        code = run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm)
+    code = run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm)
     raise typer.Exit(code)
 
 
@@ -260,8 +258,7 @@ def compile_policy(
 
     llm = LLMOptions(model, api_key, base_url, force)
     opts = CompileOptions(config=config, servers=tuple(server or ()), output=output, llm=llm)
-    with cli_words():
-        code = run_compile(opts)
+    code = run_compile(opts)
     raise typer.Exit(code)
 
 
@@ -309,8 +306,7 @@ def check(
     with --output, what a result of the tool would look like to the agent."""
     from launcher.cli.check import check_call
 
-    with cli_words(servers="check"):
-        print(check_call(server, tool, args, config, policy_dir, workspace, output))
+    print(check_call(server, tool, args, config, policy_dir, workspace, output))
 
 
 clients.register(app)
@@ -344,7 +340,7 @@ def dispatch(argv: list[str]) -> None:
 
 
 def main() -> None:
-    finish(lambda: dispatch(sys.argv))
+    finish(lambda: dispatch(sys.argv), flag_names(sys.argv))
 
 
 if __name__ == "__main__":

@@ -4,10 +4,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -45,19 +44,6 @@ def _say(command: str, line: str) -> None:
     print(f"ironcurtain {command}: {visible(line, one_line=True)}", file=sys.stderr)
 
 
-@contextlib.contextmanager
-def _shown_errors() -> Iterator[None]:
-    """A refusal that names what a client's file holds, shown as escapes where it could act
-    on a terminal."""
-    from launcher.shared.errors import UsageError
-    from launcher.shared.shown import visible
-
-    try:
-        yield
-    except UsageError as exc:
-        raise UsageError(visible(str(exc), one_line=True)) from None
-
-
 def register(app: typer.Typer) -> None:
     """Add the commands to ``app``."""
 
@@ -78,10 +64,9 @@ def register(app: typer.Typer) -> None:
         from launcher.clients.known import found
         from launcher.clients.wrap import describe
 
-        with _shown_errors():
-            user, root = _where("clients", project)
-            text, unprotected, _ = describe(found(user, root))
-            print(text)
+        user, root = _where("clients", project)
+        text, unprotected, _ = describe(found(user, root))
+        print(text)
         if check and unprotected:
             raise typer.Exit(1)
 
@@ -108,23 +93,22 @@ def register(app: typer.Typer) -> None:
         from launcher.clients.wrap import diff, plan_wrap, select
         from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
 
-        with _shown_errors():
-            user, root = _where("wrap", project)
-            files = select(user, root, client or [], everything)
-            changes, config = plan_wrap(files, server or [])
+        user, root = _where("wrap", project)
+        files = select(user, root, client or [], everything)
+        changes, config = plan_wrap(files, server or [])
+        for change in [*changes, config]:
+            for note in change.notes:
+                _say("wrap", note)
+        if not any(c.after != c.before for c in changes):
+            _say("wrap", "nothing to wrap")
+            return
+        if dry_run:
             for change in [*changes, config]:
-                for note in change.notes:
-                    _say("wrap", note)
-            if not any(c.after != c.before for c in changes):
-                _say("wrap", "nothing to wrap")
-                return
-            if dry_run:
-                for change in [*changes, config]:
-                    print(diff(change), end="")
-                return
-            made = ensure_user_policy()
-            for line in ([made] if made else []) + apply_wrap(changes, config):
-                _say("wrap", line)
+                print(diff(change), end="")
+            return
+        made = ensure_user_policy()
+        for line in ([made] if made else []) + apply_wrap(changes, config):
+            _say("wrap", line)
         held = {name: why for change in changes for name, why in change.held.items()}
         wrapped = [n for change in changes for n in change.servers if n not in held]
         for name, why in held.items():
@@ -158,11 +142,10 @@ def register(app: typer.Typer) -> None:
         from launcher.clients.wrap_files import unwrap as restore
         from launcher.shared.errors import UsageError
 
-        with _shown_errors():
-            user, root = _where("unwrap", project)
-            files = select(user, root, client or [], everything)
-            said, problems = restore(files)
-            others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
+        user, root = _where("unwrap", project)
+        files = select(user, root, client or [], everything)
+        said, problems = restore(files)
+        others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
         nothing = "nothing to unwrap"
         if others:
             nothing += (
@@ -172,8 +155,7 @@ def register(app: typer.Typer) -> None:
         for line in said or ([] if problems else [nothing]):
             _say("unwrap", line)
         if problems:
-            with _shown_errors():
-                raise UsageError("; ".join(problems))
+            raise UsageError("; ".join(problems))
 
     @app.command("http-token")
     def http_token_command(

@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import NoReturn
 
 
-def finish(body: Callable[[], int | None]) -> NoReturn:
+def finish(body: Callable[[], int | None], names: Callable[[str], str] | None = None) -> NoReturn:
     """Run the command; exit with its status. A user's mistake is one line on stderr and
-    its exit status, never a traceback; the rest as typer ends a command (Ctrl-C: 130)."""
+    its exit status, never a traceback, each setting it names said as ``names`` says (the
+    command's flags); the rest as typer ends a command (Ctrl-C: 130)."""
     try:
         code = body()
     except KeyboardInterrupt:
@@ -20,7 +21,7 @@ def finish(body: Callable[[], int | None]) -> NoReturn:
         print("\nAborted!", file=sys.stderr)
         sys.exit(1)
     except Exception as exc:
-        from launcher.shared.errors import USER_ERRORS
+        from launcher.shared.errors import USER_ERRORS, UserError
 
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
             # Nobody reads the output any more: exit quietly, and flush nothing at exit.
@@ -30,6 +31,7 @@ def finish(body: Callable[[], int | None]) -> NoReturn:
             raise
         from launcher.shared.shown import visible  # a message can quote a file, a server, a name
 
-        print(f"ironcurtain: error: {visible(str(exc), one_line=True)}", file=sys.stderr)
+        said = exc.said(names) if names and isinstance(exc, UserError) else str(exc)
+        print(f"ironcurtain: error: {visible(said, one_line=True)}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code or 0)

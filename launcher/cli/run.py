@@ -12,7 +12,7 @@ give:
   most 18 before and after the point).
 
 Anything else (``--help``, a typo, a missing value, ``--http -1``, a shell-completion
-request) goes to typer, which answers it as it always does. ``tests/test_run_cmd.py``
+request) goes to typer, which answers it as it always does. ``tests/unit/test_run_cmd.py``
 checks that the table below is the ``run`` command's own options, and that typer reads
 every command line accepted here into the same options.
 """
@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -47,8 +46,21 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--http-token-file": ("http_token_file", "str"),
 }
 
-# How the command line names each field of RunOptions (in the messages of planning errors).
-FLAGS = {field: flag for flag, (field, _) in RUN_OPTIONS.items()}
+# How the command line names each setting the library's errors name by its field: run's
+# options (the fields of RunOptions), then the other commands' own.
+FLAGS = {field: flag for flag, (field, _) in RUN_OPTIONS.items()} | {
+    "all_servers": "--all",
+    "api_key": "--api-key",
+    "base_url": "--base-url",
+    "clients": "--client",
+    "everything": "--all",
+    "model": "--model",
+    "output": "--output",
+    "project": "--project",
+}
+# The commands that take a server as an argument, not with --server: an error names the
+# server after the command (``check nope: no such server``).
+SERVER_ARGUMENT = ("check", "profile")
 
 _NUMBER = {"int": re.compile(r"[0-9]{1,18}"), "float": re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")}
 
@@ -96,18 +108,13 @@ def _completion(name: str) -> bool:
     return name.startswith("_") and name.endswith("_COMPLETE")
 
 
-@contextmanager
-def cli_words(servers: str = "--server") -> Iterator[None]:
-    """Planning errors name the option as the command line does (``--audit-args``, not
-    ``audit_args``). ``servers``: what a server selection is called in this command (an
-    argument of ``check`` and ``profile``, ``--server`` elsewhere)."""
-    from launcher.plan.session_plan import OptionError, SandboxRefused
-
-    try:
-        yield
-    except (OptionError, SandboxRefused) as exc:
-        exc.shown_as = servers if exc.option == "servers" else FLAGS.get(exc.option, exc.option)
-        raise
+def flag_names(argv: Sequence[str]) -> Callable[[str], str]:
+    """How an error of the command line ``argv`` (``ironcurtain COMMAND ...``) names a
+    setting: as the command line does (``--audit-args``, not ``audit_args``); a server
+    selection, in a command that takes the server as an argument, by the command."""
+    command = argv[1] if len(argv) > 1 else ""
+    servers = command if command in SERVER_ARGUMENT else FLAGS["servers"]
+    return lambda setting: servers if setting == "servers" else FLAGS.get(setting, setting)
 
 
 def start(opts: RunOptions) -> int:
@@ -115,8 +122,7 @@ def start(opts: RunOptions) -> int:
     from launcher.plan.session_plan import plan_session
     from launcher.session.prestart import prestart
 
-    with cli_words():
-        plan = plan_session(opts)
+    plan = plan_session(opts)
     if plan.audit_args_clear:
         print(
             f"ironcurtain: WARNING: --audit-args clear: tool arguments are written in clear "
@@ -140,7 +146,7 @@ def start(opts: RunOptions) -> int:
 
         from launcher.session.wiring import Session
 
-        session = Session(plan, started)
+        session = Session(plan, started, flag_names(["ironcurtain", "run"]))
     except BaseException:
         started.abandon()
         raise

@@ -21,20 +21,23 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
+from collections.abc import Iterator
 from dataclasses import replace as evolve
 from pathlib import Path
 
+from launcher.host.fdtree import replace_at, write_all
+from launcher.host.nofollow import descend
+from launcher.host.oscalls import DIR, NEW_FILE
 from launcher.shared.errors import UsageError
 from sandbox_profiles.records import frozen
+from sandbox_profiles.ways import is_under
 
 # Client files are small; ~/.claude.json keeps a history and may reach some megabytes. A
 # project's file holds a few servers: a bigger one is no client's, and is not read.
 MAX_SIZE = 64 * 2**20
 PROJECT_MAX_SIZE = 2**20
 _READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 NOT_FOLLOWED = "ironcurtain does not follow a project's links (one could lead to your own files)"
 
 
@@ -90,7 +93,7 @@ def read_project(root: Path, relative: str) -> Source | None:
     is not there. Refused when it is there but must not be read."""
     parts = Path(relative).parts
     path = root.joinpath(*parts)
-    fd = os.open(root, _DIR)
+    fd = os.open(root, DIR)
     try:
         for part in parts[:-1]:
             try:
@@ -101,7 +104,8 @@ def read_project(root: Path, relative: str) -> Source | None:
                 raise Refused(f"{path}: {part} is a symbolic link; {NOT_FOLLOWED}: not read")
             if not stat.S_ISDIR(st.st_mode):
                 return None
-            child = _open_dir_at(fd, part, path)
+            with _still_directories(path):
+                child = os.open(part, DIR, dir_fd=fd)
             os.close(fd)
             fd = child
         name = parts[-1]
@@ -157,7 +161,7 @@ def read_user(home: Path, relative: str, project: Path | None) -> Source | None:
     unwritable = None
     if linked and st.st_uid != os.geteuid():
         unwritable = f"{path}: it links to {real}, which uid {st.st_uid} owns, not you"
-    elif linked and project is not None and real.is_relative_to(os.path.realpath(project)):
+    elif linked and project is not None and is_under(str(real), os.path.realpath(project)):
         unwritable = (
             f"{path}: it links to {real}, inside the project {project} (a directory wrap does "
             "not trust with your files)"
@@ -171,13 +175,16 @@ def read_user(home: Path, relative: str, project: Path | None) -> Source | None:
                   stat.S_IMODE(st.st_mode), unwritable)  # fmt: skip
 
 
-def _open_dir_at(fd: int, part: str, path: Path) -> int:
+@contextlib.contextmanager
+def _still_directories(path: Path) -> Iterator[None]:
+    """A directory on the way to ``path`` that is no longer one (a link put in its place)
+    as a UsageError naming it."""
     try:
-        return os.open(part, _DIR, dir_fd=fd)
+        yield
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise UsageError(
-                f"{path}: {part} is no longer a directory (a link?); not written"
+                f"{path}: {exc.filename} is no longer a directory (a link?); not written"
             ) from None
         raise
 
@@ -185,16 +192,8 @@ def _open_dir_at(fd: int, part: str, path: Path) -> int:
 def open_dir(path: Path) -> int:
     """A descriptor of ``path`` (absolute, its links resolved) reached from ``/`` without
     following a link."""
-    fd = os.open("/", _DIR)
-    try:
-        for part in path.parts[1:]:
-            child = _open_dir_at(fd, part, path)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    with _still_directories(path):
+        return descend(os.open("/", DIR), path.parts[1:])
 
 
 def unchanged(source: Source) -> str | None:
@@ -249,25 +248,8 @@ def write(source: Source, text: str) -> Source:
 def _replace_at(
     fd: int, name: str, text: str, mode: int, owner: tuple[int, int] | None
 ) -> os.stat_result:
-    tmp = f".{name}.ironcurtain-{secrets.token_hex(6)}"
-    file = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                   0o600, dir_fd=fd)  # fmt: skip
-    try:
-        try:
-            _write_all(file, text.encode("utf-8"))
-            if owner is not None:
-                os.fchown(file, *owner)
-            os.fchmod(file, mode)
-            os.fsync(file)
-            st = os.fstat(file)
-        finally:
-            os.close(file)
-        os.replace(tmp, name, src_dir_fd=fd, dst_dir_fd=fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=fd)
-        raise
-    return st
+    data = text.encode("utf-8")
+    return replace_at(fd, name, lambda out: write_all(out, data), mode, owner)
 
 
 def write_own(path: Path, text: str, before: str | None = None) -> None:
@@ -291,15 +273,9 @@ def write_own(path: Path, text: str, before: str | None = None) -> None:
 
 def write_new(path: Path, text: str) -> None:
     """``text`` to a new file ``path`` (owner-only), never through anything already there."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, NEW_FILE, 0o600)
     try:
-        _write_all(fd, text.encode("utf-8"))
+        write_all(fd, text.encode("utf-8"))
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]

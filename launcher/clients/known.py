@@ -240,8 +240,10 @@ def project_root(home: Path, given: str | None, cwd: str) -> tuple[Path | None, 
     what = "is" if identity(project) == identity(home) else "holds"
     if given is not None:
         raise UsageError(
-            f"--project {given}: it {what} your home directory; the home is never taken as a "
-            "project (name the project's own directory)"
+            f"it {what} your home directory; the home is never taken as a project (name the "
+            "project's own directory)",
+            "project",
+            given,
         )
     return None, (
         f"{project}: it {what} your home directory, which is never taken as a project; only "

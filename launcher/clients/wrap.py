@@ -16,8 +16,6 @@ put it back (:mod:`launcher.clients.wrap_files`).
 from __future__ import annotations
 
 import difflib
-import os
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import field
@@ -43,7 +41,7 @@ from launcher.clients.known import (
 from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
-from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx
+from sandbox_profiles.discover import PackageNotInstalled
 from sandbox_profiles.records import mutable
 
 
@@ -65,12 +63,13 @@ class Change:
 def select(home: Path, project: Path | None, clients: Sequence[str], everything: bool) -> Found:
     unknown = [c for c in clients if c not in BY_NAME]
     if unknown:
-        raise UsageError(
-            f"--client {unknown[0]}: no such client (known: {', '.join(c.name for c in CLIENTS)})"
-        )
+        known = ", ".join(c.name for c in CLIENTS)
+        raise UsageError(f"no such client (known: {known})", "clients", unknown[0])
     if not clients and not everything:
         raise UsageError(
-            "name the clients: --client NAME (repeatable; see `ironcurtain clients`) or --all"
+            "name the clients: {clients} NAME (repeatable; see `ironcurtain clients`) or "
+            "{everything}",
+            mentions=("clients", "everything"),
         )
     return found(home, project).of(None if everything else clients)
 
@@ -149,11 +148,12 @@ def launch_problem(e: Entry) -> str | None:
         )
     if program != "npx":
         return None
-    prefixes = [os.path.dirname(os.path.dirname(shutil.which("npx") or "/usr/bin/npx"))]
-    cache = os.environ.get("npm_config_cache")  # noqa: SIM112 (npm's own name)
-    roots = npx_roots(os.path.expanduser("~"), cache, prefixes)
+    from launcher.plan.programs import npx_program, resolve_command, search_path
+
+    # The npx ``run`` would start, and where it looks for the package.
+    npx = resolve_command(e.command or "npx", search_path()) or "/usr/bin/npx"
     try:
-        found = resolve_npx(e.args, roots)
+        found = npx_program(npx, list(e.args))
     except PackageNotInstalled as exc:
         return f"{e.name}: {exc}; wrap again after that: left alone"
     if found is None:
@@ -222,9 +222,9 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
     named = {e.name for f in files for e in f.entries}
     missing = [s for s in servers if s not in named]
     if missing:
+        have = ", ".join(sorted(named)) or "none"
         raise UsageError(
-            f"--server {missing[0]}: no such server in the clients chosen "
-            f"(they have: {', '.join(sorted(named)) or 'none'})"
+            f"no such server in the clients chosen (they have: {have})", "servers", missing[0]
         )
     changes: dict[Path, Change] = {}
     for f in files:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher.shared import dirs
 from sandbox_profiles.discover import hidden_reason
+from sandbox_profiles.ways import is_under
 
 
 def identity(path: str | Path) -> tuple[int, int] | None:
@@ -50,7 +51,7 @@ def holds_home(path: str | Path, home: str | Path) -> bool:
     """Whether ``path`` is the home directory or a directory holding it (by identity, and
     by real path when the home cannot be looked at)."""
     if identity(home) is None:
-        return Path(os.path.realpath(home)).is_relative_to(os.path.realpath(path))
+        return is_under(os.path.realpath(home), os.path.realpath(path))
     return within(home, path)
 
 
@@ -72,16 +73,14 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
            str(dirs.state_dir()): "ironcurtain's state (its records, backups, tokens)",
            str(home / ".ssh"): "your SSH directory"}  # fmt: skip
     for place, label in own.items():
-        if within(mount, place) or Path(os.path.realpath(mount)).is_relative_to(
-            os.path.realpath(place)
-        ):
+        if within(mount, place) or is_under(os.path.realpath(mount), os.path.realpath(place)):
             return f"is in {label} ({place})"
     if ".ssh" in Path(os.path.realpath(mount)).parts:
         return "is in an SSH directory"
     real = os.path.realpath(mount)
     for tree in (*RUNTIME_TREES, "/var/run"):
-        if within(mount, tree) or Path(real).is_relative_to(tree):
+        if within(mount, tree) or is_under(real, tree):
             return f"is in {tree} (the system's sockets, devices or processes)"
-    if writable and (within(mount, "/etc") or Path(real).is_relative_to("/etc")):
+    if writable and (within(mount, "/etc") or is_under(real, "/etc")):
         return "is in /etc (the system's settings: never writable)"
     return None

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from sandbox_profiles.ways import is_under
+
 GUARDED = "protected path (denyWrite, ironcurtain's, or named by a git configuration)"
 ANCHORED = "in the place of a protected path, or of a directory on the way to one"
 WAY = "not a directory, on the way to a protected path"
@@ -48,7 +50,8 @@ class Places:
 
 
 def inside(path: str, root: str) -> bool:
-    return path != root and path.startswith(root.rstrip("/") + "/")
+    """``path`` is strictly inside ``root`` (not ``root`` itself)."""
+    return path != root and is_under(path, root)
 
 
 def _ways_in(path: str, roots: Sequence[str]) -> list[str]:

@@ -16,7 +16,7 @@ import shutil
 import stat
 import time
 
-from launcher.host.nofollow import Parts, open_chain
+from launcher.host.nofollow import Parts, gone, open_chain
 from launcher.host.oscalls import DIR, explain, open_dir, open_up, open_up_child
 
 # What may be copied out when the quarantine is on another filesystem (a rename is free).
@@ -41,11 +41,9 @@ class QuarantineDir:
         path = os.path.join(root, *parts)
         try:
             parent = open_chain(root, parts[:-1]) if parts[:-1] else None
-        except (FileNotFoundError, NotADirectoryError):
-            return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return None  # a symlink on the way: what it points at is not in the root
+            if gone(exc):
+                return None  # not there, or a symlink on the way (what it leads to is not in it)
             raise QuarantineError(f"cannot reach it to quarantine it: {explain(exc)}") from None
         if parent is None:
             parent = open_dir(root)

@@ -24,12 +24,12 @@ from __future__ import annotations
 import errno
 import functools
 import os
-import stat
 import time
 from collections.abc import Callable, Iterable, Sequence
 
 from launcher.guard.places import Places
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
+from launcher.guard.sweep import Unhandled, sweep_root
 from launcher.host import nofollow
 from launcher.host.nofollow import Parts
 from launcher.host.oscalls import (
@@ -46,7 +46,6 @@ from launcher.host.oscalls import (
     inotify_add_watch,
     inotify_events,
     inotify_init,
-    open_up_path,
 )
 from sandbox_profiles import autorun
 from sandbox_profiles.records import frozen
@@ -81,13 +80,6 @@ class GuardFailure:
     reason: str
 
 
-class _Failed(Exception):
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(reason)
-        self.path = path
-        self.reason = reason
-
-
 class Guard:
     """One inotify instance over all writable roots of a session."""
 
@@ -102,7 +94,6 @@ class Guard:
     ) -> None:
         self.roots = [r.rstrip("/") or "/" for r in roots]
         self.places = Places(self.roots, guarded, anchored)
-        self.quarantine_dir = quarantine_dir
         self.on_quarantine = on_quarantine
         self.on_failure = on_failure
         self.quarantined: list[Quarantined] = []
@@ -128,7 +119,7 @@ class Guard:
         for root in self.roots:
             try:
                 self._scan(root, ())
-            except _Failed as exc:
+            except Unhandled as exc:
                 raise GuardError(f"{exc.path}: {exc.reason}") from None
             # The places the scan does not reach (inside what it leaves alone, or past a
             # symlink, which is not followed) are known by identity too.
@@ -154,12 +145,12 @@ class Guard:
                 return False  # gone again, or replaced by a symlink (not followed)
             where = os.path.join(root, *parts)
             if err == errno.ENOSPC:
-                raise _Failed(
+                raise Unhandled(
                     where,
                     "out of inotify watches; raise the limit with "
                     "sudo sysctl -w fs.inotify.max_user_watches=1048576",
                 )
-            raise _Failed(where, f"cannot watch it: {os.strerror(err)}")
+            raise Unhandled(where, f"cannot watch it: {os.strerror(err)}")
         self._watched[wd] = (root, parts)
         return True
 
@@ -173,7 +164,7 @@ class Guard:
         try:
             return nofollow.entries(root, parts)
         except nofollow.Unreadable as exc:
-            raise _Failed(os.path.join(root, *parts), str(exc)) from None
+            raise Unhandled(os.path.join(root, *parts), str(exc)) from None
 
     def _scan(self, root: str, top: Parts) -> None:
         """Check ``root/top`` and everything below it; watch each directory first, then
@@ -183,13 +174,13 @@ class Guard:
             parts = stack.pop()
             if time.monotonic() > self._deadline:
                 self._behind.add(root)
-                raise _Failed(
+                raise Unhandled(
                     root,
                     f"the guard fell behind: the tree changed faster than it could be checked "
                     f"within {self.budget:g} s",
                 )
             if len(parts) > MAX_DEPTH:
-                raise _Failed(
+                raise Unhandled(
                     os.path.join(root, *parts),
                     f"a directory tree deeper than {MAX_DEPTH} levels",
                 )
@@ -201,14 +192,14 @@ class Guard:
             names = {name for name, _ in entries}
             for name, is_dir in entries:
                 child = (*parts, name)
-                if self._check(root, child, is_dir, names.__contains__):
+                if self.check(root, child, is_dir, names.__contains__):
                     continue
                 if is_dir:
                     stack.append(child)
             if names & _MARKERS:
                 self._check_git_dir(root, parts, names.__contains__)
 
-    def _check(self, root: str, parts: Parts, is_dir: bool, sibling: autorun.Exists) -> bool:
+    def check(self, root: str, parts: Parts, is_dir: bool, sibling: autorun.Exists) -> bool:
         """Quarantine ``root/parts`` if it must not exist. True when it is a catalogue entry
         or a guarded path: moved away, or (before start, or the user's own) left alone and
         not to be descended into."""
@@ -227,12 +218,12 @@ class Guard:
             identity = nofollow.identity(root, parts)
             if identity is not None:
                 self.preexisting[path] = identity
-        elif not self._is_preexisting(root, parts, same_inode=not final and is_dir):
-            self._quarantine(root, parts, why)
+        elif not self.is_preexisting(root, parts, same_inode=not final and is_dir):
+            self.quarantine(root, parts, why)
             return True
         return final
 
-    def _is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
+    def is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
         """Whether ``root/parts`` is what was there at start. A directory kept by identity
         (on the way to a protected path) is compared by inode alone: its change time moves
         with every entry made in it."""
@@ -248,9 +239,9 @@ class Guard:
         if not self._started or not autorun.is_git_dir(has):
             return
         for member in autorun.GIT_DIR_MEMBERS:
-            if has(member) and not self._is_preexisting(root, (*parts, member)):
+            if has(member) and not self.is_preexisting(root, (*parts, member)):
                 entry = autorun.GIT_DIR_ENTRY
-                self._quarantine(root, (*parts, member), f"{member}: {entry.loaded_by}")
+                self.quarantine(root, (*parts, member), f"{member}: {entry.loaded_by}")
 
     # -- events ----------------------------------------------------------------------------
 
@@ -269,7 +260,7 @@ class Guard:
                     for root in self.roots:
                         if root not in self._behind:
                             self._behind.add(root)
-                            self._fail(root, root, "the guard fell behind: events kept coming")
+                            self.fail(root, root, "the guard fell behind: events kept coming")
                     return
                 try:
                     data = os.read(self.fd, 65536)
@@ -277,7 +268,7 @@ class Guard:
                     return
                 except OSError as exc:
                     for root in self.roots:
-                        self._fail(root, root, f"cannot read its inotify events: {explain(exc)}")
+                        self.fail(root, root, f"cannot read its inotify events: {explain(exc)}")
                     return
                 self._handle(data)
         except Exception as exc:  # a fault of the guard itself is never taken as handled
@@ -287,7 +278,7 @@ class Guard:
 
     def _fail_all(self, reason: str) -> None:
         for root in self.roots:
-            self._fail(root, root, reason)
+            self.fail(root, root, reason)
 
     @property
     def fell_behind(self) -> bool:
@@ -326,16 +317,16 @@ class Guard:
             return  # reported once; the sweep after the writers stop catches up
         try:
             work(root, parts)
-        except _Failed as exc:
-            self._fail(root, exc.path, exc.reason)
+        except Unhandled as exc:
+            self.fail(root, exc.path, exc.reason)
         except OSError as exc:  # anything unforeseen: never taken as handled
-            self._fail(root, os.path.join(root, *parts), explain(exc))
+            self.fail(root, os.path.join(root, *parts), explain(exc))
 
     def _check_new(self, root: str, parts: Parts) -> None:
-        self._check(root, parts, False, functools.partial(nofollow.lexists, root, parts[:-1]))
+        self.check(root, parts, False, functools.partial(nofollow.lexists, root, parts[:-1]))
 
     def _check_new_dir(self, root: str, parts: Parts) -> None:
-        if parts and self._check(
+        if parts and self.check(
             root, parts, True, functools.partial(nofollow.lexists, root, parts[:-1])
         ):
             return
@@ -346,7 +337,7 @@ class Guard:
         if entries is not None:
             self._check_git_dir(root, parts, {name for name, _ in entries}.__contains__)
 
-    def _fail(self, root: str, path: str, reason: str) -> None:
+    def fail(self, root: str, path: str, reason: str) -> None:
         failure = GuardFailure(root, path, reason)
         self.failures.append(failure)
         if self.on_failure is not None:
@@ -360,58 +351,23 @@ class Guard:
         before = len(self.quarantined)
         try:
             for root in self.roots:
-                self._sweep_root(root)
+                sweep_root(self, root)
         except Exception as exc:  # as in settle: said, never taken as handled
             self._fail_all(f"the sweep failed: {exc!r}")
         return self.quarantined[before:]
 
-    def _sweep_root(self, root: str) -> None:
-        def unreadable(path: str, exc: OSError) -> None:
-            self._fail(root, path, f"the sweep cannot read it: {explain(exc)}")
-
-        for path, entry in autorun.find(root, on_error=unreadable, open_up=open_up_path):
-            parts = tuple(os.path.relpath(path, root).split("/"))
-            if self._is_preexisting(root, parts):
-                continue
-            try:
-                self._quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
-            except _Failed as exc:
-                self._fail(root, exc.path, exc.reason)
-        # The places the catalogue does not name, outermost first.
-        for path in self.places.in_root(root):
-            parts = tuple(os.path.relpath(path, root).split("/"))
-            try:
-                self._sweep_place(root, parts)
-            except _Failed as exc:
-                self._fail(root, exc.path, exc.reason)
-            except OSError as exc:
-                self._fail(root, path, f"the sweep cannot check it: {explain(exc)}")
-
-    def _sweep_place(self, root: str, parts: Parts) -> None:
-        try:
-            with nofollow.dir_path(root, parts[:-1]) as directory:
-                st = os.lstat(os.path.join(directory, parts[-1]))
-        except (FileNotFoundError, NotADirectoryError):
-            return  # not there, or a place on the way is not a directory (checked itself)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return  # through a symlink: that symlink is a place checked itself
-            raise
-        is_dir = stat.S_ISDIR(st.st_mode)
-        self._check(root, parts, is_dir, functools.partial(nofollow.lexists, root, parts[:-1]))
-
     # -- quarantine ------------------------------------------------------------------------
 
-    def _quarantine(self, root: str, parts: Parts, why: str) -> None:
+    def quarantine(self, root: str, parts: Parts, why: str) -> None:
         """Move ``root/parts`` into the quarantine directory without following symlinks on
         the way. Nothing to do when it is not there (any more) as a real path inside
-        ``root``; ``_Failed`` when it is there and cannot be moved."""
+        ``root``; ``Unhandled`` when it is there and cannot be moved."""
         if not parts:
             return
         try:
             moved_to = self._store.move_from(root, parts, why)
         except QuarantineError as exc:
-            raise _Failed(os.path.join(root, *parts), str(exc)) from None
+            raise Unhandled(os.path.join(root, *parts), str(exc)) from None
         if moved_to is None:
             return
         record = Quarantined(os.path.join(root, *parts), moved_to, why)

@@ -83,12 +83,3 @@ def _grant_one(path: str, uid: int, is_dir: bool, mode: int | None = None) -> No
     if is_dir:
         default = _read(path, DEFAULT) or _from_mode(mode | 0o700)
         write_xattr(path, DEFAULT, _encode(_with_user(default, uid, 7)))
-
-
-def has_access(path: str, uid: int) -> bool:
-    """Whether ``path`` already names ``uid`` with read-write access in its ACL."""
-    try:
-        entries = _read(path, ACCESS)
-    except OSError:
-        return False
-    return any(t == _USER and i == uid and p & 6 == 6 for t, p, i in entries or [])

@@ -1,19 +1,25 @@
 """Files and directories below a root, reached one component at a time without following a
 symlink: a directory's descriptor (``walk``), ``lstat``, a snapshot to compare later, a
 regular file opened non-blocking, bounded copies of a file and of a tree, a comparison of
-two files' bytes. :mod:`launcher.servers.staging` stages a widened call's paths with them and
-carries its changes back, where nothing a server plants (links, FIFOs, swapped
-directories) may redirect or hold the trusted process.
+two files' bytes, a file replaced atomically. :mod:`launcher.servers.staging` stages a
+widened call's paths with them and carries its changes back, where nothing a server plants
+(links, FIFOs, swapped directories) may redirect or hold the trusted process; ``wrap``
+writes a client's files with them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
+
+from launcher.host.nofollow import descend, gone
+from launcher.host.oscalls import DIR, NEW_FILE, READ_FILE
+from sandbox_profiles.ways import is_under
 
 _COPY_CHUNK = 1 << 20
 
@@ -25,24 +31,16 @@ class TooLarge(OSError):
 Snapshot = tuple[int, int, int, int] | None  # (mode, inode, size, mtime_ns) or absent
 
 
-def within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
 def parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p]
 
 
 @contextlib.contextmanager
 def walk(root: str, parts: Sequence[str]) -> Iterator[int]:
-    """A descriptor of the directory ``root/parts``, reached without following a symlink."""
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(root, flags)
+    """A descriptor of the directory ``root/parts``, reached without following a symlink
+    (``root`` itself included)."""
+    fd = descend(os.open(root, DIR), parts)
     try:
-        for part in parts:
-            child = os.open(part, flags, dir_fd=fd)
-            os.close(fd)
-            fd = child
         yield fd
     finally:
         os.close(fd)
@@ -55,10 +53,8 @@ def lstat_at(root: str, path: str) -> os.stat_result | None:
     try:
         with walk(root, parents) as fd:
             return os.stat(name, dir_fd=fd, follow_symlinks=False)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: a symlink on the way
+        if gone(exc):
             return None
         raise
 
@@ -89,10 +85,47 @@ def copy_fd(src: int, dst: int, limit: int) -> int:
         copied += len(chunk)
         if copied > limit:
             raise TooLarge(f"more than {limit >> 20} MiB")
-        view = memoryview(chunk)
-        while view:
-            view = view[os.write(dst, view) :]
+        write_all(dst, chunk)
     return copied
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def replace_at(
+    dir_fd: int,
+    name: str,
+    fill: Callable[[int], object],
+    mode: int | None = None,
+    owner: tuple[int, int] | None = None,
+) -> os.stat_result:
+    """Put a new file in the place of ``name`` in the directory ``dir_fd``, atomically: a
+    temporary file beside it, filled by ``fill`` (given its descriptor), given ``owner``
+    and then ``mode``, synced, and renamed over ``name``; removed again when any step
+    fails. Without ``mode`` the file has what the user's umask makes of 0666, as a file
+    the user's own tools create. The new file's status."""
+    temp = f".{name}.ironcurtain-{secrets.token_hex(6)}"
+    out = os.open(temp, NEW_FILE, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
+    try:
+        try:
+            fill(out)
+            if owner is not None:
+                os.fchown(out, *owner)
+            if mode is not None:
+                os.fchmod(out, mode)
+            os.fsync(out)
+            st = os.fstat(out)
+        finally:
+            os.close(out)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=dir_fd)
+        raise
+    return st
 
 
 def open_file_at(root: str, path: str) -> int:
@@ -100,8 +133,7 @@ def open_file_at(root: str, path: str) -> int:
     *parents, name = parts(path)
     with walk(root, parents) as fd:
         # Non-blocking: a FIFO put in a file's place cannot hang the trusted process.
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-        file_fd = os.open(name, flags, dir_fd=fd)
+        file_fd = os.open(name, READ_FILE, dir_fd=fd)
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
         os.close(file_fd)
         raise OSError(f"{path} is not a regular file")
@@ -142,18 +174,17 @@ def copy_tree(
         listed = list(entries)
     for entry in listed:
         path = f"{host_path.rstrip('/')}/{entry.name}"
-        if any(within(path, h) for h in hidden):
+        if any(is_under(path, h) for h in hidden):
             continue
         budget[0] -= 1
         if budget[0] < 0:
             raise TooLarge(f"more than {max_entries} entries")
         st = entry.stat(follow_symlinks=False)
         if stat.S_ISDIR(st.st_mode):
-            flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-            child = os.open(entry.name, flags, dir_fd=src_fd)
+            child = os.open(entry.name, DIR, dir_fd=src_fd)
             try:
                 os.mkdir(entry.name, 0o700, dir_fd=dst_fd)
-                copy = os.open(entry.name, flags, dir_fd=dst_fd)
+                copy = os.open(entry.name, DIR, dir_fd=dst_fd)
                 try:
                     copy_tree(child, copy, path, hidden, budget, max_entries)
                     os.fchmod(copy, stat.S_IMODE(os.fstat(child).st_mode) & 0o777)
@@ -162,14 +193,12 @@ def copy_tree(
             finally:
                 os.close(child)
         elif stat.S_ISREG(st.st_mode):
-            flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-            src = os.open(entry.name, flags, dir_fd=src_fd)
+            src = os.open(entry.name, READ_FILE, dir_fd=src_fd)
             try:
                 st = os.fstat(src)
                 if not stat.S_ISREG(st.st_mode):
                     continue  # swapped for something else meanwhile
-                out_flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                out = os.open(entry.name, out_flags, 0o600, dir_fd=dst_fd)
+                out = os.open(entry.name, NEW_FILE, 0o600, dir_fd=dst_fd)
                 try:
                     budget[1] -= copy_fd(src, out, max(budget[1], 0))
                     os.fchmod(out, stat.S_IMODE(st.st_mode) & 0o777)

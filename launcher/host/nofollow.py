@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from launcher.host.oscalls import DIR, explain, fd_path, open_dir, open_up, open_up_child
 
@@ -21,17 +21,25 @@ class Unreadable(Exception):
     """A directory that is there cannot be opened or listed (``cannot list it: ...``)."""
 
 
-def open_chain(root: str, parts: Parts, flags: int = DIR) -> int:
-    """A descriptor of ``root/parts``, opened one component at a time without following
-    symlinks; a directory in the way that its owner made untraversable is opened up."""
-    fd = open_dir(root)
+def gone(exc: OSError) -> bool:
+    """Whether ``exc``, met on the way down, says the path is not there as a real path: a
+    component is missing, is not a directory, or is a symlink (not followed)."""
+    return isinstance(exc, (FileNotFoundError, NotADirectoryError)) or exc.errno == errno.ELOOP
+
+
+def descend(fd: int, parts: Sequence[str], flags: int = DIR, opening_up: bool = False) -> int:
+    """A descriptor of ``parts`` below the directory ``fd``, opened one component at a time
+    without following a symlink (the last with ``flags``). ``fd`` is the walk's: closed on
+    the way, and when anything fails. ``opening_up``: a directory in the way that its owner
+    made untraversable is given its owner's access back."""
     try:
         for i, part in enumerate(parts):
-            last = i == len(parts) - 1
-            want = flags if last else DIR
+            want = flags if i == len(parts) - 1 else DIR
             try:
                 child = os.open(part, want, dir_fd=fd)
             except PermissionError:
+                if not opening_up:
+                    raise
                 open_up(fd)
                 open_up_child(fd, part)
                 child = os.open(part, want, dir_fd=fd)
@@ -41,6 +49,12 @@ def open_chain(root: str, parts: Parts, flags: int = DIR) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def open_chain(root: str, parts: Parts, flags: int = DIR) -> int:
+    """A descriptor of ``root/parts``, opened one component at a time without following
+    symlinks; a directory in the way that its owner made untraversable is opened up."""
+    return descend(open_dir(root), parts, flags, opening_up=True)
 
 
 @contextlib.contextmanager
@@ -97,10 +111,8 @@ def entries(root: str, parts: Parts) -> list[tuple[str, bool]] | None:
     symlink now: not followed). A directory its owner made unreadable is opened up."""
     try:
         fd = open_chain(root, parts)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
     except OSError as exc:
-        if exc.errno == errno.ELOOP:
+        if gone(exc):
             return None
         raise Unreadable(f"cannot open it: {explain(exc)}") from None
     try:

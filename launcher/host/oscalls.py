@@ -20,6 +20,11 @@ from collections.abc import Iterator
 DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Any file, only to name it (fstat, chmod through /proc), never through a symlink.
 PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+# A file to read, never through a symlink, non-blocking (a FIFO in its place cannot hang
+# the reader).
+READ_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+# A new file, never one already there (nor a symlink's target).
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def explain(exc: OSError) -> str:

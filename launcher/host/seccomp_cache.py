@@ -18,7 +18,7 @@ nothing is kept; so it is when the binding is not installed.
 
 Each entry holds the program and its SHA-256: a damaged entry is a miss. The entries are
 in ironcurtain's state directory, which no sandbox can see and no workspace may be in
-(``tests/test_seccomp_cache.py`` has a sandboxed server try to plant an allow-everything
+(``tests/attacks/test_cache_forgery.py`` has a sandboxed server try to plant an allow-everything
 program there). What runs with the user's own rights could rewrite an entry, as it could
 the config that says whether a server is sandboxed at all.
 """

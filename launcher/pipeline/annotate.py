@@ -41,7 +41,10 @@ def annotate_tools(
     progress: Progress | None = None,
 ) -> int:
     if not servers and not all_servers:
-        raise UsageError("name the servers with --server NAME, or annotate them all with --all")
+        raise UsageError(
+            "name the servers with {servers} NAME, or annotate them all with {all_servers}",
+            mentions=("servers", "all_servers"),
+        )
     if not heuristic:
         llm = llm or make_llm(llm_options or LLMOptions(), "annotate-tools")
     progress = progress or Progress()

@@ -43,9 +43,10 @@ from policy.variables import expand
 from sandbox_profiles.records import frozen
 
 USER_CONSTITUTION = "constitution-user.md"
+# The settings are named as ``{field}``: the command layer says them as its users know them.
 NO_KEY = (
-    "{command} asks an LLM, and ANTHROPIC_API_KEY is not set. Set it (or pass --api-key; "
-    "--base-url and --model choose the endpoint and model). Without an LLM: "
+    "{command} asks an LLM, and ANTHROPIC_API_KEY is not set. Set it (or pass {{api_key}}; "
+    "{{base_url}} and {{model}} choose the endpoint and model). Without an LLM: "
     "`ironcurtain annotate-tools --heuristic --all` drafts annotations from the servers' own "
     "hints, and `ironcurtain run` works with the bundled policy, no key needed."
 )
@@ -64,7 +65,7 @@ def make_llm(opts: LLMOptions, command: str, http_client: Any = None) -> CachedL
     IRONCURTAIN_MODEL (or ANTHROPIC_MODEL); answers cached under the user's cache dir."""
     key = opts.api_key or os.environ.get("ANTHROPIC_API_KEY")
     if not key:
-        raise UsageError(NO_KEY.format(command=command))
+        raise UsageError(NO_KEY.format(command=command), mentions=("api_key", "base_url", "model"))
     model = (
         opts.model
         or os.environ.get("IRONCURTAIN_MODEL")
@@ -239,8 +240,9 @@ def compile_policy(
     overlap = _overlapping(output, permitted_directories(plan, [], workspaces))
     if overlap:
         raise UsageError(
-            f"--output {output}: overlaps {overlap[0]}, which the servers may use; choose a "
-            "directory outside it"
+            f"overlaps {overlap[0]}, which the servers may use; choose a directory outside it",
+            "output",
+            output,
         )
     progress.step("constitution: " + " + ".join(str(p) for p in sources))
     listings = collect_listings(plan, progress)

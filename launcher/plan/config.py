@@ -53,7 +53,7 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> t
         return local, "./mcp-servers.json"
     user = dirs.config_dir() / "mcp-servers.json"
     if user.is_file():
-        return user, str(user)
+        return user, "user config"
     return dirs.bundled_config(), BUNDLED_SOURCE
 
 

@@ -47,6 +47,20 @@ def resolve_command(command: str, search: list[str]) -> str | None:
     return real if done.returncode == 0 and os.path.isabs(real) else path
 
 
+def npx_program(npx: str, args: list[str]) -> tuple[str, list[str]] | None:
+    """The installed script ``npx ARGS`` would run and its arguments, where npx finds a
+    package without downloading it: its cache, npm's global prefix (``npm_config_prefix``),
+    the prefix ``npx`` (an absolute path) is installed in, this Python's. None when ARGS are
+    not the plain form ``[-y] PACKAGE [ARGS]``; :class:`PackageNotInstalled` when the
+    package is not there. ``run`` and ``wrap`` both look here."""
+    prefixes = [os.path.dirname(os.path.dirname(npx)), sys.prefix]
+    # npm's own lower-case variables.
+    prefix, cache = os.environ.get("npm_config_prefix"), os.environ.get("npm_config_cache")  # noqa: SIM112
+    if prefix:
+        prefixes.insert(0, prefix)
+    return resolve_npx(args, npx_roots(os.path.expanduser("~"), cache, prefixes))
+
+
 def npx_to_node(
     npx: str, args: list[str], search: list[str], config: LoadedConfig, name: str
 ) -> tuple[str, list[str]]:
@@ -54,14 +68,8 @@ def npx_to_node(
     registry, and a sandbox has no network. The package must already be installed or in
     npx's cache."""
     where = f"$.{config.key}.{name}.args"
-    prefixes = [os.path.dirname(os.path.dirname(npx)), sys.prefix]
-    # npm's own lower-case variables.
-    prefix, cache = os.environ.get("npm_config_prefix"), os.environ.get("npm_config_cache")  # noqa: SIM112
-    if prefix:
-        prefixes.insert(0, prefix)
-    roots = npx_roots(os.path.expanduser("~"), cache, prefixes)
     try:
-        found = resolve_npx(args, roots)
+        found = npx_program(npx, args)
     except PackageNotInstalled as exc:
         raise ConfigError(str(config.path), where, str(exc)) from None
     if found is None:

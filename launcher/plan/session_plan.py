@@ -29,7 +29,7 @@ from launcher.plan.programs import search_path
 from launcher.plan.server_plan import ServerPlan, Surroundings, never_shown, plan_server
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
 from launcher.shared import dirs, rundir
-from launcher.shared.errors import SandboxUnavailable, UsageError
+from launcher.shared.errors import OptionError, SandboxRefused, UsageError
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import Entry
 from policy.errors import PolicyFileError
@@ -43,9 +43,7 @@ if TYPE_CHECKING:
     from launcher.transports.http_token import Token
 
 __all__ = [
-    "OptionError",
     "RunOptions",
-    "SandboxRefused",
     "ServerPlan",
     "SessionPlan",
     "plan_session",
@@ -74,40 +72,6 @@ class RunOptions:
     )
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
-
-
-class OptionError(UsageError):
-    """An option of :class:`RunOptions` names something that does not exist or cannot be
-    used. ``option`` is the field's name; ``shown_as`` is how the message names it (the
-    field, until the command layer gives the name its users know).
-
-    >>> str(OptionError("audit_args", "plain", "expected hashed or clear"))
-    'audit_args plain: expected hashed or clear'
-    """
-
-    def __init__(self, option: str, value: object, problem: str) -> None:
-        super().__init__(option, value, problem)
-        self.option, self.value, self.problem = option, value, problem
-        self.shown_as = option
-
-    def __str__(self) -> str:
-        return f"{self.shown_as} {self.value}: {self.problem}"
-
-
-class SandboxRefused(SandboxUnavailable):
-    """Servers cannot be sandboxed as asked, and ``option`` (a :class:`RunOptions` flag)
-    would run them anyway, ``effect``."""
-
-    def __init__(self, problem: str, fix: str, option: str, effect: str) -> None:
-        super().__init__(problem, fix, option, effect)
-        self.problem, self.fix, self.option, self.effect = problem, fix, option, effect
-        self.shown_as = f"{option}=True"
-
-    def __str__(self) -> str:
-        return (
-            f"cannot sandbox servers: {self.problem}.\n"
-            f"To fix: {self.fix}; or pass {self.shown_as} to {self.effect}."
-        )
 
 
 @frozen
@@ -232,7 +196,12 @@ def check_options(opts: RunOptions) -> None:
             "needs the HTTP stack, which is not installed: pip install 'ironcurtain[http]'",
         )
     if opts.http_token_file is not None and opts.http_port is None:
-        raise OptionError("http_token_file", opts.http_token_file, "is only used with --http")
+        raise OptionError(
+            "http_token_file",
+            opts.http_token_file,
+            "is only used with {http_port}",
+            mentions=("http_port",),
+        )
     if not opts.approval_timeout > 0:
         raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
 

@@ -44,7 +44,7 @@ def writable_holds(path: str, workspace: str, servers: Mapping[str, ServerConfig
         if server.sandbox
         for p in server.sandbox.filesystem.allow_write
     ]
-    return any(path == root or is_under(path, root) for root in roots)
+    return any(is_under(path, root) for root in roots)
 
 
 def uncovered(protected: list[str]) -> list[str]:

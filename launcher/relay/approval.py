@@ -29,7 +29,6 @@ from launcher.shared.shown import visible
 from policy import Decision
 from sandbox_profiles.records import frozen, mutable
 
-MODES = ("auto", "elicit", "socket", "deny")
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
 
 # What a server's own request (not a tool call) is kept as in the session whitelist.

@@ -183,7 +183,7 @@ class ServerAsks:
 
         try:
             if decision.decision == "escalate":
-                outcome = await self.core.gate.approve(
+                outcome = await self.core.gate.approvals.decide(
                     server,
                     method,
                     sent,

@@ -1,21 +1,36 @@
-"""One checked request on its way through the relay, and where messages for the client go:
+"""One checked request on its way through the relay, and how the relay reaches its client:
 what the checked calls and their escalations both hold."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
 from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import Prepared
+from launcher.relay.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
 from launcher.shared.jsonrpc import Message
-from sandbox_profiles.records import mutable
+from sandbox_profiles.records import frozen, mutable
 
 
 class Send(Protocol):
     """Where messages for the client go; ``related``: the client's request one belongs to."""
 
     def __call__(self, message: Message, related: str | int | None = None) -> None: ...
+
+
+@frozen
+class ClientLink:
+    """How the checked calls and their escalations reach the client: ``send`` it a message,
+    ``ask`` it a question, whether it ``elicits`` (takes form elicitations, now), and
+    ``spawn`` a task on the relay's loop."""
+
+    send: Send
+    ask: AskClient
+    elicits: Callable[[], bool]
+    spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
 
 
 @mutable(slots=True)

@@ -12,14 +12,11 @@ the same.
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Coroutine
 from typing import Any
 
 from launcher.audit.log import hashed_arguments
-from launcher.relay.approval import AskClient
-from launcher.relay.call import Call, Send
+from launcher.relay.call import Call, ClientLink
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
 from launcher.relay.seams import Core
@@ -46,25 +43,15 @@ CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
 
 
 class CheckedCalls:
-    def __init__(
-        self,
-        core: Core,
-        *,
-        send: Send,
-        ask: AskClient,
-        client_elicits: Callable[[], bool],
-        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
-    ) -> None:
+    def __init__(self, core: Core, link: ClientLink) -> None:
         self.core = core
-        self.send = send
-        self._spawn = spawn
+        self.send = link.send
+        self._spawn = link.spawn
         self._calls: dict[str | int, Call] = {}  # forwarded, by the client's id
         # Progress tokens of calls out at a server: (server, token) -> call. A server's
         # progress is relayed only for its own calls still out (not after a cancel).
         self.progress: dict[tuple[str, object], Call] = {}
-        self.escalations = Escalations(
-            core, self, send=send, ask=ask, client_elicits=client_elicits, spawn=spawn
-        )
+        self.escalations = Escalations(core, self, link)
 
     def only_call_at(self, server: str) -> str | int | None:
         """The client's id of the one call out at ``server``; None when there are none or

@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from launcher.relay.asks import ServerAsks, elicitation_modes
-from launcher.relay.call import Call
+from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.seams import Core, Downstream, Upstream
 from launcher.shared.jsonrpc import (
@@ -27,6 +27,7 @@ from launcher.shared.jsonrpc import (
     error,
     loads,
     notification,
+    own_info,
     result,
     unencodable,
 )
@@ -57,10 +58,7 @@ class Relay:
         self.initialized = False  # the client has had its initialize answer
         self.calls = CheckedCalls(
             core,
-            send=self.send,
-            ask=self.ask_client,
-            client_elicits=lambda: self.client_elicits,
-            spawn=self._spawn,
+            ClientLink(self.send, self.ask_client, lambda: self.client_elicits, self._spawn),
         )
         self.asks = ServerAsks(
             core,
@@ -199,7 +197,7 @@ class Relay:
         return {
             "protocolVersion": requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL,
             "capabilities": self.core.router.capabilities(),
-            "serverInfo": {"name": "ironcurtain", "version": "0.1.0"},
+            "serverInfo": own_info(),
             "instructions": "Tools of several MCP servers, each sandboxed; every call is "
             "checked by policy. Denied calls return an error result starting with DENIED.",
         }

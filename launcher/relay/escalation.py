@@ -10,12 +10,11 @@ The checked path (:mod:`launcher.relay.checked`) hands a call here and gets it b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any, Protocol
+from typing import Protocol
 
 from launcher.audit.log import hash_value
-from launcher.relay.approval import AskClient, asking_with
-from launcher.relay.call import Call, Send
+from launcher.relay.approval import asking_with
+from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate import denial_text, label
 from launcher.relay.grants import CannotWiden, Grant, describe
 from launcher.relay.seams import Core, OneShot
@@ -41,22 +40,13 @@ class Ends(Protocol):
 
 
 class Escalations:
-    def __init__(
-        self,
-        core: Core,
-        ends: Ends,
-        *,
-        send: Send,
-        ask: AskClient,
-        client_elicits: Callable[[], bool],
-        spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
-    ) -> None:
+    def __init__(self, core: Core, ends: Ends, link: ClientLink) -> None:
         self.core = core
         self.ends = ends
-        self.send = send
-        self.ask = ask
-        self.client_elicits = client_elicits
-        self._spawn = spawn
+        self.send = link.send
+        self.ask = link.ask
+        self.client_elicits = link.elicits
+        self._spawn = link.spawn
         self._waiting: dict[str | int, asyncio.Task[None]] = {}  # by the client's id
         self.keepalive = KEEPALIVE_SECONDS
 
@@ -100,7 +90,7 @@ class Escalations:
         token = call.progress_token()
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
-            outcome = await self.core.gate.approve(
+            outcome = await self.core.gate.approvals.decide(
                 call.server,
                 named,
                 call.arguments,

@@ -16,12 +16,13 @@ from typing import TYPE_CHECKING
 from launcher.audit.log import AuditLog, argument_hashes
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.pins import Pins
+from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy import Decision, PolicyEngine
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
-    from launcher.relay.approval import Approvals, Outcome, Requester
+    from launcher.relay.approval import Approvals
 
 
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
@@ -70,7 +71,10 @@ class Gate:
         pins_dir: str,
         accept_tool_changes: bool = False,
         say: Callable[[str], None] = print,
+        names: Names = by_field,
     ) -> None:
+        """``say``: a line for the person running the session; ``names``: how that person
+        calls a setting (the command layer's words for it)."""
         self.engine = engine
         self.breaker = breaker
         self.audit = audit
@@ -78,6 +82,7 @@ class Gate:
         self.pins_dir = pins_dir
         self.accept_tool_changes = accept_tool_changes
         self.say = say
+        self.names = names
         # Per server, the tools and prompts (by method and name) that differ from their pins.
         self.changed: dict[str, dict[tuple[str, str], str]] = {}
         self._pins: dict[str, Pins] = {}
@@ -171,24 +176,6 @@ class Gate:
             )
         return decision, forward
 
-    async def approve(
-        self,
-        server: str,
-        label: str,
-        arguments: dict[str, object],
-        decision: Decision,
-        client_elicits: bool,
-        ask: Requester,
-        grant: str = "",
-        by_server: bool = False,
-    ) -> Outcome:
-        """Put an escalated request to a human (or find it approved for the session);
-        ``grant`` says what approving gives beyond the server's sandbox; ``by_server``: the
-        request is the server's own of the client (``arguments``: all of it, as sent)."""
-        return await self.approvals.decide(
-            server, label, arguments, decision, client_elicits, ask, grant, by_server
-        )
-
     # -- pins ------------------------------------------------------------------------------
 
     def pin(
@@ -220,7 +207,8 @@ class Gate:
             )
             self.say(
                 f"server '{server}' has tools or prompts that differ from their pins, "
-                f"escalated until accepted (run --accept-tool-changes): {listing}"
+                "escalated until accepted (start the session with "
+                f"{self.names('accept_tool_changes')}): {listing}"
             )
 
 

@@ -20,7 +20,6 @@ from launcher.host.launch import LaunchSpec as LaunchSpec
 from launcher.host.oscalls import pidfd_open
 from launcher.host.proctree import Member, kill, over_limits, process_tree
 from launcher.shared.jsonrpc import (
-    CLIENT_INFO,
     LATEST_PROTOCOL,
     LINE_LIMIT,
     ClientSide,
@@ -29,6 +28,7 @@ from launcher.shared.jsonrpc import (
     ServerGone,
     encode,
     loads,
+    own_info,
 )
 from launcher.shared.lines import LineBuffer, LineProtocol
 
@@ -156,7 +156,7 @@ class ServerConnection:
             {
                 "protocolVersion": LATEST_PROTOCOL,
                 "capabilities": self.client_capabilities.capabilities,
-                "clientInfo": CLIENT_INFO,
+                "clientInfo": own_info(),
             },
         )
         if "error" in response:

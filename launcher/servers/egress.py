@@ -81,7 +81,6 @@ class EgressProxy:
         self.on_refusal = on_refusal
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self.resolutions: list[str] = []  # names looked up (tests: none for a refused name)
         self._lookups = ThreadPoolExecutor(LOOKUPS, thread_name_prefix=f"egress-{server}")
         self.turned_away = 0  # connections closed at once because the cap was reached
 
@@ -223,7 +222,6 @@ class EgressProxy:
             self._refuse(host, port, verdict.reason)
         addresses = list(verdict.addresses)
         if not addresses:
-            self.resolutions.append(host)
             try:
                 resolved = await asyncio.wait_for(
                     _resolve(host, port, self._lookups), CONNECT_TIMEOUT

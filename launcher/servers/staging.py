@@ -18,7 +18,7 @@ redirects or holds the trusted process.
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -36,12 +36,13 @@ from launcher.host.fdtree import (
     open_file_at,
     parts,
     remove_tree,
+    replace_at,
     same_content,
     snapshot,
     snapshot_at,
     walk,
 )
-from launcher.host.oscalls import rename_noreplace
+from launcher.host.oscalls import DIR, NEW_FILE, READ_FILE, rename_noreplace
 from launcher.relay.grants import CannotWiden, Grant
 
 # A file (a directory's files together) larger than this is not copied into a one-shot
@@ -65,8 +66,7 @@ class Stage:
     def _mkdirs(self, path: str, writable: bool) -> str:
         """``path``'s directories below the staging root, each 0755 whatever the user's
         umask (run as root, the server is another user, who must be able to walk them)."""
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(self.root, flags)
+        fd = os.open(self.root, DIR)
         try:
             for part in parts(path):
                 try:
@@ -74,7 +74,7 @@ class Stage:
                     made = True
                 except FileExistsError:
                     made = False
-                child = os.open(part, flags, dir_fd=fd)
+                child = os.open(part, DIR, dir_fd=fd)
                 os.close(fd)
                 fd = child
                 if made:
@@ -157,12 +157,11 @@ class Stage:
         """The host's directory, as a copy (see :func:`~launcher.host.fdtree.copy_tree`); the call
         fails when it is too large to copy."""
         parent, host_name = os.path.split(grant.path)
-        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
         with walk("/", parts(parent)) as host_parent:
-            src = os.open(host_name, flags, dir_fd=host_parent)
+            src = os.open(host_name, DIR, dir_fd=host_parent)
         try:
             os.mkdir(name, 0o700, dir_fd=dir_fd)
-            copy = os.open(name, flags, dir_fd=dir_fd)
+            copy = os.open(name, DIR, dir_fd=dir_fd)
             try:
                 budget = [MAX_STAGED_ENTRIES, MAX_STAGED_BYTES]
                 copy_tree(src, copy, grant.path, self.hidden, budget, MAX_STAGED_ENTRIES)
@@ -189,8 +188,7 @@ class Stage:
                     f"{grant.argument}: {grant.path} is {st.st_size} bytes, more than the "
                     f"{MAX_STAGED_BYTES >> 20} MiB a widened call may be given"
                 )
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            dst = os.open(name, flags, 0o600, dir_fd=dir_fd)
+            dst = os.open(name, NEW_FILE, 0o600, dir_fd=dir_fd)
             try:
                 if grant.reads:
                     copy_fd(src, dst, MAX_STAGED_BYTES)
@@ -266,7 +264,7 @@ class Stage:
             try:
                 rename_noreplace(src_fd, src_name, dst_fd, temp)
             except OSError as exc:
-                if exc.errno != 18 or is_dir:  # EXDEV: another filesystem
+                if exc.errno != errno.EXDEV or is_dir:  # another filesystem
                     raise
                 self._install(target.path, source.path, "/")
                 os.unlink(src_name, dir_fd=src_fd)
@@ -318,8 +316,7 @@ class Stage:
             parent, name = os.path.split(host_path)
             with walk("/", parts(parent)) as dir_fd:
                 try:
-                    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-                    old = os.open(name, flags, dir_fd=dir_fd)
+                    old = os.open(name, READ_FILE, dir_fd=dir_fd)
                 except FileNotFoundError:
                     old = None
                 try:
@@ -330,29 +327,17 @@ class Stage:
                     if old is not None:
                         os.close(old)
                 os.lseek(src, 0, os.SEEK_SET)
-                temp = f".{name}.ironcurtain-{secrets.token_hex(4)}"
-                # An existing file keeps its mode; a new one gets what the user's umask
-                # makes of 0666, as any file the user's own tools create: never the mode
-                # bits the server chose (world-writable, set-id, executable).
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                out = os.open(temp, flags, 0o600 if was else 0o666, dir_fd=dir_fd)
-                try:
-                    try:
-                        copy_fd(
-                            src, out, MAX_STAGED_BYTES
-                        )  # bounded: a kept instance may grow it meanwhile
-                        if was is not None:
-                            os.fchmod(out, stat.S_IMODE(was.st_mode) & 0o777)
-                            if os.geteuid() == 0:
-                                os.fchown(out, was.st_uid, was.st_gid)
-                        os.fsync(out)
-                    finally:
-                        os.close(out)
-                    os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-                except BaseException:
-                    with contextlib.suppress(OSError):
-                        os.unlink(temp, dir_fd=dir_fd)
-                    raise
+                # An existing file keeps its mode (and, as root, its owner); a new one gets
+                # what the user's umask makes of 0666, as any file the user's own tools
+                # create: never the mode bits the server chose (world-writable, set-id,
+                # executable). The copy is bounded: a kept instance may grow it meanwhile.
+                replace_at(
+                    dir_fd,
+                    name,
+                    lambda out: copy_fd(src, out, MAX_STAGED_BYTES),
+                    mode=None if was is None else stat.S_IMODE(was.st_mode) & 0o777,
+                    owner=(was.st_uid, was.st_gid) if was and os.geteuid() == 0 else None,
+                )
             return "written"
         finally:
             os.close(src)

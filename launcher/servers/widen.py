@@ -28,7 +28,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from launcher.host.fdtree import within
 from launcher.host.machine import PLATFORM
 from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
@@ -38,6 +37,7 @@ from launcher.servers.staging import Stage
 from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import Message
 from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.ways import is_under
 
 START_TIMEOUT = 60.0
 
@@ -52,9 +52,9 @@ def widened_profile(
     staged = [g.path for g in grants if g.staged]
 
     def kept(mount: Mount) -> bool:
-        if any(within(mount.dest, root) for root in profile.writable):
+        if any(is_under(mount.dest, root) for root in profile.writable):
             return False  # the writable roots, and what is mounted inside them
-        return not (mount.kind == "tmpfs" and any(within(p, mount.dest) for p in staged))
+        return not (mount.kind == "tmpfs" and any(is_under(p, mount.dest) for p in staged))
 
     mounts = [
         Mount("bind", "/", stage_root, "one-shot root: staged copies of the approved paths"),
@@ -62,7 +62,7 @@ def widened_profile(
     ]
     argv = list(profile.argv)
     if any(a in roots for a in argv[1:]):
-        argv += [d for d in grant_dirs(grants) if not any(within(d, a) for a in argv[1:])]
+        argv += [d for d in grant_dirs(grants) if not any(is_under(d, a) for a in argv[1:])]
     return dataclasses.replace(
         profile, mounts=tuple(mounts), argv=tuple(argv), writable=(), guarded=()
     )

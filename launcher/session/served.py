@@ -22,6 +22,7 @@ from launcher.servers.fleet import Fleet
 from launcher.servers.widen import Widener
 from launcher.session.report import say
 from launcher.shared import dirs
+from launcher.shared.errors import Names
 from launcher.shared.jsonrpc import Message
 
 # What a one-shot instance (one approved call beyond its sandbox) may tell the client.
@@ -33,6 +34,7 @@ class Hosting(Protocol):
     approvals, the servers stopped for good, and where to report and settle."""
 
     plan: SessionPlan
+    names: Names  # how the person running the session calls a setting
     audit: AuditLog | None
     approvals: Approvals
     halted: dict[str, str]
@@ -86,6 +88,7 @@ class Served:
             os.path.join(str(dirs.state_dir()), "pins"),
             plan.accept_tool_changes,
             say,
+            session.names,
         )
         for name, conn in fleet.servers.items():
             gate.pin(name, conn.tools, conn.prompts, at_start=at_start)

@@ -35,7 +35,7 @@ from launcher.session.hostfiles import HostFiles
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
 from launcher.session.served import Served
-from launcher.shared.errors import StartupError
+from launcher.shared.errors import Names, StartupError, by_field
 from launcher.shared.jsonrpc import Message
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
@@ -46,10 +46,13 @@ if TYPE_CHECKING:
 
 
 class Session:
-    def __init__(self, plan: SessionPlan, started: Prestarted | None = None) -> None:
-        """``started``: the servers and what they need, started before the event loop
-        (:func:`launcher.session.prestart.prestart`); otherwise :meth:`run` starts them."""
+    def __init__(
+        self, plan: SessionPlan, started: Prestarted | None = None, names: Names = by_field
+    ) -> None:
+        """``started``: the servers, started before the event loop (None: :meth:`run` starts
+        them); ``names``: how the person running the session calls a setting."""
         self.plan = plan
+        self.names = names
         self._started = started
         # Servers the guard stopped (it could not neutralise what their sandbox wrote), and
         # why: in every client's fleet, and never started again in a new one.
@@ -175,9 +178,7 @@ class Session:
         return True
 
     async def _listen(self, port: int) -> None:
-        from launcher.transports.streamable_http import (
-            HttpEndpoint,  # the HTTP stack: only for --http
-        )
+        from launcher.transports.streamable_http import HttpEndpoint  # only over HTTP
 
         assert self.plan.http_token is not None and self._started is not None
         self.http = HttpEndpoint(port, self.plan.http_token.value, self._open_client, say)

@@ -6,6 +6,7 @@ whoever noticed it.
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 from collections.abc import Callable
@@ -18,7 +19,6 @@ from sandbox_profiles.records import frozen
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
 LINE_LIMIT = 64 * 1024 * 1024
-CLIENT_INFO = {"name": "ironcurtain", "version": "0.1.0"}
 
 # The methods the relay checks before a server answers them.
 TOOL, PROMPT, READ = "tools/call", "prompts/get", "resources/read"
@@ -31,6 +31,25 @@ Message = dict[str, Any]
 # Called once with a request's whole response (``result`` or ``error``), or with why there
 # is none (``ServerGone``, ``TimeoutError``).
 OnDone = Callable[[Message | BaseException], None]
+
+
+@functools.cache
+def package_version() -> str:
+    """The installed ironcurtain package's version, read once, on first use: not at
+    import, as importlib.metadata costs tens of milliseconds to load, which no command
+    that never speaks MCP should pay."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ironcurtain")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown"
+
+
+def own_info() -> dict[str, str]:
+    """How ironcurtain introduces itself to an MCP peer (``serverInfo`` to its client,
+    ``clientInfo`` to its servers): its name and its installed package's version."""
+    return {"name": "ironcurtain", "version": package_version()}
 
 
 @frozen
@@ -121,16 +140,6 @@ def loads(data: bytes | str) -> Any:
 
 def encode(message: Message) -> bytes:
     return _compact(message).encode() + b"\n"
-
-
-class RpcError(Exception):
-    """A JSON-RPC error answer: its code and message (and ``data``, when there is some)."""
-
-    def __init__(self, code: int, message: str, data: object = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
 
 
 def error(request_id: Any, code: int, message: str, data: object = None) -> Message:

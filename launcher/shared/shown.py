@@ -15,7 +15,7 @@ import re
 # with the variation selectors (one per byte: text can be hidden after any character) and
 # the fillers that draw nothing (soft hyphen, combining grapheme joiner, Hangul, Khmer and
 # Mongolian fillers, braille blank). Written out, not computed at import (that costs a
-# start 0.1 s); tests/test_audit_integrity.py holds it against the running Python's tables.
+# start 0.1 s); tests/attacks/test_audit_integrity.py holds it against the running Python's tables.
 _ACTS = (
     "\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891"
     "\u08e2\u115f-\u1160\u17b4-\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f"

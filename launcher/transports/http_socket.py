@@ -10,7 +10,8 @@ from launcher.shared.errors import StartupError
 
 
 def listen_http(port: int) -> socket.socket:
-    """The ``--http`` socket, listening on 127.0.0.1:``port`` (0: a free one)."""
+    """The streamable HTTP transport's socket, listening on 127.0.0.1:``port`` (0: a free
+    one)."""
     # IPPROTO_TCP named, so asyncio sets TCP_NODELAY on each connection (with protocol 0 it
     # does not, and an event after its headers waits out the client's delayed ACK).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
@@ -20,6 +21,8 @@ def listen_http(port: int) -> socket.socket:
         sock.listen(128)
     except OSError as exc:
         sock.close()
-        raise StartupError(f"--http {port}: cannot listen on 127.0.0.1: {exc.strerror}") from None
+        raise StartupError(
+            f"cannot listen on 127.0.0.1: {exc.strerror}", "http_port", port
+        ) from None
     sock.setblocking(False)
     return sock

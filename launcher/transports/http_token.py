@@ -46,13 +46,13 @@ def resolve(token_file: str | None, env: dict[str, str] | None = None) -> Token:
     """The token for this run, or a :class:`UsageError` naming what is wrong with it."""
     environ = os.environ if env is None else env
     if token_file is not None:
-        return Token(_read(Path(token_file), "--http-token-file"), f"from {token_file}")
+        return Token(_read(Path(token_file), "http_token_file"), f"from {token_file}")
     if environ.get(ENV):
         return Token(_check(environ[ENV], f"${ENV}"), f"from ${ENV}")
     path = default_path()
     if not path.exists() and not path.is_symlink():
         return Token(make(path), f"new, kept in {path}")
-    return Token(_read(path, str(path)), f"kept in {path}")
+    return Token(_read(path), f"kept in {path}")
 
 
 def make(path: Path) -> str:
@@ -70,35 +70,51 @@ def make(path: Path) -> str:
     return value
 
 
-def _read(path: Path, named: str) -> str:
+def _read(path: Path, option: str | None = None) -> str:
+    """The token in the file ``path``; refused (each problem names the file) as the
+    setting ``option``'s, when that setting named the file."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as exc:
-        raise UsageError(f"{named}: cannot read the token file {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read the token file {path}: {exc.strerror}", option) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise UsageError(f"{named}: {path} is not a regular file")
+            raise UsageError(f"{path} is not a regular file", option)
         if info.st_uid != os.geteuid():
             raise UsageError(
-                f"{named}: {path} belongs to uid {info.st_uid}, not to this user "
-                f"({os.geteuid()}); a token another user controls is not used"
+                f"{path} belongs to uid {info.st_uid}, not to this user "
+                f"({os.geteuid()}); a token another user controls is not used",
+                option,
             )
         if info.st_mode & 0o077:
             raise UsageError(
-                f"{named}: {path} can be read by others (mode {stat.S_IMODE(info.st_mode):o}); "
-                f"make it owner-only: chmod 600 {path}"
+                f"{path} can be read by others (mode {stat.S_IMODE(info.st_mode):o}); "
+                f"make it owner-only: chmod 600 {path}",
+                option,
             )
         text = os.read(fd, 4096).decode("utf-8", "replace")
     finally:
         os.close(fd)
-    return _check(text, f"{named} ({path})")
+    value = text.strip()
+    problem = _problem(value)
+    if problem is not None:
+        raise UsageError(f"the token in {path} {problem}", option)
+    return value
 
 
 def _check(text: str, named: str) -> str:
     value = text.strip()
-    if len(value) < MIN_LENGTH:
-        raise UsageError(f"{named}: the token is too short (at least {MIN_LENGTH} characters)")
-    if not value.isprintable() or any(c.isspace() for c in value):
-        raise UsageError(f"{named}: the token holds white space or control characters")
+    problem = _problem(value)
+    if problem is not None:
+        raise UsageError(f"{named}: the token {problem}")
     return value
+
+
+def _problem(value: str) -> str | None:
+    """What makes ``value`` no token (None: it is one)."""
+    if len(value) < MIN_LENGTH:
+        return f"is too short (at least {MIN_LENGTH} characters)"
+    if not value.isprintable() or any(c.isspace() for c in value):
+        return "holds white space or control characters"
+    return None
