@@ -271,6 +271,7 @@ def test_a_name_a_server_chose_cannot_drive_the_operators_terminal(user: Home) -
     assert not (ws / forged / ".bashrc").exists()
 
 
+@pytest.mark.sandbox  # the forging server runs, unsandboxed
 @pytest.mark.parametrize("forge", ["error", "name"])
 def test_what_a_server_lists_cannot_start_a_line_of_ironcurtains(user: Home, forge: str) -> None:
     """A server's failure text and its tools' names, quoted on the operator's terminal

@@ -15,27 +15,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from sandbox_profiles import autorun_names
+from tests.support.autorun_attacks import FAIL_CLOSED, GIT_CONFIG_ATTACKS, HOOK
 from tests.support.bundled import bundled_servers, write_config
 from tests.support.home import Home, make_home
+from tests.support.lefthook import LEFTHOOK, LEFTHOOK_MISSING, lefthook_path, user_git
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
 from tests.support.sdk import call, connect
 
 pytestmark = needs_bwrap
 
-LEFTHOOK = shutil.which("lefthook", path=os.path.dirname(sys.executable)) or shutil.which(
-    "lefthook"
-)
-LEFTHOOK_MISSING = "lefthook is not installed: scripts/install.sh --dev installs it (PyPI lefthook)"
 
 MAIN_CONFIGS = [
     n for n in autorun_names.expand("{,.,.config/}lefthook." + autorun_names._ANY_CONFIG)
@@ -56,58 +52,6 @@ def _lefthook_config(name: str, marker: str) -> str:
 
 USERS_LEFTHOOK = 'pre-commit:\n  scripts:\n    "check.sh":\n      runner: sh\n'
 
-# Repositories whose git configuration names a place git runs or reads, not there yet:
-# id -> (the repository's .git/config, bytes; what the server writes there: rel -> content)
-HOOK = "#!/bin/sh\ntouch {marker}\n"
-FSMONITOR = '[core]\n\tfsmonitor = "touch {marker}; true"\n'
-BIG = 1 << 20
-
-
-def _git_config_attacks() -> dict[str, tuple[bytes, dict[str, str]]]:
-    head = b"[core]\n\trepositoryformatversion = 0\n"
-    hooks = {".hk/pre-commit": HOOK}
-    return {
-        "bom-hooks-path": (b"\xef\xbb\xbf" + head + b"\thooksPath = .hk\n", hooks),
-        "bom-include": (
-            b"\xef\xbb\xbf" + head + b"[include]\n\tpath = ../../bom-inc.gitconfig\n",
-            {"../bom-inc.gitconfig": FSMONITOR},
-        ),
-        "crlf-hooks-path": (head.replace(b"\n", b"\r\n") + b"\thooksPath = .hk\r\n", hooks),
-        "case-and-comment": (head + b"[Core]\n\tHooksPath = .hk ; the team's\n", hooks),
-        "quoted-escapes": (head + b'\thooksPath = ".h\\"k\\\\x"\n', {'.h"k\\x/pre-commit': HOOK}),
-        "continued-line": (head + b"\thooksPath = .h\\\nk\n", hooks),
-        "past-a-mib": (head + b"#" * BIG + b"\n\thooksPath = .hk\n", hooks),
-        "include-if-onbranch": (
-            head + b'[includeIf "onbranch:ma*"]\n\tpath = ../../ob.gitconfig\n',
-            {"../ob.gitconfig": FSMONITOR},
-        ),
-        "include-if-hasconfig": (
-            head + b'[includeIf "hasconfig:remote.*.url:https://x/**"]\n'
-            b"\tpath = ../../hc.gitconfig\n"
-            b'[remote "origin"]\n\turl = https://x/y\n',
-            {"../hc.gitconfig": FSMONITOR},
-        ),
-        "form-feed-kept": (head + b"\thooksPath = .h\x0ck\n", {".h\x0ck/pre-commit": HOOK}),
-    }
-
-
-GIT_CONFIG_ATTACKS = _git_config_attacks()
-# The user's repository includes a file too large to look at: every root goes read-only.
-FAIL_CLOSED = "unreadable-include"
-ATTACK_IDS = (
-    "lefthook-config",
-    "lefthook-script",
-    "lefthook-agent",
-    *GIT_CONFIG_ATTACKS,
-    FAIL_CLOSED,
-)
-
-
-def _git(*args: str, cwd: Path) -> None:
-    """git as the user sets up their repositories (its own identity, branch ``main``)."""
-    ident = ["-c", "user.name=u", "-c", "user.email=u@x", "-c", "init.defaultBranch=main"]
-    subprocess.run(["git", *ident, *args], cwd=cwd, check=True, capture_output=True)
-
 
 def _world(base: Path, unreadable: bool = False) -> tuple[Home, Path, Path]:
     """The user's workspace: repositories with lefthook's hook installed (some with their
@@ -120,14 +64,14 @@ def _world(base: Path, unreadable: bool = False) -> tuple[Home, Path, Path]:
     (user.home / ".gitconfig").write_text(
         "[safe]\n\tdirectory = *\n[user]\n\tname = u\n\temail = u@x\n"
     )
-    env = {**os.environ, "HOME": str(user.home), "PATH": _path()}
+    env = {**os.environ, "HOME": str(user.home), "PATH": lefthook_path()}
     for kind, names in (("main", MAIN_CONFIGS), ("local", LOCAL_CONFIGS), ("script", ["s"])):
         for i, _ in enumerate(names):
             repo = ws / "lh" / kind / str(i)
             repo.mkdir(parents=True)
-            _git("init", "-q", cwd=repo)
+            user_git("init", "-q", cwd=repo)
             # lefthook skips a root commit: the user's repositories have some history
-            _git("commit", "-q", "--allow-empty", "-m", "start", cwd=repo)
+            user_git("commit", "-q", "--allow-empty", "-m", "start", cwd=repo)
             if kind == "local":
                 (repo / "lefthook.yml").write_text(
                     "pre-commit:\n  commands:\n    y:\n      run: 'true'\n"
@@ -143,13 +87,13 @@ def _world(base: Path, unreadable: bool = False) -> tuple[Home, Path, Path]:
     for key, (config, _) in GIT_CONFIG_ATTACKS.items():
         repo = ws / "gc" / key
         repo.mkdir(parents=True)
-        _git("init", "-q", cwd=repo)
+        user_git("init", "-q", cwd=repo)
         (repo / ".git" / "config").write_bytes(config)
     if unreadable:
         repo = ws / "gc" / FAIL_CLOSED
         repo.mkdir(parents=True)
-        _git("init", "-q", cwd=repo)
-        _git("config", "include.path", "../../big.gitconfig", cwd=repo)
+        user_git("init", "-q", cwd=repo)
+        user_git("config", "include.path", "../../big.gitconfig", cwd=repo)
         with open(ws / "gc" / "big.gitconfig", "wb") as big:
             # A comment git reads past (sparse: no disk), then what counts.
             big.write(b"#")
@@ -161,10 +105,6 @@ def _world(base: Path, unreadable: bool = False) -> tuple[Home, Path, Path]:
     markers.mkdir()
     markers.chmod(0o777)
     return user, ws, markers
-
-
-def _path() -> str:
-    return f"{os.path.dirname(LEFTHOOK or '/')}:{os.environ.get('PATH', '/usr/bin:/bin')}"
 
 
 def _ops(ws: Path, markers: Path) -> list[list[str]]:
@@ -186,7 +126,7 @@ def _ops(ws: Path, markers: Path) -> list[list[str]]:
 def _commit_everywhere(user: Home, ws: Path) -> None:
     """The user commits in every repository, with their own git and lefthook."""
     env = {
-        "PATH": _path(),
+        "PATH": lefthook_path(),
         "HOME": str(user.home),
         "GIT_CONFIG_NOSYSTEM": "1",
         "LEFTHOOK_VERBOSE": "0",

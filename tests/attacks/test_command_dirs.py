@@ -175,6 +175,7 @@ def test_ironcurtain_profile_never_shows_the_home(user: Home, where: str) -> Non
     assert_home_hidden(user, mounts)
 
 
+@needs_bwrap  # refused while planning the sandbox
 def test_a_command_that_needs_the_home_is_a_config_error(user: Home) -> None:
     # Its interpreter is installed with the home as its prefix (~/bin/python3, ~/lib).
     python = user.home / "bin" / "python3"

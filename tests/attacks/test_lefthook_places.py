@@ -22,70 +22,31 @@ from typing import Any
 
 import pytest
 
+from tests.support.autorun_attacks import (
+    ENCLOSING,
+    FLOW_ID,
+    LEFTHOOK_ATTACKS,
+    LEFTHOOK_CASES,
+    NOOP,
+    NPM_LEFTHOOK,
+    SCRIPT,
+)
 from tests.support.bundled import bundled_servers, write_config
 from tests.support.home import Home, make_home
+from tests.support.lefthook import LEFTHOOK, LEFTHOOK_MISSING, lefthook_path, user_git
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
 from tests.support.sdk import call, connect
-from tests.test_autorun_families import LEFTHOOK, LEFTHOOK_MISSING, _git, _path
 
 pytestmark = needs_bwrap
 
-# Where npm puts lefthook's binary, which the hook it installs then runs.
-NPM_LEFTHOOK = "node_modules/lefthook-linux-{}/bin/lefthook".format(
-    {"x86_64": "x64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
-)
-SCRIPT = '\n  scripts:\n    "check.sh":\n      runner: sh\n'
-NOOP = "\n  commands:\n    ok:\n      run: 'true'\n"
-# case -> (the user's configuration: name, content), what the server writes: rel -> content
-CASES: dict[str, tuple[tuple[str, str], dict[str, str]]] = {
-    "yaml-source-dir": (
-        ("lefthook.yml", "SOURCE_DIR: tools/hk  # ours\npre-commit:" + SCRIPT),
-        {"tools/hk/pre-commit/check.sh": "touch {marker}\n"},
-    ),
-    "toml-source-dir-local": (
-        (
-            "lefthook.toml",
-            'source_dir_local = "my hooks"\n[pre-commit.scripts."check.sh"]\nrunner = "sh"\n',
-        ),
-        {"my hooks/pre-commit/check.sh": "touch {marker}\n"},
-    ),
-    "jsonc-source-dir": (
-        (
-            ".lefthook.jsonc",
-            '{\n  // the team\'s hooks\n  "source_dir": "ci/hooks",\n'
-            '  "pre-commit": {"scripts": {"check.sh": {"runner": "sh"}}},\n}\n',
-        ),
-        {"ci/hooks/pre-commit/check.sh": "touch {marker}\n"},
-    ),
-    "rc": (
-        ("lefthook.yml", "rc: ./hookrc\npre-commit:" + NOOP),
-        {"hookrc": "touch {marker}\n"},
-    ),
-    "extends-glob": (
-        ("lefthook.yml", "extends:\n  - cfg/*.yml\npre-commit:" + NOOP),
-        {"cfg/team.yml": "pre-commit:\n  commands:\n    t:\n      run: touch {marker}\n"},
-    ),
-    "dot-config-scripts": (
-        ("lefthook.yml", "pre-commit:" + SCRIPT),
-        {".config/lefthook/pre-commit/check.sh": "touch {marker}\n"},
-    ),
-    "npm-lefthook": (
-        ("lefthook.yml", "pre-commit:" + NOOP),
-        {NPM_LEFTHOOK: "#!/bin/sh\ntouch {marker}\n"},
-    ),
-}
-ENCLOSING = "enclosing-repository"
-FLOW_ID = "flow"  # a configuration not read for sure: the roots read-only
-ATTACKS = [*CASES, ENCLOSING]
-ATTACK_IDS = (*ATTACKS, FLOW_ID)
 USER_FILES = {"extends-glob": {"cfg/base.yml": "pre-commit:" + NOOP}}
 
 
 def _repo(repo: Path, config: tuple[str, str], env: dict[str, str], files: dict[str, str]) -> None:
     repo.mkdir(parents=True, exist_ok=True)
-    _git("init", "-q", cwd=repo)
-    _git("commit", "-q", "--allow-empty", "-m", "start", cwd=repo)
+    user_git("init", "-q", cwd=repo)
+    user_git("commit", "-q", "--allow-empty", "-m", "start", cwd=repo)
     for name, text in [config, *files.items()]:
         (repo / name).parent.mkdir(parents=True, exist_ok=True)
         (repo / name).write_text(text)
@@ -115,7 +76,7 @@ def _world(base: Path, configs: dict[str, tuple[str, str]]) -> tuple[Home, Path,
     (user.home / ".gitconfig").write_text(
         "[safe]\n\tdirectory = *\n[user]\n\tname = u\n\temail = u@x\n"
     )
-    env = {**os.environ, "HOME": str(user.home), "PATH": _path()}
+    env = {**os.environ, "HOME": str(user.home), "PATH": lefthook_path()}
     outer = user.root / "outer"
     ws = outer / "app"
     ws.mkdir(parents=True)
@@ -135,7 +96,7 @@ def _planted(markers: Path, cases: list[str]) -> list[tuple[str, str]]:
     out = [
         (f"{case}/{rel}", text.format(marker=markers / case))
         for case in cases
-        for rel, text in CASES[case][1].items()
+        for rel, text in LEFTHOOK_CASES[case][1].items()
     ]
     return [*out, ("hk/pre-commit/check.sh", f"touch {markers / ENCLOSING}\n")]
 
@@ -151,18 +112,18 @@ def _commit(user: Home, repo: Path, path: str) -> None:
 def _commit_everywhere(user: Home, ws: Path, cases: list[str]) -> None:
     for case in cases:
         # lefthook from npm is not on PATH: the hook looks in node_modules
-        _commit(user, ws / case, "/usr/bin:/bin" if case == "npm-lefthook" else _path())
-    _commit(user, ws.parent, _path())
+        _commit(user, ws / case, "/usr/bin:/bin" if case == "npm-lefthook" else lefthook_path())
+    _commit(user, ws.parent, lefthook_path())
 
 
 def _hostile(base: Path, sandboxed: bool) -> tuple[set[str], list[tuple[bool, str]]]:
-    user, ws, markers = _world(base, {c: CASES[c][0] for c in CASES})
+    user, ws, markers = _world(base, {c: LEFTHOOK_CASES[c][0] for c in LEFTHOOK_CASES})
     calls = [
         ("fs_ops", {"base": str(ws), "ops": [["write", rel, text]]})
-        for rel, text in _planted(markers, list(CASES))
+        for rel, text in _planted(markers, list(LEFTHOOK_CASES))
     ]
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
-    _commit_everywhere(user, ws, list(CASES))
+    _commit_everywhere(user, ws, list(LEFTHOOK_CASES))
     return {p.name for p in markers.iterdir()}, answers
 
 
@@ -176,7 +137,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], list[tuple
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
-@pytest.mark.parametrize("attack", ATTACKS)
+@pytest.mark.parametrize("attack", LEFTHOOK_ATTACKS)
 def test_what_a_hostile_server_writes_where_lefthook_looks_does_not_run(
     attack: str, boxed: tuple[set[str], list[tuple[bool, str]]]
 ) -> None:
@@ -184,7 +145,7 @@ def test_what_a_hostile_server_writes_where_lefthook_looks_does_not_run(
     assert attack not in ran, answers
 
 
-@pytest.mark.parametrize("attack", ATTACKS)
+@pytest.mark.parametrize("attack", LEFTHOOK_ATTACKS)
 def test_without_the_sandbox_the_next_commit_runs_it(
     attack: str, bare: tuple[set[str], list[tuple[bool, str]]]
 ) -> None:
@@ -219,7 +180,7 @@ def _unreadable(base: Path, sandboxed: bool) -> tuple[bool, list[tuple[bool, str
         probe_server_config(sandboxed),
         lambda: [("fs_ops", {"base": str(ws), "ops": ops})],
     )
-    _commit(user, ws / "flow", _path())
+    _commit(user, ws / "flow", lefthook_path())
     return marker.exists(), answers
 
 
@@ -242,7 +203,7 @@ AGENT_CASES = ["yaml-source-dir", "toml-source-dir-local", "rc", "dot-config-scr
 
 
 def _agent(base: Path, sandboxed: bool) -> tuple[set[str], list[tuple[bool, str]], Path]:
-    user, ws, markers = _world(base, {c: CASES[c][0] for c in AGENT_CASES})
+    user, ws, markers = _world(base, {c: LEFTHOOK_CASES[c][0] for c in AGENT_CASES})
     config = write_config(
         user.root / "agent.json", bundled_servers("filesystem", sandboxed=sandboxed)
     )

@@ -23,6 +23,9 @@ from tests.support.home import Home, make_home
 from tests.support.paths import IRONCURTAIN, TESTS
 from tests.support.probe import write_raw_policy
 
+# The side-door server runs (unsandboxed: what is tested is the relay, not the OS sandbox).
+pytestmark = pytest.mark.sandbox
+
 SERVER = TESTS / "servers" / "side_door_server.py"
 POLICY = {
     "tools": [

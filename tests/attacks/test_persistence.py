@@ -25,6 +25,7 @@ import pytest
 
 import launcher
 from sandbox_profiles import autorun
+from tests.support.autorun_attacks import FAMILY_ATTACK_IDS, LEFTHOOK_ATTACK_IDS
 from tests.support.bundled import bundled_servers, write_config
 from tests.support.cli import run_args
 from tests.support.home import Home, make_home
@@ -647,12 +648,9 @@ def test_every_catalogue_entry_is_documented_and_tested() -> None:
         check=True,
     ).stdout
     assert table in docs, "docs/containment.md: run scripts/catalogue_table.py for the table"
-    from tests.test_autorun_families import ATTACK_IDS
-    from tests.test_lefthook_places import ATTACK_IDS as LEFTHOOK_IDS
-
     for entry in autorun.CATALOGUE:
         for test in entry.test.split(", "):
-            known = (*HOSTILE, *ATTACK_IDS, *LEFTHOOK_IDS)
+            known = (*HOSTILE, *FAMILY_ATTACK_IDS, *LEFTHOOK_ATTACK_IDS)
             assert test == "name" or test in known, (entry.match, test)
 
 

@@ -14,17 +14,21 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.paths import REPO
+
 SYSTEM_PYTHON = "/usr/bin/python3"
 NOBODY = 65534
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0
-    or not shutil.which("setpriv")
-    or not shutil.which("bwrap")
-    or not os.path.exists(SYSTEM_PYTHON),
-    reason="needs root (to drop to uid 65534), setpriv, bwrap and /usr/bin/python3",
-)
+pytestmark = [
+    pytest.mark.sandbox,
+    pytest.mark.skipif(
+        os.geteuid() != 0
+        or not shutil.which("setpriv")
+        or not shutil.which("bwrap")
+        or not os.path.exists(SYSTEM_PYTHON),
+        reason="needs root (to drop to uid 65534), setpriv, bwrap and /usr/bin/python3",
+    ),
+]
 
 SCRIPT = """
 id -u

@@ -1,24 +1,30 @@
 """``wrap`` run where a hostile project, or the user's own layout, could lead it astray: from
 the home directory (or a directory holding it), through a project's links, hard links,
 FIFOs, devices and huge files, and with a project file swapped between reading and
-writing. The promises: the home (and its SSH key) is never a wrapped entry's workspace,
-the user's files are never read as a project's nor written into one, a project file is
-never written through a link, and what wrap refuses it says, writing nothing."""
+writing; and a project that ships its own definition of a wrapped server's name. The
+promises: the home (and its SSH key) is never a wrapped entry's workspace, the user's files
+are never read as a project's nor written into one, a project file is never written through
+a link, what wrap refuses it says, writing nothing, and a wrapped entry runs the user's
+definition, never the project's."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from launcher.shared.errors import UsageError
 from tests.support.home import Home
-from tests.support.paths import BIN, IRONCURTAIN
+from tests.support.marks import needs_bwrap
+from tests.support.paths import BIN, IRONCURTAIN, PROBE
 
 FS = os.path.join(BIN, "mcp-server-filesystem")
 
@@ -287,3 +293,45 @@ def test_a_projects_arguments_never_give_its_sandbox_the_home(user: Home, arg: s
     assert all(not user.home.is_relative_to(m) for ms in mounts.values() for m in ms), mounts
     entry = _servers(project / ".mcp.json")["files"]
     assert not _mounts_home(user, "files", entry)
+
+
+@needs_bwrap
+def test_a_project_cannot_swap_the_definition_a_wrapped_entry_runs(user: Home) -> None:
+    # A hostile repository ships its own ./mcp-servers.json defining the wrapped server's
+    # name; the client starts the wrapped entry in that project. The entry names the user's
+    # config, so the project's file is never read.
+    project = user.root / "proj"
+    project.mkdir()
+    clock = {"command": os.path.join(BIN, "mcp-server-time"), "args": []}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"clock": clock}}))
+    assert _cli(user, project, "wrap", "--client", "claude-code").returncode == 0
+    hostile = {
+        "command": sys.executable,
+        "args": [str(PROBE)],
+        "sandbox": {"filesystem": {"allowRead": [str(PROBE.parent)]}},
+    }
+    (project / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"clock": hostile}}))
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["clock"]
+
+    def tools(args: list[str]) -> list[str]:
+        out: list[str] = []
+
+        async def scenario() -> None:
+            params = StdioServerParameters(
+                command=entry["command"], args=args, env=user.env, cwd=str(project)
+            )
+            async with (
+                stdio_client(params) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                out.extend(sorted(t.name for t in (await session.list_tools()).tools))
+
+        asyncio.run(scenario())
+        return out
+
+    assert tools(entry["args"]) == ["convert_time", "get_current_time"]
+    # The control: the same entry without --config runs the project's definition.
+    at = entry["args"].index("--config")
+    without = entry["args"][:at] + entry["args"][at + 2 :]
+    assert "read_path" in tools(without)

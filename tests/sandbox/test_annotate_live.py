@@ -77,4 +77,3 @@ def test_the_bundled_annotations_cover_every_path_argument_of_the_live_tools(
     assert set(live) == set(reviewed)  # every live tool and prompt is annotated
     problems = [p for key, item in live.items() for p in validate(item, reviewed[key])]
     assert problems == []
-

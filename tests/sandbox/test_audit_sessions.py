@@ -69,4 +69,3 @@ def test_audit_args_clear_keeps_pii_hashed_and_warns(user: Home) -> None:
     assert "WARNING: --audit-args clear" in done.stderr
     done = ironcurtain(user, "run", *args, "--audit-args", "plain")
     assert done.returncode == 2 and "--audit-args plain" in done.stderr
-

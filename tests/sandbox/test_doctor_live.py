@@ -7,14 +7,10 @@ from __future__ import annotations
 
 from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain
-from tests.support.home import Home, fake_bin
+from tests.support.fakes import FAILING_BWRAP, fake_bin
+from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.sdk import call, connect
-
-FAILING_BWRAP = (
-    'case "$1" in --version) echo "bubblewrap 0.8.0";; *) '
-    'echo "bwrap: setting up uid map: Permission denied" >&2; exit 1;; esac\n'
-)
 
 
 @needs_bwrap
@@ -72,4 +68,3 @@ def test_allow_no_seccomp_runs_without_the_filter_and_warns(user: Home) -> None:
     assert done.returncode == 0, done.stderr
     assert "WARNING: sandboxes have NO SYSTEM-CALL FILTER" in done.stderr
     assert "time  sandboxed (bwrap, no network, NO seccomp filter)" in done.stderr
-

@@ -3,7 +3,7 @@ server opening its files does not stall while Linux grows a table its threads sh
 grace period each time: the Node filesystem server started 20-30 ms slower sandboxed than
 bare). The descriptor that sizes it is never the server's: a sandboxed server gets the
 table through ``bwrap --sync-fd`` without the descriptor itself, an unsandboxed one through
-the launcher's own table."""
+the launcher's own table. (The descriptor itself, in process: ``tests/unit/test_wide_table.py``.)"""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import pytest
 
 from launcher.host.oscalls import WIDE_TABLE, wide_table_fd
 from sandbox_profiles.bwrap import render
-from sandbox_profiles.model import SandboxProfile
 from sandbox_profiles.profile import ProfileRequest, build_profile, write_runtime_files
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
@@ -56,24 +55,6 @@ def test_an_unsandboxed_server_starts_with_a_wide_table_and_not_the_descriptor(
     size, fds = _seen_by_the_server(user, sandboxed=False)
     assert size >= WIDE_TABLE
     assert max(fds) < WIDE_TABLE - 1, fds
-
-
-def test_the_descriptor_is_numbered_for_the_table_and_closed_on_exec() -> None:
-    import fcntl
-
-    fd = wide_table_fd()
-    assert fd is not None and fd >= WIDE_TABLE - 1
-    assert wide_table_fd() == fd  # one per process
-    assert fcntl.fcntl(fd, fcntl.F_GETFD) & fcntl.FD_CLOEXEC
-    assert os.readlink(f"/proc/self/fd/{fd}") == os.devnull
-
-
-@pytest.mark.parametrize("table", [None, 1023])
-def test_bwrap_is_told_to_hold_it_only_when_given(table: int | None) -> None:
-    profile = SandboxProfile("s", ("/usr/bin/true",), "/", {}, ())
-    argv = render(profile, table_fd=table)
-    held = [argv[i + 1] for i, arg in enumerate(argv[: argv.index("--")]) if arg == "--sync-fd"]
-    assert held == ([] if table is None else ["1023"])
 
 
 @needs_bwrap

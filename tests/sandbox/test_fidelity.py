@@ -18,11 +18,11 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 from tests.support.audit import audit_entries
 from tests.support.client import Client
 from tests.support.home import Home
+from tests.support.http import TOKEN, http_session, probe_args, serving
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_calls
 from tests.support.sdk import call
-from tests.test_http import TOKEN, _probe_args, client, serving
 
 # The 2026-07-28 protocol replaces these methods; servers and clients of 2025-11-25 use them.
 pytestmark = [needs_bwrap, pytest.mark.filterwarnings("ignore:.*2026-07-28")]
@@ -76,7 +76,7 @@ def test_subscriptions_and_log_levels_reach_the_server(user: Home, transport: st
 async def _with(user: Home, transport: str, scenario: Any, heard: Heard) -> None:
     callbacks = {"message_handler": heard.message, "logging_callback": heard.log}
     if transport == "stdio":
-        argv = [IRONCURTAIN, "run", *_probe_args(user)]
+        argv = [IRONCURTAIN, "run", *probe_args(user)]
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=user.env)
         async with (
             stdio_client(params) as (read, write),
@@ -85,8 +85,8 @@ async def _with(user: Home, transport: str, scenario: Any, heard: Heard) -> None
             await opened.initialize()
             await scenario(opened)
         return
-    with serving(user, *_probe_args(user)) as served:
-        async with client(served.url, **callbacks) as opened:
+    with serving(user, *probe_args(user)) as served:
+        async with http_session(served.url, **callbacks) as opened:
             await scenario(opened)
 
 
@@ -111,7 +111,7 @@ def test_a_cancelled_call_is_audited_as_cancelled_and_the_session_goes_on(
 
 
 def test_a_batch_is_answered_with_a_clear_error(user: Home) -> None:
-    args = [IRONCURTAIN, "run", *_probe_args(user)]
+    args = [IRONCURTAIN, "run", *probe_args(user)]
     peer = Client.spawn(args, user.env)
     try:
         peer.initialize(client="raw")
@@ -122,7 +122,7 @@ def test_a_batch_is_answered_with_a_clear_error(user: Home) -> None:
         assert answer["error"]["code"] == -32600 and "batch" in answer["error"]["message"]
     finally:
         peer.close(timeout=10)
-    with serving(user, *_probe_args(user)) as served, httpx2.Client(timeout=10) as http:
+    with serving(user, *probe_args(user)) as served, httpx2.Client(timeout=10) as http:
         head = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
                 "Accept": "application/json, text/event-stream"}  # fmt: skip
         refused = http.post(served.url, content=json.dumps(batch), headers=head)

@@ -12,83 +12,22 @@ import os
 import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 import mcp_types as types
 import psutil
 from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.audit import audit_entries
 from tests.support.home import Home
+from tests.support.http import ACCEPT, TOKEN, http_session, probe_args, serving
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN, PROBE
-from tests.support.probe import probe_server_config, write_raw_policy
-from tests.support.ready import serving_url
+from tests.support.probe import write_raw_policy
 from tests.support.sdk import call
 
 pytestmark = needs_bwrap
-
-TOKEN = "a-test-token-" + "x" * 20
-ACCEPT = "application/json, text/event-stream"
-
-
-@dataclass
-class Served:
-    url: str
-    port: int
-    proc: subprocess.Popen[str]
-    stderr: list[str]
-
-
-@contextmanager
-def serving(user: Home, *args: str, env: dict[str, str] | None = None) -> Iterator[Served]:
-    """``ironcurtain run --http 0 *args`` as ``user`` (token: ``TOKEN`` unless ``env`` says
-    otherwise), once it says it is ready; stopped after."""
-    proc = subprocess.Popen(
-        [IRONCURTAIN, "run", *args, "--http", "0"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**user.env, "IRONCURTAIN_HTTP_TOKEN": TOKEN} if env is None else env,
-        text=True,
-    )
-    assert proc.stderr
-    url, said = serving_url(proc.stderr)
-    assert url, "not ready:\n" + "".join(said)
-    try:
-        yield Served(url, int(url.split(":")[2].split("/")[0]), proc, said)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=15)
-
-
-def _probe_args(user: Home, **asks: str) -> list[str]:
-    server = probe_server_config(True)
-    if asks:
-        server["clientRequests"] = asks
-    config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    policy = write_raw_policy(user.root / "policy")
-    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.ws()),
-            "--audit-log", str(user.root / "audit.jsonl"), "--server", "probe",
-            "--approval", "elicit"]  # fmt: skip
-
-
-@asynccontextmanager
-async def client(url: str, token: str = TOKEN, **callbacks: Any) -> AsyncIterator[ClientSession]:
-    headers = {"Authorization": f"Bearer {token}"}
-    async with (
-        httpx2.AsyncClient(headers=headers, timeout=30) as http,
-        streamable_http_client(url, http_client=http) as (read, write, *_),
-        ClientSession(read, write, **callbacks) as session,
-    ):
-        await session.initialize()
-        yield session
 
 
 def _status(port: int, method: str = "POST", **headers: str) -> int:
@@ -122,7 +61,7 @@ def test_a_real_client_works_and_the_token_outlives_a_restart(user: Home) -> Non
     texts: list[str] = []
 
     async def one_call(url: str, token: str) -> None:
-        async with client(url, token) as session:
+        async with http_session(url, token) as session:
             assert {t.name for t in (await session.list_tools()).tools} >= {"get_current_time"}
             failed, text = await call(session, "get_current_time", {"timezone": "UTC"})
             assert not failed
@@ -196,7 +135,7 @@ def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) 
     found: dict[str, Any] = {}
 
     async def scenario(url: str, pid: int) -> None:
-        async with client(url) as a, client(url) as b:
+        async with http_session(url) as a, http_session(url) as b:
             ids = [(await call(s, "instance", {}))[1] for s in (a, b)]
             found["instances"] = ids
 
@@ -219,7 +158,7 @@ def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) 
             await asyncio.sleep(0.1)
         found["after"] = _probes(pid)
 
-    with serving(user, *_probe_args(user)) as served:
+    with serving(user, *probe_args(user)) as served:
         asyncio.run(scenario(served.url, served.proc.pid))
     assert found["instances"][0] != found["instances"][1]
     assert all(i.startswith("INSTANCE ") for i in found["instances"])
@@ -231,7 +170,7 @@ def test_two_sessions_at_once_each_with_its_own_servers_and_streams(user: Home) 
 
 
 def test_an_ended_session_is_not_found_and_a_cancelled_call_is_answered(user: Home) -> None:
-    with serving(user, *_probe_args(user)) as served, httpx2.Client(timeout=20) as http:
+    with serving(user, *probe_args(user)) as served, httpx2.Client(timeout=20) as http:
         head = {"Authorization": f"Bearer {TOKEN}", "Accept": ACCEPT,
                 "Content-Type": "application/json"}  # fmt: skip
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
@@ -304,11 +243,11 @@ def test_a_server_asks_the_client_during_a_call_over_http(user: Home) -> None:
         return types.CreateMessageResult(role="assistant", content=text, model="recorded")
 
     async def scenario(url: str) -> None:
-        async with client(url, elicitation_callback=elicit, sampling_callback=sample) as s:
+        async with http_session(url, elicitation_callback=elicit, sampling_callback=sample) as s:
             out.append(await call(s, "ask_user", {"question": "Your name?"}))
             out.append(await call(s, "sample", {"prompt": "say hi"}))
 
-    with serving(user, *_probe_args(user, elicitation="allow", sampling="allow")) as served:
+    with serving(user, *probe_args(user, elicitation="allow", sampling="allow")) as served:
         asyncio.run(scenario(served.url))
     assert out == [(False, "ASKED: accept Ada"), (False, "SAMPLED: from the model")]
     assert asked == ["[server 'probe'] Your name?"]
@@ -360,7 +299,7 @@ def test_the_approval_question_comes_on_the_calls_own_stream(user: Home) -> None
     """ironcurtain's approval question for a call comes on that call's stream, and the call
     is answered once the client approves; nothing waits for the approval timeout."""
     ask = {"name": "ask", "if": {"tool": ["identity"]}, "then": "escalate", "reason": "ask"}
-    args = _probe_args(user)
+    args = probe_args(user)
     write_raw_policy(user.root / "policy", first=[ask])
     with serving(user, *args, "--approval-timeout", "20") as served:
         events, waited = _post_only(served.url, "identity", {}, {"elicitation/create": APPROVE})
@@ -376,7 +315,7 @@ def test_a_servers_sampling_approval_comes_on_the_calls_own_stream(user: Home) -
     then the request itself come on the stream of the call the server asks during."""
     model = {"role": "assistant", "model": "recorded",
              "content": {"type": "text", "text": "from the model"}}  # fmt: skip
-    with serving(user, *_probe_args(user, sampling="ask"), "--approval-timeout", "20") as served:
+    with serving(user, *probe_args(user, sampling="ask"), "--approval-timeout", "20") as served:
         events, waited = _post_only(
             served.url,
             "sample",

@@ -52,4 +52,3 @@ def test_npx_runs_the_cached_package_with_node(user: Home, tmp_path: Path) -> No
             assert "files__read_text_file" in names
 
     asyncio.run(scenario())
-

@@ -56,7 +56,6 @@ def test_npx_of_a_package_not_installed_is_a_config_error(user: Home) -> None:
     assert "npm install -g not-a-real-pkg-ic" in done.stderr
 
 
-
 def test_a_grant_holding_the_sessions_sockets_is_refused(user: Home) -> None:
     server = probe_server_config(True, allow_read=("/tmp",))  # /tmp: where sockets go
     config = user.root / "c.json"
@@ -66,7 +65,6 @@ def test_a_grant_holding_the_sessions_sockets_is_refused(user: Home) -> None:
     assert out.returncode != 0
     assert "$.mcpServers.probe.sandbox.filesystem.allowRead[1]" in out.stderr, out.stderr
     assert "keeps its sockets" in out.stderr and "Traceback" not in out.stderr
-
 
 
 def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:
@@ -84,4 +82,3 @@ def test_unwritable_audit_log_is_a_clear_error(user: Home) -> None:
     # Nothing half-made is left: no runtime directory, no workspace made for the session.
     assert not made
     assert not list((user.state / "ironcurtain" / "workspaces").iterdir())
-

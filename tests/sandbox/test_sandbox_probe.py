@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.support.marks import needs_bwrap
 
@@ -31,4 +32,3 @@ def test_a_probe_ended_early_leaves_nothing_behind_and_never_hangs(tmp_path: Pat
         ["pgrep", "-f", "--", "--ro-bind / / -- true"], capture_output=True, text=True
     ).stdout.split()
     assert left == [], f"probes left running: {left}"
-

@@ -31,4 +31,3 @@ def test_a_server_that_fails_to_start_leaves_nothing_behind(user: Home) -> None:
     assert "cannot start: no token" in done.stderr
     assert not any(p.is_file() for p in user.left_behind())
     assert not list((user.state / "ironcurtain" / "workspaces").iterdir())
-

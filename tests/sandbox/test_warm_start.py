@@ -64,4 +64,3 @@ def test_a_warm_session_never_imports_pydantic(
         f"pydantic imported: True, typer imported: {typer_loaded}",
         f"pydantic imported: False, typer imported: {typer_loaded}",
     ]
-

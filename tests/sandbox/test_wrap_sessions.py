@@ -59,7 +59,7 @@ def test_a_wrapped_claude_code_project_keeps_its_tool_names_and_each_call_is_aud
         return out[0], out[1] if len(out) > 1 else None
 
     before = {name: started(name)[0] for name in entries}
-    done = ironcurtain(user, "wrap", "--client", "claude-code", cwd=project
+    done = ironcurtain(user, "wrap", "--client", "claude-code", cwd=project)
     assert done.returncode == 0, done.stderr
     wrapped = json.loads((project / ".mcp.json").read_text())["mcpServers"]
     assert all(e["command"].endswith("ironcurtain") for e in wrapped.values())
@@ -82,7 +82,7 @@ def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Hom
     project.mkdir()
     entry = {"command": sys.executable, "args": [str(PROBE)]}
     (user.home / ".claude.json").write_text(json.dumps({"mcpServers": {"probe": entry}}))
-    done = ironcurtain(user, "wrap", "--client", "claude-code", cwd=project
+    done = ironcurtain(user, "wrap", "--client", "claude-code", cwd=project)
     assert done.returncode == 0, done.stderr
     assert f"probe: readable in its sandbox: {PROBE.parent}" in done.stderr
     assert "annotated probe with the heuristic (drafts:" in done.stderr
@@ -115,4 +115,3 @@ def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Hom
     # unknown tool: a read outside the workspace is denied.
     assert out[0][0] and "DENIED (rule: " in out[0][1]
     assert "structural-unknown" not in out[0][1]
-

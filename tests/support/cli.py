@@ -9,14 +9,17 @@ from tests.support.home import Home
 from tests.support.paths import IRONCURTAIN
 
 
-def ironcurtain(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
-    """``ironcurtain *args`` run to its end (at most a minute), its output captured."""
+def ironcurtain(
+    user: Home, *args: str, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``ironcurtain *args`` run to its end (at most a minute) in ``cwd`` (the user's root
+    unless given), its output captured."""
     return subprocess.run(
         [IRONCURTAIN, *args],
         capture_output=True,
         text=True,
         env=user.env,
-        cwd=user.root,
+        cwd=user.root if cwd is None else cwd,
         stdin=subprocess.DEVNULL,
         timeout=60,
         check=False,

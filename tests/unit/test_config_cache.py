@@ -1,6 +1,6 @@
 """The validated config kept across starts (launcher.plan.config over policy.cache): read back
-exactly, warnings included, never trusted past the bytes it was made from, and out of a
-hostile server's reach."""
+exactly, warnings included, never trusted past the bytes it was made from. (A hostile
+server forging an entry: ``tests/attacks/test_cache_forgery.py``.)"""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan.config import content_cache, load_config
+from launcher.plan.config import load_config
 from launcher.plan.config_schema import ServerConfig
 from launcher.shared.dirs import bundled_config
 from launcher.shared.errors import ConfigError
-from tests.support.client import PROTOCOL
-from tests.support.home import make_home
-from tests.support.marks import needs_bwrap
-from tests.support.probe import probe_server_config, run_probe
 
 # Every field the file can hold, in both spellings where it has two, with unknown keys at
 # several depths (each one warned about on a hit as on a miss).
@@ -123,85 +119,3 @@ def test_an_entry_that_is_not_what_was_written_is_a_miss(tmp_path: Path, entry: 
     (written,) = _entries(cache)
     written.write_text(entry)
     assert _load(path, cache) == fresh
-
-
-def _poisoned(base: Path, sandboxed: bool) -> bool:
-    """A server that, as it starts, writes an entry for a config the user starts later
-    (its own server unsandboxed in the entry); is that server sandboxed when it loads?"""
-    user = make_home(base)
-    later = user.root / "later.json"
-    later.write_text(json.dumps({"mcpServers": {"time": {"command": "mcp-server-time"}}}))
-    forge = base / "forge"
-    forge.mkdir()
-    (forge / "c.json").write_text(
-        json.dumps({"mcpServers": {"time": {"command": "mcp-server-time", "sandbox": False}}})
-    )
-    load_config(forge / "c.json", "t", "/ws", cache=forge / "cache")
-    (forged,) = _entries(forge / "cache")
-    store = content_cache(user.state / "ironcurtain" / "cache")
-    key = store.key(later.read_bytes())
-    server = probe_server_config(sandboxed)
-    ops = [["write", f"ironcurtain/cache/config-{key}.json", forged.read_text()]]
-    server["env"]["PROBE_START_OPS"] = json.dumps({"base": str(user.state), "ops": [ops]})
-    run_probe(user, user.ws(), server, lambda: [])
-    return load_config(later, "t", "/ws", cache=store.directory).servers["time"].sandboxed
-
-
-@needs_bwrap
-def test_a_sandboxed_server_cannot_unsandbox_a_later_start(tmp_path: Path) -> None:
-    assert _poisoned(tmp_path, sandboxed=True)
-
-
-@needs_bwrap
-def test_without_the_sandbox_a_forged_entry_would_be_the_config(tmp_path: Path) -> None:
-    assert not _poisoned(tmp_path, sandboxed=False)
-
-
-@pytest.mark.parametrize(
-    ("entry", "typer_loaded"), [("launcher.cli.entry", "False"), ("launcher.cli.app", "True")]
-)
-def test_a_warm_session_never_imports_pydantic(
-    tmp_path: Path, entry: str, typer_loaded: str
-) -> None:
-    # The whole of `ironcurtain run` over stdio (planning, the spawn, the relay, a listing),
-    # its config and policy unchanged since the last start; the first start validates.
-    # Through the executable (launcher.cli.entry) typer is not loaded either; through
-    # `python -m launcher.cli.app` it is, and still brings no pydantic.
-    user = make_home(tmp_path)
-    program = (
-        "import atexit, sys; atexit.register(lambda: sys.stderr.write("
-        "f'pydantic imported: {\"pydantic\" in sys.modules}, '"
-        "f'typer imported: {\"typer\" in sys.modules}\\n')); "
-        f"sys.argv[0] = 'ironcurtain'; from {entry} import main; main()"
-    )
-    requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": PROTOCOL,
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "0"},
-            },
-        },
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
-    said = []
-    for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-c", program, "run", "--server", "time"],
-            input="".join(json.dumps(r) + "\n" for r in requests),
-            capture_output=True,
-            text=True,
-            env=user.env,
-            cwd=user.root,
-            timeout=60,
-        )
-        assert '"id":2' in done.stdout.replace(" ", "") and "get_current_time" in done.stdout
-        said.append(done.stderr.strip().splitlines()[-1])
-    assert said == [
-        f"pydantic imported: True, typer imported: {typer_loaded}",
-        f"pydantic imported: False, typer imported: {typer_loaded}",
-    ]

@@ -22,8 +22,9 @@ from launcher.plan import config_schema
 from launcher.plan.config import find_config, load_config
 from launcher.plan.config_schema import ServerConfig, json_name
 from policy.schema import validate
+from tests.support.paths import REPO
 
-TOP = Path(__file__).resolve().parent.parent
+TOP = REPO
 SCRIPT = TOP / "scripts" / "config_reference.py"
 DOCS = [TOP / "README.md", *sorted((TOP / "docs").glob("*.md"))]
 
@@ -120,7 +121,7 @@ def test_the_lookup_order_is_the_documented_one(
     assert find_config(None, {})[1] == "bundled default"
     user.parent.mkdir(parents=True)
     user.write_text("{}")
-    assert find_config(None, {})[0] == user
+    assert find_config(None, {}) == (user, "user config")
     (tmp_path / "mcp-servers.json").write_text("{}")
     assert find_config(None, {})[1] == "./mcp-servers.json"
     assert find_config(None, {"IRONCURTAIN_CONFIG": "e.json"})[0] == Path("e.json")

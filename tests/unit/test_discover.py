@@ -1,19 +1,14 @@
-"""What a command needs inside the sandbox, found from real files laid out in a temp dir."""
+"""What a command needs inside the sandbox, found from real files laid out in a temp dir.
+(An npx package run in its sandbox: ``tests/sandbox/test_npx_session.py``.)"""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from launcher.plan.programs import resolve_command
 from sandbox_profiles.discover import program_dirs, which
-from tests.support.home import Home
-from tests.support.paths import IRONCURTAIN
-from tests.support.sdk import connect
 
 
 def _exe(path: Path, text: str) -> Path:
@@ -68,64 +63,6 @@ def test_pyenv_shim_is_replaced_by_the_real_interpreter(tmp_path: Path) -> None:
 def test_shim_without_a_manager_is_left_alone(tmp_path: Path) -> None:
     shim = _exe(tmp_path / "shims" / "tool", "#!/bin/sh\n")
     assert resolve_command("tool", [str(tmp_path / "shims")]) == str(shim)
-
-
-def test_npx_runs_the_cached_package_with_node(user: Home, tmp_path: Path) -> None:
-    # npx's cache entry, as `npx -y @modelcontextprotocol/server-filesystem` leaves it.
-    installed = Path(sys.prefix) / "lib" / "node_modules"
-    entry = user.home / ".npm" / "_npx" / "0123456789abcdef"
-    entry.mkdir(parents=True)
-    (entry / "node_modules").symlink_to(installed)
-    ws = user.ws()
-    config = user.root / "npx.json"
-    config.write_text(
-        json.dumps(
-            {
-                "mcpServers": {
-                    "files": {
-                        "command": "npx",
-                        "args": ["-y", "@modelcontextprotocol/server-filesystem", "${workspace}"],
-                    }
-                }
-            }
-        )
-    )
-    done = subprocess.run(
-        [IRONCURTAIN, "profile", "files", "--config", str(config), "--workspace", str(ws)],
-        capture_output=True,
-        text=True,
-        env=user.env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    script = f"{installed}/@modelcontextprotocol/server-filesystem/dist/index.js"
-    assert f"/usr/bin/node {script} {ws}" in done.stdout
-
-    async def scenario() -> None:
-        async with connect(user, "--config", str(config), "--workspace", str(ws)) as s:
-            names = {t.name for t in (await s.list_tools()).tools}
-            assert "files__read_text_file" in names
-
-    asyncio.run(scenario())
-
-
-def test_npx_of_a_package_not_installed_is_a_config_error(user: Home) -> None:
-    config = user.root / "npx.json"
-    config.write_text(
-        json.dumps({"mcpServers": {"x": {"command": "npx", "args": ["-y", "not-a-real-pkg-ic"]}}})
-    )
-    done = subprocess.run(
-        [IRONCURTAIN, "run", "--config", str(config)],
-        capture_output=True,
-        text=True,
-        env=user.env,
-        stdin=subprocess.DEVNULL,
-        check=False,
-    )
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "$.mcpServers.x.args" in done.stderr
-    assert "npx would download not-a-real-pkg-ic" in done.stderr
-    assert "npm install -g not-a-real-pkg-ic" in done.stderr
 
 
 def test_resolve_npx_finds_the_cache_entry_and_checks_versions(tmp_path: Path) -> None:

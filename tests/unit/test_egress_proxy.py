@@ -10,7 +10,6 @@ import contextlib
 import json
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,7 @@ from launcher.servers import egress
 from launcher.servers.egress import EgressProxy, Refusal
 from policy.egress import EgressRules, check_address, check_host
 from tests.support.cli import ironcurtain
-from tests.support.home import Home, make_home
-from tests.support.probe import probe_server_config, write_raw_policy
-
+from tests.support.home import Home
 
 RULES = EgressRules.from_config(
     ["example.test", "*.example.test", "api.pinned.test:443", "10.0.0.5:8080", "[fd00::7]:80"],
@@ -107,6 +104,16 @@ async def _ask(path: str, request: bytes) -> bytes:
     data = await reader.read()
     writer.close()
     return data
+
+
+async def _status(path: str, request: bytes) -> bytes:
+    """The proxy's status line for ``request`` (a tunnel it opens is closed at once)."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    writer.write(request)
+    await writer.drain()
+    line = await reader.readline()
+    writer.close()
+    return line
 
 
 def test_proxy_forwards_allowed_names_and_never_resolves_refused_ones(
@@ -236,8 +243,8 @@ def test_a_name_resolving_to_this_machine_is_refused(
         proxy = EgressProxy("web", rules, sock, refusals.append)
         await proxy.start()
         try:
-            await _ask(sock, b"CONNECT mine.test:8080 HTTP/1.1\r\n\r\n")
-            await _ask(sock, b"CONNECT elsewhere.test:8080 HTTP/1.1\r\n\r\n")
+            await _status(sock, b"CONNECT mine.test:8080 HTTP/1.1\r\n\r\n")
+            await _status(sock, b"CONNECT elsewhere.test:8080 HTTP/1.1\r\n\r\n")
         finally:
             await proxy.stop()
 
@@ -270,15 +277,12 @@ def test_a_body_is_passed_on_as_the_upstream_takes_it(tmp_path: Path) -> None:
             writer.write((head + "\r\n\r\n").encode())
             piece = b"x" * (1 << 20)
 
-            async def push() -> None:
-                nonlocal sent
+            # Pushed until the proxy takes nothing for a second (or all of it is taken).
+            with contextlib.suppress(TimeoutError):
                 while sent < size:
                     writer.write(piece)
-                    await writer.drain()
+                    await asyncio.wait_for(writer.drain(), 1)
                     sent += len(piece)
-
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(push(), 5)
             writer.transport.abort()
         finally:
             await proxy.stop()
@@ -346,20 +350,8 @@ def test_hosts_must_pin_names_to_addresses(user: Home) -> None:
     assert "'other.name' is not an IP address" in done.stderr
 
 
-def test_a_grant_holding_the_sessions_sockets_is_refused(user: Home) -> None:
-    server = probe_server_config(True, allow_read=("/tmp",))  # /tmp: where sockets go
-    config = user.root / "c.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
-    policy = write_raw_policy(user.root / "policy")
-    out = ironcurtain(user, "run", "--config", str(config), "--policy-dir", str(policy))
-    assert out.returncode != 0
-    assert "$.mcpServers.probe.sandbox.filesystem.allowRead[1]" in out.stderr, out.stderr
-    assert "keeps its sockets" in out.stderr and "Traceback" not in out.stderr
-
-
 def test_a_workspace_holding_the_sessions_sockets_is_refused(user: Home) -> None:
     out = ironcurtain(user, "run", "--workspace", "/tmp")
     assert out.returncode != 0
     assert "workspace" in out.stderr and "keeps its sockets" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
-

@@ -48,4 +48,3 @@ def test_a_link_elsewhere_or_dangling_is_bound_as_its_content(fs: FakeFilesystem
         ("ro-bind", "/etc/os-release")
     ]
     assert _mounts("/etc/absent") == []
-

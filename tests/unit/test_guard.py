@@ -85,7 +85,7 @@ def test_a_symlink_in_the_way_never_moves_anything_outside(
     (ws / "evil" / ".bashrc").write_text("hmm")  # lands in the home, not the workspace
     guard.settle()
     # ...and the guard, asked to quarantine evil/.bashrc, does not follow the link.
-    guard._quarantine(str(ws), ("evil", ".bashrc"), "test")
+    guard.quarantine(str(ws), ("evil", ".bashrc"), "test")
     assert (outside / ".bashrc").read_text() == "hmm"
     assert seen == [] and guard.failures == []
 

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-BRIDGE = Path(__file__).resolve().parent.parent / "sandbox_profiles" / "netbridge.py"
+from tests.support.paths import REPO
+
+BRIDGE = REPO / "sandbox_profiles" / "netbridge.py"
 
 
 def _free_port() -> int:

@@ -1,5 +1,6 @@
 """The validated policy kept across starts (policy.cache): keyed by content, read back
-exactly, never trusted past what it was made from, and out of a hostile server's reach."""
+exactly, never trusted past what it was made from. (A hostile server forging an entry, and
+no workspace where the next start reads: ``tests/attacks/test_cache_forgery.py``.)"""
 
 from __future__ import annotations
 
@@ -11,17 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from launcher.plan import session_plan as plan_module
-from launcher.plan.session_plan import RunOptions, plan_session
 from policy import load_policy_dir
 from policy.cache import KEEP, ContentCache, decode, encode
 from policy.errors import PolicyFileError
 from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir
 from policy.models import PathCondition
-from tests.support.cli import ironcurtain
-from tests.support.home import make_home
-from tests.support.marks import needs_bwrap
-from tests.support.probe import probe_server_config, run_probe, write_raw_policy
 
 # Every kind of entry and condition the files can hold, optional parts given and left out.
 ANNOTATIONS = {
@@ -194,75 +189,3 @@ def test_encoding_keeps_data_keys_that_look_like_tags() -> None:
         tricky,
         PathCondition(roles=[], within="/"),
     ]
-
-
-def _forged(scratch: Path) -> str:
-    """A cache entry that allows every call (and names its rule ``forged``)."""
-    rule = {"name": "forged", "if": {}, "then": "allow", "reason": "forged"}
-    _policy(scratch, rules={**RULES, "rules": [rule]})
-    cache = scratch / "cache"
-    load_policy_dir(scratch, cache=cache)
-    (entry,) = _entries(cache)
-    return entry.read_text()
-
-
-def _poisoned(base: Path, sandboxed: bool) -> str:
-    """A server that, as it starts, writes a forged entry for the very policy its session
-    runs under (the test tells it the key); the first rule the next start would load."""
-    user = make_home(base)
-    ws = user.ws()
-    policy = write_raw_policy(user.root / "policy")
-    store = ContentCache(user.state / "ironcurtain" / "cache", "policy")
-    key = store.key((policy / ANNOTATIONS_FILE).read_bytes(), (policy / POLICY_FILE).read_bytes())
-    server = probe_server_config(sandboxed)
-    ops = [["write", f"ironcurtain/cache/policy-{key}.json", _forged(base / "forge")]]
-    server["env"]["PROBE_START_OPS"] = json.dumps({"base": str(user.state), "ops": [ops]})
-    run_probe(user, ws, server, lambda: [])
-    return load_policy_dir(policy, cache=store.directory).policy.rules[0].name
-
-
-@needs_bwrap
-def test_a_sandboxed_server_cannot_forge_the_next_starts_policy(tmp_path: Path) -> None:
-    assert _poisoned(tmp_path, sandboxed=True) != "forged"
-
-
-@needs_bwrap
-def test_without_the_sandbox_a_forged_entry_would_be_the_policy(tmp_path: Path) -> None:
-    assert _poisoned(tmp_path, sandboxed=False) == "forged"
-
-
-@pytest.mark.parametrize("inside", ["cache", ".", "pins", "workspaces"])
-def test_no_workspace_reaches_what_the_next_start_reads(tmp_path: Path, inside: str) -> None:
-    # A server may write all of its workspace: one in the state directory would let an
-    # agent's allowed write_file forge the next start's validated policy or config, or
-    # its compiled system-call filter.
-    user = make_home(tmp_path)
-    ws = user.state / "ironcurtain" / inside
-    done = ironcurtain(user, "run", "--server", "filesystem", "--workspace", str(ws))
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert f"--workspace {ws}: is in ironcurtain's state directory" in done.stderr
-    assert not user.left_behind()
-
-
-def test_a_workspace_of_its_own_in_the_state_directory_is_kept(tmp_path: Path) -> None:
-    user = make_home(tmp_path)
-    ws = user.state / "ironcurtain" / "workspaces" / "20261125-000000-abcdef"
-    done = ironcurtain(user, "check", "time", "get_current_time", "--workspace", str(ws))
-    assert done.returncode == 0, done.stderr
-
-
-def test_without_the_check_an_allowed_call_would_write_the_cache(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    user = make_home(tmp_path)
-    user.enter(monkeypatch)
-    monkeypatch.setattr(plan_module, "check_workspace", lambda workspace, given: None)
-    cache = user.state / "ironcurtain" / "cache"
-    plan = plan_session(RunOptions(workspace=str(cache), servers=("filesystem",)))
-    for kind in ("policy", "config", "seccomp"):  # every entry the next start reads
-        entry = str(cache / f"{kind}-{'0' * 64}.json")
-        arguments = {"path": entry, "content": "{}"}
-        decision, _ = plan.engine.decide("filesystem", "write_file", arguments)
-        assert decision.decision == "allow"
-    profile = plan.servers["filesystem"].profile
-    assert profile is not None and str(cache) in profile.writable

@@ -145,4 +145,3 @@ def test_progress_is_shown_on_a_terminal_and_quiet_otherwise(
     Progress().step("not a terminal here")  # pytest's stderr is not a tty
     err = capsys.readouterr().err
     assert "annotating the tools of git" in err and "not a terminal" not in err
-

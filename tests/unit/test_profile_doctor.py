@@ -1,20 +1,19 @@
-"""``ironcurtain profile`` and ``ironcurtain doctor`` as a user sees them."""
+"""``ironcurtain profile`` and ``ironcurtain doctor`` as a user sees them, where no sandbox has
+to start. (Doctor on this machine, and sessions where a part of the sandbox is missing:
+``tests/sandbox/test_doctor_live.py``.)"""
 
 from __future__ import annotations
 
 import json
 import os
 import shlex
-import stat
 from pathlib import Path
 
 import pytest
 
-from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain
+from tests.support.fakes import FAILING_BWRAP, fake_bin
 from tests.support.home import Home
-from tests.support.marks import needs_bwrap
-from tests.support.sdk import call, connect
 from tests.support.seatbelt import check_structure, parse
 
 
@@ -86,25 +85,6 @@ def test_profile_errors(user: Home) -> None:
     assert "Traceback" not in done.stderr
 
 
-@needs_bwrap
-def test_doctor_on_this_machine(user: Home) -> None:
-    done = ironcurtain(user, "doctor")
-    assert done.returncode == 0, done.stdout
-    lines = done.stdout.splitlines()
-    assert any(line.startswith("ok    bubblewrap") for line in lines)
-    assert any(line.startswith("ok    seccomp") for line in lines)
-    assert lines[-1] == "this machine can sandbox"
-
-
-def _fake_bin(user: Home, name: str, script: str) -> Path:
-    bin_dir = user.root / "fake-bin"
-    bin_dir.mkdir(exist_ok=True)
-    path = bin_dir / name
-    path.write_text("#!/bin/sh\n" + script)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return bin_dir
-
-
 def test_doctor_and_run_without_bwrap_fail_with_the_fix(user: Home) -> None:
     # A PATH with ironcurtain and the servers (the venv's bin) but no bwrap.
     user.env["PATH"] = user.env["PATH"].split(":")[0]
@@ -119,7 +99,7 @@ def test_doctor_and_run_without_bwrap_fail_with_the_fix(user: Home) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the failing fake bwrap is exercised as root")
 def test_doctor_names_a_bwrap_that_cannot_start(user: Home) -> None:
-    bin_dir = _fake_bin(
+    bin_dir = fake_bin(
         user,
         "bwrap",
         'case "$1" in --version) echo "bubblewrap 0.8.0";; *) '
@@ -155,63 +135,10 @@ def test_seatbelt_of_a_real_server_is_well_formed(
     check_structure(seatbelt.render(profile), profile)
 
 
-FAILING_BWRAP = (
-    'case "$1" in --version) echo "bubblewrap 0.8.0";; *) '
-    'echo "bwrap: setting up uid map: Permission denied" >&2; exit 1;; esac\n'
-)
-
-
 def test_run_refuses_when_bwrap_cannot_start_and_says_how_to_fix_it(user: Home) -> None:
-    user.env["PATH"] = f"{_fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
+    user.env["PATH"] = f"{fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
     done = ironcurtain(user, "run", "--server", "time")
     assert done.returncode == 3 and "Traceback" not in done.stderr
     assert "uid map: Permission denied" in done.stderr
     assert "unprivileged_userns_clone" in done.stderr and "--allow-unsandboxed" in done.stderr
     assert not (user.state / "ironcurtain" / "audit").exists()  # nothing half-started
-
-
-def test_allow_unsandboxed_runs_and_the_audit_log_says_so(user: Home) -> None:
-    import asyncio
-
-    user.env["PATH"] = f"{_fake_bin(user, 'bwrap', FAILING_BWRAP)}:{user.env['PATH']}"
-    audit = user.root / "audit.jsonl"
-
-    async def scenario() -> None:
-        async with connect(
-            user, "--server", "time", "--allow-unsandboxed", "--audit-log", str(audit)
-        ) as s:
-            error, text = await call(s, "get_current_time", {"timezone": "UTC"})
-            assert not error, text
-
-    asyncio.run(scenario())
-    assert [e["sandboxed"] for e in audit_entries(audit)] == [False]
-
-
-def _without_libseccomp(user: Home) -> None:
-    """Make the seccomp binding fail to load, as it does where libseccomp is missing."""
-    fake = user.root / "no-seccomp"
-    fake.mkdir(exist_ok=True)
-    (fake / "pyseccomp.py").write_text('raise RuntimeError("Unable to find libseccomp")\n')
-    user.env["PYTHONPATH"] = str(fake)
-
-
-@needs_bwrap
-def test_without_libseccomp_doctor_fails_and_run_refuses(user: Home) -> None:
-    _without_libseccomp(user)
-    done = ironcurtain(user, "doctor")
-    assert done.returncode == 3
-    assert "FAIL  seccomp          Unable to find libseccomp" in done.stdout
-    done = ironcurtain(user, "run", "--server", "time")
-    assert done.returncode == 3 and "Traceback" not in done.stderr
-    assert "no seccomp filter can be built" in done.stderr
-    assert "apt-get install libseccomp2" in done.stderr and "--allow-no-seccomp" in done.stderr
-
-
-@needs_bwrap
-def test_allow_no_seccomp_runs_without_the_filter_and_warns(user: Home) -> None:
-    _without_libseccomp(user)
-    # stdin is empty: the session starts, reports, sees end of input and stops.
-    done = ironcurtain(user, "run", "--server", "time", "--allow-no-seccomp")
-    assert done.returncode == 0, done.stderr
-    assert "WARNING: sandboxes have NO SYSTEM-CALL FILTER" in done.stderr
-    assert "time  sandboxed (bwrap, no network, NO seccomp filter)" in done.stderr

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.metadata
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -28,7 +29,8 @@ from launcher.relay.gate import Gate
 from launcher.relay.pins import Pins
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings
-from launcher.shared.jsonrpc import Message, ServerGone
+from launcher.shared.errors import Names, by_field
+from launcher.shared.jsonrpc import Message, ServerGone, package_version
 from policy import PolicyEngine, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from tests.support.downstream import FakeServer
@@ -125,6 +127,7 @@ class Harness:
     servers: dict[str, FakeServer]
     audit: AuditLog
     said: list[str]
+    hello: Message = field(default_factory=dict)  # the answer to the client's initialize
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -162,6 +165,7 @@ def build(
     answer: str | None = APPROVE,
     breaker: int = 0,
     servers: tuple[str, ...] = ("fs",),
+    names: Names = by_field,
 ) -> Harness:
     ws = tmp / "ws"
     (ws / "private").mkdir(parents=True, exist_ok=True)
@@ -180,6 +184,7 @@ def build(
         Approvals(approval, 2.0),
         str(tmp / "pins"),
         say=said.append,
+        names=names,
     )
     fakes = {
         name: FakeServer(
@@ -207,9 +212,25 @@ def build(
     harness = Harness(tmp, ws, relay, client, fakes, audit, said)
     hello = {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"form": {}}}}
     harness.feed({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
-    assert client.sent.pop()["result"]["serverInfo"]["name"] == "ironcurtain"
+    harness.hello = client.sent.pop()
+    assert harness.hello["result"]["serverInfo"]["name"] == "ironcurtain"
     client.related.pop()
     return harness
+
+
+def test_the_initialize_answer_gives_the_installed_package_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = build(tmp_path)
+    assert h.hello["result"]["serverInfo"]["version"] == importlib.metadata.version("ironcurtain")
+    # Whatever the package says, not a number written in the code.
+    package_version.cache_clear()
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: f"{name}-7.7.7")
+    try:
+        h = build(tmp_path / "again")
+        assert h.hello["result"]["serverInfo"]["version"] == "ironcurtain-7.7.7"
+    finally:
+        package_version.cache_clear()
 
 
 def run(work: Callable[[], Awaitable[None]]) -> None:
@@ -496,6 +517,16 @@ def test_a_tool_changed_since_it_was_pinned_is_escalated(tmp_path: Path) -> None
         h, [("tools/call", where(h, "allow"))], "ESCALATION REQUIRED (rule: tool-changed)"
     )
     assert any("differ from their pins" in line for line in h.said)
+    assert any("(start the session with accept_tool_changes)" in line for line in h.said)
+
+
+def test_how_to_accept_a_changed_tool_is_said_in_the_command_layers_words(
+    tmp_path: Path,
+) -> None:
+    Pins.load(str(tmp_path / "pins"), "fs").save([_tool("read_file", "path", "reads a file")])
+    flags = {"accept_tool_changes": "--accept-tool-changes"}
+    h = build(tmp_path, approval="deny", names=flags.__getitem__)
+    assert any("(start the session with --accept-tool-changes)" in line for line in h.said)
 
 
 def test_nothing_reaches_a_server_once_the_audit_log_is_gone(tmp_path: Path) -> None:

@@ -23,9 +23,10 @@ from sandbox_profiles.profile import (
     ProfileRequest,
     build_profile,
 )
+from tests.support.paths import TESTS
 from tests.support.seatbelt import check_structure, parse
 
-GOLDEN = Path(__file__).parent / "data" / "golden" / "seatbelt-filesystem.sb"
+GOLDEN = TESTS / "data" / "golden" / "seatbelt-filesystem.sb"
 
 
 def sample_profile() -> SandboxProfile:
@@ -82,12 +83,12 @@ def test_golden_profile_structure() -> None:
     assert ("deny", "/Users/me/lib/secrets") in denied
     assert ("deny", "/tmp/ic-ws/.env") in denied
     # The always-protected names at any depth, in both forms of each writable root.
-    regexes = [v for r in rs for k, v in r.filters if k == "regex"]
+    regexes = [re.compile(v) for r in rs for k, v in r.filters if k == "regex"]
     for name in ALWAYS_PROTECTED_NAMES:
-        assert any(re.match(rx, f"/private/tmp/ic-ws/a/b/{name}/x") for rx in regexes), name
-        assert any(re.match(rx, f"/Users/me/out/{name}") for rx in regexes), name
-    assert not any(re.match(rx, "/tmp/ic-ws/notes/.git-hooks.md") for rx in regexes)
-    assert not any(re.match(rx, "/tmp/ic-ws-evil/.bashrc") for rx in regexes)
+        assert any(rx.match(f"/private/tmp/ic-ws/a/b/{name}/x") for rx in regexes), name
+        assert any(rx.match(f"/Users/me/out/{name}") for rx in regexes), name
+    assert not any(rx.match("/tmp/ic-ws/notes/.git-hooks.md") for rx in regexes)
+    assert not any(rx.match("/tmp/ic-ws-evil/.bashrc") for rx in regexes)
 
 
 def _instance(pattern: str) -> str:
@@ -100,24 +101,28 @@ def test_names_with_a_wildcard_are_denied_at_any_depth_in_any_case(pattern: str)
     case, so ``MISE.STAGING.TOML`` is the file mise reads too."""
     profile = sample_profile()
     rs = check_structure(seatbelt.render(profile), profile)
-    regexes = [v for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"]
+    regexes = [
+        re.compile(v) for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"
+    ]
     for path in (
         f"/tmp/ic-ws/a/b/{_instance(pattern)}",
         f"/private/tmp/ic-ws/{_instance(pattern).upper()}",
         f"/Users/me/out/x/{_instance(pattern)}/inside",
     ):
-        assert any(re.match(rx, path) for rx in regexes), path
+        assert any(rx.match(path) for rx in regexes), path
     if 0 < pattern.find("*") < len(pattern) - 1:  # the wildcard does not cross a directory
         crossing = pattern.replace("*", "a/b")
-        assert not any(re.match(rx, f"/tmp/ic-ws/{crossing}") for rx in regexes), crossing
+        assert not any(rx.match(f"/tmp/ic-ws/{crossing}") for rx in regexes), crossing
 
 
 def test_every_catalogue_name_is_denied_whatever_its_case() -> None:
     profile = sample_profile()
     rs = check_structure(seatbelt.render(profile), profile)
-    regexes = [v for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"]
+    regexes = [
+        re.compile(v) for r in rs if r.action == "deny" for k, v in r.filters if k == "regex"
+    ]
     for name in ALWAYS_PROTECTED_NAMES:
-        assert any(re.match(rx, f"/tmp/ic-ws/d/{name.upper()}") for rx in regexes), name
+        assert any(rx.match(f"/tmp/ic-ws/d/{name.upper()}") for rx in regexes), name
 
 
 def test_a_real_profile_renders_with_the_same_structure(tmp_path: Path) -> None:

@@ -29,4 +29,3 @@ def test_bwrap_is_told_to_hold_it_only_when_given(table: int | None) -> None:
     argv = render(profile, table_fd=table)
     held = [argv[i + 1] for i, arg in enumerate(argv[: argv.index("--")]) if arg == "--sync-fd"]
     assert held == ([] if table is None else ["1023"])
-

@@ -1,31 +1,24 @@
 """``ironcurtain clients``, ``wrap`` and ``unwrap`` on the config files of real clients (in
 their documented formats, with comments where the format has them): listed, wrapped with
 only the entries changed, dry runs writing nothing, idempotent, restored byte for byte, a
-file changed in between refused, bad files refused with their place, nothing written."""
+file changed in between refused, bad files refused with their place, nothing written.
+(Wrapped entries started as their client starts them: ``tests/sandbox/test_wrap_sessions.py``.)"""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from launcher.clients.jsonc import parse
-from tests.support.audit import audit_entries
-from tests.support.home import Home, git_repo
-from tests.support.marks import needs_bwrap
-from tests.support.paths import BIN, IRONCURTAIN, PROBE
-from tests.support.sdk import call
+from tests.support.home import Home
+from tests.support.paths import IRONCURTAIN, TESTS
 
-DATA = Path(__file__).parent / "data" / "clients"
+DATA = TESTS / "data" / "clients"
 
 
 def _cli(user: Home, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -384,141 +377,3 @@ def test_wrap_names_what_to_wrap(user: Home) -> None:
     done = _cli(user, project, "wrap", "--client", "claude-code", "--server", "gti")
     assert done.returncode == 2
     assert "--server gti: no such server in the clients chosen (they have: docs, " in done.stderr
-
-
-@needs_bwrap
-def test_a_wrapped_claude_code_project_keeps_its_tool_names_and_each_call_is_audited(
-    user: Home,
-) -> None:
-    project = user.root / "proj"
-    project.mkdir()
-    git_repo(project)
-    entries = {
-        "filesystem": {"command": os.path.join(BIN, "mcp-server-filesystem"), "args": ["."]},
-        "git": {"command": os.path.join(BIN, "mcp-server-git"), "args": ["--repository", "."]},
-    }
-    (project / ".mcp.json").write_text(json.dumps({"mcpServers": entries}, indent=2))
-
-    def started(name: str) -> tuple[list[str], tuple[bool, str] | None]:
-        """The entry started as Claude Code starts it: its command, args and env, in the
-        project; its tool names, and for the filesystem one listing of the project."""
-        entry = json.loads((project / ".mcp.json").read_text())["mcpServers"][name]
-        out: list[Any] = []
-
-        async def scenario() -> None:
-            params = StdioServerParameters(
-                command=entry["command"], args=entry.get("args", []),
-                env={**user.env, **entry.get("env", {})}, cwd=str(project),
-            )  # fmt: skip
-            async with (
-                stdio_client(params) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                out.append(sorted(t.name for t in (await session.list_tools()).tools))
-                if name == "filesystem":
-                    args = {"path": str(project)}
-                    out.append(await call(session, "list_directory", args))
-
-        asyncio.run(scenario())
-        return out[0], out[1] if len(out) > 1 else None
-
-    before = {name: started(name)[0] for name in entries}
-    done = _cli(user, project, "wrap", "--client", "claude-code")
-    assert done.returncode == 0, done.stderr
-    wrapped = json.loads((project / ".mcp.json").read_text())["mcpServers"]
-    assert all(e["command"].endswith("ironcurtain") for e in wrapped.values())
-    assert wrapped["git"]["args"][1:3] == ["--workspace", str(project)]
-    names, listing = started("filesystem")
-    assert names == before["filesystem"]
-    assert listing is not None and not listing[0] and "README.md" in listing[1]
-    assert started("git")[0] == before["git"]
-    logs = sorted((user.state / "ironcurtain" / "audit").glob("*.jsonl"))
-    calls = [e for log in logs for e in audit_entries(log) if e.get("tool") == "list_directory"]
-    assert [(c["server"], c["result"], c["sandboxed"]) for c in calls] == [
-        ("filesystem", "success", True)
-    ]
-
-
-@needs_bwrap
-def test_a_project_cannot_swap_the_definition_a_wrapped_entry_runs(user: Home) -> None:
-    # A hostile repository ships its own ./mcp-servers.json defining the wrapped server's
-    # name; the client starts the wrapped entry in that project. The entry names the user's
-    # config, so the project's file is never read.
-    project = user.root / "proj"
-    project.mkdir()
-    clock = {"command": os.path.join(BIN, "mcp-server-time"), "args": []}
-    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"clock": clock}}))
-    assert _cli(user, project, "wrap", "--client", "claude-code").returncode == 0
-    hostile = {
-        "command": sys.executable,
-        "args": [str(PROBE)],
-        "sandbox": {"filesystem": {"allowRead": [str(PROBE.parent)]}},
-    }
-    (project / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"clock": hostile}}))
-    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["clock"]
-
-    def tools(args: list[str]) -> list[str]:
-        out: list[str] = []
-
-        async def scenario() -> None:
-            params = StdioServerParameters(
-                command=entry["command"], args=args, env=user.env, cwd=str(project)
-            )
-            async with (
-                stdio_client(params) as (read, write),
-                ClientSession(read, write) as session,
-            ):
-                await session.initialize()
-                out.extend(sorted(t.name for t in (await session.list_tools()).tools))
-
-        asyncio.run(scenario())
-        return out
-
-    assert tools(entry["args"]) == ["convert_time", "get_current_time"]
-    # The control: the same entry without --config runs the project's definition.
-    at = entry["args"].index("--config")
-    without = entry["args"][:at] + entry["args"][at + 2 :]
-    assert "read_path" in tools(without)
-
-
-@needs_bwrap
-def test_a_server_ironcurtain_has_never_seen_is_annotated_when_wrapped(user: Home) -> None:
-    # The user's own entry: a project's would not be given a script outside the project.
-    project = user.root / "proj"
-    project.mkdir()
-    entry = {"command": sys.executable, "args": [str(PROBE)]}
-    (user.home / ".claude.json").write_text(json.dumps({"mcpServers": {"probe": entry}}))
-    done = _cli(user, project, "wrap", "--client", "claude-code")
-    assert done.returncode == 0, done.stderr
-    assert f"probe: readable in its sandbox: {PROBE.parent}" in done.stderr
-    assert "annotated probe with the heuristic (drafts:" in done.stderr
-    # What it could not classify is named, with the command that reviews it.
-    said = next(line for line in done.stderr.splitlines() if "could not classify" in line)
-    assert "probe: the heuristic could not classify " in said and "burn" in said
-    assert said.endswith("until reviewed: ironcurtain compile-policy --server probe")
-    annotations = json.loads(
-        (user.config / "ironcurtain" / "policy" / "tool-annotations.json").read_text()
-    )
-    drafts = annotations["servers"]["probe"]["tools"]
-    assert {"instance", "read_path"} <= {t["toolName"] for t in drafts}
-    assert all(t["draft"] is True for t in drafts)
-    read_path = next(t for t in drafts if t["toolName"] == "read_path")
-    assert read_path["args"]["path"] == ["read-path"]  # role-based rules apply to it
-
-    wrapped = json.loads((user.home / ".claude.json").read_text())["mcpServers"]["probe"]
-    out: list[tuple[bool, str]] = []
-
-    async def scenario() -> None:
-        params = StdioServerParameters(
-            command=wrapped["command"], args=wrapped["args"], env=user.env, cwd=str(project)
-        )
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-            await session.initialize()
-            out.append(await call(session, "read_path", {"path": "/etc/hostname"}))
-
-    asyncio.run(scenario())
-    # Decided by the constitution's rules through its draft annotation, not refused as an
-    # unknown tool: a read outside the workspace is denied.
-    assert out[0][0] and "DENIED (rule: " in out[0][1]
-    assert "structural-unknown" not in out[0][1]
