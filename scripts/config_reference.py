@@ -39,115 +39,6 @@ DOC = ROOT / "docs" / "configuration.md"
 # A complete example, shown in the reference (the tests validate it).
 EXAMPLE = ROOT / "docs" / "mcp-servers.example.json"
 
-# What the schema does not say of a field: (class name, Python field name) -> meaning.
-MEANING: dict[tuple[str, str], str] = {
-    ("ConfigFile", "mcp_servers"): (
-        "The servers, by name. Their tools are exposed as `<server>__<tool>`, so a name may "
-        "not hold `__` or end with `_`."
-    ),
-    ("ConfigFile", "servers"): (
-        "The same, under the key VS Code uses; read only when `mcpServers` is absent."
-    ),
-    ("ServerConfig", "command"): (
-        "The program to start: a name found on `PATH` (or next to ironcurtain's own Python), "
-        "or a path. `npx -y PACKAGE` runs the package from npx's cache or a global install, "
-        "since a sandbox cannot download it."
-    ),
-    ("ServerConfig", "args"): "Its arguments.",
-    ("ServerConfig", "env"): (
-        "Its environment: these variables plus `PATH`, `HOME`, `LANG` and `TERM`, nothing else "
-        "of ironcurtain's. They are handed to the sandbox as its environment, never on a "
-        "command line."
-    ),
-    ("ServerConfig", "cwd"): (
-        "The directory it starts in (absolute, or starting with `~` or `${workspace}`). "
-        "Default: the workspace when its sandbox shows it, else its private home."
-    ),
-    ("ServerConfig", "description"): (
-        "A note for people reading the file; ironcurtain does not act on it "
-        "(`ironcurtain wrap` writes one saying where a definition came from)."
-    ),
-    ("ServerConfig", "disabled"): (
-        "`true`: the server is not started; `--server NAME` naming it is an error."
-    ),
-    ("ServerConfig", "timeout"): (
-        "Seconds the server has to answer each request that reaches it (a tool call, a "
-        "prompt, a resource read, a completion). Past it the request is cancelled and the "
-        "agent gets `ERROR: server 'NAME' did not answer within N s; the call was "
-        "cancelled`. Default: no limit."
-    ),
-    ("ServerConfig", "sandbox"): (
-        "What its sandbox holds. `false` runs the server without one: the policy is then "
-        "its only guard."
-    ),
-    ("ServerConfig", "restart"): (
-        "Start the server again when it exits: `true` (3 restarts, 1 s back-off), an object, "
-        "or `false` (a server that exits stays stopped, and its calls fail)."
-    ),
-    ("ServerConfig", "client_requests"): (
-        "What it may ask of the client (questions for the human, the model's answers)."
-    ),
-    ("SandboxConfig", "filesystem"): (
-        "What of the host it sees beyond the workspace and its own program."
-    ),
-    ("SandboxConfig", "limits"): (
-        "Resource limits, on by default: a server over one is stopped and its calls are "
-        "answered with an error naming the limit."
-    ),
-    ("SandboxConfig", "network"): (
-        "Where it may connect. Absent, `null` or `false`: nowhere (loopback only)."
-    ),
-    ("FilesystemSandbox", "allow_read"): (
-        "Host paths it sees read-only. Each is shown where it really is (a link followed); "
-        "one reached through a link may not lead into a dot-directory of your home, a "
-        "`.ssh`, your home itself or the system's own trees, and none may hold the "
-        "directory where sessions keep their sockets (`$XDG_RUNTIME_DIR`, `/tmp`)."
-    ),
-    ("FilesystemSandbox", "deny_read"): (
-        "Paths hidden inside what it sees, including ones that only appear later."
-    ),
-    ("FilesystemSandbox", "allow_write"): (
-        "Host paths it may write. Inside them, what host tools load or run (git hooks and "
-        "configs, shell rc files, editor and AI-client configs...) and ironcurtain's own "
-        "state stay read-only. Naming the workspace makes it writable even for a server "
-        "whose tools only read."
-    ),
-    ("FilesystemSandbox", "deny_write"): (
-        "Paths kept read-only inside the writable places, at any depth: an existing one is "
-        "mounted read-only, a new one is moved to the quarantine as it appears."
-    ),
-    ("NetworkSandbox", "allowed_domains"): (
-        "The names it may connect to, through its egress proxy. `*` is any name (never an IP "
-        "address), `*.example.com` that domain and its subdomains, `host:port` one port. An "
-        "IP address is allowed only when an entry names it with its port. A name that "
-        "resolves to a loopback, private, link-local, CGNAT, multicast, reserved or "
-        "cloud-metadata address, or to this machine's own, is refused. The policy sees "
-        "them too: a URL argument outside them is escalated to a human."
-    ),
-    ("NetworkSandbox", "denied_domains"): (
-        "Names refused even when `allowedDomains` matches them; checked first."
-    ),
-    ("NetworkSandbox", "hosts"): (
-        "Names pinned to IP addresses: the proxy connects there without a lookup, and the "
-        "address is exempt from the refusal of private addresses for that name only, on "
-        "every port its `allowedDomains` entry allows (give the entry a port)."
-    ),
-    ("LimitsConfig", "memory"): (
-        "Memory: each process's data segment (RLIMIT_DATA) and the resident memory of the "
-        "server's whole process tree."
-    ),
-    ("LimitsConfig", "open_files"): "Open file descriptors per process (RLIMIT_NOFILE).",
-    ("LimitsConfig", "processes"): (
-        "Processes: RLIMIT_NPROC on top of what the server's user already runs, and the "
-        "process tree's count."
-    ),
-    ("LimitsConfig", "cpu_seconds"): (
-        "CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later). Off by "
-        "default: a long session uses CPU legitimately."
-    ),
-    ("LimitsConfig", "file_size"): "The largest file it may write (RLIMIT_FSIZE).",
-}
-
 # One example per field, as its JSON value.
 EXAMPLES: dict[tuple[str, str], object] = {
     ("ConfigFile", "mcp_servers"): {"time": {"command": "mcp-server-time"}},
@@ -383,8 +274,7 @@ def section(cls: type[Any], where: dict[type[Any], str], comments: dict[Any, str
     hints = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
         key, hint = json_name(f.name), hints[f.name]
-        said = [comments.get((name, f.name)), MEANING.get((name, f.name))]
-        meaning = " ".join(s for s in said if s)
+        meaning = comments.get((name, f.name), "")
         if not meaning and f"`{key}`" not in _doc(cls.__doc__):
             raise SystemExit(f"config_reference.py: {name}.{f.name} has no meaning: add it")
         if (name, f.name) not in EXAMPLES:

@@ -35,9 +35,19 @@ class FilesystemSandbox:
 
     __pydantic_config__ = _LENIENT
 
+    # Host paths it sees read-only. Each is shown where it really is (a link followed); one reached
+    # through a link may not lead into a dot-directory of your home, a `.ssh`, your home itself or
+    # the system's own trees, and none may hold the directory where sessions keep their sockets
+    # (`$XDG_RUNTIME_DIR`, `/tmp`).
     allow_read: list[str] = field(default_factory=list)
+    # Paths hidden inside what it sees, including ones that only appear later.
     deny_read: list[str] = field(default_factory=list)
+    # Host paths it may write. Inside them, what host tools load or run (git hooks and configs,
+    # shell rc files, editor and AI-client configs...) and ironcurtain's own state stay read-only.
+    # Naming the workspace makes it writable even for a server whose tools only read.
     allow_write: list[str] = field(default_factory=list)
+    # Paths kept read-only inside the writable places, at any depth: an existing one is mounted
+    # read-only, a new one is moved to the quarantine as it appears.
     deny_write: list[str] = field(default_factory=list)
 
 
@@ -60,8 +70,17 @@ class NetworkSandbox:
 
     __pydantic_config__ = _LENIENT
 
+    # The names it may connect to, through its egress proxy. `*` is any name (never an IP address),
+    # `*.example.com` that domain and its subdomains, `host:port` one port. An IP address is allowed
+    # only when an entry names it with its port. A name that resolves to a loopback, private,
+    # link-local, CGNAT, multicast, reserved or cloud-metadata address, or to this machine's own, is
+    # refused. The policy sees them too: a URL argument outside them is escalated to a human.
     allowed_domains: list[str] = field(default_factory=list)
+    # Names refused even when `allowedDomains` matches them; checked first.
     denied_domains: list[str] = field(default_factory=list)
+    # Names pinned to IP addresses: the proxy connects there without a lookup, and the address is
+    # exempt from the refusal of private addresses for that name only, on every port its
+    # `allowedDomains` entry allows (give the entry a port).
     hosts: Annotated[dict[str, str], pyd.AfterValidator(_addresses)] = field(default_factory=dict)
 
 
@@ -124,16 +143,24 @@ class LimitsConfig:
 
     __pydantic_config__ = _LENIENT
 
+    # Memory: each process's data segment (RLIMIT_DATA) and the resident memory of the server's
+    # whole process tree.
     memory: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["memory"]
+    # Open file descriptors per process (RLIMIT_NOFILE).
     open_files: Annotated[int | None, pyd.Field(ge=16), pyd.BeforeValidator(_lifted)] = (
         DEFAULT_LIMITS["open_files"]
     )
+    # Processes: RLIMIT_NPROC on top of what the server's user already runs, and the process tree's
+    # count.
     processes: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
         DEFAULT_LIMITS["processes"]
     )
+    # CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL a second later). Off by default: a
+    # long session uses CPU legitimately.
     cpu_seconds: Annotated[int | None, pyd.Field(ge=1), pyd.BeforeValidator(_lifted)] = (
         DEFAULT_LIMITS["cpu_seconds"]
     )
+    # The largest file it may write (RLIMIT_FSIZE).
     file_size: Annotated[int | None, pyd.BeforeValidator(_size)] = DEFAULT_LIMITS["file_size"]
 
 
@@ -143,9 +170,12 @@ class SandboxConfig:
 
     __pydantic_config__ = _LENIENT
 
+    # What of the host it sees beyond the workspace and its own program.
     filesystem: FilesystemSandbox = field(default_factory=FilesystemSandbox)
+    # Where it may connect. Absent, `null` or `false`: nowhere (loopback only).
     network: NetworkSandbox | Literal[False] | None = None
-    # false: no limits at all.
+    # Resource limits, on by default: a server over one is stopped and its calls are answered with
+    # an error naming the limit. `false`: no limits at all.
     limits: LimitsConfig | Literal[False] = field(default_factory=LimitsConfig)
 
 
@@ -182,15 +212,34 @@ class ServerConfig:
 
     __pydantic_config__ = _LENIENT
 
+    # The program to start: a name found on `PATH` (or next to ironcurtain's own Python), or a path.
+    # `npx -y PACKAGE` runs the package from npx's cache or a global install, since a sandbox cannot
+    # download it.
     command: Annotated[str, pyd.Field(min_length=1)]
+    # Its arguments.
     args: list[str] = field(default_factory=list)
+    # Its environment: these variables plus `PATH`, `HOME`, `LANG` and `TERM`, nothing else of
+    # ironcurtain's. They are handed to the sandbox as its environment, never on a command line.
     env: dict[str, str] = field(default_factory=dict)
+    # The directory it starts in (absolute, or starting with `~` or `${workspace}`). Default: the
+    # workspace when its sandbox shows it, else its private home.
     cwd: str | None = None
+    # A note for people reading the file; ironcurtain does not act on it (`ironcurtain wrap` writes
+    # one saying where a definition came from).
     description: str | None = None
+    # `true`: the server is not started; `--server NAME` naming it is an error.
     disabled: bool = False
+    # Seconds the server has to answer each request that reaches it (a tool call, a prompt, a
+    # resource read, a completion). Past it the request is cancelled and the agent gets `ERROR:
+    # server 'NAME' did not answer within N s; the call was cancelled`. Default: no limit.
     timeout: Annotated[float | None, pyd.Field(gt=0)] = None
+    # What its sandbox holds. `false` runs the server without one: the policy is then its only
+    # guard.
     sandbox: SandboxConfig | Literal[False] = field(default_factory=SandboxConfig)
+    # Start the server again when it exits: `true` (3 restarts, 1 s back-off), an object, or `false`
+    # (a server that exits stays stopped, and its calls fail).
     restart: RestartConfig | bool = False
+    # What it may ask of the client (questions for the human, the model's answers).
     client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
     # Credentials in what the server sends the client are masked (policy.secrets).
     mask_secrets: bool = True
@@ -230,7 +279,10 @@ class ConfigFile:
 
     __pydantic_config__ = _LENIENT
 
+    # The servers, by name. Their tools are exposed as `<server>__<tool>`, so a name may not hold
+    # `__` or end with `_`.
     mcp_servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
+    # The same, under the key VS Code uses; read only when `mcpServers` is absent.
     servers: Annotated[dict[str, ServerConfig] | None, pyd.AfterValidator(_names)] = None
 
 

@@ -175,6 +175,9 @@ def test_a_field_without_words_stops_the_script(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.delitem(script.EXAMPLES, ("NetworkSandbox", "hosts"))
     with pytest.raises(SystemExit, match=r"NetworkSandbox\.hosts has no example"):
         script.render()
-    monkeypatch.delitem(script.MEANING, ("ServerConfig", "timeout"))
+    monkeypatch.setitem(script.EXAMPLES, ("NetworkSandbox", "hosts"), {})
+    said = script.field_comments()
+    del said["ServerConfig", "timeout"]  # a field with no comment above it in the schema
+    monkeypatch.setattr(script, "field_comments", lambda: said)
     with pytest.raises(SystemExit, match=r"ServerConfig\.timeout has no meaning"):
         script.render()
