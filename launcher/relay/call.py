@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from launcher.audit.log import Prepared
 from launcher.relay.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
+from launcher.relay.stateless import HANDSHAKE
 from launcher.shared.jsonrpc import Message
 from sandbox_profiles.records import frozen, mutable
 
@@ -25,12 +26,13 @@ class Send(Protocol):
 class ClientLink:
     """How the checked calls and their escalations reach the client: ``send`` it a message,
     ``ask`` it a question, whether it ``elicits`` (takes form elicitations, now), and
-    ``spawn`` a task on the relay's loop."""
+    ``spawn`` a task on the relay's loop; the ``era`` it speaks."""
 
     send: Send
     ask: AskClient
     elicits: Callable[[], bool]
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+    era: Callable[[], str] = lambda: HANDSHAKE  # the protocol era the client speaks
 
 
 @mutable(slots=True)

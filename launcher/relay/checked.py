@@ -20,6 +20,7 @@ from launcher.relay.call import Call, ClientLink
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
 from launcher.relay.seams import Core
+from launcher.relay.stateless import HANDSHAKE, for_server
 from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
@@ -46,6 +47,7 @@ class CheckedCalls:
     def __init__(self, core: Core, link: ClientLink) -> None:
         self.core = core
         self.send = link.send
+        self.link = link
         self._spawn = link.spawn
         self._calls: dict[str | int, Call] = {}  # forwarded, by the client's id
         # Progress tokens of calls out at a server: (server, token) -> call. A server's
@@ -136,7 +138,11 @@ class CheckedCalls:
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
 
     def _forwarded_params(self, call: Call) -> Message:
-        """The client's params as the server knows them: its own names, canonical values."""
+        """The client's params as the server knows them: its own names, canonical values,
+        none of the stateless era's ``_meta`` (the server is in its own session)."""
+        return for_server(self._server_params(call))
+
+    def _server_params(self, call: Call) -> Message:
         params, method = call.params, call.method
         if method == TOOL:
             return {**params, "name": call.name, "arguments": call.arguments}
@@ -276,6 +282,7 @@ class CheckedCalls:
             },
             "escalation": None,
             "sandboxed": bool(server and self.core.settings[server].sandboxed),
+            **({"era": self.link.era()} if self.link.era() != HANDSHAKE else {}),
         }
 
     def _pii(self, call: Call) -> list[str]:

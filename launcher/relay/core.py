@@ -15,10 +15,12 @@ import itertools
 from collections.abc import Coroutine
 from typing import Any
 
+from launcher.relay import stateless
 from launcher.relay.asks import ServerAsks, elicitation_modes
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.seams import Core, Downstream, Upstream
+from launcher.relay.stateless import HANDSHAKE, STATELESS
 from launcher.shared.jsonrpc import (
     LATEST_PROTOCOL,
     PROTOCOL_VERSIONS,
@@ -42,6 +44,10 @@ LIST_CHANGED = {
     "notifications/prompts/list_changed": "prompts",
     "notifications/resources/list_changed": "resources",
 }
+INSTRUCTIONS = (
+    "Tools of several MCP servers, each sandboxed; every call is checked by policy. Denied "
+    "calls return an error result starting with DENIED."
+)
 # Why a question to the client is withdrawn before its time is up.
 WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
 # Bytes waiting for the client beyond which servers' notifications are dropped.
@@ -56,14 +62,22 @@ class Relay:
         self.client_capabilities: Message | None = None  # as declared at initialize
         self.client_elicits = False  # it takes form elicitations (approvals can ask it)
         self.initialized = False  # the client has had its initialize answer
+        self.era: str | None = None  # the protocol era, once the client's first request says
+        self._asked: dict[object, str] = {}  # a stateless client's requests out: their methods
         self.calls = CheckedCalls(
             core,
-            ClientLink(self.send, self.ask_client, lambda: self.client_elicits, self._spawn),
+            ClientLink(
+                self.send,
+                self.ask_client,
+                lambda: self.client_elicits,
+                self._spawn,
+                lambda: self.era or HANDSHAKE,
+            ),
         )
         self.asks = ServerAsks(
             core,
             ask_client=self.ask_client,
-            client_capabilities=lambda: self.client_capabilities if self.initialized else None,
+            client_capabilities=self._takes,
             approve_via=self.ask_client,
             client_elicits=lambda: self.client_elicits,
             related=self.calls.only_call_at,
@@ -77,9 +91,18 @@ class Relay:
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
 
+    def _takes(self) -> Message | None:
+        """What the client takes as requests: its capabilities once it has initialized;
+        nothing from a client of the stateless era (which is sent no requests)."""
+        if self.era == STATELESS:
+            return {}
+        return self.client_capabilities if self.initialized else None
+
     # -- upstream --------------------------------------------------------------------------
 
     def send(self, message: Message, related: str | int | None = None) -> None:
+        if self.era == STATELESS and "method" not in message and "id" in message:
+            message = stateless.answered(message, self._asked.pop(message["id"], None))
         if self.upstream is not None:
             self.upstream.deliver(message, related)
 
@@ -149,9 +172,25 @@ class Relay:
         request_id = params.get("requestId")
         if isinstance(request_id, str | int):
             self.calls.cancel(request_id)
+            self._asked.pop(request_id, None)  # it gets no answer
 
     def _request(self, method: str, params: Message, request_id: Any) -> None:
         router = self.core.router
+        if self.era is None:  # the first request says which era the connection speaks
+            if method == "initialize":
+                self.era = HANDSHAKE
+            elif method == "server/discover" or stateless.speaks(params):
+                self.era = STATELESS
+        if self.era == STATELESS:
+            refused = stateless.refusal(method, params)
+            if refused is not None:
+                self.send(error(request_id, *refused))
+                return
+            self._asked[request_id] = method
+            if method == "server/discover":
+                found = stateless.discover(router.capabilities(), INSTRUCTIONS)
+                self.send(result(request_id, found))
+                return
         if method in CHECKED:
             self.calls.start(method, params, request_id)
             return
@@ -198,8 +237,7 @@ class Relay:
             "protocolVersion": requested if requested in PROTOCOL_VERSIONS else LATEST_PROTOCOL,
             "capabilities": self.core.router.capabilities(),
             "serverInfo": own_info(),
-            "instructions": "Tools of several MCP servers, each sandboxed; every call is "
-            "checked by policy. Denied calls return an error result starting with DENIED.",
+            "instructions": INSTRUCTIONS,
         }
 
     async def ask_client(
@@ -237,7 +275,10 @@ class Relay:
             params = message.get("params")
             self.asks.cancelled(conn, params if isinstance(params, dict) else {})
         elif method in FORWARDED_NOTIFICATIONS:
-            if not self.initialized:
+            if self.era == STATELESS:
+                if method != "notifications/progress":
+                    return  # only what belongs to a request reaches a stateless client
+            elif not self.initialized:
                 return  # nothing reaches the client before its initialize answer
             related = None
             if method == "notifications/progress":

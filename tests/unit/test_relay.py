@@ -11,211 +11,25 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
-import itertools
 import json
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from launcher.audit.log import AuditLog
-from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY, Approvals
+from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.relay.asks import MAX_OPEN
-from launcher.relay.breaker import CircuitBreaker
-from launcher.relay.core import WITHDRAWN, Relay
-from launcher.relay.gate import Gate
+from launcher.relay.core import WITHDRAWN
 from launcher.relay.pins import Pins
-from launcher.relay.router import Router
-from launcher.relay.seams import Core, ServerSettings
-from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import Message, ServerGone, package_version
-from policy import PolicyEngine, schema
-from policy.models import CompiledPolicyFile, ToolAnnotationsFile
-from tests.support.downstream import FakeServer
-
-TIMEOUT = 7.5
-
-
-def _tool(name: str, arg: str, description: str = "") -> Message:
-    schema = {"type": "object", "properties": {arg: {"type": "string"}}}
-    return {"name": name, "description": description or name, "inputSchema": schema}
-
-
-def _prompt(name: str, arg: str) -> Message:
-    return {"name": name, "arguments": [{"name": arg, "required": True}]}
-
-
-def _annotation(server: str, key: str, name: str, effect: str, args: dict[str, list[str]]) -> Any:
-    return {key: name, "serverName": server, "effect": effect, "sideEffects": True, "args": args}
-
-
-def _annotations(server: str) -> dict[str, Any]:
-    return {
-        "tools": [
-            _annotation(server, "toolName", "read_file", "read", {"path": ["read-path"]}),
-            _annotation(server, "toolName", "write_file", "write", {"path": ["write-path"]}),
-        ],
-        "prompts": [
-            _annotation(server, "promptName", "summarize", "read", {"path": ["read-path"]}),
-        ],
-    }
-
-
-RULES = {
-    "rules": [
-        {
-            "name": "escalate-private-reads",
-            "if": {
-                "effect": ["read"],
-                "paths": {"roles": ["read-path"], "within": "${ws}/private"},
-            },
-            "then": "escalate",
-            "reason": "private files need a human",
-        },
-        {
-            "name": "allow-reads-in-workspace",
-            "if": {"effect": ["read"], "paths": {"roles": ["read-path"], "within": "${ws}"}},
-            "then": "allow",
-            "reason": "reading the workspace",
-        },
-    ]
-}
-
-
-@dataclass
-class Client:
-    """The upstream: collects what the relay sends, answers its elicitations with
-    ``approval`` (or never, when None)."""
-
-    approval: str | None = APPROVE
-    sent: list[Message] = field(default_factory=list)
-    related: list[str | int | None] = field(default_factory=list)
-    relay: Relay | None = None
-
-    def deliver(self, message: Message, related: str | int | None = None) -> None:
-        self.sent.append(message)
-        self.related.append(related)
-        if message.get("method") == "elicitation/create" and self.approval is not None:
-            content = {"answer": self.approval}
-            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {"action": "accept"}}
-            answer["result"]["content"] = content
-            assert self.relay is not None
-            line = json.dumps(answer).encode()
-            asyncio.get_running_loop().call_soon(self.relay.feed, line)
-        elif message.get("method") == "sampling/createMessage":
-            sampled = {"role": "assistant", "content": {"type": "text", "text": "sampled"}}
-            answer = {"jsonrpc": "2.0", "id": message["id"], "result": {**sampled, "model": "m"}}
-            assert self.relay is not None
-            asyncio.get_running_loop().call_soon(self.relay.feed, json.dumps(answer).encode())
-
-    def backlog(self) -> int:
-        return 0
-
-    @property
-    def elicitations(self) -> list[Message]:
-        return [m for m in self.sent if m.get("method") == "elicitation/create"]
-
-
-@dataclass
-class Harness:
-    tmp: Path
-    ws: Path
-    relay: Relay
-    client: Client
-    servers: dict[str, FakeServer]
-    audit: AuditLog
-    said: list[str]
-    hello: Message = field(default_factory=dict)  # the answer to the client's initialize
-    _ids: Any = field(default_factory=lambda: itertools.count(1))
-
-    @property
-    def fs(self) -> FakeServer:
-        return self.servers["fs"]
-
-    def feed(self, message: Message) -> None:
-        self.relay.feed(json.dumps(message).encode())
-
-    async def request(self, method: str, params: Message) -> Message | None:
-        """Send a request; its answer, or None when none came (within a generous bound)."""
-        rid = next(self._ids)
-        self.feed({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        return await self.answer(rid)
-
-    async def answer(self, rid: int, wait: float = 2.0) -> Message | None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
-        while loop.time() < deadline:
-            for message in self.client.sent:
-                if message.get("id") == rid and ("result" in message or "error" in message):
-                    return message
-            await asyncio.sleep(0.001)
-        return None
-
-    def entries(self) -> list[dict[str, Any]]:
-        text = (self.tmp / "audit.jsonl").read_text()
-        return [e for e in map(json.loads, text.splitlines()) if "event" not in e]
-
-
-def build(
-    tmp: Path,
-    *,
-    approval: str = "elicit",
-    answer: str | None = APPROVE,
-    breaker: int = 0,
-    servers: tuple[str, ...] = ("fs",),
-    names: Names = by_field,
-) -> Harness:
-    ws = tmp / "ws"
-    (ws / "private").mkdir(parents=True, exist_ok=True)
-    annotations = {"servers": {name: _annotations(name) for name in servers}}
-    engine = PolicyEngine(
-        schema.validate(CompiledPolicyFile, RULES),
-        schema.validate(ToolAnnotationsFile, annotations),
-        variables={"ws": str(ws)},
-    )
-    audit = AuditLog(str(tmp / "audit.jsonl"), "relay-test")
-    said: list[str] = []
-    gate = Gate(
-        engine,
-        CircuitBreaker(breaker),
-        audit,
-        Approvals(approval, 2.0),
-        str(tmp / "pins"),
-        say=said.append,
-        names=names,
-    )
-    fakes = {
-        name: FakeServer(
-            name,
-            tools=[_tool("read_file", "path"), _tool("write_file", "path")],
-            prompts=[_prompt("summarize", "path")],
-            resources=[{"uri": f"file://{ws}/a.txt", "name": "a"}],
-            resource_templates=[{"uriTemplate": "file:///{path}", "name": "files"}],
-            capabilities={
-                "tools": {},
-                "prompts": {},
-                "completions": {},
-                "resources": {"subscribe": True},
-            },
-        )
-        for name in servers
-    }
-    for name, fake in fakes.items():
-        gate.pin(name, fake.tools, fake.prompts, at_start=True)
-    settings = {name: ServerSettings(str(ws), TIMEOUT, True) for name in servers}
-    router = Router(len(servers) > 1)
-    relay = Relay(Core(fakes, settings, gate, audit, router, str(ws), say=said.append))
-    client = Client(answer, relay=relay)
-    relay.upstream = client
-    harness = Harness(tmp, ws, relay, client, fakes, audit, said)
-    hello = {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {"form": {}}}}
-    harness.feed({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
-    harness.hello = client.sent.pop()
-    assert harness.hello["result"]["serverInfo"]["name"] == "ironcurtain"
-    client.related.pop()
-    return harness
+from tests.support.relay import (
+    TIMEOUT,
+    Harness,
+    build,
+    prompt_listing,
+    run,
+    tool_listing,
+)
 
 
 def test_the_initialize_answer_gives_the_installed_package_version(
@@ -231,10 +45,6 @@ def test_the_initialize_answer_gives_the_installed_package_version(
         assert h.hello["result"]["serverInfo"]["version"] == "ironcurtain-7.7.7"
     finally:
         package_version.cache_clear()
-
-
-def run(work: Callable[[], Awaitable[None]]) -> None:
-    asyncio.run(asyncio.wait_for(work(), 20))
 
 
 # -- every method × every decision -----------------------------------------------------------
@@ -461,7 +271,7 @@ def test_a_uri_nobody_lists_goes_to_the_one_server_with_resources_and_is_checked
 
 def test_an_unannotated_prompt_is_never_called(tmp_path: Path) -> None:
     h = build(tmp_path)
-    h.fs.prompts.append(_prompt("shout", "text"))
+    h.fs.prompts.append(prompt_listing("shout", "text"))
     h.relay.lists_changed("notifications/prompts/list_changed")
 
     async def scenario() -> None:
@@ -511,7 +321,9 @@ def test_the_breaker_stops_the_same_request_on_every_method(tmp_path: Path) -> N
 
 
 def test_a_tool_changed_since_it_was_pinned_is_escalated(tmp_path: Path) -> None:
-    Pins.load(str(tmp_path / "pins"), "fs").save([_tool("read_file", "path", "reads a file")])
+    Pins.load(str(tmp_path / "pins"), "fs").save(
+        [tool_listing("read_file", "path", "reads a file")]
+    )
     h = build(tmp_path, approval="deny")
     assert_refused(
         h, [("tools/call", where(h, "allow"))], "ESCALATION REQUIRED (rule: tool-changed)"
@@ -523,7 +335,9 @@ def test_a_tool_changed_since_it_was_pinned_is_escalated(tmp_path: Path) -> None
 def test_how_to_accept_a_changed_tool_is_said_in_the_command_layers_words(
     tmp_path: Path,
 ) -> None:
-    Pins.load(str(tmp_path / "pins"), "fs").save([_tool("read_file", "path", "reads a file")])
+    Pins.load(str(tmp_path / "pins"), "fs").save(
+        [tool_listing("read_file", "path", "reads a file")]
+    )
     flags = {"accept_tool_changes": "--accept-tool-changes"}
     h = build(tmp_path, approval="deny", names=flags.__getitem__)
     assert any("(start the session with --accept-tool-changes)" in line for line in h.said)
@@ -747,7 +561,7 @@ def test_list_changes_reach_the_client_and_are_pinned(tmp_path: Path) -> None:
     h = build(tmp_path)
 
     async def scenario() -> None:
-        h.fs.tools.append(_tool("delete_file", "path"))
+        h.fs.tools.append(tool_listing("delete_file", "path"))
         changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         h.relay.on_server_notification(h.fs, changed)
         await asyncio.sleep(0.01)
@@ -873,7 +687,7 @@ def test_a_tool_that_changes_loses_its_session_approval(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         await h.request(wire, params)
-        h.fs.tools[0] = _tool("read_file", "path", "reads a file and posts it")
+        h.fs.tools[0] = tool_listing("read_file", "path", "reads a file and posts it")
         changed = {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
         h.relay.on_server_notification(h.fs, changed)
         await asyncio.sleep(0.01)

@@ -1,0 +1,124 @@
+"""The stateless era of MCP (revision 2026-07-28), as the client side of the relay speaks it.
+
+A client of that era sends no ``initialize``: every request carries the protocol version and
+the client's capabilities in its ``_meta``, and ``server/discover`` says what the endpoint
+serves. Every result says it is complete (``resultType``), the cacheable ones how long they
+hold (``ttlMs``) and for whom (``cacheScope``: ``private``, since what a client is shown is
+decided for it). ``ping``, ``logging/setLevel`` and ``resources/subscribe`` are gone, and a
+resource that does not exist is ``-32602``. A connection speaks one era: the first request
+decides (``initialize``, or a request in this era's form).
+
+What the relay does not yet carry to such a client is said as refusals, never silently: a
+server's own questions are refused as for a client that cannot be asked, and an escalated
+call is asked only of an attached ``ironcurtain approvals`` terminal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from launcher.shared.jsonrpc import Message, own_info
+
+# The two eras a client connection speaks, as the audit log names them.
+HANDSHAKE, STATELESS = "handshake", "stateless"
+VERSIONS = ("2026-07-28",)
+META = "io.modelcontextprotocol/"
+VERSION = META + "protocolVersion"
+CAPABILITIES = META + "clientCapabilities"
+SERVER_INFO = META + "serverInfo"
+UNSUPPORTED_VERSION = -32022
+RESOURCE_NOT_FOUND = -32602  # the handshake era's -32002
+# What this era took out of the protocol, answered as methods that do not exist.
+REMOVED = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
+CACHEABLE = frozenset(
+    {
+        "server/discover",
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    }
+)
+# Capabilities whose promises need a stream this relay does not yet keep for the era
+# (subscriptions/listen): not offered rather than offered and broken.
+_UNOFFERED = {
+    "tools": ("listChanged",),
+    "prompts": ("listChanged",),
+    "resources": (
+        "listChanged",
+        "subscribe",
+    ),
+}
+
+
+def speaks(params: Message) -> bool:
+    """Whether a request is in the stateless era's form (its ``_meta`` names a version)."""
+    meta = params.get("_meta")
+    return isinstance(meta, dict) and VERSION in meta
+
+
+def refusal(method: str, params: Message) -> tuple[int, str, Any] | None:
+    """Why the relay cannot take this request from a client of the era (code, message,
+    data), or None."""
+    meta = params.get("_meta")
+    version = meta.get(VERSION) if isinstance(meta, dict) else None
+    if method == "initialize":
+        requested = params.get("protocolVersion")
+        data = {"supported": list(VERSIONS), "requested": requested}
+        return UNSUPPORTED_VERSION, "this connection speaks the stateless protocol", data
+    if not isinstance(meta, dict) or not isinstance(version, str):
+        return -32602, f"invalid params: _meta must name {VERSION}", None
+    if version not in VERSIONS:
+        data = {"supported": list(VERSIONS), "requested": version}
+        return UNSUPPORTED_VERSION, f"unsupported protocol version: {version}", data
+    if not isinstance(meta.get(CAPABILITIES), dict):
+        return -32602, f"invalid params: _meta must give {CAPABILITIES} (an object)", None
+    if method in REMOVED:
+        return -32601, f"method not found: {method} (not in protocol {version})", None
+    return None
+
+
+def discover(capabilities: Message, instructions: str) -> Message:
+    """The answer to ``server/discover``: what this endpoint serves."""
+    offered = {
+        name: {k: v for k, v in value.items() if k not in _UNOFFERED.get(name, ())}
+        if isinstance(value, dict)
+        else value
+        for name, value in capabilities.items()
+    }
+    return {
+        "supportedVersions": list(VERSIONS),
+        "capabilities": offered,
+        "instructions": instructions,
+    }
+
+
+def answered(message: Message, method: str | None) -> Message:
+    """An answer to a client of the era, in the era's form: ``resultType``, cache hints
+    and ironcurtain's ``serverInfo`` on a result; a missing resource's code."""
+    if "result" in message and isinstance(message["result"], dict):
+        body = dict(message["result"])
+        body.setdefault("resultType", "complete")
+        if method in CACHEABLE:
+            body.setdefault("ttlMs", 0)
+            body.setdefault("cacheScope", "private")
+        meta = body.get("_meta")
+        body["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO: own_info()}
+        return {**message, "result": body}
+    err = message.get("error")
+    if isinstance(err, dict) and err.get("code") == -32002:
+        return {**message, "error": {**err, "code": RESOURCE_NOT_FOUND}}
+    return message
+
+
+def for_server(params: Message) -> Message:
+    """A request's params as a handshake-era server is sent them: without the era's
+    ``_meta`` keys (the server has its own session with ironcurtain)."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict) or not any(k.startswith(META) for k in meta):
+        return params
+    kept = {k: v for k, v in meta.items() if not k.startswith(META)}
+    if kept:
+        return {**params, "_meta": kept}
+    return {k: v for k, v in params.items() if k != "_meta"}

@@ -1,0 +1,146 @@
+"""A client of the stateless era (MCP 2026-07-28) through the relay core: no ``initialize``,
+every request with its version and capabilities in ``_meta``; the same gate, the same audit,
+answers in the era's form, and what the relay cannot yet carry refused rather than lost."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from launcher.relay.approval import APPROVE
+from launcher.relay.stateless import CAPABILITIES, SERVER_INFO, VERSION
+from launcher.shared.jsonrpc import Message
+from tests.support.relay import Harness, build, run
+
+META = {VERSION: "2026-07-28", CAPABILITIES: {}}
+
+
+def stateless(tmp_path: Path, **options: Any) -> Harness:
+    return build(tmp_path, initialize=False, **options)
+
+
+def modern(params: Message, **meta: object) -> Message:
+    return {**params, "_meta": {**META, **meta}}
+
+
+def test_discover_describes_the_endpoint_without_a_handshake(tmp_path: Path) -> None:
+    h = stateless(tmp_path)
+
+    async def work() -> None:
+        answer = await h.request("server/discover", {"_meta": META})
+        assert answer is not None
+        found = answer["result"]
+        assert found["supportedVersions"] == ["2026-07-28"]
+        assert found["resultType"] == "complete"
+        assert found["cacheScope"] == "private" and found["ttlMs"] == 0
+        assert found["_meta"][SERVER_INFO]["name"] == "ironcurtain"
+        assert "tools" in found["capabilities"]
+        # Nothing is promised that needs a stream the relay does not keep for this era.
+        assert "listChanged" not in found["capabilities"]["tools"]
+        assert "subscribe" not in found["capabilities"].get("resources", {})
+
+    run(work)
+
+
+def test_calls_pass_the_same_gate_and_audit_say_the_era(tmp_path: Path) -> None:
+    h = stateless(tmp_path)
+
+    async def work() -> None:
+        listed = await h.request("tools/list", modern({}))
+        assert listed is not None
+        assert [t["name"] for t in listed["result"]["tools"]] == ["read_file", "write_file"]
+        assert listed["result"]["resultType"] == "complete"
+        assert listed["result"]["cacheScope"] == "private"
+        inside = {"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}}
+        allowed = await h.request("tools/call", modern(inside))
+        assert allowed is not None and allowed["result"]["resultType"] == "complete"
+        assert not allowed["result"].get("isError")
+        outside = {"name": "read_file", "arguments": {"path": "/etc/passwd"}}
+        denied = await h.request("tools/call", modern(outside))
+        assert denied is not None
+        assert denied["result"]["content"][0]["text"].startswith("DENIED")
+        assert denied["result"]["resultType"] == "complete"
+
+    run(work)
+    # The server got one call, in its own session's form: none of the era's _meta.
+    [params] = [p for m, p in h.fs.requests if m == "tools/call"]
+    assert params["name"] == "read_file" and "_meta" not in params
+    entries = h.entries()
+    assert [e["policy"]["decision"] for e in entries] == ["allow", "deny"]
+    assert {e["era"] for e in entries} == {"stateless"}
+
+
+def test_a_request_out_of_the_era_is_refused_with_the_era_s_codes(tmp_path: Path) -> None:
+    h = stateless(tmp_path)
+
+    async def work() -> None:
+        assert await h.request("tools/list", modern({})) is not None  # the era is decided
+        cases: list[tuple[str, Message, int]] = [
+            ("tools/list", {}, -32602),  # no _meta at all
+            ("tools/list", {"_meta": {VERSION: "2026-07-28"}}, -32602),  # no capabilities
+            ("tools/list", modern({}, **{VERSION: "2027-01-01"}), -32022),
+            ("initialize", {"protocolVersion": "2025-11-25", "capabilities": {}}, -32022),
+            ("ping", modern({}), -32601),
+            ("logging/setLevel", modern({"level": "debug"}), -32601),
+            ("resources/subscribe", modern({"uri": f"file://{h.ws}/a.txt"}), -32601),
+        ]
+        for method, params, code in cases:
+            answer = await h.request(method, params)
+            assert answer is not None and answer["error"]["code"] == code, (method, answer)
+        version = await h.request("tools/list", modern({}, **{VERSION: "2027-01-01"}))
+        assert version is not None
+        assert version["error"]["data"] == {"supported": ["2026-07-28"], "requested": "2027-01-01"}
+
+    run(work)
+    assert not [m for m in h.fs.methods if m in ("tools/call", "resources/subscribe")]
+
+
+def test_a_handshake_client_is_served_as_before(tmp_path: Path) -> None:
+    h = build(tmp_path)
+
+    async def work() -> None:
+        listed = await h.request("tools/list", {})
+        assert listed is not None and "resultType" not in listed["result"]
+        found = await h.request("server/discover", {"_meta": META})
+        assert found is not None and found["error"]["code"] == -32601
+
+    run(work)
+
+
+def test_a_server_question_is_refused_for_a_client_that_cannot_be_asked(tmp_path: Path) -> None:
+    # A stateless client takes no request from the relay: a server's question during its
+    # call is refused (never sent where nobody answers), and the call goes on.
+    h = stateless(tmp_path, answer=APPROVE)
+    h.fs.answer = lambda method, params: None  # the call stays out while the server asks
+    question = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {}}}
+
+    async def work() -> None:
+        inside = {"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}}
+        h.feed({"jsonrpc": "2.0", "id": "call-1", "method": "tools/call", "params": modern(inside)})
+        await asyncio.sleep(0.01)
+        assert h.fs.on_request is not None
+        asked = {"jsonrpc": "2.0", "id": 77, "method": "elicitation/create", "params": question}
+        h.fs.on_request(h.fs, asked)
+        await asyncio.sleep(0.01)
+
+    run(work)
+    assert not [m for m in h.client.sent if m.get("method") == "elicitation/create"]
+    ((rid, outcome),) = h.fs.replies
+    assert rid == 77 and outcome["error"]["code"] == -32601
+    entry = next(e for e in h.entries() if e["method"] == "elicitation/create")
+    assert entry["policy"]["rule"] == "client-capability"
+
+
+def test_an_escalated_call_is_not_asked_of_a_stateless_client(tmp_path: Path) -> None:
+    h = stateless(tmp_path, answer=APPROVE)
+
+    async def work() -> None:
+        private = {"name": "read_file", "arguments": {"path": str(h.ws / "private" / "x")}}
+        answer = await h.request("tools/call", modern(private))
+        assert answer is not None
+        assert answer["result"]["content"][0]["text"].startswith("ESCALATION REQUIRED")
+
+    run(work)
+    assert not [m for m in h.client.sent if m.get("method") == "elicitation/create"]
+    assert "tools/call" not in h.fs.methods
