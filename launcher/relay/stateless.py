@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.shared.jsonrpc import Message, own_info
+from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, own_info
 
 # The two eras a client connection speaks, as the audit log names them.
 HANDSHAKE, STATELESS = "handshake", "stateless"
-VERSIONS = ("2026-07-28",)
+VERSIONS = STATELESS_VERSIONS
 META = "io.modelcontextprotocol/"
-VERSION = META + "protocolVersion"
+VERSION = META_VERSION
 CAPABILITIES = META + "clientCapabilities"
 SERVER_INFO = META + "serverInfo"
 UNSUPPORTED_VERSION = -32022
@@ -40,6 +40,8 @@ CACHEABLE = frozenset(
         "resources/read",
     }
 )
+# A server's log messages belong to no request: none reach a client of the era yet.
+_WITHHELD = frozenset({"logging"})
 # Capabilities whose promises need a stream this relay does not yet keep for the era
 # (subscriptions/listen): not offered rather than offered and broken.
 _UNOFFERED = {
@@ -86,6 +88,7 @@ def discover(capabilities: Message, instructions: str) -> Message:
         if isinstance(value, dict)
         else value
         for name, value in capabilities.items()
+        if name not in _WITHHELD
     }
     return {
         "supportedVersions": list(VERSIONS),

@@ -18,6 +18,9 @@ from sandbox_profiles.records import frozen
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
+# The stateless era (2026-07-28 on): no handshake; every request names its version here.
+STATELESS_VERSIONS = ("2026-07-28",)
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
 LINE_LIMIT = 64 * 1024 * 1024
 
 # The methods the relay checks before a server answers them.

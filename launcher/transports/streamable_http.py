@@ -32,8 +32,8 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import uvicorn
@@ -45,28 +45,20 @@ from pydantic import ValidationError
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
-from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, Message, error
+from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, Message, error
 from launcher.transports.http_bounds import bounded_protocol, quiet_logs
 from launcher.transports.http_socket import listen_http
+from launcher.transports.stateless_http import Opener, Relayed, StatelessClients
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
 IDLE_TIMEOUT = 30 * 60.0
 KEEP_ALIVE = 5  # seconds an idle connection is kept open
 REQUEST_CANCELLED = -32800  # ends the event stream of a request the client cancelled
+ONLY_POST = "a request of the stateless protocol is a POST"
 
 
-class Attached(Protocol):
-    """One client session's relay, as the transport sees it."""
-
-    def feed(self, line: bytes) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-# Given a client session's stream (where the relay's messages go), start its servers and
-# relay; raises with a message for the client when they cannot be started.
-Opener = Callable[["ClientStream"], Awaitable[Attached]]
+Attached = Relayed  # one client session's relay, as the transport sees it
 
 
 class HttpEndpoint:
@@ -76,6 +68,7 @@ class HttpEndpoint:
         self._opener = opener
         self.say = say
         self.sessions: dict[str, ClientStream] = {}
+        self.stateless = StatelessClients(opener)
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._limited = RequestBodyLimitMiddleware(self._route, BODY_LIMIT)
@@ -115,7 +108,9 @@ class HttpEndpoint:
 
     async def stop(self) -> None:
         await asyncio.gather(
-            *(c.end() for c in list(self.sessions.values())), return_exceptions=True
+            *(c.end() for c in list(self.sessions.values())),
+            self.stateless.close(),
+            return_exceptions=True,
         )
         if self._server is not None:
             self._server.force_exit = True
@@ -156,14 +151,20 @@ class HttpEndpoint:
         if scope["method"] not in ("POST", "GET", "DELETE"):
             return 405, "POST, GET or DELETE"
         version = headers.get("mcp-protocol-version")
-        if version is not None and version not in PROTOCOL_VERSIONS:
-            return 400, (
-                f"unsupported MCP-Protocol-Version {version!r}; "
-                f"this endpoint speaks {', '.join(PROTOCOL_VERSIONS)}"
+        if version in STATELESS_VERSIONS and scope["method"] != "POST":
+            return 405, ONLY_POST
+        if version is not None and version not in (*PROTOCOL_VERSIONS, *STATELESS_VERSIONS):
+            spoken = ", ".join((*PROTOCOL_VERSIONS, *STATELESS_VERSIONS))
+            return (
+                400,
+                f"unsupported MCP-Protocol-Version {version!r}; this endpoint speaks {spoken}",
             )
         return None
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if _header(scope, b"mcp-protocol-version") in STATELESS_VERSIONS:
+            await self.stateless.serve(scope, receive, send)
+            return
         sid = _header(scope, b"mcp-session-id")
         if sid is not None:
             client = self.sessions.get(sid)
@@ -356,7 +357,7 @@ async def _plain(send: Send, status: int, text: str) -> None:
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="ironcurtain"'))
     if status == 405:
-        headers.append((b"allow", b"GET, POST, DELETE"))
+        headers.append((b"allow", b"POST" if text == ONLY_POST else b"GET, POST, DELETE"))
     body = text.encode()
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -1,4 +1,5 @@
-"""The ``mcp`` SDK's own client in each of its modes, over stdio, through ``ironcurtain run``
+"""The ``mcp`` SDK's own client in each of its modes, over stdio and over ``--http``, through
+``ironcurtain run``
 to the real reference servers in their sandboxes: pinned to the stateless era (2026-07-28),
 in ``auto`` (which asks ``server/discover`` and so takes the stateless era), and in the
 handshake era, as before. The same policy answers all three, and the audit says the era."""
@@ -9,10 +10,13 @@ import json
 from pathlib import Path
 
 import anyio
+import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.home import Home
+from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 
@@ -21,33 +25,46 @@ pytestmark = needs_bwrap
 MODES = [("2026-07-28", "2026-07-28"), ("auto", "2026-07-28"), ("legacy", "2025-11-25")]
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize(("mode", "era"), MODES)
-def test_each_mode_of_the_sdk_client_gets_the_same_policy(user: Home, mode: str, era: str) -> None:
+def test_each_mode_of_the_sdk_client_gets_the_same_policy(
+    user: Home, mode: str, era: str, transport: str
+) -> None:
     ws = user.ws()
     (ws / "notes.txt").write_text("inside")
     audit = user.root / "audit.jsonl"
-    argv = ["run", "--workspace", str(ws), "--audit-log", str(audit)]
-    params = StdioServerParameters(
-        command=IRONCURTAIN,
-        args=[*argv, "--server", "filesystem", "--server", "time"],
-        env=user.env,
-        cwd=str(user.root),
-    )
+    argv = ["--workspace", str(ws), "--audit-log", str(audit)]
+    argv += ["--server", "filesystem", "--server", "time"]
     seen: dict[str, object] = {}
 
     async def scenario() -> None:
-        async with Client(params, mode=mode) as client:
-            seen["version"] = client.protocol_version
-            names = {t.name for t in (await client.list_tools()).tools}
-            assert {"filesystem__read_text_file", "time__get_current_time"} <= names
-            inside = await client.call_tool(
-                "filesystem__read_text_file", {"path": str(ws / "notes.txt")}
+        if transport == "stdio":
+            params = StdioServerParameters(
+                command=IRONCURTAIN, args=["run", *argv], env=user.env, cwd=str(user.root)
             )
-            seen["inside"] = (inside.is_error, inside.content[0].text)  # type: ignore[union-attr]
-            outside = await client.call_tool("filesystem__read_text_file", {"path": "/etc/shadow"})
-            seen["outside"] = (outside.is_error, outside.content[0].text)  # type: ignore[union-attr]
-            now = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
-            seen["time"] = now.is_error
+            async with Client(params, mode=mode) as client:
+                await session(client)
+            return
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        with serving(user, *argv) as served:
+            async with (
+                httpx2.AsyncClient(headers=bearer, timeout=30) as http,
+                Client(streamable_http_client(served.url, http_client=http), mode=mode) as client,
+            ):
+                await session(client)
+
+    async def session(client: Client) -> None:
+        seen["version"] = client.protocol_version
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert {"filesystem__read_text_file", "time__get_current_time"} <= names
+        inside = await client.call_tool(
+            "filesystem__read_text_file", {"path": str(ws / "notes.txt")}
+        )
+        seen["inside"] = (inside.is_error, inside.content[0].text)  # type: ignore[union-attr]
+        outside = await client.call_tool("filesystem__read_text_file", {"path": "/etc/shadow"})
+        seen["outside"] = (outside.is_error, outside.content[0].text)  # type: ignore[union-attr]
+        now = await client.call_tool("time__get_current_time", {"timezone": "UTC"})
+        seen["time"] = now.is_error
 
     anyio.run(scenario)
     assert seen["version"] == era

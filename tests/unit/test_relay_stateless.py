@@ -39,6 +39,7 @@ def test_discover_describes_the_endpoint_without_a_handshake(tmp_path: Path) -> 
         # Nothing is promised that needs a stream the relay does not keep for this era.
         assert "listChanged" not in found["capabilities"]["tools"]
         assert "subscribe" not in found["capabilities"].get("resources", {})
+        assert "logging" not in found["capabilities"]
 
     run(work)
 

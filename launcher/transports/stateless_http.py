@@ -1,0 +1,192 @@
+"""Requests of the stateless era (MCP 2026-07-28) over HTTP: a POST whose
+``MCP-Protocol-Version`` header names a version of that era carries all it needs, needs no
+session, and is answered on its own response (``application/json``).
+
+Every such request is served by one relay over one set of the session's servers, opened with
+the first: nothing a client says lives between its requests, so any instance of ironcurtain
+behind a load balancer could answer the next one. The client's request ids are replaced by
+ironcurtain's own on the way in (two clients may both send id 1) and given back on the way
+out. A client that goes away before its answer cancels the request.
+
+Checked before the relay sees a request, as the era's transport asks: the headers say what
+the body does (``MCP-Protocol-Version`` its ``_meta`` version, ``Mcp-Method`` its method,
+``Mcp-Name`` the tool or prompt name or the resource URI, plain or as
+``=?base64?…?=``); a mismatch is ``-32020``, answered 400 as the era's errors about the
+request's form are; a method that does not exist is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import itertools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from starlette.types import Receive, Scope, Send
+
+from launcher.shared.jsonrpc import META_VERSION, Message, error, loads
+
+HEADER_MISMATCH = -32020
+# The era's errors about a request's form, answered 400 (a method that is not there, 404).
+BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
+_NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+
+
+class Relayed(Protocol):
+    """A relay as a transport sees it: what the client says goes in as JSON text."""
+
+    def feed(self, line: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """Where a relay's messages for its client go (the relay core's upstream seam)."""
+
+    def deliver(self, message: Message, related: str | int | None = None) -> None: ...
+
+    def backlog(self) -> int: ...
+
+
+# Given where its messages go, start a client's servers and relay (raises, with a message
+# for the client, when they cannot be started).
+Opener = Callable[[Upstream], Awaitable[Relayed]]
+
+
+class StatelessClients:
+    """The stateless era's requests over HTTP, all through one relay: its upstream."""
+
+    def __init__(self, opener: Opener) -> None:
+        self._opener = opener
+        self._relay: Relayed | None = None
+        self._opening = asyncio.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, asyncio.Future[Message]] = {}
+
+    # -- Upstream --------------------------------------------------------------------------
+
+    def deliver(self, message: Message, related: str | int | None = None) -> None:
+        """An answer goes to the request waiting for it; nothing else is sent (a stateless
+        request's answer is its whole response)."""
+        key = message.get("id")
+        future = self._waiting.pop(key, None) if isinstance(key, str) else None
+        if "method" not in message and future is not None and not future.done():
+            future.set_result(message)
+
+    def backlog(self) -> int:
+        return 0
+
+    # -- HTTP ------------------------------------------------------------------------------
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await _body(receive)
+        try:
+            message = loads(body)
+        except (ValueError, RecursionError):
+            await _answer(send, error(None, -32700, "parse error: not JSON"))
+            return
+        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+            await _answer(send, error(None, -32600, "invalid request: one JSON-RPC message"))
+            return
+        mismatch = _mismatch(scope, message)
+        if mismatch is not None:
+            await _answer(send, error(message.get("id"), HEADER_MISMATCH, mismatch))
+            return
+        if "id" not in message:  # a notification: nothing of this era's is one to act on
+            await _status(send, 202)
+            return
+        relay = await self._relay_for_requests()
+        internal = f"http-{next(self._ids)}"
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._waiting[internal] = future
+        relay.feed(json.dumps({**message, "id": internal}).encode())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            either: set[asyncio.Future[Any]] = {future, gone}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if not future.done():  # the client went away: the request is cancelled
+            self._waiting.pop(internal, None)
+            cancel = {"requestId": internal, "reason": "the client closed its request"}
+            relay.feed(
+                json.dumps(
+                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                ).encode()
+            )
+            return
+        await _answer(send, {**future.result(), "id": message["id"]})
+
+    async def close(self) -> None:
+        if self._relay is not None:
+            relay, self._relay = self._relay, None
+            await relay.close()
+
+    async def _relay_for_requests(self) -> Relayed:
+        async with self._opening:
+            if self._relay is None:
+                self._relay = await self._opener(self)
+            return self._relay
+
+
+def _mismatch(scope: Scope, message: Message) -> str | None:
+    """What the headers say that the body does not, or None."""
+    headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    meta = params.get("_meta")
+    version = meta.get(META_VERSION) if isinstance(meta, dict) else None
+    if headers.get("mcp-protocol-version") != version:
+        return "the MCP-Protocol-Version header is not the request's _meta version"
+    if "id" in message and headers.get("mcp-method") != message["method"]:
+        return "the Mcp-Method header is not the request's method"
+    named = _NAMED.get(message["method"])
+    if named is not None and _decoded(headers.get("mcp-name")) != params.get(named):
+        return f"the Mcp-Name header is not the request's {named}"
+    return None
+
+
+def _decoded(value: str | None) -> str | None:
+    """A header value as sent: plain, or ``=?base64?…?=`` for what a header cannot hold."""
+    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
+        return value
+    try:
+        return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _answer(send: Send, message: Message) -> None:
+    err = message.get("error")
+    code = err.get("code") if isinstance(err, dict) else None
+    status = 404 if code == -32601 else 400 if code in BAD_REQUEST else 200
+    body = json.dumps(message).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _status(send: Send, status: int) -> None:
+    headers: list[tuple[bytes, bytes]] = [(b"content-length", b"0")]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": b""})

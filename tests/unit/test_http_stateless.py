@@ -1,0 +1,150 @@
+"""Requests of the stateless era over ``--http``, in process, on the real HTTP stack with a
+relay that answers by itself: no session, each POST answered on its own response, the
+headers held to the body, two clients' equal ids kept apart, and a client that goes away
+cancelling its request."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+from typing import Any
+
+import httpx2
+
+from launcher.shared.jsonrpc import error, result
+from launcher.transports.stateless_http import Upstream
+from launcher.transports.streamable_http import HttpEndpoint
+
+TOKEN = "t" * 32
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}}  # fmt: skip
+
+
+def head(method: str, name: str | None = None, version: str = "2026-07-28") -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": version, "Mcp-Method": method}  # fmt: skip
+    if name is not None:
+        headers["Mcp-Name"] = name
+    return headers
+
+
+def call(rid: object, name: str, **meta: object) -> dict[str, Any]:
+    params = {"name": name, "arguments": {}, "_meta": {**META, **meta}}
+    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+
+
+class Echoing:
+    """A relay that answers each call with the id it was given; ``hold`` is held until
+    cancelled."""
+
+    def __init__(self, upstream: Upstream, seen: list[dict[str, Any]]) -> None:
+        self.upstream = upstream
+        self.seen = seen
+
+    def feed(self, line: bytes) -> None:
+        message = json.loads(line)
+        self.seen.append(message)
+        if "id" not in message:
+            return
+        name = message["params"].get("name")
+        if name == "hold":
+            return
+        if name == "missing":
+            self.upstream.deliver(error(message["id"], -32601, "method not found"))
+            return
+        answer = {"content": [{"type": "text", "text": f"{name} as {message['id']}"}]}
+        asyncio.get_running_loop().call_later(
+            0.05, self.upstream.deliver, result(message["id"], answer)
+        )
+
+    async def close(self) -> None:
+        pass
+
+
+def scenario(work: Any) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        async def opener(upstream: Upstream) -> Echoing:
+            return Echoing(upstream, seen)
+
+        endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None)
+        await endpoint.start()
+        try:
+            async with httpx2.AsyncClient(timeout=10) as http:
+                await work(http, endpoint.url)
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    return seen
+
+
+def test_each_request_is_answered_on_its_own_response_with_its_own_id() -> None:
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        # Two clients, both with id 1, at once: each gets its own answer, under its own id.
+        a, b = await asyncio.gather(
+            http.post(url, json=call(1, "first"), headers=head("tools/call", "first")),
+            http.post(url, json=call(1, "second"), headers=head("tools/call", "second")),
+        )
+        for response, name in ((a, "first"), (b, "second")):
+            assert response.status_code == 200, response.text
+            assert "mcp-session-id" not in response.headers
+            answer = response.json()
+            assert answer["id"] == 1
+            assert answer["result"]["content"][0]["text"].startswith(f"{name} as http-")
+
+    seen = scenario(work)
+    assert len({m["id"] for m in seen}) == 2  # the relay saw two ids, never the client's
+
+
+def test_the_headers_must_say_what_the_body_does() -> None:
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        wrong_name = await http.post(url, json=call(1, "first"), headers=head("tools/call", "x"))
+        no_name = await http.post(url, json=call(2, "first"), headers=head("tools/call"))
+        wrong_method = await http.post(
+            url, json=call(3, "first"), headers=head("prompts/get", "first")
+        )
+        for response in (wrong_name, no_name, wrong_method):
+            assert response.status_code == 400
+            assert response.json()["error"]["code"] == -32020
+        # A name no header can hold goes as base64, and is read so.
+        name = "caf\u00e9\nbar"
+        encoded = "=?base64?" + base64.b64encode(name.encode()).decode() + "?="
+        good = await http.post(url, json=call(4, name), headers=head("tools/call", encoded))
+        assert good.status_code == 200 and good.json()["id"] == 4
+        missing = await http.post(
+            url, json=call(5, "missing"), headers=head("tools/call", "missing")
+        )
+        assert missing.status_code == 404
+
+    seen = scenario(work)
+    assert [m["params"]["name"] for m in seen] == ["caf\u00e9\nbar", "missing"]
+
+
+def test_only_a_post_and_only_a_version_spoken() -> None:
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        got = await http.get(url, headers=head("tools/call"))
+        assert got.status_code == 405 and got.headers["allow"] == "POST"
+        later = await http.post(
+            url, json=call(1, "x"), headers=head("tools/call", "x", "2099-01-01")
+        )
+        assert later.status_code == 400
+
+    assert scenario(work) == []
+
+
+def test_a_client_that_goes_away_cancels_its_request() -> None:
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        post = http.post(url, json=call(1, "hold"), headers=head("tools/call", "hold"))
+        with contextlib.suppress(TimeoutError):  # it goes away before the answer
+            await asyncio.wait_for(post, 0.5)
+        await asyncio.sleep(0.2)
+
+    seen = scenario(work)
+    held, cancelled = seen
+    assert cancelled["method"] == "notifications/cancelled"
+    assert cancelled["params"]["requestId"] == held["id"]
