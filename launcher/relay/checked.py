@@ -20,7 +20,7 @@ from launcher.relay.call import Call, ClientLink
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
 from launcher.relay.seams import Core
-from launcher.relay.stateless import HANDSHAKE, for_server
+from launcher.relay.stateless import HANDSHAKE, asks_for_input, for_server, server_result
 from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
@@ -215,6 +215,13 @@ class CheckedCalls:
             text = f"ERROR: server '{server}' returned a malformed result"
             self.end(call, "error", failure=text)
             return
+        if asks_for_input(answer):
+            # A server in its handshake-era session asks the client only by requests of
+            # its own (which pass the questions' checks); a result that asks is refused.
+            text = f"ERROR: server '{server}' asked for input in its result, which is not relayed"
+            self.end(call, "error", failure=text)
+            return
+        answer = server_result(answer)
         failed = call.method == TOOL and bool(answer.get("isError"))
         answer, filtered = self.core.outputs.answer(server, call.method, call.name or "", answer)
         self.finish(call, "error" if failed else "success", filtered)

@@ -177,10 +177,10 @@ class Relay:
     def _request(self, method: str, params: Message, request_id: Any) -> None:
         router = self.core.router
         if self.era is None:  # the first request says which era the connection speaks
-            if method == "initialize":
-                self.era = HANDSHAKE
-            elif method == "server/discover" or stateless.speaks(params):
+            if method == "server/discover" or stateless.speaks(params):
                 self.era = STATELESS
+            elif method == "initialize":
+                self.era = HANDSHAKE
         if self.era == STATELESS:
             refused = stateless.refusal(method, params)
             if refused is not None:

@@ -40,6 +40,10 @@ CACHEABLE = frozenset(
         "resources/read",
     }
 )
+# What a result says of itself that only ironcurtain may say to its client.
+_OURS = ("resultType", "ttlMs", "cacheScope", "requestState", "inputRequests")
+# What asks for, or answers, input through a result and its retry.
+_ASKING = ("inputRequests", "inputResponses", "requestState")
 # A server's log messages belong to no request: none reach a client of the era yet.
 _WITHHELD = frozenset({"logging"})
 # Capabilities whose promises need a stream this relay does not yet keep for the era
@@ -97,15 +101,29 @@ def discover(capabilities: Message, instructions: str) -> Message:
     }
 
 
+def asks_for_input(result: Message) -> bool:
+    """Whether a server's result asks the client for input (the stateless era's way of
+    asking), which the relay does not carry."""
+    return result.get("resultType") == "input_required" or any(k in result for k in _ASKING)
+
+
+def server_result(result: Message) -> Message:
+    """A server's result without what only ironcurtain may say of an answer to its client:
+    whether it is complete, and how long and for whom it may be cached."""
+    if not any(k in result for k in _OURS):
+        return result
+    return {k: v for k, v in result.items() if k not in _OURS}
+
+
 def answered(message: Message, method: str | None) -> Message:
     """An answer to a client of the era, in the era's form: ``resultType``, cache hints
     and ironcurtain's ``serverInfo`` on a result; a missing resource's code."""
     if "result" in message and isinstance(message["result"], dict):
-        body = dict(message["result"])
-        body.setdefault("resultType", "complete")
+        body = {k: v for k, v in message["result"].items() if k not in _OURS}
+        body["resultType"] = "complete"
         if method in CACHEABLE:
-            body.setdefault("ttlMs", 0)
-            body.setdefault("cacheScope", "private")
+            body["ttlMs"] = 0
+            body["cacheScope"] = "private"
         meta = body.get("_meta")
         body["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO: own_info()}
         return {**message, "result": body}
@@ -117,7 +135,10 @@ def answered(message: Message, method: str | None) -> Message:
 
 def for_server(params: Message) -> Message:
     """A request's params as a handshake-era server is sent them: without the era's
-    ``_meta`` keys (the server has its own session with ironcurtain)."""
+    ``_meta`` keys (the server has its own session with ironcurtain), and without answers
+    to questions it never asked through ironcurtain (``inputResponses``, ``requestState``)."""
+    if any(k in params for k in _ASKING):
+        params = {k: v for k, v in params.items() if k not in _ASKING}
     meta = params.get("_meta")
     if not isinstance(meta, dict) or not any(k.startswith(META) for k in meta):
         return params

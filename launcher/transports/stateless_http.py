@@ -27,12 +27,14 @@ from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
-from launcher.shared.jsonrpc import META_VERSION, Message, error, loads
+from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, error, loads
 
 HEADER_MISMATCH = -32020
+RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
 BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+_CHECKED_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
 
 
 class Relayed(Protocol):
@@ -65,6 +67,7 @@ class StatelessClients:
         self._opening = asyncio.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
+        self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
     # -- Upstream --------------------------------------------------------------------------
 
@@ -98,7 +101,21 @@ class StatelessClients:
         if "id" not in message:  # a notification: nothing of this era's is one to act on
             await _status(send, 202)
             return
-        relay = await self._relay_for_requests()
+        rid = message["id"]
+        if type(rid) not in (str, int):
+            await _answer(send, error(None, -32600, "invalid request: an id is a string or number"))
+            return
+        if message["method"] == "initialize":
+            data = {"supported": list(STATELESS_VERSIONS), "requested": None}
+            await _answer(
+                send, error(rid, -32022, "the stateless protocol has no initialize", data)
+            )
+            return
+        try:
+            relay = await self._relay_for_requests()
+        except Exception as exc:  # the servers cannot be started (now, or again yet)
+            await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
+            return
         internal = f"http-{next(self._ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[internal] = future
@@ -126,14 +143,27 @@ class StatelessClients:
             await relay.close()
 
     async def _relay_for_requests(self) -> Relayed:
+        """The relay, its servers started with the first request; after they could not be,
+        the same failure for ``RETRY_AFTER`` seconds rather than a start for each request."""
         async with self._opening:
             if self._relay is None:
-                self._relay = await self._opener(self)
+                loop = asyncio.get_running_loop()
+                if self._failed is not None and loop.time() < self._failed[0] + RETRY_AFTER:
+                    raise RuntimeError(self._failed[1])
+                try:
+                    self._relay = await self._opener(self)
+                except Exception as exc:
+                    self._failed = (loop.time(), str(exc))
+                    raise
             return self._relay
 
 
 def _mismatch(scope: Scope, message: Message) -> str | None:
     """What the headers say that the body does not, or None."""
+    names = [k.decode("latin-1").lower() for k, _ in scope["headers"]]
+    for name in _CHECKED_HEADERS:
+        if names.count(name) > 1:
+            return f"the {name} header is repeated"
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
     params = message.get("params")
     params = params if isinstance(params, dict) else {}
@@ -176,10 +206,11 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-async def _answer(send: Send, message: Message) -> None:
+async def _answer(send: Send, message: Message, status: int | None = None) -> None:
     err = message.get("error")
     code = err.get("code") if isinstance(err, dict) else None
-    status = 404 if code == -32601 else 400 if code in BAD_REQUEST else 200
+    if status is None:
+        status = 404 if code == -32601 else 400 if code in BAD_REQUEST else 200
     body = json.dumps(message).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

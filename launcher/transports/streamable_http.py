@@ -151,6 +151,8 @@ class HttpEndpoint:
         if scope["method"] not in ("POST", "GET", "DELETE"):
             return 405, "POST, GET or DELETE"
         version = headers.get("mcp-protocol-version")
+        if [k for k, _ in scope["headers"] if k.lower() == b"mcp-protocol-version"][1:]:
+            return 400, "the MCP-Protocol-Version header is repeated"
         if version in STATELESS_VERSIONS and scope["method"] != "POST":
             return 405, ONLY_POST
         if version is not None and version not in (*PROTOCOL_VERSIONS, *STATELESS_VERSIONS):

@@ -148,3 +148,48 @@ def test_a_client_that_goes_away_cancels_its_request() -> None:
     held, cancelled = seen
     assert cancelled["method"] == "notifications/cancelled"
     assert cancelled["params"]["requestId"] == held["id"]
+
+
+def test_an_initialize_repeated_headers_and_odd_ids_are_refused_before_the_relay() -> None:
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        opening = {"protocolVersion": "2025-11-25", "capabilities": {}, "_meta": META}
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening}
+        refused = await http.post(url, json=hello, headers=head("initialize"))
+        assert refused.status_code == 400 and refused.json()["error"]["code"] == -32022
+        twice = [*head("tools/call", "first").items(), ("Mcp-Name", "other")]
+        repeated = await http.post(url, json=call(2, "first"), headers=twice)
+        assert repeated.status_code == 400 and repeated.json()["error"]["code"] == -32020
+        for odd in (True, None, [1], {"a": 1}):
+            answer = await http.post(
+                url, json=call(odd, "first"), headers=head("tools/call", "first")
+            )
+            assert answer.status_code == 400 and answer.json()["error"]["code"] == -32600
+
+    assert scenario(work) == []
+
+
+def test_servers_that_cannot_start_are_an_error_and_not_started_for_every_request() -> None:
+    tries: list[int] = []
+
+    async def main() -> None:
+        async def opener(upstream: Upstream) -> Echoing:
+            tries.append(1)
+            raise RuntimeError("server 'fs' failed to start")
+
+        endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None)
+        await endpoint.start()
+        try:
+            async with httpx2.AsyncClient(timeout=10) as http:
+                for rid in (1, 2, 3):
+                    failed = await http.post(
+                        endpoint.url, json=call(rid, "x"), headers=head("tools/call", "x")
+                    )
+                    assert failed.status_code == 500
+                    said = failed.json()
+                    assert said["id"] == rid and said["error"]["code"] == -32603
+                    assert "failed to start" in said["error"]["message"]
+        finally:
+            await endpoint.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+    assert tries == [1]  # not again within the wait
