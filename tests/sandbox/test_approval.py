@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,9 @@ from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_calls, probe_session
-from tests.support.sdk import Elicitation, call, connect, session_calls
+from tests.support.sdk import Answer, Elicitation, answering, call, connect, session_calls
 
 pytestmark = needs_bwrap
-
-Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
 
 
 def _setup(user: Home) -> tuple[list[str], Path, Path]:
@@ -60,18 +58,6 @@ def _env_values(
     """One session: ``probe__env_value`` of each name in turn (the rule asks before each)."""
     calls = [("probe__env_value", {"name": name}) for name in names]
     return session_calls(user, args, calls, _elicitation(answer))
-
-
-def answering(*answers: str) -> tuple[Answer, list[str]]:
-    """A human who gives these answers in turn; the messages they saw are kept."""
-    seen: list[str] = []
-    queue = list(answers)
-
-    async def answer(params: types.ElicitRequestParams) -> types.ElicitResult:
-        seen.append(getattr(params, "message", ""))
-        return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
-
-    return answer, seen
 
 
 def test_approve_and_deny(user: Home) -> None:

@@ -11,7 +11,6 @@ import shutil
 import socket
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,23 +28,9 @@ from tests.support.probe import (
     write_probe_config,
     write_raw_policy,
 )
-from tests.support.sdk import call, connect
+from tests.support.sdk import Answer, answering, call, connect
 
 pytestmark = needs_bwrap
-
-Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
-
-
-def answering(*answers: str) -> tuple[Answer, list[str]]:
-    """A human who gives these answers in turn; the questions they saw are kept."""
-    seen: list[str] = []
-    queue = list(answers)
-
-    async def answer(params: types.ElicitRequestParams) -> types.ElicitResult:
-        seen.append(getattr(params, "message", ""))
-        return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
-
-    return answer, seen
 
 
 def fs_calls(

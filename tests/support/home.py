@@ -66,3 +66,13 @@ def git_repo(ws: Path) -> None:
     """Make ``ws`` a git repository with one file, README.md."""
     subprocess.run(["git", "init", "-q", str(ws)], check=True)
     (ws / "README.md").write_text("hello\n")
+
+
+def in_process(user: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """``user``, for commands run in this process: its XDG directories (state, config, a
+    cache of its own) and no real API key."""
+    for key in ("XDG_STATE_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(key, user.env[key])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(user.root / "cache"))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    return user

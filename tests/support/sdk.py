@@ -4,10 +4,11 @@ real MCP client does."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import mcp.types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.session import ElicitationFnT, ListRootsFnT, SamplingFnT
 
@@ -16,6 +17,7 @@ from tests.support.paths import IRONCURTAIN
 
 Calls = Iterable[tuple[str, dict[str, Any]]]
 Elicitation = ElicitationFnT
+Answer = Callable[[types.ElicitRequestParams], Awaitable[types.ElicitResult]]
 
 
 @asynccontextmanager
@@ -72,3 +74,15 @@ def session_calls(
 
     asyncio.run(scenario())
     return out
+
+
+def answering(*answers: str) -> tuple[Answer, list[str]]:
+    """A human who gives these answers in turn; the questions they saw are kept."""
+    seen: list[str] = []
+    queue = list(answers)
+
+    async def answer(params: types.ElicitRequestParams) -> types.ElicitResult:
+        seen.append(getattr(params, "message", ""))
+        return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
+
+    return answer, seen

@@ -7,7 +7,6 @@ end to end, with the real reference servers: ``tests/sandbox/test_compile_policy
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,16 @@ from policy.loader import bundled_policy_dir
 from policy.scenarios import HANDWRITTEN
 from tests.llm_replay import Replay
 from tests.support.cli import ironcurtain
-from tests.support.home import Home
+from tests.support.home import Home, in_process
 from tests.support.paths import TESTS
 
 BUNDLED = bundled_policy_dir()
 
 
 @pytest.fixture
-def env(user: Home, monkeypatch: pytest.MonkeyPatch) -> Iterator[Home]:
+def env(user: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
     """The in-process commands see this user's XDG directories (and no real API key)."""
-    for key in ("XDG_STATE_HOME", "XDG_CONFIG_HOME"):
-        monkeypatch.setenv(key, user.env[key])
-    monkeypatch.setenv("XDG_CACHE_HOME", str(user.root / "cache"))
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    yield user
+    return in_process(user, monkeypatch)
 
 
 def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) -> None:
