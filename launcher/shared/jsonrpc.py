@@ -6,7 +6,6 @@ whoever noticed it.
 
 from __future__ import annotations
 
-import functools
 import json
 import signal
 from collections.abc import Callable
@@ -36,23 +35,13 @@ Message = dict[str, Any]
 OnDone = Callable[[Message | BaseException], None]
 
 
-@functools.cache
-def package_version() -> str:
-    """The installed ironcurtain package's version, read once, on first use: not at
-    import, as importlib.metadata costs tens of milliseconds to load, which no command
-    that never speaks MCP should pay."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ironcurtain")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown"
-
-
 def own_info() -> dict[str, str]:
     """How ironcurtain introduces itself to an MCP peer (``serverInfo`` to its client,
-    ``clientInfo`` to its servers): its name and its installed package's version."""
-    return {"name": "ironcurtain", "version": package_version()}
+    ``clientInfo`` to its servers): its name and version (the package's, from which its
+    metadata is made: reading the metadata back would cost a start some 20 ms)."""
+    from launcher import __version__
+
+    return {"name": "ironcurtain", "version": __version__}
 
 
 @frozen
