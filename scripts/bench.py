@@ -21,6 +21,8 @@
   policy  decisions per second of the engine on a 50-rule policy, without paths and with
           two paths (each canonicalised through the filesystem, as for a real call)
   memory  RSS of the trusted process with three servers, after a few hundred calls
+  eras    per call, a client of the handshake era vs one of the stateless era (2026-07-28),
+          over stdio and over --http
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -59,6 +61,7 @@ GOALS = {
     "policy": ">= 100 000/s without paths, >= 20 000/s with two paths",
     "memory": "<= 60 MB RSS",
     "peers": "ironcurtain's added start and call below srt's and the SDK proxy's",
+    "eras": "the stateless era no slower per call than the handshake era",
 }
 results: dict[str, str] = {}
 
@@ -231,6 +234,41 @@ def bench_output(quick: bool) -> None:
 
 
 # -- sandboxed start ----------------------------------------------------------------------
+
+
+# -- the two protocol eras ----------------------------------------------------------------
+
+
+def bench_eras(quick: bool) -> None:
+    """Per call through ironcurtain, a client of the handshake era against one of the
+    stateless era (every request carrying its version and capabilities), over stdio and
+    over --http (where the stateless era has no session: each POST stands alone)."""
+    calls, warm = (300, 30) if quick else (2000, 200)
+    scratch = Scratch.make()
+    env = scratch.env()
+    argv = scratch.run_argv("--server", "time")
+    args: dict[str, object] = {"timezone": "UTC"}
+    print(f"per call by protocol era (time: get_current_time), {calls} calls each, alternating")
+    added = []
+    for transport in ("stdio", "http"):
+        if transport == "stdio":
+            old: Peer | HttpPeer = Peer(argv, env)
+            new: Peer | HttpPeer = Peer(argv, env, stateless=True)
+        else:
+            old, new = HttpPeer(argv, env), HttpPeer(argv, env, stateless=True)
+        a: list[float] = []
+        b: list[float] = []
+        for i in range(warm + calls):
+            x, y = old.call("get_current_time", args), new.call("get_current_time", args)
+            if i >= warm:
+                a.append(x)
+                b.append(y)
+        old.close()
+        new.close()
+        med, _ = compare(f"{transport}: ironcurtain", a, b, ("handshake", "stateless"))
+        added.append((transport, med))
+    scratch.remove()
+    results["eras"] = "; ".join(f"{t} stateless {m * 1000:+.3f} ms" for t, m in added)
 
 
 def bench_start(quick: bool) -> None:
@@ -458,6 +496,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "policy": bench_policy,
     "memory": bench_memory,
     "peers": bench_peers,
+    "eras": bench_eras,
 }
 
 

@@ -29,23 +29,39 @@ if ROOT not in sys.path:
 from tests.support.client import Client  # noqa: E402  (the one JSON-lines client)
 from tests.support.ready import serving_url  # noqa: E402
 
+# What every request of the stateless era (MCP 2026-07-28) carries instead of a handshake.
+STATELESS = "2026-07-28"
+STATELESS_META = {
+    "io.modelcontextprotocol/protocolVersion": STATELESS,
+    "io.modelcontextprotocol/clientCapabilities": {},
+}
+
 
 class Peer:
     """A stdio MCP server spoken to in raw JSON lines (no client library in the way): its
-    start (``ready``: spawn to ``initialize`` answered) and each call timed."""
+    start (``ready``: spawn to ``initialize`` answered) and each call timed. ``stateless``:
+    no ``initialize``, every request in the stateless era's form."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], cwd: str | None = None) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        cwd: str | None = None,
+        stateless: bool = False,
+    ) -> None:
         started = time.perf_counter()
         stderr = None if os.environ.get("BENCH_STDERR") else subprocess.DEVNULL
         self.client = Client.spawn(argv, env, cwd, stderr=stderr, new_session=True)
         self.proc = self.client.proc
-        self.client.initialize(client="bench")
+        self.meta = {"_meta": STATELESS_META} if stateless else {}
+        if not stateless:
+            self.client.initialize(client="bench")
         self.ready = time.perf_counter() - started
 
     def call(self, tool: str, arguments: dict[str, object]) -> float:
         """One tools/call; its round-trip time."""
         start = time.perf_counter()
-        reply = self.client.call(tool, arguments)
+        reply = self.client.ask("tools/call", {"name": tool, "arguments": arguments, **self.meta})
         took = time.perf_counter() - start
         if "error" in reply or reply.get("result", {}).get("isError"):
             raise RuntimeError(f"call failed: {reply}")
@@ -64,7 +80,7 @@ class HttpPeer:
 
     TOKEN = "bench-token-" + "0" * 24
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str]) -> None:
+    def __init__(self, argv: Sequence[str], env: dict[str, str], stateless: bool = False) -> None:
         stderr = subprocess.PIPE
         self.proc = subprocess.Popen(
             [*argv, "--http", "0"],
@@ -88,6 +104,11 @@ class HttpPeer:
             "Accept": "application/json, text/event-stream",
         }
         self._ids = 0
+        self.stateless = stateless
+        if stateless:  # no session: every POST says its version, method and tool
+            self.headers["MCP-Protocol-Version"] = STATELESS
+            self.headers["Mcp-Method"] = "tools/call"
+            return
         init = {"protocolVersion": "2025-11-25", "capabilities": {},
                 "clientInfo": {"name": "bench", "version": "1"}}  # fmt: skip
         _, headers = self._post("initialize", init)
@@ -113,6 +134,8 @@ class HttpPeer:
         text = raw.decode()
         if notify is not None:
             return {}, headers
+        if headers.get("content-type", "").startswith("application/json"):
+            return dict(json.loads(text)), headers
         for line in text.splitlines():
             if line.startswith("data: {"):
                 message = json.loads(line[6:])
@@ -133,8 +156,12 @@ class HttpPeer:
 
     def call(self, tool: str, arguments: dict[str, object], stdlib: bool = False) -> float:
         """One tools/call; its round-trip time."""
+        params: dict[str, object] = {"name": tool, "arguments": arguments}
+        if self.stateless:
+            params["_meta"] = STATELESS_META
+            self.headers["Mcp-Name"] = tool
         start = time.perf_counter()
-        reply, _ = self._post("tools/call", {"name": tool, "arguments": arguments}, stdlib=stdlib)
+        reply, _ = self._post("tools/call", params, stdlib=stdlib)
         took = time.perf_counter() - start
         if "error" in reply or reply.get("result", {}).get("isError"):  # type: ignore[union-attr]
             raise RuntimeError(f"call failed: {reply}")
@@ -286,14 +313,19 @@ def print_medians(
     return reference
 
 
-def compare(label: str, base: Sequence[float], other: Sequence[float]) -> tuple[float, float]:
+def compare(
+    label: str,
+    base: Sequence[float],
+    other: Sequence[float],
+    names: tuple[str, str] = ("direct", "ironcurtain"),
+) -> tuple[float, float]:
     """Print one A/B line pair; return (median added, p99 added) in seconds."""
     med_a, med_b = statistics.median(base), statistics.median(other)
     p99_a, p99_b = pct(base, 0.99), pct(other, 0.99)
     print(f"  {label}")
     print(f"    {'':14} {'median':>11} {'p99':>11}")
-    print(f"    {'direct':14} {ms(med_a)} {ms(p99_a)}")
-    print(f"    {'ironcurtain':14} {ms(med_b)} {ms(p99_b)}")
+    print(f"    {names[0]:14} {ms(med_a)} {ms(p99_a)}")
+    print(f"    {names[1]:14} {ms(med_b)} {ms(p99_b)}")
     print(
         f"    added: median {ms(med_b - med_a)}, p99 {ms(p99_b - p99_a)}; "
         f"ratio {med_b / med_a:.2f}x"
