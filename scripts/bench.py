@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -47,10 +46,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import bench_peers as peers
+import bench_policy as policies
 import bench_start as starting
-from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms, print_medians
-
-from launcher.plan.session_plan import RunOptions, plan_session
+from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms
 
 GOALS = {
     "calls": "median added <= 0.2 ms (p99 added <= 0.6 ms)",
@@ -279,99 +278,8 @@ def bench_ready(quick: bool) -> None:
     results["ready"] = starting.bench_ready(quick)
 
 
-def fifty_rule_policy(workspace: str) -> dict[str, object]:
-    """The bundled rules behind 40 more that a real user's policy might carry (other
-    servers, other directories, other domains), so a call walks most of the list."""
-    with open(os.path.join(ROOT, "policy", "defaults", "compiled-policy.json")) as handle:
-        bundled = json.load(handle)
-    extra: list[dict[str, object]] = []
-    for i in range(10):
-        extra.append(
-            {
-                "name": f"allow-project-{i}-reads",
-                "if": {
-                    "effect": ["read"],
-                    "paths": {"roles": ["read-path"], "within": f"/srv/project-{i}"},
-                },
-                "then": "allow",
-                "reason": "project checkout",
-            }
-        )
-        extra.append(
-            {
-                "name": f"escalate-project-{i}-writes",
-                "if": {
-                    "effect": ["write", "move"],
-                    "paths": {"roles": ["write-path"], "within": f"/srv/project-{i}"},
-                },
-                "then": "escalate",
-                "reason": "writes to a project need a human",
-            }
-        )
-        extra.append(
-            {
-                "name": f"deny-tool-{i}",
-                "if": {"server": [f"other-{i}"], "tool": ["anything"]},
-                "then": "deny",
-                "reason": "not for agents",
-            }
-        )
-        extra.append(
-            {
-                "name": f"allow-docs-{i}",
-                "if": {"domains": {"roles": ["fetch-url"], "allowed": [f"docs-{i}.example.com"]}},
-                "then": "allow",
-                "reason": "documentation site",
-            }
-        )
-    rules = [*extra, *bundled["rules"]]
-    assert len(rules) == 50, len(rules)
-    return {**bundled, "rules": rules}
-
-
 def bench_policy(quick: bool) -> None:
-    rounds, per_round = (3, 5_000) if quick else (7, 20_000)
-    scratch = Scratch.make()
-    os.environ.update(scratch.env())
-    policy_dir = os.path.join(scratch.root, "policy")
-    os.makedirs(policy_dir)
-    with open(os.path.join(policy_dir, "compiled-policy.json"), "w") as handle:
-        json.dump(fifty_rule_policy(scratch.ws), handle)
-    with open(os.path.join(ROOT, "policy", "defaults", "tool-annotations.json")) as handle:
-        annotations = handle.read()
-    with open(os.path.join(policy_dir, "tool-annotations.json"), "w") as handle:
-        handle.write(annotations)
-    plan = plan_session(RunOptions(workspace=scratch.ws, policy_dir=policy_dir))
-    engine, ws = plan.engine, plan.workspace
-    with open(os.path.join(ws, "draft.txt"), "w") as handle:
-        handle.write("x")
-    os.makedirs(os.path.join(ws, "notes", "2026"))
-    cases = {
-        "without paths (time: convert_time)": (
-            "time",
-            "convert_time",
-            {"source_timezone": "UTC", "time": "12:00", "target_timezone": "Europe/Paris"},
-        ),
-        "with two paths (filesystem: move_file)": (
-            "filesystem",
-            "move_file",
-            {"source": f"{ws}/draft.txt", "destination": f"{ws}/notes/2026/final.txt"},
-        ),
-    }
-    print(f"policy decisions, 50 rules, canonicalisation included; best of {rounds} rounds")
-    rates = {}
-    for label, (server, tool, arguments) in cases.items():
-        decision, _ = engine.decide(server, tool, arguments, cwd=ws)
-        best = 0.0
-        for _ in range(rounds):
-            started = time.perf_counter()
-            for _ in range(per_round):
-                engine.decide(server, tool, arguments, cwd=ws)
-            best = max(best, per_round / (time.perf_counter() - started))
-        rates[label] = best
-        print(f"  {label:42} {best:10,.0f} /s   ({decision.decision}, rule {decision.rule})")
-    scratch.remove()
-    results["policy"] = "; ".join(f"{k.split(' (')[0]} {v:,.0f}/s" for k, v in rates.items())
+    results["policy"] = policies.bench_policy(quick)
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -409,82 +317,8 @@ def bench_memory(quick: bool) -> None:
     results["memory"] = f"{after.rss / 1e6:.1f} MB RSS"
 
 
-SRT_VERSION = "0.0.83"
-
-
-def srt_argv(scratch: Scratch) -> tuple[list[str] | None, str]:
-    """``srt -s SETTINGS`` (no network, the workspace writable), installed from npm into a
-    cache on first use; None and why when it cannot run here."""
-    missing = [tool for tool in ("npm", "node", "rg", "socat", "bwrap") if not shutil.which(tool)]
-    if missing:
-        return None, f"needs {', '.join(missing)} (srt's own dependencies, and npm to fetch it)"
-    home = os.path.join(os.path.expanduser("~/.cache/ironcurtain-bench"), f"srt-{SRT_VERSION}")
-    cli = os.path.join(home, "node_modules", "@anthropic-ai", "sandbox-runtime", "dist", "cli.js")
-    if not os.path.exists(cli):
-        os.makedirs(home, exist_ok=True)
-        done = subprocess.run(
-            ["npm", "install", "--prefix", home, "--no-audit", "--no-fund",
-             f"@anthropic-ai/sandbox-runtime@{SRT_VERSION}"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        if done.returncode != 0:
-            return None, f"npm install failed: {done.stderr.strip()[-200:]}"
-    settings = os.path.join(scratch.root, "srt-settings.json")
-    with open(settings, "w") as handle:
-        json.dump(
-            {
-                "network": {"allowedDomains": [], "deniedDomains": []},
-                "filesystem": {"denyRead": [], "allowWrite": [scratch.ws], "denyWrite": []},
-            },
-            handle,
-        )
-    return [shutil.which("node") or "node", cli, "-s", settings], ""
-
-
 def bench_peers(quick: bool) -> None:
-    starts, calls, warm = (3, 300, 30) if quick else (10, 2000, 200)
-    scratch = Scratch.make()
-    env = scratch.env()
-    server = [os.path.join(BIN, "mcp-server-time")]
-    srt, why = srt_argv(scratch)
-    proxy = [sys.executable, os.path.join(ROOT, "scripts", "sdk_proxy.py"), *server]
-    variants = {
-        "bare": server,
-        "ironcurtain": scratch.run_argv("--server", "time"),
-        **({"srt": [*srt, *server]} if srt else {}),
-        "sdk proxy": proxy,
-    }
-    if srt is None:
-        print(f"srt: not measured: {why}")
-    tool, arguments = "get_current_time", {"timezone": "UTC"}
-    ready: dict[str, list[float]] = {name: [] for name in variants}
-    for n in range(starts + 1):  # the first round warms the page cache
-        for name, argv in variants.items():
-            peer = Peer(argv, env, cwd=scratch.ws)
-            peer.close()
-            if n:
-                ready[name].append(peer.ready)
-    print(f"the time server, spawn to `initialize` answered, median of {starts}, alternating")
-    print_medians(ready, "bare")
-    peers = {name: Peer(argv, env, cwd=scratch.ws) for name, argv in variants.items()}
-    took: dict[str, list[float]] = {name: [] for name in variants}
-    for i in range(warm + calls):
-        for name, peer in peers.items():
-            t = peer.call(tool, arguments)
-            if i >= warm:
-                took[name].append(t)
-    for peer in peers.values():
-        peer.close()
-    print(f"per call, {calls} calls each, alternating call by call, after {warm} warm-up calls")
-    print_medians(took, "bare", digits=3)
-    scratch.remove()
-    base_ready, base_call = statistics.median(ready["bare"]), statistics.median(took["bare"])
-    results["peers"] = "; ".join(
-        f"{name} {(statistics.median(ready[name]) - base_ready) * 1000:+.0f} ms start, "
-        f"{(statistics.median(took[name]) - base_call) * 1000:+.2f} ms/call"
-        for name in variants
-        if name != "bare"
-    )
+    results["peers"] = peers.bench_peers(quick)
 
 
 SECTIONS: dict[str, Callable[[bool], None]] = {
