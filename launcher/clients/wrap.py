@@ -148,10 +148,13 @@ def launch_problem(e: Entry) -> str | None:
         )
     if program != "npx":
         return None
-    from launcher.plan.programs import npx_program, resolve_command, search_path
+    from launcher.plan.programs import npx_program, search_path
+    from sandbox_profiles.discover import which
 
-    # The npx ``run`` would start, and where it looks for the package.
-    npx = resolve_command(e.command or "npx", search_path()) or "/usr/bin/npx"
+    # Where npx looks for the package, found without running anything: the entry may be a
+    # project's, and a version manager's shim would be asked (run on this host) which
+    # program it stands for.
+    npx = which(e.command or "npx", search_path()) or "/usr/bin/npx"
     try:
         found = npx_program(npx, list(e.args))
     except PackageNotInstalled as exc:

@@ -335,3 +335,43 @@ def test_a_project_cannot_swap_the_definition_a_wrapped_entry_runs(user: Home) -
     at = entry["args"].index("--config")
     without = entry["args"][:at] + entry["args"][at + 2 :]
     assert "read_path" in tools(without)
+
+
+def _shim_project(user: Home) -> tuple[Path, Path]:
+    """A project whose .mcp.json starts npx through a version manager's shim of its own:
+    ``tools/shims/npx`` beside a ``tools/libexec/pyenv`` that leaves a mark when it runs."""
+    project = user.root / "proj"
+    (project / "tools" / "shims").mkdir(parents=True)
+    (project / "tools" / "libexec").mkdir()
+    mark = user.root / "ran-on-the-host"
+    shim = project / "tools" / "shims" / "npx"
+    shim.write_text("#!/bin/sh\nexit 0\n")
+    manager = project / "tools" / "libexec" / "pyenv"
+    manager.write_text(f'#!/bin/sh\necho "$@" > {mark}\n')
+    for program in (shim, manager):
+        program.chmod(0o755)
+    entry = {"command": "tools/shims/npx", "args": ["-y", "some-package"]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"x": entry}}))
+    return project, mark
+
+
+def test_wrap_runs_nothing_a_project_names(user: Home) -> None:
+    # As a hostile project: wrap, asked to look at the project's servers (even only to show
+    # the change), must not run a program the project chose, on the host, as the user.
+    project, mark = _shim_project(user)
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--dry-run", "--no-annotate")
+    assert done.returncode in (0, 2), done.stderr
+    assert not mark.exists(), "wrap ran the project's version manager"
+
+
+def test_the_shim_would_run_if_it_were_resolved(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The control: resolving the project's command as ``run`` resolves a shim runs the
+    # project's program, which is why wrap only looks the command up.
+    from launcher.plan.programs import resolve_command, search_path
+
+    project, mark = _shim_project(user)
+    monkeypatch.chdir(project)
+    resolve_command("tools/shims/npx", search_path())
+    assert mark.exists()
