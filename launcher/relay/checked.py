@@ -273,7 +273,7 @@ class CheckedCalls:
             self._spawn(discard(one_shot))
 
     def _entry(self, call: Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
-        server = call.server
+        server, era = call.server, self.link.era()
         return {
             "requestId": call.request_id,
             "method": call.method,
@@ -289,7 +289,7 @@ class CheckedCalls:
             },
             "escalation": None,
             "sandboxed": bool(server and self.core.settings[server].sandboxed),
-            **({"era": self.link.era()} if self.link.era() != HANDSHAKE else {}),
+            **({"era": era} if era != HANDSHAKE else {}),
         }
 
     def _pii(self, call: Call) -> list[str]:

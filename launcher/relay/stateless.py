@@ -119,7 +119,8 @@ def answered(message: Message, method: str | None) -> Message:
     """An answer to a client of the era, in the era's form: ``resultType``, cache hints
     and ironcurtain's ``serverInfo`` on a result; a missing resource's code."""
     if "result" in message and isinstance(message["result"], dict):
-        body = {k: v for k, v in message["result"].items() if k not in _OURS}
+        # Set, never kept from a server (whose own were taken off: :func:`server_result`).
+        body = dict(message["result"])
         body["resultType"] = "complete"
         if method in CACHEABLE:
             body["ttlMs"] = 0

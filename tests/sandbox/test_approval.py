@@ -16,9 +16,16 @@ from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_calls, probe_session
-from tests.support.sdk import Answer, Elicitation, answering, call, connect, session_calls
+from tests.support.sdk import (
+    Answer,
+    Elicitation,
+    answering,
+    attached_terminal,
+    call,
+    connect,
+    session_calls,
+)
 
 pytestmark = needs_bwrap
 
@@ -165,16 +172,8 @@ def test_an_attached_approvals_terminal_answers(user: Home) -> None:
     async def scenario() -> None:
         # A client that cannot elicit: with a terminal attached, auto asks the terminal.
         async with session_with(user, args, None) as s:
-            terminal = await asyncio.create_subprocess_exec(
-                IRONCURTAIN,
-                "approvals",
-                env=user.env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
+            terminal = await attached_terminal(user)
             assert terminal.stdin and terminal.stdout
-            attached = await terminal.stdout.readline()
-            assert b"attached to" in attached
             terminal.stdin.write(b"x\na\nd\n")  # a typo is asked again
             out.append(await call(s, "probe__env_value", {"name": "HOME"}))
             out.append(await call(s, "probe__env_value", {"name": "LANG"}))

@@ -21,14 +21,14 @@ from tests.support.audit import audit_entries
 from tests.support.cli import run_args
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import BUNDLED_POLICY, IRONCURTAIN
+from tests.support.paths import BUNDLED_POLICY
 from tests.support.probe import (
     PROBE_TOOLS,
     probe_server_config,
     write_probe_config,
     write_raw_policy,
 )
-from tests.support.sdk import Answer, answering, call, connect
+from tests.support.sdk import Answer, answering, attached_terminal, call, connect
 
 pytestmark = needs_bwrap
 
@@ -433,15 +433,8 @@ def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) ->
     async def scenario() -> None:
         args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
         async with connect(user, *args) as s:  # a client that cannot elicit
-            terminal = await asyncio.create_subprocess_exec(
-                IRONCURTAIN,
-                "approvals",
-                env=user.env,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-            )
+            terminal = await attached_terminal(user)
             assert terminal.stdin and terminal.stdout
-            assert b"attached to" in await terminal.stdout.readline()
             terminal.stdin.write(b"a\n")
             out.append(await call(s, "write_file", {"path": str(todo), "content": "from tty"}))
         shown.append((await asyncio.wait_for(terminal.stdout.read(), 10)).decode())

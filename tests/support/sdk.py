@@ -86,3 +86,18 @@ def answering(*answers: str) -> tuple[Answer, list[str]]:
         return types.ElicitResult(action="accept", content={"answer": queue.pop(0)})
 
     return answer, seen
+
+
+async def attached_terminal(user: Home) -> asyncio.subprocess.Process:
+    """``ironcurtain approvals`` as ``user``, once it says it is attached to the running
+    session (write its answers to its stdin; what it shows is on its stdout)."""
+    terminal = await asyncio.create_subprocess_exec(
+        IRONCURTAIN,
+        "approvals",
+        env=user.env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert terminal.stdin and terminal.stdout
+    assert b"attached to" in await terminal.stdout.readline()
+    return terminal

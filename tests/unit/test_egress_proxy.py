@@ -97,23 +97,15 @@ def test_an_address_named_with_its_port_is_the_only_private_exception() -> None:
 # -- the proxy, in this process ---------------------------------------------------------------
 
 
-async def _ask(path: str, request: bytes) -> bytes:
+async def _ask(path: str, request: bytes, status_only: bool = False) -> bytes:
+    """The proxy's whole answer to ``request``; ``status_only``: its status line alone (a
+    tunnel it opens is closed at once)."""
     reader, writer = await asyncio.open_unix_connection(path)
     writer.write(request)
     await writer.drain()
-    data = await reader.read()
+    data = await (reader.readline() if status_only else reader.read())
     writer.close()
     return data
-
-
-async def _status(path: str, request: bytes) -> bytes:
-    """The proxy's status line for ``request`` (a tunnel it opens is closed at once)."""
-    reader, writer = await asyncio.open_unix_connection(path)
-    writer.write(request)
-    await writer.drain()
-    line = await reader.readline()
-    writer.close()
-    return line
 
 
 def test_proxy_forwards_allowed_names_and_never_resolves_refused_ones(
@@ -243,8 +235,8 @@ def test_a_name_resolving_to_this_machine_is_refused(
         proxy = EgressProxy("web", rules, sock, refusals.append)
         await proxy.start()
         try:
-            await _status(sock, b"CONNECT mine.test:8080 HTTP/1.1\r\n\r\n")
-            await _status(sock, b"CONNECT elsewhere.test:8080 HTTP/1.1\r\n\r\n")
+            await _ask(sock, b"CONNECT mine.test:8080 HTTP/1.1\r\n\r\n", status_only=True)
+            await _ask(sock, b"CONNECT elsewhere.test:8080 HTTP/1.1\r\n\r\n", status_only=True)
         finally:
             await proxy.stop()
 

@@ -171,10 +171,19 @@ def test_a_server_result_that_asks_for_input_reaches_no_client(tmp_path: Path) -
             assert "inputRequests" not in text and "password" not in text and "opaque" not in text
             assert answer["result"]["isError"] is True
             assert "asked for input" in answer["result"]["content"][0]["text"]
+            # The same from a prompt and a resource read (the other methods a server answers).
+            for method, other in (
+                ("prompts/get", {"name": "summarize", "arguments": {"path": str(h.ws / "a")}}),
+                ("resources/read", {"uri": f"file://{h.ws}/a.txt"}),
+            ):
+                refused = await h.request(method, other if initialize else modern(other))
+                assert refused is not None and "asked for input" in refused["error"]["message"]
+                assert "password" not in json.dumps(refused)
             retry = {**params, "inputResponses": {"pw": {"action": "accept"}}}
             await h.request("tools/call", {**retry, "requestState": "opaque"})
 
         run(work)
+        assert h.fs.methods.count("prompts/get") == h.fs.methods.count("resources/read") == 1
         sent = [p for m, p in h.fs.requests if m == "tools/call"]
         assert len(sent) == 2
         assert not [p for p in sent if "inputResponses" in p or "requestState" in p]
