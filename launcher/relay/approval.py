@@ -37,21 +37,22 @@ Requester = Callable[[str, dict[str, Any], float], Awaitable[dict[str, Any]]]
 
 
 class AskClient(Protocol):
-    """Sends the client a request; ``related``: the client's request it belongs to."""
+    """Sends the client a request; ``related``: the client's request it belongs to (its
+    id, or the call made of it)."""
 
     def __call__(
-        self, method: str, params: Message, timeout: float, related: str | int | None = None
+        self, method: str, params: Message, timeout: float, related: object = None
     ) -> Awaitable[Message]: ...
 
 
 def asking_with(ask: AskClient, related: object) -> Requester:
     """``ask`` for questions about the client's request ``related``: they go with it (over
     HTTP, on the event stream of that request, which the client reads; a client need not
-    open the stream for what nobody asked)."""
-    about = related if isinstance(related, str | int) else None
+    open the stream for what nobody asked; to a client of the stateless era, as the answer
+    to that request)."""
 
     def asking(method: str, params: dict[str, Any], timeout: float) -> Awaitable[Message]:
-        return ask(method, params, timeout, about)
+        return ask(method, params, timeout, related)
 
     return asking
 

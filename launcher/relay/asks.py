@@ -34,6 +34,7 @@ from launcher.audit.log import hashed_arguments
 from launcher.relay.approval import AskClient, asking_with
 from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
 from launcher.relay.seams import Core, Downstream
+from launcher.relay.stateless import HANDSHAKE
 from launcher.shared.jsonrpc import Message, ServerGone
 from policy import Decision
 
@@ -49,19 +50,22 @@ class ServerAsks:
         core: Core,
         *,
         ask_client: AskClient,
-        client_capabilities: Callable[[], Message | None],
+        client_capabilities: Callable[[object], Message | None],
         approve_via: AskClient,
-        client_elicits: Callable[[], bool],
-        related: Callable[[str], str | int | None],
+        client_elicits: Callable[[object], bool],
+        related: Callable[[str], object],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
+        era: Callable[[], str] = lambda: HANDSHAKE,
     ) -> None:
         self.core = core
         self._ask_client = ask_client
-        self._client = client_capabilities  # None until the client's initialize
+        # What the client takes during its request of an id: None until it initialized.
+        self._client = client_capabilities
         self._approve_via = approve_via
         self._client_elicits = client_elicits
         self._related = related
         self._spawn = spawn
+        self._era = era
         self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
 
     def request(self, conn: Downstream, message: Message) -> None:
@@ -74,7 +78,8 @@ class ServerAsks:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         started = time.perf_counter()
-        decision = self._decide(conn.name, method, params)
+        related = self._related(conn.name)  # the call the server asks during
+        decision = self._decide(conn.name, method, params, related)
         if decision.decision != "deny":
             decision = self._limit(conn.name, request_id) or decision
         sent: Message = {}
@@ -99,7 +104,9 @@ class ServerAsks:
                 conn, request_id, error=(code, f"DENIED (rule: {decision.rule}): {decision.reason}")
             )
             return
-        task = self._spawn(self._relay(conn, request_id, method, sent, decision, entry, started))
+        task = self._spawn(
+            self._relay(conn, request_id, method, sent, decision, entry, started, related)
+        )
         if isinstance(request_id, str | int):
             key = (conn.name, request_id)
             self._open[key] = task
@@ -129,9 +136,9 @@ class ServerAsks:
             )
         return None
 
-    def _decide(self, server: str, method: str, params: Message) -> Decision:
+    def _decide(self, server: str, method: str, params: Message, related: object) -> Decision:
         settings = self.core.settings[server]
-        client = self._client()
+        client = self._client(related)
         if client is None:
             return Decision("deny", "client-not-connected", "no client has connected yet")
         if method == ELICIT:
@@ -175,11 +182,12 @@ class ServerAsks:
         decision: Decision,
         entry: dict[str, Any],
         started: float,
+        related: object,
     ) -> None:
         """Ask the client ``sent`` (first a human, when the decision escalates: shown
-        ``sent``, all of it) and give the server its answer."""
+        ``sent``, all of it) and give the server its answer; ``related``: the client's
+        request it is asked during."""
         server = conn.name
-        related = self._related(server)  # the call the server asks during
 
         try:
             if decision.decision == "escalate":
@@ -188,7 +196,7 @@ class ServerAsks:
                     method,
                     sent,
                     decision,
-                    self._client_elicits(),
+                    self._client_elicits(related),
                     asking_with(self._approve_via, related),
                     by_server=True,
                 )
@@ -225,6 +233,7 @@ class ServerAsks:
         self, server: str, request_id: Any, method: str, params: Message, decision: Decision
     ) -> dict[str, Any]:
         fields = {k: v for k, v in params.items() if k != "_meta"}
+        era = self._era()
         return {
             "requestId": request_id,
             "method": method,
@@ -239,6 +248,7 @@ class ServerAsks:
             },
             "escalation": None,
             "sandboxed": self.core.settings[server].sandboxed,
+            **({"era": era} if era != HANDSHAKE else {}),
         }
 
     def _finish(self, entry: dict[str, Any], status: str, started: float) -> None:

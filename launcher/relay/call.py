@@ -25,12 +25,12 @@ class Send(Protocol):
 @frozen
 class ClientLink:
     """How the checked calls and their escalations reach the client: ``send`` it a message,
-    ``ask`` it a question, whether it ``elicits`` (takes form elicitations, now), and
-    ``spawn`` a task on the relay's loop; the ``era`` it speaks."""
+    ``ask`` it an approval's question, whether it ``elicits`` (takes form elicitations, now,
+    during a call), and ``spawn`` a task on the relay's loop; the ``era`` it speaks."""
 
     send: Send
     ask: AskClient
-    elicits: Callable[[], bool]
+    elicits: Callable[[object], bool]
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     era: Callable[[], str] = lambda: HANDSHAKE  # the protocol era the client speaks
 

@@ -49,17 +49,27 @@ class CheckedCalls:
         self.send = link.send
         self.link = link
         self._spawn = link.spawn
-        self._calls: dict[str | int, Call] = {}  # forwarded, by the client's id
+        self._calls: dict[object, Call] = {}  # forwarded, by the client's id
         # Progress tokens of calls out at a server: (server, token) -> call. A server's
         # progress is relayed only for its own calls still out (not after a cancel).
         self.progress: dict[tuple[str, object], Call] = {}
         self.escalations = Escalations(core, self, link)
 
-    def only_call_at(self, server: str) -> str | int | None:
-        """The client's id of the one call out at ``server``; None when there are none or
-        several (what the server asks then cannot be told apart)."""
-        found = [c.request_id for c in self._calls.values() if c.server == server]
+    def only_call_at(self, server: str) -> Call | None:
+        """The one call out at ``server``; None when there are none or several (what the
+        server asks then cannot be told apart)."""
+        found = [c for c in self._calls.values() if c.server == server]
         return found[0] if len(found) == 1 else None
+
+    def rebind(self, call: Call, request_id: object) -> None:
+        """``call`` goes on under the client's id ``request_id`` (a stateless client's retry
+        of the request it was asked a question during, or where it waits for that retry)."""
+        old = call.request_id
+        if self._calls.get(old) is call:
+            del self._calls[old]
+            self._calls[request_id] = call
+        self.escalations.rebind(old, request_id)
+        call.request_id = request_id
 
     def cancel(self, request_id: str | int) -> None:
         """The client cancelled ``request_id``: the server is told (or the human no longer

@@ -19,8 +19,9 @@ from launcher.relay import stateless
 from launcher.relay.asks import ServerAsks, elicitation_modes
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
+from launcher.relay.rounds import APPROVAL, QUESTION, Rounds, Spent
 from launcher.relay.seams import Core, Downstream, Upstream
-from launcher.relay.stateless import HANDSHAKE, STATELESS
+from launcher.relay.stateless import CAPABILITIES, HANDSHAKE, STATELESS
 from launcher.shared.jsonrpc import (
     LATEST_PROTOCOL,
     PROTOCOL_VERSIONS,
@@ -68,8 +69,8 @@ class Relay:
             core,
             ClientLink(
                 self.send,
-                self.ask_client,
-                lambda: self.client_elicits,
+                self.ask_approval,
+                self._elicits,
                 self._spawn,
                 lambda: self.era or HANDSHAKE,
             ),
@@ -78,11 +79,14 @@ class Relay:
             core,
             ask_client=self.ask_client,
             client_capabilities=self._takes,
-            approve_via=self.ask_client,
-            client_elicits=lambda: self.client_elicits,
+            approve_via=self.ask_approval,
+            client_elicits=self._elicits,
             related=self.calls.only_call_at,
             spawn=self._spawn,
+            era=lambda: self.era or HANDSHAKE,
         )
+        # Questions out to a stateless client, asked by answering its request.
+        self.rounds = Rounds(self._deliver, self.calls.rebind)
         self._tasks: set[asyncio.Task[None]] = set()
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
@@ -91,18 +95,39 @@ class Relay:
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
 
-    def _takes(self) -> Message | None:
-        """What the client takes as requests: its capabilities once it has initialized;
-        nothing from a client of the stateless era (which is sent no requests)."""
+    def _takes(self, related: object = None) -> Message | None:
+        """What the client takes as requests during the call ``related``: its capabilities
+        once it has initialized; from a client of the stateless era, what the request of that
+        call declared, when a question can be asked during it (as its answer)."""
         if self.era == STATELESS:
-            return {}
+            if not isinstance(related, Call) or not Rounds.can_ask(related):
+                return {}
+            meta = related.params.get("_meta")
+            declared = meta.get(CAPABILITIES) if isinstance(meta, dict) else None
+            return declared if isinstance(declared, dict) else {}
         return self.client_capabilities if self.initialized else None
+
+    def _elicits(self, related: object = None) -> bool:
+        """Whether the client takes a form elicitation (an approval's question) now,
+        during the call ``related``."""
+        if self.era == STATELESS:
+            return "form" in elicitation_modes(self._takes(related) or {})
+        return self.client_elicits
 
     # -- upstream --------------------------------------------------------------------------
 
     def send(self, message: Message, related: str | int | None = None) -> None:
         if self.era == STATELESS and "method" not in message and "id" in message:
+            if isinstance(message["id"], Spent):
+                return  # that request has had its answer: it asked for input
             message = stateless.answered(message, self._asked.pop(message["id"], None))
+        if self.upstream is not None:
+            self.upstream.deliver(message, related)
+
+    def _deliver(self, message: Message, related: str | int | None = None) -> None:
+        """An answer of ironcurtain's own to a stateless client, in the era's form
+        already (one that asks for input)."""
+        self._asked.pop(message.get("id"), None)
         if self.upstream is not None:
             self.upstream.deliver(message, related)
 
@@ -187,6 +212,11 @@ class Relay:
                 self.send(error(request_id, *refused))
                 return
             self._asked[request_id] = method
+            if "requestState" in params:  # a retry, with the answers to a question
+                not_taken = self.rounds.resume(method, params, request_id)
+                if not_taken is not None:
+                    self.send(error(request_id, *not_taken))
+                return
             if method == "server/discover":
                 found = stateless.discover(router.capabilities(), INSTRUCTIONS)
                 self.send(result(request_id, found))
@@ -241,10 +271,35 @@ class Relay:
         }
 
     async def ask_client(
-        self, method: str, params: Message, timeout: float, related: str | int | None = None
+        self, method: str, params: Message, timeout: float, related: object = None
     ) -> Message:
-        """Send a request to the client and wait for its whole response; ``related``: the
-        client's request it is asked during."""
+        """Ask the client a server's question and wait for its whole response; ``related``:
+        the call it is asked during (or the client's id of a request)."""
+        if self.era == STATELESS:
+            return await self._ask_in_rounds(QUESTION, method, params, timeout, related)
+        return await self._ask(method, params, timeout, related)
+
+    async def ask_approval(
+        self, method: str, params: Message, timeout: float, related: object = None
+    ) -> Message:
+        """Ask the client ironcurtain's own question (an approval), as :meth:`ask_client`."""
+        if self.era == STATELESS:
+            return await self._ask_in_rounds(APPROVAL, method, params, timeout, related)
+        return await self._ask(method, params, timeout, related)
+
+    async def _ask_in_rounds(
+        self, key: str, method: str, params: Message, timeout: float, related: object
+    ) -> Message:
+        """A stateless client is asked by answering the request of the call ``related``."""
+        if not isinstance(related, Call):
+            raise RuntimeError("the client can be asked only during a request of its own")
+        return await self.rounds.ask(related, key, method, params, timeout)
+
+    async def _ask(self, method: str, params: Message, timeout: float, about: object) -> Message:
+        """Send a request to the client and wait for its whole response."""
+        if isinstance(about, Call):
+            about = about.request_id
+        related = about if isinstance(about, str | int) else None
         request_id = f"ironcurtain-{next(self._upstream_ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._upstream_pending[request_id] = future

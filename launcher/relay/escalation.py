@@ -47,7 +47,7 @@ class Escalations:
         self.ask = link.ask
         self.client_elicits = link.elicits
         self._spawn = link.spawn
-        self._waiting: dict[str | int, asyncio.Task[None]] = {}  # by the client's id
+        self._waiting: dict[object, asyncio.Task[None]] = {}  # by the client's id
         self.keepalive = KEEPALIVE_SECONDS
 
     def start(self, call: Call, decision: Decision) -> None:
@@ -61,6 +61,12 @@ class Escalations:
         task = self._waiting.get(request_id)
         if task is not None:
             task.cancel()
+
+    def rebind(self, old: object, new: object) -> None:
+        """A waiting call's client id is now ``new`` (the retry it goes on as)."""
+        waiting = self._waiting.pop(old, None)
+        if waiting is not None:
+            self._waiting[new] = waiting
 
     def carry_over(self, call: Call, outcome: Message | BaseException) -> None:
         """A widened call answered: in a task, its instance is stopped and what it changed
@@ -95,8 +101,8 @@ class Escalations:
                 named,
                 call.arguments,
                 decision,
-                self.client_elicits(),
-                asking_with(self.ask, call.request_id),
+                self.client_elicits(call),
+                asking_with(self.ask, call),
                 describe(call.server, grants) if grants else "",
             )
         except asyncio.CancelledError:

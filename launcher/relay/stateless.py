@@ -8,9 +8,9 @@ decided for it). ``ping``, ``logging/setLevel`` and ``resources/subscribe`` are 
 resource that does not exist is ``-32602``. A connection speaks one era: the first request
 decides (``initialize``, or a request in this era's form).
 
-What the relay does not yet carry to such a client is said as refusals, never silently: a
-server's own questions are refused as for a client that cannot be asked, and an escalated
-call is asked only of an attached ``ironcurtain approvals`` terminal.
+A server's own questions, and ironcurtain's approvals, reach such a client as the answer to
+the request they are asked during (:mod:`launcher.relay.rounds`); a question during a request
+that cannot be answered that way is refused as for a client that cannot be asked.
 """
 
 from __future__ import annotations

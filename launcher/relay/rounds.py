@@ -1,0 +1,183 @@
+"""Questions to a client of the stateless era, asked the era's way (multi round-trip
+requests): the client's request is answered ``resultType: "input_required"`` with the
+question under a key of ``inputRequests`` and a ``requestState``; the client asks its user
+(or its model) and sends the request again, with a new id, its answers in
+``inputResponses`` and the state exactly as it was given. The call it was asked for waits
+meanwhile (at its server, or for its approval) and goes on as the retry: the retry's id is
+the one its answer, or the next question, goes to.
+
+Only ``tools/call``, ``prompts/get`` and ``resources/read`` may be answered this way; a
+question during any other request is refused as for a client that cannot be asked.
+
+``requestState`` is ironcurtain's alone (a server's never reaches a client): a single-use
+handle and what it was handed out for (the method, a digest of the request's params without
+its ``_meta`` and answers, an expiry), signed with a key this relay makes at start
+(HMAC-SHA256). A retry whose state was altered, has expired or was used already, or that
+is not the same request, is refused (``-32602``) and reaches nothing: the state of one call
+cannot carry another's answers, and an answer given for one call is used by that call once.
+A retry without the answer asked for is asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import field
+
+from launcher.audit.log import hash_value
+from launcher.relay.call import Call, Send
+from launcher.shared.jsonrpc import PROMPT, READ, TOOL, Message
+from sandbox_profiles.records import frozen, mutable
+
+INPUT_REQUIRED = "input_required"
+# The key ironcurtain's own question (an approval) is asked under; a server's question's.
+APPROVAL = "ironcurtain/approval"
+QUESTION = "question"
+# What a retry carries that belongs to the rounds, not to the request itself.
+ROUND_FIELDS = ("_meta", "inputResponses", "requestState")
+ASKABLE = frozenset({TOOL, PROMPT, READ})
+INVALID_STATE = -32602, "invalid params: invalid or expired requestState"
+
+
+@frozen
+class Spent:
+    """Where a call waits for its retry: the client's request it was asked during has had
+    its answer (``input_required``), so nothing more may go to that id."""
+
+    request_id: object
+    handle: str
+
+
+@mutable
+class _Parked:
+    call: Call
+    key: str
+    question: Message  # {"method": ..., "params": ...}
+    future: asyncio.Future[Message]
+    digest: str  # of the request the state is for
+    handle: str = ""
+    expires: float = 0.0  # time.time() past which the state is refused
+    rounds: int = 0
+
+
+@mutable
+class Rounds:
+    """The questions out to a stateless client: ``deliver`` sends the client an answer (as
+    ironcurtain's own, in the era's form already); ``rebind`` moves a call to the client's
+    id its next answer goes to."""
+
+    deliver: Send
+    rebind: Callable[[Call, object], None]
+    _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    _parked: dict[str, _Parked] = field(default_factory=dict)
+
+    @staticmethod
+    def can_ask(call: Call | None) -> bool:
+        """Whether a question can be asked during ``call`` now (its request is one that may
+        be answered ``input_required``, and is not waiting for a retry already)."""
+        return (
+            call is not None and call.method in ASKABLE and not isinstance(call.request_id, Spent)
+        )
+
+    async def ask(
+        self, call: Call, key: str, method: str, params: Message, timeout: float
+    ) -> Message:
+        """Ask the client ``method`` with ``params`` during ``call``: its answer, as a
+        response (``{"result": ...}``), once it retries; TimeoutError when no retry with it
+        comes within ``timeout`` seconds."""
+        if not self.can_ask(call):
+            raise RuntimeError("the client cannot be asked during this request")
+        loop = asyncio.get_running_loop()
+        question = {"method": method, "params": params}
+        parked = _Parked(call, key, question, loop.create_future(), _digest(call))
+        parked.expires = time.time() + timeout
+        self._put(parked)
+        try:
+            return await asyncio.wait_for(parked.future, timeout)
+        finally:
+            self._parked.pop(parked.handle, None)
+
+    def resume(self, method: str, params: Message, request_id: object) -> tuple[int, str] | None:
+        """A retry (a request with ``requestState``): the waiting call goes on as it, with
+        the client's answer. The error to answer it with when it is not a retry this relay
+        can take."""
+        claims = self._open(params.get("requestState"))
+        parked = self._parked.get(claims.get("h", "")) if claims is not None else None
+        if (
+            claims is None
+            or parked is None
+            or parked.future.done()
+            or claims.get("x", 0) < time.time()
+            or claims.get("m") != method
+            or parked.call.method != method
+            or hash_value(_request(params)) != parked.digest
+        ):
+            return INVALID_STATE
+        del self._parked[parked.handle]  # single use
+        self.rebind(parked.call, request_id)
+        responses = params.get("inputResponses")
+        answer = responses.get(parked.key) if isinstance(responses, dict) else None
+        if not isinstance(answer, dict):
+            self._put(parked)  # not answered: asked again, on the retry
+            return None
+        parked.future.set_result({"jsonrpc": "2.0", "id": parked.key, "result": answer})
+        return None
+
+    def _put(self, parked: _Parked) -> None:
+        """Answer the call's request with the question, and a new state for the retry."""
+        call = parked.call
+        parked.handle = secrets.token_urlsafe(16)
+        parked.rounds += 1
+        self._parked[parked.handle] = parked
+        claims = {"h": parked.handle, "m": call.method, "x": parked.expires}
+        answered = call.request_id
+        self.rebind(call, Spent(answered, parked.handle))
+        asked = {
+            "resultType": INPUT_REQUIRED,
+            "inputRequests": {parked.key: parked.question},
+            "requestState": self._seal(claims),
+        }
+        self.deliver({"jsonrpc": "2.0", "id": answered, "result": asked}, None)
+
+    def _seal(self, claims: Message) -> str:
+        body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
+        tag = hmac.new(self._key, body, hashlib.sha256).digest()
+        return f"{_b64(body)}.{_b64(tag)}"
+
+    def _open(self, state: object) -> Message | None:
+        """The claims of a state this relay sealed, or None (altered, or not ours)."""
+        if not isinstance(state, str) or state.count(".") != 1 or len(state) > 1024:
+            return None
+        body_text, tag_text = state.split(".")
+        try:
+            body, tag = _unb64(body_text), _unb64(tag_text)
+        except (binascii.Error, ValueError):
+            return None
+        if not hmac.compare_digest(hmac.new(self._key, body, hashlib.sha256).digest(), tag):
+            return None
+        claims = json.loads(body)
+        return claims if isinstance(claims, dict) else None
+
+
+def _request(params: Message) -> Message:
+    """A request's params without what belongs to its rounds: what a retry repeats."""
+    return {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+
+
+def _digest(call: Call) -> str:
+    return hash_value(_request(call.params))
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
