@@ -28,20 +28,28 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from launcher.audit.log import hashed_arguments
 from launcher.relay.approval import AskClient, asking_with
 from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
-from launcher.relay.seams import Core, Downstream
-from launcher.relay.stateless import HANDSHAKE
-from launcher.shared.jsonrpc import Message, ServerGone
+from launcher.relay.seams import Core
+from launcher.shared.jsonrpc import HANDSHAKE, Message, ServerGone
 from policy import Decision
 
 DENIED = -32001
+_UNSET = object()
 # How long a question of a server's may wait for the client (a human answering a form).
 ASK_TIMEOUT = 600.0
 MAX_OPEN = 4  # questions one server may have open at once
+
+
+class Asker(Protocol):
+    """Who asked: a server, by its name, and how its question is answered."""
+
+    name: str
+
+    def reply(self, request_id: object, outcome: Message) -> None: ...
 
 
 class ServerAsks:
@@ -68,8 +76,10 @@ class ServerAsks:
         self._era = era
         self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
 
-    def request(self, conn: Downstream, message: Message) -> None:
-        """A request ``conn``'s server sent; it is answered (now or when the client has)."""
+    def request(self, conn: Asker, message: Message, related: object = _UNSET) -> None:
+        """A request ``conn``'s server sent; it is answered (now or when the client has).
+        ``related``: the call it is asked during (by default, the one call out at that
+        server, if there is one)."""
         method = str(message.get("method"))
         request_id = message.get("id")
         if method not in (ELICIT, SAMPLE):
@@ -78,7 +88,8 @@ class ServerAsks:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         started = time.perf_counter()
-        related = self._related(conn.name)  # the call the server asks during
+        if related is _UNSET:
+            related = self._related(conn.name)  # the call the server asks during
         decision = self._decide(conn.name, method, params, related)
         if decision.decision != "deny":
             decision = self._limit(conn.name, request_id) or decision
@@ -112,7 +123,7 @@ class ServerAsks:
             self._open[key] = task
             task.add_done_callback(lambda _: self._open.pop(key, None))
 
-    def cancelled(self, conn: Downstream, params: Message) -> None:
+    def cancelled(self, conn: Asker, params: Message) -> None:
         """The server cancelled a request of its own: the client's question is withdrawn."""
         request_id = params.get("requestId")
         task = (
@@ -175,7 +186,7 @@ class ServerAsks:
 
     async def _relay(
         self,
-        conn: Downstream,
+        conn: Asker,
         request_id: Any,
         method: str,
         sent: Message,
@@ -276,6 +287,6 @@ def elicitation_modes(capabilities: Message) -> frozenset[str]:
     return modes or frozenset({"form"})
 
 
-def _reply(conn: Downstream, request_id: Any, *, error: tuple[int, str]) -> None:
+def _reply(conn: Asker, request_id: Any, *, error: tuple[int, str]) -> None:
     with contextlib.suppress(ServerGone, OSError):
         conn.reply(request_id, {"error": {"code": error[0], "message": error[1]}})

@@ -11,8 +11,7 @@ from typing import Any, Protocol
 from launcher.audit.log import Prepared
 from launcher.relay.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
-from launcher.relay.stateless import HANDSHAKE
-from launcher.shared.jsonrpc import Message
+from launcher.shared.jsonrpc import HANDSHAKE, Message
 from sandbox_profiles.records import frozen, mutable
 
 
@@ -53,6 +52,9 @@ class Call:
     progress_sent: int = 0  # progress ironcurtain reported while a human decided
     one_shot: OneShot | None = None  # an approved call run beyond the standing sandbox
     granted: list[dict[str, object]] | None = None  # what it was given, for the audit
+    rounds: int = 0  # times its server asked for input (the stateless era's way)
+    asking: asyncio.Task[None] | None = None  # answering what its server asked, now
+    ended: bool = False  # audited with its outcome: nothing more is asked during it
 
     def progress_token(self) -> str | int | None:
         """The client's progress token for this call, if it sent one."""

@@ -12,6 +12,7 @@ the same.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -19,11 +20,13 @@ from launcher.audit.log import hashed_arguments
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
+from launcher.relay.inputs import ServerInputs
 from launcher.relay.seams import Core
-from launcher.relay.stateless import HANDSHAKE, asks_for_input, for_server, server_result
+from launcher.relay.stateless import asks_for_input, for_server, server_result
 from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
+    HANDSHAKE,
     PROMPT,
     SUBSCRIBE,
     TOOL,
@@ -54,6 +57,8 @@ class CheckedCalls:
         # progress is relayed only for its own calls still out (not after a cancel).
         self.progress: dict[tuple[str, object], Call] = {}
         self.escalations = Escalations(core, self, link)
+        # Answers a stateless-era server's questions (set once the relay has its asks).
+        self.inputs: ServerInputs | None = None
 
     def only_call_at(self, server: str) -> Call | None:
         """The one call out at ``server``; None when there are none or several (what the
@@ -123,14 +128,16 @@ class CheckedCalls:
         else:
             self.forward(call)
 
-    def forward(self, call: Call) -> None:
-        """Send ``call`` to its server (or the instance an approval gave it)."""
+    def forward(self, call: Call, extra: Message | None = None) -> None:
+        """Send ``call`` to its server (or the instance an approval gave it); ``extra``:
+        what is sent with it again (the answers to its server's questions)."""
         conn, server = call.conn, call.server
         assert conn is not None and server is not None
+        params = self._forwarded_params(call)
         try:
             call.downstream = conn.send_request(
                 call.method,
-                self._forwarded_params(call),
+                {**params, **extra} if extra else params,
                 lambda outcome: self.answered(call, outcome),
                 self.core.settings[server].timeout,
             )
@@ -225,9 +232,17 @@ class CheckedCalls:
             text = f"ERROR: server '{server}' returned a malformed result"
             self.end(call, "error", failure=text)
             return
+        if self.inputs is not None and self.inputs.bridged(call, answer):
+            # A stateless-era server's question: answered for it (as its own request
+            # would be), then the call is sent again; it is still out meanwhile.
+            if isinstance(call.request_id, str | int):
+                self._calls[call.request_id] = call
+            call.asking = self._spawn(self._answer_inputs(call, answer))
+            return
         if asks_for_input(answer):
-            # A server in its handshake-era session asks the client only by requests of
-            # its own (which pass the questions' checks); a result that asks is refused.
+            # A server asks the client only in its era's way (a request of its own in the
+            # handshake era, a result in the stateless era), which passes the questions'
+            # checks; anything else that asks is refused.
             text = f"ERROR: server '{server}' asked for input in its result, which is not relayed"
             self.end(call, "error", failure=text)
             return
@@ -243,6 +258,17 @@ class CheckedCalls:
             self._reply(call, text, DENIED)
             return
         self.send(result(call.request_id, answer))
+
+    async def _answer_inputs(self, call: Call, answer: Message) -> None:
+        assert self.inputs is not None
+        try:
+            await self.inputs.answer(call, answer)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never leave the client without an answer
+            self.end(call, "error", failure=f"ERROR: the server's questions failed: {exc}")
+        finally:
+            call.asking = None
 
     def end(
         self,
@@ -276,7 +302,11 @@ class CheckedCalls:
         if self._calls.get(call.request_id) is call:
             del self._calls[call.request_id]
         assert call.conn is not None and call.downstream is not None
-        if call.conn.cancel_request(call.downstream, reason):
+        asking, call.asking = call.asking, None
+        if asking is not None:  # its server's questions are being answered: no more
+            asking.cancel()
+            self.finish(call, "cancelled")
+        elif call.conn.cancel_request(call.downstream, reason):
             self.finish(call, "cancelled")
         one_shot, call.one_shot = call.one_shot, None
         if one_shot is not None:  # nothing of a cancelled call is carried over
@@ -316,6 +346,7 @@ class CheckedCalls:
     def finish(self, call: Call, status: str, output: Message | None = None) -> None:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
+        call.ended = True
         if self.progress:
             token = call.progress_token()
             if token is not None and self.progress.get((str(call.server), token)) is call:

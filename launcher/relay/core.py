@@ -19,12 +19,16 @@ from launcher.relay import stateless
 from launcher.relay.asks import ServerAsks, elicitation_modes
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
+from launcher.relay.inputs import ServerInputs
+from launcher.relay.listens import LISTEN, UPDATED, Listens
 from launcher.relay.rounds import APPROVAL, QUESTION, Rounds, Spent
 from launcher.relay.seams import Core, Downstream, Upstream
-from launcher.relay.stateless import CAPABILITIES, HANDSHAKE, STATELESS
+from launcher.relay.stateless import CAPABILITIES
 from launcher.shared.jsonrpc import (
+    HANDSHAKE,
     LATEST_PROTOCOL,
     PROTOCOL_VERSIONS,
+    STATELESS,
     TOOL,
     Message,
     error,
@@ -85,8 +89,11 @@ class Relay:
             spawn=self._spawn,
             era=lambda: self.era or HANDSHAKE,
         )
+        self.calls.inputs = ServerInputs(self.asks, self.calls)
         # Questions out to a stateless client, asked by answering its request.
-        self.rounds = Rounds(self._deliver, self.calls.rebind)
+        self.rounds = Rounds(self._deliver, self.calls.rebind, self.send)
+        # A stateless client's notification streams (subscriptions/listen).
+        self.listens = Listens(self.send, self.calls.start)
         self._tasks: set[asyncio.Task[None]] = set()
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
@@ -117,9 +124,15 @@ class Relay:
     # -- upstream --------------------------------------------------------------------------
 
     def send(self, message: Message, related: str | int | None = None) -> None:
+        if isinstance(related, Spent):
+            return  # about a request that had its answer (a question): its retry is awaited
         if self.era == STATELESS and "method" not in message and "id" in message:
-            if isinstance(message["id"], Spent):
-                return  # that request has had its answer: it asked for input
+            if isinstance(message["id"], Spent):  # its request had its answer (a question)
+                self.rounds.ended(message["id"], message)  # this one is kept for the retry
+                return
+            if self.listens.own(message["id"]):
+                self.listens.answered(message)  # a listen's subscription, made or not
+                return
             message = stateless.answered(message, self._asked.pop(message["id"], None))
         if self.upstream is not None:
             self.upstream.deliver(message, related)
@@ -196,7 +209,8 @@ class Relay:
             return
         request_id = params.get("requestId")
         if isinstance(request_id, str | int):
-            self.calls.cancel(request_id)
+            if not self.listens.cancelled(request_id):
+                self.calls.cancel(request_id)
             self._asked.pop(request_id, None)  # it gets no answer
 
     def _request(self, method: str, params: Message, request_id: Any) -> None:
@@ -220,6 +234,11 @@ class Relay:
             if method == "server/discover":
                 found = stateless.discover(router.capabilities(), INSTRUCTIONS)
                 self.send(result(request_id, found))
+                return
+            if method == LISTEN:
+                not_open = self.listens.open(request_id, params)
+                if not_open is not None:
+                    self.send(error(request_id, *not_open))
                 return
         if method in CHECKED:
             self.calls.start(method, params, request_id)
@@ -254,7 +273,8 @@ class Relay:
         if not isinstance(level, str):
             return
         for conn in self.core.servers.values():
-            if "logging" in conn.capabilities:
+            # A server of the stateless era takes no logging/setLevel (not in its era).
+            if "logging" in conn.capabilities and conn.era == HANDSHAKE:
                 with contextlib.suppress(Exception):
                     conn.send_request("logging/setLevel", {"level": level}, _ignore)
 
@@ -331,8 +351,10 @@ class Relay:
             self.asks.cancelled(conn, params if isinstance(params, dict) else {})
         elif method in FORWARDED_NOTIFICATIONS:
             if self.era == STATELESS:
+                if method == UPDATED:  # to the listens that watch it
+                    self.listens.notify(self.core.outputs.message(conn.name, message))
                 if method != "notifications/progress":
-                    return  # only what belongs to a request reaches a stateless client
+                    return  # only what belongs to a request or a listen reaches it
             elif not self.initialized:
                 return  # nothing reaches the client before its initialize answer
             related = None
@@ -403,6 +425,8 @@ class Relay:
         self.core.router.build(self.core.servers, self.core.outputs.listed)
         if self.initialized:
             self.send(notification(method))
+        elif self.era == STATELESS:
+            self.listens.notify(notification(method))
 
     # -- tasks and stopping ----------------------------------------------------------------
 
@@ -420,6 +444,7 @@ class Relay:
         """Calls still out are cancelled at their servers and audited ``cancelled``; the
         instances started for approved calls are stopped."""
         self.calls.stop()
+        self.listens.close()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

@@ -15,7 +15,9 @@ its ``_meta`` and answers, an expiry), signed with a key this relay makes at sta
 (HMAC-SHA256). A retry whose state was altered, has expired or was used already, or that
 is not the same request, is refused (``-32602``) and reaches nothing: the state of one call
 cannot carry another's answers, and an answer given for one call is used by that call once.
-A retry without the answer asked for is asked again.
+A retry without the answer asked for is asked again. A call that ends while its retry is
+awaited (its server answered it, or withdrew its question) keeps its answer for the retry,
+or goes on as the retry without one: a retry is always answered once.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ class _Parked:
     handle: str = ""
     expires: float = 0.0  # time.time() past which the state is refused
     rounds: int = 0
+    ended: Message | None = None  # the call's answer, when it came before the retry
 
 
 @mutable
@@ -75,6 +78,7 @@ class Rounds:
 
     deliver: Send
     rebind: Callable[[Call, object], None]
+    reply: Send  # an answer of the call's to the client, made in the era's form
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _parked: dict[str, _Parked] = field(default_factory=dict)
 
@@ -83,7 +87,10 @@ class Rounds:
         """Whether a question can be asked during ``call`` now (its request is one that may
         be answered ``input_required``, and is not waiting for a retry already)."""
         return (
-            call is not None and call.method in ASKABLE and not isinstance(call.request_id, Spent)
+            call is not None
+            and call.method in ASKABLE
+            and not call.ended
+            and not isinstance(call.request_id, Spent)
         )
 
     async def ask(
@@ -101,19 +108,32 @@ class Rounds:
         self._put(parked)
         try:
             return await asyncio.wait_for(parked.future, timeout)
-        finally:
+        except TimeoutError:
             self._parked.pop(parked.handle, None)
+            raise
+        # Withdrawn (by its server, or because the call ended): the state still takes the
+        # retry until it expires, which the call goes on as (or gets its answer).
+
+    def ended(self, spent: Spent, message: Message) -> None:
+        """The answer of a call that waits for its retry: kept for the retry, and its
+        question withdrawn."""
+        parked = self._parked.get(spent.handle)
+        if parked is None or parked.call.request_id != spent:
+            return
+        parked.ended = message
+        if not parked.future.done():
+            parked.future.cancel()
 
     def resume(self, method: str, params: Message, request_id: object) -> tuple[int, str] | None:
         """A retry (a request with ``requestState``): the waiting call goes on as it, with
         the client's answer. The error to answer it with when it is not a retry this relay
         can take."""
+        self._sweep()
         claims = self._open(params.get("requestState"))
         parked = self._parked.get(claims.get("h", "")) if claims is not None else None
         if (
             claims is None
             or parked is None
-            or parked.future.done()
             or claims.get("x", 0) < time.time()
             or claims.get("m") != method
             or parked.call.method != method
@@ -121,7 +141,12 @@ class Rounds:
         ):
             return INVALID_STATE
         del self._parked[parked.handle]  # single use
+        if parked.ended is not None:  # the call ended meanwhile: its answer, to the retry
+            self.reply({**parked.ended, "id": request_id})
+            return None
         self.rebind(parked.call, request_id)
+        if parked.future.done():  # its question was withdrawn: it goes on as the retry
+            return None
         responses = params.get("inputResponses")
         answer = responses.get(parked.key) if isinstance(responses, dict) else None
         if not isinstance(answer, dict):
@@ -130,8 +155,15 @@ class Rounds:
         parked.future.set_result({"jsonrpc": "2.0", "id": parked.key, "result": answer})
         return None
 
+    def _sweep(self) -> None:
+        """States past their expiry are let go (their retries are refused)."""
+        now = time.time()
+        for handle in [h for h, p in self._parked.items() if p.expires < now]:
+            del self._parked[handle]
+
     def _put(self, parked: _Parked) -> None:
         """Answer the call's request with the question, and a new state for the retry."""
+        self._sweep()
         call = parked.call
         parked.handle = secrets.token_urlsafe(16)
         parked.rounds += 1

@@ -31,6 +31,13 @@ class Downstream(Listing, Protocol):
 
     name: str
     restarting: bool
+    era: str  # the protocol era it is spoken to in
+
+    @property
+    def roots(self) -> tuple[Message, ...]:
+        """What it is told its client's roots are."""
+        ...
+
     # Where the server's requests of the client go (the relay core sets it).
     on_request: Callable[[Any, Message], None] | None
 

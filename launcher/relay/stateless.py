@@ -17,15 +17,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, own_info
+from launcher.shared.jsonrpc import (
+    META,
+    META_CAPABILITIES,
+    META_SERVER_INFO,
+    META_VERSION,
+    STATELESS_VERSIONS,
+    Message,
+    own_info,
+)
 
-# The two eras a client connection speaks, as the audit log names them.
-HANDSHAKE, STATELESS = "handshake", "stateless"
 VERSIONS = STATELESS_VERSIONS
-META = "io.modelcontextprotocol/"
 VERSION = META_VERSION
-CAPABILITIES = META + "clientCapabilities"
-SERVER_INFO = META + "serverInfo"
+CAPABILITIES = META_CAPABILITIES
+SERVER_INFO = META_SERVER_INFO
 UNSUPPORTED_VERSION = -32022
 RESOURCE_NOT_FOUND = -32602  # the handshake era's -32002
 # What this era took out of the protocol, answered as methods that do not exist.
@@ -46,16 +51,6 @@ _OURS = ("resultType", "ttlMs", "cacheScope", "requestState", "inputRequests")
 _ASKING = ("inputRequests", "inputResponses", "requestState")
 # A server's log messages belong to no request: none reach a client of the era yet.
 _WITHHELD = frozenset({"logging"})
-# Capabilities whose promises need a stream this relay does not yet keep for the era
-# (subscriptions/listen): not offered rather than offered and broken.
-_UNOFFERED = {
-    "tools": ("listChanged",),
-    "prompts": ("listChanged",),
-    "resources": (
-        "listChanged",
-        "subscribe",
-    ),
-}
 
 
 def speaks(params: Message) -> bool:
@@ -87,13 +82,7 @@ def refusal(method: str, params: Message) -> tuple[int, str, Any] | None:
 
 def discover(capabilities: Message, instructions: str) -> Message:
     """The answer to ``server/discover``: what this endpoint serves."""
-    offered = {
-        name: {k: v for k, v in value.items() if k not in _UNOFFERED.get(name, ())}
-        if isinstance(value, dict)
-        else value
-        for name, value in capabilities.items()
-        if name not in _WITHHELD
-    }
+    offered = {name: value for name, value in capabilities.items() if name not in _WITHHELD}
     return {
         "supportedVersions": list(VERSIONS),
         "capabilities": offered,

@@ -1,6 +1,13 @@
 """One downstream MCP server: a (sandboxed) child process spoken to in raw JSON-RPC over stdio.
 
 Messages are relayed as plain dicts; nothing is rebuilt through SDK models.
+
+A server is spoken to in the handshake era when it takes ``initialize`` (every server
+written before the stateless era does, and a server of both eras then asks its client as
+its tools were written to: by requests of its own). One that refuses it is asked
+``server/discover`` in the stateless era's form (2026-07-28); when that answer lists the
+version, the server is spoken to in that era: no handshake, every request carrying the
+version, ironcurtain's capabilities and name in its ``_meta``.
 """
 
 from __future__ import annotations
@@ -20,8 +27,15 @@ from launcher.host.launch import LaunchSpec as LaunchSpec
 from launcher.host.oscalls import pidfd_open
 from launcher.host.proctree import Member, kill, over_limits, process_tree
 from launcher.shared.jsonrpc import (
+    HANDSHAKE,
     LATEST_PROTOCOL,
     LINE_LIMIT,
+    META_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_SERVER_INFO,
+    META_VERSION,
+    STATELESS,
+    STATELESS_VERSIONS,
     ClientSide,
     Message,
     OnDone,
@@ -33,6 +47,9 @@ from launcher.shared.jsonrpc import (
 from launcher.shared.lines import LineBuffer, LineProtocol
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
+# Seconds a server has to answer ``server/discover`` before it is taken for one of the
+# handshake era (one that ignores what it does not know before its handshake).
+DISCOVER_TIMEOUT = 5.0
 RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
 
 
@@ -66,6 +83,8 @@ class ServerConnection:
         self.restarting = False  # set by the session while a restart is on its way
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
+        self.era = HANDSHAKE  # the protocol era it is spoken to in, once initialized
+        self._envelope: Message | None = None  # the _meta of each request, in the newer era
         self.tools: list[Message] = []
         self.prompts: list[Message] = []
         self.resources: list[Message] = []
@@ -150,7 +169,16 @@ class ServerConnection:
             os.killpg(self.pid, signal.SIGKILL)
         kill(tree)
 
+    @property
+    def roots(self) -> tuple[Message, ...]:
+        """What it is told its client's roots are (what its sandbox holds)."""
+        return self.client_capabilities.roots
+
     async def initialize(self) -> None:
+        """Open the conversation: the ``initialize`` handshake, which every server of the
+        handshake era takes (and in which it asks its client as it was written to); a
+        server that refuses it is asked ``server/discover`` and, when it serves the
+        stateless era, spoken to in that era."""
         response = await self.request(
             "initialize",
             {
@@ -160,9 +188,61 @@ class ServerConnection:
             },
         )
         if "error" in response:
-            raise RuntimeError(f"initialize failed: {response['error'].get('message')}")
+            refused = str(
+                response["error"].get("message") if isinstance(response["error"], dict) else ""
+            )
+            if await self._discover():
+                return
+            raise RuntimeError(f"initialize failed: {refused}")
         self.initialize_result = response.get("result") or {}
         self.notify("notifications/initialized", None)
+
+    async def _discover(self) -> bool:
+        """Whether the server serves the stateless era (then it is spoken to in it)."""
+        envelope = {
+            META_VERSION: STATELESS_VERSIONS[-1],
+            META_CAPABILITIES: self.client_capabilities.capabilities,
+            META_CLIENT_INFO: own_info(),
+        }
+        try:
+            found = await self.request("server/discover", {"_meta": envelope}, DISCOVER_TIMEOUT)
+        except TimeoutError:
+            return False
+        result = found.get("result")
+        versions = result.get("supportedVersions") if isinstance(result, dict) else None
+        if not isinstance(result, dict) or not isinstance(versions, list):
+            return False
+        served = [v for v in STATELESS_VERSIONS if v in versions]
+        if not served:
+            return False
+        envelope[META_VERSION] = served[-1]
+        meta = result.get("_meta")
+        info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
+        caps = result.get("capabilities")
+        self.era, self._envelope = STATELESS, envelope
+        self.initialize_result = {
+            "protocolVersion": served[-1],
+            "capabilities": _watched(caps if isinstance(caps, dict) else {}),
+            "serverInfo": info if isinstance(info, dict) else {},
+        }
+        if isinstance(result.get("instructions"), str):
+            self.initialize_result["instructions"] = result["instructions"]
+        self._listen()
+        return True
+
+    def _listen(self) -> None:
+        """A stateless-era server tells of its lists' changes on a listen of its own,
+        opened for the session (its acknowledgment and notifications come as any other
+        notification; its answer, at the end, goes nowhere)."""
+        wanted = {
+            f"{kind}ListChanged": True
+            for kind in ("tools", "prompts", "resources")
+            if isinstance(self.capabilities.get(kind), dict)
+            and self.capabilities[kind].get("listChanged")
+        }
+        if wanted:
+            with contextlib.suppress(ServerGone, OSError):
+                self.send_request("subscriptions/listen", {"notifications": wanted}, _no_answer)
 
     @property
     def capabilities(self) -> Message:
@@ -225,6 +305,10 @@ class ServerConnection:
         that read it, which is most of what a relayed call costs."""
         request_id = next(self._ids)
         message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if self._envelope is not None:  # the stateless era: each request says it all
+            params = dict(params or {})
+            meta = params.get("_meta")
+            params["_meta"] = {**(meta if isinstance(meta, dict) else {}), **self._envelope}
         if params is not None:
             message["params"] = params
         self._write(message)
@@ -396,3 +480,18 @@ class ServerConnection:
         except TimeoutError:
             return False
         return True
+
+
+def _watched(capabilities: Message) -> Message:
+    """A stateless-era server's capabilities as its client ironcurtain uses them: its
+    resources watched per URI only through a listen, which ironcurtain does not open on
+    a client's behalf (so no ``subscribe``)."""
+    resources = capabilities.get("resources")
+    if isinstance(resources, dict) and "subscribe" in resources:
+        kept = {k: v for k, v in resources.items() if k != "subscribe"}
+        return {**capabilities, "resources": kept}
+    return capabilities
+
+
+def _no_answer(outcome: Message | BaseException) -> None:
+    """An answer nobody waits for."""

@@ -17,9 +17,16 @@ from sandbox_profiles.records import frozen
 # MCP handshake-era protocol revisions, oldest first (newer clients fall back to these).
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 LATEST_PROTOCOL = PROTOCOL_VERSIONS[-1]
-# The stateless era (2026-07-28 on): no handshake; every request names its version here.
+# The stateless era (2026-07-28 on): no handshake; every request names its version, and
+# the capabilities of its client, in its ``_meta``.
 STATELESS_VERSIONS = ("2026-07-28",)
-META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META = "io.modelcontextprotocol/"
+META_VERSION = META + "protocolVersion"
+META_CAPABILITIES = META + "clientCapabilities"
+META_CLIENT_INFO = META + "clientInfo"
+META_SERVER_INFO = META + "serverInfo"
+# The two eras a peer speaks, as the audit log names them.
+HANDSHAKE, STATELESS = "handshake", "stateless"
 LINE_LIMIT = 64 * 1024 * 1024
 
 # The methods the relay checks before a server answers them.

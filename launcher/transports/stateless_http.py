@@ -8,6 +8,12 @@ behind a load balancer could answer the next one. The client's request ids are r
 ironcurtain's own on the way in (two clients may both send id 1) and given back on the way
 out. A client that goes away before its answer cancels the request.
 
+A ``subscriptions/listen`` request is answered with an event stream (``text/event-stream``):
+its acknowledgment first, then the notifications it asked for, each with the client's own id
+as its subscription id, until the client closes it (which ends the listen) or the session
+ends (its answer, the last event). A client that does not read its stream loses
+notifications past ``STREAM_BACKLOG`` rather than holding them without limit.
+
 Checked before the relay sees a request, as the era's transport asks: the headers say what
 the body does (``MCP-Protocol-Version`` its ``_meta`` version, ``Mcp-Method`` its method,
 ``Mcp-Name`` the tool or prompt name or the resource URI, plain or as
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import itertools
 import json
 from collections.abc import Awaitable, Callable
@@ -30,6 +37,9 @@ from starlette.types import Receive, Scope, Send
 from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, error, loads
 
 HEADER_MISMATCH = -32020
+LISTEN = "subscriptions/listen"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+STREAM_BACKLOG = 1024  # notifications held for one listen's stream
 RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
 BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
@@ -67,6 +77,7 @@ class StatelessClients:
         self._opening = asyncio.Lock()
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
+        self._streams: dict[str, asyncio.Queue[Message]] = {}  # listens, by their ids
         self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
     # -- Upstream --------------------------------------------------------------------------
@@ -74,7 +85,12 @@ class StatelessClients:
     def deliver(self, message: Message, related: str | int | None = None) -> None:
         """An answer goes to the request waiting for it; nothing else is sent (a stateless
         request's answer is its whole response)."""
-        key = message.get("id")
+        key = message.get("id") if "method" not in message else related
+        stream = self._streams.get(key) if isinstance(key, str) else None
+        if stream is not None:  # a listen's: what it is told goes on its stream
+            with contextlib.suppress(asyncio.QueueFull):
+                stream.put_nowait(message)
+            return
         future = self._waiting.pop(key, None) if isinstance(key, str) else None
         if "method" not in message and future is not None and not future.done():
             future.set_result(message)
@@ -117,6 +133,9 @@ class StatelessClients:
             await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
             return
         internal = f"http-{next(self._ids)}"
+        if message["method"] == LISTEN:
+            await self._listen(relay, message, internal, receive, send)
+            return
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[internal] = future
         relay.feed(json.dumps({**message, "id": internal}).encode())
@@ -137,6 +156,48 @@ class StatelessClients:
             return
         await _answer(send, {**future.result(), "id": message["id"]})
 
+    async def _listen(
+        self, relay: Relayed, message: Message, internal: str, receive: Receive, send: Send
+    ) -> None:
+        """A listen's event stream, from its acknowledgment until either side ends it."""
+        stream: asyncio.Queue[Message] = asyncio.Queue(STREAM_BACKLOG)
+        self._streams[internal] = stream
+        relay.feed(json.dumps({**message, "id": internal}).encode())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        started = False
+        try:
+            while True:
+                got = asyncio.ensure_future(stream.get())
+                await asyncio.wait({got, gone}, return_when=asyncio.FIRST_COMPLETED)
+                if not got.done():
+                    got.cancel()
+                    break  # the client closed its stream: the listen ends
+                item = _as_client(got.result(), internal, message["id"])
+                answer = "method" not in item
+                if not started and answer:  # refused: a plain answer, not a stream
+                    await _answer(send, item)
+                    return
+                if not started:
+                    started = True
+                    headers = [
+                        (b"content-type", b"text/event-stream"),
+                        (b"cache-control", b"no-cache"),
+                    ]
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                event = b"event: message\ndata: " + json.dumps(item).encode() + b"\n\n"
+                await send({"type": "http.response.body", "body": event, "more_body": not answer})
+                if answer:
+                    return  # the session ended the listen
+        finally:
+            gone.cancel()
+            self._streams.pop(internal, None)
+        cancel = {"requestId": internal, "reason": "the client closed its stream"}
+        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        relay.feed(json.dumps(note).encode())
+        if started:
+            with contextlib.suppress(Exception):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
     async def close(self) -> None:
         if self._relay is not None:
             relay, self._relay = self._relay, None
@@ -156,6 +217,22 @@ class StatelessClients:
                     self._failed = (loop.time(), str(exc))
                     raise
             return self._relay
+
+
+def _as_client(message: Message, internal: str, client_id: object) -> Message:
+    """A message of a listen's, with the client's own id where ironcurtain's stood."""
+    if "method" not in message:
+        message = {**message, "id": client_id}
+    for part in ("params", "result"):
+        body = message.get(part)
+        meta = body.get("_meta") if isinstance(body, dict) else None
+        if (
+            isinstance(body, dict)
+            and isinstance(meta, dict)
+            and meta.get(SUBSCRIPTION_ID) == internal
+        ):
+            message = {**message, part: {**body, "_meta": {**meta, SUBSCRIPTION_ID: client_id}}}
+    return message
 
 
 def _mismatch(scope: Scope, message: Message) -> str | None:

@@ -44,6 +44,8 @@ class FakeServer:
     # on (``ServerGone``, ``TimeoutError``), or None to hold the request until answered.
     answer: Answer = echo
     restarting: bool = False
+    era: str = "handshake"
+    roots: tuple[Message, ...] = ()
     on_request: Callable[[Any, Message], None] | None = None
     gone: ServerGone | None = None
     requests: list[tuple[str, Message]] = field(default_factory=list)

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from launcher.relay.rounds import APPROVAL, QUESTION
 from launcher.relay.stateless import CAPABILITIES, VERSION
 from launcher.shared.jsonrpc import Message
@@ -284,3 +286,73 @@ def test_a_question_during_a_request_that_cannot_take_one_is_refused(tmp_path: P
     ((_, outcome),) = h.fs.replies
     assert "client-capability" in outcome["error"]["message"]
     assert json.dumps(h.fs.replies).count("Your name") == 0
+
+
+def _asked_during_a_held_call(h: Harness, inside: Message) -> None:
+    """A call (id 1) at a server that holds it and asks the client a question meanwhile."""
+    h.fs.answer = lambda method, params: None
+    h.feed({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": inside})
+
+
+@pytest.mark.parametrize("ending", ["answered", "timed out", "withdrawn, then answered"])
+def test_a_call_that_ends_before_its_retry_gives_the_retry_its_answer(
+    tmp_path: Path, ending: str
+) -> None:
+    # As a hostile (or slow) server: its call ends while the client's retry is awaited.
+    # The retry gets the call's answer, once; nothing is lost and nothing waits forever.
+    h = stateless(tmp_path)
+    inside = modern({"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}})
+    answer = {QUESTION: {"action": "accept", "content": {"name": "Ada"}}}
+
+    async def work() -> None:
+        _asked_during_a_held_call(h, inside)
+        await asyncio.sleep(0.01)
+        _server_asks(h, "elicitation/create", FORM)
+        first = await h.answer(1)
+        assert first is not None and first["result"]["resultType"] == "input_required"
+        (held,) = h.fs.held
+        if ending.startswith("withdrawn"):
+            assert h.fs.on_request is not None
+            cancel = {"requestId": 77, "reason": "no longer needed"}
+            h.relay.on_server_notification(
+                h.fs, {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+            )
+            await asyncio.sleep(0.01)
+        done: Message | BaseException = {
+            "result": {"content": [{"type": "text", "text": "RESULT"}]}
+        }
+        if ending == "timed out":
+            done = TimeoutError()
+        h.fs.release(held, done)
+        await asyncio.sleep(0.01)
+        params = retry(inside, first["result"], answer)
+        h.feed({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": params})
+        got = await h.answer(2)
+        assert got is not None, "the retry was never answered"
+        text = got["result"]["content"][0]["text"]
+        assert text == "RESULT" if ending != "timed out" else "did not answer within" in text
+
+    run(work)
+    assert [m["id"] for m in h.client.sent if "method" not in m] == [1, 2]
+    assert h.relay._asked == {}
+
+
+def test_a_question_after_its_call_was_answered_is_not_asked(tmp_path: Path) -> None:
+    # As a hostile server: a question and its call's answer in one write. The client's
+    # request has its answer; it gets no second one.
+    h = stateless(tmp_path)
+    inside = modern({"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}})
+
+    async def work() -> None:
+        _asked_during_a_held_call(h, inside)
+        await asyncio.sleep(0.01)
+        (held,) = h.fs.held
+        _server_asks(h, "elicitation/create", FORM)  # decided now, asked in a task
+        h.fs.release(held, {"result": {"content": [{"type": "text", "text": "RESULT"}]}})
+        await asyncio.sleep(0.05)
+
+    run(work)
+    answers = [m for m in h.client.sent if m.get("id") == 1]
+    assert len(answers) == 1 and answers[0]["result"]["content"][0]["text"] == "RESULT"
+    ((_, told),) = h.fs.replies
+    assert "error" in told

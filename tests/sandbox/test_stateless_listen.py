@@ -1,0 +1,86 @@
+"""``subscriptions/listen`` end to end: the ``mcp`` SDK's client pinned to 2026-07-28, over
+stdio and ``--http``, through ``ironcurtain run`` to the probe server (a server of the
+handshake era, whose resources are watched with ``resources/subscribe``): the listen is
+acknowledged with what it gets, and a change of the watched resource reaches it; once it is
+closed, the server is told to stop watching."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.home import Home
+from tests.support.http import TOKEN, probe_args, serving
+from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
+
+pytestmark = needs_bwrap
+ERA = "2026-07-28"
+
+
+@asynccontextmanager
+async def stateless_client(user: Home, transport: str) -> AsyncIterator[Client]:
+    args = probe_args(user)
+    if transport == "stdio":
+        target = StdioServerParameters(
+            command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
+        )
+        async with Client(target, mode=ERA) as client:
+            yield client
+        return
+    with serving(user, *args) as served:
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        async with (
+            httpx2.AsyncClient(headers=bearer, timeout=30) as http,
+            Client(streamable_http_client(served.url, http_client=http), mode=ERA) as client,
+        ):
+            yield client
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_listen_hears_the_resource_it_watches_change(user: Home, transport: str) -> None:
+    seen: dict[str, object] = {}
+
+    async def scenario() -> None:
+        async with stateless_client(user, transport) as client:
+            async with client.listen(
+                resource_subscriptions=["probe://status", "file:///etc/shadow"]
+            ) as sub:
+                seen["honored"] = sub.honored.resource_subscriptions
+                touched = await client.call_tool("touch", {"uri": "probe://status"})
+                seen["touched"] = touched.content[0].text  # type: ignore[union-attr]
+                with anyio.fail_after(10):
+                    event = await sub.__anext__()
+                seen["event"] = event
+            # Closed: the server stops watching (after the unsubscribe reaches it).
+            with anyio.fail_after(10):
+                while True:
+                    again = await client.call_tool("touch", {"uri": "probe://status"})
+                    if again.content[0].text == "TOUCHED, nobody subscribed":  # type: ignore[union-attr]
+                        break
+                    await anyio.sleep(0.05)
+
+    anyio.run(scenario)
+    # The file outside what the policy lets it read is not watched.
+    assert seen["honored"] == ["probe://status"]
+    assert seen["touched"] == "TOUCHED, subscribers told"
+    assert "probe://status" in repr(seen["event"])
+    entries = [
+        json.loads(line) for line in Path(user.root / "audit.jsonl").read_text().splitlines()
+    ]
+    watched = [
+        (e["method"], e["policy"]["decision"])
+        for e in entries
+        if "subscribe" in e.get("method", "")
+    ]
+    assert ("resources/subscribe", "allow") in watched
+    assert ("resources/subscribe", "deny") in watched
+    assert ("resources/unsubscribe", "allow") in watched
