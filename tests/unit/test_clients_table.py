@@ -1,0 +1,170 @@
+"""Every client of the table, on a realistic file of its own at its real place (in its
+format, under its key, in its entry shape, with comments where the format has them, other
+settings and a secret): listed with its remote servers as remote, its stdio servers
+wrapped with nothing else of the file changed, the secret left in the client's entry and
+never copied into ironcurtain's config, a second wrap finding nothing to do, and unwrap
+restoring the file byte for byte. In process: ``test_wrap.py`` runs the commands."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.clients.formats import load, plain, servers_at
+from launcher.clients.known import Found, found
+from launcher.clients.table import BY_NAME, CLIENTS, listed_in, syntax_of
+from launcher.clients.wrap import describe, plan_wrap, select, status
+from launcher.clients.wrap_files import apply_wrap, unwrap
+from launcher.shared.errors import UsageError
+from tests.support.client_files import FILES, NEW, ClientFile
+from tests.support.home import Home, in_process
+from tests.support.paths import IRONCURTAIN
+
+COMMENT = re.compile(r"(?:^|\s)(?:#|//|/\*).*$")
+
+
+def _place(user: Home, monkeypatch: pytest.MonkeyPatch, *cases: ClientFile) -> Path:
+    in_process(user, monkeypatch)
+    user.enter(monkeypatch)
+    project = user.root / "proj"
+    (project / "project-files").mkdir(parents=True, exist_ok=True)
+    for case in cases:
+        case.place(user.home, project)
+    return project
+
+
+def _others(case: ClientFile, path: Path, text: str) -> Any:
+    """The file's value without the servers wrap changes."""
+    client = BY_NAME[case.client]
+    syntax = syntax_of(client, path.name)
+    data = plain(load(syntax, text, path))
+    servers = servers_at(data, (client.key,), listed_in(client, syntax), path)
+    kept = {k: v for k, v in servers.items() if k not in case.wrapped}
+    data[client.key] = kept
+    return data
+
+
+def test_every_client_has_a_realistic_file_here() -> None:
+    assert {c.client for c in FILES} == {c.name for c in CLIENTS}
+    for client in CLIENTS:
+        assert client.source, client.name  # where its locations were read
+
+
+@pytest.mark.parametrize("case", NEW, ids=[c.id for c in NEW])
+def test_a_clients_file_is_wrapped_alone_and_restored_byte_for_byte(
+    user: Home, monkeypatch: pytest.MonkeyPatch, case: ClientFile
+) -> None:
+    project = _place(user, monkeypatch, case)
+    path = (user.home if case.scope == "user" else project) / case.relative
+    before = path.read_bytes()
+    files = select(user.home, project, [case.client], False)
+    assert [(f.path, f.scope) for f in files.files] == [(path, case.scope)]
+    listing, _, total = describe(files)
+    label = BY_NAME[case.client].label
+    assert f"{label} ({case.scope}): {path}" in listing
+    assert total == len(files.files[0].entries)
+    for name in case.remote:
+        assert re.search(rf"^  {re.escape(name)} +remote: https://", listing, re.M), listing
+    for name in case.wrapped:
+        assert re.search(rf"^  {re.escape(name)} +stdio: mcp-server-", listing, re.M), listing
+
+    changes, config = plan_wrap(files, [])
+    assert [c.servers for c in changes] == [list(case.wrapped)]
+    apply_wrap(changes, config)
+    after = path.read_text()
+    # Only the wrapped entries changed: every comment kept, every other value the same.
+    comments = [m.group().strip() for line in before.decode().splitlines()
+                if (m := COMMENT.search(line)) and "://" not in m.group()]  # fmt: skip
+    for comment in comments:
+        assert comment in after, (comment, after)
+    assert _others(case, path, after) == _others(case, path, before.decode())
+    assert case.secret in after  # the client still hands it over
+    assert case.secret not in config.path.read_text()
+
+    again = select(user.home, project, [case.client], False)
+    for e in again.files[0].entries:
+        protected, how = status(again.files[0], e)
+        assert protected == (e.name in case.wrapped), (e.name, how)
+    changes, config = plan_wrap(again, [])
+    assert all(c.after == c.before for c in changes) and config.after == config.before
+
+    said, problems = unwrap(select(user.home, project, [case.client], False))
+    assert problems == [] and len(said) == 1, (said, problems)
+    assert path.read_bytes() == before
+
+
+def test_wrap_all_and_unwrap_all_restore_every_clients_file(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _place(user, monkeypatch, *FILES)
+    paths = [(user.home if c.scope == "user" else project) / c.relative for c in FILES]
+    before = {p: p.read_bytes() for p in paths}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([IRONCURTAIN, *args], env=user.env, cwd=project,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    wrapped = cli("wrap", "--all", "--no-annotate")
+    assert wrapped.returncode == 0, wrapped.stderr
+    listed = cli("clients", "--check")
+    remote = sum(len(c.remote) for c in FILES)
+    assert listed.returncode == 1  # the remote ones stay unprotected, named as such
+    # Goose's built-in developer extension is not a server ironcurtain can start.
+    assert f"{remote + 1} of " in listed.stdout.splitlines()[-1], listed.stdout
+    for p in paths:
+        assert p.read_bytes() != before[p], p
+    unwrapped = cli("unwrap", "--all")
+    assert unwrapped.returncode == 0, unwrapped.stderr
+    assert {p: p.read_bytes() for p in paths} == before
+
+
+def test_a_file_in_a_form_wrap_cannot_edit_is_listed_and_refused(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = _place(user, monkeypatch)
+    rc = user.home / ".config" / "crush" / "crushrc"
+    rc.parent.mkdir(parents=True)
+    rc.write_text("mcp add clock --type stdio --command mcp-server-time\n")
+    files = found(user.home, project)
+    listing, unprotected, _ = describe(files)
+    assert f"Crush: {rc}: a shell script Crush runs" in listing
+    assert unprotected == 1  # --check fails on it
+    changes, config = plan_wrap(select(user.home, project, ["crush"], False), [])
+    assert changes == [] and any(str(rc) in n and "not wrapped" in n for n in config.notes)
+    assert rc.read_text().startswith("mcp add clock")
+    done = subprocess.run([IRONCURTAIN, "wrap", "--client", "crush"], env=user.env,
+                          cwd=project, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "a shell script Crush runs" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        (
+            "a: &x [1, 2]\nb: [*x, *x]\n"
+            + "".join(
+                f"l{i}: &l{i} [*l{i - 1}, *l{i - 1}, *l{i - 1}]\n" for i in range(1, 20)
+            ).replace("*l0", "*x"),
+            "more than 100000 values",
+        ),
+        ("extensions:\n  a: 1\n  a: 2\n", "not YAML"),
+        ("extensions: [\n", "not YAML"),
+    ],
+    ids=["alias-bomb", "duplicate-key", "unclosed"],
+)
+def test_a_bad_yaml_file_is_named_not_read(
+    user: Home, monkeypatch: pytest.MonkeyPatch, text: str, says: str
+) -> None:
+    project = _place(user, monkeypatch)
+    path = user.home / ".config" / "goose" / "config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    files = found(user.home, project)
+    assert [c.name for c, _ in files.refused] == ["goose"]
+    assert says in files.refused[0][1] and str(path) in files.refused[0][1]
+    with pytest.raises(UsageError, match="nothing written"):
+        plan_wrap(Found(files.files, files.refused), [])
