@@ -1,0 +1,131 @@
+"""A hostile project at every place a client reads a project's servers from, in that
+client's own format and entry shape: its file (or the directory holding it) linked to the
+user's own, or hard-linked to it, is refused, nothing written; its entry naming the user's
+SSH keys (outright, through ``..`` or through a link planted in the project) gets none of
+them in its sandbox. Each beside its control: the same file as a plain file of the project
+is read and wrapped, and the project's own directory is given. In process (the commands
+themselves: ``test_wrap_attacks.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher.clients.jsonc import parse
+from launcher.clients.known import found
+from launcher.clients.table import CLIENTS, Client, listed_in, syntax_of
+from launcher.clients.wrap import plan_wrap, select
+from launcher.shared.errors import UsageError
+from tests.support.home import Home, in_process
+from tests.support.paths import BIN
+
+TIME = os.path.join(BIN, "mcp-server-time")
+PLACES = [
+    (c, p.replace("*", "planted")) for c in CLIENTS for p in c.project
+    if not p.endswith("*.yml")
+]  # fmt: skip
+IDS = [f"{c.name}:{p}" for c, p in PLACES]
+
+
+def _text(client: Client, relative: str, argv: list[str]) -> str:
+    """A file of ``client`` at ``relative`` with one server ``s`` starting ``argv``."""
+    shape = client.shape
+    if shape.args is None:
+        entry: dict[str, object] = {shape.command: argv}
+    else:
+        entry = {shape.command: argv[0], shape.args: argv[1:]}
+    entry.update({k: v[0] for k, v in shape.fixed if k == "type"})
+    syntax = syntax_of(client, relative)
+    if syntax == "toml":
+        args = ", ".join(json.dumps(a) for a in argv[1:])
+        head = f'[[{client.key}]]\nname = "s"' if listed_in(client, syntax) else f"[{client.key}.s]"
+        return f"{head}\ncommand = {json.dumps(argv[0])}\nargs = [{args}]\n"
+    if syntax == "yaml":
+        lines = [f"{client.key}:", "  - name: s", f"    command: {argv[0]}", "    args:"]
+        return "\n".join([*lines, *(f"      - {json.dumps(a)}" for a in argv[1:])]) + "\n"
+    return json.dumps({client.key: {"s": entry}}, indent=2)
+
+
+def _project(user: Home, monkeypatch: pytest.MonkeyPatch) -> Path:
+    in_process(user, monkeypatch)
+    user.enter(monkeypatch)
+    project = user.root / "proj"
+    (project / "data").mkdir(parents=True)
+    return project
+
+
+@pytest.mark.parametrize("how", ["file-link", "dir-link", "hard-link", "plain"])
+@pytest.mark.parametrize(("client", "relative"), PLACES, ids=IDS)
+def test_a_project_file_led_to_the_users_own_is_refused(
+    user: Home, monkeypatch: pytest.MonkeyPatch, client: Client, relative: str, how: str
+) -> None:
+    project = _project(user, monkeypatch)
+    mine = user.home / "mine" / relative  # the user's own file, with a secret in it
+    mine.parent.mkdir(parents=True)
+    mine.write_text(_text(client, relative, [TIME, user.secret]))
+    before = mine.read_bytes()
+    planted = project / relative
+    first = Path(relative).parts[0]
+    if how == "dir-link":
+        if len(Path(relative).parts) == 1:
+            pytest.skip("a file at the project's root has no directory to link")
+        (project / first).symlink_to(user.home / "mine" / first)
+    else:
+        planted.parent.mkdir(parents=True, exist_ok=True)
+        if how == "file-link":
+            planted.symlink_to(mine)
+        elif how == "hard-link":
+            os.link(mine, planted)
+        else:  # the control: a plain file of the project
+            planted.write_text(mine.read_text())
+    files = found(user.home, project).of([client.name])
+    if how == "plain":
+        assert [(f.path, f.scope) for f in files.files] == [(planted, "project")]
+        changes, _ = plan_wrap(files, [])
+        assert [c.servers for c in changes] == [["s"]]
+        return
+    says = {"file-link": "a symbolic link", "dir-link": f"{first} is a symbolic link",
+            "hard-link": "2 hard links"}[how]  # fmt: skip
+    # Each place under a linked directory is refused on its own: none is read.
+    assert files.files == [] and files.refused, files
+    assert any(says in why for _, why in files.refused), files.refused
+    for _, why in files.refused:
+        assert str(project / first) in why and "link" in why, why
+    with pytest.raises(UsageError, match="nothing written"):
+        plan_wrap(select(user.home, project, [client.name], False), [])
+    assert mine.read_bytes() == before
+    assert not (user.config / "ironcurtain").exists()
+
+
+@pytest.mark.parametrize(("client", "relative"), PLACES, ids=IDS)
+def test_a_projects_entry_gets_nothing_of_the_home(
+    user: Home, monkeypatch: pytest.MonkeyPatch, client: Client, relative: str
+) -> None:
+    project = _project(user, monkeypatch)
+    (project / "keys").symlink_to(user.home / ".ssh")
+    # The project's own directory by its full path: the control, whether or not the client
+    # starts servers in the project (a relative path is resolved only when it does).
+    argv = [
+        TIME,
+        "./keys",
+        "~/.ssh",
+        str(user.home / ".ssh" / "id_rsa"),
+        "..",
+        str(project / "data"),
+    ]
+    planted = project / relative
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(_text(client, relative, argv))
+    changes, config = plan_wrap(select(user.home, project, [client.name], False), [])
+    assert [c.servers for c in changes] == [["s"]], [c.notes for c in changes]
+    definition = parse(config.after).value["mcpServers"]["s"]
+    fs = definition.get("sandbox", {}).get("filesystem", {})
+    mounts = [os.path.realpath(m) for ms in fs.values() for m in ms]
+    for mount in mounts:
+        assert not user.home.is_relative_to(mount) and not mount.startswith(str(user.home))
+    assert mounts == [os.path.realpath(project / "data")]  # the control: its own directory
+    notes = " ".join(changes[0].notes)
+    assert notes.count("not given to its sandbox") == 4, notes
