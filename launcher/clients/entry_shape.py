@@ -44,6 +44,7 @@ class Shape:
     env: str = "env"
     fixed: tuple[tuple[str, tuple[Any, ...]], ...] = tuple(FIXED_KEYS.items())
     inert: frozenset[str] = INERT_KEYS
+    keep_env: bool = False  # an environment left empty stays, empty (the client wants it)
 
     @property
     def entry_keys(self) -> frozenset[str]:
@@ -59,7 +60,7 @@ GOOSE = Shape(
     "goose", command="cmd", env="envs",
     # env_keys names secrets goose fills from its keyring: only an empty list is inert.
     fixed=(("type", ("stdio",)), ("env_keys", ([],)), ("bundled", (None, False))),
-    inert=INERT_KEYS | {"name", "available_tools"},
+    inert=INERT_KEYS | {"name", "available_tools"}, keep_env=True,
 )  # fmt: skip
 OPENCODE = Shape(
     "opencode", args=None, env="environment", fixed=(("type", ("local",)),),
@@ -93,7 +94,7 @@ def wrapped(
     else:
         out[shape.command] = exe
         out[shape.args] = run
-    if env:
+    if env or (shape.keep_env and shape.env in out):
         out[shape.env] = env
     else:
         out.pop(shape.env, None)

@@ -173,6 +173,7 @@ def _yaml_replace(text: str, at: Path, name: str, entry: dict[str, Any], listed:
         end = i + 1
     mapping, sequence, offset = _indents(node)
     _set_keys(node, entry)
+    _shift_comments(node, col)
     yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
     yaml.representer.add_representer(type(None), _null)
     out = io.StringIO()
@@ -184,6 +185,23 @@ def _yaml_replace(text: str, at: Path, name: str, entry: dict[str, Any], listed:
     if new and not new.endswith("\n"):
         new += "\n"
     return "".join(lines[:first]) + new + "".join(lines[end:])
+
+
+def _shift_comments(node: Any, by: int) -> None:
+    """The end-of-line comments of ``node`` moved ``by`` columns left: it is written from
+    column 0, then indented back to where it was."""
+    pending = [node]
+    while pending:
+        item = pending.pop()
+        comments = getattr(item, "ca", None)
+        for slots in comments.items.values() if comments is not None else ():
+            for token in slots if isinstance(slots, list) else [slots]:
+                if getattr(token, "column", -1) >= by and hasattr(token, "value"):
+                    token.column = token.column - by
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
 
 
 def _flow(node: Any) -> bool:

@@ -134,6 +134,9 @@ def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
             f"remote: {e.url} (not protected: it runs elsewhere, where no sandbox of "
             "ironcurtain's can hold it; left alone)"
         )
+    kind = e.raw.get("type")
+    if isinstance(kind, str) and kind:
+        return False, f"type {kind}, run by the client itself (not protected: left alone)"
     return False, "no command (not protected: left alone)"
 
 

@@ -129,3 +129,17 @@ def test_a_projects_entry_gets_nothing_of_the_home(
     assert mounts == [os.path.realpath(project / "data")]  # the control: its own directory
     notes = " ".join(changes[0].notes)
     assert notes.count("not given to its sandbox") == 4, notes
+
+
+@pytest.mark.parametrize(("client", "relative"), PLACES, ids=IDS)
+def test_a_sandboxed_server_may_not_plant_a_clients_project_file(
+    client: Client, relative: str
+) -> None:
+    # Each place a client reads a project's servers from is in the catalogue of what host
+    # tools load or run, which a server's writable workspace keeps it from writing: a
+    # server that wrote .amp/settings.json would have its own server started unsandboxed.
+    from sandbox_profiles.autorun import match
+
+    parts = relative.split("/")
+    assert any(match(parts[:k], k < len(parts), lambda n: False) for k in range(1, len(parts) + 1))
+    assert match(["notes", "settings.json"], False, lambda n: False) is None  # the control

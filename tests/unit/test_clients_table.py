@@ -168,3 +168,15 @@ def test_a_bad_yaml_file_is_named_not_read(
     assert says in files.refused[0][1] and str(path) in files.refused[0][1]
     with pytest.raises(UsageError, match="nothing written"):
         plan_wrap(Found(files.files, files.refused), [])
+
+
+def test_the_documented_table_names_every_client_and_its_files() -> None:
+    from tests.support.paths import TESTS
+
+    doc = (TESTS.parent / "docs" / "clients.md").read_text()
+    rows = {line.split("`")[1]: line for line in doc.splitlines() if "| " in line and "(`" in line}
+    for client in CLIENTS:
+        row = rows[client.name]
+        for relative in client.user + client.project:
+            shown = relative if "*" not in relative else relative.rpartition("/")[2]
+            assert shown in row, (client.name, relative)
