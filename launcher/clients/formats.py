@@ -13,6 +13,7 @@ followed as shared values, and a file whose values, aliases followed, exceed
 from __future__ import annotations
 
 import io
+import json
 import tomllib
 from typing import Any, cast
 
@@ -69,7 +70,28 @@ def servers_at(data: Any, at: Path, listed: bool, where: object) -> dict[str, An
 
 
 def replace(syntax: str, listed: bool, text: str, at: Path, name: str, entry: Any) -> str:
-    """``text`` with the server ``name`` at ``at`` holding ``entry``."""
+    """``text`` with the server ``name`` at ``at`` holding ``entry``, and nothing else of
+    the file's meaning changed (read back and compared: :class:`NotEditable` when it
+    would be)."""
+    new = _replace(syntax, listed, text, at, name, entry)
+    expected = plain(load(syntax, text, ""))
+    container = expected
+    for key in at:
+        container = container[key]
+    if listed:
+        container[next(i for i, e in enumerate(container) if e.get("name") == name)] = entry
+    else:
+        container[name] = entry
+    if _dumped(plain(load(syntax, new, ""))) != _dumped(expected):
+        raise NotEditable("the file, read back, would differ beyond it")
+    return new
+
+
+def _dumped(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _replace(syntax: str, listed: bool, text: str, at: Path, name: str, entry: Any) -> str:
     if syntax in ("json", "jsonc"):
         doc = parse(text)
         if not listed:
@@ -181,9 +203,11 @@ def _yaml_replace(text: str, at: Path, name: str, entry: dict[str, Any], listed:
     dumped = out.getvalue().splitlines(keepends=True)
     while dumped and (not dumped[-1].strip() or dumped[-1].lstrip().startswith("#")):
         dumped.pop()  # comments after the entry are the next one's: kept where they are
-    new = "".join((head if i == 0 and head else " " * col) + d for i, d in enumerate(dumped))
-    if new and not new.endswith("\n"):
-        new += "\n"
+    newline = "\r\n" if lines[line].endswith("\r\n") else "\n"  # as the file has it
+    new = "".join(
+        (head if i == 0 and head else " " * col) + d.rstrip("\n") + newline
+        for i, d in enumerate(dumped)
+    )
     return "".join(lines[:first]) + new + "".join(lines[end:])
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from launcher.clients import wrap_records
 from launcher.clients.file_io import Source, read_user, writable, write, write_own
-from launcher.clients.formats import entry_at, replace
+from launcher.clients.formats import NotEditable, entry_at, replace
 from launcher.clients.jsonc import unwritable
 from launcher.clients.known import ClientFile, Found, user_policy
 from launcher.clients.wrap import Change
@@ -150,7 +150,7 @@ def _put_back(f: ClientFile, text: str, entry: dict[str, Any], original: str) ->
         if not _same_entry(now, entry["after"]) or not isinstance(before, dict):
             return None
         return replace(f.syntax, f.listed, text, at, name, before)
-    except (KeyError, TypeError, StopIteration, UsageError):
+    except (KeyError, TypeError, StopIteration, UsageError, NotEditable):
         return None
 
 

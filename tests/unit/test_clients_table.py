@@ -180,3 +180,76 @@ def test_the_documented_table_names_every_client_and_its_files() -> None:
         for relative in client.user + client.project:
             shown = relative if "*" not in relative else relative.rpartition("/")[2]
             assert shown in row, (client.name, relative)
+
+
+GOOSE_ENTRY = "    cmd: mcp-server-time\n    args: []\n    envs: {}\n    type: stdio\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "wrapped"),
+    [
+        ("extensions:\n  t: {cmd: mcp-server-time, args: [], type: stdio}\n", False),
+        ("base: &b\n  type: stdio\nextensions:\n  t: &t\n" + GOOSE_ENTRY + "other: *t\n", False),
+        ("extensions:\n  t:\n    <<: {type: stdio}\n    cmd: mcp-server-time\n", False),
+        ("extensions:\r\n  t:\r\n" + GOOSE_ENTRY.replace("\n", "\r\n") + "x: 1\r\n", True),
+        (
+            "extensions:\n  t:\n    description: |\n      the clock\n      # not a comment\n"
+            + GOOSE_ENTRY
+            + "  # the next one\n  u:\n    type: builtin\n",
+            True,
+        ),
+    ],
+    ids=["flow", "anchor", "merge-key", "crlf", "block-scalar"],
+)
+def test_a_yaml_entry_is_rewritten_alone_or_left_alone(
+    user: Home, monkeypatch: pytest.MonkeyPatch, text: str, wrapped: bool
+) -> None:
+    project = _place(user, monkeypatch)
+    path = user.home / ".config" / "goose" / "config.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(text.encode())
+    changes, config = plan_wrap(select(user.home, project, ["goose"], False), [])
+    notes = " ".join(n for c in changes for n in c.notes)
+    if not wrapped:
+        assert all(c.after == c.before for c in changes) and "t: " in notes, notes
+        assert "left alone" in notes and '"t"' not in config.after
+        return
+    (change,) = changes
+    assert change.servers == ["t"]
+    after = change.after
+    from ruamel.yaml import YAML
+
+    new, old = YAML(typ="safe").load(after), YAML(typ="safe").load(text)
+    assert new["extensions"]["t"]["cmd"].endswith("/ironcurtain")
+    assert {k: v for k, v in new.items() if k != "extensions"} == {
+        k: v for k, v in old.items() if k != "extensions"
+    }
+    assert {k: v for k, v in new["extensions"].items() if k != "t"} == {
+        k: v for k, v in old["extensions"].items() if k != "t"
+    }
+    if "\r\n" in text:
+        assert after.count("\r\n") == after.count("\n")  # its line endings kept
+    kept = [line for line in text.splitlines() if line.startswith(("x:", "  # the next", "  u:"))]
+    assert all(line in after.splitlines() for line in kept)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["control", "editor-changes-more"])
+def test_wrap_never_writes_a_file_that_reads_differently_beyond_the_entry(
+    user: Home, monkeypatch: pytest.MonkeyPatch, broken: bool
+) -> None:
+    # Whatever the format's editor does, the file is read back before it is written: an
+    # edit that changed another setting (here the model goose uses) is never written.
+    from launcher.clients import formats
+
+    case = next(c for c in NEW if c.client == "goose")
+    project = _place(user, monkeypatch, case)
+    if broken:
+        edit = formats._replace
+        monkeypatch.setattr(
+            formats, "_replace", lambda *a: edit(*a).replace("claude-sonnet-4", "evil-model")
+        )
+    changes, _ = plan_wrap(select(user.home, project, ["goose"], False), [])
+    (change,) = changes
+    assert change.servers == ([] if broken else ["goose-github"])
+    assert ("would differ beyond it" in " ".join(change.notes)) == broken
+    assert "evil-model" not in change.after
