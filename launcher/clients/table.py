@@ -49,7 +49,7 @@ def _app_support(name: str) -> str:
 _TOOLHIVE = "github.com/stacklok/toolhive pkg/client/config.go"
 _DOCKER = "github.com/docker/mcp-gateway pkg/client/config.yml"
 _MAC_WIN = "macOS ~/Library/Application Support/{0}; Windows %APPDATA%\\{0}"
-_CODE = ".config/Code/User/globalStorage"  # VS Code extensions' own storage (Linux)
+_CODE = f"{_app_support('Code')}/User/globalStorage"  # VS Code extensions' own storage
 
 CLIENTS: tuple[Client, ...] = (
     Client("claude-desktop", "Claude Desktop",
@@ -84,7 +84,7 @@ CLIENTS: tuple[Client, ...] = (
            elsewhere="Windows %APPDATA%\\Zed\\settings.json"),
     Client("cline", "Cline",
            (f"{_CODE}/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
-            ".config/Cursor/User/globalStorage/saoudrizwan.claude-dev/settings/"
+            f"{_app_support('Cursor')}/User/globalStorage/saoudrizwan.claude-dev/settings/"
             "cline_mcp_settings.json"), (), "mcpServers", "json", "none", source=_DOCKER,
            elsewhere=_MAC_WIN.format("Code\\User\\globalStorage\\saoudrizwan.claude-dev")),
     Client("roo-code", "Roo Code",

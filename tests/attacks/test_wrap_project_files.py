@@ -143,3 +143,35 @@ def test_a_sandboxed_server_may_not_plant_a_clients_project_file(
     parts = relative.split("/")
     assert any(match(parts[:k], k < len(parts), lambda n: False) for k in range(1, len(parts) + 1))
     assert match(["notes", "settings.json"], False, lambda n: False) is None  # the control
+
+
+SAME = [(c, p) for c, p in PLACES if p in c.user]
+
+
+@pytest.mark.parametrize(("client", "relative"), SAME, ids=[f"{c.name}:{p}" for c, p in SAME])
+def test_the_users_own_file_read_from_the_home_is_never_a_projects(
+    user: Home, monkeypatch: pytest.MonkeyPatch, client: Client, relative: str
+) -> None:
+    # Run in the home, ~/.kiro/settings/mcp.json is also "the project ~'s" file: read as
+    # that, its server would get the home (and ~/.ssh) as its workspace.
+    from launcher.clients.known import project_root
+
+    in_process(user, monkeypatch)
+    user.enter(monkeypatch)
+    path = user.home / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_text(client, relative, [TIME]))
+    for cwd in (user.home, user.root):  # the home, and a directory holding it
+        project, note = project_root(user.home, None, str(cwd))
+        assert project is None and note is not None
+        files = found(user.home, project).of([client.name])
+        assert [(f.path, f.scope, f.project) for f in files.files] == [(path, "user", None)]
+        changes, config = plan_wrap(files, [])
+        assert [c.servers for c in changes] == [["s"]]
+        assert "--workspace" not in config.after and "--workspace" not in changes[0].after
+    # The control: from a project of its own, the project's file is the project's.
+    elsewhere = user.root / "proj"
+    (elsewhere / Path(relative).parent).mkdir(parents=True)
+    (elsewhere / relative).write_text(path.read_text())
+    files = found(user.home, elsewhere).of([client.name])
+    assert sorted(f.scope for f in files.files) == ["project", "user"]
