@@ -147,17 +147,17 @@ def _put_back(f: ClientFile, text: str, entry: dict[str, Any], original: str) ->
     try:
         now = entry_at(f.syntax, f.listed, text, at, name)
         before = entry_at(f.syntax, f.listed, original, at, name)
-        if not _same_entry(now, entry["after"]) or not isinstance(before, dict):
+        if not _same_entry(f.syntax, now, entry["after"]) or not isinstance(before, dict):
             return None
         return replace(f.syntax, f.listed, text, at, name, before)
     except (KeyError, TypeError, StopIteration, UsageError, NotEditable):
         return None
 
 
-def _same_entry(now: Any, after: dict[str, Any]) -> bool:
+def _same_entry(syntax: str, now: Any, after: dict[str, Any]) -> bool:
     """Whether ``now`` is the entry wrap wrote (records of a TOML table written before
     whole entries were recorded hold only its command, args and env)."""
     if now == after:
         return True
-    partial = set(after) <= {"command", "args", "env"}
+    partial = syntax == "toml" and set(after) <= {"command", "args", "env"}
     return partial and isinstance(now, dict) and {k: now[k] for k in after if k in now} == after

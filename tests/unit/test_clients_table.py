@@ -253,3 +253,31 @@ def test_wrap_never_writes_a_file_that_reads_differently_beyond_the_entry(
     assert change.servers == ([] if broken else ["goose-github"])
     assert ("would differ beyond it" in " ".join(change.notes)) == broken
     assert "evil-model" not in change.after
+
+
+@pytest.mark.parametrize("changed", ["elsewhere", "entry-too"])
+def test_unwrap_of_a_file_changed_since_puts_back_only_entries_still_as_wrapped(
+    user: Home, monkeypatch: pytest.MonkeyPatch, changed: str
+) -> None:
+    case = next(c for c in NEW if c.client == "amp" and c.scope == "user")
+    project = _place(user, monkeypatch, case)
+    path = user.home / case.relative
+    before = path.read_text()
+    apply_wrap(*plan_wrap(select(user.home, project, ["amp"], False), []))
+    text = path.read_text().replace('"amp.notifications.enabled": true', '"amp.theme": "dark"')
+    if changed == "entry-too":  # a key the client reads was added to the wrapped entry since
+        text = text.replace('"command": "', '"url": "https://example.com/x", "command": "', 1)
+    path.write_text(text)
+    said, problems = unwrap(select(user.home, project, ["amp"], False))
+    now = path.read_text()
+    assert '"amp.theme": "dark"' in now  # what changed elsewhere is kept
+    if changed == "elsewhere":
+        assert problems == [] and "put back amp-clock" in said[0]
+        assert (
+            _others(case, path, now)["amp.mcpServers"]
+            == _others(case, path, before)["amp.mcpServers"]
+        )
+        assert '"command": "mcp-server-time"' in now
+    else:
+        assert said == [] and "amp-clock" in problems[0] and "changed since" in problems[0]
+        assert '"url": "https://example.com/x"' in now
