@@ -210,10 +210,19 @@ def _user_files(home: Path, relative: str) -> list[str]:
         return []
 
 
+# A directory of one-file-per-server blocks holds a few: a project's with more is planted.
+MAX_BLOCKS = 100
+
+
 def _project_files(project: Path, relative: str) -> list[str]:
     if "*" not in relative:
         return [relative]
-    return _expand(relative, list_project(project, os.path.dirname(relative)))
+    paths = _expand(relative, list_project(project, os.path.dirname(relative)))
+    if len(paths) > MAX_BLOCKS:
+        raise Refused(
+            f"{project / relative}: {len(paths)} files (at most {MAX_BLOCKS} are read): not read"
+        )
+    return paths
 
 
 def found(home: Path, project: Path | None) -> Found:

@@ -175,3 +175,21 @@ def test_the_users_own_file_read_from_the_home_is_never_a_projects(
     (elsewhere / relative).write_text(path.read_text())
     files = found(user.home, elsewhere).of([client.name])
     assert sorted(f.scope for f in files.files) == ["project", "user"]
+
+
+@pytest.mark.parametrize("count", [100, 101])
+def test_a_project_cannot_make_wrap_read_files_without_end(
+    user: Home, monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    # Continue reads every block of .continue/mcpServers/: a project that planted thousands
+    # of them (each up to the 1 MiB a project's file may be) would have wrap read them all.
+    project = _project(user, monkeypatch)
+    blocks = project / ".continue" / "mcpServers"
+    blocks.mkdir(parents=True)
+    for i in range(count):
+        (blocks / f"b{i:03}.json").write_text(json.dumps({"mcpServers": {}}))
+    files = found(user.home, project).of(["continue"])
+    if count == 100:  # the control: as many as a project may hold are read
+        assert len(files.files) == 100 and files.refused == []
+    else:
+        assert files.files == [] and "101 files (at most 100 are read)" in files.refused[0][1]
