@@ -281,3 +281,28 @@ def test_unwrap_of_a_file_changed_since_puts_back_only_entries_still_as_wrapped(
     else:
         assert said == [] and "amp-clock" in problems[0] and "changed since" in problems[0]
         assert '"url": "https://example.com/x"' in now
+
+
+@pytest.mark.parametrize(
+    ("client", "given", "becomes"),
+    [
+        ("crush", "$HOME/notes", "${HOME}/notes"),
+        ("crush", "${GH_PAT}", "${GH_PAT}"),
+        ("crush", "$(cat ~/.ssh/id_rsa)", None),
+        ("opencode", "{env:API_TOKEN}", "${API_TOKEN}"),
+        ("opencode", "{file:~/.secret}", None),
+        ("opencode", "${HOME}", None),  # opencode passes it as text: ironcurtain cannot
+        ("goose", "${HOME}", None),
+        ("goose", "$HOME", "$HOME"),
+    ],
+)
+def test_a_new_clients_variables_keep_their_meaning(
+    client: str, given: str, becomes: str | None
+) -> None:
+    from launcher.clients.wrap_vars import LeftAlone, translate
+
+    if becomes is None:
+        with pytest.raises(LeftAlone):
+            translate(BY_NAME[client], given)
+    else:
+        assert translate(BY_NAME[client], given)[0] == becomes
