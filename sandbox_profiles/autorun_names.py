@@ -301,6 +301,10 @@ NAMES: tuple[Row, ...] = (
         "opencode docs (config)",
         "name",
     ),
+    (".amp", "Amp: settings.json MCP servers (amp.mcpServers)", "toolhive client table", "name"),
+    (".factory", "Factory droid: mcp.json servers", "toolhive client table", "name"),
+    (".vibe", "Mistral Vibe: config.toml MCP servers", "Mistral Vibe docs", "name"),
+    ("{.crush.json,crush.json}", "Crush: MCP servers it starts", "docker/mcp-gateway", "name"),
     (".aider.conf.yml", "aider: lint-cmd and test-cmd it runs", "aider docs", "name"),
     # Python
     ("sitecustomize.py", "Python imports it at every start when on sys.path", "site docs", "name"),

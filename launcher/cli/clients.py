@@ -100,6 +100,10 @@ def register(app: typer.Typer) -> None:
             for note in change.notes:
                 _say("wrap", note)
         if not any(c.after != c.before for c in changes):
+            if client and files.unsupported:  # named, and nothing of it can be wrapped
+                from launcher.shared.errors import UsageError
+
+                raise UsageError(f"{files.unsupported[0][1]}; nothing written")
             _say("wrap", "nothing to wrap")
             return
         if dry_run:

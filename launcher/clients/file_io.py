@@ -93,21 +93,10 @@ def read_project(root: Path, relative: str) -> Source | None:
     is not there. Refused when it is there but must not be read."""
     parts = Path(relative).parts
     path = root.joinpath(*parts)
-    fd = os.open(root, DIR)
+    fd = _descend_project(root, parts[:-1], path)
+    if fd is None:
+        return None
     try:
-        for part in parts[:-1]:
-            try:
-                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                raise Refused(f"{path}: {part} is a symbolic link; {NOT_FOLLOWED}: not read")
-            if not stat.S_ISDIR(st.st_mode):
-                return None
-            with _still_directories(path):
-                child = os.open(part, DIR, dir_fd=fd)
-            os.close(fd)
-            fd = child
         name = parts[-1]
         try:
             st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -135,6 +124,45 @@ def read_project(root: Path, relative: str) -> Source | None:
             raise Refused(f"{path}: it changed while it was read: not read")
         return Source(path, path, text, now.st_dev, now.st_ino, now.st_uid, now.st_gid,
                       stat.S_IMODE(now.st_mode))  # fmt: skip
+    finally:
+        os.close(fd)
+
+
+def _descend_project(root: Path, parts: tuple[str, ...], path: Path) -> int | None:
+    """A descriptor of the directory ``root/parts``, each part reached without following a
+    link (Refused names the link; None: one is missing or not a directory)."""
+    fd = os.open(root, DIR)
+    try:
+        for part in parts:
+            try:
+                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                os.close(fd)
+                return None
+            if stat.S_ISLNK(st.st_mode):
+                raise Refused(f"{path}: {part} is a symbolic link; {NOT_FOLLOWED}: not read")
+            if not stat.S_ISDIR(st.st_mode):
+                os.close(fd)
+                return None
+            with _still_directories(path):
+                child = os.open(part, DIR, dir_fd=fd)
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def list_project(root: Path, relative: str) -> list[str]:
+    """The names in the project's directory ``root/relative``, reached without following a
+    link (none when it is not there)."""
+    parts = Path(relative).parts
+    fd = _descend_project(root, parts, root.joinpath(*parts))
+    if fd is None:
+        return []
+    try:
+        return os.listdir(fd)
     finally:
         os.close(fd)
 

@@ -1,87 +1,42 @@
-"""The MCP clients configured on this machine: where each keeps its servers, in which format,
-and what each entry starts.
-
-| client | user file | project file | servers under | format |
-|---|---|---|---|---|
-| Claude Desktop | ``~/.config/Claude/claude_desktop_config.json`` (macOS: ``~/Library/Application Support/Claude/``) | none | ``mcpServers`` | JSON |
-| Claude Code | ``~/.claude.json`` | ``.mcp.json`` | ``mcpServers`` | JSON |
-| Cursor | ``~/.cursor/mcp.json`` | ``.cursor/mcp.json`` | ``mcpServers`` | JSON |
-| VS Code | ``~/.config/Code/User/mcp.json`` (macOS: ``~/Library/Application Support/Code/User/``) | ``.vscode/mcp.json`` | ``servers`` | JSONC |
-| Windsurf | ``~/.codeium/windsurf/mcp_config.json`` | none | ``mcpServers`` | JSON |
-| Gemini CLI | ``~/.gemini/settings.json`` | ``.gemini/settings.json`` | ``mcpServers`` | JSONC |
-| Codex CLI | ``~/.codex/config.toml`` | none | ``[mcp_servers.NAME]`` | TOML |
-| Zed | ``~/.config/zed/settings.json`` | ``.zed/settings.json`` | ``context_servers`` | JSONC |
+"""The MCP clients configured on this machine (:mod:`launcher.clients.table` says where each
+keeps its servers): each file found read once, as what it is, and what each entry starts.
 
 Each file is read once, as what it is (:mod:`launcher.clients.file_io` says how): the home
 directory, or one holding it, is never a project, and a project's file that is one of the
 user's is the user's. An entry counts as running through ironcurtain only when it is
 exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
-"""  # noqa: E501
+"""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import sys
-import tomllib
 from collections.abc import Iterator, Sequence
 from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.entry_shape import odd_key, shape_problem
-from launcher.clients.file_io import Refused, Source, read_project, read_user
-from launcher.clients.jsonc import JsoncError, parse
+from launcher.clients.entry_shape import odd_key, shape_problem, started
+from launcher.clients.file_io import Refused, Source, list_project, read_project, read_user
+from launcher.clients.formats import load, servers_at
+from launcher.clients.table import (
+    BY_NAME,
+    CLIENTS,
+    PROJECT_VARIABLES,
+    Client,
+    listed_in,
+    syntax_of,
+)
 from launcher.clients.wrap_paths import holds_home, identity
 from launcher.shared import dirs
 from launcher.shared.errors import UsageError
-from sandbox_profiles.records import frozen, mutable
+from sandbox_profiles.records import mutable
+
+__all__ = ["BY_NAME", "CLIENTS", "PROJECT_VARIABLES", "Client"]
 
 
-@frozen
-class Client:
-    name: str  # as --client takes it
-    label: str
-    user: tuple[str, ...]  # user-level files, relative to the home directory
-    project: tuple[str, ...]  # project-level files, relative to the project root
-    key: str  # the object that holds the servers
-    syntax: str  # json, jsonc or toml
-    # Where the client starts a server: "project" (the project root) or "none" (a directory
-    # of the client's own: nothing to count on).
-    cwd: str
-
-
-def _app_support(name: str) -> str:
-    if sys.platform == "darwin":
-        return f"Library/Application Support/{name}"
-    return f".config/{name}"
-
-
-CLIENTS: tuple[Client, ...] = (
-    Client("claude-desktop", "Claude Desktop",
-           (f"{_app_support('Claude')}/claude_desktop_config.json",), (), "mcpServers",
-           "json", "none"),
-    Client("claude-code", "Claude Code", (".claude.json",), (".mcp.json",), "mcpServers",
-           "json", "project"),
-    Client("cursor", "Cursor", (".cursor/mcp.json",), (".cursor/mcp.json",), "mcpServers",
-           "json", "project"),
-    Client("vscode", "VS Code", (f"{_app_support('Code')}/User/mcp.json",),
-           (".vscode/mcp.json",), "servers", "jsonc", "project"),
-    Client("windsurf", "Windsurf", (".codeium/windsurf/mcp_config.json",), (), "mcpServers",
-           "json", "none"),
-    Client("gemini", "Gemini CLI", (".gemini/settings.json",), (".gemini/settings.json",),
-           "mcpServers", "jsonc", "project"),
-    Client("codex", "Codex CLI", (".codex/config.toml",), (), "mcp_servers", "toml", "none"),
-    Client("zed", "Zed", (".config/zed/settings.json",), (".zed/settings.json",),
-           "context_servers", "jsonc", "project"),
-)  # fmt: skip
-BY_NAME = {c.name: c for c in CLIENTS}
-
-
-# A client's own variable for the project directory, which it expands in an entry's args:
-# the moved definition says ${workspace} instead, and the client's entry of a project's
-# file passes the directory to ironcurtain as --workspace.
-PROJECT_VARIABLES = {"vscode": "${workspaceFolder}", "cursor": "${workspaceFolder}"}
 # Words of an environment variable's name (split at _ and -) that mark a secret.
 SECRET_WORDS = frozenset(
     {
@@ -143,6 +98,14 @@ class ClientFile:
     def key_path(self) -> tuple[str, ...]:
         return self.at or (self.client.key,)
 
+    @property
+    def syntax(self) -> str:
+        return syntax_of(self.client, self.path.name)
+
+    @property
+    def listed(self) -> bool:
+        return listed_in(self.client, self.syntax)
+
 
 @mutable
 class Found:
@@ -150,6 +113,8 @@ class Found:
 
     files: list[ClientFile] = field(default_factory=list)
     refused: list[tuple[Client, str]] = field(default_factory=list)
+    # Files there in a form wrap cannot edit safely, and why (listed, never written).
+    unsupported: list[tuple[Client, str]] = field(default_factory=list)
 
     def of(self, names: Sequence[str] | None) -> Found:
         """Only the clients named (None: all)."""
@@ -158,7 +123,8 @@ class Found:
             return names is None or client.name in names
 
         return Found([f for f in self.files if keep(f.client)],
-                     [(c, why) for c, why in self.refused if keep(c)])  # fmt: skip
+                     [(c, why) for c, why in self.refused if keep(c)],
+                     [(c, why) for c, why in self.unsupported if keep(c)])  # fmt: skip
 
 
 def entry_of(client: Client, name: str, raw: Any) -> Entry:
@@ -166,57 +132,32 @@ def entry_of(client: Client, name: str, raw: Any) -> Entry:
     if not isinstance(raw, dict):
         return Entry(name, {})
     entry = Entry(name, raw)
-    command = raw.get("command")
-    if isinstance(command, dict):  # Zed's older form: {"command": {"path", "args", "env"}}
-        entry.command = _text(command.get("path"))
-        entry.args = _texts(command.get("args"))
-        entry.env = _mapping(command.get("env"))
-    else:
-        entry.command = _text(command)
-        entry.args = _texts(raw.get("args"))
-        entry.env = _mapping(raw.get("env"))
+    command, args, env = started(client.shape, raw)
+    entry.command = _text(command)
+    entry.args = _texts(args)
+    entry.env = _mapping(env)
     entry.cwd = _text(raw.get("cwd"))
-    entry.url = _text(raw.get("url") or raw.get("httpUrl") or raw.get("serverUrl"))
+    url = next((raw[k] for k in ("url", "httpUrl", "serverUrl", "uri") if raw.get(k)), None)
+    entry.url = _text(url)
     return entry
 
 
 def read(client: Client, source: Source, scope: str, project: Path | None) -> ClientFile:
     """A client's file, its servers listed; UsageError names the file and the place of a
     mistake."""
-    servers = servers_in(client, source.text, source.path)
-    entries = [entry_of(client, name, raw) for name, raw in servers.items()]
-    return ClientFile(client, source, scope, project, entries)
-
-
-def servers_in(client: Client, text: str, path: Path) -> dict[str, Any]:
-    if client.syntax == "toml":
-        try:
-            data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{path}: not TOML: {exc}") from None
-        except RecursionError:
-            raise UsageError(f"{path}: not TOML a client reads: nested too deeply") from None
-        except ValueError as exc:  # an integer longer than Python converts (its digit limit)
-            raise UsageError(f"{path}: a value ironcurtain cannot read: {exc}") from None
-    else:
-        try:
-            data = parse(text).value
-        except JsoncError as exc:
-            raise UsageError(f"{path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected an object at the top")
-    servers = data.get(client.key, {})
-    if not isinstance(servers, dict):
-        raise UsageError(f"{path}: {client.key} is not an object of servers")
-    return servers
+    f = ClientFile(client, source, scope, project, [])
+    data = load(f.syntax, source.text, source.path)
+    servers = servers_at(data, f.key_path, f.listed, source.path)
+    f.entries = [entry_of(client, name, raw) for name, raw in servers.items()]
+    return f
 
 
 def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
     """Claude Code's servers of one project kept in the user file (``claude mcp add``'s
     default "local" scope): ``projects.<project root>.mcpServers`` of ``~/.claude.json``."""
     try:
-        data = parse(source.text).value
-    except JsoncError:
+        data = load("json", source.text, source.path)
+    except UsageError:
         return  # read() has said what is wrong with it
     projects = data.get("projects") if isinstance(data, dict) else None
     for root, settings in (projects or {}).items() if isinstance(projects, dict) else ():
@@ -251,41 +192,84 @@ def project_root(home: Path, given: str | None, cwd: str) -> tuple[Path | None, 
     )
 
 
+def _expand(relative: str, names: Iterator[str] | list[str]) -> list[str]:
+    """``relative`` itself, or (its last part a pattern) the names in its directory that
+    match it, in order."""
+    directory, _, pattern = relative.rpartition("/")
+    if "*" not in pattern:
+        return [relative]
+    return [f"{directory}/{n}" for n in sorted(names) if fnmatch.fnmatchcase(n, pattern)]
+
+
+def _user_files(home: Path, relative: str) -> list[str]:
+    if "*" not in relative:
+        return [relative]
+    try:
+        return _expand(relative, os.listdir(home / os.path.dirname(relative)))
+    except OSError:
+        return []
+
+
+# A directory of one-file-per-server blocks holds a few: a project's with more is planted.
+MAX_BLOCKS = 100
+
+
+def _project_files(project: Path, relative: str) -> list[str]:
+    if "*" not in relative:
+        return [relative]
+    paths = _expand(relative, list_project(project, os.path.dirname(relative)))
+    if len(paths) > MAX_BLOCKS:
+        raise Refused(
+            f"{project / relative}: {len(paths)} files (at most {MAX_BLOCKS} are read): not read"
+        )
+    return paths
+
+
 def found(home: Path, project: Path | None) -> Found:
     """Every client file that exists, user files first, each read once: a project's file
     that is one of the user's files is the user's."""
     out = Found()
     seen: set[tuple[int, int]] = set()
     for client in CLIENTS:
-        for relative in client.user:
-            try:
-                source = read_user(home, relative, project)
-            except Refused as exc:
-                out.refused.append((client, str(exc)))
-                continue
-            if source is None or (source.device, source.inode) in seen:
-                continue
-            seen.add((source.device, source.inode))
-            try:
-                out.files.append(read(client, source, "user", None))
-            except UsageError as exc:
-                out.refused.append((client, str(exc)))
-                continue
-            if client.name == "claude-code":
-                out.files.extend(local_servers(client, source, home))
-    for client in CLIENTS:
-        for relative in client.project if project is not None else ():
-            try:
-                source = read_project(project, relative)  # type: ignore[arg-type]
-            except Refused as exc:
-                out.refused.append((client, str(exc)))
-                continue
-            if source is not None and (source.device, source.inode) not in seen:
+        for pattern in client.user:
+            for relative in _user_files(home, pattern):
+                try:
+                    source = read_user(home, relative, project)
+                except Refused as exc:
+                    out.refused.append((client, str(exc)))
+                    continue
+                if source is None or (source.device, source.inode) in seen:
+                    continue
                 seen.add((source.device, source.inode))
-                try:  # a file that cannot be read is said, and stops nothing else
-                    out.files.append(read(client, source, "project", project))
+                try:
+                    out.files.append(read(client, source, "user", None))
                 except UsageError as exc:
                     out.refused.append((client, str(exc)))
+                    continue
+                if client.name == "claude-code":
+                    out.files.extend(local_servers(client, source, home))
+        for relative, why in client.unsupported:
+            if os.path.lexists(home / relative):
+                out.unsupported.append((client, f"{home / relative}: {why}"))
+    for client in CLIENTS:
+        for pattern in client.project if project is not None else ():
+            try:
+                paths = _project_files(project, pattern)  # type: ignore[arg-type]
+            except Refused as exc:
+                out.refused.append((client, str(exc)))
+                continue
+            for relative in paths:
+                try:
+                    source = read_project(project, relative)  # type: ignore[arg-type]
+                except Refused as exc:
+                    out.refused.append((client, str(exc)))
+                    continue
+                if source is not None and (source.device, source.inode) not in seen:
+                    seen.add((source.device, source.inode))
+                    try:  # a file that cannot be read is said, and stops nothing else
+                        out.files.append(read(client, source, "project", project))
+                    except UsageError as exc:
+                        out.refused.append((client, str(exc)))
     return out
 
 
@@ -334,7 +318,7 @@ def not_protected(f: ClientFile, e: Entry) -> str | None:
     (this ironcurtain, its user config and policy, this server, nothing that weakens the
     sandbox, no key beside them that could change what the client starts, every value as
     written): None when it is."""
-    odd = odd_key(e.raw) or shape_problem(e.raw)
+    odd = odd_key(e.raw, f.client.shape) or shape_problem(e.raw, f.client.shape)
     if odd is not None:
         return odd
     exe = ironcurtain_exe()

@@ -22,8 +22,9 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.entry_shape import odd_key, shape_problem
+from launcher.clients.entry_shape import odd_key, shape_problem, wrapped
 from launcher.clients.file_io import Refused, Source, read_user
+from launcher.clients.formats import NotEditable, plain, replace
 from launcher.clients.jsonc import JsoncError, parse, unwritable
 from launcher.clients.known import (
     BY_NAME,
@@ -99,17 +100,23 @@ def describe(files: Found) -> tuple[str, int, int]:
             total += 1
             unprotected += not protected
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
-    for client, why in files.refused:
+    for client, why in [*files.refused, *files.unsupported]:
         lines.append(shown(f"{client.label}: {why}"))
     if not lines:
         return "no MCP client configuration found", 0, 0
     if files.refused:  # their servers are not known to be protected
         lines.append(f"{len(files.refused)} client files not read: their servers are not counted")
+    if files.unsupported:
+        lines.append(
+            f"{len(files.unsupported)} client files in a form wrap cannot edit: their servers "
+            "are not counted"
+        )
     if unprotected:
         lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
     elif total:
         lines.append(f"all {total} servers run through ironcurtain")
-    return "\n".join(lines), unprotected + len(files.refused), total
+    unread = len(files.refused) + len(files.unsupported)
+    return "\n".join(lines), unprotected + unread, total
 
 
 def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
@@ -127,6 +134,9 @@ def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
             f"remote: {e.url} (not protected: it runs elsewhere, where no sandbox of "
             "ironcurtain's can hold it; left alone)"
         )
+    kind = e.raw.get("type")
+    if isinstance(kind, str) and kind:
+        return False, f"type {kind}, run by the client itself (not protected: left alone)"
     return False, "no command (not protected: left alone)"
 
 
@@ -171,19 +181,7 @@ def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str,
     """The client's new entry: the same entry (its inert keys kept), starting ironcurtain
     for this one server; its working directory moved with the definition."""
     run = run_args(e.name, workspace_of(f, e))
-    raw = dict(e.raw)
-    raw.pop("cwd", None)
-    exe = ironcurtain_exe()
-    if isinstance(raw.get("command"), dict):  # Zed's older form
-        raw["command"] = {"path": exe, "args": run, "env": kept_env}
-        return raw
-    raw["command"] = exe
-    raw["args"] = run
-    if kept_env:
-        raw["env"] = kept_env
-    else:
-        raw.pop("env", None)
-    return raw
+    return wrapped(f.client.shape, plain(e.raw), ironcurtain_exe(), run, kept_env)
 
 
 def config_problem(text: str) -> str | None:
@@ -229,6 +227,7 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
         raise UsageError(
             f"no such server in the clients chosen (they have: {have})", "servers", missing[0]
         )
+    config.notes += [f"{c.label}: {why}: not wrapped" for c, why in found.unsupported]
     changes: dict[Path, Change] = {}
     for f in files:
         change = changes.get(f.path)  # one file may hold several projects' servers
@@ -264,7 +263,8 @@ def _plan_entry(
         what = "a remote server" if e.url else "an entry without a command"
         change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
         return
-    odd = odd_key(e.raw, frozenset({"cwd"})) or shape_problem(e.raw)
+    shape = f.client.shape
+    odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
     if odd is not None:
         change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
         return
@@ -279,13 +279,16 @@ def _plan_entry(
         return
     entry = client_entry(f, e, kept)
     # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
-    problem = unwritable({e.name: definition}) or (
-        unwritable(entry) if f.client.syntax != "toml" else None
-    )
+    problem = unwritable({e.name: definition}) or unwritable(entry)
     if problem is not None:
         change.notes.append(
             f"{e.name}: its entry holds {problem}, which wrap cannot write back: left alone"
         )
+        return
+    try:
+        edited = replace(f.syntax, f.listed, change.after, f.key_path, e.name, entry)
+    except NotEditable as exc:
+        change.notes.append(f"{e.name}: {exc}, which wrap does not rewrite: left alone")
         return
     if e.name in existing:
         if not _same(existing[e.name], definition):
@@ -303,13 +306,10 @@ def _plan_entry(
             return
         config.after = after
         existing[e.name] = definition
-    if f.client.syntax == "toml":
-        change.after = toml_replace(change.after, f.client.key, e.name, entry)
-    else:
-        change.after = parse(change.after).replace((*f.key_path, e.name), entry)
+    change.after = edited
     change.notes += notes
     change.servers.append(e.name)
-    was, now = _recorded(f, e.raw), _recorded(f, entry)
+    was, now = plain(e.raw), entry
     change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
     variables = references_environment(f, definition)
     if variables:
@@ -317,30 +317,6 @@ def _plan_entry(
             f"{e.name}: not annotated now: started here it would receive "
             f"{', '.join(variables)} from your shell, not what its client gives it"
         )
-
-
-def _recorded(f: ClientFile, raw: dict[str, Any]) -> dict[str, Any]:
-    """What unwrap compares and puts back of an entry (a TOML table: the keys wrap sets)."""
-    if f.client.syntax == "toml":
-        return {k: raw[k] for k in ("command", "args", "env") if k in raw}
-    return raw
-
-
-def toml_replace(text: str, key: str, name: str, entry: dict[str, Any]) -> str:
-    """``text`` (TOML) with the ``command``, ``args`` and ``env`` of table ``key.name`` set
-    from ``entry`` (an ``env`` left empty is removed); every other byte (comments, the
-    table's other keys, the rest of the file) as it was."""
-    import tomlkit  # only wrap needs it
-
-    doc = tomlkit.parse(text)
-    table = doc[key][name]
-    table["command"] = entry["command"]
-    table["args"] = entry["args"]
-    if entry.get("env"):
-        table["env"] = entry["env"]
-    elif "env" in table:
-        del table["env"]
-    return tomlkit.dumps(doc)
 
 
 def _same(a: Any, b: dict[str, Any]) -> bool:

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import tomllib
 from collections.abc import Sequence
 from typing import Any
 
 from launcher.clients import wrap_records
 from launcher.clients.file_io import Source, read_user, writable, write, write_own
-from launcher.clients.jsonc import JsoncError, parse, unwritable
+from launcher.clients.formats import NotEditable, entry_at, replace
+from launcher.clients.jsonc import unwritable
 from launcher.clients.known import ClientFile, Found, user_policy
-from launcher.clients.wrap import Change, toml_replace
+from launcher.clients.wrap import Change
 from launcher.clients.wrap_records import sha
 from launcher.shared.errors import UsageError
 
@@ -143,26 +143,21 @@ def _put_back(f: ClientFile, text: str, entry: dict[str, Any], original: str) ->
     """``text`` with one wrapped entry's original value back, or None when the entry no
     longer holds what wrap wrote. The original value is taken from the backup (checked
     against its digest), never from the record itself."""
-    at = (*entry["at"], entry["name"])
+    at, name = tuple(entry["at"]), entry["name"]
     try:
-        if f.client.syntax == "toml":
-            now, before = (_table(tomllib.loads(t), at) for t in (text, original))
-            if now != entry["after"]:
-                return None
-            return toml_replace(text, f.client.key, entry["name"], before)
-        doc = parse(text)
-        value: Any = doc.value
-        was: Any = parse(original).value
-        for key in at:
-            value, was = value[key], was[key]
-        if value != entry["after"] or not isinstance(was, dict):
+        now = entry_at(f.syntax, f.listed, text, at, name)
+        before = entry_at(f.syntax, f.listed, original, at, name)
+        if not _same_entry(f.syntax, now, entry["after"]) or not isinstance(before, dict):
             return None
-        return doc.replace(at, was)
-    except (KeyError, TypeError, JsoncError, tomllib.TOMLDecodeError):
+        return replace(f.syntax, f.listed, text, at, name, before)
+    except (KeyError, TypeError, StopIteration, UsageError, NotEditable):
         return None
 
 
-def _table(data: Any, at: tuple[str, ...]) -> dict[str, Any]:
-    for key in at:
-        data = data[key]
-    return {k: data[k] for k in ("command", "args", "env") if k in data}
+def _same_entry(syntax: str, now: Any, after: dict[str, Any]) -> bool:
+    """Whether ``now`` is the entry wrap wrote (records of a TOML table written before
+    whole entries were recorded hold only its command, args and env)."""
+    if now == after:
+        return True
+    partial = syntax == "toml" and set(after) <= {"command", "args", "env"}
+    return partial and isinstance(now, dict) and {k: now[k] for k in after if k in now} == after

@@ -10,7 +10,9 @@ passed it as text. So each value is translated:
 | Gemini CLI | ``$NAME``, ``${NAME}`` | ``${anything else}`` |
 | VS Code, Cursor | ``${env:NAME}``, ``${workspaceFolder}`` and their own (``${userHome}``, ``${input:…}``) | ``${ANY_OTHER}`` |
 | Windsurf | ``${env:NAME}``, ``${file:…}`` | ``${ANY_OTHER}`` |
-| Claude Desktop, Codex CLI, Zed | nothing | every ``${…}`` |
+| opencode | ``{env:NAME}``, ``{file:…}`` | every ``${…}`` |
+| Crush | ``$NAME``, ``${NAME}``, ``$(command)`` | nothing of that form |
+| every other client | nothing | every ``${…}`` |
 
 What the client fills from its environment becomes ``${NAME}``; its project directory
 becomes ``${workspace}``. ironcurtain's config has no escape for a literal ``${…}``, and
@@ -22,15 +24,18 @@ from __future__ import annotations
 
 import re
 
-from launcher.clients.known import Client
+from launcher.clients.table import Client
 
 WORKSPACE = "${workspace}"
 # As ironcurtain's config reads a reference (policy.variables.PLACEHOLDER).
 _CONFIG_REFERENCE = re.compile(r"\$\{([^}]*)\}")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BRACED = re.compile(r"\$\{([^}]*)\}")
-# Gemini CLI: $NAME or ${NAME} (a word), anything else left as it is.
+# Gemini CLI (and Crush): $NAME or ${NAME} (a word), anything else left as it is.
 _GEMINI = re.compile(r"\$(?:(\w+)|\{([^}]+)\})")
+# opencode: {env:NAME} and {file:PATH}, filled wherever they are in its file.
+_OPENCODE = re.compile(r"\{(env|file):([^}]*)\}")
+_PATTERNS = {"gemini": _GEMINI, "shell": _GEMINI, "opencode": _OPENCODE}
 # VS Code's own variables (Cursor's are a subset): filled by the editor, never from the
 # environment; wrap cannot know their values when the server starts.
 _EDITOR_VARIABLES = frozenset(
@@ -62,8 +67,15 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
     ('${HOME}/x', ['HOME'])
     >>> translate(BY_NAME["zed"], "price: $5")
     ('price: $5', [])
+    >>> translate(BY_NAME["opencode"], "Bearer {env:TOKEN}")
+    ('Bearer ${TOKEN}', ['TOKEN'])
     """
-    pattern = _GEMINI if client.name == "gemini" else _BRACED
+    if client.variables == "shell" and "$(" in value:
+        raise LeftAlone(
+            f"{value!r}: {client.label} runs the command in $(...) to fill it, which wrap "
+            "cannot say in ironcurtain's config"
+        )
+    pattern = _PATTERNS.get(client.variables, _BRACED)
     out: list[str] = []
     spans: set[tuple[int, int]] = set()
     names: list[str] = []
@@ -96,7 +108,7 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
 def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | None:
     """What one variable of ``client``'s syntax becomes: ironcurtain's reference and the
     environment name it reads (None: none), or None when the client leaves it as text."""
-    if client.name == "claude-code":  # ironcurtain's own syntax
+    if client.variables == "claude":  # ironcurtain's own syntax
         name = match.group(1).partition(":-")[0]
         if name == "workspace":
             raise LeftAlone(
@@ -104,20 +116,28 @@ def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | N
                 "with the session's workspace"
             )
         return match.group(), name
-    if client.name == "gemini":
+    if client.variables == "opencode":
+        kind, name = match.group(1), match.group(2)
+        if kind == "env" and _NAME.fullmatch(name) and name != "workspace":
+            return "${" + name + "}", name
+        raise LeftAlone(
+            f"{match.group()!r}: opencode fills it with a value of its own, which wrap "
+            "cannot say in ironcurtain's config"
+        )
+    if client.variables in ("gemini", "shell"):
         name = match.group(1) or match.group(2)
         if _NAME.fullmatch(name) and name != "workspace":
             return "${" + name + "}", name
         return None
-    if client.name not in ("vscode", "cursor", "windsurf"):
+    if client.variables not in ("vscode", "windsurf"):
         return None  # a client that fills nothing
     body = match.group(1)
     kind, colon, name = body.partition(":")
     if colon and kind == "env" and _NAME.fullmatch(name) and name != "workspace":
         return "${" + name + "}", name
-    if body == "workspaceFolder" and client.name != "windsurf":
+    if body == "workspaceFolder" and client.variables == "vscode":
         return WORKSPACE, None
-    if client.name == "windsurf":
+    if client.variables == "windsurf":
         known = kind in ("env", "file") and bool(colon)
     else:
         known = body in _EDITOR_VARIABLES or body.startswith(("env:", *_EDITOR_PREFIXES))
