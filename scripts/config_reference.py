@@ -54,6 +54,7 @@ EXAMPLES: dict[tuple[str, str], object] = {
     ("ServerConfig", "restart"): True,
     ("ServerConfig", "client_requests"): {"sampling": "deny"},
     ("ServerConfig", "mask_secrets"): False,
+    ("ServerConfig", "era"): "stateless",
     ("SandboxConfig", "filesystem"): {"allowRead": ["~/reference"]},
     ("SandboxConfig", "network"): {"allowedDomains": ["pypi.org"]},
     ("SandboxConfig", "limits"): {"memory": "8G", "processes": False},

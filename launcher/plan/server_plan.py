@@ -89,7 +89,7 @@ def client_capabilities(sp: ServerPlan) -> ClientSide:
     if asks.sampling != "deny":
         capabilities["sampling"] = {}
     roots = tuple({"uri": Path(root).as_uri(), "name": root} for root in sp.roots)
-    return ClientSide(capabilities, roots)
+    return ClientSide(capabilities, roots, sp.config.era)
 
 
 @frozen

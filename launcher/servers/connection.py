@@ -175,10 +175,13 @@ class ServerConnection:
         return self.client_capabilities.roots
 
     async def initialize(self) -> None:
-        """Open the conversation: the ``initialize`` handshake, which every server of the
-        handshake era takes (and in which it asks its client as it was written to); a
-        server that refuses it is asked ``server/discover`` and, when it serves the
-        stateless era, spoken to in that era."""
+        """Open the conversation in the era the server's config says to offer first: the
+        ``initialize`` handshake, which every server of the handshake era takes (and in which
+        it asks its client as it was written to), then, when the server refuses it,
+        ``server/discover``, speaking the stateless era to a server that serves it; or those
+        two the other way round."""
+        if self.client_capabilities.era == STATELESS and await self._discover():
+            return
         response = await self.request(
             "initialize",
             {
@@ -191,7 +194,7 @@ class ServerConnection:
             refused = str(
                 response["error"].get("message") if isinstance(response["error"], dict) else ""
             )
-            if await self._discover():
+            if self.client_capabilities.era != STATELESS and await self._discover():
                 return
             raise RuntimeError(f"initialize failed: {refused}")
         self.initialize_result = response.get("result") or {}

@@ -76,16 +76,23 @@ def output_filters(plan: SessionPlan) -> str:
 
 
 def startup_report(
-    plan: SessionPlan, tools: Mapping[str, list[Message]], http: HttpAddress | None
+    plan: SessionPlan,
+    tools: Mapping[str, list[Message]],
+    http: HttpAddress | None,
+    eras: Mapping[str, str] | None = None,
 ) -> str:
+    """What started (``eras``: the protocol era each server is spoken to in, when not the
+    handshake era's)."""
     lines = [f"ironcurtain: session {plan.session_id}"]
     width = max(len(n) for n in tools)
     boxes = {name: containment(plan, name) for name in tools}
     box_width = max(32, *(len(b) for b in boxes.values()))
     for name, listed in tools.items():
         count = len(listed)
+        era = (eras or {}).get(name, "handshake")
         lines.append(
             f"  {name:<{width}}  {boxes[name]:<{box_width}} {count} tool{'' if count == 1 else 's'}"
+            + ("" if era == "handshake" else f" ({era} era)")
         )
     if plan.run_as is not None:
         uid, gid = plan.run_as

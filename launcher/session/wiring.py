@@ -136,7 +136,9 @@ class Session:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
                 self.relay = self.first.attach(self.stdio, at_start=True)
             tools = {name: conn.tools for name, conn in self.servers.items()}
-            say_lines(startup_report(self.plan, tools, self.http).removeprefix("ironcurtain: "))
+            eras = {name: conn.era for name, conn in self.servers.items()}
+            report = startup_report(self.plan, tools, self.http, eras)
+            say_lines(report.removeprefix("ironcurtain: "))
             # What start-up built lives as long as the session: out of the collector's way,
             # so a full collection during a call walks only what calls allocate.
             gc.freeze()

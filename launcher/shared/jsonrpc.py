@@ -58,6 +58,7 @@ class ClientSide:
 
     capabilities: Message = field(default_factory=dict)
     roots: tuple[Message, ...] = ()
+    era: str = "handshake"  # the protocol era offered first
 
 
 _SIGNAL_MEANING = {

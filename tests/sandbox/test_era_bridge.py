@@ -31,17 +31,16 @@ from tests.support.probe import write_raw_policy
 
 pytestmark = needs_bwrap
 DUAL = TESTS / "servers" / "dual_server.py"
+ERA = "2026-07-28"
 
 
-def dual_args(user: Home) -> list[str]:
-    """``ironcurtain run`` options for the dual-era server alone, sandboxed; its ``greet``
-    escalated (a human approves it), every other call allowed."""
+def dual_args(user: Home, *flags: str, **settings: str) -> list[str]:
+    """``ironcurtain run`` options for the dual-era server alone (run with ``flags``, with
+    ``settings`` in its config), sandboxed; its ``greet`` escalated (a human approves it),
+    every other call allowed."""
     sandbox = {"filesystem": {"allowRead": [str(DUAL.parent)]}}
-    server = {
-        "command": sys.executable,
-        "args": [str(DUAL), "--stateless-only"],
-        "sandbox": sandbox,
-    }
+    server = {"command": sys.executable, "args": [str(DUAL), *flags], "sandbox": sandbox}
+    server.update(settings)
     config = user.root / "dual.json"
     config.write_text(json.dumps({"mcpServers": {"dual": server}}))
     ask = {"name": "ask-before-greet", "if": {"tool": ["greet"]}, "then": "escalate"}
@@ -60,7 +59,9 @@ def _wire(params: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def client_of(user: Home, mode: str, transport: str, human: Human) -> AsyncIterator[Client]:
+async def client_of(
+    user: Home, mode: str, transport: str, human: Human, args: list[str]
+) -> AsyncIterator[Client]:
     async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         return types.ElicitResult.model_validate(
             human.answer({"method": ELICIT, "params": _wire(params)})
@@ -72,7 +73,6 @@ async def client_of(user: Home, mode: str, transport: str, human: Human) -> Asyn
         )
 
     callbacks: dict[str, Any] = {"elicitation_callback": elicit, "sampling_callback": sample}
-    args = dual_args(user)
     if transport == "stdio":
         target = StdioServerParameters(
             command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
@@ -100,7 +100,8 @@ def test_a_stateless_servers_questions_reach_a_client_of_either_era(
     said: dict[str, tuple[bool, str]] = {}
 
     async def scenario() -> None:
-        async with client_of(user, mode, transport, human) as client:
+        args = dual_args(user, "--stateless-only")
+        async with client_of(user, mode, transport, human, args) as client:
             for tool in ("greet", "haiku", "roots"):
                 result = await client.call_tool(tool, {})
                 text = "\n".join(getattr(c, "text", "") for c in result.content)
@@ -131,3 +132,21 @@ def test_a_stateless_servers_questions_reach_a_client_of_either_era(
     assert asked == [(ELICIT, "success"), (SAMPLE, "success")]
     expected = "stateless" if mode == "2026-07-28" else None
     assert {e.get("era") for e in entries} == {expected}
+
+
+@pytest.mark.parametrize(("settings", "era"), [({}, "2025-11-25"), ({"era": "stateless"}, ERA)])
+def test_a_server_of_both_eras_is_opened_in_the_era_its_config_says(
+    user: Home, settings: dict[str, str], era: str
+) -> None:
+    human = Human("approve")
+    said: list[str] = []
+
+    async def scenario() -> None:
+        args = dual_args(user, **settings)
+        async with client_of(user, "legacy", "stdio", human, args) as client:
+            result = await client.call_tool("greet", {})
+            said.append("\n".join(getattr(c, "text", "") for c in result.content))
+
+    anyio.run(scenario)
+    assert said == [f"hello Ada ({era})"]
+    assert len(human.forms) == 1 and len(human.approval_questions) == 1
