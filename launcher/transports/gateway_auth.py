@@ -196,8 +196,8 @@ class Gatekeeper:
         except FetchError as exc:
             if not self._failing:
                 self.say(
-                    f"gateway: cannot fetch the identity provider's keys from {keys.url} "
-                    f"({exc}); tokens signed with keys not known already are refused"
+                    f"gateway: the identity provider's key set {keys.url} {exc}; tokens "
+                    "signed with keys not known already are refused until it can be fetched"
                 )
             self._failing = True
             return False

@@ -104,9 +104,10 @@ def fetch_json(url: str) -> Mapping[str, Any]:
         raise FetchError(f"answered HTTP {exc.code} {exc.reason}") from None
     except urllib.error.URLError as exc:
         reason = exc.reason
-        raise FetchError(str(getattr(reason, "strerror", None) or reason)) from None
+        said = getattr(reason, "strerror", None) or reason
+        raise FetchError(f"could not be fetched: {said}") from None
     except OSError as exc:
-        raise FetchError(exc.strerror or str(exc)) from None
+        raise FetchError(f"could not be fetched: {exc.strerror or exc}") from None
     if len(raw) > MAX_DOCUMENT:
         raise FetchError(f"is larger than {MAX_DOCUMENT} bytes")
     try:

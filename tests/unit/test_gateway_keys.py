@@ -106,8 +106,8 @@ def test_an_unreachable_provider_refuses_what_it_cannot_check_and_says_so_once(
         assert await _name(keeper, idp.token("bob", key=rotated)) == "bob"
 
     asyncio.run(scenario())
-    cannot = [line for line in said if "cannot fetch" in line]
-    assert len(cannot) == 1 and "HTTP 503" in cannot[0] and "refused" in cannot[0]
+    cannot = [line for line in said if "answered HTTP 503" in line]
+    assert len(cannot) == 1 and "refused until it can be fetched" in cannot[0], said
     assert any("fetched again" in line for line in said)
 
 
@@ -154,7 +154,7 @@ def test_what_stops_a_gateway_at_start(idp: Provider, tmp_path: Path) -> None:
     closed = "http://127.0.0.1:9/realms/team"  # nothing listens on the discard port
     said = refused(closed, AUDIENCE, None)
     assert said.startswith(f"oidc_issuer {closed}: its discovery document {closed}/.well-known")
-    assert "Connection refused" in said
+    assert "could not be fetched: Connection refused" in said
     said = refused(idp.issuer + "/", AUDIENCE, None)
     assert f'names the issuer "{idp.issuer}"' in said and "a trailing slash counts" in said
     said = refused(idp.issuer, AUDIENCE, idp.issuer + "/nothing-here")
