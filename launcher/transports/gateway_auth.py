@@ -25,7 +25,7 @@ from typing import Any
 from starlette.types import Scope, Send
 
 from launcher.shared.callers import Caller, name_problem, permissions_problem
-from launcher.transports.gateway_keys import REFETCH_EVERY, FetchError, Gateway
+from launcher.transports.gateway_keys import REFETCH_EVERY, Gateway
 
 ALGORITHMS = (
     *("RS256", "RS384", "RS512"),
@@ -193,7 +193,7 @@ class Gatekeeper:
         self._tried = time.monotonic()
         try:
             fetched = await asyncio.to_thread(keys.fetch)
-        except FetchError as exc:
+        except Exception as exc:  # FetchError, or whatever else stopped it: the same
             if not self._failing:
                 self.say(
                     f"gateway: the identity provider's key set {keys.url} {exc}; tokens "

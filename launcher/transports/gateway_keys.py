@@ -55,6 +55,8 @@ def url_problem(url: str, file_ok: bool = False) -> str | None:
     """
     parts = urlsplit(url)
     if parts.scheme == "file" and file_ok:
+        if parts.netloc not in ("", "localhost"):
+            return "names a file on another host"
         return None if parts.path else "names no file"
     if parts.scheme not in ("https", "http") or not parts.hostname:
         kinds = "https (or http on a loopback address" + (", or file://)" if file_ok else ")")
@@ -84,6 +86,9 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirects)
+# To a loopback address never through a proxy the environment names (it would be the
+# proxy's answer, from elsewhere).
+_LOCAL_OPENER = urllib.request.build_opener(_NoRedirects, urllib.request.ProxyHandler({}))
 
 
 def fetch_json(url: str) -> Mapping[str, Any]:
@@ -98,7 +103,8 @@ def fetch_json(url: str) -> Mapping[str, Any]:
                 url,
                 headers={"Accept": "application/json", "User-Agent": f"ironcurtain/{__version__}"},
             )
-            with _OPENER.open(request, timeout=FETCH_TIMEOUT) as answer:
+            opener = _LOCAL_OPENER if _loopback(parts.hostname or "") else _OPENER
+            with opener.open(request, timeout=FETCH_TIMEOUT) as answer:
                 raw = answer.read(MAX_DOCUMENT + 1)
     except urllib.error.HTTPError as exc:
         raise FetchError(f"answered HTTP {exc.code} {exc.reason}") from None

@@ -29,6 +29,8 @@ from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, error, loads
 
+# Where a request's caller is kept in its ASGI scope, once its token made one (gateway mode).
+CALLER = "ironcurtain.caller"
 HEADER_MISMATCH = -32020
 RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
@@ -129,7 +131,7 @@ class StatelessClients:
         internal = f"http-{next(self._ids)}"
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[internal] = future
-        caller = scope.get("user")
+        caller = scope.get(CALLER)
         if caller is not None:
             self._callers[internal] = {"caller": caller.audited}
         try:

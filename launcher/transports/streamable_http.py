@@ -50,7 +50,7 @@ from starlette.types import Receive, Scope, Send
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, Message, error
 from launcher.transports.http_bounds import bounded_protocol, quiet_logs
 from launcher.transports.http_socket import listen_http
-from launcher.transports.stateless_http import Opener, Relayed, StatelessClients
+from launcher.transports.stateless_http import CALLER, Opener, Relayed, StatelessClients
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
@@ -151,7 +151,7 @@ class HttpEndpoint:
             caller = await self.gatekeeper.admit(scope, headers, send)
             if caller is None:  # refused, or the metadata a client finds its provider by
                 return
-            scope["user"] = caller
+            scope[CALLER] = caller
             refusal = self._refusal_of_request(scope, headers)
             if refusal is not None:
                 await _plain(send, *refusal)
@@ -203,7 +203,7 @@ class HttpEndpoint:
         if sid is not None:
             client = self.sessions.get(sid)
             # A session is its caller's: another caller's token on it finds nothing there.
-            if client is None or client.caller != scope.get("user"):
+            if client is None or client.owner != _owner(scope.get(CALLER)):
                 await _json_error(send, 404, -32001, "session not found (it ended or expired)")
                 return
             await client.serve(scope, receive, send)
@@ -216,7 +216,7 @@ class HttpEndpoint:
         if len(self.sessions) >= MAX_SESSIONS and not await self._evict():
             await _json_error(send, 503, -32603, f"too many open sessions ({MAX_SESSIONS})")
             return
-        client = ClientStream(self, scope.get("user"))
+        client = ClientStream(self, scope.get(CALLER))
         self.sessions[client.id] = client
         await client.open()
         status: list[int] = []
@@ -260,7 +260,7 @@ class ClientStream:
     def __init__(self, endpoint: HttpEndpoint, caller: Caller | None = None) -> None:
         self.endpoint = endpoint
         self.id = uuid.uuid4().hex
-        self.caller = caller  # who opened it (gateway mode): the only one it serves
+        self.owner = _owner(caller)  # who opened it (gateway mode): the only one it serves
         self._audited = {"httpSession": self.id, **({"caller": caller.audited} if caller else {})}
         self.transport = StreamableHTTPServerTransport(self.id, idle_timeout=IDLE_TIMEOUT)
         self.attached: Attached | None = None
@@ -384,6 +384,11 @@ class ClientStream:
             if related is not None and "method" in message:
                 metadata = ServerMessageMetadata(related_request_id=related)
             await write.send(SessionMessage(parsed, metadata=metadata))
+
+
+def _owner(caller: Caller | None) -> tuple[str, str] | None:
+    """Who a session belongs to: its caller, whatever permissions its next token carries."""
+    return caller.key if caller is not None else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

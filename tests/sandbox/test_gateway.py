@@ -215,3 +215,20 @@ def test_a_key_set_from_a_file_serves_without_discovery(user: Home, idp: Provide
     assert idp.discovery_fetches == 0 and idp.jwks_fetches == 0
     assert [e["caller"]["name"] for e in audit_entries(user.root / "audit.jsonl")
             if e.get("tool")] == ["erin"]  # fmt: skip
+
+
+def test_without_a_caller_source_entries_name_the_http_session_only(user: Home) -> None:
+    audit = user.root / "audit.jsonl"
+    args = ["--server", "time", "--workspace", str(user.ws()), "--audit-log", str(audit)]
+
+    async def twice(url: str) -> None:
+        for _ in range(2):
+            async with http_session(url) as session:
+                failed, _ = await call(session, "get_current_time", NOW)
+                assert not failed
+
+    with serving(user, *args) as served:
+        asyncio.run(twice(served.url))
+    calls = [e for e in audit_entries(audit) if e.get("tool")]
+    assert len(calls) == 2 and all("caller" not in e for e in calls)
+    assert len({e["httpSession"] for e in calls}) == 2  # two sessions, told apart

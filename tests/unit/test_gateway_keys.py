@@ -151,6 +151,8 @@ def test_what_stops_a_gateway_at_start(idp: Provider, tmp_path: Path) -> None:
     assert said.startswith("oidc_issuer http://id.example.com/realms/team: plain http")
     said = refused("ftp://127.0.0.1/x", AUDIENCE, None)
     assert "expected https" in said
+    said = refused(idp.issuer, AUDIENCE, "file://fileserver/keys/jwks.json")
+    assert said.endswith("names a file on another host")
     closed = "http://127.0.0.1:9/realms/team"  # nothing listens on the discard port
     said = refused(closed, AUDIENCE, None)
     assert said.startswith(f"oidc_issuer {closed}: its discovery document {closed}/.well-known")

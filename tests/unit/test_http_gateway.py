@@ -192,9 +192,9 @@ def test_a_session_serves_only_the_caller_that_opened_it() -> None:
         statuses["bob deletes"] = (
             await http.delete(url, headers=handshake(bob, sid)["headers"])
         ).status_code
-        # Same name, another issuer would be another caller: shown by the key, in the
-        # model's tests; here the control: alice's own next token on her session.
-        statuses["alice"] = (await http.post(url, **handshake(idp.token("alice"), sid))).status_code
+        # Control: alice's own next token on her session.
+        renewed = idp.token("alice", scope="crm:read")  # her next token, other permissions
+        statuses["alice"] = (await http.post(url, **handshake(renewed, sid))).status_code
 
     seen, _, _ = scenario(work)
     assert statuses == {"bob": 404, "bob deletes": 404, "alice": 200}
