@@ -232,3 +232,23 @@ def test_without_a_caller_source_entries_name_the_http_session_only(user: Home) 
     calls = [e for e in audit_entries(audit) if e.get("tool")]
     assert len(calls) == 2 and all("caller" not in e for e in calls)
     assert len({e["httpSession"] for e in calls}) == 2  # two sessions, told apart
+
+
+def test_an_unreachable_provider_fails_closed_and_is_said_once(user: Home, idp: Provider) -> None:
+    with serving(user, *_args(user, idp)) as served:
+        known = idp.token("alice")
+        assert _stateless_call(served.url, known).status_code == 200
+        idp.down = True
+        for _ in range(5):  # tokens of a key the session has not seen, nowhere to fetch it
+            assert (
+                _stateless_call(served.url, idp.token("bob", key=Key("ES256"))).status_code == 401
+            )
+        assert _stateless_call(served.url, known).status_code == 200  # a known key still checks
+        served.proc.terminate()
+        assert served.proc.stderr is not None
+        later = served.proc.stderr.read()
+    said = [line for line in later.splitlines() if "key set" in line]
+    assert len(said) == 1, later
+    assert "answered HTTP 503" in said[0] and "refused until it can be fetched" in said[0]
+    names = [e["caller"]["name"] for e in audit_entries(user.root / "audit.jsonl") if e.get("tool")]
+    assert names == ["alice", "alice"]
