@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from starlette.types import Scope, Send
@@ -127,7 +127,7 @@ def permissions(claims: Mapping[str, Any], claim: str) -> frozenset[str]:
 class Gatekeeper:
     """Gateway mode at the HTTP endpoint: who each request comes from, or its refusal."""
 
-    def __init__(self, gateway: Gateway, say: Any) -> None:
+    def __init__(self, gateway: Gateway, say: Callable[[str], None]) -> None:
         self.gateway = gateway
         self.say = say
         self._verified: dict[str, tuple[Caller, float]] = {}
