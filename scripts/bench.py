@@ -23,6 +23,9 @@
   memory  RSS of the trusted process with three servers, after a few hundred calls
   eras    per call, a client of the handshake era vs one of the stateless era (2026-07-28),
           over stdio and over --http
+  gateway per call over --http, a caller known by its JWT (gateway mode, an identity
+          provider on loopback) vs the static bearer token; and checking a token in process
+          (first sight: its signature; seen again)
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -46,6 +49,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
 import bench_start as starting
@@ -61,6 +65,7 @@ GOALS = {
     "memory": "<= 60 MB RSS",
     "peers": "ironcurtain's added start and call below srt's and the SDK proxy's",
     "eras": "the stateless era no slower per call than the handshake era",
+    "gateway": "<= 0.05 ms added per call (keys cached)",
 }
 results: dict[str, str] = {}
 
@@ -321,6 +326,10 @@ def bench_peers(quick: bool) -> None:
     results["peers"] = peers.bench_peers(quick)
 
 
+def bench_gateway(quick: bool) -> None:
+    results["gateway"] = gateways.bench_gateway(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -331,6 +340,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "memory": bench_memory,
     "peers": bench_peers,
     "eras": bench_eras,
+    "gateway": bench_gateway,
 }
 
 

@@ -80,7 +80,15 @@ class HttpPeer:
 
     TOKEN = "bench-token-" + "0" * 24
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str], stateless: bool = False) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str],
+        env: dict[str, str],
+        stateless: bool = False,
+        bearer: str | None = None,
+    ) -> None:
+        """``bearer``: what each request sends as its bearer token (else ``TOKEN``, which
+        the session is given)."""
         stderr = subprocess.PIPE
         self.proc = subprocess.Popen(
             [*argv, "--http", "0"],
@@ -99,7 +107,7 @@ class HttpPeer:
         self.raw = RawHttp(self.port)
         self._stdlib: http.client.HTTPConnection | None = None
         self.headers = {
-            "Authorization": f"Bearer {self.TOKEN}",
+            "Authorization": f"Bearer {bearer or self.TOKEN}",
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
         }

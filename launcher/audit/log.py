@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from sandbox_profiles.records import frozen
@@ -195,64 +195,109 @@ def _last_hash(path: str) -> str:
     return GENESIS
 
 
-class AuditLog:
-    """Append-only JSONL writer. Once a write fails it stays failed: the session must deny."""
+# The fields an audit log adds to each entry it writes for one client (who called, over
+# which HTTP session), given the entry.
+Stamp = Callable[[Mapping[str, Any]], Mapping[str, object]]
 
-    def __init__(self, path: str, session_id: str) -> None:
+
+class _Chain:
+    """The file and the hash chain every view of one session's log appends to."""
+
+    def __init__(self, path: str) -> None:
+        self.error: str | None = None
+        self.entries = 0
+        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
+        self.prev = _last_hash(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+        self.inode = os.fstat(fd).st_ino
+
+
+class AuditLog:
+    """Append-only JSONL writer. Once a write fails it stays failed: the session must deny.
+
+    :meth:`for_client` gives a view of the same log that adds a client's fields (its
+    caller, its HTTP session) to every entry written through it; every view appends to one
+    chain."""
+
+    def __init__(self, path: str, session_id: str, *, _chain: _Chain | None = None) -> None:
         self.path = path
         self.session_id = session_id
-        self.error: str | None = None
-        self.entries = 0  # written by this session (what its session-end entry counts)
-        os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        self._prev = _last_hash(path)
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._file = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
-        self._inode = os.fstat(fd).st_ino
+        self._chain = _chain if _chain is not None else _Chain(path)
+        self._stamp: Stamp | None = None
+
+    def for_client(self, stamp: Stamp) -> AuditLog:
+        """This log, each entry written through the view given ``stamp(entry)``'s fields.
+
+        >>> import tempfile, os.path
+        >>> log = AuditLog(os.path.join(tempfile.mkdtemp(), "a.jsonl"), "s1")
+        >>> view = log.for_client(lambda entry: {"caller": {"name": "a", "issuer": "static"}})
+        >>> view.write({"tool": "t"}) and log.entries
+        1
+        """
+        view = AuditLog(self.path, self.session_id, _chain=self._chain)
+        view._stamp = stamp
+        return view
+
+    @property
+    def error(self) -> str | None:
+        return self._chain.error
+
+    @property
+    def entries(self) -> int:
+        """Written by this session (what its session-end entry counts), through any view."""
+        return self._chain.entries
 
     @property
     def healthy(self) -> bool:
-        return self.error is None
+        return self._chain.error is None
 
     def check(self) -> bool:
         """Before a call is made: is the log still the file this session opened? (A removed
         or replaced log would swallow the entry.) A full disk shows only when writing."""
-        if self.error is None:
+        chain = self._chain
+        if chain.error is None:
             try:
-                if os.stat(self.path).st_ino != self._inode:
-                    self.error = f"{self.path} was replaced"
+                if os.stat(self.path).st_ino != chain.inode:
+                    chain.error = f"{self.path} was replaced"
             except OSError:
-                self.error = f"{self.path} was removed"
-        return self.error is None
+                chain.error = f"{self.path} was removed"
+        return chain.error is None
 
     def prepare(self, entry: Mapping[str, Any], late: Collection[str] = ()) -> Prepared:
         """Serialise an entry's fields now, while the call is out at the server, so that
         :meth:`write` only adds the ``late`` fields (its outcome). ``entry`` must not change
         afterwards."""
         record = {"time": _timestamp(), "sessionId": self.session_id, **entry}
+        if self._stamp is not None:
+            record.update(self._stamp(entry))
         return Prepared.of({k: _member(k, v) for k, v in record.items()}, late)
 
     def write(self, entry: Mapping[str, Any], prepared: Prepared | None = None) -> bool:
         """Append one entry (the fields of ``prepared`` plus ``entry``), chained to the one
         before it. False once the log cannot be written."""
-        if self.error is not None:
+        chain = self._chain
+        if chain.error is not None:
             return False
+        if prepared is None and self._stamp is not None:
+            entry = {**entry, **self._stamp(entry)}
         try:
-            fast = prepared.line({**entry, "prev": self._prev}) if prepared is not None else None
+            fast = prepared.line({**entry, "prev": chain.prev}) if prepared is not None else None
             canonical = fast if fast is not None else self._canonical_line(entry, prepared)
             # A lone surrogate (which JSON can carry) has no UTF-8: that entry cannot be
             # written, so the log fails as a full disk would (the session denies).
             digest = "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()
         except (TypeError, ValueError) as exc:
-            self.error = f"an entry could not be written: {exc}"
+            chain.error = f"an entry could not be written: {exc}"
             return False
         try:
-            self._file.write(f'{canonical[:-1]},"hash":"{digest}"}}\n')
-            self._file.flush()
+            chain.file.write(f'{canonical[:-1]},"hash":"{digest}"}}\n')
+            chain.file.flush()
         except (OSError, ValueError) as exc:
-            self.error = str(exc)
+            chain.error = str(exc)
             return False
-        self._prev = digest
-        self.entries += 1
+        chain.prev = digest
+        chain.entries += 1
         return True
 
     def _canonical_line(self, entry: Mapping[str, Any], prepared: Prepared | None) -> str:
@@ -262,7 +307,7 @@ class AuditLog:
             pieces["sessionId"] = _member("sessionId", self.session_id)
         for key, value in entry.items():
             pieces[key] = _member(key, value)
-        pieces["prev"] = f'"prev":"{self._prev}"'
+        pieces["prev"] = f'"prev":"{self._chain.prev}"'
         # The line is the canonical JSON the hash is taken over (keys sorted, no spaces),
         # with the hash appended as the last key (verify takes it out again to check it).
         return "{" + ",".join([pieces[k] for k in sorted(pieces)]) + "}"
@@ -271,6 +316,8 @@ class AuditLog:
         """Seal this session's entries with a ``session-end`` entry counting them (none when
         it wrote none, or the log failed: ``verify`` then reports it unsealed)."""
         if self.entries and self.check():
-            self.write({"event": SESSION_END, "entries": self.entries})
+            AuditLog(self.path, self.session_id, _chain=self._chain).write(
+                {"event": SESSION_END, "entries": self.entries}
+            )
         with contextlib.suppress(OSError):
-            self._file.close()
+            self._chain.file.close()

@@ -123,4 +123,8 @@ def describe(entry: Mapping[str, Any]) -> str:
     )
     if not entry.get("sandboxed", True):
         line += "  UNSANDBOXED"
+    caller = entry.get("caller")
+    if isinstance(caller, dict):
+        issuer = caller.get("issuer")
+        line += f"  caller={caller.get('name')}" + (f" ({issuer})" if issuer != "static" else "")
     return line

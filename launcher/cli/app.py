@@ -122,6 +122,42 @@ def run(
             "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
         ),
     ] = None,
+    caller: Annotated[
+        str | None,
+        typer.Option(
+            "--caller",
+            help='The caller of every request on stdio: a JSON file {"name": "billing-agent", '
+            '"permissions": ["crm:read"]}.',
+        ),
+    ] = None,
+    oidc_issuer: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-issuer",
+            help="With --http: take no bearer token but each caller's JWT from this identity "
+            "provider (https, or http on a loopback address); needs --oidc-audience.",
+        ),
+    ] = None,
+    oidc_audience: Annotated[
+        str | None,
+        typer.Option("--oidc-audience", help="The audience (aud) the JWTs must be issued for."),
+    ] = None,
+    oidc_jwks_url: Annotated[
+        str | None,
+        typer.Option(
+            "--oidc-jwks-url",
+            help="The provider's key set (default: jwks_uri of its discovery document; "
+            "file:// accepted).",
+        ),
+    ] = None,
+    permissions_claim: Annotated[
+        str,
+        typer.Option(
+            "--permissions-claim",
+            help="The claim that holds a caller's permissions: a space-separated string or a "
+            "list of strings.",
+        ),
+    ] = "scope",
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.cli.run import start
@@ -142,6 +178,11 @@ def run(
         accept_tool_changes=accept_tool_changes,
         http_port=http,
         http_token_file=http_token_file,
+        caller_file=caller,
+        oidc_issuer=oidc_issuer,
+        oidc_audience=oidc_audience,
+        oidc_jwks_url=oidc_jwks_url,
+        permissions_claim=permissions_claim,
     )
     raise typer.Exit(start(opts))
 
@@ -186,11 +227,14 @@ def audit_tail(
     path: AuditPath = None,
     lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
+    caller: Annotated[
+        str | None, typer.Option("--caller", help="Only the entries of the caller NAME.")
+    ] = None,
 ) -> None:
     """Show the last entries readably; with -f, keep printing new ones."""
     from launcher.cli.audit import tail_log
 
-    tail_log(path, lines, follow)
+    tail_log(path, lines, follow, caller)
 
 
 @app.command()

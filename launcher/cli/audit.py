@@ -79,10 +79,13 @@ def running_session(session: str) -> int | None:
     return None
 
 
-def tail_log(path: str | None, lines: int, follow: bool) -> None:
+def tail_log(path: str | None, lines: int, follow: bool, caller: str | None = None) -> None:
+    """The last ``lines`` entries, then (``follow``) each new one; with ``caller``, only
+    the entries that name the caller of that name."""
     log = find_log(path)
     with open(log, encoding="utf-8", errors="replace") as handle:
-        for raw in handle.readlines()[-lines:] if lines > 0 else []:
+        chosen = [raw for raw in handle.readlines() if _by(raw, caller)]
+        for raw in chosen[-lines:] if lines > 0 else []:
             _show(raw)
         if not follow:
             return
@@ -90,13 +93,28 @@ def tail_log(path: str | None, lines: int, follow: bool) -> None:
             while True:
                 raw = handle.readline()
                 if raw:
-                    _show(raw)
+                    if _by(raw, caller):
+                        _show(raw)
                     continue
                 time.sleep(0.2)
                 if not os.path.exists(log):
                     return
         except KeyboardInterrupt:
             return
+
+
+def _by(raw: str, caller: str | None) -> bool:
+    """Whether the entry ``raw`` is one to show: any, or one that names ``caller``."""
+    if caller is None:
+        return True
+    if f'"name":{json.dumps(caller, ensure_ascii=False)}' not in raw:
+        return False  # most lines are not read further
+    try:
+        entry = json.loads(raw)
+    except ValueError:
+        return False
+    named = entry.get("caller") if isinstance(entry, dict) else None
+    return isinstance(named, dict) and named.get("name") == caller
 
 
 def _show(raw: str) -> None:

@@ -44,6 +44,11 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--accept-tool-changes": ("accept_tool_changes", "flag"),
     "--http": ("http_port", "int"),
     "--http-token-file": ("http_token_file", "str"),
+    "--caller": ("caller_file", "str"),
+    "--oidc-issuer": ("oidc_issuer", "str"),
+    "--oidc-audience": ("oidc_audience", "str"),
+    "--oidc-jwks-url": ("oidc_jwks_url", "str"),
+    "--permissions-claim": ("permissions_claim", "str"),
 }
 
 # How the command line names each setting the library's errors name by its field: run's

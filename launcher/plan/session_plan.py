@@ -23,6 +23,7 @@ from launcher.host.machine import (
     seccomp_filter,
 )
 from launcher.plan import bundled
+from launcher.plan.callers import check_caller_options, plan_callers
 from launcher.plan.config import LoadedConfig, load_and_warn
 from launcher.plan.config_schema import ServerConfig
 from launcher.plan.programs import search_path
@@ -40,6 +41,8 @@ from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
 
 if TYPE_CHECKING:
+    from launcher.shared.callers import Caller
+    from launcher.transports.gateway_keys import Gateway
     from launcher.transports.http_token import Token
 
 __all__ = [
@@ -70,6 +73,11 @@ class RunOptions:
     http_token_file: str | None = (
         None  # where its bearer token is (else launcher.transports.http_token)
     )
+    caller_file: str | None = None  # the caller of every request over stdio
+    oidc_issuer: str | None = None  # with http_port: callers by their identity provider's JWT
+    oidc_audience: str | None = None
+    oidc_jwks_url: str | None = None  # else from the issuer's discovery document
+    permissions_claim: str = "scope"
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
 
@@ -96,7 +104,9 @@ class SessionPlan:
     max_identical_calls: int = 30
     accept_tool_changes: bool = False
     http_port: int | None = None
-    http_token: Token | None = None  # set with http_port
+    http_token: Token | None = None  # set with http_port, unless callers come with tokens
+    caller: Caller | None = None  # the one caller of a session on stdio (a caller file)
+    gateway: Gateway | None = None  # over HTTP: callers authenticated by their JWTs
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -202,6 +212,7 @@ def check_options(opts: RunOptions) -> None:
             "is only used with {http_port}",
             mentions=("http_port",),
         )
+    check_caller_options(opts)
     if not opts.approval_timeout > 0:
         raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
 
@@ -250,6 +261,9 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     """The plan of a session: the same for running it, showing a server's profile and
     checking one call (``display_only``: nothing probed, nothing refused)."""
     check_options(opts)
+    # Before anything is probed or made: a wrong caller file or an issuer whose keys cannot
+    # be had stops the session here.
+    callers = (None, None) if opts.display_only else plan_callers(opts)
     session_id = new_session_id()
     state = dirs.state_dir()
     if opts.workspace:
@@ -262,9 +276,9 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     run_as = sandbox_identity(workspace)
     # Whether bwrap works here is probed while the config and the policy are read.
     if opts.display_only:
-        return _plan(opts, session_id, workspace, run_as, None)
+        return _plan(opts, session_id, workspace, run_as, None, callers)
     with SandboxProbe(run_as is not None) as probe:
-        return _plan(opts, session_id, workspace, run_as, probe)
+        return _plan(opts, session_id, workspace, run_as, probe, callers)
 
 
 def _plan(
@@ -273,6 +287,7 @@ def _plan(
     workspace: str,
     run_as: tuple[int, int] | None,
     probe: SandboxProbe | None,
+    callers: tuple[Caller | None, Gateway | None] = (None, None),
 ) -> SessionPlan:
     config = load_and_warn(opts.config, workspace)
     selected = bundled.installed(
@@ -293,9 +308,10 @@ def _plan(
         # take it for a server's and move it away.
         dirs.make_state(STATE_DIRS)
     # Made (when it is not there) before the sandboxes are planned: see make_state.
+    caller, gateway = callers
     http_token = (
         _http_token(opts.http_token_file)
-        if opts.http_port is not None and not opts.display_only
+        if opts.http_port is not None and not opts.display_only and gateway is None
         else None
     )
     problem = None
@@ -364,4 +380,6 @@ def _plan(
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
         http_token=http_token,
+        caller=caller,
+        gateway=gateway,
     )

@@ -34,7 +34,7 @@ class HttpAddress(Protocol):
     def url(self) -> str: ...
 
     @property
-    def token(self) -> str: ...
+    def token(self) -> str | None: ...
 
 
 def approval_channels(mode: str, session_id: str) -> str:
@@ -118,7 +118,16 @@ def startup_report(
         f"  output:     {output_filters(plan)}",
         f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
     ]
-    if http is not None:
+    if plan.caller is not None:
+        lines.append(f"  caller:     {plan.caller.name} (every request; from its caller file)")
+    gateway = plan.gateway
+    if http is not None and gateway is not None:
+        lines.append(
+            f"ironcurtain: callers: JWTs of {gateway.issuer} for the audience "
+            f"{gateway.audience} (keys: {gateway.jwks_url}; permissions: the "
+            f"{gateway.permissions_claim} claim); no other bearer token is taken"
+        )
+    elif http is not None:
         source = plan.http_token.source if plan.http_token is not None else "given"
         lines.append(f"ironcurtain: bearer token: {source} (`ironcurtain http-token` prints it)")
         if sys.stderr.isatty():  # the token is not written to a log file
@@ -129,6 +138,7 @@ def startup_report(
                 "headers": {"Authorization": f"Bearer {http.token}"},
             }
             lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
+    if http is not None:
         lines.append(
             f"ironcurtain: ready, serving MCP on {http.url} "
             "(each client session gets its own servers; Ctrl-C stops)"

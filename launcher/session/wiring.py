@@ -29,7 +29,6 @@ from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
 from launcher.relay.core import Relay
-from launcher.relay.seams import Upstream
 from launcher.servers.egress import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles
 from launcher.session.prestart import Prestarted, prestart
@@ -42,6 +41,7 @@ from launcher.transports.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 
 if TYPE_CHECKING:
+    from launcher.transports.stateless_http import Upstream as HttpUpstream
     from launcher.transports.streamable_http import HttpEndpoint
 
 
@@ -135,6 +135,11 @@ class Session:
             else:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
                 self.relay = self.first.attach(self.stdio, at_start=True)
+                if self.plan.caller is not None and self.audit is not None:
+                    # The one caller of a session on stdio: every entry names it.
+                    audited = {"caller": self.plan.caller.audited}
+                    self.audit = self.audit.for_client(lambda entry: audited)
+                    self.relay.core.audit = self.audit
             tools = {name: conn.tools for name, conn in self.servers.items()}
             eras = {name: conn.era for name, conn in self.servers.items()}
             report = startup_report(self.plan, tools, self.http, eras)
@@ -182,16 +187,23 @@ class Session:
     async def _listen(self, port: int) -> None:
         from launcher.transports.streamable_http import HttpEndpoint  # only over HTTP
 
-        assert self.plan.http_token is not None and self._started is not None
-        self.http = HttpEndpoint(port, self.plan.http_token.value, self._open_client, say)
+        assert self._started is not None
+        gatekeeper = None
+        if self.plan.gateway is not None:
+            from launcher.transports.gateway_auth import Gatekeeper
+
+            gatekeeper = Gatekeeper(self.plan.gateway, say)
+        token = self.plan.http_token.value if self.plan.http_token is not None else None
+        self.http = HttpEndpoint(port, token, self._open_client, say, gatekeeper)
         # The socket was bound before any server started (a port that cannot be had stops
         # the session before anything does); the endpoint owns it from here.
         sock, self._started.http = self._started.http, None
         await self.http.start(sock)
 
-    async def _open_client(self, upstream: Upstream) -> Served:
+    async def _open_client(self, upstream: HttpUpstream) -> Served:
         """Servers and a relay for a new HTTP session: the ones started with the session
-        for the first, then a spare started in advance (the next one is started at once)."""
+        for the first, then a spare started in advance (the next one is started at once).
+        Its audit entries say what the client's transport adds (the caller, the session)."""
         first = self.first.relay
         if first is not None and first.upstream is None:
             first.upstream = upstream
@@ -201,6 +213,8 @@ class Session:
             self._spare = None
             served = await spare
             served.attach(upstream, at_start=False)
+        assert served.relay is not None and self.audit is not None
+        served.relay.core.audit = self.audit.for_client(upstream.audit_fields)
         from launcher.transports.streamable_http import MAX_SESSIONS
 
         if self._spare is None and len(self.served) < MAX_SESSIONS:

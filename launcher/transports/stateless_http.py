@@ -29,13 +29,15 @@ import binascii
 import contextlib
 import itertools
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, error, loads
 
+# Where a request's caller is kept in its ASGI scope, once its token made one (gateway mode).
+CALLER = "ironcurtain.caller"
 HEADER_MISMATCH = -32020
 LISTEN = "subscriptions/listen"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
@@ -62,6 +64,10 @@ class Upstream(Protocol):
 
     def backlog(self) -> int: ...
 
+    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
+        """What the audit log adds to ``entry``, written for this client (who called)."""
+        ...
+
 
 # Given where its messages go, start a client's servers and relay (raises, with a message
 # for the client, when they cannot be started).
@@ -78,6 +84,8 @@ class StatelessClients:
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
         self._streams: dict[str, asyncio.Queue[Message]] = {}  # listens, by their ids
+        # Who sent each request being served (gateway mode), as its audit entries say.
+        self._callers: dict[str, Mapping[str, object]] = {}
         self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
     # -- Upstream --------------------------------------------------------------------------
@@ -97,6 +105,10 @@ class StatelessClients:
 
     def backlog(self) -> int:
         return 0
+
+    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
+        """The caller of the request ``entry`` is about (none: no caller source)."""
+        return self._callers.get(entry.get("requestId"), {})  # type: ignore[arg-type]
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -138,22 +150,28 @@ class StatelessClients:
             return
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._waiting[internal] = future
-        relay.feed(json.dumps({**message, "id": internal}).encode())
-        gone = asyncio.ensure_future(_disconnected(receive))
+        caller = scope.get(CALLER)
+        if caller is not None:
+            self._callers[internal] = {"caller": caller.audited}
         try:
-            either: set[asyncio.Future[Any]] = {future, gone}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            relay.feed(json.dumps({**message, "id": internal}).encode())
+            gone = asyncio.ensure_future(_disconnected(receive))
+            try:
+                either: set[asyncio.Future[Any]] = {future, gone}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                gone.cancel()
+            if not future.done():  # the client went away: the request is cancelled
+                self._waiting.pop(internal, None)
+                cancel = {"requestId": internal, "reason": "the client closed its request"}
+                relay.feed(
+                    json.dumps(
+                        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+                    ).encode()
+                )
+                return
         finally:
-            gone.cancel()
-        if not future.done():  # the client went away: the request is cancelled
-            self._waiting.pop(internal, None)
-            cancel = {"requestId": internal, "reason": "the client closed its request"}
-            relay.feed(
-                json.dumps(
-                    {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
-                ).encode()
-            )
-            return
+            self._callers.pop(internal, None)
         await _answer(send, {**future.result(), "id": message["id"]})
 
     async def _listen(

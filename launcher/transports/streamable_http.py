@@ -10,7 +10,9 @@ at:
 
 - ``Host`` names this loopback address and port (421 otherwise), and an ``Origin``, when
   sent, does too (403): a web page that rebinds a DNS name to 127.0.0.1 is refused;
-- ``Authorization: Bearer TOKEN`` (401): there is no unauthenticated endpoint;
+- ``Authorization: Bearer TOKEN`` (401): there is no unauthenticated endpoint; in gateway
+  mode the token is the caller's JWT (:mod:`launcher.transports.gateway_auth`), the request
+  is its caller's, and a session serves only the caller that opened it (404 to another);
 - the path is ``/mcp`` (404), the method POST, GET or DELETE (405);
 - ``MCP-Protocol-Version``, when sent, is one this endpoint speaks (400);
 - the body is at most ``BODY_LIMIT`` bytes (413), a session id is known (404).
@@ -32,8 +34,8 @@ import json
 import socket
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
@@ -48,7 +50,11 @@ from starlette.types import Receive, Scope, Send
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, Message, error
 from launcher.transports.http_bounds import bounded_protocol, quiet_logs
 from launcher.transports.http_socket import listen_http
-from launcher.transports.stateless_http import Opener, Relayed, StatelessClients
+from launcher.transports.stateless_http import CALLER, Opener, Relayed, StatelessClients
+
+if TYPE_CHECKING:
+    from launcher.shared.callers import Caller
+    from launcher.transports.gateway_auth import Gatekeeper
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
@@ -62,9 +68,19 @@ Attached = Relayed  # one client session's relay, as the transport sees it
 
 
 class HttpEndpoint:
-    def __init__(self, port: int, token: str, opener: Opener, say: Callable[[str], None]):
+    def __init__(
+        self,
+        port: int,
+        token: str | None,
+        opener: Opener,
+        say: Callable[[str], None],
+        gatekeeper: Gatekeeper | None = None,
+    ):
+        """``token``: the bearer token every request sends; or, with ``gatekeeper`` (gateway
+        mode), each request's caller is who its JWT names, and no token is taken."""
         self.port = port
         self.token = token
+        self.gatekeeper = gatekeeper
         self._opener = opener
         self.say = say
         self.sessions: dict[str, ClientStream] = {}
@@ -131,6 +147,15 @@ class HttpEndpoint:
         if refusal is not None:
             await _plain(send, *refusal)
             return
+        if self.gatekeeper is not None:
+            caller = await self.gatekeeper.admit(scope, headers, send)
+            if caller is None:  # refused, or the metadata a client finds its provider by
+                return
+            scope[CALLER] = caller
+            refusal = self._refusal_of_request(scope, headers)
+            if refusal is not None:
+                await _plain(send, *refusal)
+                return
         await self._limited(scope, receive, send)
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
@@ -141,11 +166,18 @@ class HttpEndpoint:
         origin = headers.get("origin")
         if origin is not None and origin not in {f"http://{h}" for h in allowed_hosts}:
             return 403, "cross-origin request refused"
+        if self.gatekeeper is not None:
+            return None  # the caller's token next, then the request's own checks
         given = headers.get("authorization", "")
-        if not given.startswith("Bearer ") or not hmac.compare_digest(
-            given[7:].encode(), self.token.encode()
+        if self.token is None or not (
+            given.startswith("Bearer ")
+            and hmac.compare_digest(given[7:].encode(), self.token.encode())
         ):
             return 401, "missing or wrong bearer token"
+        return self._refusal_of_request(scope, headers)
+
+    def _refusal_of_request(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
+        """Why this request may not be served, from its path, method and version."""
         if scope["path"] != "/mcp":
             return 404, "the endpoint is /mcp"
         if scope["method"] not in ("POST", "GET", "DELETE"):
@@ -170,7 +202,8 @@ class HttpEndpoint:
         sid = _header(scope, b"mcp-session-id")
         if sid is not None:
             client = self.sessions.get(sid)
-            if client is None:
+            # A session is its caller's: another caller's token on it finds nothing there.
+            if client is None or client.owner != _owner(scope.get(CALLER)):
                 await _json_error(send, 404, -32001, "session not found (it ended or expired)")
                 return
             await client.serve(scope, receive, send)
@@ -183,7 +216,7 @@ class HttpEndpoint:
         if len(self.sessions) >= MAX_SESSIONS and not await self._evict():
             await _json_error(send, 503, -32603, f"too many open sessions ({MAX_SESSIONS})")
             return
-        client = ClientStream(self)
+        client = ClientStream(self, scope.get(CALLER))
         self.sessions[client.id] = client
         await client.open()
         status: list[int] = []
@@ -224,9 +257,11 @@ class ClientStream:
     order through one queue; an answer, and whatever belongs to a request (``related``),
     on that request's event stream, the rest on the client's GET stream."""
 
-    def __init__(self, endpoint: HttpEndpoint) -> None:
+    def __init__(self, endpoint: HttpEndpoint, caller: Caller | None = None) -> None:
         self.endpoint = endpoint
         self.id = uuid.uuid4().hex
+        self.owner = _owner(caller)  # who opened it (gateway mode): the only one it serves
+        self._audited = {"httpSession": self.id, **({"caller": caller.audited} if caller else {})}
         self.transport = StreamableHTTPServerTransport(self.id, idle_timeout=IDLE_TIMEOUT)
         self.attached: Attached | None = None
         self.initialized = False
@@ -277,6 +312,10 @@ class ClientStream:
     def backlog(self) -> int:
         """Roughly the bytes waiting to go out (a message counts 1 KiB)."""
         return self._outbox.qsize() * 1024
+
+    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
+        """What each audit entry of this session adds: the session, and who opened it."""
+        return self._audited
 
     # -- the session's two directions ------------------------------------------------------
 
@@ -345,6 +384,11 @@ class ClientStream:
             if related is not None and "method" in message:
                 metadata = ServerMessageMetadata(related_request_id=related)
             await write.send(SessionMessage(parsed, metadata=metadata))
+
+
+def _owner(caller: Caller | None) -> tuple[str, str] | None:
+    """Who a session belongs to: its caller, whatever permissions its next token carries."""
+    return caller.key if caller is not None else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

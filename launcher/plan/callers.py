@@ -1,0 +1,91 @@
+"""Who the session's callers are: the one caller a file names (a session on stdio), or, over
+HTTP, callers authenticated by their identity provider's JWTs (gateway mode), whose keys
+are fetched now, before any server starts, so that a wrong issuer or an unreachable JWKS
+stops the session at once."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from launcher.shared.errors import OptionError
+
+if TYPE_CHECKING:
+    from launcher.shared.callers import Caller
+    from launcher.transports.gateway_keys import Gateway
+
+
+class RunOptions(Protocol):
+    """The options of ``run`` this reads."""
+
+    @property
+    def http_port(self) -> int | None: ...
+    @property
+    def http_token_file(self) -> str | None: ...
+    @property
+    def caller_file(self) -> str | None: ...
+    @property
+    def oidc_issuer(self) -> str | None: ...
+    @property
+    def oidc_audience(self) -> str | None: ...
+    @property
+    def oidc_jwks_url(self) -> str | None: ...
+    @property
+    def permissions_claim(self) -> str: ...
+
+
+_OIDC = ("oidc_issuer", "oidc_audience", "oidc_jwks_url")
+
+
+def check_caller_options(opts: RunOptions) -> None:
+    """The caller settings go together as they must (each refusal names the setting)."""
+    if opts.caller_file is not None and opts.http_port is not None:
+        raise OptionError(
+            "caller_file",
+            opts.caller_file,
+            "names the caller of a session on stdio; over HTTP use the OIDC options "
+            "({oidc_issuer} and {oidc_audience})",
+            mentions=("oidc_issuer", "oidc_audience"),
+        )
+    given = {name: getattr(opts, name) for name in _OIDC if getattr(opts, name) is not None}
+    if opts.permissions_claim != "scope":
+        given["permissions_claim"] = opts.permissions_claim
+    if given and opts.http_port is None:
+        name = next(iter(given))
+        raise OptionError(
+            name, given[name], "is only used with {http_port}", mentions=("http_port",)
+        )
+    if "oidc_issuer" in given and "oidc_audience" not in given:
+        raise OptionError(
+            "oidc_issuer",
+            opts.oidc_issuer,
+            "needs {oidc_audience}: the audience its tokens must be issued for",
+            mentions=("oidc_audience",),
+        )
+    if given and "oidc_issuer" not in given:
+        name = next(iter(given))
+        raise OptionError(
+            name, given[name], "is only used with {oidc_issuer}", mentions=("oidc_issuer",)
+        )
+    if opts.http_token_file is not None and "oidc_issuer" in given:
+        raise OptionError(
+            "http_token_file",
+            opts.http_token_file,
+            "is not used with {oidc_issuer}: every request then carries its caller's JWT",
+            mentions=("oidc_issuer",),
+        )
+
+
+def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
+    """The static caller (a caller file), or the gateway's verifier with its keys fetched
+    (raises :class:`OptionError` naming the setting when they cannot be)."""
+    if opts.caller_file is not None:
+        from launcher.shared.callers import load_caller_file
+
+        return load_caller_file(opts.caller_file, "caller_file"), None
+    if opts.oidc_issuer is None or opts.oidc_audience is None:
+        return None, None
+    from launcher.transports.gateway_keys import gateway
+
+    return None, gateway(
+        opts.oidc_issuer, opts.oidc_audience, opts.oidc_jwks_url, opts.permissions_claim
+    )

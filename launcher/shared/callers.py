@@ -1,0 +1,162 @@
+"""Who calls: a :class:`Caller` has a name, a set of permissions and the source that vouches
+for it (an identity provider's issuer, or ``static`` for a caller the deployment names in a
+file).
+
+Every layer that needs to know who is asking imports this: the transports that authenticate a
+request, the audit log that records who made each call, the session that keeps each caller's
+things apart (:attr:`Caller.key`) and the gate that will check what a caller may do
+(:attr:`Caller.permissions`).
+
+A caller file is one JSON object::
+
+    {"name": "billing-agent", "permissions": ["crm:read", "files:write"]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+
+from launcher.shared.errors import OptionError
+from sandbox_profiles.records import frozen
+
+STATIC = "static"  # the issuer of a caller named by the deployment, not by a token
+MAX_NAME = 255
+MAX_PERMISSIONS = 256
+MAX_FILE = 64 * 1024
+_FILE_KEYS = ("name", "permissions")
+EXPECTED = (
+    'a JSON object {"name": "billing-agent", "permissions": ["crm:read", ...]} '
+    "(name: required; permissions: a list of strings, may be empty; no other keys)"
+)
+
+
+@frozen(slots=True)
+class Caller:
+    """One caller. ``issuer`` is :data:`STATIC` for a caller named in a file, else the
+    identity provider that signed its token; two callers are the same when both name and
+    issuer are.
+
+    >>> c = Caller("billing-agent", frozenset({"crm:read"}), STATIC)
+    >>> c.key, c.audited
+    (('static', 'billing-agent'), {'name': 'billing-agent', 'issuer': 'static'})
+    """
+
+    name: str
+    permissions: frozenset[str]
+    issuer: str = STATIC
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What tells callers apart (sessions, and what is kept per caller)."""
+        return (self.issuer, self.name)
+
+    @property
+    def audited(self) -> dict[str, str]:
+        """The caller as the audit log records it (its permissions are not)."""
+        return {"name": self.name, "issuer": self.issuer}
+
+
+def name_problem(name: object) -> str | None:
+    """What makes ``name`` no caller name (None: it is one): 1 to 255 visible ASCII
+    characters, no space or control character, and not made of dots alone (names end up in
+    terminals, audit lines and, later, paths).
+
+    >>> name_problem("auth0|507f1f77bcf86cd799439011") is None
+    True
+    >>> name_problem("a b"), name_problem("..")
+    ('holds a space, a control or a non-ASCII character', 'is made of dots alone')
+    """
+    if not isinstance(name, str):
+        return "is not a string"
+    if not name:
+        return "is empty"
+    if len(name) > MAX_NAME:
+        return f"is longer than {MAX_NAME} characters"
+    if not all("!" <= c <= "~" for c in name):
+        return "holds a space, a control or a non-ASCII character"
+    if not name.strip("."):
+        return "is made of dots alone"
+    return None
+
+
+def permissions_problem(permissions: Iterable[object]) -> str | None:
+    """What makes ``permissions`` no set of permissions (None: it is one): each a name as a
+    caller's is (``crm:read``), at most 256.
+
+    >>> permissions_problem(["crm:read", ""])
+    'permission 2 is empty'
+    """
+    count = 0
+    for count, permission in enumerate(permissions, 1):
+        problem = name_problem(permission)
+        if problem is not None:
+            return f"permission {count} {problem}"
+    if count > MAX_PERMISSIONS:
+        return f"holds {count} permissions, more than {MAX_PERMISSIONS}"
+    return None
+
+
+def load_caller_file(path: str, option: str = "caller_file") -> Caller:
+    """The caller a file names, or an :class:`OptionError` (as the setting ``option``'s)
+    naming the file, what is wrong and what was expected."""
+    try:
+        with open(os.path.expanduser(path), "rb") as handle:
+            raw = handle.read(MAX_FILE + 1)
+    except OSError as exc:
+        raise OptionError(option, path, f"cannot be read: {exc.strerror}") from None
+    if len(raw) > MAX_FILE:
+        raise OptionError(option, path, f"is larger than {MAX_FILE} bytes; expected {EXPECTED}")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        where = f" (line {exc.lineno}, column {exc.colno})"
+        raise OptionError(option, path, f"is not JSON{where}; expected {EXPECTED}") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        where = ""
+        raise OptionError(option, path, f"is not JSON{where}; expected {EXPECTED}") from None
+    try:
+        return caller_of(data)
+    except ValueError as exc:
+        raise OptionError(option, path, f"{exc}; expected {EXPECTED}") from None
+
+
+def caller_of(data: object) -> Caller:
+    """The caller ``data`` (a parsed caller file) names; a :class:`ValueError` says what is
+    wrong with it.
+
+    >>> caller_of({"name": "billing-agent"}).permissions
+    frozenset()
+    >>> caller_of({"name": "a", "role": "x"})
+    Traceback (most recent call last):
+    ValueError: has the unknown key "role"
+    """
+    if not isinstance(data, dict):
+        raise ValueError(f"holds a JSON {_kind(data)}, not an object")
+    unknown = [k for k in data if k not in _FILE_KEYS]
+    if unknown:
+        raise ValueError(f"has the unknown key {json.dumps(unknown[0])}")
+    if "name" not in data:
+        raise ValueError('has no "name"')
+    problem = name_problem(data["name"])
+    if problem is not None:
+        raise ValueError(f'its "name" {problem}')
+    permissions = data.get("permissions", [])
+    if not isinstance(permissions, list):
+        raise ValueError(f'its "permissions" is a JSON {_kind(permissions)}, not a list')
+    problem = permissions_problem(permissions)
+    if problem is not None:
+        raise ValueError(f'its "permissions": {problem}')
+    return Caller(data["name"], frozenset(permissions), STATIC)
+
+
+def _kind(value: object) -> str:
+    """``value``'s JSON type, as a person says it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )
