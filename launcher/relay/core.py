@@ -91,7 +91,7 @@ class Relay:
         )
         self.calls.inputs = ServerInputs(self.asks, self.calls)
         # Questions out to a stateless client, asked by answering its request.
-        self.rounds = Rounds(self._deliver, self.calls.rebind, self.send)
+        self.rounds = Rounds(self._deliver, self.calls.rebind, self.send, self._caller_of)
         # A stateless client's notification streams (subscriptions/listen).
         self.listens = Listens(self.send, self.calls.start)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -101,6 +101,12 @@ class Relay:
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
+
+    def _caller_of(self, request_id: object) -> object:
+        """Who sent the client's request ``request_id``, as the transport knows (gateway
+        mode over HTTP), or None."""
+        fields = getattr(self.upstream, "audit_fields", None)
+        return fields({"requestId": request_id}).get("caller") if fields is not None else None
 
     def _takes(self, related: object = None) -> Message | None:
         """What the client takes as requests during the call ``related``: its capabilities

@@ -11,10 +11,11 @@ question during any other request is refused as for a client that cannot be aske
 
 ``requestState`` is ironcurtain's alone (a server's never reaches a client): a single-use
 handle and what it was handed out for (the method, a digest of the request's params without
-its ``_meta`` and answers, an expiry), signed with a key this relay makes at start
-(HMAC-SHA256). A retry whose state was altered, has expired or was used already, or that
-is not the same request, is refused (``-32602``) and reaches nothing: the state of one call
-cannot carry another's answers, and an answer given for one call is used by that call once.
+its ``_meta`` and answers, the caller it was asked of, an expiry), signed with a key this
+relay makes at start (HMAC-SHA256). A retry whose state was altered, has expired or was
+used already, or that is not the same request of the same caller, is refused (``-32602``)
+and reaches nothing: the state of one call cannot carry another's answers, and an answer
+given for one call is used by that call once.
 A retry without the answer asked for is asked again. A call that ends while its retry is
 awaited (its server answered it, or withdrew its question) keeps its answer for the retry,
 or goes on as the retry without one: a retry is always answered once.
@@ -79,6 +80,9 @@ class Rounds:
     deliver: Send
     rebind: Callable[[Call, object], None]
     reply: Send  # an answer of the call's to the client, made in the era's form
+    # Who sent the client's request of an id (as its audit entries name them; None: the
+    # session's one user): a retry must come from whoever was asked.
+    caller_of: Callable[[object], object] = lambda request_id: None
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _parked: dict[str, _Parked] = field(default_factory=dict)
 
@@ -138,6 +142,7 @@ class Rounds:
             or claims.get("m") != method
             or parked.call.method != method
             or hash_value(_request(params)) != parked.digest
+            or claims.get("c") != _hashed(self.caller_of(request_id))
         ):
             return INVALID_STATE
         del self._parked[parked.handle]  # single use
@@ -169,6 +174,9 @@ class Rounds:
         parked.rounds += 1
         self._parked[parked.handle] = parked
         claims = {"h": parked.handle, "m": call.method, "x": parked.expires}
+        caller = self.caller_of(call.request_id)
+        if caller is not None:
+            claims["c"] = hash_value(caller)
         answered = call.request_id
         self.rebind(call, Spent(answered, parked.handle))
         asked = {
@@ -201,6 +209,10 @@ class Rounds:
 def _request(params: Message) -> Message:
     """A request's params without what belongs to its rounds: what a retry repeats."""
     return {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+
+
+def _hashed(caller: object) -> str | None:
+    return None if caller is None else hash_value(caller)
 
 
 def _digest(call: Call) -> str:

@@ -42,6 +42,7 @@ HEADER_MISMATCH = -32020
 LISTEN = "subscriptions/listen"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 STREAM_BACKLOG = 1024  # notifications held for one listen's stream
+CONTINUED = 4096  # callers kept for calls that go on as retries
 RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
 BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
@@ -84,8 +85,11 @@ class StatelessClients:
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
         self._streams: dict[str, asyncio.Queue[Message]] = {}  # listens, by their ids
-        # Who sent each request being served (gateway mode), as its audit entries say.
+        # Who sent each request being served (gateway mode), as its audit entries say; and
+        # who sent each answered input_required, whose call goes on as a retry (the most
+        # recent CONTINUED of them).
         self._callers: dict[str, Mapping[str, object]] = {}
+        self._continued: dict[str, Mapping[str, object]] = {}
         self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
     # -- Upstream --------------------------------------------------------------------------
@@ -108,7 +112,8 @@ class StatelessClients:
 
     def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
         """The caller of the request ``entry`` is about (none: no caller source)."""
-        return self._callers.get(entry.get("requestId"), {})  # type: ignore[arg-type]
+        rid = entry.get("requestId")
+        return self._callers.get(rid) or self._continued.get(rid, {})  # type: ignore[arg-type]
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -171,8 +176,14 @@ class StatelessClients:
                 )
                 return
         finally:
-            self._callers.pop(internal, None)
-        await _answer(send, {**future.result(), "id": message["id"]})
+            who = self._callers.pop(internal, None)
+        answer = future.result()
+        result = answer.get("result")
+        if who is not None and isinstance(result, dict) and "requestState" in result:
+            self._continued[internal] = who  # its entries are written when the retry ends
+            while len(self._continued) > CONTINUED:
+                del self._continued[next(iter(self._continued))]
+        await _answer(send, {**answer, "id": message["id"]})
 
     async def _listen(
         self, relay: Relayed, message: Message, internal: str, receive: Receive, send: Send
