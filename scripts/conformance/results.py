@@ -20,11 +20,13 @@ _DIRECTORY = re.compile(r"server-(.+)-\d{4}-\d\d-\d\dT[\d-]+Z$")
 
 @dataclass(frozen=True)
 class Outcome:
-    """One scenario's run: the ids of its checks that failed (each once, in order), and how
-    many of its checks succeeded or only warned."""
+    """One scenario's run: the ids of its checks that failed (each once, in order), how many
+    of its checks succeeded or only warned, and what broke the revision's schema (each
+    message the implementation sent that did: what it was, and why)."""
 
     failed: tuple[str, ...]
     held: int
+    violations: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -45,14 +47,26 @@ def read_results(out: Path) -> dict[str, Outcome]:
         if match is None:
             continue
         failed: list[str] = []
+        violations: list[str] = []
         held = 0
         for check in json.loads(checks.read_text()):
             status, name = check.get("status"), str(check.get("id"))
             if status == "FAILURE" and name not in failed:
                 failed.append(name)
             held += status in ("SUCCESS", "WARNING")
-        results[match.group(1)] = Outcome(tuple(failed), held)
+            if name == WIRE and status == "FAILURE":
+                violations += _violations(check.get("details"))
+        results[match.group(1)] = Outcome(tuple(failed), held, tuple(violations))
     return results
+
+
+def _violations(details: object) -> list[str]:
+    found = details.get("violations") if isinstance(details, dict) else None
+    return [
+        f"{v.get('context', '?')}: {'; '.join(str(e) for e in v.get('errors') or [])}"
+        for v in (found if isinstance(found, list) else [])
+        if isinstance(v, dict) and v.get("origin", "implementation") == "implementation"
+    ]
 
 
 def not_scored(requirements: Path) -> dict[str, str]:
@@ -133,6 +147,9 @@ class Comparison:
         for name in sorted(regressed | unbridged):
             failed = self.through[name].failed if name in self.through else ("(not run)",)
             lines.append(f"  {name}: failed through ironcurtain: {', '.join(failed) or '-'}")
+        for name, outcome in sorted(self.through.items()):
+            lines += [f"  {name}: through ironcurtain, against the schema: {v}"
+                      for v in outcome.violations]  # fmt: skip
         return lines
 
 

@@ -170,3 +170,31 @@ def test_a_handshake_era_pass_must_carry_over_to_the_stateless_era_through_ironc
     assert rows["tools-call-with-progress"] == ["FAIL", "pass", "FAIL", "<-", "NOT", "BRIDGED"]
     assert rows["caching"] == ["FAIL", "-", "pass"]
     assert rows["prompts-list"] == ["pass", "pass", "FAIL", "<-", "REGRESSION"]
+
+
+def test_what_ironcurtain_sent_against_the_schema_is_named(tmp_path: Path) -> None:
+    """The suite's wire-schema-valid check lists each message that broke the revision's
+    schema; what ironcurtain sent is printed under the table, what the suite itself sent
+    (a harness error) is not counted against it."""
+    place = tmp_path / "server-tools-list-2026-11-29T03-06-28-646Z"
+    place.mkdir()
+    bad = {
+        "origin": "implementation",
+        "context": "response to 'tools/list'",
+        "errors": ["JSONRPCErrorResponse/id: must be string,integer"],
+        "message": {},
+    }
+    ours = {"origin": "harness", "context": "request 'tools/list'", "errors": ["x"]}
+    checks = [{"id": "tools-list", "status": "SUCCESS"},
+              {"id": "wire-schema-valid", "status": "FAILURE",
+               "details": {"messagesValidated": 2, "violations": [bad, ours]}}]  # fmt: skip
+    (place / "checks.json").write_text(json.dumps(checks))
+    found = results.read_results(tmp_path)
+    assert found["tools-list"].violations == (
+        "response to 'tools/list': JSONRPCErrorResponse/id: must be string,integer",
+    )
+    both = results.Comparison("2026-07-28", {}, found, {})
+    assert both.table("title")[-1] == (
+        "  tools-list: through ironcurtain, against the schema: response to 'tools/list': "
+        "JSONRPCErrorResponse/id: must be string,integer"
+    )
