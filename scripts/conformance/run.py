@@ -275,6 +275,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the results directory")
     opts = parser.parse_args(argv)
+    everything = opts.python_everything
+    if everything is not None and not (everything / "mcp_everything_server").is_dir():
+        parser.error(f"--python-everything: {everything} holds no mcp_everything_server package")
     sets = [r for r in REQUIREMENTS if r in (opts.requirements or REQUIREMENTS)]
     work = Path(tempfile.mkdtemp(prefix="ironcurtain-conformance-"))
     regressions = unbridged = 0
