@@ -1,8 +1,10 @@
 // Loaded into the conformance CLI (NODE_OPTIONS=--import): every request it makes to
 // $CONFORMANCE_URL carries "Authorization: Bearer $CONFORMANCE_TOKEN", as a client entry for
 // `ironcurtain run --http` does. The CLI has no option for headers of its own: it sends with
-// the global fetch and, where it sets its own Host header, with undici's request (resolved
-// from $CONFORMANCE_CLI, the CLI's own file, so the same module instance is patched).
+// the global fetch, with undici's request where it sets its own Host header (resolved from
+// $CONFORMANCE_CLI, the CLI's own file, so the same module instance is patched), and with
+// node:http's request where it sends headers fetch would not (malformed MCP-* headers).
+import http from "node:http";
 import { createRequire } from "node:module";
 
 const url = process.env.CONFORMANCE_URL;
@@ -34,3 +36,16 @@ if (process.env.CONFORMANCE_CLI) {
     return requested(target, { ...options, headers });
   };
 }
+
+const posted = http.request;
+http.request = (options, ...rest) => {
+  const target =
+    options && typeof options === "object" && !(options instanceof URL)
+      ? `http://${options.hostname ?? options.host}:${options.port}${options.path ?? "/"}`
+      : options;
+  if (!ours(target)) {
+    return posted(options, ...rest);
+  }
+  const headers = { ...(options.headers ?? {}), authorization: `Bearer ${token}` };
+  return posted({ ...options, headers }, ...rest);
+};

@@ -1,7 +1,10 @@
-"""The official MCP conformance suite's server scenarios, run against a reference server
+"""The official MCP conformance suite's server scenarios, run for each requirement set
+(2025-11-25: the handshake era; 2026-07-28: the stateless era) against a reference server
 directly (its streamable-HTTP form) and through ``ironcurtain run --http`` (its stdio form,
-sandboxed), then compared scenario by scenario. Exit 1 when a scenario that passes directly
-fails through ironcurtain. Called by scripts/conformance.sh, which installs what it needs.
+sandboxed), then compared scenario by scenario. Exit 1 when, in either set, a scenario that
+passes directly fails through ironcurtain, or when one that a handshake-era server passes
+directly in the handshake era's set fails through ironcurtain in the stateless era's.
+Called by scripts/conformance.sh, which installs what it needs.
 
 The policy given to ironcurtain allows every tool and prompt of the server with every
 argument opaque: this measures the proxy (transport, relay, server requests), not a policy.
@@ -13,27 +16,30 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import secrets
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from results import Comparison, Outcome, not_scored, read_results  # noqa: E402
+
 from tests.support.ready import serving_url  # noqa: E402
 
 BIN = Path(sys.executable).parent
-SPEC_VERSION = "2025-11-25"
+REQUIREMENTS = ("2025-11-25", "2026-07-28")  # the handshake era's, the stateless era's
 
 
 @dataclass
@@ -91,34 +97,36 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 30)
     raise RuntimeError(f"nothing listens on port {port} after {seconds:g} s")
 
 
+def suite(npm_dir: Path) -> Path:
+    return npm_dir / "node_modules" / "@modelcontextprotocol" / "conformance"
+
+
 def conformance(
-    node: str, npm_dir: Path, url: str, out: Path, env: dict[str, str] | None = None
-) -> dict[str, bool]:
-    """Run every server scenario of the suite against ``url``; scenario -> passed."""
-    cli = npm_dir / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
-    argv = [node, str(cli), "server", "--url", url, "--spec-version", SPEC_VERSION,
-            "-o", str(out)]  # fmt: skip
+    node: str, npm_dir: Path, url: str, requirements: str, out: Path,
+    env: dict[str, str] | None = None,
+) -> dict[str, Outcome]:  # fmt: skip
+    """Run every server scenario of a requirement set against ``url``; scenario -> outcome."""
+    argv = [node, str(suite(npm_dir) / "dist" / "index.js"), "server", "--url", url,
+            "--requirements", requirements, "-o", str(out)]  # fmt: skip
     subprocess.run(argv, env={**os.environ, **(env or {})}, capture_output=True, timeout=600)
-    results: dict[str, bool] = {}
-    for checks in sorted(out.glob("server-*/checks.json")):
-        match = re.match(r"server-(.+)-\d{4}-\d\d-\d\dT", checks.parent.name)
-        if match is None:
-            continue
-        statuses = [c.get("status") for c in json.loads(checks.read_text())]
-        results[match.group(1)] = bool(statuses) and "FAILURE" not in statuses
+    results = read_results(out)
     if not results:
-        raise RuntimeError(f"the conformance suite reported nothing for {url}")
+        raise RuntimeError(f"the conformance suite reported nothing for {url} ({requirements})")
     return results
 
 
-def direct(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, bool]:
+def direct(
+    ref: Reference, node: str, npm_dir: Path, work: Path, sets: Sequence[str]
+) -> dict[str, dict[str, Outcome]]:
+    """Each requirement set's outcomes against the server's own HTTP form."""
     port = free_port()
     argv = [a.replace("PORT", str(port)) for a in ref.http]
     env = {**os.environ, **{k: v.replace("PORT", str(port)) for k, v in ref.env.items()}}
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, proc)
-        return conformance(node, npm_dir, f"http://localhost:{port}/mcp", work / "direct")
+        url = f"http://localhost:{port}/mcp"
+        return {r: conformance(node, npm_dir, url, r, work / f"direct-{r}") for r in sets}
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -178,7 +186,10 @@ def write_policy(ref: Reference, directory: Path) -> None:
     (directory / "compiled-policy.json").write_text(json.dumps({"rules": [rule]}))
 
 
-def through(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, bool]:
+def through(
+    ref: Reference, node: str, npm_dir: Path, work: Path, sets: Sequence[str]
+) -> dict[str, dict[str, Outcome]]:
+    """Each requirement set's outcomes through ironcurtain, a fresh instance for each set."""
     config = {
         "mcpServers": {
             "everything": {
@@ -192,29 +203,58 @@ def through(ref: Reference, node: str, npm_dir: Path, work: Path) -> dict[str, b
     }
     (work / "config.json").write_text(json.dumps(config, indent=1))
     write_policy(ref, work / "policy")
-    (work / "ws").mkdir(exist_ok=True)
+    return {r: _through_one(node, npm_dir, work, r) for r in sets}
+
+
+def _through_one(node: str, npm_dir: Path, work: Path, requirements: str) -> dict[str, Outcome]:
+    place = work / f"through-{requirements}"
+    (place / "ws").mkdir(parents=True)
     token = secrets.token_urlsafe(24)
-    env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(work / "state"),
-           "XDG_CONFIG_HOME": str(work / "config")}  # fmt: skip
+    env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(place / "state"),
+           "XDG_CONFIG_HOME": str(place / "config")}  # fmt: skip
     argv = [str(BIN / "ironcurtain"), "run", "--config", str(work / "config.json"),
-            "--policy-dir", str(work / "policy"), "--workspace", str(work / "ws"),
-            "--audit-log", str(work / "audit.jsonl"), "--server", "everything",
+            "--policy-dir", str(work / "policy"), "--workspace", str(place / "ws"),
+            "--audit-log", str(place / "audit.jsonl"), "--server", "everything",
             "--approval", "deny", "--max-identical-calls", "0", "--http", "0"]  # fmt: skip
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, text=True)  # fmt: skip
     assert proc.stderr is not None
     url, said = serving_url(proc.stderr)
+    # What it says from here on goes to a file: a pipe nobody reads would stop it when full.
+    log = place / "ironcurtain.log"
+    drain = threading.Thread(target=_copy, args=(proc.stderr, log, said), daemon=True)
+    drain.start()
     try:
         if not url:
             raise RuntimeError("ironcurtain did not start:\n" + "".join(said))
-        cli = npm_dir / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist"
         preload = {"NODE_OPTIONS": f"--import={HERE / 'preload.mjs'}",
                    "CONFORMANCE_URL": url, "CONFORMANCE_TOKEN": token,
-                   "CONFORMANCE_CLI": str(cli / "index.js")}  # fmt: skip
-        return conformance(node, npm_dir, url, work / "through", preload)
+                   "CONFORMANCE_CLI": str(suite(npm_dir) / "dist" / "index.js")}  # fmt: skip
+        return conformance(node, npm_dir, url, requirements, place / "results", preload)
     finally:
         proc.terminate()
-        proc.wait(timeout=15)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            print(f"ironcurtain did not stop within 15 s of SIGTERM (killed); see {log}")
+        drain.join()
+
+
+def _copy(stream: TextIO, log: Path, said: list[str]) -> None:
+    with log.open("w") as out:
+        out.writelines(said)
+        for line in stream:
+            out.write(line)
+
+
+LEGEND = f"""
+*            the suite's wire-schema-valid check failed: a message the server sent
+             (through ironcurtain: that ironcurtain sent) breaks the revision's JSON schema
+REGRESSION   passes directly, not through ironcurtain (same requirement set)
+NOT BRIDGED  passes directly in {REQUIREMENTS[0]} (not in {REQUIREMENTS[1]}: a server of the
+             handshake era only), not through ironcurtain in {REQUIREMENTS[1]}"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,40 +267,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also run the python SDK's conformance server (a directory holding its "
         "mcp_everything_server package)",
     )
+    parser.add_argument(
+        "--requirements",
+        choices=REQUIREMENTS,
+        action="append",
+        help="run only this requirement set (default: both)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the results directory")
     opts = parser.parse_args(argv)
+    everything = opts.python_everything
+    if everything is not None and not (everything / "mcp_everything_server").is_dir():
+        parser.error(f"--python-everything: {everything} holds no mcp_everything_server package")
+    sets = [r for r in REQUIREMENTS if r in (opts.requirements or REQUIREMENTS)]
     work = Path(tempfile.mkdtemp(prefix="ironcurtain-conformance-"))
-    regressions = 0
+    regressions = unbridged = 0
     try:
         for number, ref in enumerate(references(opts.node, opts.npm_dir, opts.python_everything)):
             place = work / str(number)
             place.mkdir()
             started = time.monotonic()
-            a = direct(ref, opts.node, opts.npm_dir, place)
-            b = through(ref, opts.node, opts.npm_dir, place)
+            a = direct(ref, opts.node, opts.npm_dir, place, sets)
+            b = through(ref, opts.node, opts.npm_dir, place, sets)
             took = time.monotonic() - started
-            print(f"\n{ref.name}: conformance {SPEC_VERSION} server scenarios ({took:.0f} s)")
-            print(f"  {'scenario':34} {'direct':8} {'through ironcurtain'}")
-            for scenario in sorted(a.keys() | b.keys()):
-                x, y = a.get(scenario), b.get(scenario)
-                mark = "  <- REGRESSION" if x and not y else ""
-                regressions += bool(mark)
-                print(f"  {scenario:34} {_word(x):8} {_word(y)}{mark}")
-            print(f"  passed: {sum(a.values())} directly, {sum(b.values())} through ironcurtain")
+            print(f"\n{ref.name}: requirements {' and '.join(sets)}, directly and through "
+                  f"ironcurtain ({took:.0f} s)")  # fmt: skip
+            for requirements in sets:
+                yaml = suite(opts.npm_dir) / "requirements" / f"{requirements}.yaml"
+                handshake = a.get(REQUIREMENTS[0], {}) if requirements == REQUIREMENTS[1] else {}
+                both = Comparison(requirements, a[requirements], b[requirements],
+                                  not_scored(yaml), handshake)  # fmt: skip
+                print("\n" + "\n".join(both.table(f"{ref.name}: requirements {requirements}")))
+                regressions += len(both.regressions())
+                unbridged += len(both.unbridged())
     finally:
         if opts.keep:
             print(f"\nresults: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    if regressions:
-        print(f"\n{regressions} scenario(s) pass directly and fail through ironcurtain")
+    print(LEGEND)
+    if regressions or unbridged:
+        print(f"\n{regressions} scenario(s) REGRESSION, {unbridged} NOT BRIDGED")
         return 1
     print("\nevery scenario that passes directly passes through ironcurtain")
     return 0
-
-
-def _word(passed: bool | None) -> str:
-    return "-" if passed is None else "pass" if passed else "FAIL"
 
 
 if __name__ == "__main__":
