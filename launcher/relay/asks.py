@@ -76,10 +76,14 @@ class ServerAsks:
         self._era = era
         self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
 
-    def request(self, conn: Asker, message: Message, related: object = _UNSET) -> None:
+    def request(
+        self, conn: Asker, message: Message, related: object = _UNSET, bridged: bool = False
+    ) -> None:
         """A request ``conn``'s server sent; it is answered (now or when the client has).
         ``related``: the call it is asked during (by default, the one call out at that
-        server, if there is one)."""
+        server, if there is one); ``bridged``: asked in a result of the stateless era, not
+        by a server waiting for the answer (its questions are bounded per call, not by
+        ``MAX_OPEN``, which a client that never answers would otherwise use up)."""
         method = str(message.get("method"))
         request_id = message.get("id")
         if method not in (ELICIT, SAMPLE):
@@ -91,7 +95,7 @@ class ServerAsks:
         if related is _UNSET:
             related = self._related(conn.name)  # the call the server asks during
         decision = self._decide(conn.name, method, params, related)
-        if decision.decision != "deny":
+        if decision.decision != "deny" and not bridged:
             decision = self._limit(conn.name, request_id) or decision
         sent: Message = {}
         if decision.decision != "deny":

@@ -32,6 +32,8 @@ class ClientLink:
     elicits: Callable[[object], bool]
     spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
     era: Callable[[], str] = lambda: HANDSHAKE  # the protocol era the client speaks
+    # What the client takes as requests during a call (its declared capabilities).
+    takes: Callable[[object], Message | None] = lambda call: None
 
 
 @mutable(slots=True)

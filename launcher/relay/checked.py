@@ -27,7 +27,9 @@ from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
     HANDSHAKE,
+    META_CAPABILITIES,
     PROMPT,
+    STATELESS,
     SUBSCRIBE,
     TOOL,
     UNSUBSCRIBE,
@@ -156,8 +158,15 @@ class CheckedCalls:
 
     def _forwarded_params(self, call: Call) -> Message:
         """The client's params as the server knows them: its own names, canonical values,
-        none of the stateless era's ``_meta`` (the server is in its own session)."""
-        return for_server(self._server_params(call))
+        none of the stateless era's ``_meta`` (the server is in its own session); to a server
+        of the stateless era, what the client declared it takes (the connection keeps to
+        what ironcurtain lets the server ask within that)."""
+        params = for_server(self._server_params(call))
+        if call.conn is not None and call.conn.era == STATELESS:
+            meta = params.get("_meta")
+            declared = {META_CAPABILITIES: self.link.takes(call) or {}}
+            params = {**params, "_meta": {**(meta if isinstance(meta, dict) else {}), **declared}}
+        return params
 
     def _server_params(self, call: Call) -> Message:
         params, method = call.params, call.method

@@ -21,7 +21,7 @@ from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.inputs import ServerInputs
 from launcher.relay.listens import LISTEN, UPDATED, Listens
-from launcher.relay.rounds import APPROVAL, QUESTION, Rounds, Spent
+from launcher.relay.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
 from launcher.relay.seams import Core, Downstream, Upstream
 from launcher.relay.stateless import CAPABILITIES
 from launcher.shared.jsonrpc import (
@@ -77,6 +77,7 @@ class Relay:
                 self._elicits,
                 self._spawn,
                 lambda: self.era or HANDSHAKE,
+                self._takes,
             ),
         )
         self.asks = ServerAsks(
@@ -112,6 +113,8 @@ class Relay:
         """What the client takes as requests during the call ``related``: its capabilities
         once it has initialized; from a client of the stateless era, what the request of that
         call declared, when a question can be asked during it (as its answer)."""
+        if isinstance(related, Keyed):
+            related = related.call
         if self.era == STATELESS:
             if not isinstance(related, Call) or not Rounds.can_ask(related):
                 return {}
@@ -316,13 +319,21 @@ class Relay:
     async def _ask_in_rounds(
         self, key: str, method: str, params: Message, timeout: float, related: object
     ) -> Message:
-        """A stateless client is asked by answering the request of the call ``related``."""
+        """A stateless client is asked by answering the request of the call ``related``
+        (a server's question under the key the server gave it; never one of ironcurtain's
+        own keys)."""
+        if isinstance(related, Keyed):
+            if key == QUESTION:
+                key = related.key if not related.key.startswith(OWN) else f"server/{related.key}"
+            related = related.call
         if not isinstance(related, Call):
             raise RuntimeError("the client can be asked only during a request of its own")
         return await self.rounds.ask(related, key, method, params, timeout)
 
     async def _ask(self, method: str, params: Message, timeout: float, about: object) -> Message:
         """Send a request to the client and wait for its whole response."""
+        if isinstance(about, Keyed):
+            about = about.call
         if isinstance(about, Call):
             about = about.request_id
         related = about if isinstance(about, str | int) else None

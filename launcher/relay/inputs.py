@@ -23,6 +23,7 @@ from typing import Protocol
 
 from launcher.relay.asks import ServerAsks
 from launcher.relay.call import Call
+from launcher.relay.rounds import Keyed
 from launcher.shared.jsonrpc import PROMPT, READ, STATELESS, TOOL, Message
 from sandbox_profiles.records import mutable
 
@@ -96,8 +97,10 @@ class ServerInputs:
             self.ends.end(call, "error", failure=f"ERROR: server '{server}': {problem}")
             return
         responses: Message = {}
-        for key, asked in requests.items():
-            outcome = await self._ask(call, asked)
+        keys = list(requests)
+        # Asked at once: a client of the stateless era gets them in one round.
+        outcomes = await asyncio.gather(*(self._ask(call, k, requests[k]) for k in keys))
+        for key, outcome in zip(keys, outcomes, strict=True):
             if not isinstance(outcome.get("result"), dict):
                 err = outcome.get("error")
                 said = err.get("message") if isinstance(err, dict) else None
@@ -110,8 +113,9 @@ class ServerInputs:
             extra["requestState"] = state
         self.ends.forward(call, extra)
 
-    async def _ask(self, call: Call, asked: Message) -> Message:
-        """One input request, answered as the server's own request would be."""
+    async def _ask(self, call: Call, key: str, asked: Message) -> Message:
+        """One input request, answered as the server's own request would be (asked of a
+        stateless client under the server's ``key``)."""
         assert call.conn is not None
         method, params = asked.get("method"), asked.get("params", {})
         if method == ROOTS:
@@ -124,7 +128,7 @@ class ServerInputs:
         }
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         answering = _Answering(call.conn.name, future)
-        self.asks.request(answering, question, related=call)
+        self.asks.request(answering, question, related=Keyed(call, key), bridged=True)
         try:
             return await future
         except asyncio.CancelledError:  # the call was cancelled: the question is withdrawn

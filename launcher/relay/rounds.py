@@ -41,12 +41,16 @@ from sandbox_profiles.records import frozen, mutable
 
 INPUT_REQUIRED = "input_required"
 # The key ironcurtain's own question (an approval) is asked under; a server's question's.
-APPROVAL = "ironcurtain/approval"
+OWN = "ironcurtain/"
+APPROVAL = OWN + "approval"
 QUESTION = "question"
 # What a retry carries that belongs to the rounds, not to the request itself.
 ROUND_FIELDS = ("_meta", "inputResponses", "requestState")
 ASKABLE = frozenset({TOOL, PROMPT, READ})
 INVALID_STATE = -32602, "invalid params: invalid or expired requestState"
+# Rounds awaiting their retries at once; past it the oldest is let go (its questions
+# withdrawn), so clients that never retry cannot hold more.
+MAX_WAITING = 1024
 
 
 @frozen
@@ -59,23 +63,35 @@ class Spent:
 
 
 @mutable
-class _Parked:
+class Keyed:
+    """A question asked during ``call`` under ``key`` (the key its server gave it)."""
+
     call: Call
     key: str
-    question: Message  # {"method": ..., "params": ...}
-    future: asyncio.Future[Message]
+
+
+@mutable
+class _Parked:
+    call: Call
     digest: str  # of the request the state is for
+    # The questions of one round, by key: each request, and where its answer goes.
+    questions: dict[str, tuple[Message, asyncio.Future[Message]]] = field(default_factory=dict)
     handle: str = ""
     expires: float = 0.0  # time.time() past which the state is refused
     rounds: int = 0
     ended: Message | None = None  # the call's answer, when it came before the retry
+
+    def open(self) -> dict[str, tuple[Message, asyncio.Future[Message]]]:
+        """The questions still waiting for their answers."""
+        return {k: q for k, q in self.questions.items() if not q[1].done()}
 
 
 @mutable
 class Rounds:
     """The questions out to a stateless client: ``deliver`` sends the client an answer (as
     ironcurtain's own, in the era's form already); ``rebind`` moves a call to the client's
-    id its next answer goes to."""
+    id its next answer goes to. The questions asked during one call at once (a server's
+    several) go out in one round."""
 
     deliver: Send
     rebind: Callable[[Call, object], None]
@@ -85,6 +101,7 @@ class Rounds:
     caller_of: Callable[[object], object] = lambda request_id: None
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _parked: dict[str, _Parked] = field(default_factory=dict)
+    _gathering: dict[int, _Parked] = field(default_factory=dict)  # by id(call), this turn
 
     @staticmethod
     def can_ask(call: Call | None) -> bool:
@@ -100,37 +117,49 @@ class Rounds:
     async def ask(
         self, call: Call, key: str, method: str, params: Message, timeout: float
     ) -> Message:
-        """Ask the client ``method`` with ``params`` during ``call``: its answer, as a
-        response (``{"result": ...}``), once it retries; TimeoutError when no retry with it
-        comes within ``timeout`` seconds."""
+        """Ask the client ``method`` with ``params`` during ``call``, under ``key``: its
+        answer, as a response (``{"result": ...}``), once it retries; TimeoutError when no
+        retry with it comes within ``timeout`` seconds."""
         if not self.can_ask(call):
             raise RuntimeError("the client cannot be asked during this request")
         loop = asyncio.get_running_loop()
-        question = {"method": method, "params": params}
-        parked = _Parked(call, key, question, loop.create_future(), _digest(call))
-        parked.expires = time.time() + timeout
-        self._put(parked)
+        parked = self._gathering.get(id(call))
+        if parked is None:  # the first question of a round: sent once this turn is done
+            parked = _Parked(call, _digest(call))
+            parked.expires = time.time() + timeout
+            self._gathering[id(call)] = parked
+            loop.call_soon(self._send_round, parked)
+        key = _unused(key, parked.questions)
+        future: asyncio.Future[Message] = loop.create_future()
+        parked.questions[key] = ({"method": method, "params": params}, future)
         try:
-            return await asyncio.wait_for(parked.future, timeout)
+            return await asyncio.wait_for(future, timeout)
         except TimeoutError:
-            self._parked.pop(parked.handle, None)
+            parked.questions.pop(key, None)
+            if not parked.open():
+                self._parked.pop(parked.handle, None)
             raise
         # Withdrawn (by its server, or because the call ended): the state still takes the
         # retry until it expires, which the call goes on as (or gets its answer).
 
+    def _send_round(self, parked: _Parked) -> None:
+        self._gathering.pop(id(parked.call), None)
+        if parked.open():
+            self._put(parked)
+
     def ended(self, spent: Spent, message: Message) -> None:
         """The answer of a call that waits for its retry: kept for the retry, and its
-        question withdrawn."""
+        questions withdrawn."""
         parked = self._parked.get(spent.handle)
         if parked is None or parked.call.request_id != spent:
             return
         parked.ended = message
-        if not parked.future.done():
-            parked.future.cancel()
+        for _, future in parked.open().values():
+            future.cancel()
 
     def resume(self, method: str, params: Message, request_id: object) -> tuple[int, str] | None:
         """A retry (a request with ``requestState``): the waiting call goes on as it, with
-        the client's answer. The error to answer it with when it is not a retry this relay
+        the client's answers. The error to answer it with when it is not a retry this relay
         can take."""
         self._sweep()
         claims = self._open(params.get("requestState"))
@@ -150,14 +179,15 @@ class Rounds:
             self.reply({**parked.ended, "id": request_id})
             return None
         self.rebind(parked.call, request_id)
-        if parked.future.done():  # its question was withdrawn: it goes on as the retry
-            return None
         responses = params.get("inputResponses")
-        answer = responses.get(parked.key) if isinstance(responses, dict) else None
-        if not isinstance(answer, dict):
-            self._put(parked)  # not answered: asked again, on the retry
-            return None
-        parked.future.set_result({"jsonrpc": "2.0", "id": parked.key, "result": answer})
+        responses = responses if isinstance(responses, dict) else {}
+        for key, (_, future) in parked.open().items():
+            answer = responses.get(key)
+            if isinstance(answer, dict):
+                future.set_result({"jsonrpc": "2.0", "id": key, "result": answer})
+        if parked.open():  # not all answered: what is not, asked again on the retry
+            self._put(parked)
+        # Else every question is answered, or was withdrawn: the call goes on as the retry.
         return None
 
     def _sweep(self) -> None:
@@ -167,8 +197,13 @@ class Rounds:
             del self._parked[handle]
 
     def _put(self, parked: _Parked) -> None:
-        """Answer the call's request with the question, and a new state for the retry."""
+        """Answer the call's request with its open questions, and a new state for the
+        retry."""
         self._sweep()
+        while len(self._parked) >= MAX_WAITING:
+            oldest = self._parked.pop(next(iter(self._parked)))
+            for _, future in oldest.open().values():
+                future.cancel()
         call = parked.call
         parked.handle = secrets.token_urlsafe(16)
         parked.rounds += 1
@@ -181,7 +216,7 @@ class Rounds:
         self.rebind(call, Spent(answered, parked.handle))
         asked = {
             "resultType": INPUT_REQUIRED,
-            "inputRequests": {parked.key: parked.question},
+            "inputRequests": {k: q for k, (q, _) in parked.open().items()},
             "requestState": self._seal(claims),
         }
         self.deliver({"jsonrpc": "2.0", "id": answered, "result": asked}, None)
@@ -209,6 +244,15 @@ class Rounds:
 def _request(params: Message) -> Message:
     """A request's params without what belongs to its rounds: what a retry repeats."""
     return {k: v for k, v in params.items() if k not in ROUND_FIELDS}
+
+
+def _unused(key: str, taken: Message) -> str:
+    """``key``, or one like it that no other question of the round has."""
+    found, n = key, 1
+    while found in taken:
+        n += 1
+        found = f"{key}-{n}"
+    return found
 
 
 def _hashed(caller: object) -> str | None:

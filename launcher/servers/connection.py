@@ -311,7 +311,12 @@ class ServerConnection:
         if self._envelope is not None:  # the stateless era: each request says it all
             params = dict(params or {})
             meta = params.get("_meta")
-            params["_meta"] = {**(meta if isinstance(meta, dict) else {}), **self._envelope}
+            meta = meta if isinstance(meta, dict) else {}
+            envelope = self._envelope
+            if isinstance(meta.get(META_CAPABILITIES), dict):  # what the client declared
+                within = _within(envelope[META_CAPABILITIES], meta[META_CAPABILITIES])
+                envelope = {**envelope, META_CAPABILITIES: within}
+            params["_meta"] = {**meta, **envelope}
         if params is not None:
             message["params"] = params
         self._write(message)
@@ -483,6 +488,21 @@ class ServerConnection:
         except TimeoutError:
             return False
         return True
+
+
+def _within(ours: Message, declared: Message) -> Message:
+    """The capabilities a server is told of for one request: what ironcurtain lets it ask
+    (``ours``) that the request's client also declared; roots always (ironcurtain answers
+    them itself)."""
+    from launcher.relay.asks import elicitation_modes
+
+    kept: Message = {k: v for k, v in ours.items() if k == "roots"}
+    if "sampling" in ours and isinstance(declared.get("sampling"), dict):
+        kept["sampling"] = ours["sampling"]
+    modes = elicitation_modes(ours) & elicitation_modes(declared)
+    if modes:
+        kept["elicitation"] = {mode: {} for mode in sorted(modes)}
+    return kept
 
 
 def _watched(capabilities: Message) -> Message:

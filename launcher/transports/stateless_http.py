@@ -11,8 +11,10 @@ out. A client that goes away before its answer cancels the request.
 A ``subscriptions/listen`` request is answered with an event stream (``text/event-stream``):
 its acknowledgment first, then the notifications it asked for, each with the client's own id
 as its subscription id, until the client closes it (which ends the listen) or the session
-ends (its answer, the last event). A client that does not read its stream loses
-notifications past ``STREAM_BACKLOG`` rather than holding them without limit.
+ends (its answer, the last event). So is a request whose ``_meta`` asks for progress, from a
+client that takes an event stream: its progress, then its answer. A client that does not
+read its stream loses notifications past ``STREAM_BACKLOG`` rather than holding them
+without limit.
 
 Checked before the relay sees a request, as the era's transport asks: the headers say what
 the body does (``MCP-Protocol-Version`` its ``_meta`` version, ``Mcp-Method`` its method,
@@ -34,7 +36,14 @@ from typing import Any, Protocol
 
 from starlette.types import Receive, Scope, Send
 
-from launcher.shared.jsonrpc import META_VERSION, STATELESS_VERSIONS, Message, error, loads
+from launcher.shared.jsonrpc import (
+    META_CAPABILITIES,
+    META_VERSION,
+    STATELESS_VERSIONS,
+    Message,
+    error,
+    loads,
+)
 
 # Where a request's caller is kept in its ASGI scope, once its token made one (gateway mode).
 CALLER = "ironcurtain.caller"
@@ -127,6 +136,10 @@ class StatelessClients:
         if not isinstance(message, dict) or not isinstance(message.get("method"), str):
             await _answer(send, error(None, -32600, "invalid request: one JSON-RPC message"))
             return
+        fault = _meta_fault(message) if "id" in message else None
+        if fault is not None:  # the era's faults of form are answered 400
+            await _answer(send, error(message.get("id"), -32602, fault), 400)
+            return
         mismatch = _mismatch(scope, message)
         if mismatch is not None:
             await _answer(send, error(message.get("id"), HEADER_MISMATCH, mismatch))
@@ -138,11 +151,8 @@ class StatelessClients:
         if type(rid) not in (str, int):
             await _answer(send, error(None, -32600, "invalid request: an id is a string or number"))
             return
-        if message["method"] == "initialize":
-            data = {"supported": list(STATELESS_VERSIONS), "requested": None}
-            await _answer(
-                send, error(rid, -32022, "the stateless protocol has no initialize", data)
-            )
+        if message["method"] == "initialize":  # not a method of the era
+            await _answer(send, error(rid, -32601, "method not found: initialize"))
             return
         try:
             relay = await self._relay_for_requests()
@@ -150,45 +160,52 @@ class StatelessClients:
             await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
             return
         internal = f"http-{next(self._ids)}"
-        if message["method"] == LISTEN:
-            await self._listen(relay, message, internal, receive, send)
-            return
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._waiting[internal] = future
         caller = scope.get(CALLER)
         if caller is not None:
             self._callers[internal] = {"caller": caller.audited}
         try:
-            relay.feed(json.dumps({**message, "id": internal}).encode())
-            gone = asyncio.ensure_future(_disconnected(receive))
-            try:
-                either: set[asyncio.Future[Any]] = {future, gone}
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                gone.cancel()
-            if not future.done():  # the client went away: the request is cancelled
-                self._waiting.pop(internal, None)
-                cancel = {"requestId": internal, "reason": "the client closed its request"}
-                relay.feed(
-                    json.dumps(
-                        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
-                    ).encode()
-                )
-                return
+            if message["method"] == LISTEN or _wants_progress(scope, message):
+                answer = await self._streamed(relay, message, internal, receive, send)
+            else:
+                answer = await self._answered(relay, message, internal, receive)
+                if answer is not None:
+                    await _answer(send, {**answer, "id": message["id"]})
         finally:
             who = self._callers.pop(internal, None)
-        answer = future.result()
-        result = answer.get("result")
+        result = answer.get("result") if answer is not None else None
         if who is not None and isinstance(result, dict) and "requestState" in result:
             self._continued[internal] = who  # its entries are written when the retry ends
             while len(self._continued) > CONTINUED:
                 del self._continued[next(iter(self._continued))]
-        await _answer(send, {**answer, "id": message["id"]})
 
-    async def _listen(
+    async def _answered(
+        self, relay: Relayed, message: Message, internal: str, receive: Receive
+    ) -> Message | None:
+        """The answer to a request; None when the client went away first (which cancels
+        the request)."""
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._waiting[internal] = future
+        relay.feed(json.dumps({**message, "id": internal}).encode())
+        gone = asyncio.ensure_future(_disconnected(receive))
+        try:
+            either: set[asyncio.Future[Any]] = {future, gone}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+        if future.done():
+            return future.result()
+        self._waiting.pop(internal, None)
+        _cancel(relay, internal, "the client closed its request")
+        return None
+
+    async def _streamed(
         self, relay: Relayed, message: Message, internal: str, receive: Receive, send: Send
-    ) -> None:
-        """A listen's event stream, from its acknowledgment until either side ends it."""
+    ) -> Message | None:
+        """A request answered on an event stream: a listen (its acknowledgment, then what
+        it asked to hear, until either side ends it), or a request whose progress the
+        client asked for (its progress, then its answer). An answer before anything else
+        is a plain one. The answer, or None when the client closed the stream first (which
+        ends the listen, or cancels the request)."""
         stream: asyncio.Queue[Message] = asyncio.Queue(STREAM_BACKLOG)
         self._streams[internal] = stream
         relay.feed(json.dumps({**message, "id": internal}).encode())
@@ -200,12 +217,12 @@ class StatelessClients:
                 await asyncio.wait({got, gone}, return_when=asyncio.FIRST_COMPLETED)
                 if not got.done():
                     got.cancel()
-                    break  # the client closed its stream: the listen ends
+                    break  # the client closed its stream
                 item = _as_client(got.result(), internal, message["id"])
                 answer = "method" not in item
-                if not started and answer:  # refused: a plain answer, not a stream
+                if not started and answer:  # a plain answer, not a stream
                     await _answer(send, item)
-                    return
+                    return got.result()
                 if not started:
                     started = True
                     headers = [
@@ -216,16 +233,27 @@ class StatelessClients:
                 event = b"event: message\ndata: " + json.dumps(item).encode() + b"\n\n"
                 await send({"type": "http.response.body", "body": event, "more_body": not answer})
                 if answer:
-                    return  # the session ended the listen
+                    return got.result()
         finally:
             gone.cancel()
             self._streams.pop(internal, None)
-        cancel = {"requestId": internal, "reason": "the client closed its stream"}
-        note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
-        relay.feed(json.dumps(note).encode())
+        _cancel(relay, internal, "the client closed its stream")
         if started:
             with contextlib.suppress(Exception):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+        return None
+
+    async def unsupported(self, receive: Receive, send: Send, version: str) -> None:
+        """A POST naming a protocol version this endpoint does not speak: the era's error,
+        with the request's own id when it has one."""
+        try:
+            message = loads(await _body(receive))
+        except (ValueError, RecursionError):
+            message = None
+        rid = message.get("id") if isinstance(message, dict) else None
+        data = {"supported": list(STATELESS_VERSIONS), "requested": version}
+        refused = error(rid, -32022, f"unsupported protocol version: {version}", data)
+        await _answer(send, refused, 400)
 
     async def close(self) -> None:
         if self._relay is not None:
@@ -246,6 +274,31 @@ class StatelessClients:
                     self._failed = (loop.time(), str(exc))
                     raise
             return self._relay
+
+
+def _cancel(relay: Relayed, internal: str, why: str) -> None:
+    note = {"requestId": internal, "reason": why}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": note}
+    relay.feed(json.dumps(cancel).encode())
+
+
+def _wants_progress(scope: Scope, message: Message) -> bool:
+    """A request whose progress its client asked for, and can read on an event stream."""
+    accept = b",".join(v for k, v in scope["headers"] if k.lower() == b"accept")
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return b"text/event-stream" in accept and isinstance(meta, dict) and "progressToken" in meta
+
+
+def _meta_fault(message: Message) -> str | None:
+    """What a request's ``_meta`` lacks that every request of the era must give, or None."""
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    if not isinstance(meta, dict) or not isinstance(meta.get(META_VERSION), str):
+        return f"invalid params: _meta must name {META_VERSION}"
+    if not isinstance(meta.get(META_CAPABILITIES), dict):
+        return f"invalid params: _meta must give {META_CAPABILITIES} (an object)"
+    return None
 
 
 def _as_client(message: Message, internal: str, client_id: object) -> Message:

@@ -187,7 +187,8 @@ class HttpEndpoint:
             return 400, "the MCP-Protocol-Version header is repeated"
         if version in STATELESS_VERSIONS and scope["method"] != "POST":
             return 405, ONLY_POST
-        if version is not None and version not in (*PROTOCOL_VERSIONS, *STATELESS_VERSIONS):
+        spoken_here = (*PROTOCOL_VERSIONS, *STATELESS_VERSIONS)
+        if version is not None and version not in spoken_here and scope["method"] != "POST":
             spoken = ", ".join((*PROTOCOL_VERSIONS, *STATELESS_VERSIONS))
             return (
                 400,
@@ -196,8 +197,12 @@ class HttpEndpoint:
         return None
 
     async def _route(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if _header(scope, b"mcp-protocol-version") in STATELESS_VERSIONS:
+        version = _header(scope, b"mcp-protocol-version")
+        if version in STATELESS_VERSIONS:
             await self.stateless.serve(scope, receive, send)
+            return
+        if version is not None and version not in PROTOCOL_VERSIONS:  # a POST: the era's error
+            await self.stateless.unsupported(receive, send, version)
             return
         sid = _header(scope, b"mcp-session-id")
         if sid is not None:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -201,14 +201,20 @@ def through(
             }
         }
     }
-    (work / "config.json").write_text(json.dumps(config, indent=1))
     write_policy(ref, work / "policy")
-    return {r: _through_one(node, npm_dir, work, r) for r in sets}
+    return {r: _through_one(node, npm_dir, work, r, config) for r in sets}
 
 
-def _through_one(node: str, npm_dir: Path, work: Path, requirements: str) -> dict[str, Outcome]:
+def _through_one(
+    node: str, npm_dir: Path, work: Path, requirements: str, config: dict[str, Any]
+) -> dict[str, Outcome]:
+    """One set through ironcurtain, which opens the server in that set's era (as the suite
+    does directly: the handshake for 2025-11-25, server/discover first for 2026-07-28)."""
     place = work / f"through-{requirements}"
     (place / "ws").mkdir(parents=True)
+    era = "handshake" if requirements == REQUIREMENTS[0] else "stateless"
+    server = {**config["mcpServers"]["everything"], "era": era}
+    (work / "config.json").write_text(json.dumps({"mcpServers": {"everything": server}}, indent=1))
     token = secrets.token_urlsafe(24)
     env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(place / "state"),
            "XDG_CONFIG_HOME": str(place / "config")}  # fmt: skip
@@ -253,6 +259,7 @@ LEGEND = f"""
 *            the suite's wire-schema-valid check failed: a message the server sent
              (through ironcurtain: that ironcurtain sent) breaks the revision's JSON schema
 REGRESSION   passes directly, not through ironcurtain (same requirement set)
+BY DESIGN    fails through ironcurtain only where it differs on purpose (the reason given)
 NOT BRIDGED  passes directly in {REQUIREMENTS[0]} (not in {REQUIREMENTS[1]}: a server of the
              handshake era only), not through ironcurtain in {REQUIREMENTS[1]}"""
 

@@ -2,7 +2,8 @@
 stdio and ``--http``, through ``ironcurtain run`` to the probe server (a server of the
 handshake era, whose resources are watched with ``resources/subscribe``): the listen is
 acknowledged with what it gets, and a change of the watched resource reaches it; once it is
-closed, the server is told to stop watching."""
+closed, the server is told to stop watching. A call's progress reaches such a client too
+(over HTTP, on the call's own event stream)."""
 
 from __future__ import annotations
 
@@ -84,3 +85,19 @@ def test_a_listen_hears_the_resource_it_watches_change(user: Home, transport: st
     assert ("resources/subscribe", "allow") in watched
     assert ("resources/subscribe", "deny") in watched
     assert ("resources/unsubscribe", "allow") in watched
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_a_calls_progress_reaches_a_stateless_client(user: Home, transport: str) -> None:
+    heard: list[float] = []
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        heard.append(done)
+
+    async def scenario() -> None:
+        async with stateless_client(user, transport) as client:
+            result = await client.call_tool("slow", {"steps": 3}, progress_callback=progress)
+            assert result.content[0].text == "SLOW done 3"  # type: ignore[union-attr]
+
+    anyio.run(scenario)
+    assert heard == [1, 2, 3]

@@ -198,3 +198,15 @@ def test_what_ironcurtain_sent_against_the_schema_is_named(tmp_path: Path) -> No
         "  tools-list: through ironcurtain, against the schema: response to 'tools/list': "
         "JSONRPCErrorResponse/id: must be string,integer"
     )
+
+
+def test_only_what_ironcurtain_does_on_purpose_is_not_a_regression() -> None:
+    name = "input-required-result-basic-list-roots"
+    direct = {name: results.Outcome((), 2)}
+    only_roots = results.Outcome(("sep-2322-list-roots-incomplete",), 1)
+    more = results.Outcome(("sep-2322-list-roots-incomplete", "wire-schema-valid"), 0)
+    designed = results.Comparison("2026-07-28", direct, {name: only_roots}, {})
+    assert designed.regressions() == [] and name in designed.by_design()
+    assert any("by design" in line for line in designed.table("t"))
+    broken = results.Comparison("2026-07-28", direct, {name: more}, {})
+    assert broken.regressions() == [name] and broken.by_design() == {}

@@ -133,6 +133,17 @@ def test_only_a_post_and_only_a_version_spoken() -> None:
             url, json=call(1, "x"), headers=head("tools/call", "x", "2099-01-01")
         )
         assert later.status_code == 400
+        # The era's error, for the request it came with: the versions spoken, the one named.
+        assert later.json()["id"] == 1 and later.json()["error"]["code"] == -32022
+        assert later.json()["error"]["data"] == {
+            "supported": ["2026-07-28"],
+            "requested": "2099-01-01",
+        }
+        # A request without what every request of the era gives: 400, -32602.
+        for meta in ({}, {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}):
+            bare = {**call(2, "x"), "params": {"name": "x", "arguments": {}, "_meta": meta}}
+            refused = await http.post(url, json=bare, headers=head("tools/call", "x"))
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == -32602
 
     assert scenario(work) == []
 
@@ -154,8 +165,8 @@ def test_an_initialize_repeated_headers_and_odd_ids_are_refused_before_the_relay
     async def work(http: httpx2.AsyncClient, url: str) -> None:
         opening = {"protocolVersion": "2025-11-25", "capabilities": {}, "_meta": META}
         hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": opening}
-        refused = await http.post(url, json=hello, headers=head("initialize"))
-        assert refused.status_code == 400 and refused.json()["error"]["code"] == -32022
+        refused = await http.post(url, json=hello, headers=head("initialize"))  # not in the era
+        assert refused.status_code == 404 and refused.json()["error"]["code"] == -32601
         twice = [*head("tools/call", "first").items(), ("Mcp-Name", "other")]
         repeated = await http.post(url, json=call(2, "first"), headers=twice)
         assert repeated.status_code == 400 and repeated.json()["error"]["code"] == -32020

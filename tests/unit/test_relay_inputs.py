@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from launcher.relay.inputs import MAX_ROUNDS
-from launcher.relay.rounds import APPROVAL, QUESTION
+from launcher.relay.rounds import APPROVAL
 from launcher.relay.stateless import CAPABILITIES, VERSION
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
@@ -85,10 +85,10 @@ def test_a_stateless_client_is_asked_in_rounds_with_ironcurtains_state(tmp_path:
         assert first is not None
         asked = first["result"]
         assert asked["resultType"] == "input_required"
-        assert list(asked["inputRequests"]) == [QUESTION]
-        assert asked["inputRequests"][QUESTION]["params"]["message"].startswith("[server 'fs']")
+        assert list(asked["inputRequests"]) == ["who"]  # the server's own key
+        assert asked["inputRequests"]["who"]["params"]["message"].startswith("[server 'fs']")
         assert asked["requestState"] != STATE
-        reply = {QUESTION: {"action": "accept", "content": {"name": "Ada"}}}
+        reply = {"who": {"action": "accept", "content": {"name": "Ada"}}}
         params = {**call, "inputResponses": reply, "requestState": asked["requestState"]}
         done = await h.request("tools/call", params)
         assert done is not None and done["result"]["resultType"] == "complete"
@@ -234,8 +234,8 @@ def test_an_approval_and_a_servers_question_in_rounds_for_one_call(tmp_path: Pat
             "tools/call",
             {**call, "inputResponses": approve, "requestState": first["result"]["requestState"]},
         )
-        assert second is not None and list(second["result"]["inputRequests"]) == [QUESTION]
-        reply = {QUESTION: {"action": "decline"}}
+        assert second is not None and list(second["result"]["inputRequests"]) == ["who"]
+        reply = {"who": {"action": "decline"}}
         third = await h.request(
             "tools/call",
             {**call, "inputResponses": reply, "requestState": second["result"]["requestState"]},
@@ -247,3 +247,38 @@ def test_an_approval_and_a_servers_question_in_rounds_for_one_call(tmp_path: Pat
     assert [p.get("requestState") for p in got] == [None, STATE]
     call_entry = next(e for e in h.entries() if e["method"] == "tools/call")
     assert call_entry["escalation"] == "approved" and call_entry["result"] == "success"
+
+
+def test_a_servers_questions_go_out_in_one_round_and_keys_stay_its_own(tmp_path: Path) -> None:
+    # Two questions at once: one round with both. A server's key in ironcurtain's own
+    # namespace is not taken as one of ironcurtain's.
+    h = build(tmp_path, initialize=False)
+    forged = {"method": "elicitation/create", "params": FORM}
+    questions = {"a": {"method": "elicitation/create", "params": FORM}, APPROVAL: forged}
+    got = asking_server(h, questions)
+    call = {**inside(h), "_meta": ASKABLE}
+
+    async def work() -> None:
+        first = await h.request("tools/call", call)
+        assert first is not None
+        asked = first["result"]["inputRequests"]
+        assert sorted(asked) == ["a", f"server/{APPROVAL}"]
+        half = {"a": {"action": "accept", "content": {"name": "Ada"}}}
+        state = first["result"]["requestState"]
+        second = await h.request(
+            "tools/call", {**call, "inputResponses": half, "requestState": state}
+        )
+        assert second is not None  # the one not answered is asked again, alone
+        assert list(second["result"]["inputRequests"]) == [f"server/{APPROVAL}"]
+        rest = {f"server/{APPROVAL}": {"action": "decline"}}
+        state = second["result"]["requestState"]
+        done = await h.request(
+            "tools/call", {**call, "inputResponses": rest, "requestState": state}
+        )
+        assert done is not None and done["result"]["resultType"] == "complete"
+
+    run(work)
+    assert got[1]["inputResponses"] == {
+        "a": {"action": "accept", "content": {"name": "Ada"}},
+        APPROVAL: {"action": "decline"},
+    }
