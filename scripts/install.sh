@@ -65,4 +65,11 @@ if [ ! -d "$js/node_modules" ]; then
   (cd "$js" && npm install -s --no-fund --no-audit) \
     || echo "install.sh: warning: readabilipy's Node part did not install; fetch will fail on HTML" >&2
 fi
+# The tests drive ironcurtain with the official TypeScript SDK's client too.
+ts_client=@modelcontextprotocol/client@2.4.0
+if [ "$extras" = test ] && [ "$(cat .venv/ts-client/.installed 2>/dev/null)" != "$ts_client" ]; then
+  rm -rf .venv/ts-client && mkdir -p .venv/ts-client
+  (cd .venv/ts-client && echo '{"private": true}' > package.json \
+    && npm install -s --no-fund --no-audit "$ts_client" && echo "$ts_client" > .installed)
+fi
 echo "install.sh: ready: .venv/bin/ironcurtain" >&2

@@ -8,8 +8,6 @@ tests/sandbox/test_stateless_rounds.py.)"""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -23,34 +21,14 @@ from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.asking import ELICIT, SAMPLE, Human
 from tests.support.audit import audit_entries
+from tests.support.dual import dual_args
 from tests.support.home import Home
 from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN, TESTS
-from tests.support.probe import write_raw_policy
+from tests.support.paths import IRONCURTAIN
 
 pytestmark = needs_bwrap
-DUAL = TESTS / "servers" / "dual_server.py"
 ERA = "2026-07-28"
-
-
-def dual_args(user: Home, *flags: str, **settings: str) -> list[str]:
-    """``ironcurtain run`` options for the dual-era server alone (run with ``flags``, with
-    ``settings`` in its config), sandboxed; its ``greet`` escalated (a human approves it),
-    every other call allowed."""
-    sandbox = {"filesystem": {"allowRead": [str(DUAL.parent)]}}
-    server = {"command": sys.executable, "args": [str(DUAL), *flags], "sandbox": sandbox}
-    server.update(settings)
-    config = user.root / "dual.json"
-    config.write_text(json.dumps({"mcpServers": {"dual": server}}))
-    ask = {"name": "ask-before-greet", "if": {"tool": ["greet"]}, "then": "escalate"}
-    policy = write_raw_policy(
-        user.root / "policy",
-        {"dual": {"greet": [], "haiku": [], "roots": []}},
-        first=[{**ask, "reason": "greeting needs a human"}],
-    )
-    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.ws()),
-            "--audit-log", str(user.root / "audit.jsonl"), "--server", "dual"]  # fmt: skip
 
 
 def _wire(params: Any) -> dict[str, Any]:

@@ -1,0 +1,32 @@
+"""Sessions with the dual-era server on the ``mcp`` SDK (tests/servers/dual_server.py): its
+tools ask the client (a form, the model, the roots) in whichever era it is spoken to."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from tests.support.home import Home
+from tests.support.paths import TESTS
+from tests.support.probe import write_raw_policy
+
+DUAL = TESTS / "servers" / "dual_server.py"
+
+
+def dual_args(user: Home, *flags: str, **settings: str) -> list[str]:
+    """``ironcurtain run`` options for the dual-era server alone (run with ``flags``, with
+    ``settings`` in its config), sandboxed; its ``greet`` escalated (a human approves it),
+    every other call allowed."""
+    sandbox = {"filesystem": {"allowRead": [str(DUAL.parent)]}}
+    server = {"command": sys.executable, "args": [str(DUAL), *flags], "sandbox": sandbox}
+    server.update(settings)
+    config = user.root / "dual.json"
+    config.write_text(json.dumps({"mcpServers": {"dual": server}}))
+    ask = {"name": "ask-before-greet", "if": {"tool": ["greet"]}, "then": "escalate"}
+    policy = write_raw_policy(
+        user.root / "policy",
+        {"dual": {"greet": [], "haiku": [], "roots": []}},
+        first=[{**ask, "reason": "greeting needs a human"}],
+    )
+    return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.ws()),
+            "--audit-log", str(user.root / "audit.jsonl"), "--server", "dual"]  # fmt: skip
