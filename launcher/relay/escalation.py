@@ -53,8 +53,16 @@ class Escalations:
     def start(self, call: Call, decision: Decision) -> None:
         """Put ``call`` to a human, in a task of its own (the relay goes on meanwhile)."""
         task = self._spawn(self._escalate(call, decision))
+        # A task cancelled before its first step never runs: the call is audited all the same.
+        task.add_done_callback(lambda done: self._unstarted(done, call))
         if isinstance(call.request_id, str | int):
             self._waiting[call.request_id] = task
+
+    def _unstarted(self, task: asyncio.Task[None], call: Call) -> None:
+        if task.cancelled() and not call.ended:
+            self.ends.finish(call, "cancelled")
+        if self._waiting.get(call.request_id) is task:
+            del self._waiting[call.request_id]
 
     def cancel(self, request_id: str | int) -> None:
         """The client cancelled a call that waits for a human: no one is asked any more."""

@@ -356,3 +356,20 @@ def test_a_question_after_its_call_was_answered_is_not_asked(tmp_path: Path) -> 
     assert len(answers) == 1 and answers[0]["result"]["content"][0]["text"] == "RESULT"
     ((_, told),) = h.fs.replies
     assert "error" in told
+
+
+@pytest.mark.parametrize("era", ["handshake", "stateless"])
+def test_an_escalated_call_cancelled_at_once_is_still_audited(tmp_path: Path, era: str) -> None:
+    # Cancelled in the same read as the request, before its escalation took a step.
+    h = build(tmp_path, initialize=era == "handshake")
+    call = private(h) if era == "handshake" else modern(private(h))
+
+    async def work() -> None:
+        h.feed({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": call})
+        cancel = {"requestId": 5, "reason": "no longer wanted"}
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+        await asyncio.sleep(0.05)
+
+    run(work)
+    assert "tools/call" not in h.fs.methods
+    assert [(e["tool"], e["result"]) for e in h.entries()] == [("read_file", "cancelled")]
