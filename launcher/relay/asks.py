@@ -64,6 +64,7 @@ class ServerAsks:
         related: Callable[[str], object],
         spawn: Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]],
         era: Callable[[], str] = lambda: HANDSHAKE,
+        busy: Callable[[object], str | None] = lambda related: None,
     ) -> None:
         self.core = core
         self._ask_client = ask_client
@@ -74,6 +75,7 @@ class ServerAsks:
         self._related = related
         self._spawn = spawn
         self._era = era
+        self._busy = busy  # why the client cannot be asked during ``related`` now, if so
         self._open: dict[tuple[str, str | int], asyncio.Task[None]] = {}
 
     def request(
@@ -153,6 +155,9 @@ class ServerAsks:
 
     def _decide(self, server: str, method: str, params: Message, related: object) -> Decision:
         settings = self.core.settings[server]
+        busy = self._busy(related)
+        if busy is not None:
+            return Decision("deny", "client-requests-limit", busy)
         client = self._client(related)
         if client is None:
             return Decision("deny", "client-not-connected", "no client has connected yet")

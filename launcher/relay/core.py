@@ -89,6 +89,7 @@ class Relay:
             related=self.calls.only_call_at,
             spawn=self._spawn,
             era=lambda: self.era or HANDSHAKE,
+            busy=self._busy,
         )
         self.calls.inputs = ServerInputs(self.asks, self.calls)
         # Questions out to a stateless client, asked by answering its request.
@@ -122,6 +123,14 @@ class Relay:
             declared = meta.get(CAPABILITIES) if isinstance(meta, dict) else None
             return declared if isinstance(declared, dict) else {}
         return self.client_capabilities if self.initialized else None
+
+    def _busy(self, related: object) -> str | None:
+        """Why a stateless client cannot be asked during the call ``related`` now: it was
+        asked already and its retry is awaited."""
+        call = related.call if isinstance(related, Keyed) else related
+        if self.era == STATELESS and isinstance(call, Call) and isinstance(call.request_id, Spent):
+            return "a question is already out during this request; ask again after its answer"
+        return None
 
     def _elicits(self, related: object = None) -> bool:
         """Whether the client takes a form elicitation (an approval's question) now,

@@ -373,3 +373,24 @@ def test_an_escalated_call_cancelled_at_once_is_still_audited(tmp_path: Path, er
     run(work)
     assert "tools/call" not in h.fs.methods
     assert [(e["tool"], e["result"]) for e in h.entries()] == [("read_file", "cancelled")]
+
+
+def test_a_second_question_while_the_first_is_out_is_refused_for_that_reason(
+    tmp_path: Path,
+) -> None:
+    h = stateless(tmp_path)
+    inside = modern({"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}})
+
+    async def work() -> None:
+        _asked_during_a_held_call(h, inside)
+        await asyncio.sleep(0.01)
+        _server_asks(h, "elicitation/create", FORM, rid=77)
+        await asyncio.sleep(0.01)
+        _server_asks(h, "elicitation/create", FORM, rid=78)
+        await asyncio.sleep(0.01)
+
+    run(work)
+    ((rid, told),) = h.fs.replies
+    assert rid == 78 and "already out during this request" in told["error"]["message"]
+    second = next(e for e in h.entries() if e["requestId"] == 78)
+    assert second["policy"]["rule"] == "client-requests-limit"
