@@ -94,10 +94,10 @@ class StatelessClients:
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
         self._streams: dict[str, asyncio.Queue[Message]] = {}  # listens, by their ids
-        # Who sent each request being served (gateway mode), as its audit entries say; and
-        # who sent each answered input_required, whose call goes on as a retry (the most
-        # recent CONTINUED of them).
-        self._callers: dict[str, Mapping[str, object]] = {}
+        # What the audit entries of each request being served add (its client's own id, its
+        # caller in gateway mode); and those of each answered input_required, whose call goes
+        # on as a retry (the most recent CONTINUED of them).
+        self._callers: dict[str, dict[str, object]] = {}
         self._continued: dict[str, Mapping[str, object]] = {}
         self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
@@ -160,9 +160,12 @@ class StatelessClients:
             await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
             return
         internal = f"http-{next(self._ids)}"
+        # What its audit entries add: the client's own id for it (ironcurtain's stands in
+        # requestId), and the caller, in gateway mode.
         caller = scope.get(CALLER)
+        self._callers[internal] = {"clientRequestId": message["id"]}
         if caller is not None:
-            self._callers[internal] = {"caller": caller.audited}
+            self._callers[internal]["caller"] = caller.audited
         try:
             if message["method"] == LISTEN or _wants_progress(scope, message):
                 answer = await self._streamed(relay, message, internal, receive, send)

@@ -77,3 +77,7 @@ def test_each_mode_of_the_sdk_client_gets_the_same_policy(
     assert [e["policy"]["decision"] for e in calls] == ["allow", "deny", "allow"]
     expected = "stateless" if era == "2026-07-28" else None
     assert {e.get("era") for e in calls} == {expected}
+    if transport == "http" and era == "2026-07-28":
+        # ironcurtain's own id for each request, and the client's beside it.
+        assert all(e["requestId"].startswith("http-") for e in calls)
+        assert len({e["clientRequestId"] for e in calls}) == len(calls)

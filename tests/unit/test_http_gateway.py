@@ -148,7 +148,7 @@ def test_every_refused_token_reaches_nothing_in_either_era() -> None:
     # Nothing but the control's two requests reached a relay.
     assert [method for method, _ in seen] == ["tools/call", "initialize"]
     issuer = seen[0][1]["caller"]["issuer"]
-    assert seen[0][1] == {"caller": {"name": "alice", "issuer": issuer}}
+    assert seen[0][1]["caller"] == {"name": "alice", "issuer": issuer}
     assert seen[1][1]["caller"]["name"] == "alice" and len(seen[1][1]["httpSession"]) == 32
 
 
