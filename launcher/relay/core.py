@@ -16,14 +16,14 @@ from collections.abc import Coroutine
 from typing import Any
 
 from launcher.relay import stateless
+from launcher.relay.asking import Asking
 from launcher.relay.asks import ServerAsks, elicitation_modes
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.inputs import ServerInputs
 from launcher.relay.listens import LISTEN, UPDATED, Listens
-from launcher.relay.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
+from launcher.relay.rounds import Rounds, Spent
 from launcher.relay.seams import Core, Downstream, Upstream
-from launcher.relay.stateless import CAPABILITIES
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,
@@ -53,14 +53,12 @@ INSTRUCTIONS = (
     "Tools of several MCP servers, each sandboxed; every call is checked by policy. Denied "
     "calls return an error result starting with DENIED."
 )
-# Why a question to the client is withdrawn before its time is up.
-WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
 # Bytes waiting for the client beyond which servers' notifications are dropped.
 NOTIFICATION_BACKLOG = 16 * 1024 * 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
 
 
-class Relay:
+class Relay(Asking):
     def __init__(self, core: Core) -> None:
         self.core = core
         self.upstream: Upstream | None = None
@@ -103,41 +101,6 @@ class Relay:
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
-
-    def _caller_of(self, request_id: object) -> object:
-        """Who sent the client's request ``request_id``, as the transport knows (gateway
-        mode over HTTP), or None."""
-        fields = getattr(self.upstream, "audit_fields", None)
-        return fields({"requestId": request_id}).get("caller") if fields is not None else None
-
-    def _takes(self, related: object = None) -> Message | None:
-        """What the client takes as requests during the call ``related``: its capabilities
-        once it has initialized; from a client of the stateless era, what the request of that
-        call declared, when a question can be asked during it (as its answer)."""
-        if isinstance(related, Keyed):
-            related = related.call
-        if self.era == STATELESS:
-            if not isinstance(related, Call) or not Rounds.can_ask(related):
-                return {}
-            meta = related.params.get("_meta")
-            declared = meta.get(CAPABILITIES) if isinstance(meta, dict) else None
-            return declared if isinstance(declared, dict) else {}
-        return self.client_capabilities if self.initialized else None
-
-    def _busy(self, related: object) -> str | None:
-        """Why a stateless client cannot be asked during the call ``related`` now: it was
-        asked already and its retry is awaited."""
-        call = related.call if isinstance(related, Keyed) else related
-        if self.era == STATELESS and isinstance(call, Call) and isinstance(call.request_id, Spent):
-            return "a question is already out during this request; ask again after its answer"
-        return None
-
-    def _elicits(self, related: object = None) -> bool:
-        """Whether the client takes a form elicitation (an approval's question) now,
-        during the call ``related``."""
-        if self.era == STATELESS:
-            return "form" in elicitation_modes(self._takes(related) or {})
-        return self.client_elicits
 
     # -- upstream --------------------------------------------------------------------------
 
@@ -307,61 +270,6 @@ class Relay:
             "serverInfo": own_info(),
             "instructions": INSTRUCTIONS,
         }
-
-    async def ask_client(
-        self, method: str, params: Message, timeout: float, related: object = None
-    ) -> Message:
-        """Ask the client a server's question and wait for its whole response; ``related``:
-        the call it is asked during (or the client's id of a request)."""
-        if self.era == STATELESS:
-            return await self._ask_in_rounds(QUESTION, method, params, timeout, related)
-        return await self._ask(method, params, timeout, related)
-
-    async def ask_approval(
-        self, method: str, params: Message, timeout: float, related: object = None
-    ) -> Message:
-        """Ask the client ironcurtain's own question (an approval), as :meth:`ask_client`."""
-        if self.era == STATELESS:
-            return await self._ask_in_rounds(APPROVAL, method, params, timeout, related)
-        return await self._ask(method, params, timeout, related)
-
-    async def _ask_in_rounds(
-        self, key: str, method: str, params: Message, timeout: float, related: object
-    ) -> Message:
-        """A stateless client is asked by answering the request of the call ``related``
-        (a server's question under the key the server gave it; never one of ironcurtain's
-        own keys)."""
-        if isinstance(related, Keyed):
-            if key == QUESTION:
-                key = related.key if not related.key.startswith(OWN) else f"server/{related.key}"
-            related = related.call
-        if not isinstance(related, Call):
-            raise RuntimeError("the client can be asked only during a request of its own")
-        return await self.rounds.ask(related, key, method, params, timeout)
-
-    async def _ask(self, method: str, params: Message, timeout: float, about: object) -> Message:
-        """Send a request to the client and wait for its whole response."""
-        if isinstance(about, Keyed):
-            about = about.call
-        if isinstance(about, Call):
-            about = about.request_id
-        related = about if isinstance(about, str | int) else None
-        request_id = f"ironcurtain-{next(self._upstream_ids)}"
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._upstream_pending[request_id] = future
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        self.send(message, related)
-        try:
-            return await asyncio.wait_for(future, timeout)
-        except (TimeoutError, asyncio.CancelledError) as ended:
-            # Withdrawn: unanswered in time, or no longer needed (the request it was asked
-            # for was cancelled, by the client or by the server, or the session is ending).
-            why = "no answer in time" if isinstance(ended, TimeoutError) else WITHDRAWN
-            reason = {"requestId": request_id, "reason": why}
-            self.send(notification("notifications/cancelled", reason), related)
-            raise
-        finally:
-            self._upstream_pending.pop(request_id, None)
 
     # -- from the servers ------------------------------------------------------------------
 

@@ -1,13 +1,8 @@
 """One downstream MCP server: a (sandboxed) child process spoken to in raw JSON-RPC over stdio.
 
-Messages are relayed as plain dicts; nothing is rebuilt through SDK models.
-
-A server is spoken to in the handshake era when it takes ``initialize`` (every server
-written before the stateless era does, and a server of both eras then asks its client as
-its tools were written to: by requests of its own). One that refuses it is asked
-``server/discover`` in the stateless era's form (2026-07-28); when that answer lists the
-version, the server is spoken to in that era: no handshake, every request carrying the
-version, ironcurtain's capabilities and name in its ``_meta``.
+Messages are relayed as plain dicts; nothing is rebuilt through SDK models. Which protocol
+era a server is spoken to in, and what that era asks of each request, is
+:mod:`launcher.servers.eras`'s.
 """
 
 from __future__ import annotations
@@ -26,16 +21,12 @@ from typing import Any
 from launcher.host.launch import LaunchSpec as LaunchSpec
 from launcher.host.oscalls import pidfd_open
 from launcher.host.proctree import Member, kill, over_limits, process_tree
+from launcher.servers import eras
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,
     LINE_LIMIT,
-    META_CAPABILITIES,
-    META_CLIENT_INFO,
-    META_SERVER_INFO,
-    META_VERSION,
     STATELESS,
-    STATELESS_VERSIONS,
     ClientSide,
     Message,
     OnDone,
@@ -47,8 +38,8 @@ from launcher.shared.jsonrpc import (
 from launcher.shared.lines import LineBuffer, LineProtocol
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
-# Seconds a server has to answer ``server/discover`` before it is taken for one of the
-# handshake era (one that ignores what it does not know before its handshake).
+# Seconds a server has to answer ``server/discover`` before it is taken not to serve the
+# stateless era (one that ignores what it does not know).
 DISCOVER_TIMEOUT = 5.0
 RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
 
@@ -202,50 +193,20 @@ class ServerConnection:
 
     async def _discover(self) -> bool:
         """Whether the server serves the stateless era (then it is spoken to in it)."""
-        envelope = {
-            META_VERSION: STATELESS_VERSIONS[-1],
-            META_CAPABILITIES: self.client_capabilities.capabilities,
-            META_CLIENT_INFO: own_info(),
-        }
+        envelope = eras.envelope(self.client_capabilities.capabilities)
         try:
             found = await self.request("server/discover", {"_meta": envelope}, DISCOVER_TIMEOUT)
         except TimeoutError:
             return False
-        result = found.get("result")
-        versions = result.get("supportedVersions") if isinstance(result, dict) else None
-        if not isinstance(result, dict) or not isinstance(versions, list):
+        opened = eras.opened(found, envelope)
+        if opened is None:
             return False
-        served = [v for v in STATELESS_VERSIONS if v in versions]
-        if not served:
-            return False
-        envelope[META_VERSION] = served[-1]
-        meta = result.get("_meta")
-        info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
-        caps = result.get("capabilities")
-        self.era, self._envelope = STATELESS, envelope
-        self.initialize_result = {
-            "protocolVersion": served[-1],
-            "capabilities": _watched(caps if isinstance(caps, dict) else {}),
-            "serverInfo": info if isinstance(info, dict) else {},
-        }
-        if isinstance(result.get("instructions"), str):
-            self.initialize_result["instructions"] = result["instructions"]
-        self._listen()
-        return True
-
-    def _listen(self) -> None:
-        """A stateless-era server tells of its lists' changes on a listen of its own,
-        opened for the session (its acknowledgment and notifications come as any other
-        notification; its answer, at the end, goes nowhere)."""
-        wanted = {
-            f"{kind}ListChanged": True
-            for kind in ("tools", "prompts", "resources")
-            if isinstance(self.capabilities.get(kind), dict)
-            and self.capabilities[kind].get("listChanged")
-        }
-        if wanted:
+        self.era, self._envelope, self.initialize_result = STATELESS, envelope, opened
+        wanted = eras.list_changes(self.capabilities)
+        if wanted:  # its lists' changes, on a listen of ironcurtain's own for the session
             with contextlib.suppress(ServerGone, OSError):
                 self.send_request("subscriptions/listen", {"notifications": wanted}, _no_answer)
+        return True
 
     @property
     def capabilities(self) -> Message:
@@ -309,14 +270,7 @@ class ServerConnection:
         request_id = next(self._ids)
         message: Message = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if self._envelope is not None:  # the stateless era: each request says it all
-            params = dict(params or {})
-            meta = params.get("_meta")
-            meta = meta if isinstance(meta, dict) else {}
-            envelope = self._envelope
-            if isinstance(meta.get(META_CAPABILITIES), dict):  # what the client declared
-                within = _within(envelope[META_CAPABILITIES], meta[META_CAPABILITIES])
-                envelope = {**envelope, META_CAPABILITIES: within}
-            params["_meta"] = {**meta, **envelope}
+            params = eras.enveloped(params, self._envelope)
         if params is not None:
             message["params"] = params
         self._write(message)
@@ -488,32 +442,6 @@ class ServerConnection:
         except TimeoutError:
             return False
         return True
-
-
-def _within(ours: Message, declared: Message) -> Message:
-    """The capabilities a server is told of for one request: what ironcurtain lets it ask
-    (``ours``) that the request's client also declared; roots always (ironcurtain answers
-    them itself)."""
-    from launcher.relay.asks import elicitation_modes
-
-    kept: Message = {k: v for k, v in ours.items() if k == "roots"}
-    if "sampling" in ours and isinstance(declared.get("sampling"), dict):
-        kept["sampling"] = ours["sampling"]
-    modes = elicitation_modes(ours) & elicitation_modes(declared)
-    if modes:
-        kept["elicitation"] = {mode: {} for mode in sorted(modes)}
-    return kept
-
-
-def _watched(capabilities: Message) -> Message:
-    """A stateless-era server's capabilities as its client ironcurtain uses them: its
-    resources watched per URI only through a listen, which ironcurtain does not open on
-    a client's behalf (so no ``subscribe``)."""
-    resources = capabilities.get("resources")
-    if isinstance(resources, dict) and "subscribe" in resources:
-        kept = {k: v for k, v in resources.items() if k != "subscribe"}
-        return {**capabilities, "resources": kept}
-    return capabilities
 
 
 def _no_answer(outcome: Message | BaseException) -> None:

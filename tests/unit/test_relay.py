@@ -19,8 +19,8 @@ import pytest
 
 import launcher
 from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
+from launcher.relay.asking import WITHDRAWN
 from launcher.relay.asks import MAX_OPEN
-from launcher.relay.core import WITHDRAWN
 from launcher.relay.pins import Pins
 from launcher.shared.jsonrpc import Message, ServerGone
 from tests.support.relay import (
