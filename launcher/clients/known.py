@@ -30,6 +30,7 @@ from launcher.clients.table import (
     syntax_of,
 )
 from launcher.clients.wrap_paths import holds_home, identity
+from launcher.clients.wrap_vars import LeftAlone, translate, unread
 from launcher.shared import dirs
 from launcher.shared.errors import UsageError
 from sandbox_profiles.records import mutable
@@ -146,10 +147,29 @@ def read(client: Client, source: Source, scope: str, project: Path | None) -> Cl
     """A client's file, its servers listed; UsageError names the file and the place of a
     mistake."""
     f = ClientFile(client, source, scope, project, [])
+    if client.variables == "opencode":
+        _opencode_reads_as_written(source)
     data = load(f.syntax, source.text, source.path)
     servers = servers_at(data, f.key_path, f.listed, source.path)
     f.entries = [entry_of(client, name, raw) for name, raw in servers.items()]
     return f
+
+
+# opencode replaces every {env:NAME} and {file:PATH} in its file's raw text, before it
+# parses it: one that holds a quote, a backslash, a line break or a comment's marks could
+# end a string or a comment for opencode and not for ironcurtain (an entry seen by one only).
+_OPENCODE_FILLED = re.compile(r"\{(?:env|file):([^}]*)\}")
+_OPENCODE_BREAKS = ('"', "\\", "\n", "\r", "/*", "*/", "//")
+
+
+def _opencode_reads_as_written(source: Source) -> None:
+    for match in _OPENCODE_FILLED.finditer(source.text):
+        if any(mark in match.group(1) for mark in _OPENCODE_BREAKS):
+            raise UsageError(
+                f"{source.path}: {match.group(0)[:60]!r} holds a quote, a backslash, a line "
+                "break or a comment mark; opencode fills it in before it reads the file, so it "
+                "would read the file differently from ironcurtain: left alone"
+            )
 
 
 def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
@@ -341,6 +361,19 @@ def not_protected(f: ClientFile, e: Entry) -> str | None:
     names = sorted(k for k in e.env if not secret_name(k) or k.upper().startswith(LOADER_PREFIXES))
     if names:
         return f"its environment sets {', '.join(names)} (wrap keeps only secrets there)"
+    # What the client itself makes of it before it starts ironcurtain: every argument as
+    # written, and no value it fills by running a command.
+    for value in (e.command or "", *e.args):
+        if value == variable:  # the client's own name for the project, which wrap gives
+            continue
+        problem = unread(f.client, value)
+        if problem is not None:
+            return problem
+    for value in e.env.values():
+        try:
+            translate(f.client, value)
+        except LeftAlone as exc:
+            return str(exc)
     return None
 
 

@@ -29,12 +29,14 @@ from launcher.clients.known import (
     ClientFile,
     Entry,
     home,
+    ironcurtain_exe,
     secret_name,
     user_config,
+    user_policy,
     workspace_of,
 )
 from launcher.clients.wrap_paths import identity, refusal, within
-from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate
+from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
 
 __all__ = ["LeftAlone", "moved_definition", "references_environment"]
 
@@ -194,6 +196,16 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     user. :class:`LeftAlone` when the entry must not be wrapped."""
     notes: list[str] = []
     variable = PROJECT_VARIABLES.get(f.client.name)
+    # What wrap writes into the client's entry must reach ironcurtain as written: a path the
+    # client would fill variables in (a project named `..{env:U}`) could become the home.
+    workspace = workspace_of(f, e)
+    written = [str(ironcurtain_exe()), str(user_config()), str(user_policy())]
+    if workspace is not None and workspace != variable:
+        written.append(workspace)
+    for value in written:
+        problem = unread(f.client, value)
+        if problem is not None:
+            raise LeftAlone(f"wrap would write {problem}, and the server would not get it as is")
     command, _ = translate(f.client, e.command or "")
     if projects(f):
         _no_reference("command", command)

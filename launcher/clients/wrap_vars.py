@@ -54,6 +54,25 @@ class LeftAlone(Exception):
     """The entry is not wrapped; the message says why."""
 
 
+def unread(client: Client, value: str) -> str | None:
+    """Why ``client`` would not take ``value`` as written (it fills in what looks like a
+    variable in it, or runs a command for it); None when it takes it as it is.
+
+    >>> from launcher.clients.known import BY_NAME
+    >>> unread(BY_NAME["opencode"], "/home/u/work/..{env:U}")
+    "'/home/u/work/..{env:U}': opencode fills in what looks like a variable in it"
+    >>> unread(BY_NAME["opencode"], "/home/u/work") is None
+    True
+    """
+    try:
+        said, names = translate(client, value)
+    except LeftAlone as exc:
+        return str(exc)
+    if names or said != value:
+        return f"{value!r}: {client.label} fills in what looks like a variable in it"
+    return None
+
+
 def translate(client: Client, value: str) -> tuple[str, list[str]]:
     """``value`` as ironcurtain's config says what ``client`` makes of it, and the names of
     the environment variables it refers to. :class:`LeftAlone` when it cannot be said.
@@ -70,10 +89,10 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
     >>> translate(BY_NAME["opencode"], "Bearer {env:TOKEN}")
     ('Bearer ${TOKEN}', ['TOKEN'])
     """
-    if client.variables == "shell" and "$(" in value:
+    if client.variables == "shell" and ("$(" in value or "`" in value):
         raise LeftAlone(
-            f"{value!r}: {client.label} runs the command in $(...) to fill it, which wrap "
-            "cannot say in ironcurtain's config"
+            f"{value!r}: {client.label} runs the command in $(...) or `...` to fill it, which "
+            "wrap cannot say in ironcurtain's config"
         )
     pattern = _PATTERNS.get(client.variables, _BRACED)
     out: list[str] = []
