@@ -17,12 +17,13 @@ at their servers; when the session ends, it is answered (a graceful close).
 from __future__ import annotations
 
 import itertools
+import secrets
 from collections.abc import Callable
 from dataclasses import field
 from typing import Any
 
 from launcher.relay.call import Send
-from launcher.shared.jsonrpc import META, SUBSCRIBE, UNSUBSCRIBE, Message
+from launcher.shared.jsonrpc import FOR_REQUEST, META, SUBSCRIBE, UNSUBSCRIBE, Message
 from sandbox_profiles.records import mutable
 
 LISTEN = "subscriptions/listen"
@@ -36,8 +37,7 @@ LISTS = {
 }
 MAX_URIS = 64  # resources one listen may watch
 MAX_LISTENS = 32  # listens open at once
-# The ids of ironcurtain's own subscribe requests through the checked path.
-OWN_ID = "ironcurtain-listen-"
+
 
 # Sends a checked request of ironcurtain's own (method, params, its id) through the gate.
 Checked = Callable[[str, Message, str], None]
@@ -65,6 +65,10 @@ class Listens:
     # ironcurtain's own (un)subscribe requests out: id -> (listen, URI, method)
     _own: dict[str, tuple[_Listen, str, str]] = field(default_factory=dict)
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _token: str = field(default_factory=lambda: secrets.token_hex(8))
+
+    def _own_id(self, listen: _Listen) -> str:
+        return f"{listen.request_id}{FOR_REQUEST}{self._token}-{next(self._ids)}"
 
     def open(self, request_id: Any, params: Message) -> tuple[int, str] | None:
         """A listen request: acknowledged once its URIs are subscribed to; an error for one
@@ -92,7 +96,7 @@ class Listens:
         )
         self._open[request_id] = listen
         for uri in listen.wanted:
-            own = f"{OWN_ID}{next(self._ids)}"
+            own = self._own_id(listen)
             listen.waiting.add(own)
             self._own[own] = (listen, uri, SUBSCRIBE)
             self.checked(SUBSCRIBE, {"uri": uri, "_meta": listen.meta}, own)
@@ -101,7 +105,7 @@ class Listens:
 
     def own(self, request_id: object) -> bool:
         """Whether an id is one of ironcurtain's own subscribe requests."""
-        return isinstance(request_id, str) and request_id.startswith(OWN_ID)
+        return isinstance(request_id, str) and request_id in self._own
 
     def answered(self, message: Message) -> None:
         """The answer to one of ironcurtain's own (un)subscribe requests."""
@@ -124,7 +128,7 @@ class Listens:
             return False
         watched = {u for other in self._open.values() for u in other.uris}
         for uri in listen.uris - watched:
-            own = f"{OWN_ID}{next(self._ids)}"
+            own = self._own_id(listen)
             self._own[own] = (listen, uri, UNSUBSCRIBE)
             self.checked(UNSUBSCRIBE, {"uri": uri, "_meta": listen.meta}, own)
         return True

@@ -25,6 +25,9 @@ META_VERSION = META + "protocolVersion"
 META_CAPABILITIES = META + "clientCapabilities"
 META_CLIENT_INFO = META + "clientInfo"
 META_SERVER_INFO = META + "serverInfo"
+# The id of a request ironcurtain makes for a client's (a listen's subscriptions): that
+# request's id, this mark, and a token of the relay's own (no client can guess one).
+FOR_REQUEST = "#ironcurtain-"
 # The two eras a peer speaks, as the audit log names them.
 HANDSHAKE, STATELESS = "handshake", "stateless"
 LINE_LIMIT = 64 * 1024 * 1024

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import (
+    FOR_REQUEST,
     META_CAPABILITIES,
     META_VERSION,
     STATELESS_VERSIONS,
@@ -108,9 +109,13 @@ class StatelessClients:
         request's answer is its whole response)."""
         key = message.get("id") if "method" not in message else related
         stream = self._streams.get(key) if isinstance(key, str) else None
-        if stream is not None:  # a listen's: what it is told goes on its stream
-            with contextlib.suppress(asyncio.QueueFull):
-                stream.put_nowait(message)
+        if stream is not None:  # a stream's: what it is told goes on it
+            if stream.full():
+                if "method" in message:
+                    return  # a notification past what is held for a slow reader: dropped
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    stream.get_nowait()  # the oldest notification, so the answer is never lost
+            stream.put_nowait(message)
             return
         future = self._waiting.pop(key, None) if isinstance(key, str) else None
         if "method" not in message and future is not None and not future.done():
@@ -122,6 +127,8 @@ class StatelessClients:
     def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
         """The caller of the request ``entry`` is about (none: no caller source)."""
         rid = entry.get("requestId")
+        if isinstance(rid, str) and FOR_REQUEST in rid:  # made for a listen: the listen's
+            rid = rid.partition(FOR_REQUEST)[0]
         return self._callers.get(rid) or self._continued.get(rid, {})  # type: ignore[arg-type]
 
     # -- HTTP ------------------------------------------------------------------------------
@@ -176,7 +183,8 @@ class StatelessClients:
         finally:
             who = self._callers.pop(internal, None)
         result = answer.get("result") if answer is not None else None
-        if who is not None and isinstance(result, dict) and "requestState" in result:
+        goes_on = message["method"] == LISTEN  # its unsubscribes come after its stream
+        if who is not None and (goes_on or (isinstance(result, dict) and "requestState" in result)):
             self._continued[internal] = who  # its entries are written when the retry ends
             while len(self._continued) > CONTINUED:
                 del self._continued[next(iter(self._continued))]

@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx2
 
-from launcher.shared.jsonrpc import error, result
-from launcher.transports.stateless_http import Upstream
+from launcher.shared.jsonrpc import error, notification, result
+from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream
 from launcher.transports.streamable_http import HttpEndpoint
 
 TOKEN = "t" * 32
@@ -54,6 +54,14 @@ class Echoing:
             return
         if name == "missing":
             self.upstream.deliver(error(message["id"], -32601, "method not found"))
+            return
+        if name == "burst":  # a server that reports more progress at once than is held
+            for step in range(STREAM_BACKLOG + 10):
+                progress = {"progressToken": "p", "progress": step}
+                self.upstream.deliver(
+                    notification("notifications/progress", progress), message["id"]
+                )
+            self.upstream.deliver(result(message["id"], {"content": []}), message["id"])
             return
         answer = {"content": [{"type": "text", "text": f"{name} as {message['id']}"}]}
         asyncio.get_running_loop().call_later(
@@ -204,3 +212,32 @@ def test_servers_that_cannot_start_are_an_error_and_not_started_for_every_reques
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert tries == [1]  # not again within the wait
+
+
+def test_a_calls_progress_is_streamed_and_its_answer_is_never_lost() -> None:
+    # A server that reports more progress at once than a stream holds: the oldest progress
+    # is let go, never the answer (the client's request would wait for it forever).
+    async def work(http: httpx2.AsyncClient, url: str) -> None:
+        got = await http.post(url, json=call(4, "burst", progressToken="p"),
+                              headers=head("tools/call", "burst"))  # fmt: skip
+        assert got.headers["content-type"] == "text/event-stream"
+        events = [
+            json.loads(line[6:]) for line in got.text.splitlines() if line.startswith("data: ")
+        ]
+        *progress, answer = events
+        assert answer == {"jsonrpc": "2.0", "id": 4, "result": {"content": []}}
+        assert 0 < len(progress) <= STREAM_BACKLOG
+        assert all(p["method"] == "notifications/progress" for p in progress)
+
+    assert scenario(work)
+
+
+def test_what_is_made_for_a_listen_is_its_callers_in_the_audit() -> None:
+    async def opener(upstream: Upstream) -> Echoing:
+        return Echoing(upstream, [])
+
+    clients = StatelessClients(opener)
+    clients._callers["http-3"] = {"caller": {"name": "alice", "issuer": "i"}}
+    made = {"requestId": "http-3#ironcurtain-0123abcd-1"}
+    assert clients.audit_fields(made) == {"caller": {"name": "alice", "issuer": "i"}}
+    assert clients.audit_fields({"requestId": "http-4#ironcurtain-0123abcd-2"}) == {}
