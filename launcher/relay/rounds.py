@@ -51,6 +51,7 @@ INVALID_STATE = -32602, "invalid params: invalid or expired requestState"
 # Rounds awaiting their retries at once; past it the oldest is let go (its questions
 # withdrawn), so clients that never retry cannot hold more.
 MAX_WAITING = 1024
+CALLERS_SHARE = 8  # one caller's rounds may be this part of them at most (gateway mode)
 
 
 @frozen
@@ -80,6 +81,7 @@ class _Parked:
     expires: float = 0.0  # time.time() past which the state is refused
     rounds: int = 0
     ended: Message | None = None  # the call's answer, when it came before the retry
+    caller: str | None = None  # who was asked (hashed), in gateway mode
 
     def open(self) -> dict[str, tuple[Message, asyncio.Future[Message]]]:
         """The questions still waiting for their answers."""
@@ -200,18 +202,22 @@ class Rounds:
         """Answer the call's request with its open questions, and a new state for the
         retry."""
         self._sweep()
-        while len(self._parked) >= MAX_WAITING:
-            oldest = self._parked.pop(next(iter(self._parked)))
-            for _, future in oldest.open().values():
-                future.cancel()
         call = parked.call
+        caller = self.caller_of(call.request_id)
+        parked.caller = _hashed(caller)
+        # A caller's own oldest is let go first when it has its share waiting, so one caller
+        # that never retries cannot push another's out; then the oldest of all.
+        mine = [h for h, p in self._parked.items() if p.caller == parked.caller]
+        if len(mine) >= MAX_WAITING // CALLERS_SHARE and parked.caller is not None:
+            self._let_go(mine[0])
+        while len(self._parked) >= MAX_WAITING:
+            self._let_go(next(iter(self._parked)))
         parked.handle = secrets.token_urlsafe(16)
         parked.rounds += 1
         self._parked[parked.handle] = parked
         claims = {"h": parked.handle, "m": call.method, "x": parked.expires}
-        caller = self.caller_of(call.request_id)
-        if caller is not None:
-            claims["c"] = hash_value(caller)
+        if parked.caller is not None:
+            claims["c"] = parked.caller
         answered = call.request_id
         self.rebind(call, Spent(answered, parked.handle))
         asked = {
@@ -220,6 +226,10 @@ class Rounds:
             "requestState": self._seal(claims),
         }
         self.deliver({"jsonrpc": "2.0", "id": answered, "result": asked}, None)
+
+    def _let_go(self, handle: str) -> None:
+        for _, future in self._parked.pop(handle).open().values():
+            future.cancel()
 
     def _seal(self, claims: Message) -> str:
         body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()

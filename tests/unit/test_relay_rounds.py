@@ -394,3 +394,30 @@ def test_a_second_question_while_the_first_is_out_is_refused_for_that_reason(
     assert rid == 78 and "already out during this request" in told["error"]["message"]
     second = next(e for e in h.entries() if e["requestId"] == 78)
     assert second["policy"]["rule"] == "client-requests-limit"
+
+
+def test_one_caller_that_never_retries_cannot_push_out_anothers_question(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Gateway mode, one relay for every caller: bob opens more escalated calls than may
+    # wait at once and never retries; alice's approval, asked first, still takes her retry.
+    from launcher.relay import rounds
+
+    monkeypatch.setattr(rounds, "MAX_WAITING", 16)
+    h = stateless(tmp_path)
+    h.relay.rounds.caller_of = lambda rid: {"name": str(rid)[0], "issuer": "idp"}
+    call = modern(private(h))
+
+    async def work() -> None:
+        h.feed({"jsonrpc": "2.0", "id": "A1", "method": "tools/call", "params": call})
+        asked = await h.answer("A1")
+        assert asked is not None
+        for n in range(16):
+            h.feed({"jsonrpc": "2.0", "id": f"B{n}", "method": "tools/call", "params": call})
+        await asyncio.sleep(0.2)
+        params = retry(call, asked["result"], approval("approve"))
+        h.feed({"jsonrpc": "2.0", "id": "A2", "method": "tools/call", "params": params})
+        done = await h.answer("A2")
+        assert done is not None and done["result"]["resultType"] == "complete", done
+
+    run(work)
