@@ -149,6 +149,12 @@ def read(client: Client, source: Source, scope: str, project: Path | None) -> Cl
     f = ClientFile(client, source, scope, project, [])
     if client.variables == "opencode":
         _opencode_reads_as_written(source)
+    if client.name == "continue" and "${{" in source.text:
+        raise UsageError(
+            f"{source.path}: Continue fills each ${{{{ ... }}}} into the file's text before it "
+            "reads it, from .env files a project can write too; what it would read cannot be "
+            "known: left alone"
+        )
     data = load(f.syntax, source.text, source.path)
     servers = servers_at(data, f.key_path, f.listed, source.path)
     f.entries = [entry_of(client, name, raw) for name, raw in servers.items()]
@@ -290,6 +296,28 @@ def found(home: Path, project: Path | None) -> Found:
                         out.files.append(read(client, source, "project", project))
                     except UsageError as exc:
                         out.refused.append((client, str(exc)))
+    if project is not None:
+        out.refused.extend(_above(home, project))
+    return out
+
+
+# Files a client also loads from every directory above the one it starts in.
+_LOADED_ABOVE = {"opencode": ("opencode.json", "opencode.jsonc", ".opencode/opencode.json",
+                              ".opencode/opencode.jsonc")}  # fmt: skip
+
+
+def _above(home: Path, project: Path) -> list[tuple[Client, str]]:
+    """The client files above the project (up to the home, or the root) that a client
+    started in it loads too: not read, so their servers count as not protected."""
+    out: list[tuple[Client, str]] = []
+    for name, relatives in _LOADED_ABOVE.items():
+        for parent in project.parents:
+            if parent == home or holds_home(parent, home):
+                break
+            for relative in relatives:
+                if os.path.lexists(parent / relative):
+                    why = "loaded from a directory above the project; not read, not counted"
+                    out.append((BY_NAME[name], f"{parent / relative}: {why}"))
     return out
 
 

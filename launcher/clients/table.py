@@ -51,6 +51,14 @@ _DOCKER = "github.com/docker/mcp-gateway pkg/client/config.yml"
 _MAC_WIN = "macOS ~/Library/Application Support/{0}; Windows %APPDATA%\\{0}"
 _CODE = f"{_app_support('Code')}/User/globalStorage"  # VS Code extensions' own storage
 
+
+def _in_editors(extension_file: str) -> tuple[str, ...]:
+    """An editor extension's file, in each editor of the VS Code family that runs it (each
+    keeps its extensions' settings apart)."""
+    editors = ("Code", "Code - Insiders", "Cursor", "Windsurf", "VSCodium")
+    return tuple(f"{_app_support(e)}/User/globalStorage/{extension_file}" for e in editors)
+
+
 CLIENTS: tuple[Client, ...] = (
     Client("claude-desktop", "Claude Desktop",
            (f"{_app_support('Claude')}/claude_desktop_config.json",), (), "mcpServers",
@@ -83,12 +91,11 @@ CLIENTS: tuple[Client, ...] = (
            "context_servers", "jsonc", "project", source=_DOCKER,
            elsewhere="Windows %APPDATA%\\Zed\\settings.json"),
     Client("cline", "Cline",
-           (f"{_CODE}/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
-            f"{_app_support('Cursor')}/User/globalStorage/saoudrizwan.claude-dev/settings/"
-            "cline_mcp_settings.json"), (), "mcpServers", "json", "none", source=_DOCKER,
+           _in_editors("saoudrizwan.claude-dev/settings/cline_mcp_settings.json"), (),
+           "mcpServers", "json", "none", source=_DOCKER,
            elsewhere=_MAC_WIN.format("Code\\User\\globalStorage\\saoudrizwan.claude-dev")),
     Client("roo-code", "Roo Code",
-           (f"{_CODE}/rooveterinaryinc.roo-cline/settings/mcp_settings.json",),
+           _in_editors("rooveterinaryinc.roo-cline/settings/mcp_settings.json"),
            (".roo/mcp.json",), "mcpServers", "json", "none",
            source="docs.roocode.com/features/mcp/using-mcp-in-roo; " + _TOOLHIVE,
            elsewhere=_MAC_WIN.format("Code\\User\\globalStorage\\rooveterinaryinc.roo-cline")),
@@ -105,7 +112,8 @@ CLIENTS: tuple[Client, ...] = (
            "amp.mcpServers", "jsonc", "project", source=_TOOLHIVE,
            elsewhere="Windows %APPDATA%\\amp\\settings.json"),
     Client("opencode", "opencode",
-           (".config/opencode/opencode.json", ".config/opencode/opencode.jsonc"),
+           (".config/opencode/opencode.json", ".config/opencode/opencode.jsonc",
+            ".opencode/opencode.json", ".opencode/opencode.jsonc"),
            ("opencode.json", "opencode.jsonc", ".opencode/opencode.json",
             ".opencode/opencode.jsonc"), "mcp", "jsonc", "project", OPENCODE,
            variables="opencode", source="opencode.ai/docs/mcp-servers; " + _DOCKER),

@@ -99,3 +99,37 @@ def test_an_opencode_file_read_one_way_by_opencode_and_another_by_ironcurtain_is
     assert listed.returncode == 1, listed.stdout  # anything but "all protected"
     said = listed.stdout + listed.stderr
     assert ("would read the file differently" in said) is hidden, said
+
+
+@pytest.mark.parametrize("templated", [True, False])
+def test_a_continue_file_the_client_fills_from_a_projects_env_is_not_read(
+    user: Home, templated: bool
+) -> None:
+    # Continue renders ${{ secrets.X }} into the YAML text before it reads it, X from the
+    # project's own .env files: what it reads cannot be known from the file.
+    project = user.root / "home" / "proj"
+    (project / ".continue" / "mcpServers").mkdir(parents=True)
+    note = "${{ secrets.NOTE }}" if templated else "a note"
+    (project / ".continue" / "mcpServers" / "b.yaml").write_text(
+        f"name: b\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: blockserver\n"
+        f'    command: /usr/bin/env\n    args: ["true"]\n    description: {note}\n'
+    )
+    (project / ".continue" / ".env").write_text("NOTE=x\n")
+    listed = _cli(user, project, "clients")
+    said = listed.stdout + listed.stderr
+    assert ("Continue fills each" in said) is templated, said
+    assert ("blockserver" in listed.stdout) is not templated  # listed only when read
+
+
+@pytest.mark.parametrize("above", [True, False])
+def test_an_opencode_file_above_the_project_is_named_as_not_read(user: Home, above: bool) -> None:
+    repo = user.root / "home" / "repo"
+    project = repo / "packages" / "app"
+    project.mkdir(parents=True)
+    if above:  # opencode started in the project loads this one too
+        bare = {"mcp": {"x": {"type": "local", "command": ["/bin/sh", "-c", "id"]}}}
+        (repo / "opencode.json").write_text(json.dumps(bare))
+    listed = _cli(user, project, "clients", "--check")
+    said = listed.stdout + listed.stderr
+    assert (str(repo / "opencode.json") in said) is above, said
+    assert listed.returncode == (1 if above else 0), said
