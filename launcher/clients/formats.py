@@ -73,7 +73,11 @@ def replace(syntax: str, listed: bool, text: str, at: Path, name: str, entry: An
     """``text`` with the server ``name`` at ``at`` holding ``entry``, and nothing else of
     the file's meaning changed (read back and compared: :class:`NotEditable` when it
     would be)."""
-    new = _replace(syntax, listed, text, at, name, entry)
+    try:
+        new = _replace(syntax, listed, text, at, name, entry)
+        read_back = plain(load(syntax, new, ""))
+    except (ValueError, IndexError, KeyError, UsageError) as exc:  # a form the editor misses
+        raise NotEditable(f"the file, edited, could not be read back the same ({exc})") from None
     expected = plain(load(syntax, text, ""))
     container = expected
     for key in at:
@@ -82,7 +86,7 @@ def replace(syntax: str, listed: bool, text: str, at: Path, name: str, entry: An
         container[next(i for i, e in enumerate(container) if e.get("name") == name)] = entry
     else:
         container[name] = entry
-    if _dumped(plain(load(syntax, new, ""))) != _dumped(expected):
+    if _dumped(read_back) != _dumped(expected):
         raise NotEditable("the file, read back, would differ beyond it")
     return new
 

@@ -139,7 +139,9 @@ def backup(source: Source) -> str:
     where = backups_dir()
     where.mkdir(parents=True, exist_ok=True, mode=0o700)
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    label = re.sub(r"[^A-Za-z0-9._-]", "_", source.path.name).lstrip(".") or "file"
+    # The file's name, shortened: the digest of its path already tells backups apart, and a
+    # project's file may have a name as long as a name may be.
+    label = re.sub(r"[^A-Za-z0-9._-]", "_", source.path.name).lstrip(".")[:64] or "file"
     name = f"{sha(str(source.path))[:12]}-{stamp}-{secrets.token_hex(3)}-{label}"
     write_new(where / name, source.text)
     return name

@@ -107,7 +107,7 @@ def replace_at(
     and then ``mode``, synced, and renamed over ``name``; removed again when any step
     fails. Without ``mode`` the file has what the user's umask makes of 0666, as a file
     the user's own tools create. The new file's status."""
-    temp = f".{name}.ironcurtain-{secrets.token_hex(6)}"
+    temp = f".{name[:64]}.ironcurtain-{secrets.token_hex(6)}"  # within a name's length
     out = os.open(temp, NEW_FILE, 0o666 if mode is None else 0o600, dir_fd=dir_fd)
     try:
         try:

@@ -133,3 +133,21 @@ def test_an_opencode_file_above_the_project_is_named_as_not_read(user: Home, abo
     said = listed.stdout + listed.stderr
     assert (str(repo / "opencode.json") in said) is above, said
     assert listed.returncode == (1 if above else 0), said
+
+
+@pytest.mark.parametrize("form", ["dash alone", "long name", "plain"])
+def test_a_project_file_of_an_odd_form_is_left_alone_or_wrapped_never_a_traceback(
+    user: Home, form: str
+) -> None:
+    # As the project: valid files of forms the editors might miss must not stop wrap with a
+    # traceback, half done.
+    blocks = user.root / "home" / "p" / ".continue" / "mcpServers"
+    blocks.mkdir(parents=True)
+    item = "  -\n    name: s\n" if form == "dash alone" else "  - name: s\n"
+    text = f"name: b\nversion: 1\nschema: v1\nmcpServers:\n{item}    command: /usr/bin/env\n"
+    name = ("b" * 230 if form == "long name" else "b") + ".yaml"
+    (blocks / name).write_text(text + '    args: ["true"]\n')
+    done = _cli(user, blocks.parent.parent, "wrap", "--all", "--no-annotate")
+    assert "Traceback" not in done.stderr and done.returncode == 0, done.stderr
+    wrapped = "wrapped s in" in done.stdout + done.stderr
+    assert wrapped is (form != "dash alone"), done.stdout + done.stderr
