@@ -114,6 +114,9 @@ class ServerAsks:
                 rule = "elicitation-url" if params.get("mode") == "url" else "client-request-shape"
                 decision = Decision("deny", rule, str(exc))
         entry = self._entry(conn.name, request_id, method, params, decision)
+        during = _request_of(related)
+        if during is not None:  # the client's request it is asked during: whose it is
+            entry["callRequestId"] = during
         if decision.decision == "deny":
             code = -32601 if decision.rule == "client-capability" else DENIED
             self._finish(entry, "denied", started)
@@ -276,6 +279,14 @@ class ServerAsks:
         audit = self.core.audit
         if not audit.write({**entry, "result": status, "durationMs": duration}):
             self.core.say(f"audit log write failed ({audit.error}); denying every further call")
+
+
+def _request_of(related: object) -> str | int | None:
+    """The client's id of the request a question is asked during (``related``: a call, or
+    a call with the key a server gave its question)."""
+    call = getattr(related, "call", related)
+    request_id = getattr(call, "request_id", None)
+    return request_id if isinstance(request_id, str | int) else None
 
 
 def elicitation_modes(capabilities: Message) -> frozenset[str]:

@@ -57,6 +57,10 @@ class Call:
     rounds: int = 0  # times its server asked for input (the stateless era's way)
     asking: asyncio.Task[None] | None = None  # answering what its server asked, now
     ended: bool = False  # audited with its outcome: nothing more is asked during it
+    # The progress token its server is given for the client's: ironcurtain's own, so two
+    # clients that chose the same token (one relay serves every stateless client over
+    # HTTP) never hear each other's progress.
+    token: str | None = None
 
     def progress_token(self) -> str | int | None:
         """The client's progress token for this call, if it sent one."""

@@ -13,6 +13,7 @@ the same.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -58,6 +59,7 @@ class CheckedCalls:
         # Progress tokens of calls out at a server: (server, token) -> call. A server's
         # progress is relayed only for its own calls still out (not after a cancel).
         self.progress: dict[tuple[str, object], Call] = {}
+        self._tokens = itertools.count(1)
         self.escalations = Escalations(core, self, link)
         # Answers a stateless-era server's questions (set once the relay has its asks).
         self.inputs: ServerInputs | None = None
@@ -135,6 +137,8 @@ class CheckedCalls:
         what is sent with it again (the answers to its server's questions)."""
         conn, server = call.conn, call.server
         assert conn is not None and server is not None
+        if call.token is None and call.progress_token() is not None:
+            call.token = f"ironcurtain-progress-{next(self._tokens)}"
         params = self._forwarded_params(call)
         try:
             call.downstream = conn.send_request(
@@ -151,9 +155,8 @@ class CheckedCalls:
             return
         if isinstance(call.request_id, str | int):
             self._calls[call.request_id] = call
-        token = call.progress_token()
-        if token is not None:
-            self.progress[(server, token)] = call
+        if call.token is not None:
+            self.progress[(server, call.token)] = call
         call.prepared = self.core.audit.prepare(call.entry, late=("result", "durationMs"))
 
     def _forwarded_params(self, call: Call) -> Message:
@@ -162,6 +165,10 @@ class CheckedCalls:
         of the stateless era, what the client declared it takes (the connection keeps to
         what ironcurtain lets the server ask within that)."""
         params = for_server(self._server_params(call))
+        if call.token is not None:  # the server reports progress under ironcurtain's token
+            meta = params.get("_meta")
+            params = {**params, "_meta": {**(meta if isinstance(meta, dict) else {}),
+                                          "progressToken": call.token}}  # fmt: skip
         if call.conn is not None and call.conn.era == STATELESS:
             meta = params.get("_meta")
             declared = {META_CAPABILITIES: self.link.takes(call) or {}}
@@ -190,7 +197,9 @@ class CheckedCalls:
         """The server answered, exited, or ran out of time: audit, then answer the client."""
         if self._calls.get(call.request_id) is call:
             del self._calls[call.request_id]
-        if call.one_shot is not None:
+        if call.one_shot is not None and not self._asks(call, outcome):
+            # Carried over only with its last answer: a widened call whose server asks
+            # first keeps its instance (and nothing reaches the host) until then.
             self.escalations.carry_over(call, outcome)
             return
         try:
@@ -268,6 +277,15 @@ class CheckedCalls:
             return
         self.send(result(call.request_id, answer))
 
+    def _asks(self, call: Call, outcome: Message | BaseException) -> bool:
+        """Whether ``outcome`` is a question of its server's that is answered for it."""
+        answer = outcome.get("result") if isinstance(outcome, dict) else None
+        return (
+            self.inputs is not None
+            and isinstance(answer, dict)
+            and self.inputs.bridged(call, answer)
+        )
+
     async def _answer_inputs(self, call: Call, answer: Message) -> None:
         assert self.inputs is not None
         try:
@@ -291,6 +309,9 @@ class CheckedCalls:
         """Audit ``call`` with ``status`` and tell the client why it was not made (a denial)
         or did not work (a failure)."""
         self.finish(call, status)
+        one_shot, call.one_shot = call.one_shot, None
+        if one_shot is not None:  # an approved instance of a call that ended: nothing kept
+            self._spawn(discard(one_shot))
         if denial is not None:
             code = NOT_FOUND.get(call.method, DENIED) if missing else DENIED
             self._reply(call, denial, code)
@@ -356,10 +377,9 @@ class CheckedCalls:
         """Write the call's audit entry with its outcome (what was known before is already
         serialised in ``call.prepared`` when the call was forwarded)."""
         call.ended = True
-        if self.progress:
-            token = call.progress_token()
-            if token is not None and self.progress.get((str(call.server), token)) is call:
-                del self.progress[(str(call.server), token)]
+        key = (str(call.server), call.token)
+        if call.token is not None and self.progress.get(key) is call:
+            del self.progress[key]
         outcome: Message = {
             "result": status,
             "durationMs": round((time.perf_counter() - call.started) * 1000, 3),

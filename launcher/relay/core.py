@@ -297,6 +297,9 @@ class Relay(Asking):
                 if call is None:
                     return
                 related = call.request_id
+                params = dict(message["params"])
+                params["progressToken"] = call.progress_token()  # the client's own again
+                message = {**message, "params": params}
                 if call.progress_sent:  # after what was reported while a human decided
                     message = _after(message, call.progress_sent)
                 shown = self.core.outputs.progress(conn.name, call.method, call.name or "", message)

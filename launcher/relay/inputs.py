@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from dataclasses import field
 from typing import Protocol
 
@@ -29,6 +30,8 @@ from sandbox_profiles.records import mutable
 
 MAX_ROUNDS = 10  # as the SDKs' clients allow
 MAX_INPUTS = 4  # questions in one round (as many as a server may have open)
+MAX_ROUND_BYTES = 256 * 1024  # what one round's questions may hold, as JSON
+MAX_ASKING = 32  # calls of one server whose questions wait for answers at once
 ANSWERABLE = frozenset({TOOL, PROMPT, READ})
 ROOTS = "roots/list"
 
@@ -61,6 +64,7 @@ class ServerInputs:
     asks: ServerAsks
     ends: Retries
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _asking: dict[str, int] = field(default_factory=dict)  # per server, calls asking now
 
     @staticmethod
     def bridged(call: Call, result: Message) -> bool:
@@ -93,13 +97,20 @@ class ServerInputs:
             problem = "its requestState is not a string"
         elif not requests and state is None:
             problem = "it asked for input without saying what"
+        elif len(json.dumps(requests)) + len(state or "") > MAX_ROUND_BYTES:
+            problem = f"its questions hold more than {MAX_ROUND_BYTES // 1024} KiB"
+        elif self._asking.get(server, 0) >= MAX_ASKING:
+            problem = f"{MAX_ASKING} of its calls already wait for answers to its questions"
         if problem is not None:
             self.ends.end(call, "error", failure=f"ERROR: server '{server}': {problem}")
             return
         responses: Message = {}
         keys = list(requests)
-        # Asked at once: a client of the stateless era gets them in one round.
-        outcomes = await asyncio.gather(*(self._ask(call, k, requests[k]) for k in keys))
+        self._asking[server] = self._asking.get(server, 0) + 1
+        try:  # asked at once: a client of the stateless era gets them in one round
+            outcomes = await asyncio.gather(*(self._ask(call, k, requests[k]) for k in keys))
+        finally:
+            self._asking[server] -= 1
         for key, outcome in zip(keys, outcomes, strict=True):
             if not isinstance(outcome.get("result"), dict):
                 err = outcome.get("error")

@@ -126,7 +126,10 @@ class StatelessClients:
 
     def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
         """The caller of the request ``entry`` is about (none: no caller source)."""
-        rid = entry.get("requestId")
+        # A server's question is its caller's whose request it was asked during (the id the
+        # server gave it is the server's to choose); anything else, by its own id.
+        asked = entry.get("direction") == "server-to-client"
+        rid = entry.get("callRequestId") if asked else entry.get("requestId")
         if isinstance(rid, str) and FOR_REQUEST in rid:  # made for a listen: the listen's
             rid = rid.partition(FOR_REQUEST)[0]
         return self._callers.get(rid) or self._continued.get(rid, {})  # type: ignore[arg-type]

@@ -241,3 +241,17 @@ def test_what_is_made_for_a_listen_is_its_callers_in_the_audit() -> None:
     made = {"requestId": "http-3#ironcurtain-0123abcd-1"}
     assert clients.audit_fields(made) == {"caller": {"name": "alice", "issuer": "i"}}
     assert clients.audit_fields({"requestId": "http-4#ironcurtain-0123abcd-2"}) == {}
+
+
+def test_a_servers_question_is_the_callers_whose_request_it_was_asked_during() -> None:
+    # As a hostile server: its question's own id names another client's request.
+    async def opener(upstream: Upstream) -> Echoing:
+        return Echoing(upstream, [])
+
+    clients = StatelessClients(opener)
+    clients._callers["http-1"] = {"caller": {"name": "alice", "issuer": "i"}}
+    clients._callers["http-2"] = {"caller": {"name": "bob", "issuer": "i"}}
+    asked = {"requestId": "http-1", "direction": "server-to-client", "callRequestId": "http-2"}
+    assert clients.audit_fields(asked)["caller"] == {"name": "bob", "issuer": "i"}
+    unattributed = {"requestId": "http-1", "direction": "server-to-client"}
+    assert clients.audit_fields(unattributed) == {}

@@ -510,14 +510,18 @@ def test_progress_reaches_the_client_only_for_a_call_still_out(tmp_path: Path) -
             params["_meta"] = {"progressToken": token}
             h.feed({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
         await asyncio.sleep(0.01)
-        h.relay.on_server_notification(h.fs, _progress("t1"))  # relayed
-        h.relay.on_server_notification(h.servers["notes"], _progress("t2"))  # not its call
+        # The server is given ironcurtain's own tokens, never the client's.
+        t1, t2 = (p["_meta"]["progressToken"] for _, p in h.fs.requests)
+        assert {t1, t2}.isdisjoint({"t1", "t2"})
+        h.relay.on_server_notification(h.fs, _progress("t1"))  # the client's: no such call
+        h.relay.on_server_notification(h.fs, _progress(t1))  # relayed
+        h.relay.on_server_notification(h.servers["notes"], _progress(t2))  # not its call
         h.relay.on_server_notification(h.fs, _progress("t9"))  # no such call
         h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": "b"}})  # fmt: skip
-        h.relay.on_server_notification(h.fs, _progress("t2"))  # cancelled: not relayed
+        h.relay.on_server_notification(h.fs, _progress(t2))  # cancelled: not relayed
         h.fs.release(1, {"result": {"content": []}})
-        h.relay.on_server_notification(h.fs, _progress("t1"))  # answered: not relayed
+        h.relay.on_server_notification(h.fs, _progress(t1))  # answered: not relayed
         await asyncio.sleep(0.01)
 
     run(scenario)
@@ -916,8 +920,10 @@ def test_a_call_waiting_for_a_human_is_kept_alive_and_its_progress_goes_on_after
         answer = {"action": "accept", "content": {"answer": APPROVE}}
         h.feed({"jsonrpc": "2.0", "id": asked["id"], "result": answer})
         await asyncio.sleep(0.01)
-        # The server reports progress of its own, from 1 (as servers do).
-        progress = {"progressToken": "p", "progress": 1, "total": 2}
+        # The server reports progress of its own, from 1 (as servers do), under the token
+        # it was given.
+        ((_, given),) = h.fs.requests
+        progress = {"progressToken": given["_meta"]["progressToken"], "progress": 1, "total": 2}
         message = {"jsonrpc": "2.0", "method": "notifications/progress", "params": progress}
         h.relay.on_server_notification(h.fs, message)
         await asyncio.sleep(0.05)

@@ -155,6 +155,11 @@ def test_sampling_is_approved_by_a_human_first(tmp_path: Path) -> None:
         ({"q": {"method": "tools/call", "params": {}}}, "allow", "method not found"),
         ({"q": "not a request"}, "allow", "not a map of requests"),
         ({f"q{i}": {"method": "roots/list"} for i in range(5)}, "allow", "5 questions at once"),
+        (  # one that would be held, and asked again, at length
+            {"q": {"method": "elicitation/create", "params": {**FORM, "message": "x" * 300_000}}},
+            "allow",
+            "more than 256 KiB",
+        ),
     ],
 )
 def test_a_question_refused_ends_the_call_and_the_server_gets_no_answers(

@@ -217,6 +217,7 @@ def test_a_servers_question_reaches_the_client_as_the_answer_and_its_answer_goes
     assert h.fs.methods.count("tools/call") == 1
     asked_entry = next(e for e in h.entries() if e["method"] == "elicitation/create")
     assert asked_entry["result"] == "success" and asked_entry["era"] == "stateless"
+    assert asked_entry["callRequestId"] == 1  # the client's request it was asked during
 
 
 def test_sampling_asks_a_human_then_the_model_each_in_its_own_round(tmp_path: Path) -> None:

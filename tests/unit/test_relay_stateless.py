@@ -231,3 +231,30 @@ def test_an_initialize_in_the_era_s_form_does_not_make_a_handshake(tmp_path: Pat
         assert ping is not None and ping["error"]["code"] == -32601
 
     run(work)
+
+
+def test_two_clients_with_the_same_progress_token_hear_only_their_own(tmp_path: Path) -> None:
+    # One relay serves every stateless client over HTTP; SDKs use the request id as the
+    # token, so two clients' calls often carry the same one.
+    h = stateless(tmp_path)
+    h.fs.answer = lambda method, params: None  # both calls stay out
+
+    async def work() -> None:
+        for rid in ("http-1", "http-2"):
+            call = {"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}}
+            params = {**call, "_meta": {**META, "progressToken": 1}}
+            h.feed({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+        await asyncio.sleep(0.01)
+        first, second = (p["_meta"]["progressToken"] for _, p in h.fs.requests)
+        assert first != second
+        note = {"progressToken": second, "progress": 1, "message": "bob's secret step"}
+        h.relay.on_server_notification(
+            h.fs, {"jsonrpc": "2.0", "method": "notifications/progress", "params": note}
+        )
+        await asyncio.sleep(0.01)
+
+    run(work)
+    ((message, related),) = [
+        (m, r) for m, r in zip(h.client.sent, h.client.related, strict=True) if "method" in m
+    ]
+    assert related == "http-2" and message["params"]["progressToken"] == 1
