@@ -93,7 +93,7 @@ class Relay(Asking):
         # Questions out to a stateless client, asked by answering its request.
         self.rounds = Rounds(self._deliver, self.calls.rebind, self.send, self._caller_of)
         # A stateless client's notification streams (subscriptions/listen).
-        self.listens = Listens(self.send, self.calls.start)
+        self.listens = Listens(self.send, self.calls.start, self._caller_of)
         self._tasks: set[asyncio.Task[None]] = set()
         self._upstream_ids = itertools.count(1)
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}

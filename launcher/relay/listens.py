@@ -36,7 +36,8 @@ LISTS = {
     "resourcesListChanged": "notifications/resources/list_changed",
 }
 MAX_URIS = 64  # resources one listen may watch
-MAX_LISTENS = 32  # listens open at once
+MAX_LISTENS = 32  # listens one caller may have open at once
+MAX_ALL_LISTENS = 256  # listens open at once, every caller's
 
 
 # Sends a checked request of ironcurtain's own (method, params, its id) through the gate.
@@ -52,6 +53,7 @@ class _Listen:
     uris: set[str] = field(default_factory=set)  # those subscribed to
     waiting: set[str] = field(default_factory=set)  # own ids of subscriptions not answered
     acknowledged: bool = False
+    caller: object = None  # who opened it (gateway mode)
 
 
 @mutable
@@ -61,6 +63,8 @@ class Listens:
 
     send: Send
     checked: Checked
+    # Who sent the client's request of an id (gateway mode over HTTP), else None.
+    caller_of: Callable[[object], object] = lambda request_id: None
     _open: dict[Any, _Listen] = field(default_factory=dict)
     # ironcurtain's own (un)subscribe requests out: id -> (listen, URI, method)
     _own: dict[str, tuple[_Listen, str, str]] = field(default_factory=dict)
@@ -85,8 +89,11 @@ class Listens:
             return -32602, "invalid params: a list filter must be true or false"
         if request_id in self._open:
             return -32600, "invalid request: a listen with that id is open"
-        if len(self._open) >= MAX_LISTENS:
-            return -32603, f"at most {MAX_LISTENS} listens may be open at once"
+        caller = self.caller_of(request_id)
+        if sum(1 for other in self._open.values() if other.caller == caller) >= MAX_LISTENS:
+            return -32603, f"at most {MAX_LISTENS} listens of one caller may be open at once"
+        if len(self._open) >= MAX_ALL_LISTENS:
+            return -32603, f"at most {MAX_ALL_LISTENS} listens may be open at once"
         meta = params.get("_meta")
         listen = _Listen(
             request_id,
@@ -94,6 +101,7 @@ class Listens:
             frozenset(m for k, m in LISTS.items() if wanted.get(k) is True),
             list(dict.fromkeys(uris)),
         )
+        listen.caller = caller
         self._open[request_id] = listen
         for uri in listen.wanted:
             own = self._own_id(listen)
@@ -118,6 +126,8 @@ class Listens:
         listen.waiting.discard(str(message.get("id")))
         if "result" in message and self._open.get(listen.request_id) is listen:
             listen.uris.add(uri)
+        elif "result" in message:  # made after its listen ended: let go again
+            self._unsubscribe(listen, {uri})
         self._acknowledge(listen)
 
     def cancelled(self, request_id: object) -> bool:
@@ -126,12 +136,16 @@ class Listens:
         listen = self._open.pop(request_id, None)
         if listen is None:
             return False
+        self._unsubscribe(listen, listen.uris)
+        return True
+
+    def _unsubscribe(self, listen: _Listen, uris: set[str]) -> None:
+        """Let go of ``uris`` at their servers, where no open listen watches them."""
         watched = {u for other in self._open.values() for u in other.uris}
-        for uri in listen.uris - watched:
+        for uri in uris - watched:
             own = self._own_id(listen)
             self._own[own] = (listen, uri, UNSUBSCRIBE)
             self.checked(UNSUBSCRIBE, {"uri": uri, "_meta": listen.meta}, own)
-        return True
 
     def close(self) -> None:
         """The session is ending: every listen is answered (a graceful close)."""

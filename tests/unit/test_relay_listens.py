@@ -151,3 +151,21 @@ def test_a_listen_ends_with_its_answer_when_the_session_ends(tmp_path: Path) -> 
     (end,) = [m for m in h.client.sent if m.get("id") == "L"]
     assert end["result"]["resultType"] == "complete"
     assert end["result"]["_meta"][SUBSCRIPTION_ID] == "L"
+
+
+def test_a_listen_cancelled_before_its_subscription_is_made_lets_it_go(tmp_path: Path) -> None:
+    h = stateless(tmp_path)
+    uri = f"file://{h.ws}/a.txt"
+    h.fs.answer = lambda method, params: None  # the server takes its time to subscribe
+
+    async def work() -> None:
+        listen(h, "L", resourceSubscriptions=[uri])
+        await asyncio.sleep(0.01)
+        cancel = {"requestId": "L", "reason": "done"}
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+        (held,) = h.fs.held
+        h.fs.release(held, {"result": {}})  # subscribed, after the listen ended
+        await asyncio.sleep(0.02)
+
+    run(work)
+    assert h.fs.methods == ["resources/subscribe", "resources/unsubscribe"]
