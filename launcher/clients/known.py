@@ -149,6 +149,12 @@ def read(client: Client, source: Source, scope: str, project: Path | None) -> Cl
     f = ClientFile(client, source, scope, project, [])
     if client.variables == "opencode":
         _opencode_reads_as_written(source)
+    if scope == "project" and f.syntax == "yaml" and len(source.text) > PROJECT_YAML_MAX:
+        # A server's block is a few hundred bytes; reading YAML costs far more than JSON.
+        raise UsageError(
+            f"{source.path}: a project's YAML file of more than {PROJECT_YAML_MAX // 1024} KiB "
+            "is not read"
+        )
     if client.name == "continue" and "${{" in source.text:
         raise UsageError(
             f"{source.path}: Continue fills each ${{{{ ... }}}} into the file's text before it "
@@ -161,6 +167,7 @@ def read(client: Client, source: Source, scope: str, project: Path | None) -> Cl
     return f
 
 
+PROJECT_YAML_MAX = 64 * 1024
 # opencode replaces every {env:NAME} and {file:PATH} in its file's raw text, before it
 # parses it: one that holds a quote, a backslash, a line break or a comment's marks could
 # end a string or a comment for opencode and not for ironcurtain (an entry seen by one only).

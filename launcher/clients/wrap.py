@@ -291,11 +291,12 @@ def _plan_entry(
         change.notes.append(f"{e.name}: {exc}, which wrap does not rewrite: left alone")
         return
     if e.name in existing:
-        if not _same(existing[e.name], definition):
-            raise UsageError(
-                f"{config.path}: a server named {e.name!r} is already defined there, "
-                f"differently from the one in {f.path}; rename one of them"
+        if not _same(existing[e.name], definition):  # this entry's problem, not the run's
+            change.notes.append(
+                f"{e.name}: a server of that name is already defined in {config.path}, "
+                f"differently; rename one of them: left alone"
             )
+            return
     else:
         after = parse(config.after).insert(("mcpServers",), e.name, definition)
         problem = config_problem(after)
