@@ -209,7 +209,7 @@ def _yaml_replace(text: str, at: Path, name: str, entry: dict[str, Any], listed:
         dumped.pop()  # comments after the entry are the next one's: kept where they are
     newline = "\r\n" if lines[line].endswith("\r\n") else "\n"  # as the file has it
     new = "".join(
-        (head if i == 0 and head else " " * col) + d.rstrip("\n") + newline
+        (head if i == 0 and head else " " * col) + d.rstrip("\r\n") + newline
         for i, d in enumerate(dumped)
     )
     return "".join(lines[:first]) + new + "".join(lines[end:])

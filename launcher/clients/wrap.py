@@ -177,6 +177,10 @@ def launch_problem(e: Entry) -> str | None:
     return None
 
 
+# Clients that split a command given as one string into words, as a shell would.
+SPLITS_COMMAND = frozenset({"mistral-vibe"})
+
+
 def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
     """The client's new entry: the same entry (its inert keys kept), starting ironcurtain
     for this one server; its working directory moved with the definition."""
@@ -271,6 +275,12 @@ def _plan_entry(
     problem = launch_problem(e)
     if problem is not None:
         change.notes.append(problem)
+        return
+    if f.client.name in SPLITS_COMMAND and any(c.isspace() for c in e.command or ""):
+        change.notes.append(
+            f"{e.name}: {f.client.label} splits its command {e.command!r} into words; give "
+            "the program as the command and the rest as its args: left alone"
+        )
         return
     try:
         definition, kept, notes = moved_definition(f, e)

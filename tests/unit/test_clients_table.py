@@ -306,3 +306,16 @@ def test_a_new_clients_variables_keep_their_meaning(
             translate(BY_NAME[client], given)
     else:
         assert translate(BY_NAME[client], given)[0] == becomes
+
+
+def test_a_crlf_yaml_entry_keeps_its_line_ends_and_comments() -> None:
+    from launcher.clients.formats import replace
+
+    text = (
+        "extensions:\r\n  fs:\r\n    name: fs   # the name\r\n    type: stdio\r\n"
+        '    cmd: /usr/bin/env\r\n    args: ["true"]\r\n  other:\r\n    type: builtin\r\n'
+    )
+    entry = {"name": "fs", "type": "stdio", "cmd": "/bin/ic", "args": ["run"]}
+    new = replace("yaml", False, text, ("extensions",), "fs", entry)
+    assert "\r\r\n" not in new and new.count("\r\n") == new.count("\n")
+    assert "# the name" in new and plain(load("yaml", new, ""))["extensions"]["fs"] == entry

@@ -384,3 +384,16 @@ def test_wrap_names_what_to_wrap(user: Home) -> None:
     done = _cli(user, project, "wrap", "--client", "claude-code", "--server", "gti")
     assert done.returncode == 2
     assert "--server gti: no such server in the clients chosen (they have: docs, " in done.stderr
+
+
+@pytest.mark.parametrize("command", ["/usr/bin/env true", "/usr/bin/env"])
+def test_a_command_line_a_client_splits_is_left_alone(user: Home, command: str) -> None:
+    # Mistral Vibe splits a string command into words: moved as one program's path, the
+    # server would no longer start.
+    (user.home / ".vibe").mkdir()
+    toml = f'[[mcp_servers]]\nname = "s"\ntransport = "stdio"\ncommand = "{command}"\n'
+    (user.home / ".vibe" / "config.toml").write_text(toml)
+    done = _cli(user, user.root, "wrap", "--client", "mistral-vibe", "--no-annotate")
+    split = " " in command
+    assert ("splits its command" in done.stdout + done.stderr) is split, done.stdout
+    assert ((user.home / ".vibe" / "config.toml").read_text() == toml) is split
