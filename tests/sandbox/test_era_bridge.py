@@ -8,65 +8,18 @@ tests/sandbox/test_stateless_rounds.py.)"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
-
 import anyio
-import httpx2
-import mcp.types as types
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.asking import ELICIT, SAMPLE, Human
 from tests.support.audit import audit_entries
 from tests.support.dual import dual_args
 from tests.support.home import Home
-from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.modes import client_in
 
 pytestmark = needs_bwrap
 ERA = "2026-07-28"
-
-
-def _wire(params: Any) -> dict[str, Any]:
-    wired: dict[str, Any] = params.model_dump(by_alias=True, exclude_none=True)
-    return wired
-
-
-@asynccontextmanager
-async def client_of(
-    user: Home, mode: str, transport: str, human: Human, args: list[str]
-) -> AsyncIterator[Client]:
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        return types.ElicitResult.model_validate(
-            human.answer({"method": ELICIT, "params": _wire(params)})
-        )
-
-    async def sample(context: Any, params: Any) -> types.CreateMessageResult:
-        return types.CreateMessageResult.model_validate(
-            human.answer({"method": SAMPLE, "params": _wire(params)})
-        )
-
-    callbacks: dict[str, Any] = {"elicitation_callback": elicit, "sampling_callback": sample}
-    if transport == "stdio":
-        target = StdioServerParameters(
-            command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
-        )
-        async with Client(target, mode=mode, **callbacks) as client:
-            yield client
-        return
-    with serving(user, *args) as served:
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        async with (
-            httpx2.AsyncClient(headers=bearer, timeout=30) as http,
-            Client(
-                streamable_http_client(served.url, http_client=http), mode=mode, **callbacks
-            ) as client,
-        ):
-            yield client
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
@@ -79,7 +32,7 @@ def test_a_stateless_servers_questions_reach_a_client_of_either_era(
 
     async def scenario() -> None:
         args = dual_args(user, "--stateless-only")
-        async with client_of(user, mode, transport, human, args) as client:
+        async with client_in(user, transport, args, mode, human) as client:
             for tool in ("greet", "haiku", "roots"):
                 result = await client.call_tool(tool, {})
                 text = "\n".join(getattr(c, "text", "") for c in result.content)
@@ -121,7 +74,7 @@ def test_a_server_of_both_eras_is_opened_in_the_era_its_config_says(
 
     async def scenario() -> None:
         args = dual_args(user, **settings)
-        async with client_of(user, "legacy", "stdio", human, args) as client:
+        async with client_in(user, "stdio", args, "legacy", human) as client:
             result = await client.call_tool("greet", {})
             said.append("\n".join(getattr(c, "text", "") for c in result.content))
 

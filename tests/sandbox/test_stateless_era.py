@@ -10,15 +10,12 @@ import json
 from pathlib import Path
 
 import anyio
-import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
+from mcp import Client
 
 from tests.support.home import Home
-from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.modes import client_in
 
 pytestmark = needs_bwrap
 
@@ -38,20 +35,8 @@ def test_each_mode_of_the_sdk_client_gets_the_same_policy(
     seen: dict[str, object] = {}
 
     async def scenario() -> None:
-        if transport == "stdio":
-            params = StdioServerParameters(
-                command=IRONCURTAIN, args=["run", *argv], env=user.env, cwd=str(user.root)
-            )
-            async with Client(params, mode=mode) as client:
-                await session(client)
-            return
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        with serving(user, *argv) as served:
-            async with (
-                httpx2.AsyncClient(headers=bearer, timeout=30) as http,
-                Client(streamable_http_client(served.url, http_client=http), mode=mode) as client,
-            ):
-                await session(client)
+        async with client_in(user, transport, argv, mode) as client:
+            await session(client)
 
     async def session(client: Client) -> None:
         seen["version"] = client.protocol_version

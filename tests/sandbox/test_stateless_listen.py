@@ -8,42 +8,23 @@ closed, the server is told to stop watching. A call's progress reaches such a cl
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
-import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.home import Home
-from tests.support.http import TOKEN, probe_args, serving
+from tests.support.http import probe_args
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.modes import client_in
 
 pytestmark = needs_bwrap
 ERA = "2026-07-28"
 
 
-@asynccontextmanager
-async def stateless_client(user: Home, transport: str) -> AsyncIterator[Client]:
-    args = probe_args(user)
-    if transport == "stdio":
-        target = StdioServerParameters(
-            command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
-        )
-        async with Client(target, mode=ERA) as client:
-            yield client
-        return
-    with serving(user, *args) as served:
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        async with (
-            httpx2.AsyncClient(headers=bearer, timeout=30) as http,
-            Client(streamable_http_client(served.url, http_client=http), mode=ERA) as client,
-        ):
-            yield client
+def stateless_client(user: Home, transport: str) -> Any:
+    return client_in(user, transport, probe_args(user), ERA)
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])

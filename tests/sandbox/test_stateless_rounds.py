@@ -8,68 +8,21 @@ era."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
-import httpx2
 import mcp.types as types
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.asking import ELICIT, SAMPLE, Human, asking_args
 from tests.support.audit import audit_entries
 from tests.support.home import Home
-from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
-from tests.support.paths import IRONCURTAIN
+from tests.support.modes import client_in
 from tests.support.probe import probe_calls, probe_session
 
 pytestmark = needs_bwrap
 ERA = "2026-07-28"
-
-
-@asynccontextmanager
-async def stateless_client(
-    user: Home, transport: str, args: Sequence[str], human: Human
-) -> AsyncIterator[Client]:
-    """The SDK client pinned to the stateless era; ``human`` answers what it is asked."""
-
-    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
-        said = human.answer({"method": ELICIT, "params": _wire(params)})
-        return types.ElicitResult.model_validate(said)
-
-    async def sample(
-        context: Any, params: types.CreateMessageRequestParams
-    ) -> types.CreateMessageResult:
-        said = human.answer({"method": SAMPLE, "params": _wire(params)})
-        return types.CreateMessageResult.model_validate(said)
-
-    callbacks: dict[str, Any] = {"elicitation_callback": elicit, "sampling_callback": sample}
-    if transport == "stdio":
-        params = StdioServerParameters(
-            command=IRONCURTAIN, args=["run", *args], env=user.env, cwd=str(user.root)
-        )
-        async with Client(params, mode=ERA, **callbacks) as client:
-            yield client
-        return
-    with serving(user, *args) as served:
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        async with (
-            httpx2.AsyncClient(headers=bearer, timeout=30) as http,
-            Client(
-                streamable_http_client(served.url, http_client=http), mode=ERA, **callbacks
-            ) as client,
-        ):
-            yield client
-
-
-def _wire(params: Any) -> dict[str, Any]:
-    """Request params as they came on the wire."""
-    wired: dict[str, Any] = params.model_dump(by_alias=True, exclude_none=True)
-    return wired
 
 
 def _text(result: types.CallToolResult) -> str:
@@ -84,7 +37,7 @@ def test_an_approval_is_asked_and_answered_in_rounds(user: Home, transport: str)
     out: list[tuple[bool, str]] = []
 
     async def scenario() -> None:
-        async with stateless_client(user, transport, args, human) as client:
+        async with client_in(user, transport, args, ERA, human) as client:
             assert client.protocol_version == ERA
             for name in ("HOME", "LANG"):
                 result = await client.call_tool("probe__env_value", {"name": name})
@@ -113,7 +66,7 @@ def test_a_servers_questions_are_asked_and_answered_in_rounds(user: Home, transp
     got: list[Any] = []
 
     async def scenario() -> None:
-        async with stateless_client(user, transport, asking_args(user), human) as client:
+        async with client_in(user, transport, asking_args(user), ERA, human) as client:
             for method, params in ((ELICIT, form), (SAMPLE, sampling)):
                 result = await client.call_tool("ask", {"method": method, "params": params})
                 got.append(json.loads(_text(result)))
