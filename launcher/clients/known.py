@@ -29,6 +29,7 @@ from launcher.clients.table import (
     listed_in,
     syntax_of,
 )
+from launcher.clients.text_reads import loaded_above, read_otherwise
 from launcher.clients.wrap_paths import holds_home, identity
 from launcher.clients.wrap_vars import LeftAlone, translate, unread
 from launcher.shared import dirs
@@ -147,42 +148,13 @@ def read(client: Client, source: Source, scope: str, project: Path | None) -> Cl
     """A client's file, its servers listed; UsageError names the file and the place of a
     mistake."""
     f = ClientFile(client, source, scope, project, [])
-    if client.variables == "opencode":
-        _opencode_reads_as_written(source)
-    if scope == "project" and f.syntax == "yaml" and len(source.text) > PROJECT_YAML_MAX:
-        # A server's block is a few hundred bytes; reading YAML costs far more than JSON.
-        raise UsageError(
-            f"{source.path}: a project's YAML file of more than {PROJECT_YAML_MAX // 1024} KiB "
-            "is not read"
-        )
-    if client.name == "continue" and "${{" in source.text:
-        raise UsageError(
-            f"{source.path}: Continue fills each ${{{{ ... }}}} into the file's text before it "
-            "reads it, from .env files a project can write too; what it would read cannot be "
-            "known: left alone"
-        )
+    unread = read_otherwise(client, source, scope, f.syntax)
+    if unread is not None:
+        raise UsageError(f"{source.path}: {unread}")
     data = load(f.syntax, source.text, source.path)
     servers = servers_at(data, f.key_path, f.listed, source.path)
     f.entries = [entry_of(client, name, raw) for name, raw in servers.items()]
     return f
-
-
-PROJECT_YAML_MAX = 64 * 1024
-# opencode replaces every {env:NAME} and {file:PATH} in its file's raw text, before it
-# parses it: one that holds a quote, a backslash, a line break or a comment's marks could
-# end a string or a comment for opencode and not for ironcurtain (an entry seen by one only).
-_OPENCODE_FILLED = re.compile(r"\{(?:env|file):([^}]*)\}")
-_OPENCODE_BREAKS = ('"', "\\", "\n", "\r", "/*", "*/", "//")
-
-
-def _opencode_reads_as_written(source: Source) -> None:
-    for match in _OPENCODE_FILLED.finditer(source.text):
-        if any(mark in match.group(1) for mark in _OPENCODE_BREAKS):
-            raise UsageError(
-                f"{source.path}: {match.group(0)[:60]!r} holds a quote, a backslash, a line "
-                "break or a comment mark; opencode fills it in before it reads the file, so it "
-                "would read the file differently from ironcurtain: left alone"
-            )
 
 
 def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
@@ -304,27 +276,7 @@ def found(home: Path, project: Path | None) -> Found:
                     except UsageError as exc:
                         out.refused.append((client, str(exc)))
     if project is not None:
-        out.refused.extend(_above(home, project))
-    return out
-
-
-# Files a client also loads from every directory above the one it starts in.
-_LOADED_ABOVE = {"opencode": ("opencode.json", "opencode.jsonc", ".opencode/opencode.json",
-                              ".opencode/opencode.jsonc")}  # fmt: skip
-
-
-def _above(home: Path, project: Path) -> list[tuple[Client, str]]:
-    """The client files above the project (up to the home, or the root) that a client
-    started in it loads too: not read, so their servers count as not protected."""
-    out: list[tuple[Client, str]] = []
-    for name, relatives in _LOADED_ABOVE.items():
-        for parent in project.parents:
-            if parent == home or holds_home(parent, home):
-                break
-            for relative in relatives:
-                if os.path.lexists(parent / relative):
-                    why = "loaded from a directory above the project; not read, not counted"
-                    out.append((BY_NAME[name], f"{parent / relative}: {why}"))
+        out.refused.extend(loaded_above(home, project))
     return out
 
 

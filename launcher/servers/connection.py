@@ -24,23 +24,17 @@ from launcher.host.proctree import Member, kill, over_limits, process_tree
 from launcher.servers import eras
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
-    LATEST_PROTOCOL,
     LINE_LIMIT,
-    STATELESS,
     ClientSide,
     Message,
     OnDone,
     ServerGone,
     encode,
     loads,
-    own_info,
 )
 from launcher.shared.lines import LineBuffer, LineProtocol
 
 NotificationHandler = Callable[["ServerConnection", Message], None]
-# Seconds a server has to answer ``server/discover`` before it is taken not to serve the
-# stateless era (one that ignores what it does not know).
-DISCOVER_TIMEOUT = 5.0
 RequestHandler = Callable[[Any, Message], None]  # (the connection, the request)
 
 
@@ -166,47 +160,18 @@ class ServerConnection:
         return self.client_capabilities.roots
 
     async def initialize(self) -> None:
-        """Open the conversation in the era the server's config says to offer first: the
-        ``initialize`` handshake, which every server of the handshake era takes (and in which
-        it asks its client as it was written to), then, when the server refuses it,
-        ``server/discover``, speaking the stateless era to a server that serves it; or those
-        two the other way round."""
-        if self.client_capabilities.era == STATELESS and await self._discover():
-            return
-        response = await self.request(
-            "initialize",
-            {
-                "protocolVersion": LATEST_PROTOCOL,
-                "capabilities": self.client_capabilities.capabilities,
-                "clientInfo": own_info(),
-            },
+        """Open the conversation, in the era the server serves (:mod:`launcher.servers.eras`)."""
+        era, self._envelope, self.initialize_result = await eras.opened_with(
+            self.request, self.client_capabilities
         )
-        if "error" in response:
-            refused = str(
-                response["error"].get("message") if isinstance(response["error"], dict) else ""
-            )
-            if self.client_capabilities.era != STATELESS and await self._discover():
-                return
-            raise RuntimeError(f"initialize failed: {refused}")
-        self.initialize_result = response.get("result") or {}
-        self.notify("notifications/initialized", None)
-
-    async def _discover(self) -> bool:
-        """Whether the server serves the stateless era (then it is spoken to in it)."""
-        envelope = eras.envelope(self.client_capabilities.capabilities)
-        try:
-            found = await self.request("server/discover", {"_meta": envelope}, DISCOVER_TIMEOUT)
-        except TimeoutError:
-            return False
-        opened = eras.opened(found, envelope)
-        if opened is None:
-            return False
-        self.era, self._envelope, self.initialize_result = STATELESS, envelope, opened
+        self.era = era
+        if era == HANDSHAKE:
+            self.notify("notifications/initialized", None)
+            return
         wanted = eras.list_changes(self.capabilities)
         if wanted:  # its lists' changes, on a listen of ironcurtain's own for the session
             with contextlib.suppress(ServerGone, OSError):
                 self.send_request("subscriptions/listen", {"notifications": wanted}, _no_answer)
-        return True
 
     @property
     def capabilities(self) -> Message:

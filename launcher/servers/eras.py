@@ -11,16 +11,65 @@ version, ironcurtain's name and the capabilities it may use in its ``_meta``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from launcher.relay.asks import elicitation_modes
 from launcher.shared.jsonrpc import (
+    HANDSHAKE,
+    LATEST_PROTOCOL,
     META_CAPABILITIES,
     META_CLIENT_INFO,
     META_SERVER_INFO,
     META_VERSION,
+    STATELESS,
     STATELESS_VERSIONS,
+    ClientSide,
     Message,
     own_info,
 )
+
+# Seconds a server has to answer ``server/discover`` before it is taken not to serve the
+# stateless era (one that ignores what it does not know).
+DISCOVER_TIMEOUT = 5.0
+# Sends a request and waits for its whole response (a connection's ``request``).
+Request = Callable[[str, Message | None, float | None], Awaitable[Message]]
+
+
+async def opened_with(request: Request, client: ClientSide) -> tuple[str, Message | None, Message]:
+    """Open the conversation in the era the server's config says to offer first: the
+    ``initialize`` handshake, which every server of the handshake era takes, then, when the
+    server refuses it, ``server/discover``; or those two the other way round. The era, the
+    ``_meta`` each request of the stateless era carries (None in the handshake era), and
+    what the server said of itself (its ``initialize`` result, or its like)."""
+    if client.era == STATELESS:
+        found = await _discovered(request, client)
+        if found is not None:
+            return found
+    response = await request(
+        "initialize",
+        {"protocolVersion": LATEST_PROTOCOL, "capabilities": client.capabilities,
+         "clientInfo": own_info()},
+        None,
+    )  # fmt: skip
+    if "error" in response:
+        err = response["error"]
+        refused = str(err.get("message") if isinstance(err, dict) else "")
+        found = await _discovered(request, client) if client.era != STATELESS else None
+        if found is not None:
+            return found
+        raise RuntimeError(f"initialize failed: {refused}")
+    said = response.get("result")
+    return HANDSHAKE, None, said if isinstance(said, dict) else {}
+
+
+async def _discovered(request: Request, client: ClientSide) -> tuple[str, Message, Message] | None:
+    sent = envelope(client.capabilities)
+    try:
+        found = await request("server/discover", {"_meta": sent}, DISCOVER_TIMEOUT)
+    except TimeoutError:
+        return None
+    said = opened(found, sent)
+    return None if said is None else (STATELESS, sent, said)
 
 
 def envelope(capabilities: Message) -> Message:
