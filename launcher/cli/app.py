@@ -158,6 +158,14 @@ def run(
             "list of strings.",
         ),
     ] = "scope",
+    max_clients: Annotated[
+        int,
+        typer.Option(
+            "--max-clients",
+            help="With --http: how many sessions, and in gateway mode callers, are served at "
+            "once (each with servers of its own); the one idle longest makes room.",
+        ),
+    ] = 16,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.cli.run import start
@@ -183,6 +191,7 @@ def run(
         oidc_audience=oidc_audience,
         oidc_jwks_url=oidc_jwks_url,
         permissions_claim=permissions_claim,
+        max_clients=max_clients,
     )
     raise typer.Exit(start(opts))
 

@@ -44,8 +44,16 @@ def _ask(message: dict[str, object]) -> str:
         f"{message.get('server')}/{message.get('tool')} needs your approval{said}", one_line=True
     )
     rule = visible(f"rule {message.get('rule')}: {message.get('reason')}", one_line=True)
+    caller = message.get("caller")
+    asker = (
+        visible(f"asked by caller {caller.get('name')} ({caller.get('issuer')})", one_line=True)
+        if isinstance(caller, dict)
+        else ""
+    )
     text = (
-        f"\n{head}\n  {rule}\n"
+        f"\n{head}\n"
+        + (f"  {asker}\n" if asker else "")
+        + f"  {rule}\n"
         + (f"  {visible(str(message['grant']), one_line=True)}\n" if message.get("grant") else "")
         + f"  arguments: {visible(args)}"
     )

@@ -49,6 +49,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--oidc-audience": ("oidc_audience", "str"),
     "--oidc-jwks-url": ("oidc_jwks_url", "str"),
     "--permissions-claim": ("permissions_claim", "str"),
+    "--max-clients": ("max_clients", "int"),
 }
 
 # How the command line names each setting the library's errors name by its field: run's

@@ -78,8 +78,12 @@ class RunOptions:
     oidc_audience: str | None = None
     oidc_jwks_url: str | None = None  # else from the issuer's discovery document
     permissions_claim: str = "scope"
+    max_clients: int = 16  # over HTTP: sessions (and callers) served at once, each own servers
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
+
+
+MAX_CLIENTS = 1024  # each has servers of its own: more is no setting, an outage
 
 
 @frozen
@@ -107,6 +111,7 @@ class SessionPlan:
     http_token: Token | None = None  # set with http_port, unless callers come with tokens
     caller: Caller | None = None  # the one caller of a session on stdio (a caller file)
     gateway: Gateway | None = None  # over HTTP: callers authenticated by their JWTs
+    max_clients: int = 16  # over HTTP: sessions (and callers) served at once
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
 
@@ -211,6 +216,10 @@ def check_options(opts: RunOptions) -> None:
             opts.http_token_file,
             "is only used with {http_port}",
             mentions=("http_port",),
+        )
+    if not 1 <= opts.max_clients <= MAX_CLIENTS:
+        raise OptionError(
+            "max_clients", opts.max_clients, f"expected a number from 1 to {MAX_CLIENTS}"
         )
     check_caller_options(opts)
     if not opts.approval_timeout > 0:
@@ -379,6 +388,7 @@ def _plan(
         max_identical_calls=opts.max_identical_calls,
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
+        max_clients=opts.max_clients,
         http_token=http_token,
         caller=caller,
         gateway=gateway,

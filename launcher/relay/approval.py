@@ -83,6 +83,13 @@ class Approvals:
     terminals: Terminals | None = None
     # (server, tool, argument hash) that the user approved for the rest of the session.
     session_whitelist: set[tuple[str, str, str]] = field(default_factory=set)
+    # Whose calls these are (gateway mode: a caller's own), as a terminal is told.
+    caller: dict[str, str] | None = None
+
+    def for_caller(self, caller: dict[str, str]) -> Approvals:
+        """Approvals asked the same way, for ``caller``'s calls only: what it is approved for
+        the session is its own."""
+        return Approvals(self.mode, self.timeout, self.terminals, caller=caller)
 
     def forget(self, server: str, tool: str) -> None:
         """What was approved for the session for ``tool`` of ``server`` no longer counts
@@ -131,6 +138,7 @@ class Approvals:
                 "reason": decision.reason,
                 "question": visible(_asked(server, tool, by_server)),
                 **({"grant": grant} if grant else {}),
+                **({"caller": self.caller} if self.caller else {}),
             }
             try:
                 said = await self.terminals.ask(question, self.timeout)

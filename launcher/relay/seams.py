@@ -21,6 +21,7 @@ from launcher.relay.gate import Gate
 from launcher.relay.grants import Grant
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Listing, Router
+from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import Message, OnDone
 from policy.output import OutputPolicy
 from sandbox_profiles.records import frozen, mutable
@@ -150,3 +151,5 @@ class Core:
     # What servers send the client, filtered (output policies, credential detectors).
     outputs: Outputs = field(default_factory=lambda: Outputs(OutputPolicy(), {}))
     widen: Widening | None = None  # None: an approved call runs where any call runs
+    # Whose requests this relay serves (None: no caller source; one local user).
+    caller: Caller | None = None

@@ -1,6 +1,10 @@
 """One client's servers and the relay over them: the only one on stdio; over HTTP, one per
-MCP session (:mod:`launcher.session.wiring` makes them,
-:mod:`launcher.transports.streamable_http` asks)."""
+MCP session and one for the stateless protocol's requests, or in gateway mode one for each
+caller's (:mod:`launcher.session.wiring` makes them, :mod:`launcher.transports` asks).
+
+What a caller is granted lasts beyond one of its relays: approvals "for this session" and
+the circuit breaker's counts are kept per caller (:class:`Kept`), shared by the relays that
+serve it and dropped with the last of them."""
 
 from __future__ import annotations
 
@@ -22,8 +26,10 @@ from launcher.servers.fleet import Fleet
 from launcher.servers.widen import Widener
 from launcher.session.report import say
 from launcher.shared import dirs
+from launcher.shared.callers import Caller
 from launcher.shared.errors import Names
 from launcher.shared.jsonrpc import Message
+from sandbox_profiles.records import mutable
 
 # What a one-shot instance (one approved call beyond its sandbox) may tell the client.
 ONE_SHOT_NOTIFICATIONS = ("notifications/progress", "notifications/message")
@@ -44,6 +50,20 @@ class Hosting(Protocol):
 
     def settle(self) -> None: ...
 
+    def kept_for(self, caller: Caller) -> Kept: ...
+
+    def release(self, caller: Caller) -> None: ...
+
+
+@mutable
+class Kept:
+    """What is kept of one caller while a relay serves it: what it was approved for the
+    session, and its circuit breaker."""
+
+    approvals: Approvals
+    breaker: CircuitBreaker
+    users: int = 0  # the relays serving it now
+
 
 class Served:
     """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
@@ -53,6 +73,26 @@ class Served:
         self.session = session
         self.fleet = Fleet(session.plan, self._notified, session.halted)
         self.relay: Relay | None = None
+        self._kept: Caller | None = None  # whose approvals and breaker the gate uses
+
+    @property
+    def caller(self) -> Caller | None:
+        """Whose requests these servers serve (None: no caller source)."""
+        return self.relay.core.caller if self.relay is not None else None
+
+    @caller.setter
+    def caller(self, caller: Caller | None) -> None:
+        """Serve ``caller`` (the same one again: with the permissions its latest token
+        gives); the first time, its approvals and breaker become the gate's."""
+        assert self.relay is not None
+        core = self.relay.core
+        core.caller = caller
+        if caller is None or self._kept is not None:
+            return
+        kept = self.session.kept_for(caller)
+        self._kept = caller
+        core.gate.approvals = kept.approvals
+        core.gate.breaker = kept.breaker
 
     def attach(self, upstream: Upstream | None, at_start: bool) -> Relay:
         """The relay over these servers, sending to ``upstream`` (None: given later)."""
@@ -72,6 +112,9 @@ class Served:
         await self.fleet.stop()
         if self in self.session.served:
             self.session.served.remove(self)
+        if self._kept is not None:
+            self.session.release(self._kept)
+            self._kept = None
         self.session.settle()
 
     def _relay(self, at_start: bool) -> Relay:

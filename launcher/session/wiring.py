@@ -28,12 +28,14 @@ from launcher.guard.watch import Guard, GuardFailure, Quarantined
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
+from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
 from launcher.servers.egress import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
-from launcher.session.served import Served
+from launcher.session.served import Kept, Served
+from launcher.shared.callers import Caller
 from launcher.shared.errors import Names, StartupError, by_field
 from launcher.shared.jsonrpc import Message
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
@@ -71,6 +73,7 @@ class Session:
             else None
         )
         self.approvals = Approvals(plan.approval, plan.approval_timeout, self.terminals)
+        self.kept: dict[tuple[str, str], Kept] = {}  # per caller, while a relay serves it
         self.relay: Relay | None = None
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
@@ -135,6 +138,7 @@ class Session:
             else:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
                 self.relay = self.first.attach(self.stdio, at_start=True)
+                self.first.caller = self.plan.caller
                 if self.plan.caller is not None and self.audit is not None:
                     # The one caller of a session on stdio: every entry names it.
                     audited = {"caller": self.plan.caller.audited}
@@ -194,16 +198,19 @@ class Session:
 
             gatekeeper = Gatekeeper(self.plan.gateway, say)
         token = self.plan.http_token.value if self.plan.http_token is not None else None
-        self.http = HttpEndpoint(port, token, self._open_client, say, gatekeeper)
+        self.http = HttpEndpoint(
+            port, token, self._open_client, say, gatekeeper, self.plan.max_clients
+        )
         # The socket was bound before any server started (a port that cannot be had stops
         # the session before anything does); the endpoint owns it from here.
         sock, self._started.http = self._started.http, None
         await self.http.start(sock)
 
-    async def _open_client(self, upstream: HttpUpstream) -> Served:
-        """Servers and a relay for a new HTTP session: the ones started with the session
-        for the first, then a spare started in advance (the next one is started at once).
-        Its audit entries say what the client's transport adds (the caller, the session)."""
+    async def _open_client(self, upstream: HttpUpstream, caller: Caller | None) -> Served:
+        """Servers and a relay for a new HTTP session (or the stateless requests of one
+        caller): the ones started with the session for the first, then a spare started in
+        advance (the next one is started at once). Its audit entries say what the client's
+        transport adds (the caller, the session)."""
         first = self.first.relay
         if first is not None and first.upstream is None:
             first.upstream = upstream
@@ -215,11 +222,29 @@ class Session:
             served.attach(upstream, at_start=False)
         assert served.relay is not None and self.audit is not None
         served.relay.core.audit = self.audit.for_client(upstream.audit_fields)
-        from launcher.transports.streamable_http import MAX_SESSIONS
-
-        if self._spare is None and len(self.served) < MAX_SESSIONS:
+        served.caller = caller
+        if self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
         return served
+
+    def kept_for(self, caller: Caller) -> Kept:
+        """What is kept of ``caller`` (its approvals, its breaker), made with its first relay;
+        one more relay uses it."""
+        kept = self.kept.get(caller.key)
+        if kept is None:
+            approvals = self.approvals.for_caller(caller.audited)
+            kept = Kept(approvals, CircuitBreaker(self.plan.max_identical_calls))
+            self.kept[caller.key] = kept
+        kept.users += 1
+        return kept
+
+    def release(self, caller: Caller) -> None:
+        """One relay of ``caller``'s is gone; with the last, what was kept of it."""
+        kept = self.kept.get(caller.key)
+        if kept is not None:
+            kept.users -= 1
+            if kept.users <= 0:
+                del self.kept[caller.key]
 
     async def _start_spare(self) -> Served:
         served = Served(self)

@@ -17,9 +17,9 @@ at:
 - ``MCP-Protocol-Version``, when sent, is one this endpoint speaks (400);
 - the body is at most ``BODY_LIMIT`` bytes (413), a session id is known (404).
 
-At most ``MAX_SESSIONS`` sessions are open: a new one ends the session unused longest that
-has no request being served (clients that go away without DELETE leave theirs behind), and
-is refused (503) only when every one is busy.
+At most ``max_sessions`` sessions are open (``MAX_SESSIONS`` unless the session says): a new
+one ends the session unused longest that has no request being served (clients that go away
+without DELETE leave theirs behind), and is refused (503) only when every one is busy.
 
 A session no request has used for ``IDLE_TIMEOUT`` seconds (no call out, no GET stream
 open) is ended, as is one the client DELETEs; its servers stop.
@@ -75,16 +75,20 @@ class HttpEndpoint:
         opener: Opener,
         say: Callable[[str], None],
         gatekeeper: Gatekeeper | None = None,
+        max_sessions: int = MAX_SESSIONS,
     ):
         """``token``: the bearer token every request sends; or, with ``gatekeeper`` (gateway
-        mode), each request's caller is who its JWT names, and no token is taken."""
+        mode), each request's caller is who its JWT names, and no token is taken;
+        ``max_sessions``: sessions open at once (and, in gateway mode, callers whose
+        requests of the stateless protocol are served at once)."""
         self.port = port
         self.token = token
         self.gatekeeper = gatekeeper
         self._opener = opener
         self.say = say
         self.sessions: dict[str, ClientStream] = {}
-        self.stateless = StatelessClients(opener)
+        self.max_sessions = max_sessions
+        self.stateless = StatelessClients(opener, max_sessions, say)
         self._server: uvicorn.Server | None = None
         self._socket: socket.socket | None = None
         self._limited = RequestBodyLimitMiddleware(self._route, BODY_LIMIT)
@@ -218,8 +222,8 @@ class HttpEndpoint:
         if scope["method"] != "POST":
             await _json_error(send, 400, -32600, "missing Mcp-Session-Id: initialize first")
             return
-        if len(self.sessions) >= MAX_SESSIONS and not await self._evict():
-            await _json_error(send, 503, -32603, f"too many open sessions ({MAX_SESSIONS})")
+        if len(self.sessions) >= self.max_sessions and not await self._evict():
+            await _json_error(send, 503, -32603, f"too many open sessions ({self.max_sessions})")
             return
         client = ClientStream(self, scope.get(CALLER))
         self.sessions[client.id] = client
@@ -251,7 +255,7 @@ class HttpEndpoint:
         return True
 
     async def attach(self, client: ClientStream) -> Attached:
-        return await self._opener(client)
+        return await self._opener(client, client.caller)
 
     def forget(self, client: ClientStream) -> None:
         self.sessions.pop(client.id, None)
@@ -266,6 +270,7 @@ class ClientStream:
         self.endpoint = endpoint
         self.id = uuid.uuid4().hex
         self.owner = _owner(caller)  # who opened it (gateway mode): the only one it serves
+        self.caller = caller  # as its latest token says
         self._audited = {"httpSession": self.id, **({"caller": caller.audited} if caller else {})}
         self.transport = StreamableHTTPServerTransport(self.id, idle_timeout=IDLE_TIMEOUT)
         self.attached: Attached | None = None
@@ -279,6 +284,7 @@ class ClientStream:
         self.last_used = time.monotonic()
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self.caller = scope.get(CALLER, self.caller)  # what it may do: as this token says
         self.busy += 1
         try:
             await self.transport.handle_request(scope, receive, send)
@@ -366,6 +372,7 @@ class ClientStream:
             self.initialized = True
         if is_request:
             self._in_flight.add(message.id)
+        self.attached.caller = self.caller
         self.attached.feed(message.model_dump_json(by_alias=True, exclude_unset=True).encode())
         if isinstance(message, JSONRPCNotification) and message.method == (
             "notifications/cancelled"

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx2
 
+from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import result
 from launcher.transports.gateway_auth import Gatekeeper
 from launcher.transports.gateway_keys import gateway
@@ -31,6 +32,8 @@ ACCEPT = "application/json, text/event-stream"
 class Recording:
     """A relay that answers every request and records each with the audit fields its
     client's transport gives it."""
+
+    caller: Caller | None = None
 
     def __init__(self, upstream: Upstream, seen: list[tuple[str, Any]]) -> None:
         self.upstream, self.seen = upstream, seen
@@ -61,7 +64,7 @@ def scenario(work: Work) -> tuple[list[tuple[str, Any]], list[str], Provider]:
     with identity_provider() as idp:
 
         async def main() -> None:
-            async def opener(upstream: Upstream) -> Recording:
+            async def opener(upstream: Upstream, caller: Caller | None) -> Recording:
                 return Recording(upstream, seen)
 
             keeper = Gatekeeper(gateway(idp.issuer, AUDIENCE, None), said.append)

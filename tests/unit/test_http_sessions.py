@@ -11,8 +11,9 @@ from typing import Any
 import httpx2
 import pytest
 
+from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports import http_bounds, streamable_http
+from launcher.transports import http_bounds
 from launcher.transports.streamable_http import ClientStream, HttpEndpoint
 
 TOKEN = "t" * 32
@@ -25,6 +26,8 @@ INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
 
 class Answering:
     """A relay that answers every request at once, and records that it was closed."""
+
+    caller: Caller | None = None
 
     def __init__(self, upstream: ClientStream, closed: list[str]) -> None:
         self.upstream = upstream
@@ -43,11 +46,11 @@ class Answering:
         self.closed.append(self.upstream.id)
 
 
-async def _endpoint(closed: list[str]) -> HttpEndpoint:
-    async def opener(upstream: ClientStream) -> Answering:
+async def _endpoint(closed: list[str], max_sessions: int = 16) -> HttpEndpoint:
+    async def opener(upstream: Any, caller: Caller | None) -> Answering:
         return Answering(upstream, closed)
 
-    endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None)
+    endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None, max_sessions=max_sessions)
     await endpoint.start()
     return endpoint
 
@@ -65,12 +68,11 @@ async def _ping(http: httpx2.AsyncClient, url: str, sid: str) -> int:
 
 
 def test_a_new_client_ends_the_session_unused_longest(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(streamable_http, "MAX_SESSIONS", 3)
     closed: list[str] = []
     found: dict[str, Any] = {}
 
     async def scenario() -> None:
-        endpoint = await _endpoint(closed)
+        endpoint = await _endpoint(closed, max_sessions=3)
         try:
             async with httpx2.AsyncClient(timeout=10) as http:
                 sids = [await _open(http, endpoint.url) for _ in range(3)]
@@ -89,11 +91,10 @@ def test_a_new_client_ends_the_session_unused_longest(monkeypatch: pytest.Monkey
 def test_busy_sessions_are_kept_and_the_new_client_is_told_to_come_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(streamable_http, "MAX_SESSIONS", 2)
     found: dict[str, Any] = {}
 
     async def scenario() -> None:
-        endpoint = await _endpoint([])
+        endpoint = await _endpoint([], max_sessions=2)
         try:
             async with httpx2.AsyncClient(timeout=10) as http:
                 sids = [await _open(http, endpoint.url) for _ in range(2)]
@@ -121,7 +122,7 @@ def test_busy_sessions_are_kept_and_the_new_client_is_told_to_come_back(
 def test_servers_that_cannot_start_fail_the_initialize_and_open_no_session() -> None:
     found: dict[str, Any] = {}
 
-    async def failing(upstream: ClientStream) -> Answering:
+    async def failing(upstream: Any, caller: Caller | None) -> Answering:
         raise RuntimeError("server 'probe' failed to start: exit status 3")
 
     async def scenario() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx2
 
+from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import error, notification, result
 from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream
 from launcher.transports.streamable_http import HttpEndpoint
@@ -39,6 +40,8 @@ def call(rid: object, name: str, **meta: object) -> dict[str, Any]:
 class Echoing:
     """A relay that answers each call with the id it was given; ``hold`` is held until
     cancelled."""
+
+    caller: Caller | None = None
 
     def __init__(self, upstream: Upstream, seen: list[dict[str, Any]]) -> None:
         self.upstream = upstream
@@ -76,7 +79,7 @@ def scenario(work: Any) -> list[dict[str, Any]]:
     seen: list[dict[str, Any]] = []
 
     async def main() -> None:
-        async def opener(upstream: Upstream) -> Echoing:
+        async def opener(upstream: Upstream, caller: Caller | None) -> Echoing:
             return Echoing(upstream, seen)
 
         endpoint = HttpEndpoint(0, TOKEN, opener, lambda text: None)
@@ -191,7 +194,7 @@ def test_servers_that_cannot_start_are_an_error_and_not_started_for_every_reques
     tries: list[int] = []
 
     async def main() -> None:
-        async def opener(upstream: Upstream) -> Echoing:
+        async def opener(upstream: Upstream, caller: Caller | None) -> Echoing:
             tries.append(1)
             raise RuntimeError("server 'fs' failed to start")
 
@@ -233,7 +236,7 @@ def test_a_calls_progress_is_streamed_and_its_answer_is_never_lost() -> None:
 
 
 def test_what_is_made_for_a_listen_is_its_callers_in_the_audit() -> None:
-    async def opener(upstream: Upstream) -> Echoing:
+    async def opener(upstream: Upstream, caller: Caller | None) -> Echoing:
         return Echoing(upstream, [])
 
     clients = StatelessClients(opener)
@@ -245,7 +248,7 @@ def test_what_is_made_for_a_listen_is_its_callers_in_the_audit() -> None:
 
 def test_a_servers_question_is_the_callers_whose_request_it_was_asked_during() -> None:
     # As a hostile server: its question's own id names another client's request.
-    async def opener(upstream: Upstream) -> Echoing:
+    async def opener(upstream: Upstream, caller: Caller | None) -> Echoing:
         return Echoing(upstream, [])
 
     clients = StatelessClients(opener)
