@@ -4,11 +4,14 @@ caller's (:mod:`launcher.session.wiring` makes them, :mod:`launcher.transports` 
 
 What a caller is granted lasts beyond one of its relays: approvals "for this session" and
 the circuit breaker's counts are kept per caller (:class:`Kept`), shared by the relays that
-serve it and dropped with the last of them."""
+serve it, and kept ``KEEP_FOR`` seconds after the last of them ends (a client that opens a
+new session is the same caller); at most ``MAX_KEPT`` callers' no relay serves."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 from launcher.audit.log import AuditLog
@@ -55,14 +58,53 @@ class Hosting(Protocol):
     def release(self, caller: Caller) -> None: ...
 
 
+KEEP_FOR = 30 * 60.0
+MAX_KEPT = 1024
+
+
 @mutable
 class Kept:
-    """What is kept of one caller while a relay serves it: what it was approved for the
-    session, and its circuit breaker."""
+    """What is kept of one caller: what it was approved for the session, and its circuit
+    breaker."""
 
     approvals: Approvals
     breaker: CircuitBreaker
     users: int = 0  # the relays serving it now
+    unused_since: float = 0.0  # when the last of them ended (time.monotonic)
+
+
+class KeptCallers:
+    """What is kept of each caller, made by ``make`` with its first relay."""
+
+    def __init__(self, make: Callable[[Caller], Kept]) -> None:
+        self._make = make
+        self._kept: dict[tuple[str, str], Kept] = {}  # the most recently used last
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def take(self, caller: Caller) -> Kept:
+        """What is kept of ``caller``, for one more relay that serves it."""
+        kept = self._kept.pop(caller.key, None) or self._make(caller)
+        self._kept[caller.key] = kept
+        kept.users += 1
+        return kept
+
+    def release(self, caller: Caller) -> None:
+        """One relay of ``caller``'s is gone; with the last, what is kept of it starts to
+        expire, and the callers unused longest beyond ``MAX_KEPT`` go."""
+        kept = self._kept.get(caller.key)
+        now = time.monotonic()
+        if kept is not None:
+            kept.users -= 1
+            if kept.users <= 0:
+                kept.unused_since = now
+        unused = [key for key, held in self._kept.items() if held.users <= 0]
+        over = len(unused) - MAX_KEPT  # unused longest first: the order they were used in
+        for key in unused:
+            if over > 0 or now - self._kept[key].unused_since > KEEP_FOR:
+                del self._kept[key]
+                over -= 1
 
 
 class Served:

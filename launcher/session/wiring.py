@@ -34,7 +34,7 @@ from launcher.servers.egress import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
-from launcher.session.served import Kept, Served
+from launcher.session.served import Kept, KeptCallers, Served
 from launcher.shared.callers import Caller
 from launcher.shared.errors import Names, StartupError, by_field
 from launcher.shared.jsonrpc import Message
@@ -73,7 +73,13 @@ class Session:
             else None
         )
         self.approvals = Approvals(plan.approval, plan.approval_timeout, self.terminals)
-        self.kept: dict[tuple[str, str], Kept] = {}  # per caller, while a relay serves it
+        # What is kept of each caller: approvals for the session, its circuit breaker.
+        self.kept = KeptCallers(
+            lambda caller: Kept(
+                self.approvals.for_caller(caller.audited),
+                CircuitBreaker(plan.max_identical_calls),
+            )
+        )
         self.relay: Relay | None = None
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
@@ -228,23 +234,10 @@ class Session:
         return served
 
     def kept_for(self, caller: Caller) -> Kept:
-        """What is kept of ``caller`` (its approvals, its breaker), made with its first relay;
-        one more relay uses it."""
-        kept = self.kept.get(caller.key)
-        if kept is None:
-            approvals = self.approvals.for_caller(caller.audited)
-            kept = Kept(approvals, CircuitBreaker(self.plan.max_identical_calls))
-            self.kept[caller.key] = kept
-        kept.users += 1
-        return kept
+        return self.kept.take(caller)
 
     def release(self, caller: Caller) -> None:
-        """One relay of ``caller``'s is gone; with the last, what was kept of it."""
-        kept = self.kept.get(caller.key)
-        if kept is not None:
-            kept.users -= 1
-            if kept.users <= 0:
-                del self.kept[caller.key]
+        self.kept.release(caller)
 
     async def _start_spare(self) -> Served:
         served = Served(self)

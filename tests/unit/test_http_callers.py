@@ -1,0 +1,177 @@
+"""Gateway mode keeps callers apart at the HTTP endpoint, in process, on the real HTTP stack
+with real JWTs from a loopback identity provider and relays that record what reaches them:
+each caller's stateless-protocol requests reach a relay of its own (opened with its first
+request, with the permissions of its latest token), at most ``max_sessions`` at once (the one
+idle longest makes room, none that is busy), and a caller's relay unused too long is
+closed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx2
+import pytest
+
+from launcher.shared.callers import Caller
+from launcher.shared.jsonrpc import result
+from launcher.transports import stateless_http
+from launcher.transports.gateway_auth import Gatekeeper
+from launcher.transports.gateway_keys import gateway
+from launcher.transports.stateless_http import Upstream
+from launcher.transports.streamable_http import HttpEndpoint
+from tests.support.idp import AUDIENCE, Provider, identity_provider
+from tests.unit.test_http_gateway import stateless
+
+
+class CallerRelay:
+    """A relay that answers each call with whose relay it is and the permissions it was
+    given for the request; ``hold`` is held until the client goes away."""
+
+    def __init__(self, upstream: Upstream, opened: list[CallerRelay]) -> None:
+        self.upstream = upstream
+        self.caller: Caller | None = None
+        self.opened_for: Caller | None = None
+        self.closed = False
+        opened.append(self)
+
+    def feed(self, line: bytes) -> None:
+        message = json.loads(line)
+        if "id" not in message or message["params"].get("name") == "hold":
+            return
+        assert self.caller is not None and self.opened_for is not None
+        text = f"{self.opened_for.name}:{' '.join(sorted(self.caller.permissions))}"
+        answer = {"content": [{"type": "text", "text": text}]}
+        self.upstream.deliver(result(message["id"], answer))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def serve(work: Any, max_sessions: int = 16) -> tuple[list[CallerRelay], list[str]]:
+    opened: list[CallerRelay] = []
+    said: list[str] = []
+    with identity_provider() as idp:
+
+        async def main() -> None:
+            async def opener(upstream: Upstream, caller: Caller | None) -> CallerRelay:
+                relay = CallerRelay(upstream, opened)
+                relay.opened_for = caller
+                return relay
+
+            keeper = Gatekeeper(gateway(idp.issuer, AUDIENCE, None), said.append)
+            endpoint = HttpEndpoint(0, None, opener, said.append, keeper, max_sessions)
+            await endpoint.start()
+            try:
+                async with httpx2.AsyncClient(timeout=10) as http:
+                    await work(http, endpoint.url, idp, endpoint)
+            finally:
+                await endpoint.stop()
+
+        asyncio.run(asyncio.wait_for(main(), 60))
+    return opened, said
+
+
+def text(response: httpx2.Response) -> str:
+    assert response.status_code == 200, response.text
+    return str(response.json()["result"]["content"][0]["text"])
+
+
+def who(response: httpx2.Response) -> str:
+    """Whose relay answered."""
+    return text(response).split(":")[0]
+
+
+def test_each_callers_requests_reach_its_own_relay_with_its_latest_permissions() -> None:
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: HttpEndpoint) -> None:
+        alice = idp.token("alice", scope="crm:read")
+        bob = idp.token("bob", scope="crm:read crm:write")
+        got["first"] = await asyncio.gather(
+            http.post(url, **stateless(alice)),
+            http.post(url, **stateless(bob)),
+            http.post(url, **stateless(alice)),
+        )
+        # A later token of alice's with less in it: her next request may do only that.
+        got["narrowed"] = await http.post(url, **stateless(idp.token("alice", scope="")))
+
+    opened, _ = serve(work)
+    first = [text(r) for r in got["first"]]
+    assert first == ["alice:crm:read", "bob:crm:read crm:write", "alice:crm:read"]
+    assert text(got["narrowed"]) == "alice:"
+    assert sorted(r.opened_for.name for r in opened if r.opened_for) == ["alice", "bob"]
+
+
+def test_a_new_caller_past_the_limit_ends_the_one_idle_longest_never_a_busy_one() -> None:
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: HttpEndpoint) -> None:
+        a, b, c = (idp.token(name) for name in ("alice", "bob", "carol"))
+        held = asyncio.ensure_future(http.post(url, **stateless(a, "hold")))  # alice is busy
+        await asyncio.sleep(0.3)
+        got["bob"] = await http.post(url, **stateless(b))
+        got["carol"] = await http.post(url, **stateless(c))  # bob idle longest: ended
+        got["dave"] = await http.post(url, **stateless(idp.token("dave")))  # carol ended
+        got["bob again"] = await http.post(url, **stateless(b))  # dave ended, bob anew
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
+
+    opened, said = serve(work, max_sessions=2)
+    served = [who(got[k]) for k in ("bob", "carol", "dave", "bob again")]
+    assert served == ["bob", "carol", "dave", "bob"]
+    assert [r.opened_for.name for r in opened if r.opened_for] == [
+        "alice",
+        "bob",
+        "carol",
+        "dave",
+        "bob",
+    ]
+    ended = [line.split("'")[1] for line in said if "for a new caller" in line]
+    assert ended == ["bob", "carol", "dave"]  # never alice, whose request was out
+
+
+def test_when_every_caller_has_a_request_out_a_new_one_is_told_to_come_back() -> None:
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: HttpEndpoint) -> None:
+        held = asyncio.ensure_future(http.post(url, **stateless(idp.token("alice"), "hold")))
+        await asyncio.sleep(0.3)
+        got["bob"] = await http.post(url, **stateless(idp.token("bob")))
+        got["alice"] = await http.post(url, **stateless(idp.token("alice")))
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
+
+    opened, _ = serve(work, max_sessions=1)
+    assert got["bob"].status_code == 503
+    assert got["bob"].json()["error"]["message"] == (
+        "too many callers at once (1), each with a request out"
+    )
+    assert who(got["alice"]) == "alice"  # her own relay still serves her
+    assert [r.opened_for.name for r in opened if r.opened_for] == ["alice"]
+
+
+def test_a_caller_unused_for_the_idle_time_has_its_relay_closed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(stateless_http, "IDLE_TIMEOUT", 0.2)
+    monkeypatch.setattr(stateless_http, "SWEEP_EVERY", 0.1)
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
+        await http.post(url, **stateless(idp.token("alice")))
+        await http.post(url, **stateless(idp.token("bob")))
+        for _ in range(50):
+            await asyncio.sleep(0.1)
+            await http.post(url, **stateless(idp.token("bob")))  # bob keeps calling
+            if end.stateless.callers == 1:
+                break
+        got["left"] = end.stateless.callers
+
+    opened, said = serve(work)
+    assert got["left"] == 1
+    alice, _ = opened
+    assert alice.closed and alice.opened_for is not None and alice.opened_for.name == "alice"
+    assert any(line.startswith("servers of caller 'alice'") and "idle" in line for line in said)
+    assert not any("'bob'" in line and "idle" in line for line in said)
