@@ -26,6 +26,9 @@
   gateway per call over --http, a caller known by its JWT (gateway mode, an identity
           provider on loopback) vs the static bearer token; and checking a token in process
           (first sight: its signature; seen again)
+  callers per call in gateway mode, 20 callers at once (each with servers of its own,
+          calling at a steady pace) vs one caller alone; and what each caller adds to the
+          trusted process's memory
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -49,6 +52,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import bench_callers as crowds
 import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
@@ -66,6 +70,7 @@ GOALS = {
     "peers": "ironcurtain's added start and call below srt's and the SDK proxy's",
     "eras": "the stateless era no slower per call than the handshake era",
     "gateway": "<= 0.05 ms added per call (keys cached)",
+    "callers": "p99 <= 2x one caller's with 20 at once; <= 5 MB per caller",
 }
 results: dict[str, str] = {}
 
@@ -330,6 +335,10 @@ def bench_gateway(quick: bool) -> None:
     results["gateway"] = gateways.bench_gateway(quick)
 
 
+def bench_callers(quick: bool) -> None:
+    results["callers"] = crowds.bench_callers(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -341,6 +350,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "peers": bench_peers,
     "eras": bench_eras,
     "gateway": bench_gateway,
+    "callers": bench_callers,
 }
 
 
