@@ -3,12 +3,11 @@
 session, and is answered on its own response (``application/json``).
 
 Such requests are served by one relay over one set of the session's servers, opened with
-the first; in gateway mode, one for each caller, opened with its first request, closed when
-it has made none for ``IDLE_TIMEOUT`` seconds or when room is needed for another caller
-(at most ``max_callers`` at once). Nothing a client says lives between its requests, so any
-instance of ironcurtain behind a load balancer could answer the next one. The client's
-request ids are replaced by ironcurtain's own on the way in (two clients may both send id 1)
-and given back on the way out. A client that goes away before its answer cancels the request.
+the first; in gateway mode, one for each caller (:mod:`launcher.transports.relays`).
+Nothing a client says lives between its requests, so any instance of ironcurtain behind a
+load balancer could answer the next one. The client's request ids are replaced by
+ironcurtain's own on the way in (two clients may both send id 1) and given back on the way
+out. A client that goes away before its answer cancels the request.
 
 A ``subscriptions/listen`` request is answered with an event stream (``text/event-stream``):
 its acknowledgment first, then the notifications it asked for, each with the client's own id
@@ -33,8 +32,8 @@ import binascii
 import contextlib
 import itertools
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
@@ -47,10 +46,12 @@ from launcher.shared.jsonrpc import (
     error,
     loads,
 )
-from sandbox_profiles.records import mutable
+from launcher.transports.relays import CallerRelays, Opener, Relayed, TooMany, Upstream
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
+
+__all__ = ["CALLER", "Opener", "Relayed", "StatelessClients", "Upstream"]
 
 # Where a request's caller is kept in its ASGI scope, once its token made one (gateway mode).
 CALLER = "ironcurtain.caller"
@@ -59,51 +60,10 @@ LISTEN = "subscriptions/listen"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 STREAM_BACKLOG = 1024  # notifications held for one listen's stream
 CONTINUED = 4096  # callers kept for calls that go on as retries
-RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
-IDLE_TIMEOUT = 30 * 60.0  # seconds a caller's servers are kept with no request from it
-SWEEP_EVERY = 60.0  # seconds between looks for callers idle that long
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
 BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _CHECKED_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
-
-
-class Relayed(Protocol):
-    """A relay as a transport sees it: what the client says goes in as JSON text; whose
-    requests it serves (gateway mode: one caller's, whose latest token says what it may do)."""
-
-    caller: Caller | None
-
-    def feed(self, line: bytes) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class Upstream(Protocol):
-    """Where a relay's messages for its client go (the relay core's upstream seam)."""
-
-    def deliver(self, message: Message, related: str | int | None = None) -> None: ...
-
-    def backlog(self) -> int: ...
-
-    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
-        """What the audit log adds to ``entry``, written for this client (who called)."""
-        ...
-
-
-# Given where its messages go and whose requests it serves, start a client's servers and
-# relay (raises, with a message for the client, when they cannot be started).
-Opener = Callable[[Upstream, "Caller | None"], Awaitable[Relayed]]
-CallerKey = tuple[str, str] | None  # a caller's key; None: no caller source
-
-
-@mutable
-class _Held:
-    """One caller's relay, and how it is used."""
-
-    relay: Relayed
-    busy: int = 0  # its requests being served (a listen's stream among them)
-    last_used: float = 0.0
 
 
 class StatelessClients:
@@ -111,12 +71,7 @@ class StatelessClients:
     (in gateway mode, of each caller's)."""
 
     def __init__(self, opener: Opener, max_callers: int = 16, say: Callable[[str], None] = print):
-        self._opener = opener
-        self.max_callers = max_callers
-        self._say = say
-        self._relays: dict[CallerKey, _Held] = {}
-        self._opening: dict[CallerKey, asyncio.Future[_Held]] = {}
-        self._sweeper: asyncio.Task[None] | None = None
+        self.relays = CallerRelays(opener, self, max_callers, say)
         self._ids = itertools.count(1)
         self._waiting: dict[str, asyncio.Future[Message]] = {}
         self._streams: dict[str, asyncio.Queue[Message]] = {}  # listens, by their ids
@@ -125,7 +80,6 @@ class StatelessClients:
         # on as a retry (the most recent CONTINUED of them).
         self._callers: dict[str, dict[str, object]] = {}
         self._continued: dict[str, Mapping[str, object]] = {}
-        self._failed: tuple[float, str] | None = None  # when the servers last could not start
 
     # -- Upstream --------------------------------------------------------------------------
 
@@ -191,7 +145,7 @@ class StatelessClients:
             return
         caller: Caller | None = scope.get(CALLER)
         try:
-            held = await self._relay_for(caller)
+            held = await self.relays.take(caller)
         except TooMany as exc:
             await _answer(send, error(rid, -32603, str(exc)), 503)
             return
@@ -215,8 +169,7 @@ class StatelessClients:
                     await _answer(send, {**answer, "id": message["id"]})
         finally:
             who = self._callers.pop(internal, None)
-            held.busy -= 1
-            held.last_used = asyncio.get_running_loop().time()
+            self.relays.done(held)
         result = answer.get("result") if answer is not None else None
         goes_on = message["method"] == LISTEN  # its unsubscribes come after its stream
         if who is not None and (goes_on or (isinstance(result, dict) and "requestState" in result)):
@@ -301,92 +254,8 @@ class StatelessClients:
         refused = error(rid, -32022, f"unsupported protocol version: {version}", data)
         await _answer(send, refused, 400)
 
-    @property
-    def callers(self) -> int:
-        """How many relays serve requests of this era now (one per caller in gateway mode)."""
-        return len(self._relays)
-
     async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
-        for opening in list(self._opening.values()):
-            opening.cancel()
-        held, self._relays = list(self._relays.values()), {}
-        await asyncio.gather(*(h.relay.close() for h in held), return_exceptions=True)
-
-    async def _relay_for(self, caller: Caller | None) -> _Held:
-        """The relay of ``caller``'s requests, its servers started with its first (other
-        callers' requests go on meanwhile); after they could not be, the same failure for
-        ``RETRY_AFTER`` seconds rather than a start for each request. A new caller past
-        ``max_callers`` ends the one idle longest (:class:`TooMany` when every one has a
-        request out)."""
-        key = caller.key if caller is not None else None
-        while True:
-            held = self._relays.get(key)
-            if held is not None:
-                held.busy += 1  # counted before anything can end it
-                return held
-            opening = self._opening.get(key)
-            if opening is None:
-                loop = asyncio.get_running_loop()
-                if self._failed is not None and loop.time() < self._failed[0] + RETRY_AFTER:
-                    raise RuntimeError(self._failed[1])
-                if len(self._relays) + len(self._opening) >= self.max_callers:
-                    if not await self._evict():
-                        raise TooMany(
-                            f"too many callers at once ({self.max_callers}), "
-                            "each with a request out"
-                        )
-                    continue  # another request of this caller may have opened it meanwhile
-                opening = self._opening[key] = asyncio.ensure_future(self._open(key, caller))
-            await asyncio.shield(opening)
-
-    async def _open(self, key: CallerKey, caller: Caller | None) -> _Held:
-        loop = asyncio.get_running_loop()
-        try:
-            relay = await self._opener(self, caller)
-        except Exception as exc:
-            self._failed = (loop.time(), str(exc))
-            raise
-        finally:
-            self._opening.pop(key, None)
-        held = self._relays[key] = _Held(relay, last_used=loop.time())
-        if self._sweeper is None:
-            self._sweeper = asyncio.create_task(self._sweep())
-        return held
-
-    async def _evict(self) -> bool:
-        """End the caller's relay unused longest, if one has no request out."""
-        idle = [(h.last_used, k) for k, h in self._relays.items() if not h.busy]
-        if not idle:
-            return False
-        _, key = min(idle, key=lambda pair: pair[0])
-        await self._end(key, "the one idle longest, for a new caller")
-        return True
-
-    async def _sweep(self) -> None:
-        """End the relays (and servers) of callers that made no request for
-        ``IDLE_TIMEOUT`` seconds."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(SWEEP_EVERY)
-            for key, held in list(self._relays.items()):
-                if not held.busy and loop.time() - held.last_used > IDLE_TIMEOUT:
-                    await self._end(key, "idle")
-
-    async def _end(self, key: CallerKey, why: str) -> None:
-        held = self._relays.pop(key, None)
-        if held is None:
-            return
-        if key is not None:
-            self._say(f"servers of caller {key[1]!r} ({key[0]}) stopped: {why}")
-        with contextlib.suppress(Exception):
-            await held.relay.close()
-
-
-class TooMany(Exception):
-    """No room for another caller's servers now."""
+        await self.relays.close()
 
 
 def _cancel(relay: Relayed, internal: str, why: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports import stateless_http
+from launcher.transports import relays
 from launcher.transports.gateway_auth import Gatekeeper
 from launcher.transports.gateway_keys import gateway
 from launcher.transports.stateless_http import Upstream
@@ -155,8 +155,8 @@ def test_when_every_caller_has_a_request_out_a_new_one_is_told_to_come_back() ->
 def test_a_caller_unused_for_the_idle_time_has_its_relay_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(stateless_http, "IDLE_TIMEOUT", 0.2)
-    monkeypatch.setattr(stateless_http, "SWEEP_EVERY", 0.1)
+    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.2)
+    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.1)
     got: dict[str, Any] = {}
 
     async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
@@ -165,9 +165,9 @@ def test_a_caller_unused_for_the_idle_time_has_its_relay_closed(
         for _ in range(50):
             await asyncio.sleep(0.1)
             await http.post(url, **stateless(idp.token("bob")))  # bob keeps calling
-            if end.stateless.callers == 1:
+            if len(end.stateless.relays) == 1:
                 break
-        got["left"] = end.stateless.callers
+        got["left"] = len(end.stateless.relays)
 
     opened, said = serve(work)
     assert got["left"] == 1

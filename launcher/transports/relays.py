@@ -1,0 +1,171 @@
+"""The relays that serve requests of the stateless protocol era over HTTP: one for all of
+them, or in gateway mode one for each caller, opened with its first request, ended when it
+has made none for ``IDLE_TIMEOUT`` seconds or when room is needed for another caller (at
+most ``max_callers`` at once, the one idle longest going first; never one with a request
+out)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from launcher.shared.jsonrpc import Message
+from sandbox_profiles.records import mutable
+
+if TYPE_CHECKING:
+    from launcher.shared.callers import Caller
+
+RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
+IDLE_TIMEOUT = 30 * 60.0  # seconds a caller's servers are kept with no request from it
+SWEEP_EVERY = 60.0  # seconds between looks for callers idle that long
+
+
+class Relayed(Protocol):
+    """A relay as a transport sees it: what the client says goes in as JSON text; whose
+    requests it serves (gateway mode: one caller's, whose latest token says what it may do)."""
+
+    caller: Caller | None
+
+    def feed(self, line: bytes) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class Upstream(Protocol):
+    """Where a relay's messages for its client go (the relay core's upstream seam)."""
+
+    def deliver(self, message: Message, related: str | int | None = None) -> None: ...
+
+    def backlog(self) -> int: ...
+
+    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
+        """What the audit log adds to ``entry``, written for this client (who called)."""
+        ...
+
+
+# Given where its messages go and whose requests it serves, start a client's servers and
+# relay (raises, with a message for the client, when they cannot be started).
+Opener = Callable[[Upstream, "Caller | None"], Awaitable[Relayed]]
+CallerKey = tuple[str, str] | None  # a caller's key; None: no caller source
+
+
+@mutable
+class Held:
+    """One caller's relay, and how it is used."""
+
+    relay: Relayed
+    busy: int = 0  # its requests being served (a listen's stream among them)
+    last_used: float = 0.0
+
+
+class CallerRelays:
+    """The relays of the stateless protocol's requests, by caller; ``upstream`` is where
+    each sends its client's messages."""
+
+    def __init__(
+        self,
+        opener: Opener,
+        upstream: Upstream,
+        max_callers: int = 16,
+        say: Callable[[str], None] = print,
+    ) -> None:
+        self._opener = opener
+        self._upstream = upstream
+        self.max_callers = max_callers
+        self._say = say
+        self._relays: dict[CallerKey, Held] = {}
+        self._opening: dict[CallerKey, asyncio.Future[Held]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._failed: tuple[float, str] | None = None  # when the servers last could not start
+
+    def __len__(self) -> int:
+        return len(self._relays)
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        for opening in list(self._opening.values()):
+            opening.cancel()
+        held, self._relays = list(self._relays.values()), {}
+        await asyncio.gather(*(h.relay.close() for h in held), return_exceptions=True)
+
+    async def take(self, caller: Caller | None) -> Held:
+        """The relay of ``caller``'s requests, its servers started with its first (other
+        callers' requests go on meanwhile); after they could not be, the same failure for
+        ``RETRY_AFTER`` seconds rather than a start for each request. A new caller past
+        ``max_callers`` ends the one idle longest (:class:`TooMany` when every one has a
+        request out). Counted as busy until :meth:`done`."""
+        key = caller.key if caller is not None else None
+        while True:
+            held = self._relays.get(key)
+            if held is not None:
+                held.busy += 1  # counted before anything can end it
+                return held
+            opening = self._opening.get(key)
+            if opening is None:
+                loop = asyncio.get_running_loop()
+                if self._failed is not None and loop.time() < self._failed[0] + RETRY_AFTER:
+                    raise RuntimeError(self._failed[1])
+                if len(self._relays) + len(self._opening) >= self.max_callers:
+                    if not await self._evict():
+                        raise TooMany(
+                            f"too many callers at once ({self.max_callers}), "
+                            "each with a request out"
+                        )
+                    continue  # another request of this caller may have opened it meanwhile
+                opening = self._opening[key] = asyncio.ensure_future(self._open(key, caller))
+            await asyncio.shield(opening)
+
+    async def _open(self, key: CallerKey, caller: Caller | None) -> Held:
+        loop = asyncio.get_running_loop()
+        try:
+            relay = await self._opener(self._upstream, caller)
+        except Exception as exc:
+            self._failed = (loop.time(), str(exc))
+            raise
+        finally:
+            self._opening.pop(key, None)
+        held = self._relays[key] = Held(relay, last_used=loop.time())
+        if self._sweeper is None:
+            self._sweeper = asyncio.create_task(self._sweep())
+        return held
+
+    async def _evict(self) -> bool:
+        """End the caller's relay unused longest, if one has no request out."""
+        idle = [(h.last_used, k) for k, h in self._relays.items() if not h.busy]
+        if not idle:
+            return False
+        _, key = min(idle, key=lambda pair: pair[0])
+        await self._end(key, "the one idle longest, for a new caller")
+        return True
+
+    async def _sweep(self) -> None:
+        """End the relays (and servers) of callers that made no request for
+        ``IDLE_TIMEOUT`` seconds."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(SWEEP_EVERY)
+            for key, held in list(self._relays.items()):
+                if not held.busy and loop.time() - held.last_used > IDLE_TIMEOUT:
+                    await self._end(key, "idle")
+
+    async def _end(self, key: CallerKey, why: str) -> None:
+        held = self._relays.pop(key, None)
+        if held is None:
+            return
+        if key is not None:
+            self._say(f"servers of caller {key[1]!r} ({key[0]}) stopped: {why}")
+        with contextlib.suppress(Exception):
+            await held.relay.close()
+
+    def done(self, held: Held) -> None:
+        """A request ``take`` was for is served."""
+        held.busy -= 1
+        held.last_used = asyncio.get_running_loop().time()
+
+
+class TooMany(Exception):
+    """No room for another caller's servers now."""
