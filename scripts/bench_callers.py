@@ -69,13 +69,14 @@ class PacedCaller:
             self.failed = exc
 
 
-def _round(callers: list[PacedCaller], calls: int) -> list[float]:
-    """Every caller paced at once; the latencies of their calls."""
+def _round(callers: list[PacedCaller], calls: int, in_step: bool = False) -> list[float]:
+    """Every caller paced at once (``in_step``: each call of every caller in the same
+    instant); the latencies of their calls."""
     for caller in callers:
         caller.times = []
         caller.reconnect()
     threads = [
-        threading.Thread(target=c.paced, args=(calls, PACE * i / len(callers)))
+        threading.Thread(target=c.paced, args=(calls, 0.05 if in_step else PACE * i / len(callers)))
         for i, c in enumerate(callers)
     ]
     for thread in threads:
@@ -131,9 +132,11 @@ def bench_callers(quick: bool) -> str:
             )
             alone: list[float] = []
             crowd: list[float] = []
+            burst: list[float] = []
             for _ in range(rounds):
                 alone += _round(callers[:1], calls)
                 crowd += _round(callers, calls)
+                burst += _round(callers, calls // 2, in_step=True)
             crowd_rss = max(crowd_rss, process.memory_info().rss)
         finally:
             peer.close()
@@ -144,6 +147,10 @@ def bench_callers(quick: bool) -> str:
     print(f"  {f'{CROWD} callers at once':28} {_p(crowd, 0.5):7.3f}  {_p(crowd, 0.99):7.3f} ms")
     ratio = _p(crowd, 0.99) / _p(alone, 0.99)
     print(f"  p99 ratio {ratio:.2f}x   ({len(alone)} calls alone, {len(crowd)} in the crowd)")
+    print(
+        f"  {f'{CROWD} in step (a burst)':28} {_p(burst, 0.5):7.3f}  {_p(burst, 0.99):7.3f} ms"
+        f"   (every caller's call in the same instant: {_p(burst, 0.99) / _p(alone, 0.99):.1f}x)"
+    )
     print(
         f"  trusted process RSS: {alone_rss / 1e6:.1f} MB with one caller, "
         f"{crowd_rss / 1e6:.1f} MB with {CROWD}: {per_caller:.2f} MB per caller "
