@@ -19,7 +19,10 @@ at:
 
 At most ``max_sessions`` sessions are open (``MAX_SESSIONS`` unless the session says): a new
 one ends the session unused longest that has no request being served (clients that go away
-without DELETE leave theirs behind), and is refused (503) only when every one is busy.
+without DELETE leave theirs behind), and is refused (503) only when every one is busy. In
+gateway mode a caller holds at most a quarter of them: its new session past that ends its
+own session unused longest, or is refused (503) when every one of its own is busy, so one
+caller cannot keep the others out.
 
 A session no request has used for ``IDLE_TIMEOUT`` seconds (no call out, no GET stream
 open) is ended, as is one the client DELETEs; its servers stop.
@@ -32,39 +35,28 @@ import contextlib
 import hmac
 import json
 import socket
-import time
-import uuid
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import anyio
 import uvicorn
-from mcp.server.streamable_http import StreamableHTTPServerTransport
 from mcp.server.transport_security import RequestBodyLimitMiddleware
-from mcp.shared.message import ServerMessageMetadata, SessionMessage
-from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapter
-from pydantic import ValidationError
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
-from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, Message, error
+from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
 from launcher.transports.http_bounds import bounded_protocol, quiet_logs
+from launcher.transports.http_session import Attached, ClientStream, owner
 from launcher.transports.http_socket import listen_http
-from launcher.transports.stateless_http import CALLER, Opener, Relayed, StatelessClients
+from launcher.transports.stateless_http import CALLER, Opener, StatelessClients
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
     from launcher.transports.gateway_auth import Gatekeeper
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
-IDLE_TIMEOUT = 30 * 60.0
+CALLER_SHARE = 4  # in gateway mode a caller holds at most 1/CALLER_SHARE of the sessions
 KEEP_ALIVE = 5  # seconds an idle connection is kept open
-REQUEST_CANCELLED = -32800  # ends the event stream of a request the client cancelled
 ONLY_POST = "a request of the stateless protocol is a POST"
-
-
-Attached = Relayed  # one client session's relay, as the transport sees it
 
 
 class HttpEndpoint:
@@ -212,7 +204,7 @@ class HttpEndpoint:
         if sid is not None:
             client = self.sessions.get(sid)
             # A session is its caller's: another caller's token on it finds nothing there.
-            if client is None or client.owner != _owner(scope.get(CALLER)):
+            if client is None or client.owner != owner(scope.get(CALLER)):
                 await _json_error(send, 404, -32001, "session not found (it ended or expired)")
                 return
             await client.serve(scope, receive, send)
@@ -222,6 +214,14 @@ class HttpEndpoint:
         if scope["method"] != "POST":
             await _json_error(send, 400, -32600, "missing Mcp-Session-Id: initialize first")
             return
+        caller = owner(scope.get(CALLER))
+        if caller is not None:  # gateway mode: no caller takes more than its share
+            share = max(1, self.max_sessions // CALLER_SHARE)
+            own = [c for c in self.sessions.values() if c.owner == caller]
+            if len(own) >= share and not await self._evict(own):
+                text = f"too many open sessions of this caller ({share})"
+                await _json_error(send, 503, -32603, text)
+                return
         if len(self.sessions) >= self.max_sessions and not await self._evict():
             await _json_error(send, 503, -32603, f"too many open sessions ({self.max_sessions})")
             return
@@ -242,11 +242,12 @@ class HttpEndpoint:
             if not client.initialized or not status or status[0] >= 400:
                 await client.end()
 
-    async def _evict(self) -> bool:
-        """Make room for a new session by ending the one unused longest, if one has no
-        request being served (a client that went away without DELETE leaves its session
-        behind; it would answer 404 and initialize again)."""
-        idle = [c for c in self.sessions.values() if not c.busy]
+    async def _evict(self, among: list[ClientStream] | None = None) -> bool:
+        """Make room for a new session by ending the one unused longest (of ``among``,
+        else of all), if one has no request being served (a client that went away without
+        DELETE leaves its session behind; it would answer 404 and initialize again)."""
+        candidates = self.sessions.values() if among is None else among
+        idle = [c for c in candidates if not c.busy]
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.last_used)
@@ -259,148 +260,6 @@ class HttpEndpoint:
 
     def forget(self, client: ClientStream) -> None:
         self.sessions.pop(client.id, None)
-
-
-class ClientStream:
-    """One MCP session over HTTP: the relay's upstream. What the relay sends goes out in
-    order through one queue; an answer, and whatever belongs to a request (``related``),
-    on that request's event stream, the rest on the client's GET stream."""
-
-    def __init__(self, endpoint: HttpEndpoint, caller: Caller | None = None) -> None:
-        self.endpoint = endpoint
-        self.id = uuid.uuid4().hex
-        self.owner = _owner(caller)  # who opened it (gateway mode): the only one it serves
-        self.caller = caller  # as its latest token says
-        self._audited = {"httpSession": self.id, **({"caller": caller.audited} if caller else {})}
-        self.transport = StreamableHTTPServerTransport(self.id, idle_timeout=IDLE_TIMEOUT)
-        self.attached: Attached | None = None
-        self.initialized = False
-        self._outbox: asyncio.Queue[tuple[Message, str | int | None]] = asyncio.Queue()
-        self._in_flight: set[str | int] = set()  # the client's requests not yet answered
-        self._connected = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._ended = False
-        self.busy = 0  # requests being served, an open GET stream among them
-        self.last_used = time.monotonic()
-
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self.caller = scope.get(CALLER, self.caller)  # what it may do: as this token says
-        self.busy += 1
-        try:
-            await self.transport.handle_request(scope, receive, send)
-        finally:
-            self.busy -= 1
-            self.last_used = time.monotonic()
-
-    async def open(self) -> None:
-        self._task = asyncio.create_task(self._run())
-        await self._connected.wait()
-
-    async def end(self) -> None:
-        if self._ended:
-            return
-        self._ended = True
-        self.endpoint.forget(self)
-        with contextlib.suppress(Exception):
-            await self.transport.terminate()
-        if self._task is not None and self._task is not asyncio.current_task():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-        if self.attached is not None:
-            attached, self.attached = self.attached, None
-            await attached.close()
-
-    # -- Upstream --------------------------------------------------------------------------
-
-    def deliver(self, message: Message, related: str | int | None = None) -> None:
-        key = message.get("id")
-        if "method" not in message and isinstance(key, str | int):
-            if key not in self._in_flight:
-                return  # the client cancelled it: its stream was ended already
-            self._in_flight.discard(key)
-        self._outbox.put_nowait((message, related))
-
-    def backlog(self) -> int:
-        """Roughly the bytes waiting to go out (a message counts 1 KiB)."""
-        return self._outbox.qsize() * 1024
-
-    def audit_fields(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
-        """What each audit entry of this session adds: the session, and who opened it."""
-        return self._audited
-
-    # -- the session's two directions ------------------------------------------------------
-
-    async def _run(self) -> None:
-        try:
-            async with self.transport.connect() as (read, write):
-                self._connected.set()
-                pump = asyncio.create_task(self._pump(write))
-                try:
-                    idle = self.transport.idle_scope or anyio.CancelScope()
-                    with idle:
-                        async for item in read:
-                            if not isinstance(item, Exception):
-                                await self._take(item.message)
-                    if idle.cancelled_caught:
-                        self.endpoint.say(f"http session {self.id[:8]} ended: idle")
-                finally:
-                    pump.cancel()
-                    await asyncio.gather(pump, return_exceptions=True)
-        finally:
-            self._connected.set()
-            if not self._ended:
-                asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self.end()))
-
-    async def _take(self, message: Any) -> None:
-        """One message from the client, handed to the relay as JSON text."""
-        is_request = isinstance(message, JSONRPCRequest)
-        if self.attached is None:
-            if not (is_request and message.method == "initialize"):
-                if is_request:
-                    self._in_flight.add(message.id)
-                    self.deliver(error(message.id, -32600, "initialize first"))
-                return
-            try:
-                self.attached = await self.endpoint.attach(self)
-            except Exception as exc:
-                # No session comes of it: from now on its id is not found, while this
-                # request still gets its answer.
-                self.endpoint.forget(self)
-                self._in_flight.add(message.id)
-                self.deliver(error(message.id, -32603, f"cannot start the servers: {exc}"))
-                return
-            self.initialized = True
-        if is_request:
-            self._in_flight.add(message.id)
-        self.attached.caller = self.caller
-        self.attached.feed(message.model_dump_json(by_alias=True, exclude_unset=True).encode())
-        if isinstance(message, JSONRPCNotification) and message.method == (
-            "notifications/cancelled"
-        ):
-            cancelled = (message.params or {}).get("requestId")
-            if isinstance(cancelled, str | int) and cancelled in self._in_flight:
-                # Nothing more is sent for it; its event stream is ended so the client's
-                # POST does not hang.
-                self._in_flight.discard(cancelled)
-                self._outbox.put_nowait((error(cancelled, REQUEST_CANCELLED, "cancelled"), None))
-
-    async def _pump(self, write: Any) -> None:
-        while True:
-            message, related = await self._outbox.get()
-            try:
-                parsed = jsonrpc_message_adapter.validate_python(message, by_name=False)
-            except ValidationError as exc:
-                self.endpoint.say(f"http: a message could not be sent: {exc.errors()[0]['msg']}")
-                continue
-            metadata = None
-            if related is not None and "method" in message:
-                metadata = ServerMessageMetadata(related_request_id=related)
-            await write.send(SessionMessage(parsed, metadata=metadata))
-
-
-def _owner(caller: Caller | None) -> tuple[str, str] | None:
-    """Who a session belongs to: its caller, whatever permissions its next token carries."""
-    return caller.key if caller is not None else None
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

@@ -22,7 +22,7 @@ from launcher.transports.gateway_keys import gateway
 from launcher.transports.stateless_http import Upstream
 from launcher.transports.streamable_http import HttpEndpoint
 from tests.support.idp import AUDIENCE, Provider, identity_provider
-from tests.unit.test_http_gateway import stateless
+from tests.unit.test_http_gateway import handshake, stateless
 
 
 class CallerRelay:
@@ -175,3 +175,60 @@ def test_a_caller_unused_for_the_idle_time_has_its_relay_closed(
     assert alice.closed and alice.opened_for is not None and alice.opened_for.name == "alice"
     assert any(line.startswith("servers of caller 'alice'") and "idle" in line for line in said)
     assert not any("'bob'" in line and "idle" in line for line in said)
+
+
+def test_one_caller_holds_at_most_a_quarter_of_the_sessions_and_keeps_no_one_out() -> None:
+    got: dict[str, Any] = {}
+
+    async def opened(http: httpx2.AsyncClient, url: str, token: str) -> httpx2.Response:
+        return await http.post(url, **handshake(token))
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
+        mallory = idp.token("mallory")
+        first = [await opened(http, url, mallory) for _ in range(2)]
+        got["statuses"] = [r.status_code for r in first]
+        # Her sessions busy: each holds a GET stream open, as a client listening does.
+        streams = [
+            asyncio.ensure_future(
+                http.get(
+                    url, headers={**handshake(mallory, r.headers["mcp-session-id"])["headers"]}
+                )
+            )
+            for r in first
+        ]
+        await asyncio.sleep(0.3)
+        got["third"] = await opened(http, url, mallory)  # past her share, all hers busy
+        got["alice"] = await opened(http, url, idp.token("alice"))  # not kept out
+        got["mallory sessions"] = sum(
+            c.owner == (idp.issuer, "mallory") for c in end.sessions.values()
+        )
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+
+    serve(work, max_sessions=8)
+    assert got["statuses"] == [200, 200]
+    assert got["third"].status_code == 503
+    assert got["third"].json()["error"]["message"] == "too many open sessions of this caller (2)"
+    assert got["alice"].status_code == 200
+    assert got["mallory sessions"] == 2
+
+
+def test_a_callers_new_session_past_its_share_ends_its_own_unused_longest() -> None:
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
+        bob = await http.post(url, **handshake(idp.token("bob")))
+        sids = [
+            (await http.post(url, **handshake(idp.token("mallory")))).headers["mcp-session-id"]
+            for _ in range(3)
+        ]
+        got["left"] = sorted(
+            c.id for c in end.sessions.values() if c.owner == (idp.issuer, "mallory")
+        )
+        got["sids"] = sids
+        got["bob kept"] = bob.headers["mcp-session-id"] in end.sessions
+
+    serve(work, max_sessions=8)
+    assert got["left"] == sorted(got["sids"][1:])  # her first, unused longest, ended
+    assert got["bob kept"]

@@ -14,7 +14,8 @@ import pytest
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import result
 from launcher.transports import http_bounds
-from launcher.transports.streamable_http import ClientStream, HttpEndpoint
+from launcher.transports.http_session import ClientStream
+from launcher.transports.streamable_http import HttpEndpoint
 
 TOKEN = "t" * 32
 HEAD = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
