@@ -192,6 +192,11 @@ class Rounds:
         # Else every question is answered, or was withdrawn: the call goes on as the retry.
         return None
 
+    def waiting(self) -> bool:
+        """Whether a question's retry is still awaited (its state not expired)."""
+        self._sweep()
+        return bool(self._parked)
+
     def _sweep(self) -> None:
         """States past their expiry are let go (their retries are refused)."""
         now = time.time()

@@ -20,7 +20,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
-from launcher.relay.gate import Gate
+from launcher.relay.gate import Gate, label
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings, Upstream
@@ -135,6 +135,11 @@ class Served:
         self._kept = caller
         core.gate.approvals = kept.approvals
         core.gate.breaker = kept.breaker
+        # What these servers list that changed since it was pinned was approved for the
+        # session for no one: not for this caller either.
+        for server, changed in core.gate.changed.items():
+            for method, name in changed:
+                kept.approvals.forget(server, label(method, name))
 
     def attach(self, upstream: Upstream | None, at_start: bool) -> Relay:
         """The relay over these servers, sending to ``upstream`` (None: given later)."""
@@ -146,6 +151,10 @@ class Served:
     def feed(self, line: bytes) -> None:
         if self.relay is not None:
             self.relay.feed(line)
+
+    def holds(self) -> bool:
+        """Whether its client is to come back with the answers to a question."""
+        return self.relay is not None and self.relay.rounds.waiting()
 
     async def close(self) -> None:
         """Stop this client's relay and servers (the session goes on)."""

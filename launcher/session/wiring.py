@@ -21,7 +21,8 @@ import os
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardFailure, Quarantined
@@ -227,7 +228,7 @@ class Session:
             served = await spare
             served.attach(upstream, at_start=False)
         assert served.relay is not None and self.audit is not None
-        served.relay.core.audit = self.audit.for_client(upstream.audit_fields)
+        served.relay.core.audit = self.audit.for_client(_stamped(upstream, caller))
         served.caller = caller
         if self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
@@ -389,6 +390,22 @@ class Session:
                 "host tools (git, shells, editors) and could not be moved out; inspect and "
                 f"remove them before using the workspace:\n{listing}"
             )
+
+
+def _stamped(
+    upstream: HttpUpstream, caller: Caller | None
+) -> Callable[[Mapping[str, Any]], Mapping[str, object]]:
+    """What each audit entry of a relay adds: what its client's transport says of the
+    entry's request (its caller, its session, the client's own id for it) and, whatever the
+    transport no longer knows of a request, the caller the relay serves."""
+    if caller is None:
+        return upstream.audit_fields
+    own = {"caller": caller.audited}
+
+    def stamp(entry: Mapping[str, Any]) -> Mapping[str, object]:
+        return {**own, **upstream.audit_fields(entry)}
+
+    return stamp
 
 
 def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> list[str]:

@@ -30,6 +30,11 @@ class Relayed(Protocol):
 
     def feed(self, line: bytes) -> None: ...
 
+    def holds(self) -> bool:
+        """Whether its client is to come back for something (a question's retry), so it is
+        not ended to make room."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -79,6 +84,7 @@ class CallerRelays:
         self._opening: dict[CallerKey, asyncio.Future[Held]] = {}
         self._sweeper: asyncio.Task[None] | None = None
         self._failed: tuple[float, str] | None = None  # when the servers last could not start
+        self._awaited: dict[CallerKey, int] = {}  # requests waiting for their relay to open
 
     def __len__(self) -> int:
         return len(self._relays)
@@ -117,7 +123,14 @@ class CallerRelays:
                         )
                     continue  # another request of this caller may have opened it meanwhile
                 opening = self._opening[key] = asyncio.ensure_future(self._open(key, caller))
-            await asyncio.shield(opening)
+            # Until this request is counted on it, the relay is not ended to make room.
+            self._awaited[key] = self._awaited.get(key, 0) + 1
+            try:
+                await asyncio.shield(opening)
+            finally:
+                self._awaited[key] -= 1
+                if not self._awaited[key]:
+                    del self._awaited[key]
 
     async def _open(self, key: CallerKey, caller: Caller | None) -> Held:
         loop = asyncio.get_running_loop()
@@ -134,8 +147,13 @@ class CallerRelays:
         return held
 
     async def _evict(self) -> bool:
-        """End the caller's relay unused longest, if one has no request out."""
-        idle = [(h.last_used, k) for k, h in self._relays.items() if not h.busy]
+        """End the caller's relay unused longest, if one has no request out (nor one on its
+        way to it, nor a question whose retry is awaited)."""
+        idle = [
+            (h.last_used, k)
+            for k, h in self._relays.items()
+            if not h.busy and k not in self._awaited and not h.relay.holds()
+        ]
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
@@ -149,7 +167,8 @@ class CallerRelays:
         while True:
             await asyncio.sleep(SWEEP_EVERY)
             for key, held in list(self._relays.items()):
-                if not held.busy and loop.time() - held.last_used > IDLE_TIMEOUT:
+                unused = loop.time() - held.last_used > IDLE_TIMEOUT
+                if unused and not held.busy and key not in self._awaited:
                     await self._end(key, "idle")
 
     async def _end(self, key: CallerKey, why: str) -> None:

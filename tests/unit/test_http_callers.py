@@ -19,7 +19,8 @@ from launcher.shared.jsonrpc import result
 from launcher.transports import relays
 from launcher.transports.gateway_auth import Gatekeeper
 from launcher.transports.gateway_keys import gateway
-from launcher.transports.stateless_http import Upstream
+from launcher.transports.relays import CallerRelays, TooMany
+from launcher.transports.stateless_http import StatelessClients, Upstream
 from launcher.transports.streamable_http import HttpEndpoint
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.unit.test_http_gateway import handshake, stateless
@@ -44,6 +45,9 @@ class CallerRelay:
         text = f"{self.opened_for.name}:{' '.join(sorted(self.caller.permissions))}"
         answer = {"content": [{"type": "text", "text": text}]}
         self.upstream.deliver(result(message["id"], answer))
+
+    def holds(self) -> bool:
+        return False
 
     async def close(self) -> None:
         self.closed = True
@@ -232,3 +236,48 @@ def test_a_callers_new_session_past_its_share_ends_its_own_unused_longest() -> N
     serve(work, max_sessions=8)
     assert got["left"] == sorted(got["sids"][1:])  # her first, unused longest, ended
     assert got["bob kept"]
+
+
+def test_a_relay_a_request_is_opening_is_not_ended_for_another_caller() -> None:
+    # A new caller's request that arrives just as the first caller's servers are ready:
+    # the first caller keeps what its request started; the newcomer is told to come back.
+    alice = Caller("alice", frozenset(), "https://idp.example")
+    bob = Caller("bob", frozenset(), "https://idp.example")
+    out: dict[str, str] = {}
+
+    async def main() -> None:
+        relays: CallerRelays
+
+        async def bob_arrives() -> None:
+            try:
+                held = await relays.take(bob)
+                out["bob"] = "served"
+                relays.done(held)
+            except TooMany:
+                out["bob"] = "503"
+
+        async def opener(upstream: Upstream, caller: Caller | None) -> CallerRelay:
+            await asyncio.sleep(0.01)  # the servers start
+            relay = CallerRelay(upstream, [])
+            relay.opened_for = caller
+            if caller is alice:
+                asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(bob_arrives()))
+            return relay
+
+        relays = CallerRelays(opener, stateless_clients(), max_callers=1, say=lambda text: None)
+        held = await relays.take(alice)
+        out["alice"] = "closed" if held.relay.closed else "served"  # type: ignore[attr-defined]
+        await asyncio.sleep(0.1)
+        out["alice after"] = "closed" if held.relay.closed else "kept"  # type: ignore[attr-defined]
+        relays.done(held)
+        await relays.close()
+
+    asyncio.run(main())
+    assert out == {"alice": "served", "bob": "503", "alice after": "kept"}
+
+
+def stateless_clients() -> StatelessClients:
+    async def opener(upstream: Upstream, caller: Caller | None) -> CallerRelay:
+        raise AssertionError("not opened here")
+
+    return StatelessClients(opener)

@@ -51,6 +51,9 @@ class Recording:
             answer = {"content": [{"type": "text", "text": "done"}]}
         self.upstream.deliver(result(message["id"], answer))
 
+    def holds(self) -> bool:
+        return False
+
     async def close(self) -> None:
         pass
 

@@ -43,6 +43,9 @@ class Answering:
                           "serverInfo": {"name": "fake", "version": "1"}}  # fmt: skip
             self.upstream.deliver(result(message["id"], answer))
 
+    def holds(self) -> bool:
+        return False
+
     async def close(self) -> None:
         self.closed.append(self.upstream.id)
 

@@ -71,6 +71,9 @@ class Echoing:
             0.05, self.upstream.deliver, result(message["id"], answer)
         )
 
+    def holds(self) -> bool:
+        return False
+
     async def close(self) -> None:
         pass
 
