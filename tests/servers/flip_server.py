@@ -1,5 +1,6 @@
 """A server whose one tool's description is whatever $FLIP_FILE says when it starts: a
 server updated while the session runs (or one that turns hostile on a later start)."""
+
 from __future__ import annotations
 
 import os
