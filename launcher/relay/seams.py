@@ -17,6 +17,7 @@ from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import AuditLog
+from launcher.audit.telemetry import Telemetry
 from launcher.relay.gate import Gate
 from launcher.relay.grants import Grant
 from launcher.relay.outputs import Outputs
@@ -150,3 +151,4 @@ class Core:
     # What servers send the client, filtered (output policies, credential detectors).
     outputs: Outputs = field(default_factory=lambda: Outputs(OutputPolicy(), {}))
     widen: Widening | None = None  # None: an approved call runs where any call runs
+    telemetry: Telemetry | None = None  # None: calls are not exported
