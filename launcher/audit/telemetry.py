@@ -133,7 +133,8 @@ def _check_url(name: str, value: str) -> None:
 
 def shown_name(method: str, server: str | None, name: str | None) -> str | None:
     """What a span names the call by: the tool or prompt; a completion's reference (a
-    resource template only when a server declared it); nothing of a resource's URI.
+    resource template only when a server declared it); nothing of a resource's URI, and
+    nothing for a request named by its method alone (a server's question).
 
     >>> shown_name("tools/call", "fs", "read_file")
     'read_file'
@@ -142,7 +143,7 @@ def shown_name(method: str, server: str | None, name: str | None) -> str | None:
     >>> shown_name("completion/complete", None, "ref/resource file:///{path}?k=v")
     'ref/resource'
     """
-    if not name or method.startswith("resources/"):
+    if not name or name == method or method.startswith("resources/"):
         return None
     if name.startswith("ref/resource ") and server is None:
         return "ref/resource"
@@ -266,6 +267,9 @@ class Telemetry:
             measured["ironcurtain.server"] = server
             if name is not None:  # a name no server has is not counted by name
                 measured["ironcurtain.tool"] = name
+        escalation = entry.get("escalation")
+        if isinstance(escalation, str):  # what the human (or the approval) said
+            measured["ironcurtain.escalation"] = escalation
         if entry.get("direction") == "server-to-client":
             measured["ironcurtain.direction"] = "server-to-client"
         if self._calls is not None and self._duration is not None:

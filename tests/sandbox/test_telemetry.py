@@ -9,13 +9,16 @@ import json
 import sys
 from collections.abc import Iterator
 
+import httpx2
 import pytest
 
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
+from tests.support.http import ACCEPT, http_session, serving
+from tests.support.idp import AUDIENCE, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.otlp import Receiver, attributes
-from tests.support.sdk import connect
+from tests.support.sdk import call, connect
 
 SECRET = "Europe/S3CRET-77e1"
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -115,3 +118,41 @@ def test_an_endpoint_that_is_not_a_url_stops_the_session_before_it_starts(user: 
     )
     assert "Traceback" not in done.stderr and "ready" not in done.stderr
     assert user.left_behind() == []
+
+
+@needs_bwrap
+def test_over_http_each_span_names_the_caller_its_token_says(
+    user: Home, receiver: Receiver
+) -> None:
+    """Gateway mode: callers by their identity provider's JWTs, one in a session of the
+    handshake era, one in a stateless request that carries a trace of its own."""
+    user.env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+    user.env["OTEL_BSP_SCHEDULE_DELAY"] = "50"
+    with identity_provider() as idp:
+        args = ["--server", "time", "--workspace", str(user.ws()),
+                "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE]  # fmt: skip
+
+        async def in_a_session(url: str) -> None:
+            async with http_session(url, idp.token("alice")) as session:
+                failed, _ = await call(session, "get_current_time", {"timezone": "UTC"})
+                assert not failed
+
+        with serving(user, *args) as served:
+            asyncio.run(in_a_session(served.url))
+            headers = {"Content-Type": "application/json", "Accept": ACCEPT,
+                       "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+                       "Mcp-Name": "get_current_time",
+                       "Authorization": f"Bearer {idp.token('carol')}"}  # fmt: skip
+            meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                    "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}  # fmt: skip
+            params = {"name": "get_current_time", "arguments": {"timezone": "UTC"}, "_meta": meta}
+            body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+            answer = httpx2.post(served.url, json=body, headers=headers, timeout=30)
+            assert answer.status_code == 200 and not answer.json()["result"].get("isError")
+            spans = receiver.wait_for_spans(2)
+    by_caller = {attributes(s)["ironcurtain.caller.name"]: s for s in spans}
+    assert sorted(by_caller) == ["alice", "carol"]
+    assert {attributes(s)["ironcurtain.caller.issuer"] for s in spans} == {idp.issuer}
+    assert by_caller["carol"].trace_id.hex() == TRACE_ID
+    assert by_caller["alice"].trace_id.hex() != TRACE_ID

@@ -5,6 +5,7 @@ OTLP messages."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -135,6 +136,43 @@ def test_a_clients_traceparent_is_continued(tmp_path: Path, receiver: Receiver) 
     assert continued.trace_state == "vendor=opaque"
     assert continued.kind == continued.SPAN_KIND_SERVER
     assert alone.trace_id.hex() != TRACE_ID and alone.parent_span_id == b""
+
+
+def test_an_approved_call_and_a_servers_question_are_spans_too(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    h = build(tmp_path)
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {"elicitation": {}, "sampling": {}}}
+    h.feed({"jsonrpc": "2.0", "id": "hello", "method": "initialize", "params": hello})
+    telemetry = exporting(h)
+    (h.ws / "private" / "key.txt").write_text("k")
+    private = {"name": "read_file", "arguments": {"path": str(h.ws / "private" / "key.txt")}}
+    asked = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": SECRET}}],
+        "maxTokens": 10,
+    }
+
+    async def work() -> None:
+        await h.request("tools/call", private)  # a human approves it (the client answers)
+        assert h.fs.on_request is not None
+        h.fs.on_request(h.fs, {"jsonrpc": "2.0", "id": 77, "method": "sampling/createMessage",
+                               "params": asked})  # fmt: skip
+        while not h.fs.replies:
+            await asyncio.sleep(0.005)
+
+    run(work)
+    telemetry.stop()
+    approved, sampled = receiver.wait_for_spans(2)
+    got = attributes(approved)
+    assert got["ironcurtain.decision"] == "escalate"
+    assert got["ironcurtain.escalation"] == "approved"
+    assert got["ironcurtain.result"] == "success"
+    got = attributes(sampled)
+    assert sampled.name == "sampling/createMessage" and "ironcurtain.tool" not in got
+    assert got["ironcurtain.direction"] == "server-to-client"
+    assert got["ironcurtain.server"] == "fs"
+    assert got["ironcurtain.escalation"] == "approved"
+    assert not any(SECRET.encode() in body for body in receiver.raw)
 
 
 def test_counters_and_durations_arrive_by_server_tool_decision_and_rule(
