@@ -1,10 +1,10 @@
 """OpenTelemetry export of every checked call: one span each, and counters, over OTLP/HTTP.
 
 On only when the standard ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (read once, when the
-session is planned: :func:`telemetry_plan`); the OpenTelemetry SDK is imported only then,
-by :class:`Telemetry`. The SDK reads the other standard variables itself (headers, timeout,
-compression, certificates, signal endpoints, the service name and resource attributes,
-the batch and export intervals, the sampler).
+session is planned: :mod:`launcher.audit.telemetry_plan`); the OpenTelemetry SDK is
+imported only then, by :class:`Telemetry`. The SDK reads the other standard variables
+itself (headers, timeout, compression, certificates, signal endpoints, the service name and
+resource attributes, the batch and export intervals, the sampler).
 
 A span carries what the audit entry says of the call, never its arguments: the method,
 server, tool or prompt (for a resource, no URI), the decision and its rule, the result,
@@ -24,8 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from launcher.shared.errors import OptionError
-from sandbox_profiles.records import frozen
+from launcher.audit.telemetry_plan import TelemetryPlan
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram
@@ -35,13 +34,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Tracer
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
-SIGNAL_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-PROTOCOLS = (
-    "OTEL_EXPORTER_OTLP_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-)
 SERVICE_NAME = "ironcurtain"
 # Results that are failures of the call (the span's status is an error).
 FAILED = frozenset({"error", "timeout", "server-exited"})
@@ -49,86 +41,8 @@ FAILED = frozenset({"error", "timeout", "server-exited"})
 STOP_TIMEOUT = 2.0
 # The longest name a span carries (a client may ask for any name).
 LONGEST_NAME = 200
-
-
-@frozen
-class TelemetryPlan:
-    """Where calls are exported: ``endpoint`` (the base URL of an OTLP/HTTP receiver);
-    which signals (``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` ``none`` turns one
-    off)."""
-
-    endpoint: str
-    traces: bool = True
-    metrics: bool = True
-
-
-def telemetry_plan(environ: Mapping[str, str]) -> TelemetryPlan | None:
-    """Whether calls are exported, from the standard variables in ``environ``: None unless
-    ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (or the SDK is disabled). A value that cannot
-    be used raises :class:`OptionError` naming the variable.
-
-    >>> telemetry_plan({}) is None
-    True
-    >>> telemetry_plan({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}).endpoint
-    'http://127.0.0.1:4318'
-    >>> try:
-    ...     telemetry_plan({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318"})
-    ... except OptionError as error:
-    ...     print(error.option, error.value)
-    OTEL_EXPORTER_OTLP_ENDPOINT 'localhost:4318'
-    """
-    endpoint = environ.get(ENDPOINT, "").strip()
-    if not endpoint or environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return None
-    for name in (ENDPOINT, *SIGNAL_ENDPOINTS):
-        value = environ.get(name, "").strip()
-        if value:
-            _check_url(name, value)
-    for name in PROTOCOLS:
-        protocol = environ.get(name, "").strip()
-        if protocol and protocol != "http/protobuf":
-            raise OptionError(
-                name,
-                repr(protocol),
-                "ironcurtain exports OTLP over http/protobuf only; set http/protobuf or unset it",
-            )
-    _check_installed()
-    traces = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower() != "none"
-    metrics = environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() != "none"
-    if not (traces or metrics):
-        return None
-    return TelemetryPlan(endpoint, traces, metrics)
-
-
-def _check_installed() -> None:
-    """The SDK and its OTLP/HTTP exporter are there (found without importing them)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        version("opentelemetry-sdk")
-        version("opentelemetry-exporter-otlp-proto-http")
-    except PackageNotFoundError:
-        raise OptionError(
-            ENDPOINT,
-            None,
-            "is set, and exporting needs the OpenTelemetry SDK, which is not installed: "
-            "pip install 'ironcurtain[telemetry]'",
-        ) from None
-
-
-def _check_url(name: str, value: str) -> None:
-    expected = (
-        "expected the URL of an OTLP/HTTP receiver, http:// or https:// and a host "
-        "(such as http://localhost:4318)"
-    )
-    try:
-        parts = urlsplit(value)
-        port_ok = parts.port is None or parts.port > 0
-    except ValueError:
-        port_ok = False
-        parts = urlsplit("")
-    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
-        raise OptionError(name, repr(value), expected)
+# The longest complaint of the SDK's that is said.
+LONGEST_SAID = 400
 
 
 def shown_name(method: str, server: str | None, name: str | None) -> str | None:
@@ -150,6 +64,16 @@ def shown_name(method: str, server: str | None, name: str | None) -> str | None:
     return name[:LONGEST_NAME]
 
 
+def _shown_endpoint(endpoint: str) -> str:
+    """The endpoint as said: no user or password it may carry.
+
+    >>> _shown_endpoint("https://user:secret@collector.example:4318/otlp")
+    'https://collector.example:4318/otlp'
+    """
+    parts = urlsplit(endpoint)
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
 class _Trouble(logging.Handler):
     """The SDK's complaints (an export that failed, a receiver that cannot be reached):
     said once, the first of them; the SDK's own lines stay off stderr."""
@@ -166,9 +90,11 @@ class _Trouble(logging.Handler):
             text = record.getMessage()
         except Exception:  # a message the SDK could not format is still a failure
             text = str(record.msg)
+        if len(text) > LONGEST_SAID:
+            text = text[: LONGEST_SAID - 3] + "..."
         self.say(
-            f"telemetry: exporting to {self.endpoint} failed ({text}); calls go on, and "
-            "further export failures are not said"
+            f"telemetry to {self.endpoint}: {text}; calls go on, and further trouble "
+            "exporting is not said"
         )
 
 
@@ -178,6 +104,8 @@ class Telemetry:
     def __init__(
         self, plan: TelemetryPlan, say: Callable[[str], None], session_id: str | None = None
     ) -> None:
+        import asyncio
+
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.metrics import MeterProvider
@@ -192,11 +120,16 @@ class Telemetry:
         self.session_id = session_id
         self._say = say
         self._failed = False
+        self._running_loop = asyncio.get_running_loop
         self._kind, self._status, self._code = SpanKind.SERVER, Status, StatusCode
-        self._trouble = _Trouble(plan.endpoint, say)
+        self._trouble = _Trouble(_shown_endpoint(plan.endpoint), say)
         sdk_log = logging.getLogger("opentelemetry")
+        # Its lines are said once, as ironcurtain's (above); never on stderr of their own,
+        # not even after the session (a NullHandler keeps Python's last-resort one away).
+        if not any(type(h) is logging.NullHandler for h in sdk_log.handlers):
+            sdk_log.addHandler(logging.NullHandler())
         sdk_log.addHandler(self._trouble)
-        sdk_log.propagate = False  # its lines are said once, as ironcurtain's (above)
+        sdk_log.propagate = False
         resource = Resource.create()  # OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES
         if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
             resource = resource.merge(Resource({"service.name": SERVICE_NAME}))
@@ -235,10 +168,20 @@ class Telemetry:
     ) -> None:
         """Record one call as its audit ``entry`` describes it, ended with ``status`` after
         ``duration_ms``; ``params``: the client's (only its ``_meta`` trace context is
-        read); ``stamped``: what the audit log adds to its entries (the caller). Never
-        raises: a call is not failed for its telemetry."""
+        read); ``stamped``: what the audit log adds to its entries (the caller). In an
+        event loop, the span is made once the loop has done what it was doing (the call's
+        answer is sent first); never raises: a call is not failed for its telemetry."""
+        end = time.time_ns()
         try:
-            self._record(entry, status, duration_ms, params, stamped)
+            loop = self._running_loop()
+        except RuntimeError:  # no loop: at once
+            self._guarded(entry, status, duration_ms, params, stamped, end)
+            return
+        loop.call_soon(self._guarded, entry, status, duration_ms, params, stamped, end)
+
+    def _guarded(self, *args: Any) -> None:
+        try:
+            self._record(*args)
         except Exception as exc:
             if not self._failed:
                 self._failed = True
@@ -251,6 +194,7 @@ class Telemetry:
         duration_ms: float,
         params: Mapping[str, Any] | None,
         stamped: Mapping[str, Any] | None,
+        end: int,
     ) -> None:
         method = str(entry.get("method"))
         server = entry.get("server")
@@ -296,7 +240,6 @@ class Telemetry:
                     attributes[f"ironcurtain.caller.{key}"] = caller[key]
         if status in FAILED:
             attributes["error.type"] = status
-        end = time.time_ns()
         span = self._tracer.start_span(
             f"{method} {name}" if name else method,
             context=self._parent(params),

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.audit.telemetry import TelemetryPlan, telemetry_plan
+from launcher.audit.telemetry_plan import TelemetryPlan, telemetry_plan
 from launcher.host.machine import (
     BWRAP_FIX,
     SECCOMP_FIX,

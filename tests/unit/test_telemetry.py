@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from launcher.audit.telemetry import Telemetry, telemetry_plan
+from launcher.audit.telemetry import Telemetry
+from launcher.audit.telemetry_plan import telemetry_plan
 from launcher.shared.errors import OptionError
 from tests.support.otlp import Receiver, attributes
 from tests.support.paths import REPO
@@ -214,7 +215,7 @@ def test_the_service_name_is_the_operators_when_set(
 
 
 def test_an_unreachable_receiver_is_said_once_and_calls_go_on(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     with socket.socket() as sock:  # a port nothing listens on
         sock.bind(("127.0.0.1", 0))
@@ -235,7 +236,9 @@ def test_an_unreachable_receiver_is_said_once_and_calls_go_on(
     assert all(a is not None and "result" in a and not a["result"].get("isError") for a in later)
     assert len(h.entries()) == 25
     assert len(h.said) == 1
-    assert h.said[0].startswith(f"telemetry: exporting to http://127.0.0.1:{port} failed")
+    assert h.said[0].startswith(f"telemetry to http://127.0.0.1:{port}: ")
+    assert "calls go on" in h.said[0]
+    assert "Transient error" not in capfd.readouterr().err  # only ironcurtain's line
 
 
 @pytest.mark.parametrize(
@@ -279,7 +282,8 @@ def test_nothing_of_opentelemetry_is_loaded_when_the_endpoint_is_not_set() -> No
         "from launcher.plan.session_plan import plan_session\n"
         "from launcher.session import wiring\n"
         "from launcher.relay import checked, asks\n"
-        "from launcher.audit.telemetry import telemetry_plan, Telemetry\n"
+        "from launcher.audit.telemetry import Telemetry\n"
+        "from launcher.audit.telemetry_plan import telemetry_plan\n"
         "plan = telemetry_plan(os.environ)\n"
         "if plan is not None: Telemetry(plan, lambda text: None).stop(0.1)\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry'))[:1])\n"
