@@ -41,6 +41,8 @@ FAILED = frozenset({"error", "timeout", "server-exited"})
 STOP_TIMEOUT = 2.0
 # The longest name a span carries (a client may ask for any name).
 LONGEST_NAME = 200
+# The SDK's loggers whose complaints are about exporting.
+EXPORTING_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk")
 # The longest complaint of the SDK's that is said.
 LONGEST_SAID = 400
 
@@ -75,15 +77,16 @@ def _shown_endpoint(endpoint: str) -> str:
 
 
 class _Trouble(logging.Handler):
-    """The SDK's complaints (an export that failed, a receiver that cannot be reached):
-    said once, the first of them; the SDK's own lines stay off stderr."""
+    """The SDK's complaints about exporting (an export that failed, a receiver that cannot
+    be reached, spans dropped): said once, the first of them. What it says of a client's
+    trace context is not said at all (a client could otherwise spend the one line)."""
 
     def __init__(self, endpoint: str, say: Callable[[str], None]) -> None:
         super().__init__(logging.WARNING)
         self.endpoint, self.say, self.said = endpoint, say, False
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.said:
+        if self.said or not record.name.startswith(EXPORTING_LOGGERS):
             return
         self.said = True
         try:

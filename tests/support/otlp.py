@@ -5,7 +5,9 @@ response; 400 for a body it cannot decode; 404 for any other path)."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
+import os
 import threading
 import time
 import zlib
@@ -13,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
     ExportMetricsServiceResponse,
@@ -21,6 +24,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+
+from launcher.audit.telemetry import Telemetry
+from launcher.audit.telemetry_plan import telemetry_plan
+from tests.support.relay import Harness, run
 
 MESSAGES: dict[str, tuple[Any, Any]] = {
     "/v1/traces": (ExportTraceServiceRequest, ExportTraceServiceResponse),
@@ -149,3 +156,39 @@ class Receiver:
         while len(self.spans()) < count and time.monotonic() < deadline:
             time.sleep(0.02)
         return self.spans()
+
+
+@contextlib.contextmanager
+def receiving(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """A receiver, and the environment of a session exporting to it (spans sent within
+    20 ms of being made, no service name of the test runner's)."""
+    with Receiver() as served:
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", served.endpoint)
+        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
+        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+        monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+        yield served
+
+
+def exporting(h: Harness, stamp: dict[str, Any] | None = None) -> Telemetry:
+    """The in-process relay ``h`` exporting its calls as a session does (the plan from the
+    environment); ``stamp``: what its audit log adds to entries (a caller)."""
+    plan = telemetry_plan(os.environ)
+    assert plan is not None
+    telemetry = Telemetry(plan, h.said.append, "relay-test")
+    h.relay.core.telemetry = telemetry
+    if stamp is not None:
+        h.relay.core.audit = h.audit.for_client(lambda entry: stamp)
+    return telemetry
+
+
+def calls(h: Harness, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
+    """Each request sent in turn through ``h``; each answer (None: none came)."""
+    answers: list[Any] = []
+
+    async def work() -> None:
+        for method, params in requests:
+            answers.append(await h.request(method, params))
+
+    run(work)
+    return answers

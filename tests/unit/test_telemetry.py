@@ -13,16 +13,14 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from launcher.audit.telemetry import Telemetry
 from launcher.audit.telemetry_plan import telemetry_plan
 from launcher.shared.errors import OptionError
-from tests.support.otlp import Receiver, attributes
+from tests.support.otlp import Receiver, attributes, calls, exporting, receiving
 from tests.support.paths import REPO
-from tests.support.relay import Harness, build, run
+from tests.support.relay import build, run
 
 SECRET = "S3CRET-9f4c1d-never-exported"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -31,35 +29,8 @@ PARENT_ID = "b7ad6b7169203331"
 
 @pytest.fixture
 def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    with Receiver() as served:
-        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", served.endpoint)
-        monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "20")
-        monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
-        monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES", raising=False)
+    with receiving(monkeypatch) as served:
         yield served
-
-
-def exporting(h: Harness, stamp: dict[str, Any] | None = None) -> Telemetry:
-    """The harness's relay exporting its calls as a session does (the plan from the
-    environment); ``stamp``: what its audit log adds to entries (a caller)."""
-    plan = telemetry_plan(os.environ)
-    assert plan is not None
-    telemetry = Telemetry(plan, h.said.append, "relay-test")
-    h.relay.core.telemetry = telemetry
-    if stamp is not None:
-        h.relay.core.audit = h.audit.for_client(lambda entry: stamp)
-    return telemetry
-
-
-def calls(h: Harness, *requests: tuple[str, dict[str, Any]]) -> list[Any]:
-    answers: list[Any] = []
-
-    async def work() -> None:
-        for method, params in requests:
-            answers.append(await h.request(method, params))
-
-    run(work)
-    return answers
 
 
 def test_a_call_is_one_span_with_what_the_audit_says_and_no_argument(
