@@ -55,7 +55,7 @@ def _in_process(endpoint: str, rounds: int) -> float:
     import os
 
     os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint
-    telemetry = Telemetry(TelemetryPlan(endpoint), print, "bench")
+    telemetry = Telemetry(TelemetryPlan(endpoint), lambda text: None, "bench")
     entry = {
         "requestId": 7,
         "method": "tools/call",

@@ -142,7 +142,9 @@ class Telemetry:
         self._traces: TracerProvider | None = None
         if plan.traces:
             self._traces = TracerProvider(resource=resource, shutdown_on_exit=False)
-            self._spans = BatchSpanProcessor(OTLPSpanExporter())
+            self._spans = BatchSpanProcessor(
+                OTLPSpanExporter(), schedule_delay_millis=plan.batch_delay_ms
+            )
             self._traces.add_span_processor(self._spans)
             self._tracer = self._traces.get_tracer("ironcurtain")
         self._metrics: MeterProvider | None = None

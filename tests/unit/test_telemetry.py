@@ -243,6 +243,9 @@ def test_off_unless_the_endpoint_is_set_or_when_turned_off() -> None:
     assert telemetry_plan({**endpoint, **both_off}) is None
     plan = telemetry_plan({**endpoint, "OTEL_METRICS_EXPORTER": "none"})
     assert plan is not None and plan.traces and not plan.metrics
+    assert plan.batch_delay_ms == 100  # ironcurtain's own default
+    plan = telemetry_plan({**endpoint, "OTEL_BSP_SCHEDULE_DELAY": "2000"})
+    assert plan is not None and plan.batch_delay_ms is None  # the SDK reads the operator's
 
 
 def test_nothing_of_opentelemetry_is_loaded_when_the_endpoint_is_not_set() -> None:
