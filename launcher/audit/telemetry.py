@@ -78,23 +78,27 @@ def _shown_endpoint(endpoint: str) -> str:
 
 class _Trouble(logging.Handler):
     """The SDK's complaints about exporting (an export that failed, a receiver that cannot
-    be reached, spans dropped): said once, the first of them. What it says of a client's
+    be reached, spans dropped): said once, the first of them; while ``starting``, each (a
+    setting it could not use, and the default it took instead). What it says of a client's
     trace context is not said at all (a client could otherwise spend the one line)."""
 
     def __init__(self, endpoint: str, say: Callable[[str], None]) -> None:
         super().__init__(logging.WARNING)
-        self.endpoint, self.say, self.said = endpoint, say, False
+        self.endpoint, self.say, self.said, self.starting = endpoint, say, False, True
 
     def emit(self, record: logging.LogRecord) -> None:
         if self.said or not record.name.startswith(EXPORTING_LOGGERS):
             return
-        self.said = True
         try:
             text = record.getMessage()
         except Exception:  # a message the SDK could not format is still a failure
             text = str(record.msg)
         if len(text) > LONGEST_SAID:
             text = text[: LONGEST_SAID - 3] + "..."
+        if self.starting:
+            self.say(f"telemetry: {text}")
+            return
+        self.said = True
         self.say(
             f"telemetry to {self.endpoint}: {text}; calls go on, and further trouble "
             "exporting is not said"
@@ -162,6 +166,7 @@ class Telemetry:
             self._duration = meter.create_histogram(
                 "ironcurtain.call.duration", unit="ms", description="how long each call took"
             )
+        self._trouble.starting = False  # from here on, trouble is said once
 
     def call(
         self,

@@ -212,6 +212,26 @@ def test_an_unreachable_receiver_is_said_once_and_calls_go_on(
     assert "Transient error" not in capfd.readouterr().err  # only ironcurtain's line
 
 
+def test_a_setting_the_sdk_cannot_use_is_said_at_start_and_trouble_still_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "sometimes")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+    h = build(tmp_path)
+    telemetry = exporting(h)
+    assert h.said == ["telemetry: Couldn't recognize sampler sometimes."]
+    calls(h, ("tools/call", {"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}}))
+    deadline = time.monotonic() + 20
+    while len(h.said) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    telemetry.stop(timeout=0.5)
+    assert len(h.said) == 2 and h.said[1].startswith(f"telemetry to http://127.0.0.1:{port}: ")
+
+
 @pytest.mark.parametrize(
     ("variable", "value", "expected"),
     [
