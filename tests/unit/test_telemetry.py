@@ -68,6 +68,8 @@ def test_a_call_is_one_span_with_what_the_audit_says_and_no_argument(
     assert allowed_span.name == "tools/call read_file"
     assert attributes(allowed_span)["gen_ai.tool.name"] == "read_file"
     assert attributes(allowed_span)["ironcurtain.decision"] == "allow"
+    assert allowed_span.status.code == allowed_span.status.STATUS_CODE_OK
+    assert denied_span.status.code == denied_span.status.STATUS_CODE_UNSET  # not a failure
     assert attributes(denied_span)["ironcurtain.decision"] == "deny"
     assert attributes(denied_span)["ironcurtain.result"] == "denied"
     assert attributes(denied_span)["ironcurtain.rule"]
@@ -145,6 +147,36 @@ def test_an_approved_call_and_a_servers_question_are_spans_too(
     assert got["ironcurtain.server"] == "fs"
     assert got["ironcurtain.escalation"] == "approved"
     assert not any(SECRET.encode() in body for body in receiver.raw)
+
+
+def test_a_failed_call_is_an_error_span_and_a_cancelled_one_is_not(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    h = build(tmp_path)
+    telemetry = exporting(h)
+    path = str(h.ws / "a.txt")
+    read = {"name": "read_file", "arguments": {"path": path}}
+
+    async def work() -> None:
+        h.fs.answer = lambda method, params: TimeoutError()
+        await h.request("tools/call", read)
+        h.fs.answer = lambda method, params: None  # held: the client cancels it
+        h.feed({"jsonrpc": "2.0", "id": "held", "method": "tools/call", "params": read})
+        await asyncio.sleep(0.01)
+        cancel = {"requestId": "held", "reason": "changed my mind"}
+        h.feed({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel})
+        await asyncio.sleep(0.01)
+
+    run(work)
+    telemetry.stop()
+    timed_out, cancelled = receiver.wait_for_spans(2)
+    assert attributes(timed_out)["ironcurtain.result"] == "timeout"
+    assert attributes(timed_out)["error.type"] == "timeout"
+    assert timed_out.status.code == timed_out.status.STATUS_CODE_ERROR
+    assert attributes(cancelled)["ironcurtain.result"] == "cancelled"
+    assert "error.type" not in attributes(cancelled)
+    assert cancelled.status.code == cancelled.status.STATUS_CODE_UNSET
+    assert [e["result"] for e in h.entries()] == ["timeout", "cancelled"]
 
 
 def test_counters_and_durations_arrive_by_server_tool_decision_and_rule(
