@@ -29,6 +29,9 @@
   callers per call in gateway mode, 20 callers at once (each with servers of its own,
           calling at a steady pace) vs one caller alone; and what each caller adds to the
           trusted process's memory
+  telemetry per call over stdio, calls not exported vs each exported as an OpenTelemetry
+          span and counters (OTEL_EXPORTER_OTLP_ENDPOINT: a receiver on loopback); and
+          recording one call in process
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -57,6 +60,7 @@ import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
 import bench_start as starting
+import bench_telemetry as telemetries
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms
 
 GOALS = {
@@ -71,6 +75,7 @@ GOALS = {
     "eras": "the stateless era no slower per call than the handshake era",
     "gateway": "<= 0.05 ms added per call (keys cached)",
     "callers": "p99 <= 2x one caller's with 20 at once; <= 5 MB per caller",
+    "telemetry": "export never holds a call (background batches)",
 }
 results: dict[str, str] = {}
 
@@ -339,6 +344,10 @@ def bench_callers(quick: bool) -> None:
     results["callers"] = crowds.bench_callers(quick)
 
 
+def bench_telemetry(quick: bool) -> None:
+    results["telemetry"] = telemetries.bench_telemetry(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -351,6 +360,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "eras": bench_eras,
     "gateway": bench_gateway,
     "callers": bench_callers,
+    "telemetry": bench_telemetry,
 }
 
 
@@ -367,7 +377,7 @@ def main() -> None:
         print()
     print("summary (this machine, this run)")
     for name, text in results.items():
-        print(f"  {name:7} {text:70}  goal: {GOALS[name]}")
+        print(f"  {name:9} {text:70}  goal: {GOALS[name]}")
 
 
 if __name__ == "__main__":

@@ -239,6 +239,11 @@ class AuditLog:
         view._stamp = stamp
         return view
 
+    def fields_for(self, entry: Mapping[str, Any]) -> Mapping[str, object]:
+        """What this view adds to ``entry`` when writing it (its caller, its HTTP session);
+        nothing for the log itself."""
+        return self._stamp(entry) if self._stamp is not None else {}
+
     @property
     def error(self) -> str | None:
         return self._chain.error

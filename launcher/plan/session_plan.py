@@ -12,9 +12,11 @@ import os
 import shutil
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from launcher.audit.telemetry_plan import TelemetryPlan, telemetry_plan
 from launcher.host.machine import (
     BWRAP_FIX,
     SECCOMP_FIX,
@@ -114,6 +116,7 @@ class SessionPlan:
     max_clients: int = 16  # over HTTP: sessions (and callers) served at once
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
+    telemetry: TelemetryPlan | None = None  # where each call is exported (OTEL_* variables)
 
 
 def new_session_id() -> str:
@@ -273,6 +276,7 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     # Before anything is probed or made: a wrong caller file or an issuer whose keys cannot
     # be had stops the session here.
     callers = (None, None) if opts.display_only else plan_callers(opts)
+    telemetry = None if opts.display_only else telemetry_plan(os.environ)
     session_id = new_session_id()
     state = dirs.state_dir()
     if opts.workspace:
@@ -287,7 +291,8 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     if opts.display_only:
         return _plan(opts, session_id, workspace, run_as, None, callers)
     with SandboxProbe(run_as is not None) as probe:
-        return _plan(opts, session_id, workspace, run_as, probe, callers)
+        plan = _plan(opts, session_id, workspace, run_as, probe, callers)
+    return replace(plan, telemetry=telemetry) if telemetry is not None else plan
 
 
 def _plan(

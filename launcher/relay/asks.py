@@ -277,6 +277,8 @@ class ServerAsks:
     def _finish(self, entry: dict[str, Any], status: str, started: float) -> None:
         duration = round((time.perf_counter() - started) * 1000, 3)
         audit = self.core.audit
+        if self.core.telemetry is not None:
+            self.core.telemetry.call(entry, status, duration, None, audit.fields_for(entry))
         if not audit.write({**entry, "result": status, "durationMs": duration}):
             self.core.say(f"audit log write failed ({audit.error}); denying every further call")
 

@@ -389,6 +389,11 @@ class CheckedCalls:
         if call.granted is not None:
             outcome["carriedOver"] = call.granted  # a widened call: what reached the host
         audit = self.core.audit
+        if self.core.telemetry is not None:
+            stamped = audit.fields_for(call.entry)
+            self.core.telemetry.call(
+                call.entry, status, outcome["durationMs"], call.params, stamped
+            )
         if call.prepared is not None:
             written = audit.write(outcome, call.prepared)
         else:

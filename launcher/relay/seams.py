@@ -17,6 +17,7 @@ from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import AuditLog
+from launcher.audit.telemetry import Telemetry
 from launcher.relay.gate import Gate
 from launcher.relay.grants import Grant
 from launcher.relay.outputs import Outputs
@@ -153,3 +154,4 @@ class Core:
     widen: Widening | None = None  # None: an approved call runs where any call runs
     # Whose requests this relay serves (None: no caller source; one local user).
     caller: Caller | None = None
+    telemetry: Telemetry | None = None  # None: calls are not exported

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from launcher.audit.log import AuditLog
+from launcher.audit.telemetry import Telemetry
 from launcher.plan.server_plan import ServerPlan
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
@@ -48,6 +49,7 @@ class Hosting(Protocol):
     approvals: Approvals
     halted: dict[str, str]
     served: list[Served]
+    telemetry: Telemetry | None  # where each call is exported (None: nowhere)
 
     def event(self, event: str, text: str, **fields: object) -> None: ...
 
@@ -203,6 +205,7 @@ class Served:
                 {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
             ),
             widen=Widener(plan, self._one_shot_notified),
+            telemetry=session.telemetry,
         )
         return Relay(core)
 

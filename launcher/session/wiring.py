@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.audit.log import AuditLog
+from launcher.audit.telemetry import Telemetry
 from launcher.guard.watch import Guard, GuardFailure, Quarantined
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
@@ -66,6 +67,7 @@ class Session:
         self.servers = self.fleet.servers
         self.files = HostFiles(plan)
         self.audit: AuditLog | None = None
+        self.telemetry: Telemetry | None = None
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
         self.terminals = (
@@ -126,6 +128,14 @@ class Session:
                 if self.plan.http_port is not None
                 else None
             )
+            # The OpenTelemetry SDK too (a tenth of a second), when calls are exported.
+            exporting = (
+                asyncio.get_running_loop().run_in_executor(
+                    None, Telemetry, self.plan.telemetry, say, self.plan.session_id
+                )
+                if self.plan.telemetry is not None
+                else None
+            )
             if self.plan.http_port is None:
                 if not await self._start_while_client_waits():
                     say("the client closed its input before the servers were ready; stopped")
@@ -138,6 +148,8 @@ class Session:
                 say(warning)
             for mismatch in coherence.check(self.plan):
                 say(f"warning: {mismatch}")
+            if exporting is not None:
+                self.telemetry = await exporting
             if stack is not None and self.plan.http_port is not None:
                 await stack
                 self.relay = self.first.attach(None, at_start=True)  # the first client's
@@ -373,6 +385,9 @@ class Session:
             self._sweep(self.guard)
             self.guard.close()
         self.files.remove()
+        if self.telemetry is not None:  # what is still queued leaves (or is given up on)
+            telemetry, self.telemetry = self.telemetry, None
+            await asyncio.to_thread(telemetry.stop)
 
     def _sweep(self, guard: Guard) -> None:
         """The backstop at the end: the roots checked against the catalogue without
