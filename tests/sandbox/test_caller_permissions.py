@@ -100,6 +100,9 @@ def test_over_stdio_a_caller_without_the_permission_neither_sees_nor_calls_the_t
     }
     assert denied["result"] == "denied"
     assert denied["caller"] == {"name": "billing-agent", "issuer": "static"}
+    tail = ironcurtain(user, "audit", "tail", str(user.root / "audit.jsonl"))
+    [line] = [line for line in tail.stdout.splitlines() if "time/convert_time" in line]
+    assert "DENY" in line and "rule=caller-permissions  missing=time:convert" in line
 
 
 def test_over_stdio_a_caller_with_the_permission_sees_and_calls_it(user: Home) -> None:

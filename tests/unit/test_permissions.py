@@ -272,3 +272,40 @@ def test_a_caller_condition_that_is_no_list_of_names_is_named(
     with pytest.raises(PolicyFileError) as caught:
         load_policy_dir(tmp_path)
     assert caught.value.location == says
+
+
+def test_a_scenario_may_name_its_caller_and_the_verifier_runs_it_as_that_caller() -> None:
+    from policy.scenarios import Scenario
+    from policy.verifier import execute
+
+    args = {"path": "/srv/data"}
+    scenarios = [
+        Scenario(description="billing reads", server="crm", tool="get", arguments=args,
+                 caller="billing-agent", expected="allow"),
+        Scenario(description="anyone else", server="crm", tool="get", arguments=args,
+                 expected="escalate"),
+    ]  # fmt: skip
+    results = execute(_engine(), scenarios, {"workspace": "/srv"})
+    assert [(r.actual, r.rule, r.passed) for r in results] == [
+        ("allow", "billing-may-read", True),
+        ("escalate", "others-escalate", True),
+    ]
+
+
+def test_the_start_report_says_when_permissions_are_checked_against_no_one() -> None:
+    from types import SimpleNamespace
+
+    from launcher.session.report import permissions_note
+
+    def note(permissions: dict[str, Any], caller: object, gateway: object = None) -> str:
+        policy = SimpleNamespace(permissions=parse_permissions(permissions, "p"))
+        return permissions_note(SimpleNamespace(policy=policy, caller=caller, gateway=gateway))  # type: ignore[arg-type]
+
+    someone = object()
+    assert note({}, None) == ""
+    assert note(CRM, someone) == " (permissions.json: 5 entries)"
+    assert note(CRM, None, someone) == " (permissions.json: 5 entries)"
+    assert note(CRM, None) == (
+        " (permissions.json: 5 entries; NOT checked: this session has no callers, only its one"
+        " user)"
+    )
