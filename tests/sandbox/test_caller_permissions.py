@@ -118,12 +118,14 @@ def idp() -> Iterator[Provider]:
         yield provider
 
 
-def _stateless_call(url: str, token: str, tool: str, arguments: dict[str, Any]) -> Any:
+def _stateless(url: str, token: str, method: str, params: dict[str, Any]) -> Any:
+    """A request of the stateless era (MCP 2026-07-28): its result."""
     headers = {"Content-Type": "application/json", "Accept": ACCEPT,
-               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
-               "Mcp-Name": tool, "Authorization": f"Bearer {token}"}  # fmt: skip
-    params = {"name": tool, "arguments": arguments, "_meta": META}
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method,
+               "Authorization": f"Bearer {token}"}  # fmt: skip
+    if "name" in params:
+        headers["Mcp-Name"] = params["name"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": META}}
     answer = httpx2.post(url, json=body, headers=headers, timeout=30)
     assert answer.status_code == 200, answer.text
     return answer.json()["result"]
@@ -149,8 +151,13 @@ def test_in_gateway_mode_each_caller_sees_and_calls_what_its_token_permits(
             )
 
         asyncio.run(both())
+        convert = {"name": "convert_time", "arguments": CONVERT}
         stateless = {
-            name: _stateless_call(served.url, token, "convert_time", CONVERT)
+            name: _stateless(served.url, token, "tools/call", convert)
+            for name, token in (("alice", alice), ("bob", bob))
+        }
+        modern_lists = {
+            name: [t["name"] for t in _stateless(served.url, token, "tools/list", {})["tools"]]
             for name, token in (("alice", alice), ("bob", bob))
         }
     listed, converted, _ = seen["alice"]
@@ -158,6 +165,10 @@ def test_in_gateway_mode_each_caller_sees_and_calls_what_its_token_permits(
     assert not converted[0] and "Europe/Paris" in converted[1]
     listed, converted, now = seen["bob"]
     assert listed == ["get_current_time"] and converted == (True, NOT_PERMITTED) and not now[0]
+    assert modern_lists == {
+        "alice": ["get_current_time", "convert_time"],
+        "bob": ["get_current_time"],
+    }
     assert not stateless["alice"].get("isError")
     assert stateless["bob"]["isError"] is True
     assert stateless["bob"]["content"] == [{"type": "text", "text": NOT_PERMITTED}]

@@ -244,3 +244,24 @@ def test_without_a_permissions_file_a_caller_is_refused_nothing(tmp_path: Path) 
         assert answer is not None and not answer["result"]["isError"]
 
     run(scenario)
+
+
+def test_an_approval_for_the_session_does_not_outlast_the_permission(tmp_path: Path) -> None:
+    from launcher.relay.approval import APPROVE_SESSION
+
+    h = _build(tmp_path, WRITER, answer=APPROVE_SESSION)
+    private = str(h.ws / "private" / "key.txt")  # escalated: a human approves it for the session
+
+    async def scenario() -> None:
+        for caller in (WRITER, WRITER, NOBODY, WRITER):
+            h.relay.core.caller = caller  # the caller's latest token
+            answer = await h.request("tools/call", _call("read_file", private))
+            assert answer is not None
+            text = answer["result"]["content"][0]["text"]
+            assert (text == NOT_PERMITTED) is (caller is NOBODY), text
+
+    run(scenario)
+    assert len(h.client.elicitations) == 1 and h.fs.methods == ["tools/call"] * 3
+    assert [e["escalation"] for e in h.entries()] == [
+        "approved-for-session", "session-whitelist", None, "session-whitelist",
+    ]  # fmt: skip
