@@ -309,3 +309,38 @@ def test_the_start_report_says_when_permissions_are_checked_against_no_one() -> 
         " (permissions.json: 5 entries; NOT checked: this session has no callers, only its one"
         " user)"
     )
+
+
+def test_check_previews_a_call_as_a_callers(user: Any) -> None:
+    from policy import bundled_policy_dir
+    from tests.support.cli import ironcurtain
+
+    policy = user.root / "policy"
+    policy.mkdir()
+    for name in ("tool-annotations.json", "compiled-policy.json"):
+        (policy / name).write_bytes((bundled_policy_dir() / name).read_bytes())
+    required = [{"server": "time", "tool": "convert_*", "required": ["time:convert"]},
+                {"server": "time", "tool": "*", "required": ["time:read"]}]  # fmt: skip
+    (policy / "permissions.json").write_text(json.dumps({"tools": required}))
+    caller = user.root / "caller.json"
+    caller.write_text('{"name": "billing-agent", "permissions": ["time:read"]}')
+
+    def check(tool: str, *options: str) -> str:
+        done = ironcurtain(user, "check", "time", tool, "--policy-dir", str(policy), *options)
+        assert done.returncode == 0, done.stderr
+        return str(done.stdout)
+
+    out = check("convert_time", "--caller", str(caller))
+    assert out.startswith("decision:  deny\nrule:      caller-permissions\n")
+    assert "requires:  time:convert, time:read (permissions.json)\n" in out
+    assert "caller:    billing-agent: lacks time:convert" in out
+    out = check("get_current_time", "--caller", str(caller))
+    assert out.startswith("decision:  allow\nrule:      allow-side-effect-free-tools\n")
+    assert "caller:    billing-agent: holds what is required" in out
+    # Without a caller: the policy's decision, and what a caller would need.
+    out = check("convert_time")
+    assert out.startswith("decision:  allow\n") and "requires:  time:convert" in out
+    bad = ironcurtain(user, "check", "time", "x", "--caller", str(user.root / "none.json"))
+    assert (
+        bad.returncode == 2 and f"--caller {user.root / 'none.json'}: cannot be read" in bad.stderr
+    )
