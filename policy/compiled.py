@@ -6,7 +6,9 @@ a rule's conditions on paths and domains.
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 from collections.abc import Iterable, Mapping
 
 from policy.decision import Decision, DecisionKind
@@ -82,6 +84,7 @@ class Rule:
     within_prefix: str  # ``within`` and a separator: a path below it starts with this
     domain_roles: frozenset[ArgumentRole] | None
     allowed: tuple[str, ...]
+    caller: re.Pattern[str] | None = None  # the callers' names it applies to (its globs)
 
 
 def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
@@ -108,7 +111,18 @@ def compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> Rule:
         within_prefix=os.sep if within == os.sep else within.rstrip(os.sep) + os.sep,
         domain_roles=frozenset(c.domains.roles) if c.domains else None,
         allowed=tuple(c.domains.allowed) if c.domains else (),
+        caller=callers_pattern(c.caller) if c.caller is not None else None,
     )
+
+
+def callers_pattern(globs: Iterable[str]) -> re.Pattern[str]:
+    """One pattern for a rule's ``caller`` globs (case-sensitive, as names are).
+
+    >>> p = callers_pattern(["billing-*", "ops"])
+    >>> [bool(p.match(n)) for n in ("billing-agent", "ops", "ops2", "Billing-agent")]
+    [True, True, False, False]
+    """
+    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs) or "(?!)")
 
 
 def names_match(rule: Rule, name: str, prompt: bool) -> bool:

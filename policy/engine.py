@@ -41,6 +41,7 @@ from policy.paths import (
     iter_strings,
     looks_like_path,
 )
+from policy.permissions import Permissions
 from policy.prepare import prepare_tool_args
 from policy.roles import ArgumentRole
 from policy.urls import domain_matches_allowlist, file_uri_path
@@ -79,7 +80,11 @@ class PolicyEngine:
         structural: StructuralConfig | None = None,
         domain_allowlists: Mapping[str, Sequence[str]] | None = None,
         variables: Mapping[str, str] | None = None,
+        permissions: Permissions | None = None,
     ) -> None:
+        # What a caller must hold for each tool and prompt (checked before this engine is
+        # asked: a caller without it is refused whatever the rules say).
+        self.permissions = permissions or Permissions()
         self.structural = structural or StructuralConfig()
         self._allowlists = {k: tuple(v) for k, v in (domain_allowlists or {}).items()}
         self._tools: dict[tuple[str, str], ToolInfo] = {}
@@ -130,15 +135,28 @@ class PolicyEngine:
         return prepare_tool_args(args, self.get_annotation(server, tool), cwd)
 
     def decide(
-        self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
+        self,
+        server: str,
+        tool: str,
+        args: Mapping[str, object],
+        cwd: str | None = None,
+        *,
+        caller: str | None = None,
     ) -> tuple[Decision, dict[str, object]]:
         """Canonicalise raw arguments, evaluate them; returns the decision and the
-        arguments to forward."""
+        arguments to forward. ``caller``: the name of who calls (None: no caller; a rule
+        that names callers does not apply)."""
         transport, for_policy = self.prepare(server, tool, args, cwd)
-        return self.evaluate(server, tool, for_policy, cwd), transport
+        return self.evaluate(server, tool, for_policy, cwd, caller=caller), transport
 
     def decide_prompt(
-        self, server: str, prompt: str, args: Mapping[str, object], cwd: str | None = None
+        self,
+        server: str,
+        prompt: str,
+        args: Mapping[str, object],
+        cwd: str | None = None,
+        *,
+        caller: str | None = None,
     ) -> tuple[Decision, dict[str, object]]:
         """A ``prompts/get`` (or a completion of one of its arguments), decided as a tool
         call is: arguments prepared by their roles, the structural invariants (a prompt
@@ -169,10 +187,11 @@ class PolicyEngine:
                 "in its annotation",
             )
             return refused, transport
-        return self._evaluate(server, prompt, info, for_policy, cwd, prompt=True), transport
+        verdict = self._evaluate(server, prompt, info, for_policy, cwd, True, caller)
+        return verdict, transport
 
     def decide_resource_read(
-        self, server: str, uri: str, cwd: str | None = None
+        self, server: str, uri: str, cwd: str | None = None, *, caller: str | None = None
     ) -> tuple[Decision, str]:
         """A ``resources/read``: ``file://`` URIs are checked as a read-path (structural
         invariants, then the rules as tool ``resources/read`` with effect ``read``); other
@@ -209,19 +228,27 @@ class PolicyEngine:
         args = {"uri": canonical}
         verdict = self._structural(info, args, cwd)
         if verdict is None:
-            verdict = self._compiled(server, RESOURCE_READ_TOOL, info, args, cwd, {}, args, False)
+            verdict = self._compiled(
+                server, RESOURCE_READ_TOOL, info, args, cwd, {}, args, False, caller
+            )
         return verdict, "file://" + quote(canonical)
 
     # -- evaluation -------------------------------------------------------------------------
 
     def evaluate(
-        self, server: str, tool: str, args: Mapping[str, object], cwd: str | None = None
+        self,
+        server: str,
+        tool: str,
+        args: Mapping[str, object],
+        cwd: str | None = None,
+        *,
+        caller: str | None = None,
     ) -> Decision:
         """Evaluate canonical arguments (as returned by :meth:`prepare`)."""
         info = self._tools.get((server, tool))
         if info is None:
             return self._structural(None, args, cwd, UNKNOWN_TOOL) or UNKNOWN_TOOL
-        return self._evaluate(server, tool, info, args, cwd, prompt=False)
+        return self._evaluate(server, tool, info, args, cwd, False, caller)
 
     def _evaluate(
         self,
@@ -231,6 +258,7 @@ class PolicyEngine:
         args: Mapping[str, object],
         cwd: str | None,
         prompt: bool,
+        caller: str | None = None,
     ) -> Decision:
         paths = args
         if info.path_args:
@@ -252,7 +280,9 @@ class PolicyEngine:
             return verdict
         domain_cache: dict[tuple[str, str], str] = {}
         gate = self._domain_gate(server, info, args, cwd, domain_cache)
-        compiled = self._compiled(server, name, info, args, cwd, domain_cache, paths, prompt)
+        compiled = self._compiled(
+            server, name, info, args, cwd, domain_cache, paths, prompt, caller
+        )
         if gate is not None and _SEVERITY[gate.decision] > _SEVERITY[compiled.decision]:
             return gate
         return compiled
@@ -325,14 +355,18 @@ class PolicyEngine:
         cache: dict[tuple[str, str], str],
         paths: Mapping[str, object],
         prompt: bool,
+        caller: str | None = None,
     ) -> Decision:
         """The first rule that matches; ``paths`` is ``args`` with git's places added.
-        ``tool`` is a prompt's name when ``prompt``."""
+        ``tool`` is a prompt's name when ``prompt``; a rule naming callers matches only
+        a ``caller`` it names."""
         known = self._prompt_candidates if prompt else self._candidates
         candidates = known.get((server, tool))
         if candidates is None:
             candidates = known[(server, tool)] = self._static_matches(server, tool, info, prompt)
         for rule in candidates:
+            if rule.caller is not None and (caller is None or rule.caller.match(caller) is None):
+                continue
             if rule.path_roles is not None and not paths_within(rule, info, paths):
                 continue
             if rule.domain_roles is not None and not domains_allowed(rule, info, args, cwd, cache):

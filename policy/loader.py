@@ -1,4 +1,5 @@
-"""Reading the policy directory: ``tool-annotations.json`` and ``compiled-policy.json``."""
+"""Reading the policy directory: ``tool-annotations.json`` and ``compiled-policy.json``, and
+the optional ``output-policy.json`` and ``permissions.json``."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from policy.models import (
     ToolAnnotationsFile,
 )
 from policy.output import OUTPUT_POLICY_FILE, OutputPolicy, load_output_policy
+from policy.permissions import PERMISSIONS_FILE, Permissions, load_permissions
 from policy.schema import pyd, validate
 from policy.variables import placeholder_names
 from sandbox_profiles.records import frozen
@@ -117,6 +119,7 @@ class PolicyFiles:
     annotations: ToolAnnotationsFile
     policy: CompiledPolicyFile
     output: OutputPolicy = field(default_factory=OutputPolicy)  # output-policy.json
+    permissions: Permissions = field(default_factory=Permissions)  # permissions.json
 
 
 def load_policy_dir(directory: Path, cache: Path | None = None) -> PolicyFiles:
@@ -141,7 +144,8 @@ def load_policy_dir(directory: Path, cache: Path | None = None) -> PolicyFiles:
         if store:
             store.put(key, encode([annotations, policy]))
     output = load_output_policy(directory / OUTPUT_POLICY_FILE)
-    return PolicyFiles(directory, annotations, policy, output)
+    permissions = load_permissions(directory / PERMISSIONS_FILE)
+    return PolicyFiles(directory, annotations, policy, output, permissions)
 
 
 # Every class a cached policy is built from (policy.cache.decode constructs only these).

@@ -122,6 +122,8 @@ class RuleCondition:
     side_effects: Annotated[bool | None, pyd.Field(alias="sideEffects")] = None
     paths: PathCondition | None = None
     domains: DomainCondition | None = None
+    # Globs on the caller's name; such a rule never matches a request without a caller.
+    caller: list[Annotated[str, pyd.Field(min_length=1)]] | None = None
 
 
 @frozen(kw_only=True)

@@ -32,6 +32,8 @@ class Scenario(BaseModel):
     tool: str  # a tool's name, or a prompt's when ``kind`` is "prompt"
     kind: Literal["tool", "prompt"] = "tool"
     arguments: dict[str, Any] = Field(default_factory=dict)
+    # Who calls: the caller's name, for rules that name callers (None: no caller).
+    caller: str | None = None
     expected: DecisionKind
     reasoning: str = ""
     source: Literal["handwritten", "generated", "verifier"] = "generated"

@@ -105,7 +105,13 @@ def execute(
     for scenario in scenarios:
         arguments = _fill(scenario.arguments, places)
         decide = engine.decide_prompt if scenario.kind == "prompt" else engine.decide
-        decision, _ = decide(scenario.server, scenario.tool, arguments, cwd=places["workspace"])
+        decision, _ = decide(
+            scenario.server,
+            scenario.tool,
+            arguments,
+            cwd=places["workspace"],
+            caller=scenario.caller,
+        )
         results.append(Result(scenario, decision.decision, decision.rule))
     return results
 
@@ -117,7 +123,8 @@ def judge_prompt(
         {
             "description": r.scenario.description,
             "call": f"{r.scenario.server}/{r.scenario.tool}"
-            + (" (prompt)" if r.scenario.kind == "prompt" else ""),
+            + (" (prompt)" if r.scenario.kind == "prompt" else "")
+            + (f" by caller {r.scenario.caller}" if r.scenario.caller else ""),
             "arguments": r.scenario.arguments,
             "expected": r.scenario.expected,
             "actual": r.actual,

@@ -121,6 +121,9 @@ def describe(entry: Mapping[str, Any]) -> str:
         f"{when}  {mark:<10} {entry.get('server')}/{entry.get('tool')}  "
         f"-> {entry.get('result')} ({entry.get('durationMs')} ms)  rule={policy.get('rule')}"
     )
+    missing = policy.get("missing")
+    if isinstance(missing, list):  # what the caller lacked (permissions.json)
+        line += f"  missing={','.join(map(str, missing))}"
     if not entry.get("sandboxed", True):
         line += "  UNSANDBOXED"
     caller = entry.get("caller")

@@ -354,12 +354,20 @@ def check(
             "output policy and the credential detectors.",
         ),
     ] = None,
+    caller: Annotated[
+        str | None,
+        typer.Option(
+            "--caller",
+            help="A caller file (JSON: name and permissions): the call is checked as that "
+            "caller's (permissions.json, then rules that name callers).",
+        ),
+    ] = None,
 ) -> None:
     """Dry-run one call through the policy: decision, rule, reason, canonical arguments;
     with --output, what a result of the tool would look like to the agent."""
     from launcher.cli.check import check_call
 
-    print(check_call(server, tool, args, config, policy_dir, workspace, output))
+    print(check_call(server, tool, args, config, policy_dir, workspace, output, caller))
 
 
 clients.register(app)

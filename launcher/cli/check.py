@@ -6,7 +6,9 @@ import json
 
 from launcher.plan import coherence
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
+from launcher.relay.gate import NOT_PERMITTED
 from launcher.relay.outputs import Outputs
+from launcher.shared.callers import load_caller_file
 from launcher.shared.errors import UsageError
 from launcher.shared.jsonrpc import loads
 
@@ -19,6 +21,7 @@ def check_call(
     policy_dir: str | None,
     workspace: str | None,
     output: str | None = None,
+    caller_file: str | None = None,
 ) -> str:
     try:
         args = json.loads(args_json)
@@ -37,7 +40,19 @@ def check_call(
             display_only=True,
         )
     )
-    decision, transport = plan.engine.decide(server, tool, args, cwd=plan.servers[server].cwd)
+    caller = load_caller_file(caller_file, "caller_file") if caller_file is not None else None
+    engine = plan.engine
+    required = sorted(engine.permissions.required("tools", server, tool))
+    missing = (
+        engine.permissions.missing("tools", server, tool, caller.permissions) if caller else []
+    )
+    if missing:  # as the gate decides it: before the policy is asked
+        decision, transport = NOT_PERMITTED, args
+    else:
+        who = caller.name if caller else None
+        decision, transport = engine.decide(
+            server, tool, args, cwd=plan.servers[server].cwd, caller=who
+        )
     ws = plan.workspace
     lines = [
         f"decision:  {decision.decision}",
@@ -46,6 +61,11 @@ def check_call(
         f"arguments: {json.dumps(transport)}",
         f"workspace: {ws}",
     ]
+    if required:
+        lines.append(f"requires:  {', '.join(required)} (permissions.json)")
+    if caller is not None:
+        lacks = f"lacks {', '.join(missing)}" if missing else "holds what is required"
+        lines.append(f"caller:    {caller.name}: {lacks}")
     if output is not None:
         lines += preview_output(plan, server, tool, output)
     lines += [f"warning:   {mismatch}" for mismatch in coherence.check(plan)]

@@ -39,6 +39,7 @@ from policy.errors import PolicyFileError
 from policy.loader import PolicyFiles, check_placeholders
 from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
+from policy.permissions import PERMISSIONS_FILE, check_servers
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
 
@@ -175,7 +176,12 @@ def build_engine(
         for name, server in servers.items()
     }
     return PolicyEngine(
-        files.policy, files.annotations, structural, allowlists, {"workspace": workspace}
+        files.policy,
+        files.annotations,
+        structural,
+        allowlists,
+        {"workspace": workspace},
+        files.permissions,
     )
 
 
@@ -309,6 +315,7 @@ def _plan(
     )
     files = load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
+    check_servers(files.permissions, config.servers, str(files.directory / PERMISSIONS_FILE))
     audit_path = resolve_real_path(
         os.path.expanduser(opts.audit_log)
         if opts.audit_log

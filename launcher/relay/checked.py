@@ -120,11 +120,13 @@ class CheckedCalls:
             self.send(result(request_id, {"completion": {"values": [], "hasMore": False}}))
             return
         cwd = self.core.settings[server].cwd if server else self.core.workspace
-        checked = self.core.gate.check(method, server, name, args, cwd)
+        checked = self.core.gate.check(method, server, name, args, cwd, self.core.caller)
         decision = checked.decision
         conn = self.core.servers.get(server) if server else None
         call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
         call.entry = self._entry(call, decision, checked.hashes)
+        if checked.missing:  # what the caller lacked: the audit's to know, not the client's
+            call.entry["policy"]["missing"] = list(checked.missing)
         if decision.decision == "escalate" and conn is not None and server is not None:
             self.escalations.start(call, decision)
         elif decision.decision != "allow" or conn is None:

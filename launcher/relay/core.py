@@ -235,9 +235,9 @@ class Relay(Asking):
         elif method == "ping":
             answer = {}
         elif method == "tools/list":
-            answer = {"tools": router.exposed_tools}
+            answer = {"tools": self.core.gate.listed(method, router, self.core.caller)}
         elif method == "prompts/list":
-            answer = {"prompts": router.exposed_prompts}
+            answer = {"prompts": self.core.gate.listed(method, router, self.core.caller)}
         elif method == "resources/list":
             answer = {"resources": router.resources}
         elif method == "resources/templates/list":

@@ -1,10 +1,11 @@
 """The one gate every request that reaches a server passes: one decision, strictest wins.
 
-In order: the policy engine (by method: a tool call, a prompt, a resource read, a
-completion), the tool pins (a tool that changed since it was pinned is escalated), the
-circuit breaker (the same request too often is denied) and the audit log's health (no
-request while it cannot be written). An escalation is then put to a human through the
-approvals; nothing else waits.
+In order: the caller's permissions (a caller without what ``permissions.json`` requires of
+a tool or prompt is refused, and nothing else is asked), the policy engine (by method: a
+tool call, a prompt, a resource read, a completion), the tool pins (a tool that changed
+since it was pinned is escalated), the circuit breaker (the same request too often is
+denied) and the audit log's health (no request while it cannot be written). An escalation
+is then put to a human through the approvals; nothing else waits.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING
 from launcher.audit.log import AuditLog, argument_hashes
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.pins import Pins
+from launcher.relay.router import Router
+from launcher.shared.callers import Caller
 from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy import Decision, PolicyEngine
@@ -25,6 +28,7 @@ if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its
     from launcher.relay.approval import Approvals
 
 
+_SHOWN_KEPT = 256  # filtered listings kept per router build (distinct sets of permissions)
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 _URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
 
@@ -36,6 +40,12 @@ class Checked:
     decision: Decision
     arguments: dict[str, object]  # canonical: what the server gets, what the audit hashes
     hashes: dict[str, str]
+    # The permissions the caller lacked (for the audit entry only: never told the client).
+    missing: tuple[str, ...] = ()
+
+
+# What a caller without a required permission is told: nothing of what it lacks.
+NOT_PERMITTED = Decision("deny", "caller-permissions", "operation not permitted")
 
 
 def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
@@ -90,12 +100,25 @@ class Gate:
     # -- the decision ----------------------------------------------------------------------
 
     def check(
-        self, method: str, server: str | None, name: str, args: Mapping[str, object], cwd: str
+        self,
+        method: str,
+        server: str | None,
+        name: str,
+        args: Mapping[str, object],
+        cwd: str,
+        caller: Caller | None = None,
     ) -> Checked:
         """Decide one request. ``server`` is None when no server offers ``name``; ``args``
         are the client's (a resource's ``{"uri"}``; a completion's ``{argument: value}``
-        with ``name`` the prompt or URI template completed)."""
-        decision, forward = self._policy(method, server, name, args, cwd)
+        with ``name`` the prompt or URI template completed); ``caller``: who asks (None: no
+        caller source, one local user)."""
+        if caller is not None and server is not None and self.engine.permissions:
+            missing = self.missing(method, server, name, caller)
+            if missing:
+                forward = dict(args)
+                return Checked(NOT_PERMITTED, forward, argument_hashes(forward), tuple(missing))
+        who = caller.name if caller is not None else None
+        decision, forward = self._policy(method, server, name, args, cwd, who)
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
             what = "tool" if method == TOOL else "prompt"
@@ -128,28 +151,52 @@ class Gate:
             )
         return Checked(decision, forward, hashes)
 
+    def missing(self, method: str, server: str, name: str, caller: Caller) -> list[str]:
+        """What ``caller`` lacks of what ``permissions.json`` requires for a request (a
+        completion of a prompt's argument needs what the prompt needs: it reveals it)."""
+        if method == TOOL:
+            kind = "tools"
+        elif method == PROMPT:
+            kind = "prompts"
+        elif method == COMPLETE and name.startswith("ref/prompt "):
+            kind, name = "prompts", name.removeprefix("ref/prompt ")
+        else:
+            return []
+        return self.engine.permissions.missing(kind, server, name, caller.permissions)
+
     def _policy(
-        self, method: str, server: str | None, name: str, args: Mapping[str, object], cwd: str
+        self,
+        method: str,
+        server: str | None,
+        name: str,
+        args: Mapping[str, object],
+        cwd: str,
+        caller: str | None,
     ) -> tuple[Decision, dict[str, object]]:
         engine = self.engine
         if method == TOOL:
-            return engine.decide(server or "", name, args, cwd=cwd)
+            return engine.decide(server or "", name, args, cwd=cwd, caller=caller)
         if method == PROMPT:
             if server is None:
                 return _unknown("prompt", name), dict(args)
-            return engine.decide_prompt(server, name, args, cwd=cwd)
+            return engine.decide_prompt(server, name, args, cwd=cwd, caller=caller)
         if method in BY_URI:
             uri = str(args.get("uri"))
             if server is None:
                 return _unknown("resource", uri), dict(args)
-            decision, forward_uri = engine.decide_resource_read(server, uri, cwd)
+            decision, forward_uri = engine.decide_resource_read(server, uri, cwd, caller=caller)
             return decision, {"uri": forward_uri}
         if method == COMPLETE:
-            return self._completion(server, name, args, cwd)
+            return self._completion(server, name, args, cwd, caller)
         return Decision("deny", "unknown-method", f"{method} is not relayed"), dict(args)
 
     def _completion(
-        self, server: str | None, name: str, args: Mapping[str, object], cwd: str
+        self,
+        server: str | None,
+        name: str,
+        args: Mapping[str, object],
+        cwd: str,
+        caller: str | None,
     ) -> tuple[Decision, dict[str, object]]:
         """A completion reveals what the server would do with the value typed so far: it is
         decided as that request would be (the prompt with this argument and its context; a
@@ -159,14 +206,16 @@ class Gate:
             return _unknown("prompt or resource template", name), dict(args)
         if name.startswith("ref/prompt "):
             prompt = name.removeprefix("ref/prompt ")
-            decision, forward = self.engine.decide_prompt(server, prompt, args, cwd=cwd)
+            decision, forward = self.engine.decide_prompt(
+                server, prompt, args, cwd=cwd, caller=caller
+            )
         elif any(_URI_SPECIAL.search(str(v)) for v in args.values()):
             # Parsed as a URI, the value would be judged on less than the server gets.
             refused = "a value completed into a URI template may not hold ?, #, % or controls"
             return Decision("deny", "completion-value-shape", refused), dict(args)
         else:
             uri = expand_template(name.removeprefix("ref/resource "), args)
-            decision, _ = self.engine.decide_resource_read(server, uri, cwd)
+            decision, _ = self.engine.decide_resource_read(server, uri, cwd, caller=caller)
             forward = dict(args)
         if decision.decision == "escalate":
             decision = Decision(
@@ -175,6 +224,30 @@ class Gate:
                 f"{decision.reason} (a completion is never put to a human)",
             )
         return decision, forward
+
+    def listed(self, method: str, router: Router, caller: Caller | None) -> list[Message]:
+        """The tools (``method`` ``tools/list``) or prompts (``prompts/list``) ``caller`` is
+        shown: those ``permissions.json`` lets it call (what the policy would deny is
+        still listed). Kept per router build and set of permissions."""
+        tools = method == "tools/list"
+        exposed = router.exposed_tools if tools else router.exposed_prompts
+        permissions = self.engine.permissions
+        if caller is None or not permissions:
+            return exposed
+        key = (tools, caller.permissions)
+        shown = router.shown.get(key)
+        if shown is None:
+            routes, kind = (router.tools, "tools") if tools else (router.prompts, "prompts")
+            shown = []
+            for item in exposed:
+                # By the route a call of this name takes (what the gate then checks).
+                route = routes.get(str(item.get("name")))
+                if route and not permissions.missing(kind, *route, caller.permissions):
+                    shown.append(item)
+            if len(router.shown) >= _SHOWN_KEPT:
+                router.shown.clear()
+            router.shown[key] = shown
+        return shown
 
     # -- pins ------------------------------------------------------------------------------
 

@@ -67,6 +67,8 @@ class Router:
     completes: set[str] = field(default_factory=set)
     subscribes: set[str] = field(default_factory=set)
     offers_resources: set[str] = field(default_factory=set)
+    # Listings filtered for callers (by the gate), dropped with each build.
+    shown: dict[object, list[Message]] = field(default_factory=dict)
 
     def public(self, server: str, name: str) -> str:
         """The name clients see for a server's tool or prompt.
@@ -120,6 +122,7 @@ class Router:
                 self.offers_resources.add(name)
                 if offered.get("subscribe") is True:
                     self.subscribes.add(name)
+        self.shown = {}
         self.tools, self.exposed_tools = tools, exposed_tools
         self.prompts, self.exposed_prompts = prompts, exposed_prompts
         self.resources = [r for s in listings.values() for r in s.resources]

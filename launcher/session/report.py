@@ -75,6 +75,19 @@ def output_filters(plan: SessionPlan) -> str:
     return text + (f"; output policy for {', '.join(tools)}" if tools else "")
 
 
+def permissions_note(plan: SessionPlan) -> str:
+    """What ``permissions.json`` holds, said after the policy directory ('' when nothing),
+    and that nothing is checked against it when the session knows no callers."""
+    permissions = plan.policy.permissions
+    count = len(permissions.tools) + len(permissions.prompts)
+    if not count:
+        return ""
+    said = f" (permissions.json: {count} entr{'y' if count == 1 else 'ies'}"
+    if plan.caller is None and plan.gateway is None:
+        return said + "; NOT checked: this session has no callers, only its one user)"
+    return said + ")"
+
+
 def startup_report(
     plan: SessionPlan,
     tools: Mapping[str, list[Message]],
@@ -114,7 +127,7 @@ def startup_report(
     lines += [
         f"  audit log:  {plan.audit_path}",
         f"  config:     {plan.config.path} ({plan.config.source})",
-        f"  policy:     {plan.policy.directory}",
+        f"  policy:     {plan.policy.directory}{permissions_note(plan)}",
         f"  output:     {output_filters(plan)}",
         f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
     ]

@@ -43,6 +43,7 @@ from launcher.shared.jsonrpc import Message
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
+from policy.permissions import PERMISSIONS_FILE, unmatched
 
 if TYPE_CHECKING:
     from launcher.transports.stateless_http import Upstream as HttpUpstream
@@ -143,7 +144,9 @@ class Session:
             else:
                 await self.fleet.start()
             for warning in check_output_tools(
-                self.plan, {n: c.tools for n, c in self.servers.items()}
+                self.plan,
+                {n: c.tools for n, c in self.servers.items()},
+                {n: c.prompts for n, c in self.servers.items()},
             ):
                 say(warning)
             for mismatch in coherence.check(self.plan):
@@ -423,11 +426,22 @@ def _stamped(
     return stamp
 
 
-def check_output_tools(plan: SessionPlan, tools: dict[str, list[Message]]) -> list[str]:
-    """Each entry of ``output-policy.json`` for a server of this session names a tool it
-    has (a glob: matches one); otherwise the session does not start. Returns a warning for
-    each tool whose ``outputSchema`` its output policy would break (the client may then
-    refuse its results)."""
+def check_output_tools(
+    plan: SessionPlan,
+    tools: dict[str, list[Message]],
+    prompts: dict[str, list[Message]] | None = None,
+) -> list[str]:
+    """Each entry of ``output-policy.json`` (and of ``permissions.json``) for a server of
+    this session names a tool (or prompt) it has (a glob: matches one); otherwise the
+    session does not start. Returns a warning for each tool whose ``outputSchema`` its
+    output policy would break (the client may then refuse its results)."""
+    names_of = {
+        "tools": {s: [str(t.get("name")) for t in ts] for s, ts in tools.items()},
+        "prompts": {s: [str(p.get("name")) for p in ps] for s, ps in (prompts or {}).items()},
+    }
+    wrong = unmatched(plan.policy.permissions, names_of)
+    if wrong is not None:
+        raise StartupError(f"{plan.policy.directory / PERMISSIONS_FILE}: {wrong}")
     output = plan.policy.output
     for i, entry in enumerate(output.tools):
         servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]

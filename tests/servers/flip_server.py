@@ -9,7 +9,7 @@ from mcp.server.mcpserver import MCPServer
 
 server = MCPServer("flip")
 try:
-    with open(os.environ["FLIP_FILE"], encoding="utf-8") as handle:
+    with open(os.environ.get("FLIP_FILE", ""), encoding="utf-8") as handle:
         _DOC = handle.read().strip()
 except OSError:
     _DOC = "Answer at once."

@@ -19,10 +19,12 @@ from launcher.relay.core import Relay
 from launcher.relay.gate import Gate
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings
+from launcher.shared.callers import Caller
 from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import Message
 from policy import PolicyEngine, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from policy.permissions import parse_permissions
 from tests.support.downstream import FakeServer
 
 TIMEOUT = 7.5
@@ -157,14 +159,19 @@ def build(
     servers: tuple[str, ...] = ("fs",),
     names: Names = by_field,
     initialize: bool = True,
+    rules: dict[str, Any] = RULES,
+    permissions: dict[str, Any] | None = None,
+    caller: Caller | None = None,
 ) -> Harness:
+    """``permissions``: a ``permissions.json``; ``caller``: whose requests the relay serves."""
     ws = tmp / "ws"
     (ws / "private").mkdir(parents=True, exist_ok=True)
     annotations = {"servers": {name: annotations_of(name) for name in servers}}
     engine = PolicyEngine(
-        schema.validate(CompiledPolicyFile, RULES),
+        schema.validate(CompiledPolicyFile, rules),
         schema.validate(ToolAnnotationsFile, annotations),
         variables={"ws": str(ws)},
+        permissions=parse_permissions(permissions or {}, "permissions.json"),
     )
     audit = AuditLog(str(tmp / "audit.jsonl"), "relay-test")
     said: list[str] = []
@@ -197,7 +204,8 @@ def build(
         gate.pin(name, fake.tools, fake.prompts, at_start=True)
     settings = {name: ServerSettings(str(ws), TIMEOUT, True) for name in servers}
     router = Router(len(servers) > 1)
-    relay = Relay(Core(fakes, settings, gate, audit, router, str(ws), say=said.append))
+    core = Core(fakes, settings, gate, audit, router, str(ws), say=said.append, caller=caller)
+    relay = Relay(core)
     client = Client(answer, relay=relay)
     relay.upstream = client
     harness = Harness(tmp, ws, relay, client, fakes, audit, said)
