@@ -157,7 +157,7 @@ class CallerRelays:
         if not idle:
             return False
         _, key = min(idle, key=lambda pair: pair[0])
-        await self._end(key, "the one idle longest, for a new caller")
+        await self._end(key, "the one idle longest, for a new caller", self._relays[key])
         return True
 
     async def _sweep(self) -> None:
@@ -168,13 +168,15 @@ class CallerRelays:
             await asyncio.sleep(SWEEP_EVERY)
             for key, held in list(self._relays.items()):
                 unused = loop.time() - held.last_used > IDLE_TIMEOUT
-                if unused and not held.busy and key not in self._awaited:
-                    await self._end(key, "idle")
+                # Without a caller source the one relay serves for the whole session.
+                if key is not None and unused and not held.busy and key not in self._awaited:
+                    await self._end(key, "idle", held)
 
-    async def _end(self, key: CallerKey, why: str) -> None:
-        held = self._relays.pop(key, None)
-        if held is None:
+    async def _end(self, key: CallerKey, why: str, held: Held) -> None:
+        """End ``held``, the relay of ``key`` (unless another replaced it meanwhile)."""
+        if self._relays.get(key) is not held:
             return
+        del self._relays[key]
         if key is not None:
             self._say(f"servers of caller {key[1]!r} ({key[0]}) stopped: {why}")
         with contextlib.suppress(Exception):

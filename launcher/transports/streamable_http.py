@@ -22,7 +22,9 @@ one ends the session unused longest that has no request being served (clients th
 without DELETE leave theirs behind), and is refused (503) only when every one is busy. In
 gateway mode a caller holds at most a quarter of them: its new session past that ends its
 own session unused longest, or is refused (503) when every one of its own is busy, so one
-caller cannot keep the others out.
+caller cannot keep the others out; nor can it by its requests: at most ``CALLER_REQUESTS``
+of its own are served at once (429 beyond), a quarter of the connections the endpoint
+holds.
 
 A session no request has used for ``IDLE_TIMEOUT`` seconds (no call out, no GET stream
 open) is ended, as is one the client DELETEs; its servers stop.
@@ -44,7 +46,7 @@ from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
-from launcher.transports.http_bounds import bounded_protocol, quiet_logs
+from launcher.transports.http_bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
 from launcher.transports.http_session import Attached, ClientStream, owner
 from launcher.transports.http_socket import listen_http
 from launcher.transports.stateless_http import CALLER, Opener, StatelessClients
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
 CALLER_SHARE = 4  # in gateway mode a caller holds at most 1/CALLER_SHARE of the sessions
+CALLER_REQUESTS = MAX_CONNECTIONS // CALLER_SHARE  # ... and of the requests being served
 KEEP_ALIVE = 5  # seconds an idle connection is kept open
 ONLY_POST = "a request of the stateless protocol is a POST"
 
@@ -79,6 +82,7 @@ class HttpEndpoint:
         self._opener = opener
         self.say = say
         self.sessions: dict[str, ClientStream] = {}
+        self._out: dict[tuple[str, str], int] = {}  # requests being served, by caller
         self.max_sessions = max_sessions
         self.stateless = StatelessClients(opener, max_sessions, say)
         self._server: uvicorn.Server | None = None
@@ -152,6 +156,20 @@ class HttpEndpoint:
             if refusal is not None:
                 await _plain(send, *refusal)
                 return
+            # No caller holds more than its share of the connections with requests out.
+            out = self._out.get(caller.key, 0)
+            if out >= CALLER_REQUESTS:
+                text = f"too many requests of this caller at once ({CALLER_REQUESTS})"
+                await _json_error(send, 429, -32603, text)
+                return
+            self._out[caller.key] = out + 1
+            try:
+                await self._limited(scope, receive, send)
+            finally:
+                self._out[caller.key] -= 1
+                if not self._out[caller.key]:
+                    del self._out[caller.key]
+            return
         await self._limited(scope, receive, send)
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:

@@ -16,7 +16,7 @@ import pytest
 
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports import relays
+from launcher.transports import relays, streamable_http
 from launcher.transports.gateway_auth import Gatekeeper
 from launcher.transports.gateway_keys import gateway
 from launcher.transports.relays import CallerRelays, TooMany
@@ -53,7 +53,9 @@ class CallerRelay:
         self.closed = True
 
 
-def serve(work: Any, max_sessions: int = 16) -> tuple[list[CallerRelay], list[str]]:
+def serve(
+    work: Any, max_sessions: int = 16, limits: httpx2.Limits | None = None
+) -> tuple[list[CallerRelay], list[str]]:
     opened: list[CallerRelay] = []
     said: list[str] = []
     with identity_provider() as idp:
@@ -68,7 +70,8 @@ def serve(work: Any, max_sessions: int = 16) -> tuple[list[CallerRelay], list[st
             endpoint = HttpEndpoint(0, None, opener, said.append, keeper, max_sessions)
             await endpoint.start()
             try:
-                async with httpx2.AsyncClient(timeout=10) as http:
+                bounds = limits or httpx2.Limits()
+                async with httpx2.AsyncClient(timeout=10, limits=bounds) as http:
                     await work(http, endpoint.url, idp, endpoint)
             finally:
                 await endpoint.stop()
@@ -281,3 +284,92 @@ def stateless_clients() -> StatelessClients:
         raise AssertionError("not opened here")
 
     return StatelessClients(opener)
+
+
+class SlowClosing(CallerRelay):
+    """A relay whose servers take a moment to stop."""
+
+    async def close(self) -> None:
+        await asyncio.sleep(0.5 if self.opened_for and self.opened_for.name == "a" else 0.0)
+        self.closed = True
+
+
+def test_the_idle_sweep_never_ends_a_relay_a_caller_opened_again_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.1)
+    opened: list[CallerRelay] = []
+
+    def caller(name: str) -> Caller:
+        return Caller(name, frozenset(), "https://idp.example")
+
+    async def main() -> tuple[int, bool]:
+        async def opener(upstream: Upstream, who: Caller | None) -> CallerRelay:
+            relay = SlowClosing(upstream, opened)
+            relay.opened_for = who
+            return relay
+
+        table = CallerRelays(opener, stateless_clients(), max_callers=2, say=lambda text: None)
+        for name in ("a", "b"):
+            table.done(await table.take(caller(name)))
+        await asyncio.sleep(0.45)  # the sweep is ending a (which takes 0.5 s)
+        table.done(await table.take(caller("c")))
+        await asyncio.sleep(0.01)
+        table.done(await table.take(caller("d")))  # b, idle longest, ends for d
+        held = await table.take(caller("b"))  # b is back, its request out
+        await asyncio.sleep(0.6)  # the sweep reaches b's old relay
+        found = (held.busy, held.relay.closed)  # type: ignore[attr-defined]
+        table.done(held)
+        await table.close()
+        return found
+
+    assert asyncio.run(main()) == (1, False)
+
+
+def test_without_a_caller_source_the_one_relay_serves_the_whole_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.1)
+    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.05)
+    opened: list[CallerRelay] = []
+
+    async def main() -> None:
+        async def opener(upstream: Upstream, who: Caller | None) -> CallerRelay:
+            relay = CallerRelay(upstream, opened)
+            return relay
+
+        table = CallerRelays(opener, stateless_clients(), say=lambda text: None)
+        table.done(await table.take(None))
+        await asyncio.sleep(0.5)
+        assert len(table) == 1 and not opened[0].closed
+        table.done(await table.take(None))
+        await table.close()
+
+    asyncio.run(main())
+    assert len(opened) == 1
+
+
+def test_one_caller_holds_at_most_a_quarter_of_the_requests_being_served() -> None:
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: HttpEndpoint) -> None:
+        mallory = idp.token("mallory")
+        held = [
+            asyncio.ensure_future(http.post(url, **stateless(mallory, "hold")))
+            for _ in range(streamable_http.CALLER_REQUESTS)
+        ]
+        await asyncio.sleep(1.0)
+        got["one more"] = await http.post(url, **stateless(mallory))
+        got["alice"] = await http.post(url, **stateless(idp.token("alice")))
+        for request in held:
+            request.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+
+    limits = httpx2.Limits(max_connections=200)
+    serve(work, limits=limits)
+    assert got["one more"].status_code == 429
+    assert got["one more"].json()["error"]["message"] == (
+        f"too many requests of this caller at once ({streamable_http.CALLER_REQUESTS})"
+    )
+    assert who(got["alice"]) == "alice"
