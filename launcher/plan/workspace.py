@@ -40,7 +40,7 @@ def workspace_for(given: str | None, session_id: str, caller: str | None) -> str
         # The caller's own directory is where the name puts it: not a link to elsewhere
         # (another caller's, or a place outside the directory that holds them all).
         template = resolve_real_path(os.path.expanduser(given))
-        if workspace != template.replace(CALLER, caller):
+        if workspace != os.path.normpath(template.replace(CALLER, caller)):
             raise OptionError(
                 "workspace",
                 expanded,

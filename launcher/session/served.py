@@ -69,9 +69,12 @@ class Served:
     """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
     session, so a client's subscriptions, log level and questions stay its own."""
 
-    def __init__(self, session: Hosting) -> None:
+    def __init__(self, session: Hosting, plan: SessionPlan | None = None) -> None:
+        """``plan``: what its servers and relay are made from, when not the session's (in a
+        session planned for every caller, its caller's own)."""
         self.session = session
-        self.fleet = Fleet(session.plan, self._notified, session.halted)
+        self.plan = session.plan if plan is None else plan
+        self.fleet = Fleet(self.plan, self._notified, session.halted)
         self.relay: Relay | None = None
         self._kept: Caller | None = None  # whose approvals and breaker the gate uses
 
@@ -120,8 +123,7 @@ class Served:
     def _relay(self, at_start: bool) -> Relay:
         """A relay over these servers: its own gate (pins compared for its own servers,
         its own circuit breaker), the session's audit log, approvals and guard."""
-        session, fleet = self.session, self.fleet
-        plan = session.plan
+        session, fleet, plan = self.session, self.fleet, self.plan
         assert session.audit is not None
         gate = Gate(
             plan.engine,

@@ -32,6 +32,7 @@ from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
 from launcher.servers.egress import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles
+from launcher.session.per_caller import CallerPlans
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
 from launcher.session.served import Kept, Served
@@ -78,6 +79,8 @@ class Session:
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
         self._spare: asyncio.Task[Served] | None = None
+        # Planned for every caller: each caller's servers are planned and started for it.
+        self.callers = CallerPlans(self) if plan.per_caller else None
         self._stop = asyncio.Event()
         self.unneutralised: list[GuardFailure] = []
 
@@ -123,17 +126,19 @@ class Session:
                 if not await self._start_while_client_waits():
                     say("the client closed its input before the servers were ready; stopped")
                     return 0
-            else:
+            elif self.callers is None:
                 await self.fleet.start()
-            for warning in check_output_tools(
-                self.plan, {n: c.tools for n, c in self.servers.items()}
-            ):
+            # (A session planned for every caller has no tools yet: each caller's servers
+            # list theirs when it first calls.)
+            listed = {n: c.tools for n, c in self.servers.items()} if self.callers is None else {}
+            for warning in check_output_tools(self.plan, listed):
                 say(warning)
             for mismatch in coherence.check(self.plan):
                 say(f"warning: {mismatch}")
             if stack is not None and self.plan.http_port is not None:
                 await stack
-                self.relay = self.first.attach(None, at_start=True)  # the first client's
+                if self.callers is None:
+                    self.relay = self.first.attach(None, at_start=True)  # the first client's
                 await self._listen(self.plan.http_port)
             else:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
@@ -212,7 +217,11 @@ class Session:
         advance (the next one is started at once). Its audit entries say what the client's
         transport adds (the caller, the session)."""
         first = self.first.relay
-        if first is not None and first.upstream is None:
+        if self.callers is not None:
+            if caller is None:
+                raise StartupError("the servers are each caller's own: a caller is needed")
+            served = await self.callers.served_for(caller, upstream)
+        elif first is not None and first.upstream is None:
             first.upstream = upstream
             served = self.first
         else:
@@ -223,7 +232,8 @@ class Session:
         assert served.relay is not None and self.audit is not None
         served.relay.core.audit = self.audit.for_client(upstream.audit_fields)
         served.caller = caller
-        if self._spare is None and len(self.served) < 2 * self.plan.max_clients:
+        spares = self.callers is None  # a spare would be no caller's
+        if spares and self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
         return served
 
@@ -245,6 +255,8 @@ class Session:
             kept.users -= 1
             if kept.users <= 0:
                 del self.kept[caller.key]
+                if self.callers is not None:
+                    self.callers.forget(caller)
 
     async def _start_spare(self) -> Served:
         served = Served(self)
@@ -378,6 +390,8 @@ class Session:
             self.settle()
             self._sweep(self.guard)
             self.guard.close()
+        if self.callers is not None:
+            self.callers.remove()
         self.files.remove()
 
     def _sweep(self, guard: Guard) -> None:

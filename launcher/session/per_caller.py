@@ -1,0 +1,126 @@
+"""Each caller's own servers in a session planned for every caller (over HTTP with callers,
+the workspace or a server's config naming ``${caller}``): when a caller first calls, the
+session is planned again for it (:mod:`launcher.plan.caller_plan`), its workspace and the
+other places its servers use are made, the guard watches the roots they may write, and its
+servers start from its plan. Nothing is started for a caller before it calls: no server can
+be started in advance without knowing whose it is.
+
+A caller whose places cannot be made or watched is refused, said why, and nothing of its is
+started. Its plan is kept while a relay serves it; its workspace stays watched until the
+session ends (the last sweep covers it), and is removed then if it is still empty."""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+from launcher.guard.watch import Guard, GuardError
+from launcher.plan.caller_plan import plan_for_caller
+from launcher.plan.session_plan import SessionPlan
+from launcher.relay.seams import Upstream
+from launcher.session.hostfiles import HostFiles, writable_roots
+from launcher.session.served import Hosting, Served
+from launcher.shared.callers import Caller
+from launcher.shared.errors import USER_ERRORS, StartupError
+
+
+class Session(Hosting, Protocol):
+    """What a caller's servers need of the session: what every client's do, and the guard."""
+
+    guard: Guard | None
+
+
+class CallerPlans:
+    """The plans (and places) of the callers of one session planned for every caller."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._plans: dict[tuple[str, str], SessionPlan] = {}
+        self._places: dict[str, HostFiles] = {}  # by workspace: made once a session
+        self.seconds: list[float] = []  # how long each caller's plan took
+        self._pinned = False  # whether a relay has compared the servers' tools at start
+
+    async def served_for(self, caller: Caller, upstream: Upstream) -> Served:
+        """A new client's servers for ``caller``, started from its plan, and its relay
+        sending to ``upstream``. The first is the session's start: its servers' tools are
+        pinned if they never were."""
+        served = Served(self.session, self.plan_for(caller))
+        self.session.served.append(served)  # from now on the guard can halt its servers too
+        try:
+            await served.fleet.start()
+        except BaseException:
+            await served.close()
+            raise
+        served.attach(upstream, at_start=not self._pinned)
+        self._pinned = True
+        return served
+
+    def plan_for(self, caller: Caller) -> SessionPlan:
+        """``caller``'s plan, its places made and watched (the one kept, while a relay
+        serves it); :class:`StartupError` saying why when they cannot be."""
+        plan = self._plans.get(caller.key)
+        if plan is not None:
+            return plan
+        began = time.perf_counter()
+        try:
+            plan = plan_for_caller(self.session.plan, caller)
+        except USER_ERRORS as exc:
+            raise self._refused(caller, str(exc)) from None
+        self.seconds.append(time.perf_counter() - began)
+        places = self._places.get(plan.workspace)
+        if places is None:
+            places = HostFiles(plan)
+            try:
+                places.make_places()
+            except StartupError as exc:
+                places.remove_places()
+                raise self._refused(caller, str(exc)) from None
+            self._places[plan.workspace] = places
+        self._watch(caller, plan)
+        self._plans[caller.key] = plan
+        self.session.event(
+            "caller-workspace",
+            f"caller {caller.name!r}: workspace {plan.workspace} "
+            f"(planned in {self.seconds[-1] * 1000:.0f} ms)",
+            caller=caller.audited,
+            workspace=plan.workspace,
+        )
+        return plan
+
+    def _watch(self, caller: Caller, plan: SessionPlan) -> None:
+        """The guard watches the roots ``caller``'s servers may write, or none start."""
+        guard = self.session.guard
+        roots = writable_roots(plan)
+        if not roots:
+            return
+        if guard is None:
+            raise self._refused(caller, "no guard watches the roots its servers may write")
+        guarded = [p for sp in plan.servers.values() for p in sp.guarded]
+        anchored = [p for sp in plan.servers.values() for p in sp.anchored]
+        try:
+            guard.add_roots(roots, guarded, anchored)
+        except GuardError as exc:
+            raise self._refused(
+                caller, f"cannot watch its workspace for protected files: {exc}"
+            ) from None
+
+    def _refused(self, caller: Caller, why: str) -> StartupError:
+        """Said on stderr and in the audit log: no server of ``caller``'s starts."""
+        self.session.event(
+            "caller-refused",
+            f"caller {caller.name!r} refused: {why}",
+            caller=caller.audited,
+            reason=why,
+        )
+        return StartupError(f"caller {caller.name!r} refused: {why}")
+
+    def forget(self, caller: Caller) -> None:
+        """No relay serves ``caller`` any more: its plan is made again when it calls again."""
+        self._plans.pop(caller.key, None)
+
+    def remove(self) -> None:
+        """At the end of the session, its servers stopped: what was made for the callers
+        and is still empty."""
+        for places in self._places.values():
+            places.remove_places()
+        self._places.clear()
