@@ -36,20 +36,29 @@ def workspace_for(given: str | None, session_id: str, caller: str | None) -> str
             raise OptionError("workspace", given, NEEDS_CALLER, mentions=_CALLER_OPTIONS)
         expanded = given.replace(CALLER, caller)
     workspace = resolve_real_path(os.path.expanduser(expanded))
-    if caller not in (None, CALLER) and CALLER in given:
-        # The caller's own directory is where the name puts it: not a link to elsewhere
-        # (another caller's, or a place outside the directory that holds them all).
-        template = resolve_real_path(os.path.expanduser(given))
-        if workspace != os.path.normpath(template.replace(CALLER, caller)):
-            raise OptionError(
-                "workspace",
-                expanded,
-                "leads elsewhere through a symbolic link; a caller's workspace must be a "
-                "directory where ${caller} puts it",
-            )
+    if caller not in (None, CALLER) and CALLER in given and leads_elsewhere(given, caller):
+        raise OptionError(
+            "workspace",
+            expanded,
+            "leads elsewhere through a symbolic link; a caller's workspace must be a "
+            "directory where ${caller} puts it",
+        )
     if os.path.exists(workspace) and not os.path.isdir(workspace):
         raise OptionError("workspace", expanded, "exists and is not a directory")
     return workspace
+
+
+def leads_elsewhere(template: str, caller: str) -> bool:
+    """Whether ``template`` with ``${caller}`` put in is not where the name puts it: a
+    symbolic link on the way (to another caller's directory, or out of the directory that
+    holds them all).
+
+    >>> leads_elsewhere("/nonexistent/${caller}/files", "bob")
+    False
+    """
+    real = resolve_real_path(os.path.expanduser(template.replace(CALLER, caller)))
+    where = resolve_real_path(os.path.expanduser(template)).replace(CALLER, caller)
+    return real != os.path.normpath(where)
 
 
 def check_workspace(workspace: str, given: str | None) -> None:

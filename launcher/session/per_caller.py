@@ -11,11 +11,13 @@ session ends (the last sweep covers it), and is removed then if it is still empt
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from typing import Protocol
 
 from launcher.guard.watch import Guard, GuardError
-from launcher.plan.caller_plan import plan_for_caller
+from launcher.plan.caller_plan import own_dirs, plan_for_caller
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.seams import Upstream
 from launcher.session.hostfiles import HostFiles, writable_roots
@@ -37,6 +39,7 @@ class CallerPlans:
         self.session = session
         self._plans: dict[tuple[str, str], SessionPlan] = {}
         self._places: dict[str, HostFiles] = {}  # by workspace: made once a session
+        self._made: list[str] = []  # the callers' allowWrite directories made here
         self.seconds: list[float] = []  # how long each caller's plan took
         self._pinned = False  # whether a relay has compared the servers' tools at start
 
@@ -64,8 +67,12 @@ class CallerPlans:
         began = time.perf_counter()
         try:
             plan = plan_for_caller(self.session.plan, caller)
+            if self._make_own_dirs(plan):  # a directory is mounted only when it is there
+                plan = plan_for_caller(self.session.plan, caller)
         except USER_ERRORS as exc:
             raise self._refused(caller, str(exc)) from None
+        except OSError as exc:
+            raise self._refused(caller, f"cannot create {exc.filename}: {exc.strerror}") from None
         self.seconds.append(time.perf_counter() - began)
         places = self._places.get(plan.workspace)
         if places is None:
@@ -86,6 +93,17 @@ class CallerPlans:
             workspace=plan.workspace,
         )
         return plan
+
+    def _make_own_dirs(self, plan: SessionPlan) -> bool:
+        """Make the caller's own ``allowWrite`` directories (those naming ``${caller}``) that
+        are not there yet, owner-only; whether any was."""
+        made = False
+        for _, _, path, writable in own_dirs(self.session.plan, plan):
+            if writable and not os.path.lexists(path):
+                os.makedirs(path, mode=0o700)
+                self._made.append(path)
+                made = True
+        return made
 
     def _watch(self, caller: Caller, plan: SessionPlan) -> None:
         """The guard watches the roots ``caller``'s servers may write, or none start."""
@@ -124,3 +142,7 @@ class CallerPlans:
         for places in self._places.values():
             places.remove_places()
         self._places.clear()
+        for path in reversed(self._made):
+            with contextlib.suppress(OSError):
+                os.rmdir(path)  # only if still empty
+        self._made.clear()

@@ -12,6 +12,7 @@ import json
 import os
 import stat
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -22,6 +23,7 @@ from tests.support.home import Home
 from tests.support.http import ACCEPT, http_session, serving
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
+from tests.support.probe import probe_server_config, write_raw_policy
 from tests.support.sdk import call, connect
 
 pytestmark = needs_bwrap
@@ -142,3 +144,57 @@ def test_over_stdio_a_caller_file_names_the_workspace(user: Home) -> None:
 
     asyncio.run(scenario())
     assert (user.root / "work" / "billing%7C%41gent" / "n.txt").read_text() == "x"
+
+
+def _probe_args(user: Home, idp: Provider, allow_write: str) -> list[str]:
+    """The hostile probe alone, every call allowed (only the sandbox stands in its way),
+    ``allow_write`` writable besides each caller's workspace."""
+    server = probe_server_config(True)
+    server["sandbox"]["filesystem"]["allowWrite"].append(allow_write)
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    return ["--config", str(config), "--policy-dir", str(policy), "--server", "probe",
+            "--workspace", f"{user.root}/work/${{caller}}", "--audit-log",
+            str(user.root / "audit.jsonl"), "--oidc-issuer", idp.issuer,
+            "--oidc-audience", AUDIENCE]  # fmt: skip
+
+
+def _writes(url: str, token: str, paths: list[Path]) -> list[str]:
+    async def scenario() -> list[str]:
+        async with http_session(url, token) as session:
+            return [
+                (await call(session, "write_path", {"path": str(p), "content": "x"}))[1]
+                for p in paths
+            ]
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own", "control-shared"])
+def test_a_server_writes_only_its_callers_own_directory(
+    user: Home, idp: Provider, shared: bool
+) -> None:
+    """A directory in allowWrite naming ${caller} is made for each caller when it first
+    calls and is all of that directory its servers can write: a hostile server of alice's,
+    let through by the policy, cannot write bob's. The control names the directory that
+    holds them instead: the same write then lands in bob's."""
+    cache = user.root / "cache"
+    allow = str(cache) if shared else f"{cache}/${{caller}}"
+    if shared:
+        (cache / "bob").mkdir(parents=True)
+    with serving(user, *_probe_args(user, idp, allow)) as served:
+        assert _writes(served.url, idp.token("bob"), [cache / "bob" / "mine.txt"]) == ["WRITE OK"]
+        if not shared:  # made for bob, no one else's (as root, an ACL lets the servers' user in)
+            assert stat.S_IMODE((cache / "bob").stat().st_mode) & 0o007 == 0
+        alice = _writes(
+            served.url,
+            idp.token("alice"),
+            [cache / "alice" / "mine.txt", cache / "bob" / "planted.txt"],
+        )
+    if shared:
+        assert (cache / "bob" / "planted.txt").exists()  # the attack works here
+        return
+    assert alice[0] == "WRITE OK" and (cache / "alice" / "mine.txt").exists()
+    assert alice[1].startswith("WRITE FAILED"), alice
+    assert not (cache / "bob" / "planted.txt").exists()

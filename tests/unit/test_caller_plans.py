@@ -17,7 +17,7 @@ from launcher.plan.config import CALLER, load_config
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_from, plan_session
 from launcher.plan.workspace import workspace_for
 from launcher.shared.callers import Caller, path_name
-from launcher.shared.errors import CallerNeeded, OptionError
+from launcher.shared.errors import CallerNeeded, ConfigError, OptionError
 from tests.support.home import Home, in_process, make_home
 
 RUN = flag_names(["ironcurtain", "run"])
@@ -171,3 +171,23 @@ def test_a_plan_for_every_caller_is_planned_again_for_each(user: Home) -> None:
     assert bob.session_id == alice.session_id == every.session_id
     assert bob.policy is every.policy
     assert bob.servers["filesystem"].cwd == bob.workspace
+
+
+def test_a_link_in_the_place_of_a_callers_directory_is_refused(user: Home) -> None:
+    """A link where mallory's allowWrite directory goes, to bob's: mallory's plan is
+    refused, naming the config value; bob's is not."""
+    shared = user.root / "shared"
+    (shared / "bob").mkdir(parents=True)
+    (shared / "mallory").symlink_to(shared / "bob")
+    config = _config(user.root / "c.json", _fs(shared))
+    every = plan_session(
+        RunOptions(config=str(config), workspace=f"{user.root}/w/${{caller}}", display_only=True)
+    )
+    base = SessionPlan(**{**vars(every), "per_caller": True})
+    with pytest.raises(ConfigError) as refused:
+        plan_for_caller(base, Caller("mallory", frozenset()))
+    assert refused.value.location == "$.mcpServers.filesystem.sandbox.filesystem.allowWrite[0]"
+    assert "leads elsewhere through a symbolic link" in str(refused.value)
+    bob = plan_for_caller(base, Caller("bob", frozenset()))
+    assert bob.servers["filesystem"].profile is not None
+    assert str(shared / "bob") in bob.servers["filesystem"].profile.writable
