@@ -40,6 +40,9 @@ class CallerPlans:
         self._plans: dict[tuple[str, str], SessionPlan] = {}
         self._places: dict[str, HostFiles] = {}  # by workspace: made once a session
         self._made: list[str] = []  # the callers' allowWrite directories made here
+        # Per caller, for the whole session: its servers the guard stopped (what one caller's
+        # servers did to its own workspace stops no other caller's).
+        self._halted: dict[tuple[str, str], dict[str, str]] = {}
         self.seconds: list[float] = []  # how long each caller's plan took
         self._pinned = False  # whether a relay has compared the servers' tools at start
 
@@ -47,7 +50,8 @@ class CallerPlans:
         """A new client's servers for ``caller``, started from its plan, and its relay
         sending to ``upstream``. The first is the session's start: its servers' tools are
         pinned if they never were."""
-        served = Served(self.session, self.plan_for(caller))
+        plan = self.plan_for(caller)
+        served = Served(self.session, plan, self._halted_for(caller, plan))
         self.session.served.append(served)  # from now on the guard can halt its servers too
         try:
             await served.fleet.start()
@@ -93,6 +97,21 @@ class CallerPlans:
             workspace=plan.workspace,
         )
         return plan
+
+    def _halted_for(self, caller: Caller, plan: SessionPlan) -> dict[str, str]:
+        """``caller``'s servers the guard stopped: those stopped in one of its clients, and
+        any that can write a root the guard failed in (a root it shares with others)."""
+        halted = self._halted.setdefault(caller.key, {})
+        guard = self.session.guard
+        for failure in guard.failures if guard is not None else ():
+            for name, sp in plan.servers.items():
+                if sp.profile is not None and failure.root in sp.profile.writable:
+                    halted.setdefault(
+                        name,
+                        f"the guard could not neutralise {failure.path} in its writable root "
+                        f"{failure.root} ({failure.reason})",
+                    )
+        return halted
 
     def _make_own_dirs(self, plan: SessionPlan) -> bool:
         """Make the caller's own ``allowWrite`` directories (those naming ``${caller}``) that

@@ -69,12 +69,19 @@ class Served:
     """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
     session, so a client's subscriptions, log level and questions stay its own."""
 
-    def __init__(self, session: Hosting, plan: SessionPlan | None = None) -> None:
-        """``plan``: what its servers and relay are made from, when not the session's (in a
-        session planned for every caller, its caller's own)."""
+    def __init__(
+        self,
+        session: Hosting,
+        plan: SessionPlan | None = None,
+        halted: dict[str, str] | None = None,
+    ) -> None:
+        """``plan``: what its servers and relay are made from, and ``halted``: its servers
+        the guard stopped, when not the session's (in a session planned for every caller,
+        its caller's own)."""
         self.session = session
         self.plan = session.plan if plan is None else plan
-        self.fleet = Fleet(self.plan, self._notified, session.halted)
+        self.halted = session.halted if halted is None else halted
+        self.fleet = Fleet(self.plan, self._notified, self.halted)
         self.relay: Relay | None = None
         self._kept: Caller | None = None  # whose approvals and breaker the gate uses
 
@@ -146,7 +153,7 @@ class Served:
             Router(plan.prefixed),
             workspace=plan.workspace,
             audit_args_clear=plan.audit_args_clear,
-            halted=session.halted,
+            halted=self.halted,
             settle=session.settle,
             say=say,
             outputs=Outputs(

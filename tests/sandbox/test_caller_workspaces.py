@@ -198,3 +198,29 @@ def test_a_server_writes_only_its_callers_own_directory(
     assert alice[0] == "WRITE OK" and (cache / "alice" / "mine.txt").exists()
     assert alice[1].startswith("WRITE FAILED"), alice
     assert not (cache / "bob" / "planted.txt").exists()
+
+
+def test_what_one_callers_server_does_to_its_workspace_stops_only_that_callers(
+    user: Home, idp: Provider
+) -> None:
+    """Alice's hostile server makes a tree deeper than the guard follows in alice's
+    workspace: the guard fails closed and alice's server is stopped, her calls refused from
+    then on (the failure is real); bob's server, whose workspace is another, goes on."""
+    work = user.root / "work"
+    deep = work / "alice" / "/".join(["d"] * 410) / "f.txt"
+    with serving(user, *_probe_args(user, idp, f"{user.root}/cache/${{caller}}")) as served:
+        assert _writes(served.url, idp.token("bob"), [work / "bob" / "a.txt"]) == ["WRITE OK"]
+        tree = asyncio.run(_write_parents(served.url, idp.token("alice"), deep))
+        assert "server 'probe' was stopped: the guard could not neutralise" in tree
+        after = _writes(served.url, idp.token("alice"), [work / "alice" / "b.txt"])
+        assert "WRITE OK" not in after[0]  # the control: alice's server was stopped
+        assert _writes(served.url, idp.token("bob"), [work / "bob" / "b.txt"]) == ["WRITE OK"]
+    entries = audit_entries(user.root / "audit.jsonl")
+    failures = [e for e in entries if e.get("event") == "guard-failure"]
+    assert failures and failures[0]["root"] == str(work / "alice")
+
+
+async def _write_parents(url: str, token: str, path: Path) -> str:
+    async with http_session(url, token) as session:
+        args = {"path": str(path), "content": "x", "parents": True}
+        return (await call(session, "write_path", args))[1]
