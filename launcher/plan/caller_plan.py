@@ -7,6 +7,8 @@ sandbox and seccomp checks, the session's directories and audit log) is the sess
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from launcher.host.machine import sandbox_identity
 from launcher.plan.config import CALLER
 from launcher.plan.session_plan import SessionPlan, plan_from
@@ -34,7 +36,7 @@ def plan_for_caller(base: SessionPlan, caller: Caller) -> SessionPlan:
                 f"{template.replace(CALLER, caller.path_name)} leads elsewhere through a "
                 "symbolic link; a caller's directory must be where ${caller} puts it",
             )
-    return plan
+    return replace(plan, caller=None)  # a plan's caller is a session's one caller (stdio)
 
 
 def own_dirs(base: SessionPlan, plan: SessionPlan) -> list[tuple[str, str, str, bool]]:
