@@ -38,12 +38,13 @@ class CallerPlans:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._plans: dict[tuple[str, str], SessionPlan] = {}
-        self._places: dict[str, HostFiles] = {}  # by workspace: made once a session
-        self._made: list[str] = []  # the callers' allowWrite directories made here
+        # What was made for the callers (their workspaces, placeholders, allowWrite
+        # directories), in order: removed at the end if still empty. Paths only, a few a
+        # caller: no plan is kept beyond its relays.
+        self._made: list[str] = []
         # Per caller, for the whole session: its servers the guard stopped (what one caller's
         # servers did to its own workspace stops no other caller's).
         self._halted: dict[tuple[str, str], dict[str, str]] = {}
-        self.seconds: list[float] = []  # how long each caller's plan took
         self._pinned = False  # whether a relay has compared the servers' tools at start
 
     async def served_for(self, caller: Caller, upstream: Upstream) -> Served:
@@ -77,22 +78,20 @@ class CallerPlans:
             raise self._refused(caller, str(exc)) from None
         except OSError as exc:
             raise self._refused(caller, f"cannot create {exc.filename}: {exc.strerror}") from None
-        self.seconds.append(time.perf_counter() - began)
-        places = self._places.get(plan.workspace)
-        if places is None:
-            places = HostFiles(plan)
-            try:
-                places.make_places()
-            except StartupError as exc:
-                places.remove_places()
-                raise self._refused(caller, str(exc)) from None
-            self._places[plan.workspace] = places
+        took = time.perf_counter() - began
+        places = HostFiles(plan)  # what is there already is left as it is
+        try:
+            places.make_places()
+        except StartupError as exc:
+            places.remove_places()
+            raise self._refused(caller, str(exc)) from None
+        self._made += [plan.workspace] if plan.create_workspace else []
+        self._made += places.placeholders
         self._watch(caller, plan)
         self._plans[caller.key] = plan
         self.session.event(
             "caller-workspace",
-            f"caller {caller.name!r}: workspace {plan.workspace} "
-            f"(planned in {self.seconds[-1] * 1000:.0f} ms)",
+            f"caller {caller.name!r}: workspace {plan.workspace} (planned in {took * 1000:.0f} ms)",
             caller=caller.audited,
             workspace=plan.workspace,
         )
@@ -154,14 +153,16 @@ class CallerPlans:
     def forget(self, caller: Caller) -> None:
         """No relay serves ``caller`` any more: its plan is made again when it calls again."""
         self._plans.pop(caller.key, None)
+        if not self._halted.get(caller.key):
+            self._halted.pop(caller.key, None)  # kept only when something was stopped
 
     def remove(self) -> None:
         """At the end of the session, its servers stopped: what was made for the callers
         and is still empty."""
-        for places in self._places.values():
-            places.remove_places()
-        self._places.clear()
         for path in reversed(self._made):
             with contextlib.suppress(OSError):
-                os.rmdir(path)  # only if still empty
+                if os.path.isdir(path):
+                    os.rmdir(path)  # only while still empty
+                elif os.path.getsize(path) == 0:
+                    os.unlink(path)  # a placeholder file nothing was written to
         self._made.clear()
