@@ -81,6 +81,9 @@ class RunOptions:
     max_clients: int = 16  # over HTTP: sessions (and callers) served at once, each own servers
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
+    # No callers, yet ${caller} is kept as it is (as in a plan for every caller): for
+    # commands that only list the servers' tools or read the plan.
+    every_caller: bool = False
 
 
 MAX_CLIENTS = 1024  # each has servers of its own: more is no setting, an outage
@@ -267,7 +270,8 @@ def caller_variable(opts: RunOptions, caller: Caller | None, gateway: Gateway | 
     nothing (no caller: naming it is an error)."""
     if caller is not None:
         return caller.path_name
-    return CALLER if gateway is not None or opts.display_only else None
+    every = gateway is not None or opts.display_only or opts.every_caller
+    return CALLER if every else None
 
 
 def plan_from(
@@ -354,8 +358,8 @@ def plan_from(
     )
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
     per_caller = (
-        variable == CALLER
-        and not opts.display_only
+        gateway is not None
+        and variable == CALLER
         and (CALLER in (opts.workspace or "") or any(n in config.per_caller for n in selected))
     )
     return SessionPlan(

@@ -19,6 +19,7 @@ from launcher.plan.workspace import workspace_for
 from launcher.shared.callers import Caller, path_name
 from launcher.shared.errors import CallerNeeded, ConfigError, OptionError
 from tests.support.home import Home, in_process, make_home
+from tests.support.marks import needs_bwrap
 
 RUN = flag_names(["ironcurtain", "run"])
 
@@ -115,6 +116,7 @@ def test_a_config_naming_the_caller_without_one_names_the_file_and_the_place(
     assert load_config(shared, "t", "/ws").servers["filesystem"].cwd == "/srv/shared"
 
 
+@needs_bwrap  # planned as to run: the sandbox is probed
 def test_without_a_caller_the_session_does_not_start(user: Home) -> None:
     config = _config(user.root / "c.json", _fs(user.root / "shared"))
     with pytest.raises(CallerNeeded):
@@ -191,3 +193,15 @@ def test_a_link_in_the_place_of_a_callers_directory_is_refused(user: Home) -> No
     bob = plan_for_caller(base, Caller("bob", frozenset()))
     assert bob.servers["filesystem"].profile is not None
     assert str(shared / "bob") in bob.servers["filesystem"].profile.writable
+
+
+@needs_bwrap  # planned as to run: the sandbox is probed
+def test_listing_the_tools_plans_as_for_every_caller(user: Home) -> None:
+    """``annotate-tools`` and ``compile-policy`` have no caller: they plan with ``${caller}``
+    as it is (nothing per caller), rather than refuse the config."""
+    config = _config(user.root / "c.json", _fs(user.root / "shared"))
+    plan = plan_session(RunOptions(config=str(config), workspace=str(user.ws()), every_caller=True))
+    assert not plan.per_caller
+    fs = plan.servers["filesystem"].config
+    assert fs.sandbox is not False
+    assert fs.sandbox.filesystem.allow_write == [f"{user.root}/shared/${{caller}}"]
