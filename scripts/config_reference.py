@@ -117,11 +117,18 @@ that has not changed since it was last checked is read from a cache in the state
 
 `command`, `args`, the values of `env`, `cwd` and the four lists of `sandbox.filesystem` may
 hold `${NAME}`, the variable of ironcurtain's own environment (an empty one counts as unset),
-`${NAME:-default}`, and `${workspace}`, the session's workspace. A variable that is not set
-and has no default is an error for a session that starts that server; the file's other
-servers are not affected. `cwd` and the sandbox paths must be absolute once expanded, or
-start with `~` (your home; `~` is expanded there and only there: in `args`, write
-`${HOME}`).
+`${NAME:-default}`, `${workspace}`, the session's workspace, and `${caller}`, the caller's
+name made safe for a path (never an environment variable: see
+[gateway.md](gateway.md#per-caller-workspaces)). A variable that is not set and has no default
+is an error for a session that starts that server; the file's other servers are not
+affected. `cwd` and the sandbox paths must be absolute once expanded, or start with `~` (your
+home; `~` is expanded there and only there: in `args`, write `${HOME}`).
+
+`"allowWrite": ["/srv/shared/${caller}"]` gives each caller a directory of its own: with a
+caller file (`run --caller`) it is that caller's (used when it is there); in gateway mode
+each caller's servers are planned with its own name when it first calls, and the directory
+is made for it then. A session with no caller refuses to start a
+server whose values name `${caller}` (write `${caller:-name}` for one), saying which value.
 
 ## A complete example
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Sequence
 
+from launcher.host.nofollow import Parts
 from sandbox_profiles.ways import is_under
 
 GUARDED = "protected path (denyWrite, ironcurtain's, or named by a git configuration)"
@@ -63,3 +64,17 @@ def _ways_in(path: str, roots: Sequence[str]) -> list[str]:
     root = min(holding, key=len).rstrip("/")
     parts = path[len(root) + 1 :].split("/")
     return [os.path.join(root, *parts[:i]) for i in range(1, len(parts))]
+
+
+def outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
+    """Each (root, parts) once, and none inside another of the list: a rescan covers what
+    is below it (a storm of renames must not make the guard scan one tree many times)."""
+    unique = sorted(set(paths), key=lambda p: (p[0], len(p[1])))
+    kept: list[tuple[str, Parts]] = []
+    seen: set[tuple[str, Parts]] = set()
+    for root, parts in unique:
+        if any((root, parts[:i]) in seen for i in range(len(parts))):
+            continue
+        seen.add((root, parts))
+        kept.append((root, parts))
+    return kept

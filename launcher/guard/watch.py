@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from launcher.guard.places import Places
+from launcher.guard.places import Places, outermost
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
 from launcher.guard.sweep import Unhandled, sweep_root
 from launcher.host import nofollow
@@ -117,22 +117,50 @@ class Guard:
         """Watch every directory below every root. What is there already is the user's:
         existing entries are mounted read-only instead, and left alone here."""
         for root in self.roots:
-            try:
-                self._scan(root, ())
-            except Unhandled as exc:
-                raise GuardError(f"{exc.path}: {exc.reason}") from None
-            # The places the scan does not reach (inside what it leaves alone, or past a
-            # symlink, which is not followed) are known by identity too.
-            for path in self.places.known_by_identity(root):
-                if path not in self.preexisting:
-                    parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
-                    try:
-                        identity = nofollow.identity(root, parts)
-                    except OSError:
-                        continue
-                    if identity is not None:
-                        self.preexisting[path] = identity
+            self._take(root)
         self._started = True
+
+    def add_roots(
+        self, roots: Iterable[str], guarded: Iterable[str], anchored: Iterable[str]
+    ) -> list[str]:
+        """Watch ``roots`` too from now on (a caller's workspace, made when it first calls),
+        with the places their servers protect; what is in them now is taken as :meth:`start`
+        takes what is there at start. Returns the roots that were not watched yet; a
+        :class:`GuardError` when one of them cannot be watched (none of them is then)."""
+        new = [r for r in dict.fromkeys(r.rstrip("/") or "/" for r in roots) if r not in self.roots]
+        before = self.places
+        self.roots += new
+        self.places = Places(self.roots, [*before.guarded, *guarded], [*before.anchored, *anchored])
+        self._started = False
+        try:
+            for root in new:
+                self._take(root)
+        except GuardError:
+            self.roots = [r for r in self.roots if r not in new]
+            self._watched = {wd: w for wd, w in self._watched.items() if w[0] not in new}
+            self.places = before
+            raise
+        finally:
+            self._started = True
+        return new
+
+    def _take(self, root: str) -> None:
+        """Watch ``root`` and what is below it, as the user's own."""
+        try:
+            self._scan(root, ())
+        except Unhandled as exc:
+            raise GuardError(f"{exc.path}: {exc.reason}") from None
+        # The places the scan does not reach (inside what it leaves alone, or past a
+        # symlink, which is not followed) are known by identity too.
+        for path in self.places.known_by_identity(root):
+            if path not in self.preexisting:
+                parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
+                try:
+                    identity = nofollow.identity(root, parts)
+                except OSError:
+                    continue
+                if identity is not None:
+                    self.preexisting[path] = identity
 
     def _add_watch(self, root: str, parts: Parts) -> bool:
         """Watch ``root/parts``; False when it is gone or is not a directory any more."""
@@ -307,7 +335,7 @@ class Guard:
                 self._guarded_call(root, (*parent, name), self._check_new)
             if name.lower() in _MARKERS:
                 touched[(root, parent)] = None
-        for root, parts in _outermost(rescan):
+        for root, parts in outermost(rescan):
             self._guarded_call(root, parts, self._check_new_dir)
         for root, parts in touched:
             self._guarded_call(root, parts, self._recheck_git_dir)
@@ -381,17 +409,3 @@ class Guard:
 
 
 _MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
-
-
-def _outermost(paths: list[tuple[str, Parts]]) -> list[tuple[str, Parts]]:
-    """Each (root, parts) once, and none inside another of the list: a rescan covers what
-    is below it (a storm of renames must not make the guard scan one tree many times)."""
-    unique = sorted(set(paths), key=lambda p: (p[0], len(p[1])))
-    kept: list[tuple[str, Parts]] = []
-    seen: set[tuple[str, Parts]] = set()
-    for root, parts in unique:
-        if any((root, parts[:i]) in seen for i in range(len(parts))):
-            continue
-        seen.add((root, parts))
-        kept.append((root, parts))
-    return kept

@@ -235,7 +235,7 @@ def compile_policy(
     output = Path(canonical_path(str(output)))
     constitution, sources = load_constitution()
     constitution_hash = sha256(constitution)
-    plan = plan_session(RunOptions(config=opts.config, servers=opts.servers))
+    plan = plan_session(RunOptions(config=opts.config, servers=opts.servers, every_caller=True))
     workspaces = canonical_path(str(dirs.state_dir() / "workspaces"))
     overlap = _overlapping(output, permitted_directories(plan, [], workspaces))
     if overlap:

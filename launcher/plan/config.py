@@ -13,16 +13,18 @@ from typing import Any
 
 from launcher.plan.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
 from launcher.shared import dirs
-from launcher.shared.errors import ConfigError
+from launcher.shared.errors import CallerNeeded, ConfigError
 from policy.cache import ContentCache, encode, rebuild
 from policy.loader import describe_validation_error, json_path
 from policy.schema import pyd, validate
-from policy.variables import PlaceholderError
+from policy.variables import PlaceholderError, placeholder_names
 from policy.variables import expand as expand_placeholders
 from sandbox_profiles.records import frozen
 
 # How the bundled default config is named as a config's source.
 BUNDLED_SOURCE = "bundled default"
+# ``${caller}`` as it stands in a plan made for every caller (each gets its own name there).
+CALLER = "${caller}"
 
 
 @frozen
@@ -38,6 +40,8 @@ class LoadedConfig:
     # error only for a session that starts them, so one server's secret left unset does
     # not stop every other server of the file.
     broken: Mapping[str, ConfigError] = field(default_factory=dict)
+    # Servers whose values name ``${caller}``, with the JSON path of the first that does.
+    per_caller: Mapping[str, str] = field(default_factory=dict)
 
 
 def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> tuple[Path, str]:
@@ -57,22 +61,37 @@ def find_config(explicit: str | None, env: Mapping[str, str] | None = None) -> t
     return dirs.bundled_config(), BUNDLED_SOURCE
 
 
-def expand(value: str, variables: Mapping[str, str], where: Callable[[], str], file: str) -> str:
-    """Expand ``${VAR}``, ``${VAR:-default}``; ``${workspace}`` comes from ``variables``.
+def expand(
+    value: str,
+    variables: Mapping[str, str],
+    where: Callable[[], str],
+    file: str,
+    uses: list[str] | None = None,
+) -> str:
+    """Expand ``${VAR}``, ``${VAR:-default}``; ``${workspace}`` and ``${caller}`` come from
+    ``variables`` (``uses``: where ``${caller}`` is named, appended to).
 
     >>> expand("${A}-${B:-x}", {"A": "1"}, lambda: "$", "f")
     '1-x'
     """
+    if uses is not None and "caller" in placeholder_names(value):
+        uses.append(where())
     try:
         return expand_placeholders(value, variables)
     except PlaceholderError as exc:
+        if "caller" not in variables and "caller" in placeholder_names(value):
+            raise CallerNeeded(file, where()) from None
         raise ConfigError(file, where(), str(exc)) from None
 
 
 def _expand_path(
-    value: str, variables: Mapping[str, str], where: Callable[[], str], file: str
+    value: str,
+    variables: Mapping[str, str],
+    where: Callable[[], str],
+    file: str,
+    uses: list[str] | None = None,
 ) -> str:
-    out = os.path.expanduser(expand(value, variables, where, file))
+    out = os.path.expanduser(expand(value, variables, where, file, uses))
     if not os.path.isabs(out):
         raise ConfigError(
             file,
@@ -157,8 +176,12 @@ def load_config(
     workspace: str,
     env: Mapping[str, str] | None = None,
     cache: Path | None = None,
+    caller: str | None = None,
 ) -> LoadedConfig:
-    """Read, validate and expand a config; every problem is a :class:`ConfigError`."""
+    """Read, validate and expand a config; every problem is a :class:`ConfigError`.
+    ``caller``: what ``${caller}`` stands for (a caller's name made safe for a path, or
+    :data:`CALLER` in a plan for every caller); None: the session has no caller, and a
+    ``${caller}`` without a default is an error for a server that names it."""
     file = str(path)
     parsed, unknown = _parse(path, cache)
     key = "mcpServers" if parsed.mcp_servers is not None else "servers"
@@ -167,33 +190,47 @@ def load_config(
     warnings = [f"{file}: {loc}: unknown key, ignored" for loc in unknown]
     variables = dict(os.environ if env is None else env)
     variables["workspace"] = workspace
+    variables.pop("caller", None)  # never an environment variable's
+    if caller is not None:
+        variables["caller"] = caller
     servers: dict[str, ServerConfig] = {}
     broken: dict[str, ConfigError] = {}
+    per_caller: dict[str, str] = {}
     for name, server in raw.items():
+        uses: list[str] = []
         try:
-            servers[name] = _expand_server(server, (key, name), variables, file)
+            servers[name] = _expand_server(server, (key, name), variables, file, uses)
         except ConfigError as exc:
             servers[name], broken[name] = server, exc
-    return LoadedConfig(path, source, servers, tuple(warnings), key, broken)
+        if uses:
+            per_caller[name] = uses[0]
+    return LoadedConfig(path, source, servers, tuple(warnings), key, broken, per_caller)
 
 
 def _expand_server(
-    server: ServerConfig, loc: tuple[str, ...], variables: Mapping[str, str], file: str
+    server: ServerConfig,
+    loc: tuple[str, ...],
+    variables: Mapping[str, str],
+    file: str,
+    uses: list[str],
 ) -> ServerConfig:
     def at(*parts: str | int) -> Callable[[], str]:
         return lambda: json_path((*loc, *parts))
 
+    def one(value: str, *parts: str | int) -> str:
+        return expand(value, variables, at(*parts), file, uses)
+
     update: dict[str, Any] = {
-        "command": expand(server.command, variables, at("command"), file),
-        "args": [expand(a, variables, at("args", i), file) for i, a in enumerate(server.args)],
-        "env": {k: expand(v, variables, at("env", k), file) for k, v in server.env.items()},
-        "cwd": _expand_path(server.cwd, variables, at("cwd"), file) if server.cwd else None,
+        "command": one(server.command, "command"),
+        "args": [one(a, "args", i) for i, a in enumerate(server.args)],
+        "env": {k: one(v, "env", k) for k, v in server.env.items()},
+        "cwd": _expand_path(server.cwd, variables, at("cwd"), file, uses) if server.cwd else None,
     }
     if server.sandbox is not False:
         fs = server.sandbox.filesystem
         fs_update = {
             name: [
-                _expand_path(p, variables, at("sandbox", "filesystem", alias, i), file)
+                _expand_path(p, variables, at("sandbox", "filesystem", alias, i), file, uses)
                 for i, p in enumerate(getattr(fs, name))
             ]
             for name, alias in (
@@ -211,10 +248,10 @@ def warn(message: str) -> None:
     print(f"ironcurtain: warning: {message}", file=sys.stderr)
 
 
-def load_and_warn(explicit: str | None, workspace: str) -> LoadedConfig:
+def load_and_warn(explicit: str | None, workspace: str, caller: str | None = None) -> LoadedConfig:
     """Find and load the config, warning once on stderr about each unknown key."""
     path, source = find_config(explicit)
-    config = load_config(path, source, workspace, cache=dirs.cache_dir())
+    config = load_config(path, source, workspace, cache=dirs.cache_dir(), caller=caller)
     for message in config.warnings:
         warn(message)
     return config

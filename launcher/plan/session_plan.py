@@ -26,11 +26,12 @@ from launcher.host.machine import (
 )
 from launcher.plan import bundled
 from launcher.plan.callers import check_caller_options, plan_callers
-from launcher.plan.config import LoadedConfig, load_and_warn
+from launcher.plan.config import CALLER, LoadedConfig, load_and_warn
 from launcher.plan.config_schema import ServerConfig
 from launcher.plan.programs import search_path
 from launcher.plan.server_plan import ServerPlan, Surroundings, never_shown, plan_server
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
+from launcher.plan.workspace import check_workspace, workspace_for
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import OptionError, SandboxRefused, UsageError
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
@@ -41,7 +42,6 @@ from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
 from policy.permissions import PERMISSIONS_FILE, check_servers
 from sandbox_profiles.records import frozen
-from sandbox_profiles.ways import is_under
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
@@ -84,6 +84,9 @@ class RunOptions:
     max_clients: int = 16  # over HTTP: sessions (and callers) served at once, each own servers
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
+    # No callers, yet ${caller} is kept as it is (as in a plan for every caller): for
+    # commands that only list the servers' tools or read the plan.
+    every_caller: bool = False
 
 
 MAX_CLIENTS = 1024  # each has servers of its own: more is no setting, an outage
@@ -118,6 +121,11 @@ class SessionPlan:
     seccomp_bpf: bytes | None = None  # the compiled filter every sandboxed server gets
     seccomp_problem: str | None = None
     telemetry: TelemetryPlan | None = None  # where each call is exported (OTEL_* variables)
+    # Over HTTP with callers: the workspace or a server's config names ${caller}, and this
+    # plan stands for every caller's (CALLER in its paths); each caller's servers are
+    # planned for it (launcher.plan.caller_plan), nothing is started from this one.
+    per_caller: bool = False
+    options: RunOptions | None = None  # what it was planned from
 
 
 def new_session_id() -> str:
@@ -247,34 +255,6 @@ def _http_token(token_file: str | None) -> Token:
     return resolve(token_file)
 
 
-def check_workspace(workspace: str, given: str | None) -> None:
-    """A workspace in ironcurtain's state directory is one of its workspaces, or nothing:
-    a server may write its whole workspace, and the rest of that directory (audit logs,
-    tool pins, the validated config and policy read at the next start) must stay out of
-    its reach."""
-    state = resolve_real_path(str(dirs.state_dir()))
-    workspaces = os.path.join(state, "workspaces")
-    if is_under(workspace, state) and not (
-        is_under(workspace, workspaces) and workspace != workspaces
-    ):
-        raise OptionError(
-            "workspace",
-            given,
-            f"is in ironcurtain's state directory {state}, whose audit logs, tool pins and "
-            "validated files a server working there could rewrite; use a directory outside "
-            f"it (or one of {workspaces}/*)",
-        )
-    for base in rundir.bases():
-        if is_under(os.path.realpath(base), workspace):
-            raise OptionError(
-                "workspace",
-                given,
-                f"holds {base}, where every ironcurtain session keeps its sockets "
-                "(approvals, egress proxies), which a server working there could connect "
-                "to; use a directory inside it",
-            )
-
-
 def plan_session(opts: RunOptions) -> SessionPlan:
     """The plan of a session: the same for running it, showing a server's profile and
     checking one call (``display_only``: nothing probed, nothing refused)."""
@@ -284,36 +264,44 @@ def plan_session(opts: RunOptions) -> SessionPlan:
     callers = (None, None) if opts.display_only else plan_callers(opts)
     telemetry = None if opts.display_only else telemetry_plan(os.environ)
     session_id = new_session_id()
-    state = dirs.state_dir()
-    if opts.workspace:
-        workspace = resolve_real_path(os.path.expanduser(opts.workspace))
-        if os.path.exists(workspace) and not os.path.isdir(workspace):
-            raise OptionError("workspace", opts.workspace, "exists and is not a directory")
-    else:
-        workspace = resolve_real_path(str(state / "workspaces" / session_id))
+    workspace = workspace_for(opts.workspace, session_id, caller_variable(opts, *callers))
     check_workspace(workspace, opts.workspace)
     run_as = sandbox_identity(workspace)
     # Whether bwrap works here is probed while the config and the policy are read.
     if opts.display_only:
-        return _plan(opts, session_id, workspace, run_as, None, callers)
+        return plan_from(opts, session_id, workspace, run_as, None, callers)
     with SandboxProbe(run_as is not None) as probe:
-        plan = _plan(opts, session_id, workspace, run_as, probe, callers)
+        plan = plan_from(opts, session_id, workspace, run_as, probe, callers)
     return replace(plan, telemetry=telemetry) if telemetry is not None else plan
 
 
-def _plan(
+def caller_variable(opts: RunOptions, caller: Caller | None, gateway: Gateway | None) -> str | None:
+    """What ``${caller}`` stands for while planning: the one caller's name made safe for a
+    path, itself (a plan for every caller: over HTTP with callers, or only shown), or
+    nothing (no caller: naming it is an error)."""
+    if caller is not None:
+        return caller.path_name
+    every = gateway is not None or opts.display_only or opts.every_caller
+    return CALLER if every else None
+
+
+def plan_from(
     opts: RunOptions,
     session_id: str,
     workspace: str,
     run_as: tuple[int, int] | None,
     probe: SandboxProbe | None,
     callers: tuple[Caller | None, Gateway | None] = (None, None),
+    base: SessionPlan | None = None,
 ) -> SessionPlan:
-    config = load_and_warn(opts.config, workspace)
+    """The plan; ``base``: the plan for every caller this one is one caller's of (its
+    policy and its sandbox checks are this one's too)."""
+    variable = caller_variable(opts, *callers)
+    config = load_and_warn(opts.config, workspace, variable)
     selected = bundled.installed(
         config.source, select_servers(config, opts.servers), opts.servers, search_path()
     )
-    files = load_policy(opts.policy_dir)
+    files = base.policy if base is not None else load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
     check_servers(files.permissions, config.servers, str(files.directory / PERMISSIONS_FILE))
     audit_path = resolve_real_path(
@@ -338,7 +326,9 @@ def _plan(
     problem = None
     bpf: bytes | None = None
     seccomp_problem: str | None = None
-    if probe is None:
+    if base is not None:
+        problem, bpf, seccomp_problem = base.sandbox_problem, base.seccomp_bpf, base.seccomp_problem
+    elif probe is None:
         pass
     elif any(s.sandboxed for s in selected.values()):
         problem = probe.result()
@@ -379,13 +369,18 @@ def _plan(
         display_only=opts.display_only,
     )
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
+    per_caller = (
+        gateway is not None
+        and variable == CALLER
+        and (CALLER in (opts.workspace or "") or any(n in config.per_caller for n in selected))
+    )
     return SessionPlan(
         session_id=session_id,
         config=config,
         policy=files,
         engine=engine,
         workspace=workspace,
-        create_workspace=not os.path.isdir(workspace),
+        create_workspace=not per_caller and not os.path.isdir(workspace),
         audit_path=audit_path,
         runtime_dir=runtime_dir,
         servers=plans,
@@ -404,4 +399,6 @@ def _plan(
         http_token=http_token,
         caller=caller,
         gateway=gateway,
+        per_caller=per_caller,
+        options=opts,
     )

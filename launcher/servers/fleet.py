@@ -32,7 +32,8 @@ class Fleet:
             for name, sp in plan.servers.items()
         }
         # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
-        # Shared by every fleet of a session: a server halted in one is started in none.
+        # Shared by every fleet of a session (of a caller, when each has its own plan): a
+        # server halted in one is started in none.
         self.halted: dict[str, str] = {} if halted is None else halted
         self._supervisors: list[asyncio.Task[None]] = []
 

@@ -34,17 +34,38 @@ class HostFiles:
         self._audit_existed = False
 
     def prepare(self) -> AuditLog:
-        """Make everything the servers and the session need; returns the open audit log."""
+        """Make everything the servers and the session need; returns the open audit log.
+        A plan for every caller has no places of its own: each caller's are made when it
+        first calls (:meth:`make_places` of its plan's files)."""
         plan = self.plan
         try:
-            if plan.create_workspace:
-                os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
             uid, gid = plan.run_as or (os.getuid(), os.getgid())
             rundir.sweep_stale()
             write_runtime_files(plan.runtime_dir, uid, gid)
             pid_file = os.path.join(plan.runtime_dir, rundir.PID_FILE)
             with open(pid_file, "w", encoding="utf-8") as pid:
                 pid.write(str(os.getpid()))
+        except OSError as exc:
+            raise StartupError(f"cannot create {exc.filename}: {exc.strerror}") from None
+        if not plan.per_caller:
+            self.make_places()
+        try:
+            self._audit_existed = os.path.exists(plan.audit_path)
+            self.audit = AuditLog(plan.audit_path, plan.session_id)
+        except OSError as exc:
+            raise StartupError(
+                f"cannot open the audit log {plan.audit_path}: {exc.strerror}"
+            ) from None
+        return self.audit
+
+    def make_places(self) -> None:
+        """The places the servers use: the workspace (owner-only), placeholders for what
+        their sandboxes mount that is not there yet, and (running as root) access for the
+        servers' user to the roots they may write."""
+        plan = self.plan
+        try:
+            if plan.create_workspace:
+                os.makedirs(plan.workspace, mode=0o700, exist_ok=True)
             for sp in plan.servers.values():
                 for path, is_dir in sp.placeholders:
                     if os.path.lexists(path):
@@ -60,14 +81,6 @@ class HostFiles:
             raise StartupError(f"cannot create {exc.filename}: {exc.strerror}") from None
         if plan.run_as is not None:
             self._open_roots_to(plan.run_as)
-        try:
-            self._audit_existed = os.path.exists(plan.audit_path)
-            self.audit = AuditLog(plan.audit_path, plan.session_id)
-        except OSError as exc:
-            raise StartupError(
-                f"cannot open the audit log {plan.audit_path}: {exc.strerror}"
-            ) from None
-        return self.audit
 
     def _open_roots_to(self, identity: tuple[int, int]) -> None:
         """Running as root, servers run as ``identity``: make the workspace (and allowWrite
@@ -102,13 +115,7 @@ class HostFiles:
         audit log closed (and removed if this session made it and wrote nothing), the
         workspace if this session made it and it is still empty."""
         plan = self.plan
-        for path in reversed(self.placeholders):
-            with contextlib.suppress(OSError):
-                if os.path.isdir(path):
-                    os.rmdir(path)  # only while still empty
-                elif os.path.getsize(path) == 0:
-                    os.unlink(path)
-        self.placeholders = []
+        self.remove_places()
         if self.audit is not None:
             self.audit.close()
             if not self._audit_existed:
@@ -116,6 +123,17 @@ class HostFiles:
                     if os.path.getsize(plan.audit_path) == 0:
                         os.unlink(plan.audit_path)
         shutil.rmtree(plan.runtime_dir, ignore_errors=True)
-        if plan.create_workspace:
+
+    def remove_places(self) -> None:
+        """What :meth:`make_places` made and nothing was put in: placeholders still empty,
+        the workspace if it is still empty."""
+        for path in reversed(self.placeholders):
             with contextlib.suppress(OSError):
-                os.rmdir(plan.workspace)  # only if still empty
+                if os.path.isdir(path):
+                    os.rmdir(path)  # only while still empty
+                elif os.path.getsize(path) == 0:
+                    os.unlink(path)
+        self.placeholders = []
+        if self.plan.create_workspace:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.plan.workspace)  # only if still empty

@@ -118,7 +118,9 @@ def prestart(plan: SessionPlan) -> Prestarted:
         for name, sp in plan.servers.items():
             if sp.egress is not None and sp.egress_socket is not None:
                 made.listeners[name] = _listen(name, sp.egress_socket)
-        for name, sp in plan.servers.items():
+        # Planned for every caller, each caller's servers start when it first calls.
+        starting = {} if plan.per_caller else plan.servers
+        for name, sp in starting.items():
             try:
                 made.procs[name] = sp.launch.spawn()
             except OSError as exc:
@@ -130,11 +132,14 @@ def prestart(plan: SessionPlan) -> Prestarted:
 
 
 def _guard(plan: SessionPlan) -> Guard | None:
-    roots = writable_roots(plan)
-    if not roots:
+    """The guard over the roots servers may write (planned for every caller: none yet, each
+    caller's added when it first calls)."""
+    servers = {} if plan.per_caller else plan.servers
+    roots = writable_roots(plan) if servers else []
+    if not roots and not plan.per_caller:
         return None
-    guarded = [p for sp in plan.servers.values() for p in sp.guarded]
-    anchored = [p for sp in plan.servers.values() for p in sp.anchored]
+    guarded = [p for sp in servers.values() for p in sp.guarded]
+    anchored = [p for sp in servers.values() for p in sp.anchored]
     quarantine = os.path.join(str(dirs.state_dir()), "quarantine", plan.session_id)
     guard: Guard | None = None
     try:

@@ -103,8 +103,10 @@ def startup_report(
     for name, listed in tools.items():
         count = len(listed)
         era = (eras or {}).get(name, "handshake")
+        shown = f"{count} tool{'' if count == 1 else 's'}"
         lines.append(
-            f"  {name:<{width}}  {boxes[name]:<{box_width}} {count} tool{'' if count == 1 else 's'}"
+            f"  {name:<{width}}  {boxes[name]:<{box_width}} "
+            + ("started for each caller when it first calls" if plan.per_caller else shown)
             + ("" if era == "handshake" else f" ({era} era)")
         )
     if plan.run_as is not None:
@@ -123,6 +125,8 @@ def startup_report(
         if key in access
     )
     lines.append(f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else ""))
+    if plan.per_caller:
+        lines.append("              ${caller}: each caller's name made safe for a path")
     lines += [f"  limits:     {', '.join(names)}: {text}" for text, names in limits.items()]
     lines += [
         f"  audit log:  {plan.audit_path}",

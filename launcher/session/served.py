@@ -92,9 +92,10 @@ class KeptCallers:
         kept.users += 1
         return kept
 
-    def release(self, caller: Caller) -> None:
+    def release(self, caller: Caller) -> bool:
         """One relay of ``caller``'s is gone; with the last, what is kept of it starts to
-        expire, and the callers unused longest beyond ``MAX_KEPT`` go."""
+        expire, and the callers unused longest beyond ``MAX_KEPT`` go. Whether a relay still
+        serves ``caller``."""
         kept = self._kept.get(caller.key)
         now = time.monotonic()
         if kept is not None:
@@ -107,15 +108,26 @@ class KeptCallers:
             if over > 0 or now - self._kept[key].unused_since > KEEP_FOR:
                 del self._kept[key]
                 over -= 1
+        return kept is not None and kept.users > 0
 
 
 class Served:
     """One client's servers and its relay: the only one on stdio; over HTTP, one per MCP
     session, so a client's subscriptions, log level and questions stay its own."""
 
-    def __init__(self, session: Hosting) -> None:
+    def __init__(
+        self,
+        session: Hosting,
+        plan: SessionPlan | None = None,
+        halted: dict[str, str] | None = None,
+    ) -> None:
+        """``plan``: what its servers and relay are made from, and ``halted``: its servers
+        the guard stopped, when not the session's (in a session planned for every caller,
+        its caller's own)."""
         self.session = session
-        self.fleet = Fleet(session.plan, self._notified, session.halted)
+        self.plan = session.plan if plan is None else plan
+        self.halted = session.halted if halted is None else halted
+        self.fleet = Fleet(self.plan, self._notified, self.halted)
         self.relay: Relay | None = None
         self._kept: Caller | None = None  # whose approvals and breaker the gate uses
 
@@ -173,8 +185,7 @@ class Served:
     def _relay(self, at_start: bool) -> Relay:
         """A relay over these servers: its own gate (pins compared for its own servers,
         its own circuit breaker), the session's audit log, approvals and guard."""
-        session, fleet = self.session, self.fleet
-        plan = session.plan
+        session, fleet, plan = self.session, self.fleet, self.plan
         assert session.audit is not None
         gate = Gate(
             plan.engine,
@@ -197,7 +208,7 @@ class Served:
             Router(plan.prefixed),
             workspace=plan.workspace,
             audit_args_clear=plan.audit_args_clear,
-            halted=session.halted,
+            halted=self.halted,
             settle=session.settle,
             say=say,
             outputs=Outputs(

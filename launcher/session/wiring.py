@@ -34,6 +34,7 @@ from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
 from launcher.servers.egress import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles
+from launcher.session.per_caller import CallerPlans
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
 from launcher.session.served import Kept, KeptCallers, Served
@@ -88,6 +89,8 @@ class Session:
         self.http: HttpEndpoint | None = None
         self.stdio: StdioTransport | None = None
         self._spare: asyncio.Task[Served] | None = None
+        # Planned for every caller: each caller's servers are planned and started for it.
+        self.callers = CallerPlans(self) if plan.per_caller else None
         self._stop = asyncio.Event()
         self.unneutralised: list[GuardFailure] = []
 
@@ -141,12 +144,15 @@ class Session:
                 if not await self._start_while_client_waits():
                     say("the client closed its input before the servers were ready; stopped")
                     return 0
-            else:
+            elif self.callers is None:
                 await self.fleet.start()
+            # (A session planned for every caller has no tools yet: each caller's servers
+            # list theirs when it first calls.)
+            every = self.callers is None
             for warning in check_output_tools(
                 self.plan,
-                {n: c.tools for n, c in self.servers.items()},
-                {n: c.prompts for n, c in self.servers.items()},
+                {n: c.tools for n, c in self.servers.items()} if every else {},
+                {n: c.prompts for n, c in self.servers.items()} if every else {},
             ):
                 say(warning)
             for mismatch in coherence.check(self.plan):
@@ -155,7 +161,8 @@ class Session:
                 self.telemetry = await exporting
             if stack is not None and self.plan.http_port is not None:
                 await stack
-                self.relay = self.first.attach(None, at_start=True)  # the first client's
+                if self.callers is None:
+                    self.relay = self.first.attach(None, at_start=True)  # the first client's
                 await self._listen(self.plan.http_port)
             else:
                 self.stdio = StdioTransport(self.first.feed, self._stop.set)
@@ -234,7 +241,11 @@ class Session:
         advance (the next one is started at once). Its audit entries say what the client's
         transport adds (the caller, the session)."""
         first = self.first.relay
-        if first is not None and first.upstream is None:
+        if self.callers is not None:
+            if caller is None:
+                raise StartupError("the servers are each caller's own: a caller is needed")
+            served = await self.callers.served_for(caller, upstream)
+        elif first is not None and first.upstream is None:
             first.upstream = upstream
             served = self.first
         else:
@@ -245,7 +256,8 @@ class Session:
         assert served.relay is not None and self.audit is not None
         served.relay.core.audit = self.audit.for_client(_stamped(upstream, caller))
         served.caller = caller
-        if self._spare is None and len(self.served) < 2 * self.plan.max_clients:
+        spares = self.callers is None  # a spare would be no caller's
+        if spares and self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
         return served
 
@@ -253,7 +265,8 @@ class Session:
         return self.kept.take(caller)
 
     def release(self, caller: Caller) -> None:
-        self.kept.release(caller)
+        if not self.kept.release(caller) and self.callers is not None:
+            self.callers.forget(caller)  # no relay serves it: planned again when it calls
 
     async def _start_spare(self) -> Served:
         served = Served(self)
@@ -387,6 +400,8 @@ class Session:
             self.settle()
             self._sweep(self.guard)
             self.guard.close()
+        if self.callers is not None:
+            self.callers.remove()
         self.files.remove()
         if self.telemetry is not None:  # what is still queued leaves (or is given up on)
             telemetry, self.telemetry = self.telemetry, None

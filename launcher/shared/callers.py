@@ -14,6 +14,7 @@ A caller file is one JSON object::
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Iterable
@@ -53,6 +54,11 @@ class Caller:
         return (self.issuer, self.name)
 
     @property
+    def path_name(self) -> str:
+        """The caller's name made safe for a path (:func:`path_name`)."""
+        return path_name(self.name)
+
+    @property
     def audited(self) -> dict[str, str]:
         """The caller as the audit log records it (its permissions are not)."""
         return {"name": self.name, "issuer": self.issuer}
@@ -79,6 +85,44 @@ def name_problem(name: object) -> str | None:
     if not name.strip("."):
         return "is made of dots alone"
     return None
+
+
+# Kept as they are in a caller's directory name; every other byte is written %XX.
+_KEPT = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789._-")
+MAX_PATH_NAME = 200  # bytes; a longer encoding is shortened to a prefix and a hash
+_HASHED_PREFIX = MAX_PATH_NAME - 65  # the prefix, then "~" and 64 hex digits
+
+
+def path_name(name: str) -> str:
+    """``name`` as one directory name that no other name maps to, here or on a filesystem
+    that ignores case (macOS): lowercase letters, digits, ``-``, ``_`` and ``.`` (not first)
+    are kept; every other byte is ``%`` and two uppercase hex digits (``%`` itself, ``/``,
+    uppercase letters, so ``Bob`` and ``bob`` stay apart). It is never ``.`` or ``..`` and
+    never hidden. An encoding over 200 bytes becomes its start, ``~`` (never kept) and the
+    SHA-256 of the name.
+
+    >>> path_name("billing-agent"), path_name("auth0|507f"), path_name("a/b"), path_name("a%2Fb")
+    ('billing-agent', 'auth0%7C507f', 'a%2Fb', 'a%252%46b')
+    >>> path_name(".."), path_name("Bob"), path_name("bob")
+    ('%2E.', '%42ob', 'bob')
+    >>> long = path_name("x" * 255); len(long), long[130:140]
+    (200, 'xxxxx~d226')
+    """
+    out = []
+    for i, byte in enumerate(name.encode("utf-8", "surrogateescape")):
+        if byte in _KEPT and not (i == 0 and byte == ord(".")):
+            out.append(chr(byte))
+        else:
+            out.append(f"%{byte:02X}")
+    encoded = "".join(out)
+    if len(encoded) <= MAX_PATH_NAME:
+        return encoded
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
+    prefix = encoded[:_HASHED_PREFIX]
+    cut = prefix.rfind("%", len(prefix) - 2)  # never half of a %XX
+    if cut != -1:
+        prefix = prefix[:cut]
+    return f"{prefix}~{digest}"
 
 
 def permissions_problem(permissions: Iterable[object]) -> str | None:

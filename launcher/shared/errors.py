@@ -67,6 +67,26 @@ class ConfigError(InputFileError):
     """``mcp-servers.json`` is unreadable or invalid."""
 
 
+class CallerNeeded(ConfigError, UserError):
+    """A config value names ``${caller}`` (the caller's name made safe for a path), and the
+    session has no caller.
+
+    >>> CallerNeeded("c.json", "$.mcpServers.fs.cwd").said()[:68]
+    "c.json: $.mcpServers.fs.cwd: names ${caller}, the caller's name, and"
+    """
+
+    def __init__(self, file: str, location: str) -> None:
+        detail = (
+            "names ${caller}, the caller's name, and this session has no caller: give "
+            "{caller_file}, or {oidc_issuer} and {oidc_audience} with {http_port} "
+            "(or write ${caller:-name} for a session without one)"
+        )
+        ConfigError.__init__(self, file, location, detail)
+        self.text, self.option, self.value = f"{file}: {location}: {detail}", None, None
+        self.mentions = ("caller_file", "oidc_issuer", "oidc_audience", "http_port")
+        self.args = (file, location)
+
+
 class UsageError(UserError):
     """What a command was given names something that does not exist or cannot be used."""
 

@@ -336,7 +336,7 @@ def test_a_directory_its_owner_cannot_list_is_still_checked(setup: tuple) -> Non
 
 
 def test_a_rename_storm_scans_each_tree_once(setup: tuple) -> None:
-    from launcher.guard.watch import _outermost
+    from launcher.guard.places import outermost
 
-    kept = _outermost([("/r", ("a",)), ("/r", ("a", "b")), ("/r", ("a",)), ("/r", ("c",))])
+    kept = outermost([("/r", ("a",)), ("/r", ("a", "b")), ("/r", ("a",)), ("/r", ("c",))])
     assert sorted(kept) == [("/r", ("a",)), ("/r", ("c",))]
