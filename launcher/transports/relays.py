@@ -83,7 +83,9 @@ class CallerRelays:
         self._relays: dict[CallerKey, Held] = {}
         self._opening: dict[CallerKey, asyncio.Future[Held]] = {}
         self._sweeper: asyncio.Task[None] | None = None
-        self._failed: tuple[float, str] | None = None  # when the servers last could not start
+        # When a caller's servers last could not start, and why (each caller's own: one
+        # caller refused, say for a workspace that cannot be made, delays no other).
+        self._failed: dict[CallerKey, tuple[float, str]] = {}
         self._awaited: dict[CallerKey, int] = {}  # requests waiting for their relay to open
 
     def __len__(self) -> int:
@@ -113,8 +115,9 @@ class CallerRelays:
             opening = self._opening.get(key)
             if opening is None:
                 loop = asyncio.get_running_loop()
-                if self._failed is not None and loop.time() < self._failed[0] + RETRY_AFTER:
-                    raise RuntimeError(self._failed[1])
+                failed = self._failed.get(key)
+                if failed is not None and loop.time() < failed[0] + RETRY_AFTER:
+                    raise RuntimeError(failed[1])
                 if len(self._relays) + len(self._opening) >= self.max_callers:
                     if not await self._evict():
                         raise TooMany(
@@ -137,10 +140,14 @@ class CallerRelays:
         try:
             relay = await self._opener(self._upstream, caller)
         except Exception as exc:
-            self._failed = (loop.time(), str(exc))
+            self._failed.pop(key, None)
+            self._failed[key] = (loop.time(), str(exc))
+            while len(self._failed) > self.max_callers:  # the oldest failure goes first
+                del self._failed[next(iter(self._failed))]
             raise
         finally:
             self._opening.pop(key, None)
+        self._failed.pop(key, None)
         held = self._relays[key] = Held(relay, last_used=loop.time())
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep())

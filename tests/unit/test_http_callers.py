@@ -373,3 +373,35 @@ def test_one_caller_holds_at_most_a_quarter_of_the_requests_being_served() -> No
         f"too many requests of this caller at once ({streamable_http.CALLER_REQUESTS})"
     )
     assert who(got["alice"]) == "alice"
+
+
+def test_a_caller_whose_servers_cannot_start_delays_no_other_caller() -> None:
+    opens: list[str] = []
+
+    async def main() -> dict[str, str]:
+        async def opener(upstream: Upstream, who: Caller | None) -> CallerRelay:
+            assert who is not None
+            opens.append(who.name)
+            if who.name == "mallory":
+                raise RuntimeError("caller 'mallory' refused: its workspace cannot be made")
+            relay = CallerRelay(upstream, [])
+            relay.opened_for = who
+            return relay
+
+        table = CallerRelays(opener, stateless_clients(), say=lambda text: None)
+        out = {}
+        for name in ("mallory", "mallory", "alice"):
+            try:
+                table.done(await table.take(Caller(name, frozenset(), "https://idp.example")))
+                out[name] = "served"
+            except RuntimeError as exc:
+                out[name] = str(exc)
+        await table.close()
+        return out
+
+    out = asyncio.run(main())
+    assert out == {
+        "mallory": "caller 'mallory' refused: its workspace cannot be made",
+        "alice": "served",
+    }
+    assert opens == ["mallory", "alice"]  # her retry within the time is told the same
