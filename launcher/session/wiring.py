@@ -14,25 +14,25 @@ guard then sweeps the writable roots once more.
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 import gc
 import importlib
 import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from launcher.audit.log import AuditLog
 from launcher.audit.telemetry import Telemetry
-from launcher.guard.watch import Guard, GuardFailure, Quarantined
+from launcher.guard.watch import Guard, GuardFailure
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
-from launcher.servers.egress import EgressProxy, Refusal
+from launcher.servers.egress import EgressProxy
+from launcher.session.checks import audit_stamp, check_output_tools
+from launcher.session.events import SessionEvents
 from launcher.session.hostfiles import HostFiles
 from launcher.session.per_caller import CallerPlans
 from launcher.session.prestart import Prestarted, prestart
@@ -43,15 +43,13 @@ from launcher.shared.errors import Names, StartupError, by_field
 from launcher.shared.jsonrpc import Message
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
-from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
-from policy.permissions import PERMISSIONS_FILE, unmatched
 
 if TYPE_CHECKING:
     from launcher.transports.stateless_http import Upstream as HttpUpstream
     from launcher.transports.streamable_http import HttpEndpoint
 
 
-class Session:
+class Session(SessionEvents):
     def __init__(
         self, plan: SessionPlan, started: Prestarted | None = None, names: Names = by_field
     ) -> None:
@@ -254,7 +252,7 @@ class Session:
             served = await spare
             served.attach(upstream, at_start=False)
         assert served.relay is not None and self.audit is not None
-        served.relay.core.audit = self.audit.for_client(_stamped(upstream, caller))
+        served.relay.core.audit = self.audit.for_client(audit_stamp(upstream, caller))
         served.caller = caller
         spares = self.callers is None  # a spare would be no caller's
         if spares and self._spare is None and len(self.served) < 2 * self.plan.max_clients:
@@ -293,69 +291,6 @@ class Session:
                     f"{exc.strerror}"
                 ) from None
             self.egress[name] = proxy
-
-    # -- what the session does on its own: stderr and the audit log ------------------------
-
-    def event(self, event: str, text: str, **fields: object) -> None:
-        say(text)  # on one line, as escapes: names in it are a server's choice
-        if self.audit is not None:
-            self.audit.write({"event": event, **fields})
-
-    def _egress_refused(self, refusal: Refusal) -> None:
-        self.event(
-            "egress-refused",
-            f"egress refused for '{refusal.server}': "
-            f"{refusal.host}:{refusal.port}: {refusal.reason}",
-            server=refusal.server,
-            host=refusal.host,
-            port=refusal.port,
-            reason=refusal.reason,
-        )
-
-    def _quarantined(self, record: Quarantined) -> None:
-        path = _as_text(record.path)
-        self.event(
-            "quarantine",
-            f"quarantined {path} ({record.why}); moved to {_as_text(record.moved_to)}",
-            path=path,
-            movedTo=record.moved_to,
-            reason=record.why,
-        )
-
-    def _guard_failed(self, failure: GuardFailure) -> None:
-        """The guard could not neutralise something in a writable root: every server that
-        can write there is stopped (the guard cannot tell which of them made it), its calls
-        refused from now on; the others go on."""
-        path = _as_text(failure.path)
-        reason = (
-            f"the guard could not neutralise {path} in its writable root "
-            f"{failure.root} ({failure.reason})"
-        )
-        stopped = [
-            name for served in self.served for name in served.fleet.halt(failure.root, reason)
-        ]
-        stopped = list(dict.fromkeys(stopped))
-        self.event(
-            "guard-failure",
-            f"FAILED CLOSED: {reason}; stopped: {', '.join(stopped) or 'none still running'}",
-            root=failure.root,
-            path=path,
-            reason=failure.reason,
-            stopped=stopped,
-        )
-
-    def settle(self) -> None:
-        """Quarantine whatever protected path a server has created so far. Whatever goes
-        wrong in the guard stops the servers that can write to the roots it watches."""
-        guard = self.guard
-        if guard is None:
-            return
-        failures = len(guard.failures)
-        guard.settle()
-        if len(guard.failures) > failures:
-            # The servers that could write there are stopped now, so nothing races a sweep:
-            # what the events could not show is found and moved out at once.
-            guard.sweep()
 
     # -- serving ---------------------------------------------------------------------------
 
@@ -406,89 +341,3 @@ class Session:
         if self.telemetry is not None:  # what is still queued leaves (or is given up on)
             telemetry, self.telemetry = self.telemetry, None
             await asyncio.to_thread(telemetry.stop)
-
-    def _sweep(self, guard: Guard) -> None:
-        """The backstop at the end: the roots checked against the catalogue without
-        relying on events (each failure is reported as it happens); what is still there and
-        cannot be moved is said loudly once more."""
-        failed_before = len(guard.failures)
-        guard.sweep()
-        # The sweep looked at every root again: only what it could not handle is left.
-        left = guard.failures[failed_before:]
-        self.unneutralised = left
-        if left:
-            listing = "\n".join(f"  {f.path}: {f.reason}" for f in left)
-            say(
-                "WARNING: these paths in the workspace may be loaded or run by "
-                "host tools (git, shells, editors) and could not be moved out; inspect and "
-                f"remove them before using the workspace:\n{listing}"
-            )
-
-
-def _stamped(
-    upstream: HttpUpstream, caller: Caller | None
-) -> Callable[[Mapping[str, Any]], Mapping[str, object]]:
-    """What each audit entry of a relay adds: what its client's transport says of the
-    entry's request (its caller, its session, the client's own id for it) and, whatever the
-    transport no longer knows of a request, the caller the relay serves."""
-    if caller is None:
-        return upstream.audit_fields
-    own = {"caller": caller.audited}
-
-    def stamp(entry: Mapping[str, Any]) -> Mapping[str, object]:
-        return {**own, **upstream.audit_fields(entry)}
-
-    return stamp
-
-
-def check_output_tools(
-    plan: SessionPlan,
-    tools: dict[str, list[Message]],
-    prompts: dict[str, list[Message]] | None = None,
-) -> list[str]:
-    """Each entry of ``output-policy.json`` (and of ``permissions.json``) for a server of
-    this session names a tool (or prompt) it has (a glob: matches one); otherwise the
-    session does not start. Returns a warning for each tool whose ``outputSchema`` its
-    output policy would break (the client may then refuse its results)."""
-    names_of = {
-        "tools": {s: [str(t.get("name")) for t in ts] for s, ts in tools.items()},
-        "prompts": {s: [str(p.get("name")) for p in ps] for s, ps in (prompts or {}).items()},
-    }
-    wrong = unmatched(plan.policy.permissions, names_of)
-    if wrong is not None:
-        raise StartupError(f"{plan.policy.directory / PERMISSIONS_FILE}: {wrong}")
-    output = plan.policy.output
-    for i, entry in enumerate(output.tools):
-        servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]
-        names = sorted({str(t.get("name")) for s in servers for t in tools[s]})
-        if servers and not any(fnmatch.fnmatchcase(name, entry.tool) for name in names):
-            raise StartupError(
-                f"{plan.policy.directory / OUTPUT_POLICY_FILE}: $.tools[{i}].tool: "
-                f"{entry.tool!r} matches no tool of {', '.join(servers)} "
-                f"(its tools: {', '.join(names) or 'none'})"
-            )
-    warnings = []
-    for server, listed in tools.items():
-        for tool in listed:
-            name = str(tool.get("name"))
-            own = output.for_tool(server, name)
-            schema = tool.get("outputSchema")
-            if own is None or schema is None:
-                continue
-            conflicts = schema_conflicts(own, schema)
-            if conflicts:
-                warnings.append(
-                    f"WARNING: the output policy of {server}/{name} breaks its outputSchema "
-                    f"(a client that checks results will refuse them): {'; '.join(conflicts)}"
-                )
-    return warnings
-
-
-def _as_text(path: str) -> str:
-    """A path as text the audit log can hold: bytes that are not UTF-8 (a name a server
-    chose) are shown as escapes, so they cannot make the log fail.
-
-    >>> _as_text("/ws/" + b"\\xff".decode("utf-8", "surrogateescape"))
-    '/ws/\\\\xff'
-    """
-    return os.fsencode(path).decode("utf-8", "backslashreplace")

@@ -1,0 +1,76 @@
+"""What a session checks of its servers once they have listed their tools: each entry of
+``output-policy.json`` and ``permissions.json`` names something a server has; and what each
+audit entry of a client's relay adds (:func:`audit_stamp`)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from launcher.plan.session_plan import SessionPlan
+from launcher.shared.callers import Caller
+from launcher.shared.errors import StartupError
+from launcher.shared.jsonrpc import Message
+from launcher.transports.relays import Upstream
+from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
+from policy.permissions import PERMISSIONS_FILE, unmatched
+
+
+def audit_stamp(
+    upstream: Upstream, caller: Caller | None
+) -> Callable[[Mapping[str, Any]], Mapping[str, object]]:
+    """What each audit entry of a relay adds: what its client's transport says of the
+    entry's request (its caller, its session, the client's own id for it) and, whatever the
+    transport no longer knows of a request, the caller the relay serves."""
+    if caller is None:
+        return upstream.audit_fields
+    own = {"caller": caller.audited}
+
+    def stamp(entry: Mapping[str, Any]) -> Mapping[str, object]:
+        return {**own, **upstream.audit_fields(entry)}
+
+    return stamp
+
+
+def check_output_tools(
+    plan: SessionPlan,
+    tools: dict[str, list[Message]],
+    prompts: dict[str, list[Message]] | None = None,
+) -> list[str]:
+    """Each entry of ``output-policy.json`` (and of ``permissions.json``) for a server of
+    this session names a tool (or prompt) it has (a glob: matches one); otherwise the
+    session does not start. Returns a warning for each tool whose ``outputSchema`` its
+    output policy would break (the client may then refuse its results)."""
+    names_of = {
+        "tools": {s: [str(t.get("name")) for t in ts] for s, ts in tools.items()},
+        "prompts": {s: [str(p.get("name")) for p in ps] for s, ps in (prompts or {}).items()},
+    }
+    wrong = unmatched(plan.policy.permissions, names_of)
+    if wrong is not None:
+        raise StartupError(f"{plan.policy.directory / PERMISSIONS_FILE}: {wrong}")
+    output = plan.policy.output
+    for i, entry in enumerate(output.tools):
+        servers = [name for name in tools if fnmatch.fnmatchcase(name, entry.server)]
+        names = sorted({str(t.get("name")) for s in servers for t in tools[s]})
+        if servers and not any(fnmatch.fnmatchcase(name, entry.tool) for name in names):
+            raise StartupError(
+                f"{plan.policy.directory / OUTPUT_POLICY_FILE}: $.tools[{i}].tool: "
+                f"{entry.tool!r} matches no tool of {', '.join(servers)} "
+                f"(its tools: {', '.join(names) or 'none'})"
+            )
+    warnings = []
+    for server, listed in tools.items():
+        for tool in listed:
+            name = str(tool.get("name"))
+            own = output.for_tool(server, name)
+            schema = tool.get("outputSchema")
+            if own is None or schema is None:
+                continue
+            conflicts = schema_conflicts(own, schema)
+            if conflicts:
+                warnings.append(
+                    f"WARNING: the output policy of {server}/{name} breaks its outputSchema "
+                    f"(a client that checks results will refuse them): {'; '.join(conflicts)}"
+                )
+    return warnings
