@@ -13,9 +13,19 @@ from typing import Any
 
 from launcher.relay.asks import elicitation_modes
 from launcher.relay.call import Call
+from launcher.relay.gate import NOT_PERMITTED, denial_text
 from launcher.relay.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
+from launcher.relay.seams import Core
 from launcher.relay.stateless import CAPABILITIES
-from launcher.shared.jsonrpc import STATELESS, Message, notification
+from launcher.shared.jsonrpc import (
+    STATELESS,
+    TOOL,
+    Message,
+    error,
+    notification,
+    result,
+    tool_result,
+)
 
 # Why a question to the client is withdrawn before its time is up.
 WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
@@ -24,6 +34,7 @@ WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
 class Asking:
     """The relay's questions to its client (the relay holds what they read)."""
 
+    core: Core
     era: str | None
     upstream: Any
     initialized: bool
@@ -35,6 +46,32 @@ class Asking:
 
     def send(self, message: Message, related: str | int | None = None) -> None:
         raise NotImplementedError
+
+    def _lacking(self, call: Call) -> list[str]:
+        """What the relay's caller, as its latest token says, lacks for ``call`` (a retry
+        is a new request: its token may carry less than the one the call came with)."""
+        caller = self.core.caller
+        if caller is None or call.server is None or call.name is None:
+            return []
+        return self.core.gate.missing(call.method, call.server, call.name, caller)
+
+    def _refuse_retry(self, call: Call, request_id: object, missing: list[str]) -> None:
+        """A retry whose token lacks what ``call`` needs: refused as the call itself would
+        be now, and audited with what was missing; the call still waits for a retry that
+        may make it (its state is not spent), or for its time to run out."""
+        policy = {
+            "decision": "deny",
+            "rule": NOT_PERMITTED.rule,
+            "reason": NOT_PERMITTED.reason,
+            "missing": missing,
+        }
+        refused = {**call.entry, "requestId": request_id, "policy": policy, "escalation": None}
+        self.core.audit.write({**refused, "result": "denied", "retry": True})
+        text = denial_text(NOT_PERMITTED)
+        if call.method == TOOL:
+            self.send(result(request_id, tool_result(text)))
+        else:
+            self.send(error(request_id, -32001, text))
 
     def _caller_of(self, request_id: object) -> object:
         """Who sent the client's request ``request_id``, as the transport knows (gateway

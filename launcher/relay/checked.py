@@ -117,8 +117,12 @@ class CheckedCalls:
             self.send(error(request_id, -32601, f"server '{server}' has no subscriptions"))
             return
         if server is not None and method == COMPLETE and server not in self.core.router.completes:
-            self.send(result(request_id, {"completion": {"values": [], "hasMore": False}}))
-            return
+            caller = self.core.caller
+            # Nothing to complete; but what a caller may not ask of the prompt is refused
+            # and audited as the gate refuses it, not answered as though it could.
+            if caller is None or not self.core.gate.missing(method, server, name, caller):
+                self.send(result(request_id, {"completion": {"values": [], "hasMore": False}}))
+                return
         cwd = self.core.settings[server].cwd if server else self.core.workspace
         checked = self.core.gate.check(method, server, name, args, cwd, self.core.caller)
         decision = checked.decision

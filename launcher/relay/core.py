@@ -91,7 +91,14 @@ class Relay(Asking):
         )
         self.calls.inputs = ServerInputs(self.asks, self.calls)
         # Questions out to a stateless client, asked by answering its request.
-        self.rounds = Rounds(self._deliver, self.calls.rebind, self.send, self._caller_of)
+        self.rounds = Rounds(
+            self._deliver,
+            self.calls.rebind,
+            self.send,
+            self._caller_of,
+            self._lacking,
+            self._refuse_retry,
+        )
         # A stateless client's notification streams (subscriptions/listen).
         self.listens = Listens(self.send, self.calls.start, self._caller_of)
         self._tasks: set[asyncio.Task[None]] = set()

@@ -101,6 +101,10 @@ class Rounds:
     # Who sent the client's request of an id (as its audit entries name them; None: the
     # session's one user): a retry must come from whoever was asked.
     caller_of: Callable[[object], object] = lambda request_id: None
+    # What the caller, as its retry's token says, lacks for a waiting call (nothing: it may
+    # go on); and how a retry it may not make is refused (the call, the retry's id, that).
+    lacking: Callable[[Call], list[str]] = lambda call: []
+    refuse: Callable[[Call, object, list[str]], None] = lambda call, request_id, missing: None
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _parked: dict[str, _Parked] = field(default_factory=dict)
     _gathering: dict[int, _Parked] = field(default_factory=dict)  # by id(call), this turn
@@ -176,6 +180,10 @@ class Rounds:
             or claims.get("c") != _hashed(self.caller_of(request_id))
         ):
             return INVALID_STATE
+        missing = self.lacking(parked.call)
+        if missing:  # its token no longer carries what the call needs: the call waits on
+            self.refuse(parked.call, request_id, missing)
+            return None
         del self._parked[parked.handle]  # single use
         if parked.ended is not None:  # the call ended meanwhile: its answer, to the retry
             self.reply({**parked.ended, "id": request_id})

@@ -220,3 +220,52 @@ def test_an_entry_naming_no_tool_of_its_server_stops_the_session(user: Home) -> 
         "time (its tools: convert_time, get_current_time)"
     ) in done.stderr
     assert "Traceback" not in done.stderr and "ready, serving" not in done.stderr
+
+
+ASKS: dict[str, Any] = {"elicitation": {"form": {}}}
+ROUND_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientCapabilities": ASKS}  # fmt: skip
+APPROVE = {"ironcurtain/approval": {"action": "accept", "content": {"answer": "approve"}}}
+
+
+def _env_call(url: str, token: str, rid: int, params: dict[str, Any]) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json", "Accept": ACCEPT,
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+               "Mcp-Name": "env_value", "Authorization": f"Bearer {token}"}  # fmt: skip
+    body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+    answer: dict[str, Any] = httpx2.post(url, json=body, headers=headers, timeout=60).json()
+    return answer
+
+
+def test_a_retry_with_a_narrower_token_does_not_make_the_call(user: Home) -> None:
+    # As the agent: permitted when asked for approval, alice comes back with the approval
+    # and a token that no longer carries the permission. The call is not made; with a token
+    # that carries it again, the same approved retry makes it.
+    from tests.support.probe import probe_calls, probe_session
+
+    ask = {"name": "ask-before-env", "if": {"tool": ["env_value"]}, "then": "escalate",
+           "reason": "needs a human"}  # fmt: skip
+    args, ws, audit = probe_session(user, first=[ask])
+    policy = Path(args[args.index("--policy-dir") + 1])
+    required = {"tools": [{"server": "probe", "tool": "env_value", "required": ["probe:env"]}]}
+    (policy / "permissions.json").write_text(json.dumps(required))
+    params = {"name": "env_value", "arguments": {"name": "HOME"}, "_meta": ROUND_META}
+    with identity_provider() as idp:
+        args += ["--server", "probe", "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE]
+        wide, narrow = idp.token("alice", scope="probe:env"), idp.token("alice", scope="")
+        with serving(user, *args) as served:
+            asked = _env_call(served.url, wide, 1, params)["result"]
+            assert asked["resultType"] == "input_required"
+            retry = {**params, "inputResponses": APPROVE, "requestState": asked["requestState"]}
+            refused = _env_call(served.url, narrow, 2, retry)
+            made = _env_call(served.url, wide, 3, retry)
+    assert refused["result"]["content"][0]["text"] == (
+        "DENIED (rule: caller-permissions): operation not permitted"
+    )
+    assert made["result"]["content"][0]["text"] == "/tmp/home"
+    assert [c["name"] for c in probe_calls(ws) if c["tool"] == "env_value"] == ["HOME"]
+    entries = [e for e in audit_entries(audit) if e.get("tool") == "env_value"]
+    assert [(e["result"], e["policy"]["rule"], e["policy"].get("missing")) for e in entries] == [
+        ("denied", "caller-permissions", ["probe:env"]),
+        ("success", "ask-before-env", None),
+    ]

@@ -265,3 +265,44 @@ def test_an_approval_for_the_session_does_not_outlast_the_permission(tmp_path: P
     assert [e["escalation"] for e in h.entries()] == [
         "approved-for-session", "session-whitelist", None, "session-whitelist",
     ]  # fmt: skip
+
+
+def test_completing_a_prompt_on_a_server_without_completions_is_refused_and_audited(
+    tmp_path: Path,
+) -> None:
+    # As the agent: the prompt is hidden; where its server completes nothing, asking for a
+    # completion of its argument must not answer "nothing to complete" (which a name no
+    # server offers is not), unrecorded.
+    h = _build(tmp_path, READER)
+    h.fs.capabilities.pop("completions")
+    h.relay.lists_changed()
+
+    async def scenario() -> None:
+        ref = {"type": "ref/prompt", "name": "summarize"}
+        params = {"ref": ref, "argument": {"name": "path", "value": "a"}}
+        completed = await h.request("completion/complete", params)
+        assert completed is not None
+        assert completed["error"] == {"code": -32001, "message": NOT_PERMITTED}
+
+    run(scenario)
+    assert h.fs.methods == []
+    (entry,) = h.entries()
+    assert entry["policy"]["missing"] == ["fs:prompts"]
+
+
+def test_completing_on_a_server_without_completions_still_answers_nothing_when_permitted(
+    tmp_path: Path,
+) -> None:
+    h = _build(tmp_path, WRITER)
+    h.fs.capabilities.pop("completions")
+    h.relay.lists_changed()
+
+    async def scenario() -> None:
+        ref = {"type": "ref/prompt", "name": "summarize"}
+        params = {"ref": ref, "argument": {"name": "path", "value": "a"}}
+        completed = await h.request("completion/complete", params)
+        assert completed is not None
+        assert completed["result"]["completion"] == {"values": [], "hasMore": False}
+
+    run(scenario)
+    assert h.fs.methods == [] and h.entries() == []
