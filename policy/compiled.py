@@ -6,12 +6,12 @@ a rule's conditions on paths and domains.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 from collections.abc import Iterable, Mapping
 
 from policy.decision import Decision, DecisionKind
+from policy.globs import star_pattern
 from policy.models import Annotation, CompiledRule
 from policy.paths import UnknownLocationError, canonical_path, iter_strings
 from policy.roles import (
@@ -118,11 +118,16 @@ def compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> Rule:
 def callers_pattern(globs: Iterable[str]) -> re.Pattern[str]:
     """One pattern for a rule's ``caller`` globs (case-sensitive, as names are).
 
-    >>> p = callers_pattern(["billing-*", "ops"])
+    Only ``*`` is special: a caller's name may hold ``?`` or ``[``, which stand for
+    themselves.
+
+    >>> p = callers_pattern(["billing-*", "ops", "svc[prod]"])
     >>> [bool(p.match(n)) for n in ("billing-agent", "ops", "ops2", "Billing-agent")]
     [True, True, False, False]
+    >>> [bool(p.match(n)) for n in ("svc[prod]", "svcp")]
+    [True, False]
     """
-    return re.compile("|".join(f"(?:{fnmatch.translate(g)})" for g in globs) or "(?!)")
+    return star_pattern(globs)
 
 
 def names_match(rule: Rule, name: str, prompt: bool) -> bool:

@@ -13,7 +13,6 @@ are (:func:`launcher.shared.callers.permissions_problem`: visible ASCII, no spac
 
 from __future__ import annotations
 
-import fnmatch
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import field
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from policy.errors import PolicyFileError
+from policy.globs import star_match
 from sandbox_profiles.records import frozen, mutable
 
 PERMISSIONS_FILE = "permissions.json"
@@ -42,7 +42,7 @@ class Requirement:
     required: frozenset[str]
 
     def covers(self, server: str, name: str) -> bool:
-        return fnmatch.fnmatchcase(server, self.server) and fnmatch.fnmatchcase(name, self.name)
+        return star_match(server, self.server) and star_match(name, self.name)
 
 
 @mutable
@@ -190,7 +190,7 @@ def check_servers(permissions: Permissions, servers: Iterable[str], where: str) 
     of anyone), so it is a :class:`PolicyFileError`."""
     names = sorted(servers)
     for kind, i, entry in _entries(permissions):
-        if not any(fnmatch.fnmatchcase(name, entry.server) for name in names):
+        if not any(star_match(name, entry.server) for name in names):
             raise PolicyFileError(
                 where,
                 f"$.{kind}[{i}].server",
@@ -213,9 +213,9 @@ def unmatched(
     """
     for kind, i, entry in _entries(permissions):
         by_server = listed.get(kind, {})
-        servers = sorted(s for s in by_server if fnmatch.fnmatchcase(s, entry.server))
+        servers = sorted(s for s in by_server if star_match(s, entry.server))
         names = sorted({n for s in servers for n in by_server[s]})
-        if servers and not any(fnmatch.fnmatchcase(n, entry.name) for n in names):
+        if servers and not any(star_match(n, entry.name) for n in names):
             return (
                 f"$.{kind}[{i}].{KINDS[kind]}: {entry.name!r} matches no {KINDS[kind]} of "
                 f"{', '.join(servers)} (its {kind}: {', '.join(names) or 'none'})"

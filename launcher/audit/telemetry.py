@@ -18,6 +18,7 @@ said once.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,8 +40,10 @@ SERVICE_NAME = "ironcurtain"
 FAILED = frozenset({"error", "timeout", "server-exited"})
 # At stop: how long what is still queued may take to leave.
 STOP_TIMEOUT = 2.0
-# The longest name a span carries (a client may ask for any name).
+# The longest name a span carries (a server may list any name).
 LONGEST_NAME = 200
+# What is not part of a name as MCP spells tool names (a server's own may hold anything).
+_NOT_NAME = re.compile(r"[^A-Za-z0-9_./ -]")
 # The SDK's loggers whose complaints are about exporting.
 EXPORTING_LOGGERS = ("opentelemetry.exporter", "opentelemetry.sdk")
 # The longest complaint of the SDK's that is said.
@@ -48,9 +51,11 @@ LONGEST_SAID = 400
 
 
 def shown_name(method: str, server: str | None, name: str | None) -> str | None:
-    """What a span names the call by: the tool or prompt; a completion's reference (a
-    resource template only when a server declared it); nothing of a resource's URI, and
-    nothing for a request named by its method alone (a server's question).
+    """What a span names the call by: the tool or prompt a server offers; a completion's
+    reference (a resource template only when a server declared it); nothing of a resource's
+    URI, nothing for a request named by its method alone (a server's question), nothing a
+    client named that no server offers (any text a client sends would be a new name). A
+    name keeps only the characters MCP's tool names are made of: each other one is ``_``.
 
     >>> shown_name("tools/call", "fs", "read_file")
     'read_file'
@@ -58,12 +63,16 @@ def shown_name(method: str, server: str | None, name: str | None) -> str | None:
     True
     >>> shown_name("completion/complete", None, "ref/resource file:///{path}?k=v")
     'ref/resource'
+    >>> shown_name("tools/call", None, "pw=hunter2") is None
+    True
+    >>> shown_name("tools/call", "evil", "a" + chr(10) + chr(0x202E) + "b" + chr(27) + "[31m")
+    'a__b__31m'
     """
     if not name or name == method or method.startswith("resources/"):
         return None
-    if name.startswith("ref/resource ") and server is None:
-        return "ref/resource"
-    return name[:LONGEST_NAME]
+    if server is None:
+        return "ref/resource" if name.startswith("ref/resource ") else None
+    return _NOT_NAME.sub("_", name[:LONGEST_NAME])
 
 
 def _shown_endpoint(endpoint: str) -> str:

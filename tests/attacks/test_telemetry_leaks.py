@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.otlp import Receiver, attributes, calls, exporting, receiving
-from tests.support.relay import build
+from tests.support.relay import build, tool_listing
 
 SECRET = "S3CRET-meta-5b0e"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -51,9 +51,12 @@ def test_nothing_of_meta_but_the_trace_context_is_exported(
 
 
 def test_a_name_without_end_is_cut(tmp_path: Path, receiver: Receiver) -> None:
+    # As a hostile server: a tool it lists under a name without end.
     h = build(tmp_path)
-    telemetry = exporting(h)
     name = "t" * 100_000
+    h.fs.tools = [*h.fs.tools, tool_listing(name, "path")]
+    h.relay.lists_changed()
+    telemetry = exporting(h)
     calls(h, ("tools/call", {"name": name, "arguments": {}}))
     telemetry.stop()
     (span,) = receiver.wait_for_spans(1)
@@ -65,8 +68,8 @@ def test_a_name_without_end_is_cut(tmp_path: Path, receiver: Receiver) -> None:
 
 
 def test_made_up_tool_names_are_one_metric_series(tmp_path: Path, receiver: Receiver) -> None:
-    """A client inventing names cannot grow the metrics without bound: a name no server has
-    is not a metric attribute."""
+    """A client inventing names cannot grow the metrics or the span names without bound: a
+    name no server has is not exported."""
     h = build(tmp_path)
     telemetry = exporting(h)
     made_up = [f"no_such_tool_{i}" for i in range(40)]
@@ -77,9 +80,12 @@ def test_made_up_tool_names_are_one_metric_series(tmp_path: Path, receiver: Rece
     attrs, point = series[0]
     assert point.as_int == 40 and "ironcurtain.tool" not in attrs
     assert "ironcurtain.server" not in attrs
-    # The control: each name was there to count (each span carries its own).
+    # Nor the spans: each is named by its method alone, whatever name the client sent
+    # (the control: the audit log has each name).
     spans = receiver.wait_for_spans(40)
-    assert sorted(attributes(s)["ironcurtain.tool"] for s in spans) == sorted(made_up)
+    assert {s.name for s in spans} == {"tools/call"}
+    assert not any("ironcurtain.tool" in attributes(s) for s in spans)
+    assert sorted(e["tool"] for e in h.entries()) == sorted(made_up)
 
 
 @pytest.mark.parametrize(
@@ -123,3 +129,23 @@ def test_a_traceparent_that_is_not_one_starts_a_trace_of_its_own(
     assert h.said == []
     if isinstance(traceparent, str) and len(traceparent) > 512:
         assert any("maximum length" in r.getMessage() for r in heard)
+
+
+def test_a_servers_tool_name_puts_no_control_or_bidi_character_in_a_span(
+    tmp_path: Path, receiver: Receiver
+) -> None:
+    # As a hostile server: a tool listed under a name that would rewrite a terminal or a
+    # trace viewer's line (the control: the audit entry has the name as listed).
+    h = build(tmp_path)
+    name = "evil\n\u202eAAAA\x1b[31m"
+    h.fs.tools = [*h.fs.tools, tool_listing(name, "path")]
+    h.relay.lists_changed()
+    telemetry = exporting(h)
+    calls(h, ("tools/call", {"name": name, "arguments": {}}))
+    telemetry.stop()
+    (span,) = receiver.wait_for_spans(1)
+    assert span.name == "tools/call evil__AAAA__31m"
+    assert attributes(span)["ironcurtain.tool"] == "evil__AAAA__31m"
+    assert not any(c in body for body in receiver.raw for c in (b"\n\xe2\x80\xae", b"\x1b["))
+    (entry,) = h.entries()
+    assert entry["tool"] == name

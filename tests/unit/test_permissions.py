@@ -344,3 +344,32 @@ def test_check_previews_a_call_as_a_callers(user: Any) -> None:
     assert (
         bad.returncode == 2 and f"--caller {user.root / 'none.json'}: cannot be read" in bad.stderr
     )
+
+
+@pytest.mark.parametrize(
+    ("caller", "matched"),
+    [("svc[prod]", True), ("svcp", False), ("svcd", False), ("ops?", True), ("ops1", False),
+     ("ops", False), ("team.a", True), ("teamxa", False)],
+)  # fmt: skip
+def test_only_a_star_is_special_in_a_caller_rule(caller: str, matched: bool) -> None:
+    # As a caller whose name reads as a glob: a rule written for the literal caller
+    # "svc[prod]" is that caller's, not any of svcp, svcr, svco or svcd's.
+    rules = {"rules": [
+        {"name": "named", "if": {"caller": ["svc[prod]", "ops?", "team.a"]}, "then": "allow",
+         "reason": "named callers"},
+        {"name": "others", "if": {}, "then": "deny", "reason": "everyone else"}]}  # fmt: skip
+    engine = _engine(rules)
+    rule = engine.decide("crm", "get", {"path": "/srv/data"}, caller=caller)[0].rule
+    assert (rule == "named") is matched
+
+
+def test_only_a_star_is_special_in_permissions_json() -> None:
+    p = parse_permissions(
+        {"tools": [{"server": "crm", "tool": "delete[1]", "required": ["admin"]},
+                   {"server": "c?m", "tool": "*", "required": ["odd"]}]},
+        "permissions.json",
+    )  # fmt: skip
+    assert p.required("tools", "crm", "delete[1]") == frozenset({"admin"})
+    assert p.required("tools", "crm", "delete1") == frozenset()
+    assert p.required("tools", "c?m", "x") == frozenset({"odd"})
+    assert p.required("tools", "crm", "x") == frozenset()

@@ -20,7 +20,7 @@ from launcher.audit.telemetry_plan import telemetry_plan
 from launcher.shared.errors import OptionError
 from tests.support.otlp import Receiver, attributes, calls, exporting, receiving
 from tests.support.paths import REPO
-from tests.support.relay import build, run
+from tests.support.relay import build, run, tool_listing
 
 SECRET = "S3CRET-9f4c1d-never-exported"
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -86,6 +86,8 @@ def test_the_search_for_the_secret_would_find_it_where_it_is_exported(
     """The control: what is exported (here a tool's name) is found in the bodies as sent, so
     the search above would see an argument that leaked."""
     h = build(tmp_path)
+    h.fs.tools = [*h.fs.tools, tool_listing(f"tool_{SECRET}", "path")]  # a server's own name
+    h.relay.lists_changed()
     telemetry = exporting(h)
     calls(h, ("tools/call", {"name": f"tool_{SECRET}", "arguments": {}}))
     telemetry.stop()
