@@ -74,3 +74,23 @@ def check_output_tools(
                     f"(a client that checks results will refuse them): {'; '.join(conflicts)}"
                 )
     return warnings
+
+
+def unguarded_resources(
+    plan: SessionPlan, tools: dict[str, list[Message]], offers: dict[str, bool]
+) -> list[str]:
+    """A warning for each server whose every tool ``permissions.json`` guards and that also
+    offers resources (``offers``): those are decided by the policy alone, for every caller,
+    which an operator who closed the server's tools may not expect."""
+    permissions = plan.policy.permissions
+    if not permissions:
+        return []
+    return [
+        f"warning: permissions.json requires a permission for every tool of '{server}', "
+        "which also offers resources: those are not guarded by permissions.json (every "
+        "caller may read what the policy allows)"
+        for server, listed in tools.items()
+        if listed
+        and offers.get(server)
+        and all(permissions.required("tools", server, str(t.get("name"))) for t in listed)
+    ]

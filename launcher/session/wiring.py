@@ -31,7 +31,7 @@ from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
 from launcher.servers.egress import EgressProxy
-from launcher.session.checks import audit_stamp, check_output_tools
+from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents
 from launcher.session.hostfiles import HostFiles
 from launcher.session.per_caller import CallerPlans
@@ -152,6 +152,10 @@ class Session(SessionEvents):
                 {n: c.tools for n, c in self.servers.items()} if every else {},
                 {n: c.prompts for n, c in self.servers.items()} if every else {},
             ):
+                say(warning)
+            offers = {n: bool(c.resources or c.resource_templates) for n, c in self.servers.items()}
+            tools = {n: c.tools for n, c in self.servers.items()} if every else {}
+            for warning in unguarded_resources(self.plan, tools, offers):
                 say(warning)
             for mismatch in coherence.check(self.plan):
                 say(f"warning: {mismatch}")

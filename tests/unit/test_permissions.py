@@ -373,3 +373,25 @@ def test_only_a_star_is_special_in_permissions_json() -> None:
     assert p.required("tools", "crm", "delete1") == frozenset()
     assert p.required("tools", "c?m", "x") == frozenset({"odd"})
     assert p.required("tools", "crm", "x") == frozenset()
+
+
+def test_a_server_whose_tools_are_all_guarded_and_that_offers_resources_is_said() -> None:
+    from types import SimpleNamespace
+
+    from launcher.session.checks import unguarded_resources
+
+    guarded = parse_permissions(
+        {"tools": [{"server": "crm", "tool": "*", "required": ["crm:use"]},
+                   {"server": "notes", "tool": "read", "required": ["notes:read"]}]},
+        "permissions.json",
+    )  # fmt: skip
+    plan: Any = SimpleNamespace(policy=SimpleNamespace(permissions=guarded))
+    tools = {
+        "crm": [{"name": "get"}, {"name": "put"}],
+        "notes": [{"name": "read"}, {"name": "list"}],  # one tool open: not all guarded
+        "time": [{"name": "now"}],
+    }
+    offers = {"crm": True, "notes": True, "time": False}
+    (said,) = unguarded_resources(plan, tools, offers)
+    assert "every tool of 'crm', which also offers resources" in said
+    assert unguarded_resources(plan, tools, {**offers, "crm": False}) == []
