@@ -24,6 +24,7 @@ from launcher.relay.inputs import ServerInputs
 from launcher.relay.listens import LISTEN, UPDATED, Listens
 from launcher.relay.rounds import Rounds, Spent
 from launcher.relay.seams import Core, Downstream, Upstream
+from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,
@@ -362,6 +363,17 @@ class Relay(Asking):
                 self._refreshing[key] = False
         finally:
             self._refreshing.pop(key, None)
+
+    def serve(self, caller: Caller | None) -> None:
+        """Serve ``caller``'s requests (the same caller again: with what its latest token
+        permits). When that changes what ``permissions.json`` lets it see, its client is told
+        its lists changed."""
+        before, self.core.caller = self.core.caller, caller
+        if before is None or caller is None or before.permissions == caller.permissions:
+            return
+        if self.core.gate.engine.permissions:
+            self.lists_changed()
+            self.lists_changed("notifications/prompts/list_changed")
 
     def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
         """A server's lists changed (or a restarted server replaced one): routes anew."""

@@ -142,7 +142,7 @@ class Served:
         gives); the first time, its approvals and breaker become the gate's."""
         assert self.relay is not None
         core = self.relay.core
-        core.caller = caller
+        self.relay.serve(caller)
         if caller is None or self._kept is not None:
             return
         kept = self.session.kept_for(caller)

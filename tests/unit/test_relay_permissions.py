@@ -306,3 +306,42 @@ def test_completing_on_a_server_without_completions_still_answers_nothing_when_p
 
     run(scenario)
     assert h.fs.methods == [] and h.entries() == []
+
+
+def _list_changes(h: Harness) -> list[str]:
+    return [str(m["method"]) for m in h.client.sent if str(m.get("method", "")).endswith("changed")]
+
+
+def test_a_token_that_changes_what_the_caller_may_see_tells_its_client_the_lists_changed(
+    tmp_path: Path,
+) -> None:
+    h = _build(tmp_path, READER)
+    narrow = READER
+    wide = Caller(READER.name, frozenset({"fs:use", "fs:write"}), READER.issuer)
+
+    async def scenario() -> None:
+        assert _names(await h.request("tools/list", {}), "tools") == ["read_file"]
+        h.relay.serve(narrow)  # the same again: nothing to tell
+        assert _list_changes(h) == []
+        h.relay.serve(wide)
+        assert _list_changes(h) == [
+            "notifications/tools/list_changed",
+            "notifications/prompts/list_changed",
+        ]
+        assert _names(await h.request("tools/list", {}), "tools") == ["read_file", "write_file"]
+        h.relay.serve(narrow)
+        assert len(_list_changes(h)) == 4
+        assert _names(await h.request("tools/list", {}), "tools") == ["read_file"]
+
+    run(scenario)
+
+
+def test_without_permissions_json_a_new_token_tells_nothing(tmp_path: Path) -> None:
+    h = build(tmp_path, caller=READER)
+
+    async def scenario() -> None:
+        await h.request("tools/list", {})
+        h.relay.serve(Caller(READER.name, frozenset({"other"}), READER.issuer))
+        assert _list_changes(h) == []
+
+    run(scenario)
