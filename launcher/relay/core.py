@@ -3,8 +3,9 @@ reaches a server checked on the way (:mod:`launcher.relay.checked`).
 
 It knows no process and no socket: servers are :class:`~launcher.relay.seams.Downstream`\ s, the
 client an :class:`~launcher.relay.seams.Upstream`. It answers what it can itself (``initialize``,
-``ping``, the lists gathered from the servers), relays the servers' notifications (routes
-rebuilt when a list changes) and asks the client what the approvals need.
+``ping``, the lists gathered from the servers), relays the servers' notifications
+(:mod:`launcher.relay.notices`) and asks the client what the approvals need
+(:mod:`launcher.relay.asking`).
 """
 
 from __future__ import annotations
@@ -18,13 +19,13 @@ from typing import Any
 from launcher.relay import stateless
 from launcher.relay.asking import Asking
 from launcher.relay.asks import ServerAsks, elicitation_modes
-from launcher.relay.call import Call, ClientLink
+from launcher.relay.call import ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.inputs import ServerInputs
-from launcher.relay.listens import LISTEN, UPDATED, Listens
+from launcher.relay.listens import LISTEN, Listens
+from launcher.relay.notices import Notices
 from launcher.relay.rounds import Rounds, Spent
-from launcher.relay.seams import Core, Downstream, Upstream
-from launcher.shared.callers import Caller
+from launcher.relay.seams import Core, Upstream
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,
@@ -34,32 +35,19 @@ from launcher.shared.jsonrpc import (
     Message,
     error,
     loads,
-    notification,
     own_info,
     result,
     unencodable,
 )
 
-FORWARDED_NOTIFICATIONS = (
-    "notifications/progress",
-    "notifications/message",
-    "notifications/resources/updated",
-)
-LIST_CHANGED = {
-    "notifications/tools/list_changed": "tools",
-    "notifications/prompts/list_changed": "prompts",
-    "notifications/resources/list_changed": "resources",
-}
 INSTRUCTIONS = (
     "Tools of several MCP servers, each sandboxed; every call is checked by policy. Denied "
     "calls return an error result starting with DENIED."
 )
-# Bytes waiting for the client beyond which servers' notifications are dropped.
-NOTIFICATION_BACKLOG = 16 * 1024 * 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
 
 
-class Relay(Asking):
+class Relay(Asking, Notices):
     def __init__(self, core: Core) -> None:
         self.core = core
         self.upstream: Upstream | None = None
@@ -279,111 +267,6 @@ class Relay(Asking):
             "instructions": INSTRUCTIONS,
         }
 
-    # -- from the servers ------------------------------------------------------------------
-
-    def _attach(self) -> None:
-        """The servers' requests of the client come here (a restarted server's too)."""
-        for conn in self.core.servers.values():
-            conn.on_request = self.asks.request
-
-    def on_server_notification(self, conn: Downstream, message: Message) -> None:
-        method = message.get("method")
-        if method == "notifications/cancelled":
-            params = message.get("params")
-            self.asks.cancelled(conn, params if isinstance(params, dict) else {})
-        elif method in FORWARDED_NOTIFICATIONS:
-            if self.era == STATELESS:
-                if method == UPDATED:  # to the listens that watch it
-                    self.listens.notify(self.core.outputs.message(conn.name, message))
-                if method != "notifications/progress":
-                    return  # only what belongs to a request or a listen reaches it
-            elif not self.initialized:
-                return  # nothing reaches the client before its initialize answer
-            related = None
-            if method == "notifications/progress":
-                call = self._progress_of(conn, message)
-                if call is None:
-                    return
-                related = call.request_id
-                params = dict(message["params"])
-                params["progressToken"] = call.progress_token()  # the client's own again
-                message = {**message, "params": params}
-                if call.progress_sent:  # after what was reported while a human decided
-                    message = _after(message, call.progress_sent)
-                shown = self.core.outputs.progress(conn.name, call.method, call.name or "", message)
-                if shown is None:
-                    return  # nothing of it may be shown
-                message = shown
-            upstream = self.upstream
-            if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
-                # The client is not reading: a server's progress and log messages are
-                # dropped rather than held without limit (answers are never dropped).
-                if not self._dropping:
-                    self.core.say(
-                        f"the client is not reading; dropping notifications from "
-                        f"'{conn.name}' until it catches up"
-                    )
-                self._dropping = True
-                return
-            self._dropping = False
-            if related is None:
-                message = self.core.outputs.message(conn.name, message)
-            self.send(message, related)
-        elif isinstance(method, str) and method in LIST_CHANGED:
-            # One refresh per server and list at a time; changes meanwhile make one more.
-            key = (conn.name, LIST_CHANGED[method])
-            if key in self._refreshing:
-                self._refreshing[key] = True
-                return
-            self._refreshing[key] = False
-            self._spawn(self._refresh(conn, key[1], method))
-
-    def _progress_of(self, conn: Downstream, message: Message) -> Call | None:
-        """The call of this server still out that a progress notification is about."""
-        params = message.get("params")
-        token = params.get("progressToken") if isinstance(params, dict) else None
-        return self.calls.progress.get((conn.name, token)) if type(token) in (str, int) else None
-
-    async def _refresh(self, conn: Downstream, kind: str, method: str) -> None:
-        key = (conn.name, kind)
-        try:
-            while True:
-                try:
-                    if kind == "tools":
-                        await conn.list_tools()
-                    else:
-                        await conn.list_extras()
-                    self.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
-                except Exception as exc:  # the old list stays
-                    self.core.say(f"server '{conn.name}': listing its {kind} again failed: {exc}")
-                else:
-                    self.lists_changed(method)
-                if not self._refreshing.get(key):
-                    return
-                self._refreshing[key] = False
-        finally:
-            self._refreshing.pop(key, None)
-
-    def serve(self, caller: Caller | None) -> None:
-        """Serve ``caller``'s requests (the same caller again: with what its latest token
-        permits). When that changes what ``permissions.json`` lets it see, its client is told
-        its lists changed."""
-        before, self.core.caller = self.core.caller, caller
-        if before is None or caller is None or before.permissions == caller.permissions:
-            return
-        if self.core.gate.engine.permissions:
-            self.lists_changed()
-            self.lists_changed("notifications/prompts/list_changed")
-
-    def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
-        """A server's lists changed (or a restarted server replaced one): routes anew."""
-        self._attach()
-        self.core.router.build(self.core.servers, self.core.outputs.listed)
-        if self.initialized:
-            self.send(notification(method))
-        elif self.era == STATELESS:
-            self.listens.notify(notification(method))
-
     # -- tasks and stopping ----------------------------------------------------------------
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -407,16 +290,6 @@ class Relay(Asking):
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.core.widen is not None:
             await self.core.widen.close()
-
-
-def _after(message: Message, offset: int) -> Message:
-    """A server's progress moved past what ironcurtain reported for the call already, so
-    the client sees it go on increasing."""
-    params = dict(message["params"])
-    for key in ("progress", "total"):
-        if isinstance(params.get(key), int | float):
-            params[key] += offset
-    return {**message, "params": params}
 
 
 def _ignore(outcome: Message | BaseException) -> None:
