@@ -161,25 +161,32 @@ def _entry(entry: Any, at: str, key: str, where: str) -> Requirement:
         found = _kind(required)
         raise PolicyFileError(where, f"{at}.required", f"holds a JSON {found}, not a list")
     for i, permission in enumerate(required):
-        problem = _permission_problem(permission)
+        problem = name_problem(permission)
         if problem is not None:
             shown = json.dumps(permission)[:80] if isinstance(permission, str) else "it"
             raise PolicyFileError(where, f"{at}.required[{i}]", f"{shown} {problem}")
     return Requirement(entry["server"], entry[key], frozenset(required))
 
 
-def _permission_problem(permission: object) -> str | None:
-    """What makes ``permission`` none (the rule a caller's permissions follow: 1 to 255
-    visible ASCII characters, not dots alone)."""
-    if not isinstance(permission, str):
+def name_problem(name: object) -> str | None:
+    """What makes ``name`` neither a caller's name nor a permission (None: it is one): 1 to
+    255 visible ASCII characters, no space or control character, and not made of dots alone
+    (names end up in terminals, audit lines and paths).
+
+    >>> name_problem("auth0|507f1f77bcf86cd799439011") is None
+    True
+    >>> name_problem("a b"), name_problem("..")
+    ('holds a space, a control or a non-ASCII character', 'is made of dots alone')
+    """
+    if not isinstance(name, str):
         return "is not a string"
-    if not permission:
+    if not name:
         return "is empty"
-    if len(permission) > MAX_PERMISSION:
+    if len(name) > MAX_PERMISSION:
         return f"is longer than {MAX_PERMISSION} characters"
-    if not all("!" <= c <= "~" for c in permission):
+    if not all("!" <= c <= "~" for c in name):
         return "holds a space, a control or a non-ASCII character"
-    if not permission.strip("."):
+    if not name.strip("."):
         return "is made of dots alone"
     return None
 

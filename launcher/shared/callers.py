@@ -20,10 +20,12 @@ import os
 from collections.abc import Iterable
 
 from launcher.shared.errors import OptionError
+from policy.permissions import MAX_PERMISSION
+from policy.permissions import name_problem as name_problem  # the rule a name follows
 from sandbox_profiles.records import frozen
 
 STATIC = "static"  # the issuer of a caller named by the deployment, not by a token
-MAX_NAME = 255
+MAX_NAME = MAX_PERMISSION  # a caller's name follows a permission's rule
 MAX_PERMISSIONS = 256
 MAX_FILE = 64 * 1024
 _FILE_KEYS = ("name", "permissions")
@@ -62,29 +64,6 @@ class Caller:
     def audited(self) -> dict[str, str]:
         """The caller as the audit log records it (its permissions are not)."""
         return {"name": self.name, "issuer": self.issuer}
-
-
-def name_problem(name: object) -> str | None:
-    """What makes ``name`` no caller name (None: it is one): 1 to 255 visible ASCII
-    characters, no space or control character, and not made of dots alone (names end up in
-    terminals, audit lines and, later, paths).
-
-    >>> name_problem("auth0|507f1f77bcf86cd799439011") is None
-    True
-    >>> name_problem("a b"), name_problem("..")
-    ('holds a space, a control or a non-ASCII character', 'is made of dots alone')
-    """
-    if not isinstance(name, str):
-        return "is not a string"
-    if not name:
-        return "is empty"
-    if len(name) > MAX_NAME:
-        return f"is longer than {MAX_NAME} characters"
-    if not all("!" <= c <= "~" for c in name):
-        return "holds a space, a control or a non-ASCII character"
-    if not name.strip("."):
-        return "is made of dots alone"
-    return None
 
 
 # Kept as they are in a caller's directory name; every other byte is written %XX.
