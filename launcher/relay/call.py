@@ -1,5 +1,6 @@
 """One checked request on its way through the relay, and how the relay reaches its client:
-what the checked calls and their escalations both hold."""
+what the checked calls and their escalations both hold; and the answer to a request whose
+params are not of its method's shape (:func:`malformed_answer`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ from typing import Any, Protocol
 from launcher.audit.log import Prepared
 from launcher.relay.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
-from launcher.shared.jsonrpc import HANDSHAKE, Message
+from launcher.shared.jsonrpc import (
+    COMPLETE,
+    HANDSHAKE,
+    PROMPT,
+    TOOL,
+    Message,
+    completion_arguments,
+    error,
+    result,
+    tool_result,
+)
 from sandbox_profiles.records import frozen, mutable
 
 
@@ -67,3 +78,18 @@ class Call:
         meta = self.params.get("_meta")
         token = meta.get("progressToken") if isinstance(meta, dict) else None
         return token if type(token) in (str, int) else None
+
+
+def malformed_answer(method: str, params: Message, request_id: Any) -> Message | None:
+    """The answer to a request whose params are not of its method's shape, or None."""
+    if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
+        return result(request_id, tool_result("DENIED: arguments must be a JSON object"))
+    if method == PROMPT and not isinstance(params.get("arguments") or {}, dict):
+        return error(request_id, -32602, "invalid params: arguments must be an object")
+    if method == COMPLETE and completion_arguments(params) is None:
+        text = (
+            "invalid params: a completion needs a ref (ref/prompt or ref/resource), an "
+            "argument with a string name and value, and context arguments that are strings"
+        )
+        return error(request_id, -32602, text)
+    return None

@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from launcher.audit.log import hashed_arguments
-from launcher.relay.call import Call, ClientLink
+from launcher.relay.call import Call, ClientLink, malformed_answer
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
 from launcher.relay.inputs import ServerInputs
@@ -36,7 +36,6 @@ from launcher.shared.jsonrpc import (
     UNSUBSCRIBE,
     Message,
     ServerGone,
-    completion_arguments,
     error,
     result,
     tool_result,
@@ -98,18 +97,9 @@ class CheckedCalls:
         """Decided, audited and forwarded in the callback that read it; the answer is
         relayed in the callback that reads it (:meth:`answered`)."""
         started = time.perf_counter()
-        if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
-            self.send(result(request_id, tool_result("DENIED: arguments must be a JSON object")))
-            return
-        if method == PROMPT and not isinstance(params.get("arguments") or {}, dict):
-            self.send(error(request_id, -32602, "invalid params: arguments must be an object"))
-            return
-        if method == COMPLETE and completion_arguments(params) is None:
-            text = (
-                "invalid params: a completion needs a ref (ref/prompt or ref/resource), an "
-                "argument with a string name and value, and context arguments that are strings"
-            )
-            self.send(error(request_id, -32602, text))
+        malformed = malformed_answer(method, params, request_id)
+        if malformed is not None:
+            self.send(malformed)
             return
         server, name, args = self.core.router.target(method, params)
         subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
