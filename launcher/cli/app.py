@@ -12,7 +12,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer
 
-from launcher.cli import clients
+from launcher.cli import audit_commands, clients
 from launcher.cli.exits import finish
 from launcher.cli.run import flag_names
 
@@ -214,38 +214,6 @@ def profile(
     print(show_profile(name, fmt, opts))
 
 
-audit_app = typer.Typer(
-    no_args_is_help=True, help="Check or follow an audit log (default: the newest one)."
-)
-app.add_typer(audit_app, name="audit")
-AuditPath = Annotated[
-    str | None, typer.Argument(help="The audit log (default: the newest in the state dir).")
-]
-
-
-@audit_app.command("verify")
-def audit_verify(path: AuditPath = None) -> None:
-    """Check the hash chain; name the first line that was edited, removed, added or moved."""
-    from launcher.cli.audit import verify_log
-
-    raise typer.Exit(verify_log(path))
-
-
-@audit_app.command("tail")
-def audit_tail(
-    path: AuditPath = None,
-    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
-    caller: Annotated[
-        str | None, typer.Option("--caller", help="Only the entries of the caller NAME.")
-    ] = None,
-) -> None:
-    """Show the last entries readably; with -f, keep printing new ones."""
-    from launcher.cli.audit import tail_log
-
-    tail_log(path, lines, follow, caller)
-
-
 @app.command()
 def approvals(
     session: Annotated[
@@ -371,6 +339,7 @@ def check(
 
 
 clients.register(app)
+audit_commands.register(app)
 
 
 def _group() -> None:

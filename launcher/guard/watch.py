@@ -29,6 +29,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from launcher.guard.places import Places, outermost
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
+from launcher.guard.records import GuardError as GuardError
+from launcher.guard.records import GuardFailure as GuardFailure
+from launcher.guard.records import Quarantined as Quarantined
 from launcher.guard.sweep import Unhandled, sweep_root
 from launcher.host import nofollow
 from launcher.host.nofollow import Parts
@@ -48,7 +51,6 @@ from launcher.host.oscalls import (
     inotify_init,
 )
 from sandbox_profiles import autorun
-from sandbox_profiles.records import frozen
 
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
@@ -56,28 +58,6 @@ MAX_DEPTH = 400
 # Seconds one settle may spend scanning: a server that changes the tree faster than it can be
 # checked (a rename storm over a big tree) is stopped instead of keeping the guard behind.
 BUDGET = 2.0
-
-
-class GuardError(Exception):
-    """The guard cannot watch a writable root (inotify missing or out of watches)."""
-
-
-@frozen
-class Quarantined:
-    """A file the guard moved out of a writable root: where it was, where it is, why."""
-
-    path: str  # where it appeared
-    moved_to: str  # where it is now
-    why: str
-
-
-@frozen
-class GuardFailure:
-    """Something in a writable root the guard could not neutralise."""
-
-    root: str  # the writable root it happened in
-    path: str
-    reason: str
 
 
 class Guard:

@@ -7,13 +7,10 @@ names it as its users know it (``--audit-args``).
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import shutil
 import time
-from collections.abc import Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from launcher.audit.telemetry_plan import TelemetryPlan, telemetry_plan
@@ -28,17 +25,15 @@ from launcher.plan import bundled
 from launcher.plan.callers import check_caller_options, plan_callers
 from launcher.plan.config import CALLER, LoadedConfig, load_and_warn
 from launcher.plan.config_schema import ServerConfig
+from launcher.plan.policy_plan import build_engine, check_output_servers, load_policy
 from launcher.plan.programs import search_path
 from launcher.plan.server_plan import ServerPlan, Surroundings, never_shown, plan_server
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
 from launcher.plan.workspace import check_workspace, workspace_for
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import OptionError, SandboxRefused, UsageError
-from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
-from policy.egress import Entry
-from policy.errors import PolicyFileError
-from policy.loader import PolicyFiles, check_placeholders
-from policy.output import OUTPUT_POLICY_FILE
+from policy import PolicyEngine
+from policy.loader import PolicyFiles
 from policy.paths import resolve_real_path
 from policy.permissions import PERMISSIONS_FILE, check_servers
 from sandbox_profiles.records import frozen
@@ -154,64 +149,6 @@ def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, Se
         if name in config.broken:
             raise config.broken[name]
     return chosen
-
-
-def protected_paths(config: LoadedConfig, policy_dir: Path, audit_path: str) -> dict[str, str]:
-    entries = {
-        str(config.path): "the server configuration",
-        str(dirs.config_dir()): "ironcurtain's configuration directory",
-        str(policy_dir): "the policy directory",
-        audit_path: "the audit log",
-    }
-    return {resolve_real_path(p): label for p, label in entries.items()}
-
-
-def build_engine(
-    config: LoadedConfig,
-    files: PolicyFiles,
-    workspace: str,
-    audit_path: str,
-    servers: dict[str, ServerConfig],
-) -> PolicyEngine:
-    structural = StructuralConfig(
-        protected=protected_paths(config, files.directory, audit_path),
-        state_dir=resolve_real_path(str(dirs.state_dir())),
-        exempt=(workspace,),
-    )
-    # The policy's domain gate looks at names; port scoping is the egress proxy's business.
-    allowlists = {
-        name: [Entry.parse(d).pattern for d in server.allowed_domains]
-        for name, server in servers.items()
-    }
-    return PolicyEngine(
-        files.policy,
-        files.annotations,
-        structural,
-        allowlists,
-        {"workspace": workspace},
-        files.permissions,
-    )
-
-
-def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:
-    """Each entry of ``output-policy.json`` names a server the config defines (a glob:
-    matches one): a policy for a server that does not exist is a mistake, not a no-op."""
-    names = list(servers)
-    for i, entry in enumerate(files.output.tools):
-        if not any(fnmatch.fnmatchcase(name, entry.server) for name in names):
-            raise PolicyFileError(
-                str(files.directory / OUTPUT_POLICY_FILE),
-                f"$.tools[{i}].server",
-                f"{entry.server!r} matches no server of the config "
-                f"(it defines: {', '.join(sorted(names)) or 'none'})",
-            )
-
-
-def load_policy(policy_dir: str | None) -> PolicyFiles:
-    directory = Path(policy_dir).resolve() if policy_dir else bundled_policy_dir()
-    files = load_policy_dir(directory, cache=dirs.cache_dir())
-    check_placeholders(files, ["workspace"])
-    return files
 
 
 def check_options(opts: RunOptions) -> None:

@@ -1,0 +1,78 @@
+"""The policy side of a session's plan: the policy directory loaded (the bundled one unless
+given), every ``output-policy.json`` entry naming a server the config defines, and the
+engine that decides each call (the paths no call may touch, each server's domains, the
+workspace, what each tool requires of a caller)."""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from pathlib import Path
+
+from launcher.plan.config import LoadedConfig
+from launcher.plan.config_schema import ServerConfig
+from launcher.shared import dirs
+from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.egress import Entry
+from policy.errors import PolicyFileError
+from policy.loader import PolicyFiles, check_placeholders
+from policy.output import OUTPUT_POLICY_FILE
+from policy.paths import resolve_real_path
+
+
+def protected_paths(config: LoadedConfig, policy_dir: Path, audit_path: str) -> dict[str, str]:
+    entries = {
+        str(config.path): "the server configuration",
+        str(dirs.config_dir()): "ironcurtain's configuration directory",
+        str(policy_dir): "the policy directory",
+        audit_path: "the audit log",
+    }
+    return {resolve_real_path(p): label for p, label in entries.items()}
+
+
+def build_engine(
+    config: LoadedConfig,
+    files: PolicyFiles,
+    workspace: str,
+    audit_path: str,
+    servers: dict[str, ServerConfig],
+) -> PolicyEngine:
+    structural = StructuralConfig(
+        protected=protected_paths(config, files.directory, audit_path),
+        state_dir=resolve_real_path(str(dirs.state_dir())),
+        exempt=(workspace,),
+    )
+    # The policy's domain gate looks at names; port scoping is the egress proxy's business.
+    allowlists = {
+        name: [Entry.parse(d).pattern for d in server.allowed_domains]
+        for name, server in servers.items()
+    }
+    return PolicyEngine(
+        files.policy,
+        files.annotations,
+        structural,
+        allowlists,
+        {"workspace": workspace},
+        files.permissions,
+    )
+
+
+def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:
+    """Each entry of ``output-policy.json`` names a server the config defines (a glob:
+    matches one): a policy for a server that does not exist is a mistake, not a no-op."""
+    names = list(servers)
+    for i, entry in enumerate(files.output.tools):
+        if not any(fnmatch.fnmatchcase(name, entry.server) for name in names):
+            raise PolicyFileError(
+                str(files.directory / OUTPUT_POLICY_FILE),
+                f"$.tools[{i}].server",
+                f"{entry.server!r} matches no server of the config "
+                f"(it defines: {', '.join(sorted(names)) or 'none'})",
+            )
+
+
+def load_policy(policy_dir: str | None) -> PolicyFiles:
+    directory = Path(policy_dir).resolve() if policy_dir else bundled_policy_dir()
+    files = load_policy_dir(directory, cache=dirs.cache_dir())
+    check_placeholders(files, ["workspace"])
+    return files
