@@ -3,11 +3,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.home import Home, make_home
 from tests.support.web import serving_pages
+
+if TYPE_CHECKING:
+    from tests.support.otlp import Receiver
 
 SANDBOX_TESTS = Path(__file__).parent / "sandbox"
 
@@ -33,4 +37,13 @@ def user(tmp_path: Path) -> Home:
 def web() -> Iterator[tuple[int, list[str]]]:
     """A loopback web server (``tests.support.web``): its port, and the requests it got."""
     with serving_pages() as served:
+        yield served
+
+
+@pytest.fixture
+def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
+    """An OTLP/HTTP receiver on loopback, and the environment of a session exporting to it."""
+    from tests.support.otlp import receiving
+
+    with receiving(monkeypatch) as served:
         yield served

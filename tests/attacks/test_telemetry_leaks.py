@@ -7,24 +7,22 @@ control."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.otlp import Receiver, attributes, calls, exporting, receiving
+from tests.support.otlp import (
+    PARENT_ID,
+    TRACE_ID,
+    Receiver,
+    attributes,
+    calls,
+    exporting,
+)
 from tests.support.relay import build, tool_listing
 
 SECRET = "S3CRET-meta-5b0e"
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
 VALID = f"00-{TRACE_ID}-{PARENT_ID}-01"
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    with receiving(monkeypatch) as served:
-        yield served
 
 
 def test_nothing_of_meta_but_the_trace_context_is_exported(

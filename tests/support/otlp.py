@@ -158,6 +158,11 @@ class Receiver:
         return self.spans()
 
 
+# A client's trace context, as the W3C specification's examples give it.
+TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
+PARENT_ID = "b7ad6b7169203331"
+
+
 @contextlib.contextmanager
 def receiving(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
     """A receiver, and the environment of a session exporting to it (spans sent within

@@ -11,26 +11,24 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from launcher.audit.telemetry_plan import telemetry_plan
 from launcher.shared.errors import OptionError
-from tests.support.otlp import Receiver, attributes, calls, exporting, receiving
+from tests.support.otlp import (
+    PARENT_ID,
+    TRACE_ID,
+    Receiver,
+    attributes,
+    calls,
+    exporting,
+)
 from tests.support.paths import REPO
 from tests.support.relay import build, run, tool_listing
 
 SECRET = "S3CRET-9f4c1d-never-exported"
-TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
-PARENT_ID = "b7ad6b7169203331"
-
-
-@pytest.fixture
-def receiver(monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    with receiving(monkeypatch) as served:
-        yield served
 
 
 def test_a_call_is_one_span_with_what_the_audit_says_and_no_argument(
