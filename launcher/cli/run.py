@@ -135,6 +135,12 @@ def start(opts: RunOptions) -> int:
             f"text to {plan.audit_path} (fields annotated as PII stay hashed)",
             file=sys.stderr,
         )
+    if plan.approval == "elicit" and (plan.caller is not None or plan.gateway is not None):
+        print(
+            "ironcurtain: WARNING: --approval elicit: callers' own clients answer their "
+            "escalations (only those whose effect stays within the caller's own places)",
+            file=sys.stderr,
+        )
     if opts.allow_unsandboxed and plan.sandbox_problem:
         print(
             f"ironcurtain: WARNING: running servers UNSANDBOXED: {plan.sandbox_problem}",

@@ -112,6 +112,7 @@ class Escalations:
                 self.client_elicits(call),
                 asking_with(self.ask, call),
                 describe(call.server, grants) if grants else "",
+                beyond_own=self._beyond_own(grants),
             )
         except asyncio.CancelledError:
             ends.finish(call, "cancelled")  # by the client, or at stop
@@ -152,6 +153,13 @@ class Escalations:
             f"{outcome.detail or 'not approved'}"
         )
         ends.end(call, "denied", denial=text)
+
+    def _beyond_own(self, grants: list[Grant]) -> str:
+        """A path approving would give that is not the caller's own ('' when none is): with
+        no places of its own, every path beyond the server's sandbox."""
+        outside = [g.path for g in grants if g.outside]
+        places = self.core.gate.places
+        return places.beyond_own(outside) if places is not None else next(iter(outside), "")
 
     def _grants(self, call: Call) -> list[Grant]:
         """What an approval of ``call`` would have to give beyond its server's sandbox."""

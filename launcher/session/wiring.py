@@ -75,7 +75,12 @@ class Session(SessionEvents):
             if plan.approval in ("auto", "socket")
             else None
         )
-        self.approvals = Approvals(plan.approval, plan.approval_timeout, self.terminals)
+        self.approvals = Approvals(
+            plan.approval,
+            plan.approval_timeout,
+            self.terminals,
+            callers=plan.caller is not None or plan.gateway is not None,
+        )
         # What is kept of each caller: approvals for the session, its circuit breaker.
         self.kept = KeptCallers(
             lambda caller: Kept(
