@@ -148,7 +148,6 @@ class Approvals:
                 "caller's client is never asked to give that",
             )
         if channel == "socket":
-            assert self.terminals is not None
             question = {
                 "server": server,
                 "tool": tool,
@@ -159,11 +158,7 @@ class Approvals:
                 **({"grant": grant} if grant else {}),
                 **({"caller": self.caller} if self.caller else {}),
             }
-            try:
-                said = await self.terminals.ask(question, self.timeout)
-            except TimeoutError:
-                return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
-            return self._outcome(key, said, said)
+            return await self._at_terminal(key, question)
         params = {
             "mode": "form",
             "message": approval_message(server, tool, arguments, decision, grant, by_server),
@@ -192,6 +187,15 @@ class Approvals:
         answer = content.get("answer") if result.get("action") == "accept" else None
         action = result.get("action") or ("error" if "error" in reply else "?")
         return self._outcome(key, answer, str(answer or action))
+
+    async def _at_terminal(self, key: tuple[str, str, str], question: dict[str, Any]) -> Outcome:
+        """``question`` asked at the attached terminal."""
+        assert self.terminals is not None
+        try:
+            said = await self.terminals.ask(question, self.timeout)
+        except TimeoutError:
+            return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+        return self._outcome(key, said, said)
 
     def _outcome(self, key: tuple[str, str, str], answer: object, said: str) -> Outcome:
         if answer == APPROVE:

@@ -157,6 +157,7 @@ def startup_report(
             f"ironcurtain: callers: JWTs of {gateway.issuer} for the audience "
             f"{gateway.audience} (keys: {gateway.jwks_url}; permissions: the "
             f"{gateway.permissions_claim} claim); no other bearer token is taken"
+            + "".join(f"; admitted only with {claim}={glob}" for claim, glob in gateway.required)
         )
     elif http is not None:
         source = plan.http_token.source if plan.http_token is not None else "given"
