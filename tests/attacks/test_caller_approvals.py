@@ -27,8 +27,9 @@ from tests.support.home import Home
 from tests.support.http import http_session, probe_args, serving
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
 from tests.support.probe import write_raw_policy
-from tests.support.sdk import Answer, answering, attached_terminal, call
+from tests.support.sdk import Answer, answering, call
 
 pytestmark = needs_bwrap
 BASHRC = "# the operator's own\n"
@@ -64,6 +65,18 @@ def _calls(
             return [await call(session, tool, arguments) for tool, arguments in calls]
 
     return asyncio.run(scenario())
+
+
+async def _attached(user: Home, session_id: str) -> asyncio.subprocess.Process:
+    """``ironcurtain approvals --session ID`` as ``user``, once attached (by its id: other
+    sessions on the machine may be newer)."""
+    terminal = await asyncio.create_subprocess_exec(
+        IRONCURTAIN, "approvals", "--session", session_id, env=user.env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert terminal.stdin and terminal.stdout
+    assert b"attached to" in await terminal.stdout.readline()
+    return terminal
 
 
 def _targets(user: Home) -> tuple[Path, Path]:
@@ -125,9 +138,9 @@ def test_the_operators_terminal_still_approves(user: Home, idp: Provider) -> Non
     out: list[tuple[bool, str]] = []
     shown: list[str] = []
 
-    async def scenario(url: str) -> None:
+    async def scenario(url: str, session_id: str) -> None:
         async with http_session(url, idp.token("alice"), **_elicits(answer)) as session:
-            terminal = await attached_terminal(user)
+            terminal = await _attached(user, session_id)
             assert terminal.stdin and terminal.stdout
             terminal.stdin.write(b"a\n")
             out.append(await call(session, "write_file", {"path": str(todo), "content": "ok\n"}))
@@ -136,7 +149,8 @@ def test_the_operators_terminal_still_approves(user: Home, idp: Provider) -> Non
         await terminal.wait()
 
     with serving(user, *_args(user, idp)) as served:
-        asyncio.run(scenario(served.url))
+        said = "".join(served.stderr)
+        asyncio.run(scenario(served.url, said.split("ironcurtain: session ")[1].split()[0]))
     assert out[0][0] is False, out[0][1]
     assert todo.read_text() == "ok\n" and seen == []
     assert "alice" in shown[0] and str(todo) in shown[0]
@@ -195,3 +209,32 @@ def test_control_under_elicit_a_callers_own_escalation_is_asked(user: Home, idp:
     entries = [e for e in audit_entries(user.root / "audit.jsonl") if e.get("tool")]
     assert [e["escalation"] for e in entries] == ["approved", "no-approval-channel"]
     assert json.dumps(entries).count("mallory") == 0
+
+
+def test_under_elicit_a_directory_callers_share_is_no_callers_own(
+    user: Home, idp: Provider
+) -> None:
+    """The server's sandbox reaches a directory every caller shares, so approving gives
+    nothing beyond it; still, what the call reaches is not the caller's own, and its client
+    is not asked."""
+    shared = user.root / "shared"
+    shared.mkdir()
+    server = {"command": "mcp-server-filesystem", "args": ["${workspace}", str(shared)],
+              "sandbox": {"filesystem": {"allowWrite": [str(shared)]}}}  # fmt: skip
+    config = user.root / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
+    answer, seen = answering(*["approve"] * 4)
+    args = [*_args(user, idp, "--approval", "elicit"), "--config", str(config)]
+    with serving(user, *args) as served:
+        out = _calls(
+            served.url,
+            idp.token("mallory"),
+            answer,
+            ("write_file", {"path": str(shared / "plan.md"), "content": "mallory's\n"}),
+            ("write_file", {"path": "mine.md", "content": "in my own workspace\n"}),
+        )
+    assert seen == []
+    failed, text = out[0]
+    assert failed and text.startswith("ESCALATION DENIED") and "not the caller's own" in text
+    assert not (shared / "plan.md").exists()
+    assert out[1][0] is False, out[1]  # its own workspace is its own
