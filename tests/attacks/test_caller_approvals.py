@@ -29,7 +29,7 @@ from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import write_raw_policy
-from tests.support.sdk import Answer, answering, call
+from tests.support.sdk import Answer, answering, call, connect
 
 pytestmark = needs_bwrap
 BASHRC = "# the operator's own\n"
@@ -238,3 +238,25 @@ def test_under_elicit_a_directory_callers_share_is_no_callers_own(
     assert failed and text.startswith("ESCALATION DENIED") and "not the caller's own" in text
     assert not (shared / "plan.md").exists()
     assert out[1][0] is False, out[1]  # its own workspace is its own
+
+
+def test_a_caller_files_client_is_not_asked_either(user: Home) -> None:
+    """Over stdio with ``--caller FILE`` the client is the caller's, not the operator's:
+    under ``auto`` it is not asked to approve a write outside the workspace."""
+    bashrc, _ = _targets(user)
+    caller = user.root / "caller.json"
+    caller.write_text(json.dumps({"name": "billing-agent"}))
+    answer, seen = answering("approve")
+
+    async def elicit(context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return await answer(params)
+
+    async def scenario() -> tuple[bool, str]:
+        args = ["--server", "filesystem", "--workspace", str(user.ws()), "--caller",
+                str(caller), "--audit-log", str(user.root / "audit.jsonl")]  # fmt: skip
+        async with connect(user, *args, elicitation=elicit) as session:
+            return await call(session, "write_file", {"path": str(bashrc), "content": "x\n"})
+
+    failed, text = asyncio.run(scenario())
+    assert failed and text.startswith("ESCALATION REQUIRED"), text
+    assert seen == [] and bashrc.read_text() == BASHRC

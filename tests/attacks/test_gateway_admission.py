@@ -25,7 +25,7 @@ import httpx2
 import pytest
 
 from launcher.shared.callers import Caller
-from launcher.transports import gateway_keys, http_session
+from launcher.transports import gateway_keys, http_session, streamable_http
 from launcher.transports.gateway_auth import Gatekeeper, Refused
 from launcher.transports.gateway_keys import REFRESH_AFTER, gateway
 from launcher.transports.stateless_http import Upstream
@@ -353,3 +353,64 @@ def test_a_requirement_that_is_not_claim_equals_glob_stops_the_start(user: Home)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "--oidc-require" in bad.stderr and "expected CLAIM=GLOB" in bad.stderr
     assert alone.returncode == 2 and "is only used with --http" in alone.stderr
+
+
+@pytest.mark.parametrize("parties", [True, False], ids=["per-party", "control-one-party"])
+def test_fresh_subjects_of_one_party_cannot_take_another_partys_sessions(parties: bool) -> None:
+    """The same over MCP sessions of the handshake era: each of the attacker's subjects
+    keeps its session busy (a GET stream open, as a listening client does)."""
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: Any) -> None:
+        alice = await http.post(url, **handshake(idp.token("alice", repository_owner="acme")))
+        streams = []
+        for n in range(3):
+            token = idp.token(f"evil-r{n}", repository_owner="evil")
+            opened = await http.post(url, **handshake(token))
+            sid = opened.headers["mcp-session-id"]
+            get = handshake(token, sid)["headers"]
+            streams.append(asyncio.ensure_future(http.get(url, headers=get)))
+        await asyncio.sleep(0.3)
+        fourth = idp.token("evil-r3", repository_owner="evil")
+        got["fourth"] = await http.post(url, **handshake(fourth))
+        got["alice kept"] = alice.headers["mcp-session-id"] in end.sessions
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+
+    serve(work, (OWNER,) if parties else (), max_sessions=4)
+    if parties:
+        assert got["fourth"].status_code == 503 and got["alice kept"]
+    else:  # the control: one party, and alice's idle session made room
+        assert got["fourth"].status_code == 200 and not got["alice kept"]
+
+
+@pytest.mark.parametrize("parties", [True, False], ids=["per-party", "control-one-party"])
+def test_a_partys_requests_together_leave_room_for_others(
+    parties: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(streamable_http, "PARTY_REQUESTS", 3)  # instead of 192
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: Any) -> None:
+        held = []
+        for n in range(3):
+            token = idp.token(f"evil-r{n}", repository_owner="evil")
+            held.append(asyncio.ensure_future(http.post(url, **stateless(token, "hold"))))
+        await asyncio.sleep(0.5)
+        fourth = idp.token("evil-r3", repository_owner="evil")
+        got["fourth"] = await http.post(url, **stateless(fourth))
+        got["alice"] = await http.post(
+            url, **stateless(idp.token("alice", repository_owner="acme"))
+        )
+        for request in held:
+            request.cancel()
+        await asyncio.gather(*held, return_exceptions=True)
+
+    serve(work, (OWNER,) if parties else ())
+    assert got["fourth"].status_code == 429
+    assert got["fourth"].json()["error"]["message"] == "too many requests of this party at once (3)"
+    if parties:
+        assert who(got["alice"]) == "alice"
+    else:  # every caller of one party: alice shares its bucket
+        assert got["alice"].status_code == 429
