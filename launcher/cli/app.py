@@ -158,6 +158,15 @@ def run(
             "list of strings.",
         ),
     ] = "scope",
+    oidc_require: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--oidc-require",
+            help="With --oidc-issuer: CLAIM=GLOB a token's claims must match to make a caller "
+            "(repeatable, all must match; a list claim matches if any element does; * globs). "
+            "Without it, every subject the issuer signs for the audience is a caller.",
+        ),
+    ] = None,
     max_clients: Annotated[
         int,
         typer.Option(
@@ -191,6 +200,7 @@ def run(
         oidc_audience=oidc_audience,
         oidc_jwks_url=oidc_jwks_url,
         permissions_claim=permissions_claim,
+        oidc_require=tuple(oidc_require or ()),
         max_clients=max_clients,
     )
     raise typer.Exit(start(opts))

@@ -7,7 +7,7 @@ command line of the usual shape is read here, into the :class:`RunOptions` typer
 give:
 
 - every option named in full, as ``--name value``, ``--name=value`` or a flag;
-- no option given twice (``--server`` aside, which is repeatable);
+- no option given twice (``--server`` and ``--oidc-require`` aside, which are repeatable);
 - each value a word that does not start with ``-``, and a number's in plain digits (at
   most 18 before and after the point).
 
@@ -49,6 +49,7 @@ RUN_OPTIONS: dict[str, tuple[str, str]] = {
     "--oidc-audience": ("oidc_audience", "str"),
     "--oidc-jwks-url": ("oidc_jwks_url", "str"),
     "--permissions-claim": ("permissions_claim", "str"),
+    "--oidc-require": ("oidc_require", "many"),
     "--max-clients": ("max_clients", "int"),
 }
 
@@ -77,7 +78,7 @@ def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | No
     if not args or args[0] != "run" or any(_completion(name) for name in environ):
         return None
     fields: dict[str, object] = {}
-    servers: list[str] = []
+    many: dict[str, list[str]] = {}  # the repeatable options' values, in order
     words = iter(args[1:])
     for word in words:
         name, eq, attached = word.partition("=")
@@ -94,7 +95,7 @@ def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | No
         if value is None or value.startswith("-"):
             return None
         if kind == "many":
-            servers.append(value)
+            many.setdefault(field, []).append(value)
         elif field in fields:
             return None
         elif kind in _NUMBER:
@@ -105,7 +106,8 @@ def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | No
             fields[field] = value
     from launcher.plan.session_plan import RunOptions
 
-    return RunOptions(servers=tuple(servers), **fields)  # type: ignore[arg-type]
+    repeated = {field: tuple(values) for field, values in many.items()}
+    return RunOptions(**repeated, **fields)  # type: ignore[arg-type]
 
 
 def _completion(name: str) -> bool:
@@ -133,6 +135,19 @@ def start(opts: RunOptions) -> int:
         print(
             f"ironcurtain: WARNING: --audit-args clear: tool arguments are written in clear "
             f"text to {plan.audit_path} (fields annotated as PII stay hashed)",
+            file=sys.stderr,
+        )
+    if plan.gateway is not None and not plan.gateway.required:
+        print(
+            "ironcurtain: WARNING: no --oidc-require: every subject the issuer "
+            f"{plan.gateway.issuer} signs a token for (audience {plan.gateway.audience}) "
+            "is a caller",
+            file=sys.stderr,
+        )
+    if plan.approval == "elicit" and (plan.caller is not None or plan.gateway is not None):
+        print(
+            "ironcurtain: WARNING: --approval elicit: callers' own clients answer their "
+            "escalations (only those whose effect stays within the caller's own places)",
             file=sys.stderr,
         )
     if opts.allow_unsandboxed and plan.sandbox_problem:

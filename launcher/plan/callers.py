@@ -31,6 +31,8 @@ class RunOptions(Protocol):
     def oidc_jwks_url(self) -> str | None: ...
     @property
     def permissions_claim(self) -> str: ...
+    @property
+    def oidc_require(self) -> tuple[str, ...]: ...
 
 
 _OIDC = ("oidc_issuer", "oidc_audience", "oidc_jwks_url")
@@ -49,6 +51,8 @@ def check_caller_options(opts: RunOptions) -> None:
     given = {name: getattr(opts, name) for name in _OIDC if getattr(opts, name) is not None}
     if opts.permissions_claim != "scope":
         given["permissions_claim"] = opts.permissions_claim
+    if opts.oidc_require:
+        given["oidc_require"] = opts.oidc_require[0]
     if given and opts.http_port is None:
         name = next(iter(given))
         raise OptionError(
@@ -66,6 +70,11 @@ def check_caller_options(opts: RunOptions) -> None:
         raise OptionError(
             name, given[name], "is only used with {oidc_issuer}", mentions=("oidc_issuer",)
         )
+    if opts.oidc_require:
+        from launcher.transports.admission import requirement
+
+        for text in opts.oidc_require:
+            requirement(text)
     if opts.http_token_file is not None and "oidc_issuer" in given:
         raise OptionError(
             "http_token_file",
@@ -84,8 +93,10 @@ def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
         return load_caller_file(opts.caller_file, "caller_file"), None
     if opts.oidc_issuer is None or opts.oidc_audience is None:
         return None, None
+    from launcher.transports.admission import requirement
     from launcher.transports.gateway_keys import gateway
 
+    required = tuple(requirement(text) for text in opts.oidc_require)
     return None, gateway(
-        opts.oidc_issuer, opts.oidc_audience, opts.oidc_jwks_url, opts.permissions_claim
+        opts.oidc_issuer, opts.oidc_audience, opts.oidc_jwks_url, opts.permissions_claim, required
     )

@@ -76,6 +76,8 @@ class RunOptions:
     oidc_audience: str | None = None
     oidc_jwks_url: str | None = None  # else from the issuer's discovery document
     permissions_claim: str = "scope"
+    # With oidc_issuer: CLAIM=GLOB each admitted token's claims must match.
+    oidc_require: tuple[str, ...] = ()
     max_clients: int = 16  # over HTTP: sessions (and callers) served at once, each own servers
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False

@@ -1,10 +1,15 @@
 """Escalations asked of a human.
 
 An escalated call waits (alone: other calls go on) for an answer from an approval channel,
-in this order for ``--approval auto``: MCP elicitation to the upstream client when it
-declared the capability; an attached ``ironcurtain approvals`` terminal (a unix socket in
-the session's owner-only runtime directory). No channel, no answer within
-``--approval-timeout``, or anything but an approval means deny. An approval
+in this order in mode ``auto`` with one local user: MCP elicitation to the upstream client
+when it declared the capability; an attached ``ironcurtain approvals`` terminal (a unix socket
+in the session's owner-only runtime directory). With callers (a caller file, or callers
+authenticated by their tokens), the party whose call it is never answers it in mode ``auto``:
+only the operator's channel (the terminal) is asked. Only in mode ``elicit`` is a caller's
+client asked, and then only when what approving gives stays within the caller's own places
+(``${caller}``); an approval that would give a sandbox any other path of the host is denied
+without asking. No channel, no answer within the timeout, or anything but an approval
+means deny. An approval
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
 canonical arguments) that later identical calls match without asking again.
@@ -85,11 +90,13 @@ class Approvals:
     session_whitelist: set[tuple[str, str, str]] = field(default_factory=set)
     # Whose calls these are (gateway mode: a caller's own), as a terminal is told.
     caller: dict[str, str] | None = None
+    # The session has callers: the party whose call it is is not the operator.
+    callers: bool = False
 
     def for_caller(self, caller: dict[str, str]) -> Approvals:
         """Approvals asked the same way, for ``caller``'s calls only: what it is approved for
         the session is its own."""
-        return Approvals(self.mode, self.timeout, self.terminals, caller=caller)
+        return Approvals(self.mode, self.timeout, self.terminals, caller=caller, callers=True)
 
     def forget(self, server: str, tool: str) -> None:
         """What was approved for the session for ``tool`` of ``server`` no longer counts
@@ -99,7 +106,9 @@ class Approvals:
         }
 
     def channel(self, client_elicits: bool) -> str | None:
-        if self.mode in ("auto", "elicit") and client_elicits:
+        """Who is asked: the client (``elicit``), the attached terminal (``socket``), or no
+        one. With callers, the client only when the operator chose it (mode ``elicit``)."""
+        if client_elicits and (self.mode == "elicit" or (self.mode == "auto" and not self.callers)):
             return "elicit"
         if self.terminals is not None and (
             self.mode == "socket" or (self.mode == "auto" and self.terminals.attached)
@@ -117,10 +126,13 @@ class Approvals:
         ask: Requester,
         grant: str = "",
         by_server: bool = False,
+        beyond_own: str = "",
     ) -> Outcome:
         """``grant``: what approving gives the call beyond its server's sandbox, said in
         the question (empty: nothing); ``by_server``: the request is the server's own of the
-        client (``tool`` its method, ``arguments`` all of it as it will be sent)."""
+        client (``tool`` its method, ``arguments`` all of it as it will be sent);
+        ``beyond_own``: a path approving would give that is not the caller's own (empty:
+        none), which a caller's client is never asked to give."""
         # A server's own request is never the same entry as a tool of the same name.
         key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
         if key in self.session_whitelist:
@@ -128,8 +140,14 @@ class Approvals:
         channel = self.channel(client_elicits)
         if channel is None:
             return Outcome(False, "no-approval-channel")
+        if channel == "elicit" and self.callers and beyond_own:
+            return Outcome(
+                False,
+                "not-asked-beyond-own",
+                f"approving would give {beyond_own}, which is not the caller's own; a "
+                "caller's client is never asked to give that",
+            )
         if channel == "socket":
-            assert self.terminals is not None
             question = {
                 "server": server,
                 "tool": tool,
@@ -140,11 +158,7 @@ class Approvals:
                 **({"grant": grant} if grant else {}),
                 **({"caller": self.caller} if self.caller else {}),
             }
-            try:
-                said = await self.terminals.ask(question, self.timeout)
-            except TimeoutError:
-                return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
-            return self._outcome(key, said, said)
+            return await self._at_terminal(key, question)
         params = {
             "mode": "form",
             "message": approval_message(server, tool, arguments, decision, grant, by_server),
@@ -173,6 +187,15 @@ class Approvals:
         answer = content.get("answer") if result.get("action") == "accept" else None
         action = result.get("action") or ("error" if "error" in reply else "?")
         return self._outcome(key, answer, str(answer or action))
+
+    async def _at_terminal(self, key: tuple[str, str, str], question: dict[str, Any]) -> Outcome:
+        """``question`` asked at the attached terminal."""
+        assert self.terminals is not None
+        try:
+            said = await self.terminals.ask(question, self.timeout)
+        except TimeoutError:
+            return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+        return self._outcome(key, said, said)
 
     def _outcome(self, key: tuple[str, str, str], answer: object, said: str) -> Outcome:
         if answer == APPROVE:

@@ -112,6 +112,7 @@ class Escalations:
                 self.client_elicits(call),
                 asking_with(self.ask, call),
                 describe(call.server, grants) if grants else "",
+                beyond_own=self._beyond_own(call, grants),
             )
         except asyncio.CancelledError:
             ends.finish(call, "cancelled")  # by the client, or at stop
@@ -152,6 +153,21 @@ class Escalations:
             f"{outcome.detail or 'not approved'}"
         )
         ends.end(call, "denied", denial=text)
+
+    def _beyond_own(self, call: Call, grants: list[Grant]) -> str:
+        """A path the approved call would reach that is not the caller's own ('' when none
+        is): what approving gives beyond the server's sandbox, and every path the call
+        names (a directory the server shares between callers is no caller's own). With no
+        places of its own, any of them. Without callers, nothing is asked of this."""
+        if not self.core.gate.approvals.callers:
+            return ""
+        paths = [g.path for g in grants if g.outside]
+        if call.method == TOOL and call.server is not None and call.name is not None:
+            cwd = self.core.settings[call.server].cwd
+            gate = self.core.gate
+            paths += [path for _, path in gate.paths(call.server, call.name, call.arguments, cwd)]
+        places = self.core.gate.places
+        return places.beyond_own(paths) if places is not None else next(iter(paths), "")
 
     def _grants(self, call: Call) -> list[Grant]:
         """What an approval of ``call`` would have to give beyond its server's sandbox."""

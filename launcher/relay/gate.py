@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING
 
 from launcher.audit.log import AuditLog, argument_hashes
 from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.caller_places import CallerPlaces
 from launcher.relay.pins import Pins
 from launcher.relay.router import Router
 from launcher.shared.callers import Caller
 from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy import Decision, PolicyEngine
+from policy.compiled import PATH_ROLES
+from policy.paths import iter_strings
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
@@ -96,6 +99,8 @@ class Gate:
         # Per server, the tools and prompts (by method and name) that differ from their pins.
         self.changed: dict[str, dict[tuple[str, str], str]] = {}
         self._pins: dict[str, Pins] = {}
+        # In a session whose places are each caller's: the places of the caller served.
+        self.places: CallerPlaces | None = None
 
     # -- the decision ----------------------------------------------------------------------
 
@@ -119,6 +124,8 @@ class Gate:
                 return Checked(NOT_PERMITTED, forward, argument_hashes(forward), tuple(missing))
         who = caller.name if caller is not None else None
         decision, forward = self._policy(method, server, name, args, cwd, who)
+        if decision.decision != "deny" and method == TOOL and server is not None:
+            decision = self._theirs(server, name, args, cwd) or decision
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
             what = "tool" if method == TOOL else "prompt"
@@ -150,6 +157,39 @@ class Gate:
                 f"the audit log cannot be written ({self.audit.error}), so no call is allowed",
             )
         return Checked(decision, forward, hashes)
+
+    def _theirs(
+        self, server: str, tool: str, args: Mapping[str, object], cwd: str
+    ) -> Decision | None:
+        """A call naming a path in another caller's place (or holding them all) is denied,
+        never put to a human: no approval reaches another caller's files."""
+        if self.places is None:
+            return None
+        for argument, path in self.paths(server, tool, args, cwd):
+            if self.places.others(path):
+                return Decision(
+                    "deny",
+                    "another-callers-place",
+                    f"argument '{argument}' names a place of another caller's (or the "
+                    "directory that holds every caller's); no approval reaches it",
+                )
+        return None
+
+    def paths(
+        self, server: str, tool: str, args: Mapping[str, object], cwd: str
+    ) -> list[tuple[str, str]]:
+        """The paths a tool call names, by their annotated roles, as the policy reads them
+        (absolute, links resolved): each with the argument naming it."""
+        annotation = self.engine.get_annotation(server, tool)
+        if annotation is None:
+            return []
+        _, for_policy = self.engine.prepare(server, tool, args, cwd)
+        return [
+            (argument, path)
+            for argument, roles in annotation.args.items()
+            if set(roles) & PATH_ROLES
+            for path in iter_strings(for_policy.get(argument))
+        ]
 
     def missing(self, method: str, server: str, name: str, caller: Caller) -> list[str]:
         """What ``caller`` lacks of what ``permissions.json`` requires for a request (a

@@ -37,14 +37,28 @@ class HttpAddress(Protocol):
     def token(self) -> str | None: ...
 
 
-def approval_channels(mode: str, session_id: str) -> str:
+def approval_channels(mode: str, session_id: str, callers: bool = False) -> str:
+    """Who answers escalations, in a few words; ``callers``: the session has callers (the
+    party whose call it is is not the operator)."""
     terminal = f"`ironcurtain approvals --session {session_id}`"
+    if callers and mode == "auto":
+        return f"{terminal} (the operator's; a caller's client is never asked), else deny"
+    if callers and mode == "elicit":
+        return (
+            "the caller's client (MCP elicitation) if it can, for what stays within the "
+            "caller's own places; else deny"
+        )
     return {
         "auto": f"the client (MCP elicitation) if it can, else {terminal}, else deny",
         "elicit": "the client (MCP elicitation) if it can, else deny",
         "socket": f"{terminal}",
         "deny": "none: escalations are denied",
     }.get(mode, mode)
+
+
+def has_callers(plan: SessionPlan) -> bool:
+    """Whether the session's requests are callers' (a caller file, or callers' tokens)."""
+    return plan.caller is not None or plan.gateway is not None
 
 
 def containment(plan: SessionPlan, name: str) -> str:
@@ -133,7 +147,7 @@ def startup_report(
         f"  config:     {plan.config.path} ({plan.config.source})",
         f"  policy:     {plan.policy.directory}{permissions_note(plan)}",
         f"  output:     {output_filters(plan)}",
-        f"  approvals:  {approval_channels(plan.approval, plan.session_id)}",
+        f"  approvals:  {approval_channels(plan.approval, plan.session_id, has_callers(plan))}",
     ]
     if plan.caller is not None:
         lines.append(f"  caller:     {plan.caller.name} (every request; from its caller file)")
@@ -143,6 +157,7 @@ def startup_report(
             f"ironcurtain: callers: JWTs of {gateway.issuer} for the audience "
             f"{gateway.audience} (keys: {gateway.jwks_url}; permissions: the "
             f"{gateway.permissions_claim} claim); no other bearer token is taken"
+            + "".join(f"; admitted only with {claim}={glob}" for claim, glob in gateway.required)
         )
     elif http is not None:
         source = plan.http_token.source if plan.http_token is not None else "given"

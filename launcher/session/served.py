@@ -16,10 +16,13 @@ from typing import Protocol
 
 from launcher.audit.log import AuditLog
 from launcher.audit.telemetry import Telemetry
+from launcher.plan.caller_plan import own_dirs
+from launcher.plan.config import CALLER
 from launcher.plan.server_plan import ServerPlan
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.caller_places import CallerPlaces
 from launcher.relay.core import Relay
 from launcher.relay.gate import Gate, label
 from launcher.relay.outputs import Outputs
@@ -147,6 +150,7 @@ class Served:
             return
         kept = self.session.kept_for(caller)
         self._kept = caller
+        core.gate.places = caller_places(self.session.plan, self.plan, caller)
         core.gate.approvals = kept.approvals
         core.gate.breaker = kept.breaker
         # What these servers list that changed since it was pinned was approved for the
@@ -232,6 +236,18 @@ class Served:
         if self.relay is not None:
             self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=False)
             self.relay.lists_changed()
+
+
+def caller_places(base: SessionPlan, plan: SessionPlan, caller: Caller) -> CallerPlaces | None:
+    """``caller``'s places, and every caller's, in a session planned for every caller
+    (``base``; ``plan``: the caller's own), else None (no place is a caller's own)."""
+    if not base.per_caller:
+        return None
+    dirs_ = own_dirs(base, plan)
+    templates = [base.workspace, *(template for _, template, _, _ in dirs_)]
+    own = [plan.workspace] if CALLER in base.workspace else []
+    own += [path for _, _, path, _ in dirs_]
+    return CallerPlaces.of(own, templates, CALLER, caller.path_name)
 
 
 def relay_settings(sp: ServerPlan) -> ServerSettings:

@@ -75,7 +75,12 @@ class Session(SessionEvents):
             if plan.approval in ("auto", "socket")
             else None
         )
-        self.approvals = Approvals(plan.approval, plan.approval_timeout, self.terminals)
+        self.approvals = Approvals(
+            plan.approval,
+            plan.approval_timeout,
+            self.terminals,
+            callers=plan.caller is not None or plan.gateway is not None,
+        )
         # What is kept of each caller: approvals for the session, its circuit breaker.
         self.kept = KeptCallers(
             lambda caller: Kept(
@@ -227,7 +232,7 @@ class Session(SessionEvents):
         if self.plan.gateway is not None:
             from launcher.transports.gateway_auth import Gatekeeper
 
-            gatekeeper = Gatekeeper(self.plan.gateway, say)
+            gatekeeper = Gatekeeper(self.plan.gateway, say, self._not_admitted)
         token = self.plan.http_token.value if self.plan.http_token is not None else None
         self.http = HttpEndpoint(
             port, token, self._open_client, say, gatekeeper, self.plan.max_clients
@@ -236,6 +241,15 @@ class Session(SessionEvents):
         # the session before anything does); the endpoint owns it from here.
         sock, self._started.http = self._started.http, None
         await self.http.start(sock)
+
+    def _not_admitted(self, caller: Caller, why: str) -> None:
+        """A valid token of a subject the gateway does not admit: no server starts for it."""
+        self.event(
+            "admission-refused",
+            f"gateway: refused admission to {caller.name!r} ({caller.issuer}): {why}",
+            caller=caller.audited,
+            reason=why,
+        )
 
     async def _open_client(self, upstream: HttpUpstream, caller: Caller | None) -> Served:
         """Servers and a relay for a new HTTP session (or the stateless requests of one

@@ -49,6 +49,9 @@ class Caller:
     name: str
     permissions: frozenset[str]
     issuer: str = STATIC
+    # Who stands behind it (gateway mode: the issuer and the claims it was admitted by);
+    # callers of no party share the room as one.
+    party: str = ""
 
     @property
     def key(self) -> tuple[str, str]:

@@ -25,7 +25,9 @@ from typing import Any
 from starlette.types import Scope, Send
 
 from launcher.shared.callers import Caller, name_problem, permissions_problem
-from launcher.transports.gateway_keys import REFETCH_EVERY, Gateway
+from launcher.transports.admission import party, unmet
+from launcher.transports.gateway_keys import REFETCH_EVERY, Gateway, same_keys
+from launcher.transports.http_token import bearer
 
 ALGORITHMS = (
     *("RS256", "RS384", "RS512"),
@@ -48,6 +50,15 @@ class Refused(Exception):
 
 class UnknownKey(Refused):
     """The token names a key the key set does not hold (yet)."""
+
+
+class NotAdmitted(Refused):
+    """A valid token whose claims are not what the gateway requires: who it names (its
+    subject, as a caller) and why."""
+
+    def __init__(self, caller: Caller, why: str) -> None:
+        super().__init__(f"not admitted: {why}")
+        self.caller, self.why = caller, why
 
 
 def verify(gateway: Gateway, token: str, *, audience_checked: bool = True) -> tuple[Caller, float]:
@@ -97,9 +108,14 @@ def verify(gateway: Gateway, token: str, *, audience_checked: bool = True) -> tu
     problem = name_problem(name)
     if problem is not None:
         raise Refused(f"its subject (sub) {problem}")
-    return Caller(name, permissions(claims, gateway.permissions_claim), gateway.issuer), float(
-        claims["exp"]
-    )
+    demanded = gateway.required
+    who = party(gateway.issuer, claims, demanded) if demanded else gateway.issuer
+    caller = Caller(name, frozenset(), gateway.issuer, who)
+    problem = unmet(claims, demanded)
+    if problem is not None:
+        raise NotAdmitted(caller, problem)
+    granted = permissions(claims, gateway.permissions_claim)
+    return Caller(name, granted, gateway.issuer, who), float(claims["exp"])
 
 
 def permissions(claims: Mapping[str, Any], claim: str) -> frozenset[str]:
@@ -127,9 +143,18 @@ def permissions(claims: Mapping[str, Any], claim: str) -> frozenset[str]:
 class Gatekeeper:
     """Gateway mode at the HTTP endpoint: who each request comes from, or its refusal."""
 
-    def __init__(self, gateway: Gateway, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        say: Callable[[str], None],
+        refused: Callable[[Caller, str], None] | None = None,
+    ) -> None:
+        """``refused``: told of each subject a valid token named that was not admitted (its
+        claims not what is required), once per subject while it is remembered."""
         self.gateway = gateway
         self.say = say
+        self._refused = refused
+        self._told: set[tuple[str, str]] = set()
         self._verified: dict[str, tuple[Caller, float]] = {}
         self._fetching: asyncio.Future[bool] | None = None
         self._failing = False  # the last fetch failed (said once, until one succeeds)
@@ -142,31 +167,45 @@ class Gatekeeper:
         if scope["path"] in METADATA_PATHS:
             await self._metadata(scope, send, base)
             return None
-        given = headers.get("authorization", "")
-        if not given.startswith("Bearer ") or not given[7:].strip():
+        token = bearer(headers.get("authorization", ""))
+        if not token:
             await _unauthorized(
                 send, base, None, "a bearer token (a JWT from the identity provider)"
             )
             return None
-        token = given[7:].strip()
         try:
             return await self.caller(token)
+        except NotAdmitted as refused:
+            self._not_admitted(refused)
+            body = f"403: {refused}".encode("utf-8", "backslashreplace")
+            await _send(send, 403, body, [], "text/plain; charset=utf-8")
+            return None
         except Refused as refused:
             await _unauthorized(send, base, "invalid_token", str(refused))
             return None
 
+    def _not_admitted(self, refused: NotAdmitted) -> None:
+        """Told once per subject (a client retrying is not a new refusal)."""
+        key = refused.caller.key
+        if self._refused is None or key in self._told:
+            return
+        if len(self._told) >= REMEMBERED:
+            self._told.clear()
+        self._told.add(key)
+        self._refused(refused.caller, refused.why)
+
     async def caller(self, token: str) -> Caller:
         """The caller ``token`` authenticates (a :class:`Refused` says why not)."""
-        now = time.time()
+        keys, clock = self.gateway.keys, time.monotonic()
+        if keys.stale(clock) and self._fetching is None and clock - self._tried > REFETCH_EVERY:
+            # Old: fetched again while this token is taken as the keys known take it (a
+            # token remembered too: what it was checked with may have been replaced).
+            self._fetching = asyncio.ensure_future(self._fetch())
         known = self._verified.get(token)
-        if known is not None and now < known[1] + LEEWAY:
+        if known is not None and time.time() < known[1] + LEEWAY:
             return known[0]
         if len(token) > MAX_TOKEN:
             raise Refused(f"the token is longer than {MAX_TOKEN} characters")
-        keys, clock = self.gateway.keys, time.monotonic()
-        if keys.stale(clock) and self._fetching is None and clock - self._tried > REFETCH_EVERY:
-            # Old: fetched again while this token is checked with the keys known.
-            self._fetching = asyncio.ensure_future(self._fetch())
         try:
             caller, expires = verify(self.gateway, token)
         except UnknownKey:
@@ -206,8 +245,10 @@ class Gatekeeper:
         if self._failing:
             self.say(f"gateway: the identity provider's keys fetched again from {keys.url}")
         self._failing = False
-        if set(fetched) != set(keys.keys):
-            self._verified.clear()  # a withdrawn key's tokens are no longer taken
+        if not same_keys(fetched, keys.keys):
+            # A withdrawn key's tokens are no longer taken, nor those of a key the provider
+            # replaced under the same kid: each is checked again, with the keys fetched.
+            self._verified.clear()
         keys.keys, keys.fetched = fetched, time.monotonic()
         return True
 

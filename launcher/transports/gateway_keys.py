@@ -152,6 +152,19 @@ def parse_jwks(document: Mapping[str, Any]) -> dict[str | None, Any]:
     return keys
 
 
+def same_keys(these: Mapping[str | None, Any], those: Mapping[str | None, Any]) -> bool:
+    """Whether two key sets hold the same keys: the same ``kid``s, each naming the same key
+    (a key replaced under its ``kid`` is another key)."""
+    return _published(these) == _published(those)
+
+
+def _published(keys: Mapping[str | None, Any]) -> dict[str | None, str]:
+    return {
+        kid: json.dumps(getattr(key, "_jwk_data", None), sort_keys=True)
+        for kid, key in keys.items()
+    }
+
+
 @mutable
 class KeySet:
     """The identity provider's keys, and when they may be fetched again."""
@@ -196,10 +209,16 @@ class Gateway:
     permissions_claim: str
     keys: KeySet
     jwks_url: str
+    # The claims a token must carry to make a caller (each CLAIM=GLOB must match).
+    required: tuple[tuple[str, str], ...] = ()
 
 
 def gateway(
-    issuer: str, audience: str, jwks_url: str | None, permissions_claim: str = "scope"
+    issuer: str,
+    audience: str,
+    jwks_url: str | None,
+    permissions_claim: str = "scope",
+    required: tuple[tuple[str, str], ...] = (),
 ) -> Gateway:
     """Gateway mode's settings with the issuer's keys fetched; an :class:`OptionError`
     names the setting that is wrong or whose document could not be had."""
@@ -223,7 +242,12 @@ def gateway(
     except FetchError as exc:
         raise OptionError("oidc_jwks_url", jwks_url, f"the key set (JWKS) {exc}") from None
     return Gateway(
-        issuer, audience, permissions_claim, KeySet(jwks_url, keys, time.monotonic()), jwks_url
+        issuer,
+        audience,
+        permissions_claim,
+        KeySet(jwks_url, keys, time.monotonic()),
+        jwks_url,
+        required,
     )
 
 

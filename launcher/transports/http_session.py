@@ -61,6 +61,10 @@ class ClientStream:
         self._ended = False
         self.busy = 0  # requests being served, an open GET stream among them
         self.last_used = time.monotonic()
+        # Its initialize answered: until then it is opening, never idle (a client whose
+        # servers are starting is not one that went away).
+        self.started = False
+        self._initialize: object = None  # the id of its initialize request
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.caller = scope.get(CALLER, self.caller)  # what it may do: as this token says
@@ -93,6 +97,8 @@ class ClientStream:
 
     def deliver(self, message: Message, related: str | int | None = None) -> None:
         key = message.get("id")
+        if "method" not in message and key == self._initialize and self.attached is not None:
+            self.started = True
         if "method" not in message and isinstance(key, str | int):
             if key not in self._in_flight:
                 return  # the client cancelled it: its stream was ended already
@@ -139,6 +145,7 @@ class ClientStream:
                     self._in_flight.add(message.id)
                     self.deliver(error(message.id, -32600, "initialize first"))
                 return
+            self._initialize = message.id
             try:
                 self.attached = await self.endpoint.attach(self)
             except Exception as exc:

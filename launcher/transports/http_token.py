@@ -27,6 +27,18 @@ ENV = "IRONCURTAIN_HTTP_TOKEN"
 MIN_LENGTH = 16
 
 
+def bearer(authorization: str) -> str:
+    """The token of an ``Authorization`` header of the ``Bearer`` scheme, its name in any
+    case (an authentication scheme is case-insensitive); '' when it is of another scheme
+    or carries none.
+
+    >>> [bearer(v) for v in ("Bearer abc", "bearer abc", "BEARER  abc ", "Basic abc", "Bearer")]
+    ['abc', 'abc', 'abc', '', '']
+    """
+    scheme, _, token = authorization.strip().partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
 @frozen
 class Token:
     """The bearer token ``--http`` clients must send, and where it came from."""

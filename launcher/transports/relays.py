@@ -2,7 +2,8 @@
 them, or in gateway mode one for each caller, opened with its first request, ended when it
 has made none for ``IDLE_TIMEOUT`` seconds or when room is needed for another caller (at
 most ``max_callers`` at once, the one idle longest going first; never one with a request
-out)."""
+out; and only of the newcomer's own party, or of a party holding more than its fair share,
+:func:`launcher.transports.admission.giving_way`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.shared.jsonrpc import Message
+from launcher.transports.admission import giving_way
 from sandbox_profiles.records import mutable
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class Held:
     relay: Relayed
     busy: int = 0  # its requests being served (a listen's stream among them)
     last_used: float = 0.0
+    party: str = ""  # who stands behind its caller (the room is shared by parties)
 
 
 class CallerRelays:
@@ -119,10 +122,10 @@ class CallerRelays:
                 if failed is not None and loop.time() < failed[0] + RETRY_AFTER:
                     raise RuntimeError(failed[1])
                 if len(self._relays) + len(self._opening) >= self.max_callers:
-                    if not await self._evict():
+                    if not await self._evict(caller.party if caller is not None else ""):
                         raise TooMany(
-                            f"too many callers at once ({self.max_callers}), "
-                            "each with a request out"
+                            f"too many callers at once ({self.max_callers}); none that "
+                            "could make room is idle"
                         )
                     continue  # another request of this caller may have opened it meanwhile
                 opening = self._opening[key] = asyncio.ensure_future(self._open(key, caller))
@@ -148,18 +151,22 @@ class CallerRelays:
         finally:
             self._opening.pop(key, None)
         self._failed.pop(key, None)
-        held = self._relays[key] = Held(relay, last_used=loop.time())
+        party = caller.party if caller is not None else ""
+        held = self._relays[key] = Held(relay, last_used=loop.time(), party=party)
         if self._sweeper is None:
             self._sweeper = asyncio.create_task(self._sweep())
         return held
 
-    async def _evict(self) -> bool:
-        """End the caller's relay unused longest, if one has no request out (nor one on its
-        way to it, nor a question whose retry is awaited)."""
+    async def _evict(self, party: str) -> bool:
+        """For a newcomer of ``party``: end the caller's relay unused longest, if one has no
+        request out (nor one on its way to it, nor a question whose retry is awaited), of
+        the newcomer's party or of one holding more than its share."""
+        parties = giving_way(party, (h.party for h in self._relays.values()), self.max_callers)
         idle = [
             (h.last_used, k)
             for k, h in self._relays.items()
             if not h.busy and k not in self._awaited and not h.relay.holds()
+            if h.party in parties
         ]
         if not idle:
             return False

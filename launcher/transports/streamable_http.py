@@ -46,18 +46,22 @@ from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
+from launcher.transports.admission import giving_way
 from launcher.transports.http_bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
 from launcher.transports.http_session import Attached, ClientStream, owner
 from launcher.transports.http_socket import listen_http
+from launcher.transports.http_token import bearer
 from launcher.transports.stateless_http import CALLER, Opener, StatelessClients
 
 if TYPE_CHECKING:
+    from launcher.shared.callers import Caller
     from launcher.transports.gateway_auth import Gatekeeper
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers
 CALLER_SHARE = 4  # in gateway mode a caller holds at most 1/CALLER_SHARE of the sessions
 CALLER_REQUESTS = MAX_CONNECTIONS // CALLER_SHARE  # ... and of the requests being served
+PARTY_REQUESTS = MAX_CONNECTIONS - CALLER_REQUESTS  # what one party's callers hold together
 KEEP_ALIVE = 5  # seconds an idle connection is kept open
 ONLY_POST = "a request of the stateless protocol is a POST"
 
@@ -82,7 +86,8 @@ class HttpEndpoint:
         self._opener = opener
         self.say = say
         self.sessions: dict[str, ClientStream] = {}
-        self._out: dict[tuple[str, str], int] = {}  # requests being served, by caller
+        # Requests being served, by caller (its key) and by party.
+        self._out: dict[tuple[str, str], int] = {}
         self.max_sessions = max_sessions
         self.stateless = StatelessClients(opener, max_sessions, say)
         self._server: uvicorn.Server | None = None
@@ -156,19 +161,26 @@ class HttpEndpoint:
             if refusal is not None:
                 await _plain(send, *refusal)
                 return
-            # No caller holds more than its share of the connections with requests out.
-            out = self._out.get(caller.key, 0)
-            if out >= CALLER_REQUESTS:
-                text = f"too many requests of this caller at once ({CALLER_REQUESTS})"
-                await _json_error(send, 429, -32603, text)
-                return
-            self._out[caller.key] = out + 1
+            # No caller holds more than its share of the connections with requests out, nor
+            # one party (however many subjects it has) more than all but a caller's share.
+            counted: list[tuple[str, str, int]] = [
+                ("caller", "\0".join(caller.key), CALLER_REQUESTS),
+                ("party", caller.party, PARTY_REQUESTS),
+            ]
+            for what, key, most in counted:
+                if self._out.get((what, key), 0) >= most:
+                    text = f"too many requests of this {what} at once ({most})"
+                    await _json_error(send, 429, -32603, text)
+                    return
+            for what, key, _ in counted:
+                self._out[what, key] = self._out.get((what, key), 0) + 1
             try:
                 await self._limited(scope, receive, send)
             finally:
-                self._out[caller.key] -= 1
-                if not self._out[caller.key]:
-                    del self._out[caller.key]
+                for what, key, _ in counted:
+                    self._out[what, key] -= 1
+                    if not self._out[what, key]:
+                        del self._out[what, key]
             return
         await self._limited(scope, receive, send)
 
@@ -182,10 +194,9 @@ class HttpEndpoint:
             return 403, "cross-origin request refused"
         if self.gatekeeper is not None:
             return None  # the caller's token next, then the request's own checks
-        given = headers.get("authorization", "")
+        given = bearer(headers.get("authorization", ""))
         if self.token is None or not (
-            given.startswith("Bearer ")
-            and hmac.compare_digest(given[7:].encode(), self.token.encode())
+            given and hmac.compare_digest(given.encode(), self.token.encode())
         ):
             return 401, "missing or wrong bearer token"
         return self._refusal_of_request(scope, headers)
@@ -240,7 +251,9 @@ class HttpEndpoint:
                 text = f"too many open sessions of this caller ({share})"
                 await _json_error(send, 503, -32603, text)
                 return
-        if len(self.sessions) >= self.max_sessions and not await self._evict():
+        if len(self.sessions) >= self.max_sessions and not await self._evict(
+            party=party_of(scope.get(CALLER))
+        ):
             await _json_error(send, 503, -32603, f"too many open sessions ({self.max_sessions})")
             return
         client = ClientStream(self, scope.get(CALLER))
@@ -260,12 +273,18 @@ class HttpEndpoint:
             if not client.initialized or not status or status[0] >= 400:
                 await client.end()
 
-    async def _evict(self, among: list[ClientStream] | None = None) -> bool:
+    async def _evict(self, among: list[ClientStream] | None = None, party: str = "") -> bool:
         """Make room for a new session by ending the one unused longest (of ``among``,
-        else of all), if one has no request being served (a client that went away without
-        DELETE leaves its session behind; it would answer 404 and initialize again)."""
-        candidates = self.sessions.values() if among is None else among
-        idle = [c for c in candidates if not c.busy]
+        else of those of the newcomer's ``party`` and of the parties holding more than their
+        share), if one has no request being served and has answered its ``initialize`` (a
+        client that went away without DELETE leaves its session behind; it would answer
+        404 and initialize again)."""
+        candidates = list(self.sessions.values()) if among is None else among
+        if among is None:
+            held = [party_of(c.caller) for c in candidates]
+            parties = giving_way(party, held, self.max_sessions)
+            candidates = [c for c, p in zip(candidates, held, strict=True) if p in parties]
+        idle = [c for c in candidates if not c.busy and c.started]
         if not idle:
             return False
         oldest = min(idle, key=lambda c: c.last_used)
@@ -278,6 +297,11 @@ class HttpEndpoint:
 
     def forget(self, client: ClientStream) -> None:
         self.sessions.pop(client.id, None)
+
+
+def party_of(caller: Caller | None) -> str:
+    """The party a session's caller belongs to ('' without callers: one party)."""
+    return caller.party if caller is not None else ""
 
 
 def _header(scope: Scope, name: bytes) -> str | None:

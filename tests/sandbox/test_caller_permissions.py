@@ -252,6 +252,7 @@ def test_a_retry_with_a_narrower_token_does_not_make_the_call(user: Home) -> Non
     params = {"name": "env_value", "arguments": {"name": "HOME"}, "_meta": ROUND_META}
     with identity_provider() as idp:
         args += ["--server", "probe", "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE]
+        args += ["--approval", "elicit"]  # a caller's client answers only when told so
         wide, narrow = idp.token("alice", scope="probe:env"), idp.token("alice", scope="")
         with serving(user, *args) as served:
             asked = _env_call(served.url, wide, 1, params)["result"]

@@ -42,6 +42,7 @@ def test_a_state_given_to_one_caller_takes_no_answer_from_another(
     ask = {"name": "ask-before-env", "if": {"tool": ["env_value"]}, "then": "escalate"}
     args, ws, audit = probe_session(user, first=[{**ask, "reason": "needs a human"}])
     args += ["--server", "probe", "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE]
+    args += ["--approval", "elicit"]  # a caller's client answers only when told so
     call = {"name": "env_value", "arguments": {"name": "HOME"}, "_meta": META}
     with serving(user, *args) as served:
         asked = _post(served.url, idp.token("alice"), 1, call).json()["result"]

@@ -153,7 +153,7 @@ def test_when_every_caller_has_a_request_out_a_new_one_is_told_to_come_back() ->
     opened, _ = serve(work, max_sessions=1)
     assert got["bob"].status_code == 503
     assert got["bob"].json()["error"]["message"] == (
-        "too many callers at once (1), each with a request out"
+        "too many callers at once (1); none that could make room is idle"
     )
     assert who(got["alice"]) == "alice"  # her own relay still serves her
     assert [r.opened_for.name for r in opened if r.opened_for] == ["alice"]
