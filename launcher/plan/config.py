@@ -187,10 +187,10 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         loc, detail = describe_validation_error(exc, UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
     unknown: list[str] = []
-    for loc, known_names in _unknown_keys(parsed, data, ()):
-        if len(loc) > _SHARED_DEPTH + 1:
-            raise _refuse_unknown(file, loc, known_names)
-        unknown.append(json_path(loc))
+    for where, known_names in _unknown_keys(parsed, data, ()):
+        if len(where) > _SHARED_DEPTH + 1:
+            raise _refuse_unknown(file, where, known_names)
+        unknown.append(json_path(where))
     if store:
         store.put(key, encode([parsed, unknown]))
     return parsed, unknown
