@@ -81,8 +81,12 @@ class AclLedger:
             ledger._write({"uid": uid, "roots": todo, "skip": skip, "files": files})
         for root in todo:
             _OPEN[root] = ledger
-        for path, snap, is_dir, access in changes:
-            acl.open_to(path, uid, snap, is_dir, access)
+        try:
+            for path, snap, is_dir, access in changes:
+                acl.open_to(path, uid, snap, is_dir, access)
+        except OSError:
+            ledger.close()  # what was opened before the failure (ENOTSUP: nothing)
+            raise
         return ledger
 
     def _write(self, record: dict[str, object]) -> None:
@@ -121,6 +125,9 @@ def _locked(directory: Path) -> Iterator[None]:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         fcntl.flock(fd, fcntl.LOCK_EX)
         st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            os.close(fd)
+            raise StartupError(f"{directory} is not ironcurtain's own (owned by uid {st.st_uid})")
         with contextlib.suppress(FileNotFoundError):
             if st.st_nlink and os.lstat(directory).st_ino == st.st_ino:
                 break  # not removed by the start that held the lock before
@@ -135,7 +142,18 @@ def _locked(directory: Path) -> Iterator[None]:
 
 
 def _records(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.glob("*.json") if p.is_file() and not p.is_symlink())
+    """The records in ``directory``, each this user's own and owner-only: what a record says
+    is written back as root, so one anybody else could have written is never read."""
+    found = sorted(directory.glob("*.json"))
+    for path in found:
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077 or stat.S_ISLNK(st.st_mode):
+            raise StartupError(
+                f"{path} is not ironcurtain's own (owned by uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}): a record of what to undo there must be this "
+                f"user's alone.\nTo fix: check what it is, then remove it"
+            )
+    return found
 
 
 def _held(path: Path) -> bool:

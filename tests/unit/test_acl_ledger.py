@@ -154,3 +154,15 @@ def test_with_user_never_widens_another_entry() -> None:
     effective = {(t, i): p & mask for t, p, i in opened if t in (2, 4, 8) and i != SANDBOX_UID}
     assert effective == {(2, BOB): 1, (4, acl._UNDEFINED): 1, (8, 77): 0}
     assert (2, 6, SANDBOX_UID) in opened and mask & 6 == 6
+
+
+def test_a_record_anybody_else_could_have_written_is_never_replayed(tree: Path) -> None:
+    """What a record says is written back as root: one planted by someone else (or left
+    readable to others) stops the start instead."""
+    ledger = AclLedger.open_roots("s3", SANDBOX_UID, [str(tree)], _view(tree))
+    planted = ledger_dir() / "planted.json"
+    planted.write_text(Path(ledger.path).read_text())
+    planted.chmod(0o644)
+    ledger.close()
+    with pytest.raises(StartupError, match=r"planted\.json is not ironcurtain's own"):
+        replay_stale()
