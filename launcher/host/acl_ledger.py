@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from launcher.host import acl
+from launcher.host.fd_walk import Found, walk
 from launcher.shared import dirs
 from launcher.shared.errors import StartupError
 from sandbox_profiles.records import mutable
@@ -33,21 +34,6 @@ _Key = tuple[int, int]  # st_dev, st_ino
 
 def ledger_dir() -> Path:
     return dirs.state_dir() / LEDGER_DIR
-
-
-def _walk(root: str, skip: Sequence[str] = ()) -> Iterator[tuple[str, os.stat_result]]:
-    """``root`` and everything below it but ``skip``, parents before children, never through
-    a symlink (the links themselves are yielded). No recursion: any depth is walked whole."""
-    stack = [root]
-    while stack:
-        path = stack.pop()
-        if path in skip:
-            continue
-        st = os.lstat(path)
-        yield path, st
-        if stat.S_ISDIR(st.st_mode):
-            with os.scandir(path) as entries:
-                stack.extend(sorted((e.path for e in entries), reverse=True))
 
 
 # The roots this process has opened, each with the ledger that will close it.
@@ -82,8 +68,7 @@ class AclLedger:
         for root in todo:
             _OPEN[root] = ledger
         try:
-            for path, snap, is_dir, access in changes:
-                acl.open_to(path, uid, snap, is_dir, access)
+            _apply(todo, skip, uid, changes)
         except OSError:
             ledger.close()  # what was opened before the failure (ENOTSUP: nothing)
             raise
@@ -182,28 +167,45 @@ def _refuse_overlap(directory: Path, roots: Sequence[str]) -> None:
                     )
 
 
+_Change = tuple[acl.Snapshot, str]  # what a file was, what the sandbox may do with it
+
+
 def _survey(
     roots: Sequence[str], skip: Sequence[str], uid: int, view: View
-) -> tuple[list[list[object]], list[tuple[str, acl.Snapshot, bool, str]]]:
+) -> tuple[list[list[object]], dict[_Key, _Change]]:
     """Every file of ``roots`` but those in ``skip`` as recorded ([path, dev, ino, owner,
-    snapshot or None when left as it is]), and the changes to make."""
+    snapshot or None when left as it is]), and the changes to make, by file."""
     files: list[list[object]] = []
-    changes: list[tuple[str, acl.Snapshot, bool, str]] = []
+    changes: dict[_Key, _Change] = {}
     seen: set[_Key] = set()
     for root in roots:
-        for path, st in _walk(root, skip):
-            if (st.st_dev, st.st_ino) in seen:
+        for found in walk(root, skip):
+            st = found.st
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
                 continue
-            seen.add((st.st_dev, st.st_ino))
+            seen.add(key)
             is_dir = stat.S_ISDIR(st.st_mode)
-            access = view(path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
             if access is None or st.st_uid == uid:
-                files.append([path, st.st_dev, st.st_ino, st.st_uid, None])
+                files.append([found.path, st.st_dev, st.st_ino, st.st_uid, None])
                 continue
-            snap = acl.Snapshot.of(path, st)
-            files.append([path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
-            changes.append((path, snap, is_dir, access))
+            snap = acl.Snapshot.of(found.reach, st)
+            files.append([found.path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
+            changes[key] = (snap, access)
     return files, changes
+
+
+def _apply(
+    roots: Sequence[str], skip: Sequence[str], uid: int, changes: dict[_Key, _Change]
+) -> None:
+    """Make the recorded ``changes`` (a second walk: the record is on disk first)."""
+    for root in roots:
+        for found in walk(root, skip):
+            change = changes.pop((found.st.st_dev, found.st.st_ino), None)
+            if change is not None:
+                snap, access = change
+                acl.open_to(found.reach, uid, snap, stat.S_ISDIR(found.st.st_mode), access)
 
 
 def undo(record: dict[str, object]) -> None:
@@ -222,7 +224,8 @@ def undo(record: dict[str, object]) -> None:
     for root in roots:
         if not os.path.lexists(root):
             continue
-        for path, st in _walk(root, skip):
+        for found in walk(root, skip):
+            st = found.st
             key = (st.st_dev, st.st_ino)
             if key in done:
                 continue  # another name of a file put right already
@@ -230,20 +233,20 @@ def undo(record: dict[str, object]) -> None:
             was = known.get(key)
             if was is not None and was[0] == st.st_uid:
                 if was[1] is not None:
-                    acl.put_back(path, was[1], stat.S_ISDIR(st.st_mode))
-            elif path != root:
-                _made_meanwhile(path, st, uid)
+                    acl.put_back(found.reach, was[1], stat.S_ISDIR(st.st_mode))
+            elif found.path != root:
+                _made_meanwhile(found, uid)
 
 
-def _made_meanwhile(path: str, st: os.stat_result, uid: int) -> None:
+def _made_meanwhile(found: Found, uid: int) -> None:
     """A file the session made: without ``uid``'s entries, its parent's owner's (a set-id
     bit the sandbox set goes: it was never the owner's)."""
-    parent = os.path.dirname(path)
+    path, st = found.reach, found.st
     is_dir = stat.S_ISDIR(st.st_mode)
     if is_dir or stat.S_ISREG(st.st_mode):
-        acl.forget(path, uid, is_dir, acl.read_default(parent) if is_dir else None)
+        acl.forget(path, uid, is_dir, acl.read_default(found.parent) if is_dir else None)
     if st.st_uid == uid:
-        owner = os.lstat(parent)
+        owner = os.lstat(found.parent)
         os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
         if not is_dir and not stat.S_ISLNK(st.st_mode):
             os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)

@@ -4,6 +4,7 @@ whole root session with a hostile server: ``tests/attacks/test_root_acls.py``.""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import stat
@@ -166,3 +167,49 @@ def test_a_record_anybody_else_could_have_written_is_never_replayed(tree: Path) 
     ledger.close()
     with pytest.raises(StartupError, match=r"planted\.json is not ironcurtain's own"):
         replay_stale()
+
+
+def _deep(base: Path, levels: int) -> int:
+    """A chain of ``levels`` directories of 200-byte names under ``base``, made one at a time
+    (as a sandbox can: the path soon passes PATH_MAX); the deepest one's descriptor."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir("d" * 200, dir_fd=fd)
+        deeper = os.open("d" * 200, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    return fd
+
+
+def test_a_file_moved_deeper_than_a_path_reaches_is_put_back_too(tree: Path) -> None:
+    """The sandbox moves the secrets file to the bottom of a chain of directories longer
+    than any path may be, and makes files there: they are reached all the same."""
+    before = getfacl(tree / "secrets.txt")
+    ledger = AclLedger.open_roots("deep", SANDBOX_UID, [str(tree)], _view(tree))
+    fd = _deep(tree / "sub", 30)
+    try:
+        os.rename(tree / "secrets.txt", "secrets.txt", dst_dir_fd=fd)
+        os.close(os.open("made.txt", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))
+        deep_name = str(tree / "sub" / "/".join(["d" * 200] * 30) / "secrets.txt")
+        with pytest.raises(OSError, match="File name too long"):  # out of a path's reach
+            os.lstat(deep_name)
+        ledger.close()
+        for name in ("secrets.txt", "made.txt", "."):
+            assert not acl.names_user(_acl(fd, name, acl.ACCESS), SANDBOX_UID), name
+        assert not acl.names_user(_acl(fd, ".", acl.DEFAULT), SANDBOX_UID)
+        assert _acl(fd, "secrets.txt", acl.ACCESS) is None
+        assert stat.S_IMODE(os.lstat("secrets.txt", dir_fd=fd).st_mode) == 0o600
+        os.rename("secrets.txt", tree / "secrets.txt", src_dir_fd=fd)
+    finally:
+        os.close(fd)
+    assert getfacl(tree / "secrets.txt") == before
+
+
+def _acl(fd: int, name: str, which: str) -> bytes | None:
+    """ACL ``which`` of ``name`` in the directory open as ``fd``, None when it has none."""
+    try:
+        return os.getxattr(f"/proc/self/fd/{fd}/{name}", which, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno == errno.ENODATA:
+            return None
+        raise
