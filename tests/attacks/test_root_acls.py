@@ -37,12 +37,13 @@ from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_server_config, write_raw_policy
 
+SYSTEM_PYTHON = "/usr/bin/python3"
 pytestmark = [
     needs_bwrap,
     needs_acl_tools,
     pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("setpriv") is None,
-        reason="root mode: needs root (servers then run as uid 65534) and setpriv",
+        os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON),
+        reason="root mode: needs root (servers then run as uid 65534), setpriv, /usr/bin/python3",
     ),
 ]
 
@@ -155,6 +156,42 @@ def test_a_killed_root_session_is_undone_by_the_next_start(user: Home, ws: Path)
     _same_but_made(before, getfacl(ws), _made(ws))
     assert _what_uid_65534_can_do(ws) == {"read secrets": False, "write shared": False}
     assert not records[0].exists()
+
+
+DEEP = "/".join(["d" * 200] * 30)  # a path far longer than PATH_MAX, made one step at a time
+READ_DEEP = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+for part in sys.argv[2].split("/"):
+    fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+try:
+    print(os.read(os.open("secrets.txt", os.O_RDONLY, dir_fd=fd), 100).decode())
+except OSError as exc:
+    print("refused:", exc.strerror)
+"""
+
+
+def test_secrets_hidden_below_paths_too_long_to_name_are_closed_too(user: Home, ws: Path) -> None:
+    """The server moves the secrets file to the bottom of a chain of directories no path can
+    name whole (a walk by paths would stop there and leave it open), and writes beside it."""
+    client = _session(user, ws)
+    try:
+        ops = [["rename", "secrets.txt", f"{DEEP}/secrets.txt"], ["write", f"{DEEP}/x", "x"]]
+        done = client.call("probe__fs_ops", {"base": str(ws), "ops": ops})
+        assert "FAILED" not in json.dumps(done), done
+    finally:
+        client.close(timeout=30)  # 1: the guard cannot sweep that deep, and says so
+    python = SYSTEM_PYTHON  # one uid 65534 may run
+    read = _as_sandbox_user(python, "-c", READ_DEEP, str(ws), DEEP)
+    assert read.stdout.strip() == "refused: Permission denied", read
+    assert read.returncode == 0, read.stderr
+    # As root, the same walk reads it: the file is there, closed to uid 65534.
+    assert (
+        SECRET
+        in subprocess.run(
+            [python, "-c", READ_DEEP, str(ws), DEEP], capture_output=True, text=True, check=True
+        ).stdout
+    )
 
 
 def test_control_the_old_recursive_grant_leaves_the_tree_open(ws: Path) -> None:
