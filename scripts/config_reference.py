@@ -124,7 +124,9 @@ $ echo $?
 2
 ```
 
-The Python spelling of a name (`allow_read`) is accepted too. A file that has not changed
+A key given twice in one object is an error wherever it is (JSON keeps only the last, so
+the first, a `denyRead` list or a whole `sandbox`, would be dropped without a word). The
+Python spelling of a name (`allow_read`) is accepted too. A file that has not changed
 since it was last checked is read from a cache in the state directory.
 
 ## `${VAR}` in values

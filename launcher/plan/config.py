@@ -7,7 +7,7 @@ import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -146,6 +146,33 @@ def _refuse_unknown(file: str, loc: tuple[str | int, ...], known: list[str]) -> 
     return ConfigError(file, json_path(loc), f'unknown key "{key}": {hint}')
 
 
+class _Object(dict[str, Any]):
+    """A JSON object as read, with the keys it held more than once (JSON keeps the last)."""
+
+    twice: list[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    found = _Object()
+    found.twice = []
+    for key, value in pairs:
+        if key in found:
+            found.twice.append(key)
+        found[key] = value
+    return found
+
+
+def _duplicates(value: object, loc: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    """Where ``value`` (a file read with :func:`_object`) holds a key twice."""
+    if isinstance(value, _Object):
+        yield from ((*loc, key) for key in value.twice)
+        for key, item in value.items():
+            yield from _duplicates(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _duplicates(item, (*loc, index))
+
+
 def content_cache(directory: Path) -> ContentCache:
     """Where validated configs are kept across starts: keyed by the file's bytes and the
     code that validated it (this module's included)."""
@@ -170,7 +197,7 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
     if known is not None and all(isinstance(path, str) for path in known[1]):
         return known[0], known[1]
     try:
-        data: Any = json.loads(raw.decode("utf-8"))
+        data: Any = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
     except UnicodeDecodeError as exc:
         raise ConfigError(file, f"byte {exc.start}", "not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -181,6 +208,10 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         raise ConfigError(file, "$", f"expected an object, found {type(data).__name__}")
     if "mcpServers" not in data and "servers" not in data:
         raise ConfigError(file, "$", 'expected a "mcpServers" (or "servers") object')
+    twice = next(_duplicates(data, ()), None)
+    if twice is not None:  # the first would be dropped silently (a restriction, a sandbox)
+        detail = f'"{twice[-1]}" is given twice: write it once (JSON keeps only the last)'
+        raise ConfigError(file, json_path(twice), detail)
     try:
         parsed = validate(ConfigFile, data)
     except pyd.ValidationError as exc:

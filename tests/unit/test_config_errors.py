@@ -105,6 +105,21 @@ CASES = [
         "$.mcpServers.a.clientRequests.x",
         'unknown key "x": known keys: elicitation, sampling',
     ),
+    (
+        "key-given-twice-inside-sandbox",
+        '{"mcpServers": {"a": {"command": "x", "sandbox": {"filesystem": '
+        '{"denyRead": ["~/.ssh"], "denyRead": []}}}}}',
+        (),
+        "$.mcpServers.a.sandbox.filesystem.denyRead",
+        '"denyRead" is given twice: write it once',
+    ),
+    (
+        "sandbox-given-twice",
+        '{"mcpServers": {"a": {"command": "x", "sandbox": {"network": false}, "sandbox": {}}}}',
+        (),
+        "$.mcpServers.a.sandbox",
+        '"sandbox" is given twice',
+    ),
     ("not-an-object", "[]", (), "$", "expected an object"),
     (
         "servers-key-vscode",
