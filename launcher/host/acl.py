@@ -153,8 +153,23 @@ def open_to(path: str, uid: int, snap: Snapshot, is_dir: bool, access: str) -> N
     current = _decode(snap.access) if snap.access is not None else _from_mode(snap.mode)
     write_xattr(path, ACCESS, _encode(with_user(current, uid, perm)))
     if is_dir:
-        base = _decode(snap.default) if snap.default is not None else _from_mode(snap.mode | 0o700)
+        # A directory without a default ACL: what is made in it would get its mode from the
+        # umask; a default ACL replaces the umask, so it says what this one would leave.
+        base = _decode(snap.default) if snap.default is not None else _from_mode(0o777 & ~umask())
         write_xattr(path, DEFAULT, _encode(with_user(base, uid, perm)))
+
+
+def umask() -> int:
+    """This process's umask, read without changing it (``/proc``: another thread may be
+    making files); ``022`` where it cannot be read."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0o022
 
 
 def put_back(path: str, snap: Snapshot, is_dir: bool) -> None:

@@ -17,7 +17,15 @@ import pytest
 from launcher.host import acl
 from launcher.host.acl_ledger import AclLedger, View, ledger_dir, replay_stale
 from launcher.shared.errors import StartupError
-from tests.support.acls import BOB, SANDBOX_UID, getfacl, names_sandbox, needs_acl_tools, user_tree
+from tests.support.acls import (
+    BOB,
+    SANDBOX_UID,
+    getfacl,
+    names_sandbox,
+    needs_acl_tools,
+    setfacl,
+    user_tree,
+)
 from tests.support.paths import REPO
 
 pytestmark = needs_acl_tools
@@ -213,3 +221,23 @@ def _acl(fd: int, name: str, which: str) -> bytes | None:
         if exc.errno == errno.ENODATA:
             return None
         raise
+
+
+def test_what_is_made_meanwhile_is_no_wider_than_the_umask_makes_it(tree: Path) -> None:
+    """A directory without a default ACL passes the sandbox's entry on through one made for
+    the session; files made in it then get their mode from that ACL, not the umask. Built
+    from the umask, it leaves a file made under ``umask 077`` as private as ever."""
+    old = os.umask(0o077)
+    try:
+        ledger = AclLedger.open_roots("umask", SANDBOX_UID, [str(tree)], _view(tree))
+        os.close(os.open(tree / "private.txt", os.O_WRONLY | os.O_CREAT, 0o666))
+        ledger.close()
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tree / "private.txt").stat().st_mode) == 0o600
+    # Control: the directory's own mode (0755 and up) as the default would have left it
+    # readable to everyone.
+    (tree / "control").mkdir(mode=0o755)
+    setfacl("-d", "-m", "u::rwx,g::r-x,o::r-x", str(tree / "control"))
+    os.close(os.open(tree / "control" / "private.txt", os.O_WRONLY | os.O_CREAT, 0o666))
+    assert stat.S_IMODE((tree / "control" / "private.txt").stat().st_mode) == 0o644
