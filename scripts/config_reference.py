@@ -110,8 +110,24 @@ report names it on its `config:` line:
 
 The file is checked before any server starts: a mistake is one line naming its place and
 the session does not start (exit status 2). A key the schema does not know is ignored, with
-a warning naming it; the Python spelling of a name (`allow_read`) is accepted too. A file
-that has not changed since it was last checked is read from a cache in the state directory.
+a warning naming it, at the two levels MCP clients share (the file's own keys and a server
+entry's: `type`, `autoApprove`... of another client); inside ironcurtain's own objects
+(`sandbox` and everything in it, `restart`, `clientRequests`), where every key narrows or
+widens what a server may do, it is an error naming the nearest known key, so a misspelt
+restriction never leaves a session running without it:
+
+```
+$ ironcurtain run --config typo.json        # (the error is one line, folded here)
+ironcurtain: error: typo.json: $.mcpServers.files.sandbox.filesystem.denyReed: unknown key \
+"denyReed": did you mean "denyRead"?
+$ echo $?
+2
+```
+
+A key given twice in one object is an error wherever it is (JSON keeps only the last, so
+the first, a `denyRead` list or a whole `sandbox`, would be dropped without a word). The
+Python spelling of a name (`allow_read`) is accepted too. A file that has not changed
+since it was last checked is read from a cache in the state directory.
 
 ## `${VAR}` in values
 

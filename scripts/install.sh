@@ -15,6 +15,8 @@ missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
+# The tests read and set ACLs with getfacl/setfacl (what a root session opens is undone).
+if [ "$extras" = test ] && ! command -v getfacl >/dev/null; then missing+=(acl); fi
 # The library cache is read whole before it is searched: `ldconfig -p | grep -q` under
 # pipefail fails at random when grep stops reading before ldconfig has finished writing.
 libraries=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)

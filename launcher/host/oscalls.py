@@ -139,6 +139,15 @@ def write_xattr(path: str, name: str, value: bytes) -> None:
     os.setxattr(path, name, value, follow_symlinks=False)
 
 
+def remove_xattr(path: str, name: str) -> None:
+    """Remove the attribute ``name`` of ``path`` itself, if it has one."""
+    try:
+        os.removexattr(path, name, follow_symlinks=False)
+    except OSError as exc:
+        if exc.errno != errno.ENODATA:
+            raise
+
+
 # -- inotify -------------------------------------------------------------------------------
 
 IN_CREATE = 0x100

@@ -3,10 +3,11 @@ the cache), ``${VAR}`` expansion. Its models are in :mod:`launcher.plan.config_s
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -102,14 +103,21 @@ def _expand_path(
     return os.path.normpath(out)
 
 
-def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> list[str]:
-    """The JSON paths of the keys in ``raw`` (the file's JSON) that ``value`` (what it
-    was validated into) has no field for."""
+# How deep the keys MCP clients share lie: the file's own and a server entry's (``$.mcpServers.X``).
+# Below them (``sandbox`` and the rest of ironcurtain's own objects) every key narrows or
+# widens what a server may do, so an unknown one there is a mistake, never a warning.
+_SHARED_DEPTH = 2
+
+
+def _unknown_keys(
+    value: object, raw: object, loc: tuple[str | int, ...]
+) -> list[tuple[tuple[str | int, ...], list[str]]]:
+    """Each key in ``raw`` (the file's JSON) that ``value`` (what it was validated into) has
+    no field for: its location and the JSON names known where it stands."""
     if is_dataclass(value) and isinstance(raw, dict):
-        found: list[str] = []
         names = {f.name: json_name(f.name) for f in fields(value)}
         known = set(names) | set(names.values())
-        found += [json_path((*loc, key)) for key in raw if key not in known]
+        found = [((*loc, key), sorted(names.values())) for key in raw if key not in known]
         for name, alias in names.items():
             key = alias if alias in raw else name
             if key in raw:
@@ -122,6 +130,47 @@ def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> lis
             for path in _unknown_keys(item, raw.get(key), (*loc, key))
         ]
     return []
+
+
+def _refuse_unknown(file: str, loc: tuple[str | int, ...], known: list[str]) -> ConfigError:
+    """The error for an unknown key inside ironcurtain's own objects, naming the nearest
+    known key (or all of them, when none is near).
+
+    >>> loc = ("mcpServers", "a", "sandbox", "denyReed")
+    >>> print(_refuse_unknown("c.json", loc, ["denyRead"]))
+    c.json: $.mcpServers.a.sandbox.denyReed: unknown key "denyReed": did you mean "denyRead"?
+    """
+    key = str(loc[-1])
+    near = difflib.get_close_matches(key, known, n=1)
+    hint = f'did you mean "{near[0]}"?' if near else "known keys: " + ", ".join(known)
+    return ConfigError(file, json_path(loc), f'unknown key "{key}": {hint}')
+
+
+class _Object(dict[str, Any]):
+    """A JSON object as read, with the keys it held more than once (JSON keeps the last)."""
+
+    twice: list[str]
+
+
+def _object(pairs: list[tuple[str, Any]]) -> _Object:
+    found = _Object()
+    found.twice = []
+    for key, value in pairs:
+        if key in found:
+            found.twice.append(key)
+        found[key] = value
+    return found
+
+
+def _duplicates(value: object, loc: tuple[str | int, ...]) -> Iterator[tuple[str | int, ...]]:
+    """Where ``value`` (a file read with :func:`_object`) holds a key twice."""
+    if isinstance(value, _Object):
+        yield from ((*loc, key) for key in value.twice)
+        for key, item in value.items():
+            yield from _duplicates(item, (*loc, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _duplicates(item, (*loc, index))
 
 
 def content_cache(directory: Path) -> ContentCache:
@@ -148,7 +197,7 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
     if known is not None and all(isinstance(path, str) for path in known[1]):
         return known[0], known[1]
     try:
-        data: Any = json.loads(raw.decode("utf-8"))
+        data: Any = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
     except UnicodeDecodeError as exc:
         raise ConfigError(file, f"byte {exc.start}", "not UTF-8 text") from None
     except json.JSONDecodeError as exc:
@@ -159,12 +208,20 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         raise ConfigError(file, "$", f"expected an object, found {type(data).__name__}")
     if "mcpServers" not in data and "servers" not in data:
         raise ConfigError(file, "$", 'expected a "mcpServers" (or "servers") object')
+    twice = next(_duplicates(data, ()), None)
+    if twice is not None:  # the first would be dropped silently (a restriction, a sandbox)
+        detail = f'"{twice[-1]}" is given twice: write it once (JSON keeps only the last)'
+        raise ConfigError(file, json_path(twice), detail)
     try:
         parsed = validate(ConfigFile, data)
     except pyd.ValidationError as exc:
         loc, detail = describe_validation_error(exc, UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
-    unknown = _unknown_keys(parsed, data, ())
+    unknown: list[str] = []
+    for where, known_names in _unknown_keys(parsed, data, ()):
+        if len(where) > _SHARED_DEPTH + 1:
+            raise _refuse_unknown(file, where, known_names)
+        unknown.append(json_path(where))
     if store:
         store.put(key, encode([parsed, unknown]))
     return parsed, unknown

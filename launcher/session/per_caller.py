@@ -42,6 +42,7 @@ class CallerPlans:
         # directories), in order: removed at the end if still empty. Paths only, a few a
         # caller: no plan is kept beyond its relays.
         self._made: list[str] = []
+        self._opened: list[HostFiles] = []  # each caller's, to undo what it opened (as root)
         # Per caller, for the whole session: its servers the guard stopped (what one caller's
         # servers did to its own workspace stops no other caller's).
         self._halted: dict[tuple[str, str], dict[str, str]] = {}
@@ -87,6 +88,7 @@ class CallerPlans:
             raise self._refused(caller, str(exc)) from None
         self._made += [plan.workspace] if plan.create_workspace else []
         self._made += places.placeholders
+        self._opened.append(places)
         self._watch(caller, plan)
         self._plans[caller.key] = plan
         self.session.event(
@@ -158,7 +160,10 @@ class CallerPlans:
 
     def remove(self) -> None:
         """At the end of the session, its servers stopped: what was made for the callers
-        and is still empty."""
+        and is still empty, and the ACL entries given to the servers' user (as root)."""
+        for places in reversed(self._opened):
+            places.close_access()
+        self._opened.clear()
         for path in reversed(self._made):
             with contextlib.suppress(OSError):
                 if os.path.isdir(path):

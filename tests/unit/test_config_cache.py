@@ -39,7 +39,6 @@ CONFIG = {
                     "allowedDomains": ["example.com"],
                     "deniedDomains": ["bad.example.com"],
                     "hosts": {"db.internal": "[::1]"},
-                    "proxy": "unknown",
                 },
                 "limits": {"memory": "8G", "openFiles": False, "cpuSeconds": 60, "fileSize": None},
             },
@@ -77,7 +76,7 @@ def test_a_cached_config_is_the_validated_one(tmp_path: Path, which: str) -> Non
     assert len(_entries(cache)) == 1
     assert _load(path, cache) == fresh  # a hit: read back
     if which == "every field":
-        assert len(fresh[1]) == 3  # comand, proxy, version
+        assert len(fresh[1]) == 2  # comand, version
 
 
 def test_a_start_that_hits_imports_no_pydantic(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
+from tests.support.marks import needs_bwrap
 
 GOOD_SERVER = {"command": "mcp-server-time"}
 
@@ -80,6 +81,44 @@ CASES = [
         (),
         "$.mcpServers.a.timeout",
         "greater than 0",
+    ),
+    (
+        "typo-inside-sandbox",
+        json.dumps(
+            {"mcpServers": {"a": {**GOOD_SERVER, "sandbox": {"filesystem": {"denyReed": ["~"]}}}}}
+        ),
+        (),
+        "$.mcpServers.a.sandbox.filesystem.denyReed",
+        'unknown key "denyReed": did you mean "denyRead"?',
+    ),
+    (
+        "typo-in-limits",
+        json.dumps({"mcpServers": {"a": {**GOOD_SERVER, "sandbox": {"limits": {"memroy": "1G"}}}}}),
+        (),
+        "$.mcpServers.a.sandbox.limits.memroy",
+        'did you mean "memory"?',
+    ),
+    (
+        "unknown-key-in-client-requests",
+        json.dumps({"mcpServers": {"a": {**GOOD_SERVER, "clientRequests": {"x": "deny"}}}}),
+        (),
+        "$.mcpServers.a.clientRequests.x",
+        'unknown key "x": known keys: elicitation, sampling',
+    ),
+    (
+        "key-given-twice-inside-sandbox",
+        '{"mcpServers": {"a": {"command": "x", "sandbox": {"filesystem": '
+        '{"denyRead": ["~/.ssh"], "denyRead": []}}}}}',
+        (),
+        "$.mcpServers.a.sandbox.filesystem.denyRead",
+        '"denyRead" is given twice: write it once',
+    ),
+    (
+        "sandbox-given-twice",
+        '{"mcpServers": {"a": {"command": "x", "sandbox": {"network": false}, "sandbox": {}}}}',
+        (),
+        "$.mcpServers.a.sandbox",
+        '"sandbox" is given twice',
     ),
     ("not-an-object", "[]", (), "$", "expected an object"),
     (
@@ -190,6 +229,46 @@ def test_unknown_keys_warn_and_are_ignored(user: Home, tmp_path: Path) -> None:
     done = _check(user, "time", "get_current_time", {"timezone": "UTC"}, "--config", str(config))
     assert done.returncode == 0, done.stderr
     assert "$.mcpServers.time.comand: unknown key, ignored" in done.stderr
+
+
+@needs_bwrap
+def test_a_typo_inside_sandbox_starts_nothing(user: Home) -> None:
+    """A restriction the user misspelt is not silently dropped: the session does not start,
+    so the server that would have read what ``denyReed`` meant to hide never runs."""
+    ws = user.ws()
+    started = ws / "started"
+    server = {
+        "command": sys.executable,
+        "args": ["-c", f"open({str(started)!r}, 'w')"],
+        "sandbox": {
+            "filesystem": {"allowWrite": [str(ws)], "denyReed": [str(user.root / "private")]}
+        },
+    }
+    config = user.root / "mcp-servers.json"
+    config.write_text(json.dumps({"mcpServers": {"a": server}}))
+    done = ironcurtain(user, "run", "--config", str(config), "--workspace", str(ws))
+    assert done.returncode == 2, done.stderr
+    assert f'{config}: $.mcpServers.a.sandbox.filesystem.denyReed: unknown key "denyReed": ' in (
+        done.stderr
+    )
+    assert 'did you mean "denyRead"?' in done.stderr and not started.exists()
+    # Control: spelt right, the same config starts the server.
+    server["sandbox"] = {
+        "filesystem": {"allowWrite": [str(ws)], "denyRead": [str(user.root / "private")]}
+    }
+    config.write_text(json.dumps({"mcpServers": {"a": server}}))
+    done = ironcurtain(user, "run", "--config", str(config), "--workspace", str(ws))
+    assert started.exists(), done.stderr
+
+
+def test_unknown_keys_clients_share_still_only_warn(user: Home) -> None:
+    config = user.root / "mcp-servers.json"
+    server = {**GOOD_SERVER, "type": "stdio", "autoApprove": []}
+    config.write_text(json.dumps({"mcpServers": {"time": server}, "inputs": []}))
+    done = _check(user, "time", "get_current_time", {"timezone": "UTC"}, "--config", str(config))
+    assert done.returncode == 0, done.stderr
+    assert "$.mcpServers.time.autoApprove: unknown key, ignored" in done.stderr
+    assert "$.inputs: unknown key, ignored" in done.stderr
 
 
 def test_check_prints_decision_rule_reason_and_canonical_arguments(user: Home) -> None:

@@ -1,0 +1,276 @@
+"""The ACL entries a session running as root gives its servers' user, kept the session's alone.
+
+Before the first change, every file of the roots is written down in a record in
+ironcurtain's state directory (owner-only), with its mode and ACLs as they are; the session
+holds a lock on that record while it runs. At its end each recorded file gets its mode and
+ACLs back exactly (found by inode, under whatever name it has now), and what was made
+meanwhile loses the entries it inherited and goes to the owner of the directory it is in.
+A record nobody holds a lock on is a crashed session's: the next start undoes it the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import stat
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+from launcher.host import acl
+from launcher.host.fd_walk import Found, walk
+from launcher.shared import dirs
+from launcher.shared.errors import StartupError
+from sandbox_profiles.records import mutable
+from sandbox_profiles.ways import is_under
+
+LEDGER_DIR = "acl-ledger"
+_ASIDE = ".part"  # a record being written: nothing is changed before it is renamed
+# What the sandbox may do with a path: acl.READ, acl.WRITE, or nothing (None: hidden from it).
+View = Callable[[str], str | None]
+_Key = tuple[int, int]  # st_dev, st_ino
+
+
+def ledger_dir() -> Path:
+    return dirs.state_dir() / LEDGER_DIR
+
+
+# The roots this process has opened, each with the ledger that will close it.
+_OPEN: dict[str, AclLedger] = {}
+
+
+@mutable
+class AclLedger:
+    """One session's record of what it opened to ``uid``, locked while the session runs."""
+
+    path: str
+    uid: int
+    roots: list[str]
+    fd: int = -1
+
+    @classmethod
+    def open_roots(cls, session: str, uid: int, roots: Sequence[str], view: View) -> AclLedger:
+        """Open ``roots`` to ``uid`` as ``view`` says, recorded first (what this process has
+        opened already is left to the ledger that opened it). Raises OSError (``ENOTSUP``: a
+        filesystem without ACLs) and :class:`StartupError` when another session has opened
+        one of them."""
+        todo = [r for r in roots if not any(is_under(r, o) for o in _OPEN)]
+        skip = [o for o in _OPEN if any(is_under(o, r) for r in todo)]
+        directory = ledger_dir()
+        if not todo:
+            return cls(str(directory / f"{session}.json"), uid, [])  # nothing of its own
+        ledger = cls(str(directory / f"{session}-{os.urandom(4).hex()}.json"), uid, todo)
+        with _locked(directory):
+            _refuse_overlap(directory, todo)
+            files, changes = _survey(todo, skip, uid, view)
+            ledger._write({"uid": uid, "roots": todo, "skip": skip, "files": files})
+        for root in todo:
+            _OPEN[root] = ledger
+        try:
+            _apply(todo, skip, uid, changes)
+        except OSError:
+            ledger.close()  # what was opened before the failure (ENOTSUP: nothing)
+            raise
+        return ledger
+
+    def _write(self, record: dict[str, object]) -> None:
+        """The record, whole and on disk under its name (written aside, then renamed), and
+        locked for as long as this session runs."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        aside = self.path + _ASIDE
+        self.fd = os.open(aside, flags, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        view = memoryview(json.dumps(record, separators=(",", ":")).encode())
+        while view:
+            view = view[os.write(self.fd, view) :]
+        os.fsync(self.fd)
+        os.rename(aside, self.path)
+
+    def close(self) -> None:
+        """Undo what was opened (the servers have stopped), then drop the record."""
+        if self.fd < 0:
+            return
+        with open(self.path, encoding="utf-8") as handle:
+            undo(json.load(handle))
+        with _locked(Path(self.path).parent):
+            os.unlink(self.path)
+            os.close(self.fd)
+            self.fd = -1
+        for root in self.roots:
+            _OPEN.pop(root, None)
+
+
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """The ledger directory, made if need be and locked against every other start (whether
+    it is there); removed on the way out when it holds no record any more."""
+    while True:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid():
+            os.close(fd)
+            raise StartupError(f"{directory} is not ironcurtain's own (owned by uid {st.st_uid})")
+        with contextlib.suppress(FileNotFoundError):
+            if st.st_nlink and os.lstat(directory).st_ino == st.st_ino:
+                break  # not removed by the start that held the lock before
+        os.close(fd)
+    try:
+        os.chmod(directory, 0o700)
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(directory)  # only while empty
+        os.close(fd)
+
+
+def _records(directory: Path) -> list[Path]:
+    """The records in ``directory``, each this user's own and owner-only: what a record says
+    is written back as root, so one anybody else could have written is never read."""
+    found = sorted(directory.glob("*.json"))
+    for path in found:
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077 or stat.S_ISLNK(st.st_mode):
+            raise StartupError(
+                f"{path} is not ironcurtain's own (owned by uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}): a record of what to undo there must be this "
+                f"user's alone.\nTo fix: check what it is, then remove it"
+            )
+    return found
+
+
+def _held(path: Path) -> bool:
+    """Whether a running session holds ``path``'s lock."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _refuse_overlap(directory: Path, roots: Sequence[str]) -> None:
+    for record in _records(directory):
+        if not _held(record):
+            continue
+        theirs = json.loads(record.read_text(encoding="utf-8")).get("roots", [])
+        for root in roots:
+            for other in theirs:
+                if is_under(root, other) or is_under(other, root):
+                    raise StartupError(
+                        f"{root} is opened to the sandbox's user by another session running "
+                        f"as root ({record.stem}, its root {other}); wait for it to end"
+                    )
+
+
+_Change = tuple[acl.Snapshot, str]  # what a file was, what the sandbox may do with it
+
+
+def _survey(
+    roots: Sequence[str], skip: Sequence[str], uid: int, view: View
+) -> tuple[list[list[object]], dict[_Key, _Change]]:
+    """Every file of ``roots`` but those in ``skip`` as recorded ([path, dev, ino, owner,
+    snapshot or None when left as it is]), and the changes to make, by file."""
+    files: list[list[object]] = []
+    changes: dict[_Key, _Change] = {}
+    seen: set[_Key] = set()
+    for root in roots:
+        for found in walk(root, skip):
+            st = found.st
+            key = (st.st_dev, st.st_ino)
+            if key in seen:
+                continue
+            seen.add(key)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            if access is None or st.st_uid == uid:
+                files.append([found.path, st.st_dev, st.st_ino, st.st_uid, None])
+                continue
+            snap = acl.Snapshot.of(found.reach, st)
+            files.append([found.path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
+            changes[key] = (snap, access)
+    return files, changes
+
+
+def _apply(
+    roots: Sequence[str], skip: Sequence[str], uid: int, changes: dict[_Key, _Change]
+) -> None:
+    """Make the recorded ``changes`` (a second walk: the record is on disk first)."""
+    for root in roots:
+        for found in walk(root, skip):
+            change = changes.pop((found.st.st_dev, found.st.st_ino), None)
+            if change is not None:
+                snap, access = change
+                acl.open_to(found.reach, uid, snap, stat.S_ISDIR(found.st.st_mode), access)
+
+
+def undo(record: dict[str, object]) -> None:
+    """Put every recorded file back as it was and take the sandbox's user out of what was
+    made meanwhile (parents before children: a new directory takes its parent's default
+    ACL as it is once put back)."""
+    uid, roots, skip, files = (record[k] for k in ("uid", "roots", "skip", "files"))
+    if not (isinstance(uid, int) and isinstance(roots, list) and isinstance(skip, list)):
+        raise ValueError("not an ACL record")
+    if not isinstance(files, list):
+        raise ValueError("not an ACL record")
+    known: dict[_Key, tuple[int, acl.Snapshot | None]] = {}
+    for _, dev, ino, owner, snap in files:
+        known[(dev, ino)] = (owner, None if snap is None else acl.Snapshot.from_json(snap))
+    done: set[_Key] = set()
+    for root in roots:
+        if not os.path.lexists(root):
+            continue
+        for found in walk(root, skip):
+            st = found.st
+            key = (st.st_dev, st.st_ino)
+            if key in done:
+                continue  # another name of a file put right already
+            done.add(key)
+            was = known.get(key)
+            if was is not None and was[0] == st.st_uid:
+                if was[1] is not None:
+                    acl.put_back(found.reach, was[1], stat.S_ISDIR(st.st_mode))
+            elif found.path != root:
+                _made_meanwhile(found, uid)
+
+
+def _made_meanwhile(found: Found, uid: int) -> None:
+    """A file the session made: without ``uid``'s entries, its parent's owner's (a set-id
+    bit the sandbox set goes: it was never the owner's)."""
+    path, st = found.reach, found.st
+    is_dir = stat.S_ISDIR(st.st_mode)
+    if is_dir or stat.S_ISREG(st.st_mode):
+        acl.forget(path, uid, is_dir, acl.read_default(found.parent) if is_dir else None)
+    if st.st_uid == uid:
+        owner = os.lstat(found.parent)
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+        if not is_dir and not stat.S_ISLNK(st.st_mode):
+            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
+
+
+def replay_stale() -> None:
+    """Undo the records of sessions that ended without undoing their own (killed): a
+    record nobody holds is one. Raises :class:`StartupError` when one cannot be undone."""
+    directory = ledger_dir()
+    if not directory.is_dir():
+        return
+    with _locked(directory):
+        for aside in directory.glob("*" + _ASIDE):
+            if not _held(aside):  # a start that died before it changed anything
+                aside.unlink()
+        for record in _records(directory):
+            if _held(record):
+                continue
+            try:
+                undo(json.loads(record.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StartupError(
+                    f"cannot undo what a session that ended without cleaning up opened to "
+                    f"the sandbox's user ({record}): {exc}.\nTo fix: restore the files it "
+                    f"lists by hand (getfacl/setfacl), then remove it"
+                ) from None
+            record.unlink()
