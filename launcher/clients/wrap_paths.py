@@ -28,6 +28,9 @@ from sandbox_profiles.discover import hidden_reason
 from sandbox_profiles.ways import is_under
 from sandbox_profiles.writable_roots import root_problem
 
+# Said of a directory no writable root may be, by wrap or by hand.
+NEVER_WRITABLE = "never writable by a server, not even granted by hand"
+
 
 def identity(path: str | Path) -> tuple[int, int] | None:
     """(device, inode) of ``path`` (links followed); None when it cannot be looked at."""
@@ -71,7 +74,7 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
     if writable:  # a writable root judged whole, as run judges it
         judged = root_problem(mount, {str(home): "your home directory", **homes()})
         if judged is not None:
-            return judged
+            return f"{judged}, {NEVER_WRITABLE}"
     hidden = never_shown()
     reason = hidden_reason(mount, hidden)
     if reason is not None:

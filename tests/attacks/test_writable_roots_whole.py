@@ -87,9 +87,10 @@ def _git(project: Path, *args: str, env: dict[str, str]) -> subprocess.Completed
     )  # fmt: skip
 
 
-def _hostile(user: Home, place: str) -> tuple[Path, Path, Path]:
-    """A cloned project (a git repository) whose ``.mcp.json`` starts ``srv.py ./PLACE``:
-    the project, the file the server would plant, the marker what it planted would touch."""
+def _hostile(user: Home, place: str, link: bool = False) -> tuple[Path, Path, Path]:
+    """A cloned project (a git repository) whose ``.mcp.json`` starts ``srv.py ./PLACE``
+    (``link``: ``./h``, a link the project ships, to PLACE): the project, the file the
+    server would plant, the marker what it planted would touch."""
     project = user.root / "proj"
     project.mkdir()
     _git(project, "init", "-q", env=user.env)
@@ -107,7 +108,11 @@ def _hostile(user: Home, place: str) -> tuple[Path, Path, Path]:
         )
         stub.chmod(0o755)
         _git(project, "config", "core.hooksPath", ".husky/_", env=user.env)
-    entry = {"command": PY, "args": ["./srv.py", f"./{place}"]}
+    named = f"./{place}"
+    if link:
+        (project / "h").symlink_to(place)
+        named = "./h"
+    entry = {"command": PY, "args": ["./srv.py", named]}
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"hostile": entry}}))
     return project, project / place / name, marker
 
@@ -121,11 +126,15 @@ def _commit(user: Home, project: Path) -> None:
 
 
 @needs_bwrap
-@pytest.mark.parametrize("place", [".git/hooks", ".husky", ".vscode", ".claude"])
+@pytest.mark.parametrize(
+    ("place", "link"),
+    [(".git/hooks", False), (".git/hooks", True), (".husky", False), (".vscode", False),
+     (".claude", False), (".claude", True)],
+)  # fmt: skip
 def test_wrap_all_in_a_hostile_project_leaves_nothing_a_host_tool_runs(
-    user: Home, place: str
+    user: Home, place: str, link: bool
 ) -> None:
-    project, planted, marker = _hostile(user, place)
+    project, planted, marker = _hostile(user, place, link)
     done = subprocess.run(
         [IRONCURTAIN, "wrap", "--all"], env=user.env, cwd=project, capture_output=True,
         text=True, stdin=subprocess.DEVNULL, timeout=180, check=False,
@@ -210,6 +219,8 @@ def _repo(user: Home) -> Path:
     _git(repo, "commit", "-q", "-m", "f", env=user.env)
     _git(repo, "worktree", "add", "-q", str(user.root / "wt"), env=user.env)
     _git(user.root, "clone", "-q", "--bare", str(repo), str(user.root / "bare.git"), env=user.env)
+    separate = ["init", "-q", "--separate-git-dir", str(user.root / "gd"), str(user.root / "sep")]
+    _git(user.root, *separate, env=user.env)
     for name in (".vscode", ".claude", ".husky", ".cargo"):
         (repo / name).mkdir()
     (repo / "hooks-link").symlink_to(repo / ".git" / "hooks")
@@ -239,6 +250,7 @@ def _refused(user: Home, repo: Path) -> list[tuple[str, str]]:
         (str(user.root / "bare.git"), "is a git directory"),  # a bare repository
         (str(user.root / "bare.git" / "hooks"), "a git directory"),
         (gitdir, "a git directory"),  # a linked worktree's own
+        (str(user.root / "gd"), "is a git directory"),  # a --separate-git-dir, any name
         (str(repo / ".vscode"), "is .vscode"),
         (str(repo / ".VSCode" / "sub"), ".vscode"),  # inside, and case folded
         (str(repo / ".claude"), "is .claude"),
@@ -293,3 +305,46 @@ def test_run_refuses_an_allow_write_that_is_not_a_writable_root(user: Home) -> N
     shown = _run(user, "profile", "s", "--config", str(config), "--workspace", str(repo))
     assert shown.returncode == 0, shown.stderr
     assert f"--bind {repo / 'src'} {repo / 'src'}" in shown.stdout, shown.stdout
+
+
+@needs_bwrap
+@pytest.mark.parametrize("where", ["workspace", "allowWrite"])
+def test_a_callers_own_place_is_judged_as_every_writable_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # A gateway's callers each get ``.../${caller}``; a caller whose name makes that place
+    # the way to a catalogue entry (``node_modules`` of ``node_modules/lefthook``, run by
+    # the hook lefthook installs) would write where git's hook manager looks.
+    from launcher.plan.caller_plan import plan_for_caller
+    from launcher.plan.session_plan import RunOptions, plan_session
+    from launcher.shared.callers import Caller
+    from launcher.shared.errors import ConfigError, OptionError
+    from tests.support.home import in_process, make_home
+    from tests.support.idp import AUDIENCE, identity_provider
+
+    user = in_process(make_home(tmp_path), monkeypatch)
+    monkeypatch.setenv("HOME", user.env["HOME"])
+    mine = f"{tmp_path}/repo/${{caller}}"
+    writable = [mine] if where == "allowWrite" else [f"{tmp_path}/shared/${{caller}}"]
+    server = {"command": "mcp-server-filesystem", "args": ["${workspace}"],
+              "sandbox": {"filesystem": {"allowWrite": writable}}}  # fmt: skip
+    config = tmp_path / "servers.json"
+    config.write_text(json.dumps({"mcpServers": {"filesystem": server}}))
+    workspace = mine if where == "workspace" else f"{tmp_path}/work"
+    with identity_provider() as idp:
+        opts = RunOptions(
+            config=str(config),
+            workspace=workspace,
+            http_port=0,
+            oidc_issuer=idp.issuer,
+            oidc_audience=AUDIENCE,
+        )
+        base = plan_session(opts)
+    assert base.per_caller
+    alice = plan_for_caller(base, Caller("alice", frozenset()))  # the control
+    assert alice.workspace == (f"{tmp_path}/repo/alice" if where == "workspace" else workspace)
+    with pytest.raises((OptionError, ConfigError)) as refused:
+        plan_for_caller(base, Caller("node_modules", frozenset()))
+    said = str(refused.value)
+    assert f"{tmp_path}/repo/node_modules" in said and "never writable" in said, said
+    assert ("allowWrite[0]" in said) == (where == "allowWrite"), said
