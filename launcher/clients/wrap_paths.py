@@ -72,7 +72,7 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
     if holds_home(mount, home):
         return "is or holds your home directory"
     if writable:  # a writable root judged whole, as run judges it
-        judged = root_problem(mount, {str(home): "your home directory", **homes()})
+        judged = root_problem(mount, {str(home): "your home directory", **homes(mount)})
         if judged is not None:
             return f"{judged}, {NEVER_WRITABLE}"
     hidden = never_shown()

@@ -247,7 +247,8 @@ def plan_from(
     selected = bundled.installed(
         config.source, select_servers(config, opts.servers), opts.servers, search_path()
     )
-    judge_writable(config, selected, homes())  # before anything is made for them
+    writable = [p for s in selected.values() if s.sandbox for p in s.sandbox.filesystem.allow_write]
+    judge_writable(config, selected, homes(*writable))  # before anything is made for them
     files = base.policy if base is not None else load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
     check_servers(files.permissions, config.servers, str(files.directory / PERMISSIONS_FILE))

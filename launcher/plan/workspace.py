@@ -69,9 +69,6 @@ def check_workspace(workspace: str, given: str | None) -> None:
     a server may write its whole workspace, and the rest of that directory (audit logs,
     tool pins, the validated config and policy read at the next start) must stay out of
     its reach."""
-    why = root_problem(workspace, homes())
-    if why is not None:
-        raise OptionError("workspace", given or workspace, refused_root(workspace, why))
     state = resolve_real_path(str(dirs.state_dir()))
     workspaces = os.path.join(state, "workspaces")
     if is_under(workspace, state) and not (
@@ -93,20 +90,29 @@ def check_workspace(workspace: str, given: str | None) -> None:
                 "(approvals, egress proxies), which a server working there could connect "
                 "to; use a directory inside it",
             )
+    why = root_problem(workspace, homes(workspace))
+    if why is not None:
+        raise OptionError("workspace", given or workspace, refused_root(workspace, why))
 
 
-def homes() -> dict[str, str]:
+def homes(*near: str) -> dict[str, str]:
     """Every home directory, with whose it is: ``$HOME`` and the user database's own entry
-    for this user, then every user's of the database (system accounts' too: git run as
-    ``www-data`` reads ``/var/www/.gitconfig``)."""
+    for this user, every user's of the database (system accounts' too: git run as
+    ``www-data`` reads ``/var/www/.gitconfig``), and the home of the owner of each of
+    ``near`` (a directory service may not list its users: the owner of a directory that is
+    a home is looked up by itself)."""
     found: dict[str, str] = {}
     own = [os.path.expanduser("~")]
     with contextlib.suppress(KeyError):
         own.append(pwd.getpwuid(os.getuid()).pw_dir)
+    users = []
+    for path in near:
+        with contextlib.suppress(OSError, KeyError):
+            users.append(pwd.getpwuid(os.stat(path).st_uid))
     for home in own:
         if os.path.isabs(home):
             found.setdefault(home, "your home directory")
-    for user in pwd.getpwall():
+    for user in [*users, *pwd.getpwall()]:
         if os.path.isabs(user.pw_dir):
             found.setdefault(user.pw_dir, f"the home directory of {user.pw_name}")
     return found
