@@ -300,6 +300,9 @@ def test_run_refuses_an_allow_write_that_is_not_a_writable_root(user: Home) -> N
         where = f"{config}: $.mcpServers.s.sandbox.filesystem.allowWrite[0]: "
         assert line.startswith(f"ironcurtain: error: {where}"), line
         assert said in line and "never writable" in line, (value, line)
+    nul = _run(user, "run", "--config", str(_config(user, f"{repo}/.git\0/hooks")))
+    assert nul.returncode == 2 and "Traceback" not in nul.stderr, nul.stderr
+    assert "allowWrite[0]" in nul.stderr and "NUL" in nul.stderr, nul.stderr
     assert user.left_behind() == []
     # The control: a directory of the project may be written.
     config = _config(user, str(repo / "src"))
