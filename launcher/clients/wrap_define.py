@@ -35,7 +35,7 @@ from launcher.clients.known import (
     user_policy,
     workspace_of,
 )
-from launcher.clients.wrap_paths import identity, refusal, within
+from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
 from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
 
 __all__ = ["LeftAlone", "moved_definition", "references_environment"]
@@ -122,10 +122,13 @@ class _Mounts:
                 if through and str(resolved) != full:
                     why += f" (reached through a link in it: {candidate})"
         if why is not None:
-            self.notes.append(
-                f"{self.e.name}: {mount} {why}: not given to its sandbox (grant it yourself in "
-                f"its entry in {user_config()}, sandbox.filesystem, if you mean it)"
+            by_hand = (
+                ""
+                if why.endswith(NEVER_WRITABLE)
+                else f" (grant it yourself in its entry in {user_config()}, sandbox.filesystem, "
+                "if you mean it)"
             )
+            self.notes.append(f"{self.e.name}: {mount} {why}: not given to its sandbox{by_hand}")
             return candidate
         (self.writable if directory else self.readable).append(mount)
         return full

@@ -8,7 +8,11 @@ entry, the user's own included, some places are never mounted: the home and any 
 holding it, ``~/.ssh`` (and anything in it) and any directory holding a ``.ssh``, ``~/.config``
 and ``~/.local`` and what holds them, ironcurtain's own configuration and state (and
 anything in them), the directories where sessions keep their sockets, the kernel's and the
-runtime's trees (``/proc``, ``/sys``, ``/dev``, ``/run``), and ``/etc`` writable. The list of
+runtime's trees (``/proc``, ``/sys``, ``/dev``, ``/run``), and ``/etc`` writable. A writable
+mount is judged whole as ``run`` judges every writable root
+(:func:`sandbox_profiles.writable_roots.root_problem`): never a home or what holds one, a
+catalogue entry (``.git/hooks``, ``.vscode``, ``.claude``), a git directory or a virtualenv,
+nor anything inside them. The list of
 directories a server is never shown is the planner's
 (:func:`launcher.plan.server_plan.never_shown`); this adds what holds by identity, so a
 bind mount of the home at another path is still the home.
@@ -22,6 +26,10 @@ from pathlib import Path
 from launcher.shared import dirs
 from sandbox_profiles.discover import hidden_reason
 from sandbox_profiles.ways import is_under
+from sandbox_profiles.writable_roots import root_problem
+
+# Said of a directory no writable root may be, by wrap or by hand.
+NEVER_WRITABLE = "never writable by a server, not even granted by hand"
 
 
 def identity(path: str | Path) -> tuple[int, int] | None:
@@ -59,9 +67,14 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
     """Why ``mount`` (a directory, absolute) must not be given to a wrapped server, as
     "MOUNT is ..." wording; None when it may."""
     from launcher.plan.server_plan import RUNTIME_TREES, never_shown  # the planner's own lists
+    from launcher.plan.workspace import homes
 
     if holds_home(mount, home):
         return "is or holds your home directory"
+    if writable:  # a writable root judged whole, as run judges it
+        judged = root_problem(mount, {str(home): "your home directory", **homes(mount)})
+        if judged is not None:
+            return f"{judged}, {NEVER_WRITABLE}"
     hidden = never_shown()
     reason = hidden_reason(mount, hidden)
     if reason is not None:

@@ -48,7 +48,9 @@ def annotate_tools(
     if not heuristic:
         llm = llm or make_llm(llm_options or LLMOptions(), "annotate-tools")
     progress = progress or Progress()
-    plan = plan_session(RunOptions(config=config, servers=servers, every_caller=True))
+    plan = plan_session(
+        RunOptions(config=config, servers=servers, every_caller=True, read_only=True)
+    )
     listings = collect_listings(plan, progress)
     if llm is None or heuristic:
         fresh = heuristic_drafts(listings)

@@ -93,6 +93,8 @@ def _expand_path(
     uses: list[str] | None = None,
 ) -> str:
     out = os.path.expanduser(expand(value, variables, where, file, uses))
+    if "\0" in out:
+        raise ConfigError(file, where(), f"{value!r} holds a NUL character, which no path can")
     if not os.path.isabs(out):
         raise ConfigError(
             file,

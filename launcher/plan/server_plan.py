@@ -9,6 +9,7 @@ import pwd
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from launcher.host.launch import LaunchSpec
@@ -16,6 +17,7 @@ from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
 from launcher.plan.programs import npx_to_node, resolve_command
+from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import ConfigError, SandboxUnavailable
 from launcher.shared.jsonrpc import ClientSide
@@ -36,6 +38,7 @@ from sandbox_profiles.profile import (
 )
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
+from sandbox_profiles.writable_roots import root_problem
 
 # Path roles that change the filesystem: a server with a tool taking one gets the workspace
 # writable; with only other path roles, read-only; with no path role at all, not at all.
@@ -108,6 +111,7 @@ class Surroundings:
     seccomp_bpf: bytes | None
     can_sandbox: bool  # False: sandboxed servers run unsandboxed (allowed by the caller)
     display_only: bool  # planned to be shown, not run
+    read_only: bool = False  # started only to list their tools: nothing writable
 
 
 def egress_rules(server: ServerConfig) -> EgressRules | None:
@@ -244,6 +248,25 @@ def _keep_runtime_out(name: str, fs: FilesystemSandbox, at: Surroundings) -> Non
                 )
 
 
+def judge_writable(
+    config: LoadedConfig, servers: Mapping[str, ServerConfig], homes: Mapping[str, str]
+) -> None:
+    """Every ``allowWrite`` directory of ``servers`` judged whole (:func:`root_problem`):
+    never a home, a directory holding one, a catalogue entry, a git directory or a
+    virtualenv, nor inside one. Judged before anything is made for them."""
+    for name, server in servers.items():
+        if server.sandbox is False:
+            continue
+        for i, path in enumerate(server.sandbox.filesystem.allow_write):
+            why = root_problem(path, homes)
+            if why is not None:
+                raise ConfigError(
+                    str(config.path),
+                    f"$.{config.key}.{name}.sandbox.filesystem.allowWrite[{i}]",
+                    refused_root(path, why),
+                )
+
+
 def limits_of(server: ServerConfig) -> Limits:
     """The limits in force: the config's, each field defaulting to
     :data:`launcher.plan.config_schema.DEFAULT_LIMITS`; none at all with ``"limits": false``."""
@@ -277,6 +300,10 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
     if sandboxed:
         _keep_runtime_out(name, fs, at)
         _keep_links_from_secrets(name, fs, at)
+    if at.read_only:  # what it may write is shown to it read-only
+        fs = replace(fs, allow_read=[*fs.allow_read, *fs.allow_write], allow_write=[])
+        if access == "write":
+            access, access_reason = "read", "started only to list its tools: nothing writable"
     if at.workspace in fs.allow_write:
         access, access_reason = "write", "allowWrite names it"
     egress = egress_rules(server) if sandboxed else None

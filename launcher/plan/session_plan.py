@@ -27,9 +27,15 @@ from launcher.plan.config import CALLER, LoadedConfig, load_and_warn
 from launcher.plan.config_schema import ServerConfig
 from launcher.plan.policy_plan import build_engine, check_output_servers, load_policy
 from launcher.plan.programs import search_path
-from launcher.plan.server_plan import ServerPlan, Surroundings, never_shown, plan_server
+from launcher.plan.server_plan import (
+    ServerPlan,
+    Surroundings,
+    judge_writable,
+    never_shown,
+    plan_server,
+)
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
-from launcher.plan.workspace import check_workspace, workspace_for
+from launcher.plan.workspace import check_workspace, homes, workspace_for
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import OptionError, SandboxRefused, UsageError
 from policy import PolicyEngine
@@ -84,6 +90,9 @@ class RunOptions:
     # No callers, yet ${caller} is kept as it is (as in a plan for every caller): for
     # commands that only list the servers' tools or read the plan.
     every_caller: bool = False
+    # Every server started only to list its tools: nothing writable (neither the workspace
+    # nor its allowWrite, shown read-only), whatever its config and annotations say.
+    read_only: bool = False
 
 
 MAX_CLIENTS = 1024  # each has servers of its own: more is no setting, an outage
@@ -240,6 +249,8 @@ def plan_from(
     selected = bundled.installed(
         config.source, select_servers(config, opts.servers), opts.servers, search_path()
     )
+    writable = [p for s in selected.values() if s.sandbox for p in s.sandbox.filesystem.allow_write]
+    judge_writable(config, selected, homes(*writable))  # before anything is made for them
     files = base.policy if base is not None else load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
     check_servers(files.permissions, config.servers, str(files.directory / PERMISSIONS_FILE))
@@ -306,6 +317,7 @@ def plan_from(
         seccomp_bpf=bpf,
         can_sandbox=problem is None,
         display_only=opts.display_only,
+        read_only=opts.read_only,
     )
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
     per_caller = (

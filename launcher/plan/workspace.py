@@ -5,13 +5,16 @@ own: ``${caller}`` stands for the caller's name made safe for a path
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pwd
 
 from launcher.plan.config import CALLER
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import OptionError
 from policy.paths import resolve_real_path
 from sandbox_profiles.ways import is_under
+from sandbox_profiles.writable_roots import root_problem
 
 NEEDS_CALLER = (
     "names ${caller}, the caller's name, and this session has no caller: give "
@@ -87,3 +90,48 @@ def check_workspace(workspace: str, given: str | None) -> None:
                 "(approvals, egress proxies), which a server working there could connect "
                 "to; use a directory inside it",
             )
+    why = root_problem(workspace, homes(workspace))
+    if why is not None:
+        raise OptionError("workspace", given or workspace, refused_root(workspace, why))
+
+
+def homes(*near: str) -> dict[str, str]:
+    """Every home directory, with whose it is: ``$HOME`` and the user database's own entry
+    for this user, every user's of the database (system accounts' too: git run as
+    ``www-data`` reads ``/var/www/.gitconfig``), and the home of the owner of each of
+    ``near`` (a directory service may not list its users: the owner of a directory that is
+    a home is looked up by itself)."""
+    found: dict[str, str] = {}
+    own = [os.path.expanduser("~")]
+    with contextlib.suppress(KeyError):
+        own.append(pwd.getpwuid(os.getuid()).pw_dir)
+    users = []
+    for path in near:
+        with contextlib.suppress(OSError, KeyError):
+            users.append(pwd.getpwuid(os.stat(path).st_uid))
+    for home in own:
+        if os.path.isabs(home):
+            found.setdefault(home, "your home directory")
+    for user in [*users, *pwd.getpwall()]:
+        if os.path.isabs(user.pw_dir):
+            found.setdefault(user.pw_dir, f"the home directory of {user.pw_name}")
+    return found
+
+
+def refused_root(path: str, why: str) -> str:
+    """The one line that says why ``path`` is never a writable root.
+
+    >>> refused_root("/home/al", "is your home directory")[:47]
+    '/home/al is your home directory: never writable'
+    """
+    fix = (
+        "name a directory inside it"
+        if why.startswith(("is your home", "is the home directory", "holds"))
+        else "name a directory outside it"
+    )
+    real = os.path.realpath(path)
+    named = f"{path} is a link to {real}, which" if real != os.path.normpath(path) else path
+    return (
+        f"{named} {why}: never writable by a server (what it wrote there, your shell, git or "
+        f"editor would load or run); {fix}"
+    )

@@ -72,7 +72,8 @@ def test_a_link_to_an_ordinary_directory_and_a_secret_place_named_directly_are_s
     link = user.root / "proj-data"
     link.symlink_to(work)
     assert f"--bind {work} {work}" in _profile(user, _config(user, link))
-    direct = user.home / ".ssh"  # the user's own explicit choice
+    direct = user.home / ".local" / "share" / "notes"  # the user's own explicit choice
+    direct.mkdir(parents=True)
     assert f"--bind {direct} {direct}" in _profile(user, _config(user, direct))
 
 

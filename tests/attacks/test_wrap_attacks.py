@@ -97,10 +97,12 @@ def test_wrap_run_from_the_home_gives_the_user_entries_no_workspace(user: Home, 
     for name, entry in entries.items():
         assert "--workspace" not in entry["args"], (name, entry)  # type: ignore[operator]
         assert not _mounts_home(user, name, entry), name
-    # The control: the entry as it was wrapped before, with the home as its workspace.
-    args = entries["cfiles"]["args"]
-    before = {"args": [args[0], "--workspace", str(user.home), *args[1:]]}  # type: ignore[index]
-    assert _mounts_home(user, "cfiles", before)
+    # The control: the entry as it was wrapped before, with the home as its workspace, is
+    # refused by run itself now (a home is never a writable root).
+    args = [str(a) for a in entries["cfiles"]["args"]]  # type: ignore[attr-defined]
+    before = [args[0], "--workspace", str(user.home), *args[1:]]
+    refused = _cli(user, user.root, "profile", "cfiles", *before[1:-2])
+    assert refused.returncode == 2 and "is your home directory" in refused.stderr, refused.stderr
     moved = _servers(user.config / "ironcurtain" / "mcp-servers.json")
     assert str(user.home) not in json.dumps(moved["lfiles"].get("sandbox", {}))
 

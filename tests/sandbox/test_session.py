@@ -322,10 +322,12 @@ def test_a_file_uri_disguised_for_the_gate_is_refused(user: Home) -> None:
 
 
 def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Home) -> None:
-    # The workspace is the whole home, which holds ironcurtain's state (audit logs). The
-    # policy is told the write argument is not a path, and a bare relative path slips past
-    # the path heuristic: only the sandbox stands between the probe and the audit logs.
-    state = user.home / ".local" / "state"
+    # The workspace holds ironcurtain's state (audit logs), as a home would (a home is never
+    # a workspace). The policy is told the write argument is not a path, and a bare relative
+    # path slips past the path heuristic: only the sandbox stands between the probe and the
+    # audit logs.
+    ws = user.ws("everything")
+    state = ws / ".local" / "state"
     env = {**user.env, "XDG_STATE_HOME": str(state)}
     (state / "ironcurtain" / "audit").mkdir(parents=True)
     config = write_probe_config(user)
@@ -340,7 +342,7 @@ def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Hom
     (policy / "compiled-policy.json").write_text((base / "compiled-policy.json").read_text())
     target = ".local/state/ironcurtain/audit/planted.jsonl"
 
-    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.home)]
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
 
     async def scenario() -> None:
         async with connect(replace(user, env=env), *args) as s:
@@ -350,5 +352,5 @@ def test_state_dir_inside_the_workspace_stays_read_only_in_the_sandbox(user: Hom
             assert text == "WRITE OK"
 
     run(scenario)
-    assert not (user.home / target).exists()
-    assert (user.home / "ok.txt").read_text() == "x"
+    assert not (ws / target).exists()
+    assert (ws / "ok.txt").read_text() == "x"
