@@ -9,14 +9,16 @@ import os
 from collections.abc import Sequence
 from dataclasses import field
 
-from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find
+from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
 from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
+from sandbox_profiles.direnv import envrc_paths
 from sandbox_profiles.gitconfig import (
     UnreadableConfig,
     git_config_includes,
     git_config_paths,
     host_git_configs,
 )
+from sandbox_profiles.hardlinks import other_names
 from sandbox_profiles.lefthook import lefthook_paths
 from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import is_under
@@ -49,7 +51,9 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     """Every catalogue entry in ``writable``, and what entries point at: the target of a
     symlink among them or inside them (a hooks directory whose ``pre-commit`` links to
     ``scripts/pre-commit``), what git configurations (the user's, and the repositories')
-    include, take hooks from or run, when that lies in a writable root."""
+    include, take hooks from or run, what a present ``.envrc`` (in a root or above one)
+    makes direnv load, when that lies in a writable root; and every other name (hard link)
+    in a root of a file so protected."""
 
     def inside(path: str) -> bool:
         return any(is_under(path, r) for r in writable)
@@ -95,10 +99,12 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     configs: list[tuple[str, list[str]]] = []
     tops: list[str] = []
     lefthooks: list[str] = []
+    envrcs: list[str] = []
     for top in _enclosing(writable):
         # A repository holding a root: its configurations may name places in the root.
         configs.append((os.path.join(top, ".git", "config"), [top]))
         lefthooks += [top + name for name in _LEFTHOOK_NAMES]
+    envrcs += _enclosing_envrcs(writable)
     for root in writable:
         for path, entry in find(root):
             rel = os.path.relpath(path, root)
@@ -112,6 +118,8 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             name = os.path.basename(path)
             if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
                 lefthooks.append(path)
+            if fold(name) == ".envrc" and os.path.isfile(path):
+                envrcs.append(os.path.realpath(path))
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
@@ -149,6 +157,16 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
+    for envrc in dict.fromkeys(envrcs):
+        try:
+            for path, how in envrc_paths(envrc, home):
+                protect(path, f"loaded by direnv: {how}")
+        except UnreadableConfig as exc:
+            found.unreadable.append(str(exc))
+    try:
+        found.read_only.update(other_names(found.read_only, writable))
+    except UnreadableConfig as exc:
+        found.unreadable.append(str(exc))
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
@@ -156,13 +174,16 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
 
 # The reason of every writable root made read-only because a configuration could not be
 # read (the launcher says so at start).
-FAIL_CLOSED = "read-only: a configuration that names what git or its hooks run cannot be read"
+FAIL_CLOSED = (
+    "read-only: a configuration that names what git, its hooks or direnv run cannot be read"
+)
 
 
 def _fail_closed(writable: Sequence[str], unreadable: list[str]) -> Protection:
-    """A git (or lefthook) configuration that cannot be read may name any path as a hook, an
-    include or a program git runs: every writable root is shown read-only, and nothing else
-    is needed (a server that can write nothing plants nothing)."""
+    """A git, lefthook or direnv configuration that cannot be read may name any path as a
+    hook, an include or a program git runs (and a directory where a hard link of a protected
+    file could be cannot be searched): every writable root is shown read-only, and nothing
+    else is needed (a server that can write nothing plants nothing)."""
     why = f"{FAIL_CLOSED} as they read it, so what it makes them run is unknown (" + (
         "; ".join(unreadable) + ")"
     )
@@ -189,6 +210,23 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
                 break
             current = parent
     return tops
+
+
+def _enclosing_envrcs(writable: Sequence[str]) -> list[str]:
+    """The ``.envrc`` files above each root, outside every root: direnv loads them on ``cd``
+    into the root, and a relative place they load may lie in it."""
+    found: list[str] = []
+    for root in writable:
+        current = os.path.dirname(os.path.normpath(root))
+        while True:
+            envrc = os.path.join(current, ".envrc")
+            if os.path.isfile(envrc) and not any(is_under(envrc, r) for r in writable):
+                found.append(os.path.realpath(envrc))
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return found
 
 
 def _linked_worktrees(tops: Sequence[str]) -> list[str]:

@@ -22,6 +22,8 @@ libraries=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The tests run the real direnv on what an allowed .envrc loads.
+if [ "${1:-}" = "--dev" ]; then command -v direnv >/dev/null || missing+=(direnv); fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq
