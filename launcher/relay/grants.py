@@ -24,7 +24,7 @@ from typing import Literal
 
 from launcher.shared.shown import visible
 from policy.paths import iter_strings
-from sandbox_profiles.autorun import Entry, match, path_sibling
+from sandbox_profiles.autorun import INSTRUCTION_ENTRIES, Entry, match, path_sibling
 from sandbox_profiles.model import SandboxProfile
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import deepest_mount, is_under
@@ -117,6 +117,19 @@ def runs_on_host(path: str, is_dir: bool) -> Entry | None:
     return match(parts, is_dir, path_sibling(os.path.dirname(path)))
 
 
+def steers_an_agent(path: str) -> bool:
+    """Whether ``path`` is an agent instruction file (``CLAUDE.md``, ``AGENTS.md``...): a
+    sandbox's own write of one is quarantined, but a call a human approved may write it,
+    through a one-shot instance whose change the trusted process carries over."""
+    return runs_on_host(path, os.path.isdir(path)) in INSTRUCTION_ENTRIES
+
+
+def instruction_paths(grants: Sequence[Grant]) -> list[str]:
+    """The agent instruction files an approved call may change: what the trusted process
+    writes there is the approved change, not a sandbox's."""
+    return [g.path for g in grants if g.changes and g.outside and steers_an_agent(g.path)]
+
+
 def _kind(path: str, argument: str) -> Kind:
     try:
         st = os.lstat(path)
@@ -166,6 +179,9 @@ def plan_grants(
             in_root = any(is_under(path, root) for root in writable)
             if writes or removes:
                 reachable = in_root and mount is not None and mount.kind == "bind"
+                # An instruction file the sandbox writes is quarantined: an approved call
+                # writes it through a one-shot instance, carried over by the trusted process.
+                reachable = reachable and not steers_an_agent(path)
             else:
                 reachable = mount is not None and mount.kind in _HOST_VIEWS
             if reachable and not in_root:
@@ -237,6 +253,11 @@ def _check_place(
     if not changes:
         return
     mount = deepest_mount(profile, path)
+    in_root = any(is_under(path, root) for root in profile.writable)
+    if in_root and steers_an_agent(path) and mount is not None:
+        own = mount.dest == path and mount.reason.startswith("always protected")
+        if mount.kind == "bind" or own:
+            return  # the root, or the instruction file's own read-only mount
     if mount is not None and mount.kind in _HOST_VIEWS:
         raise CannotWiden(
             f"{argument}: {path} is inside {mount.dest}, which this server sees read-only"
