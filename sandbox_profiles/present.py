@@ -6,7 +6,7 @@ or run. Shown read-only in the sandbox, or guarded when not there yet."""
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 
 from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
@@ -157,6 +157,21 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
+    _direnv_and_links(found, protect, envrcs, writable, home)
+    if found.unreadable:
+        return _fail_closed(writable, found.unreadable)
+    return found
+
+
+def _direnv_and_links(
+    found: Protection,
+    protect: Callable[[str, str], None],
+    envrcs: Sequence[str],
+    writable: Sequence[str],
+    home: str,
+) -> None:
+    """What each ``.envrc`` loads, protected; then the other names (hard links) in the
+    roots of every file protected so far. What cannot be known is said in ``unreadable``."""
     for envrc in dict.fromkeys(envrcs):
         try:
             for path, how in envrc_paths(envrc, home):
@@ -167,9 +182,6 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
         found.read_only.update(other_names(found.read_only, writable))
     except UnreadableConfig as exc:
         found.unreadable.append(str(exc))
-    if found.unreadable:
-        return _fail_closed(writable, found.unreadable)
-    return found
 
 
 # The reason of every writable root made read-only because a configuration could not be

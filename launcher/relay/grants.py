@@ -25,7 +25,7 @@ from typing import Literal
 from launcher.shared.shown import visible
 from policy.paths import iter_strings
 from sandbox_profiles.autorun import INSTRUCTION_ENTRIES, Entry, match, path_sibling
-from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import deepest_mount, is_under
 
@@ -177,13 +177,7 @@ def plan_grants(
                 raise CannotWiden(f"{argument}: a path holding a NUL byte names no file")
             mount = deepest_mount(profile, path)
             in_root = any(is_under(path, root) for root in writable)
-            if writes or removes:
-                reachable = in_root and mount is not None and mount.kind == "bind"
-                # An instruction file the sandbox writes is quarantined: an approved call
-                # writes it through a one-shot instance, carried over by the trusted process.
-                reachable = reachable and not steers_an_agent(path)
-            else:
-                reachable = mount is not None and mount.kind in _HOST_VIEWS
+            reachable = _reachable(path, mount, in_root, writes or removes)
             if reachable and not in_root:
                 continue  # seen through a read-only mount the one-shot instance keeps
             found.append((argument, path, access, removes, reads, not reachable))
@@ -212,6 +206,16 @@ def plan_grants(
             )
         grants.append(grant)
     return grants
+
+
+def _reachable(path: str, mount: Mount | None, in_root: bool, changes: bool) -> bool:
+    """Whether the standing sandbox reaches ``path`` for the access. An instruction file
+    it writes is quarantined: an approved call writes it through a one-shot instance,
+    whose change the trusted process carries over."""
+    if not changes:
+        return mount is not None and mount.kind in _HOST_VIEWS
+    writable = in_root and mount is not None and mount.kind == "bind"
+    return writable and not steers_an_agent(path)
 
 
 def _merged(

@@ -49,7 +49,7 @@ def _session(user: Home, ws: Path) -> list[str]:
         *(
             {
                 "name": f"ask-{name}",
-                "if": {"paths": {"roles": ["write-path"], "within": str(ws / name)}},
+                "if": {"paths": {"roles": ["write-path"], "within": f"${{workspace}}/{name}"}},
                 "then": "escalate",
                 "reason": "the agent's instructions are the user's to approve",
             }

@@ -30,6 +30,7 @@ from tests.support.bundled import bundled_servers, write_config
 from tests.support.home import Home, make_home
 from tests.support.lefthook import user_git
 from tests.support.marks import needs_bwrap
+from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_server_config, run_probe
 from tests.support.sdk import call, connect
 
@@ -333,3 +334,20 @@ def test_an_envrc_that_cannot_be_read_for_sure_makes_the_roots_read_only(tmp_pat
 def test_without_the_sandbox_what_that_envrc_loads_runs(tmp_path: Path) -> None:
     ran, answers = _unknowable(tmp_path, sandboxed=False)
     assert ran, answers
+
+
+def test_scan_says_what_an_envrc_loads_and_a_hooks_other_names(tmp_path: Path) -> None:
+    """Listed, never moved: the .env and the other name may well be the user's own."""
+    user = make_home(tmp_path)
+    ws = user.ws("ws")
+    user_git("init", "-q", cwd=ws)
+    (ws / ".envrc").write_text("dotenv\nPATH_add tools\n")
+    (ws / ".env").write_text("A=1\n")
+    os.link(ws / ".git" / "hooks" / "pre-commit.sample", ws / "innocent")
+    done = subprocess.run(
+        [IRONCURTAIN, "scan", "--fix", str(ws)], capture_output=True, text=True, env=user.env
+    )
+    assert f"also protected in a session: {ws}/.env: loaded by direnv: dotenv" in done.stdout
+    assert f"{ws}/innocent: another name (hard link) of {ws}/.git/hooks" in done.stdout
+    assert f"also guarded in a session (not there yet): {ws}/tools" in done.stdout
+    assert (ws / ".env").is_file() and (ws / "innocent").is_file()
