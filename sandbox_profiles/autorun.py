@@ -105,6 +105,13 @@ DIRENV_REFERENCE_ENTRY = Entry(
     "direnv-stdlib(1); direnv 2.32 (stdlib.sh)",
     "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, envrc-unreadable",
 )
+INSTRUCTION_IMPORT_ENTRY = Entry(
+    "a file an agent instruction file imports (@path in CLAUDE.md, CLAUDE.local.md, "
+    "GEMINI.md, also above the root, five hops deep)",
+    "Claude Code and Gemini CLI load it as instructions with the importing file",
+    "Claude Code docs (memory: CLAUDE.md imports); Gemini CLI docs (memory import processor)",
+    "instruction-imports",
+)
 HARDLINK_ENTRY = Entry(
     "another name (hard link) in a writable root of a protected file",
     "writing through the other name changes the protected file: each such name is "
@@ -131,6 +138,7 @@ CATALOGUE: tuple[Entry, ...] = (
     LEFTHOOK_REFERENCE_ENTRY,
     HOME_BIN_ENTRY,
     DIRENV_REFERENCE_ENTRY,
+    INSTRUCTION_IMPORT_ENTRY,
     HARDLINK_ENTRY,
 )
 

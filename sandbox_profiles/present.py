@@ -20,6 +20,7 @@ from sandbox_profiles.gitconfig import (
 )
 from sandbox_profiles.hardlinks import other_names
 from sandbox_profiles.lefthook import lefthook_paths
+from sandbox_profiles.memory_imports import imported, imports_of
 from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import is_under
 
@@ -100,11 +101,12 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     tops: list[str] = []
     lefthooks: list[str] = []
     envrcs: list[str] = []
+    importing = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
     for top in _enclosing(writable):
         # A repository holding a root: its configurations may name places in the root.
         configs.append((os.path.join(top, ".git", "config"), [top]))
         lefthooks += [top + name for name in _LEFTHOOK_NAMES]
-    envrcs += _enclosing_envrcs(writable)
+    envrcs += _enclosing_named(writable, (".envrc",))
     for root in writable:
         for path, entry in find(root):
             rel = os.path.relpath(path, root)
@@ -118,8 +120,12 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             name = os.path.basename(path)
             if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
                 lefthooks.append(path)
+            if imports_of(name) and os.path.isfile(path):
+                importing.append(path)
             if fold(name) == ".envrc" and os.path.isfile(path):
-                envrcs.append(os.path.realpath(path))
+                # Read from where it is and, a link, from where it leads: paths relative
+                # to either directory are protected.
+                envrcs += [path, os.path.realpath(path)]
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
@@ -157,21 +163,29 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
-    _direnv_and_links(found, protect, envrcs, writable, home)
+    _loaded_by_files(found, protect, envrcs, importing, writable, home)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
 
 
-def _direnv_and_links(
+def _loaded_by_files(
     found: Protection,
     protect: Callable[[str, str], None],
     envrcs: Sequence[str],
+    importing: Sequence[str],
     writable: Sequence[str],
     home: str,
 ) -> None:
-    """What each ``.envrc`` loads, protected; then the other names (hard links) in the
-    roots of every file protected so far. What cannot be known is said in ``unreadable``."""
+    """What each ``.envrc`` loads and each agent instruction file imports, protected; then
+    the other names (hard links) in the roots of every file protected so far. What cannot
+    be known is said in ``unreadable``."""
+    for instructions in dict.fromkeys(importing):
+        try:
+            for path, why in imported(instructions, home):
+                protect(path, f"{INSTRUCTIONS}, {why}")
+        except UnreadableConfig as exc:
+            found.unreadable.append(str(exc))
     for envrc in dict.fromkeys(envrcs):
         try:
             for path, how in envrc_paths(envrc, home):
@@ -183,6 +197,10 @@ def _direnv_and_links(
     except UnreadableConfig as exc:
         found.unreadable.append(str(exc))
 
+
+# The reason of a file an agent instruction file imports: an approved call may write it, as
+# it may write the instruction file (launcher.relay.grants).
+INSTRUCTIONS = "always protected: an agent instruction file"
 
 # The reason of every writable root made read-only because a configuration could not be
 # read (the launcher says so at start).
@@ -224,16 +242,19 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
     return tops
 
 
-def _enclosing_envrcs(writable: Sequence[str]) -> list[str]:
-    """The ``.envrc`` files above each root, outside every root: direnv loads them on ``cd``
-    into the root, and a relative place they load may lie in it."""
+def _enclosing_named(writable: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The files of these names above each root, outside every root (``.envrc``, which
+    direnv loads on ``cd`` into the root; ``CLAUDE.md``, which Claude Code loads in every
+    directory below): a relative place they load may lie in the root. Each as found and,
+    a link, where it leads."""
     found: list[str] = []
     for root in writable:
         current = os.path.dirname(os.path.normpath(root))
         while True:
-            envrc = os.path.join(current, ".envrc")
-            if os.path.isfile(envrc) and not any(is_under(envrc, r) for r in writable):
-                found.append(os.path.realpath(envrc))
+            for name in names:
+                path = os.path.join(current, name)
+                if os.path.isfile(path) and not any(is_under(path, r) for r in writable):
+                    found += [path, os.path.realpath(path)]
             parent = os.path.dirname(current)
             if parent == current:
                 break

@@ -26,6 +26,7 @@ from launcher.shared.shown import visible
 from policy.paths import iter_strings
 from sandbox_profiles.autorun import INSTRUCTION_ENTRIES, Entry, match, path_sibling
 from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.present import INSTRUCTIONS
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import deepest_mount, is_under
 
@@ -258,10 +259,14 @@ def _check_place(
         return
     mount = deepest_mount(profile, path)
     in_root = any(is_under(path, root) for root in profile.writable)
-    if in_root and steers_an_agent(path) and mount is not None:
+    if in_root and mount is not None:
+        # An instruction file (by its name, or imported by one): its own read-only mount,
+        # or the root, is no reason to refuse an approved call.
         own = mount.dest == path and mount.reason.startswith("always protected")
-        if mount.kind == "bind" or own:
-            return  # the root, or the instruction file's own read-only mount
+        if mount.dest == path and mount.reason.startswith(INSTRUCTIONS):
+            return
+        if steers_an_agent(path) and (mount.kind == "bind" or own):
+            return
     if mount is not None and mount.kind in _HOST_VIEWS:
         raise CannotWiden(
             f"{argument}: {path} is inside {mount.dest}, which this server sees read-only"

@@ -117,5 +117,6 @@ DIRENV_HOME_ATTACK_IDS = (
     "hard-linked-hook",
     "hard-link-made",
     "instruction-files",
+    "instruction-imports",
     "envrc-unreadable",
 )
