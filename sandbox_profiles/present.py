@@ -102,6 +102,9 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     lefthooks: list[str] = []
     envrcs: list[str] = []
     importing = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
+    # The user's own memory files, loaded in every session, may import from a root.
+    mine = (os.path.join(home, ".claude", "CLAUDE.md"), os.path.join(home, ".gemini", "GEMINI.md"))
+    importing += [p for p in mine if home and os.path.isfile(p)]
     for top in _enclosing(writable):
         # A repository holding a root: its configurations may name places in the root.
         configs.append((os.path.join(top, ".git", "config"), [top]))

@@ -39,6 +39,8 @@ def test_what_claude_md_imports_is_read_only_and_an_approval_may_write_it(tmp_pa
     ws = tmp_path / "ws"
     (ws / "sub").mkdir(parents=True)
     (tmp_path / "CLAUDE.md").write_text("@ws/above.md\n")  # above the root: read too
+    (tmp_path / "home" / ".claude").mkdir(parents=True)  # the user's own memory
+    (tmp_path / "home" / ".claude" / "CLAUDE.md").write_text(f"@{ws}/mine.md\n")
     (ws / "sub" / "CLAUDE.md").write_text("@notes.md @new.md\n")
     (ws / "sub" / "notes.md").write_text("# notes\n")
     found = existing([str(ws)], str(tmp_path / "home"), None)
@@ -46,6 +48,7 @@ def test_what_claude_md_imports_is_read_only_and_an_approval_may_write_it(tmp_pa
     assert found.read_only[notes].startswith(INSTRUCTIONS)
     assert str(ws / "sub" / "new.md") in found.guarded
     assert str(ws / "above.md") in found.guarded
+    assert str(ws / "mine.md") in found.guarded
     mounts = (
         Mount("bind", str(ws), str(ws), "the workspace"),
         Mount("ro-bind", notes, notes, found.read_only[notes]),
