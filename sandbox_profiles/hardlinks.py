@@ -20,22 +20,23 @@ from sandbox_profiles.ways import is_under
 def other_names(protected: Mapping[str, str], writable: Sequence[str]) -> dict[str, str]:
     """{other name: why} of every regular file in ``writable`` that is a hard link of a file
     in ``protected`` (files, and directories protected whole) and is not itself inside a
-    protected path. Every directory of the roots is looked at: one that cannot be listed
-    raises :class:`UnreadableConfig` (a link there could not be found)."""
-    by_inode: dict[tuple[int, int], list[str]] = {}
+    protected path. The roots are walked only when a protected file has another name; a
+    directory that cannot be listed then raises :class:`UnreadableConfig` (a link there
+    could not be found)."""
+    targets: dict[tuple[int, int], str] = {}
+    for path in protected:
+        for name, st in _linked_files(path, ()) if os.path.isdir(path) else _linked_file(path):
+            targets.setdefault((st.st_dev, st.st_ino), name)
+    if not targets:
+        return {}
+    found: dict[str, str] = {}
     for root in dict.fromkeys(writable):
         if not os.path.isdir(root) or any(is_under(root, r) and root != r for r in writable):
             continue  # a root inside another is walked with it
-        for path, st in _linked_files(root):
-            by_inode.setdefault((st.st_dev, st.st_ino), []).append(path)
-    found: dict[str, str] = {}
-    for names in by_inode.values():
-        kept = [n for n in names if _inside(n, protected)]
-        if not kept:
-            continue
-        for name in names:
-            if name not in kept:
-                found[name] = f"another name (hard link) of {kept[0]}, which is protected"
+        for name, st in _linked_files(root, tuple(protected)):
+            kept = targets.get((st.st_dev, st.st_ino))
+            if kept is not None and name != kept and not _inside(name, protected):
+                found[name] = f"another name (hard link) of {kept}, which is protected"
     return found
 
 
@@ -43,8 +44,17 @@ def _inside(path: str, protected: Mapping[str, str]) -> bool:
     return path in protected or any(is_under(path, p) for p in protected)
 
 
-def _linked_files(root: str) -> list[tuple[str, os.stat_result]]:
-    """Every regular file below ``root`` with more than one name (symlinks not followed)."""
+def _linked_file(path: str) -> list[tuple[str, os.stat_result]]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    return [(path, st)] if stat.S_ISREG(st.st_mode) and st.st_nlink > 1 else []
+
+
+def _linked_files(root: str, skip: tuple[str, ...]) -> list[tuple[str, os.stat_result]]:
+    """Every regular file below ``root`` with more than one name (symlinks not followed),
+    not descending into ``skip`` (what is protected whole already)."""
     found: list[tuple[str, os.stat_result]] = []
     stack = [root]
     while stack:
@@ -60,7 +70,8 @@ def _linked_files(root: str) -> list[tuple[str, os.stat_result]]:
         for entry in entries:
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+                    if entry.path not in skip:
+                        stack.append(entry.path)
                     continue
                 st = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
