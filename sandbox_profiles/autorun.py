@@ -105,6 +105,14 @@ DIRENV_REFERENCE_ENTRY = Entry(
     "direnv-stdlib(1); direnv 2.32 (stdlib.sh)",
     "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, envrc-unreadable",
 )
+MISE_REFERENCE_ENTRY = Entry(
+    "a file or directory a present mise configuration or .tool-versions loads ([env] "
+    "_.file, _.source, _.path, env_file; a path: tool version)",
+    "mise, on cd: loads the file's variables, sources the script, puts the directories on "
+    "PATH; one that cannot be read for sure makes every writable root read-only",
+    "mise docs (environments: env._ directives; tools: path: versions)",
+    "mise-env",
+)
 INSTRUCTION_IMPORT_ENTRY = Entry(
     "a file an agent instruction file imports (@path in CLAUDE.md, CLAUDE.local.md, "
     "GEMINI.md, also above the root, five hops deep)",
@@ -138,6 +146,7 @@ CATALOGUE: tuple[Entry, ...] = (
     LEFTHOOK_REFERENCE_ENTRY,
     HOME_BIN_ENTRY,
     DIRENV_REFERENCE_ENTRY,
+    MISE_REFERENCE_ENTRY,
     INSTRUCTION_IMPORT_ENTRY,
     HARDLINK_ENTRY,
 )

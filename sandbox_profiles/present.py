@@ -5,6 +5,7 @@ or run. Shown read-only in the sandbox, or guarded when not there yet."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import field
@@ -21,6 +22,7 @@ from sandbox_profiles.gitconfig import (
 from sandbox_profiles.hardlinks import other_names
 from sandbox_profiles.lefthook import lefthook_paths
 from sandbox_profiles.memory_imports import imported, imports_of
+from sandbox_profiles.mise_env import configs_in, mise_paths, tool_versions_paths
 from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import is_under
 
@@ -101,6 +103,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     tops: list[str] = []
     lefthooks: list[str] = []
     envrcs: list[str] = []
+    loaders: list[Loader] = []
     importing = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
     # The user's own memory files, loaded in every session, may import from a root.
     mine = (os.path.join(home, ".claude", "CLAUDE.md"), os.path.join(home, ".gemini", "GEMINI.md"))
@@ -125,6 +128,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 lefthooks.append(path)
             if imports_of(name) and os.path.isfile(path):
                 importing.append(path)
+            loaders += _mise_readers(path, entry.match)
             if fold(name) == ".envrc" and os.path.isfile(path):
                 # Read from where it is and, a link, from where it leads: paths relative
                 # to either directory are protected.
@@ -166,33 +170,35 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
-    _loaded_by_files(found, protect, envrcs, importing, writable, home)
+    loaders += [("loaded by direnv", functools.partial(envrc_paths, home=home), e) for e in envrcs]
+    loaders += [(INSTRUCTIONS, functools.partial(imported, home=home), f) for f in importing]
+    _loaded_by_files(found, protect, loaders, writable)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
 
 
+# What a file makes a host tool load: (what loads it, the reader of the file, the file).
+Loader = tuple[str, Callable[[str], list[tuple[str, str]]], str]
+
+
 def _loaded_by_files(
     found: Protection,
     protect: Callable[[str, str], None],
-    envrcs: Sequence[str],
-    importing: Sequence[str],
+    loaders: Sequence[Loader],
     writable: Sequence[str],
-    home: str,
 ) -> None:
-    """What each ``.envrc`` loads and each agent instruction file imports, protected; then
-    the other names (hard links) in the roots of every file protected so far. What cannot
-    be known is said in ``unreadable``."""
-    for instructions in dict.fromkeys(importing):
+    """What each ``.envrc`` and mise configuration loads and each agent instruction file
+    imports, protected; then the other names (hard links) in the roots of every file
+    protected so far. What cannot be known is said in ``unreadable``."""
+    seen: set[tuple[str, str]] = set()
+    for label, reader, path in loaders:
+        if (label, path) in seen:
+            continue
+        seen.add((label, path))
         try:
-            for path, why in imported(instructions, home):
-                protect(path, f"{INSTRUCTIONS}, {why}")
-        except UnreadableConfig as exc:
-            found.unreadable.append(str(exc))
-    for envrc in dict.fromkeys(envrcs):
-        try:
-            for path, how in envrc_paths(envrc, home):
-                protect(path, f"loaded by direnv: {how}")
+            for place, why in reader(path):
+                protect(place, f"{label}: {why}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
     try:
@@ -243,6 +249,19 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
                 break
             current = parent
     return tops
+
+
+def _mise_readers(path: str, match: str) -> list[Loader]:
+    """The readers of what a catalogue entry of mise's (or ``.tool-versions``) loads."""
+    if match == ".tool-versions" and os.path.isfile(path):
+        return [("loaded by mise", tool_versions_paths, path)]
+    if "mise" not in match:
+        return []
+    if os.path.isdir(path) and not os.path.islink(path):
+        return [("loaded by mise", mise_paths, p) for p in configs_in(path)]
+    if path.endswith(".toml") and os.path.isfile(path):
+        return [("loaded by mise", mise_paths, path)]
+    return []
 
 
 def _enclosing_named(writable: Sequence[str], names: Sequence[str]) -> list[str]:

@@ -31,8 +31,9 @@ def _detail(path: str, entry: autorun.Entry) -> str:
 
 
 # What a session protects beside the catalogue that scan shows (never moves: they may well
-# be the user's own): what a present .envrc loads, other names of protected files.
-_BESIDE = ("loaded by direnv", "another name (hard link)")
+# be the user's own): what a present .envrc or mise configuration loads, what an agent
+# instruction file imports, other names of protected files.
+_BESIDE = ("loaded by", "another name (hard link)", present.INSTRUCTIONS)
 
 
 def _loaded_beside(root: str) -> list[str]:

@@ -95,8 +95,15 @@ LINKED = "linked"  # a repository whose hook the server tries to link to a name 
 # The user's CLAUDE.md imports a file that is there and one that is not yet.
 MEMORY = ("mem/CLAUDE.md", "# ours\nSee @agent.md and @../notes/new.md.\n")
 IMPORTED = ["mem/agent.md", "notes/new.md"]
+# The user's mise configuration: what mise loads on cd (mise itself is not installed here:
+# what is checked is that nothing the server wrote there is left).
+MISE = (
+    '[env]\n_.file = ".env.mise"\n_.path = ["./mbin"]\n_.source = "./env.sh"\n'
+    '[tools]\nnode = "path:./localnode"\n'
+)
+MISE_LOADED = ["mz/.env.mise", "mz/mbin/git", "mz/env.sh", "mz/localnode/bin/node"]
 MARKED = [*DIRENV_CASES, *HOME_CASES, "hard-linked-hook", "hard-link-made"]
-ATTACKS = [*MARKED, "instruction-imports"]
+ATTACKS = [*MARKED, "instruction-imports", "mise-env"]
 
 
 def test_every_attack_here_is_known_to_the_catalogues_check() -> None:
@@ -132,6 +139,8 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     (ws / "mem").mkdir()
     (ws / MEMORY[0]).write_text(MEMORY[1])
     (ws / IMPORTED[0]).write_text("# the user's notes for the agent\n")
+    (ws / "mz").mkdir()
+    (ws / "mz" / "mise.toml").write_text(MISE)
     if os.geteuid() == 0:  # servers then run as the workspace's owner: make it nobody
         subprocess.run(["chown", "-R", "65534:65534", str(ws)], check=True)
     markers = base / "markers"
@@ -172,6 +181,8 @@ def _ops(markers: Path) -> list[tuple[str, list[list[str]]]]:
     found.append(("instruction-files", [["write", rel, EVIL_INSTRUCTION] for rel in INSTRUCTIONS]))
     for rel in IMPORTED:  # one call each: the first fails in the sandbox
         found.append(("instruction-imports", [["write", rel, EVIL_INSTRUCTION]]))
+    for rel in MISE_LOADED:
+        found.append(("mise-env", [["write", rel, EVIL_INSTRUCTION]]))
     return found
 
 
@@ -207,6 +218,8 @@ def _afterwards(user: Home, ws: Path, markers: Path) -> dict[str, bool]:
     evil = [rel for rel in IMPORTED if (ws / rel).is_file() and _text(ws / rel) == EVIL_INSTRUCTION]
     ran["instruction-imports"] = evil == IMPORTED
     ran["instruction-imports (any)"] = bool(evil)
+    evil = [rel for rel in MISE_LOADED if _text(ws / rel) == EVIL_INSTRUCTION]
+    ran["mise-env"], ran["mise-env (any)"] = evil == MISE_LOADED, bool(evil)
     return ran
 
 

@@ -118,5 +118,6 @@ DIRENV_HOME_ATTACK_IDS = (
     "hard-link-made",
     "instruction-files",
     "instruction-imports",
+    "mise-env",
     "envrc-unreadable",
 )
