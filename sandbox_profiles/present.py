@@ -102,17 +102,11 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     configs: list[tuple[str, list[str]]] = []
     tops: list[str] = []
     lefthooks: list[str] = []
-    envrcs: list[str] = []
-    loaders: list[Loader] = []
-    importing = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
-    # The user's own memory files, loaded in every session, may import from a root.
-    mine = (os.path.join(home, ".claude", "CLAUDE.md"), os.path.join(home, ".gemini", "GEMINI.md"))
-    importing += [p for p in mine if home and os.path.isfile(p)]
+    loaders = _loaders_outside(writable, home)
     for top in _enclosing(writable):
         # A repository holding a root: its configurations may name places in the root.
         configs.append((os.path.join(top, ".git", "config"), [top]))
         lefthooks += [top + name for name in _LEFTHOOK_NAMES]
-    envrcs += _enclosing_named(writable, (".envrc",))
     for root in writable:
         for path, entry in find(root):
             rel = os.path.relpath(path, root)
@@ -126,13 +120,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             name = os.path.basename(path)
             if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
                 lefthooks.append(path)
-            if imports_of(name) and os.path.isfile(path):
-                importing.append(path)
-            loaders += _mise_readers(path, entry.match)
-            if fold(name) == ".envrc" and os.path.isfile(path):
-                # Read from where it is and, a link, from where it leads: paths relative
-                # to either directory are protected.
-                envrcs += [path, os.path.realpath(path)]
+            loaders += _readers(path, entry.match, home)
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
@@ -170,8 +158,6 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
-    loaders += [("loaded by direnv", functools.partial(envrc_paths, home=home), e) for e in envrcs]
-    loaders += [(INSTRUCTIONS, functools.partial(imported, home=home), f) for f in importing]
     _loaded_by_files(found, protect, loaders, writable)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
@@ -251,8 +237,31 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
     return tops
 
 
-def _mise_readers(path: str, match: str) -> list[Loader]:
-    """The readers of what a catalogue entry of mise's (or ``.tool-versions``) loads."""
+def _loaders_outside(writable: Sequence[str], home: str) -> list[Loader]:
+    """The readers of the files outside the roots that load from them: ``.envrc`` and
+    instruction files above a root, the user's own memory files (loaded in every
+    session)."""
+    direnv = functools.partial(envrc_paths, home=home)
+    memory = functools.partial(imported, home=home)
+    above = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
+    mine = [os.path.join(home, ".claude", "CLAUDE.md"), os.path.join(home, ".gemini", "GEMINI.md")]
+    above += [p for p in mine if home and os.path.isfile(p)]
+    return [
+        *(("loaded by direnv", direnv, e) for e in _enclosing_named(writable, (".envrc",))),
+        *((INSTRUCTIONS, memory, p) for p in above),
+    ]
+
+
+def _readers(path: str, match: str, home: str) -> list[Loader]:
+    """The readers of what a catalogue entry found in a root loads: an ``.envrc`` (from
+    where it is and, a link, where it leads), an instruction file's imports, mise's
+    configurations and ``.tool-versions``."""
+    name = fold(os.path.basename(path))
+    if name == ".envrc" and os.path.isfile(path):
+        direnv = functools.partial(envrc_paths, home=home)
+        return [("loaded by direnv", direnv, p) for p in (path, os.path.realpath(path))]
+    if imports_of(name) and os.path.isfile(path):
+        return [(INSTRUCTIONS, functools.partial(imported, home=home), path)]
     if match == ".tool-versions" and os.path.isfile(path):
         return [("loaded by mise", tool_versions_paths, path)]
     if "mise" not in match:
