@@ -2,7 +2,7 @@
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
 #   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools
-# System packages (bubblewrap, libseccomp2, util-linux, git, node) are installed with
+# System packages (bubblewrap, libseccomp2, util-linux, git, node; direnv with --dev) are installed with
 # apt-get when run as root,
 # otherwise the missing ones are named and the script stops.
 set -euo pipefail

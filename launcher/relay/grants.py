@@ -122,7 +122,13 @@ def steers_an_agent(path: str) -> bool:
     """Whether ``path`` is an agent instruction file (``CLAUDE.md``, ``AGENTS.md``...): a
     sandbox's own write of one is quarantined, but a call a human approved may write it,
     through a one-shot instance whose change the trusted process carries over."""
-    return runs_on_host(path, os.path.isdir(path)) in INSTRUCTION_ENTRIES
+    parts = [p for p in path.split("/") if p]
+    for n in range(len(parts), 0, -1):  # the file, or an instruction folder holding it
+        place = "/" + "/".join(parts[:n])
+        is_dir = n < len(parts) or os.path.isdir(place)
+        if match(parts[:n], is_dir, path_sibling(os.path.dirname(place))) in INSTRUCTION_ENTRIES:
+            return True
+    return False
 
 
 def instruction_paths(grants: Sequence[Grant]) -> list[str]:
@@ -262,7 +268,7 @@ def _check_place(
     if in_root and mount is not None:
         # An instruction file (by its name, or imported by one): its own read-only mount,
         # or the root, is no reason to refuse an approved call.
-        own = mount.dest == path and mount.reason.startswith("always protected")
+        own = mount.reason.startswith("always protected") and steers_an_agent(mount.dest)
         if mount.dest == path and mount.reason.startswith(INSTRUCTIONS):
             return
         if steers_an_agent(path) and (mount.kind == "bind" or own):

@@ -216,5 +216,11 @@ def test_an_instruction_file_in_the_workspace_is_written_by_an_approved_call(
         assert grant.outside and grant.kind == kind and grant.access == "write", name
         assert instruction_paths([grant]) == [str(ws / name)]
     assert plan_grants(profile, WRITE, {"path": str(ws / "notes.md")}, {}) == []
+    # In an instruction folder (.github/instructions/), there before: read-only in the sandbox.
+    folder = ws / ".github" / "instructions"
+    folder.mkdir(parents=True)
+    ro = Mount("ro-bind", str(folder), reason="always protected: .github/instructions")
+    (grant,) = plan_grants(_profile(tmp_path, own, ro), WRITE, {"path": str(folder / "a.md")}, {})
+    assert grant.outside and grant.kind == "absent"
     with pytest.raises(CannotWiden, match="read-only"):
         plan_grants(profile, WRITE, {"path": str(ws / ".git" / "config")}, {})
