@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import tomllib
 from collections.abc import Iterator
 
 from sandbox_profiles.gitconfig import UnreadableConfig
@@ -303,3 +304,35 @@ def _resolve(path: str, cwd: str, home: str) -> str:
     if path == "~" or path.startswith("~/"):
         path = home + path[1:]
     return os.path.normpath(os.path.join(cwd, path))
+
+
+def dotenv_unasked(home: str, xdg_config: str | None) -> list[tuple[str, str]]:
+    """(directory, the configuration saying so) of every place where direnv loads a
+    ``.env`` without asking: its configuration sets ``load_dotenv`` and whitelists the
+    place (``[whitelist] prefix``, or ``exact``: an ``.envrc`` or its directory). Without a
+    whitelist, direnv asks to allow each ``.env``'s content, as an ``.envrc``'s.
+    :class:`UnreadableConfig` when the configuration is there but cannot be read."""
+    base = os.path.join(xdg_config or os.path.join(home, ".config"), "direnv")
+    for name in ("direnv.toml", "config.toml"):
+        path = os.path.join(base, name)
+        if os.path.isfile(path):
+            break
+    else:
+        return []
+    try:
+        data = tomllib.loads(_read(path))
+    except tomllib.TOMLDecodeError as exc:
+        raise UnreadableConfig(path, f"cannot be read as TOML: {exc}") from None
+    settings, whitelist = data.get("global", {}), data.get("whitelist", {})
+    if not isinstance(settings, dict) or settings.get("load_dotenv") is not True:
+        return []
+    places: list[tuple[str, str]] = []
+    for key in ("prefix", "exact"):
+        values = whitelist.get(key, []) if isinstance(whitelist, dict) else []
+        for value in values if isinstance(values, list) else []:
+            if isinstance(value, str):
+                place = _resolve(value, home, home)
+                if key == "exact" and not os.path.isdir(place):
+                    place = os.path.dirname(place)
+                places.append((place, path))
+    return places

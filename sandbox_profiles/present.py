@@ -12,7 +12,7 @@ from dataclasses import field
 
 from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
 from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
-from sandbox_profiles.direnv import envrc_paths
+from sandbox_profiles.direnv import dotenv_unasked, envrc_paths
 from sandbox_profiles.gitconfig import (
     UnreadableConfig,
     git_config_includes,
@@ -159,6 +159,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
     _loaded_by_files(found, protect, loaders, writable)
+    found.unreadable += _dotenv_unasked(writable, home, xdg_config)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
@@ -235,6 +236,21 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
                 break
             current = parent
     return tops
+
+
+def _dotenv_unasked(writable: Sequence[str], home: str, xdg_config: str | None) -> list[str]:
+    """Why no ``.env`` in a root can be protected: direnv loads every one below a place
+    that holds or lies in a root, without asking (its names are not the catalogue's)."""
+    try:
+        places = dotenv_unasked(home, xdg_config) if home else []
+    except UnreadableConfig as exc:
+        return [str(exc)]
+    return [
+        f"{config}: direnv loads every .env below {place} without asking (load_dotenv with a "
+        "whitelist)"
+        for place, config in places
+        if any(is_under(root, place) or is_under(place, root) for root in writable)
+    ]
 
 
 def _loaders_outside(writable: Sequence[str], home: str) -> list[Loader]:

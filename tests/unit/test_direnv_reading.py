@@ -9,6 +9,7 @@ import pytest
 
 from sandbox_profiles.direnv import envrc_paths
 from sandbox_profiles.gitconfig import UnreadableConfig
+from sandbox_profiles.present import existing
 
 # .envrc text -> what it loads, relative to its directory
 LOADS = {
@@ -82,3 +83,27 @@ def test_what_cannot_be_known_fails_closed(text: str, tmp_path: Path) -> None:
     (tmp_path / ".envrc").write_text(text)
     with pytest.raises(UnreadableConfig):
         envrc_paths(str(tmp_path / ".envrc"), "/home/u")
+
+
+@pytest.mark.parametrize(
+    ("config", "closed"),
+    [
+        ('[global]\nload_dotenv = true\n[whitelist]\nprefix = ["~/code"]\n', True),
+        ('[global]\nload_dotenv = true\n[whitelist]\nexact = ["~/code/ws/.envrc"]\n', True),
+        ('[global]\nload_dotenv = true\n[whitelist]\nprefix = ["~/elsewhere"]\n', False),
+        ("[global]\nload_dotenv = true\n", False),  # each .env is allowed by its content
+        ('[whitelist]\nprefix = ["~/code"]\n', False),  # .envrc only: in the catalogue
+        ("[global\n", True),  # cannot be read: fail closed
+    ],
+)
+def test_direnv_loading_every_env_without_asking_makes_the_roots_read_only(
+    config: str, closed: bool, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    ws = home / "code" / "ws"
+    ws.mkdir(parents=True)
+    (tmp_path / "xdg" / "direnv").mkdir(parents=True)
+    (tmp_path / "xdg" / "direnv" / "direnv.toml").write_text(config)
+    found = existing([str(ws)], str(home), str(tmp_path / "xdg"))
+    assert bool(found.unreadable) is closed, found.unreadable
+    assert (str(ws) in found.read_only) is closed
