@@ -22,7 +22,7 @@ import os
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 
-from sandbox_profiles.autorun_names import NAMES, SUFFIXES, expand
+from sandbox_profiles.autorun_names import INSTRUCTION_NAMES, NAMES, SUFFIXES, expand
 from sandbox_profiles.records import frozen
 
 
@@ -84,7 +84,57 @@ LEFTHOOK_REFERENCE_ENTRY = Entry(
     "enclosing-repository, flow",
 )
 
+# A home's own bin/ (on PATH in its login shells) is told from a project's bin/ by what is
+# beside it: a shell profile.
+HOME_MARKERS: tuple[str, ...] = (".profile", ".bash_profile", ".bashrc", ".zshrc", ".zprofile")
+HOME_BIN_ENTRY = Entry(
+    "bin beside a shell profile (a home's bin: .profile, .bash_profile, .bashrc, .zshrc, "
+    ".zprofile)",
+    "on PATH in every login shell when it exists (Debian's and Ubuntu's .profile): a planted "
+    "git there runs instead of the real one",
+    "Debian skel .profile",
+    "home-bin",
+)
+DIRENV_REFERENCE_ENTRY = Entry(
+    "a file or directory a present .envrc loads or watches (dotenv, dotenv_if_exists, "
+    "source_env, source_env_if_exists, source_up, watch_file, watch_dir, source, PATH_add, "
+    "path_add, load_prefix, layout node), also from an .envrc above the root",
+    "direnv, on cd, with no new direnv allow: dotenv loads a .env's variables (GIT_CONFIG_*, "
+    "LD_PRELOAD), source_env runs a file, PATH_add puts a directory's programs first on "
+    "PATH; an .envrc that cannot be read for sure makes every writable root read-only",
+    "direnv-stdlib(1); direnv 2.32 (stdlib.sh)",
+    "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, envrc-unreadable",
+)
+MISE_REFERENCE_ENTRY = Entry(
+    "a file or directory a present mise configuration or .tool-versions loads ([env] "
+    "_.file, _.source, _.path, env_file; a path: tool version)",
+    "mise, on cd: loads the file's variables, sources the script, puts the directories on "
+    "PATH; one that cannot be read for sure makes every writable root read-only",
+    "mise docs (environments: env._ directives; tools: path: versions)",
+    "mise-env",
+)
+INSTRUCTION_IMPORT_ENTRY = Entry(
+    "a file an agent instruction file imports (@path in CLAUDE.md, CLAUDE.local.md, "
+    "GEMINI.md, also above the root, five hops deep)",
+    "Claude Code and Gemini CLI load it as instructions with the importing file",
+    "Claude Code docs (memory: CLAUDE.md imports); Gemini CLI docs (memory import processor)",
+    "instruction-imports",
+)
+HARDLINK_ENTRY = Entry(
+    "another name (hard link) in a writable root of a protected file",
+    "writing through the other name changes the protected file: each such name is "
+    "protected as the file is, or the start refused naming them when they cannot all be "
+    "found",
+    "link(2)",
+    "hard-linked-hook, hard-link-made",
+)
+
 _NAMED: tuple[Entry, ...] = tuple(Entry(*row) for row in NAMES)
+# Files that steer an AI agent: a sandbox's are the catalogue's, a call the user approved
+# may still write one.
+INSTRUCTION_ENTRIES: frozenset[Entry] = frozenset(
+    e for e in _NAMED if e.match in {row[0] for row in INSTRUCTION_NAMES}
+)
 _PATTERNED: tuple[Entry, ...] = tuple(Entry(*row) for row in SUFFIXES)
 CATALOGUE: tuple[Entry, ...] = (
     *_NAMED,
@@ -94,6 +144,11 @@ CATALOGUE: tuple[Entry, ...] = (
     VENV_ENTRY,
     GIT_REFERENCE_ENTRY,
     LEFTHOOK_REFERENCE_ENTRY,
+    HOME_BIN_ENTRY,
+    DIRENV_REFERENCE_ENTRY,
+    MISE_REFERENCE_ENTRY,
+    INSTRUCTION_IMPORT_ENTRY,
+    HARDLINK_ENTRY,
 )
 
 # Every name the entries stand for, one by one: exact path suffixes; endings of the last
@@ -136,7 +191,11 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
 
     >>> match(["src", ".git", "hooks"], True, lambda n: False).match
     '.git/hooks'
-    >>> match(["notes", ".bashrc.d"], True, lambda n: False) is None
+    >>> match(["notes", "bashrc.d"], True, lambda n: False) is None
+    True
+    >>> match(["me", "bin"], True, {".profile"}.__contains__).test
+    'home-bin'
+    >>> match(["proj", "bin"], True, lambda n: False) is None
     True
     >>> match(["repo.git", "config"], False, {"HEAD", "objects", "refs"}.__contains__).test
     'bare-repository, gitdir-file, commondir, read-only-git-dir'
@@ -170,6 +229,8 @@ def match(parts: Sequence[str], is_dir: bool, sibling: Exists) -> Entry | None:
                 return entry
     if low in GIT_DIR_MEMBERS and is_git_dir(sibling):
         return GIT_DIR_ENTRY
+    if low == "bin" and any(sibling(m) for m in HOME_MARKERS):
+        return HOME_BIN_ENTRY
     return None
 
 

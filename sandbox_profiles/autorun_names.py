@@ -13,8 +13,14 @@ What is left out, and why:
 - ``pyproject.toml``, ``setup.cfg``, ``tox.ini``, ``package.json``: pylint's ``init-hook``,
   flake8's local plugins, mypy's plugins and ESLint's ``eslintConfig`` can be set in them,
   but they are the project's own manifests, edited in normal work; they stay writable.
-- ``.env``: direnv reads it only with ``load_dotenv`` set, and, like ``.envrc``, not before
-  the user allows that exact content; projects write ``.env`` files as ordinary work.
+- ``.env`` and ``.env.*``: data most projects keep and edit as ordinary work. They are
+  protected where a present ``.envrc`` loads them (``dotenv``, ``dotenv_if_exists``,
+  ``source_env``, ``watch_file``: ``sandbox_profiles.direnv`` reads it as direnv's stdlib
+  does), since direnv reloads what an allowed ``.envrc`` names without asking again;
+  direnv's own ``load_dotenv`` asks for ``direnv allow`` of the ``.env``'s content, as for
+  an ``.envrc``.
+- a home's ``bin`` by name: projects keep a ``bin/`` of their own; a ``bin`` beside a shell
+  profile (a home's) is matched by structure instead.
 - ``conftest.py`` and test files: pytest imports them when the user runs the tests, which
   runs the project's code anyway (so does an editor's test discovery).
 - ``.gitattributes``: it only picks among the filter, diff and merge drivers the user's git
@@ -34,6 +40,211 @@ _ANY_CONFIG = "{yml,yaml,json,jsonc,toml}"
 # Lefthook's configuration names (what they name is read by ``sandbox_profiles.lefthook``).
 LEFTHOOK_CONFIGS = "{,.,.config/}lefthook{,-local}." + _ANY_CONFIG
 _JS = "{js,mjs,cjs,ts,mts,cts}"
+
+# What a login, a desktop session or a shell runs or puts on PATH, and programs a
+# configuration names, when a writable root holds a home's copy (a home's own bin/ is matched
+# by structure: ``sandbox_profiles.autorun.HOME_BIN_ENTRY``).
+LOGIN_NAMES: tuple[Row, ...] = (
+    (
+        ".local/bin",
+        "on PATH in every login shell (Debian's and Ubuntu's .profile, systemd's "
+        "file-hierarchy): a planted git or ls there runs instead of the real one",
+        "file-hierarchy(7); Debian skel .profile",
+        "local-bin",
+    ),
+    (
+        "{.bashrc.d,.profile.d}",
+        "sourced by the default .bashrc of Fedora and RHEL (.bashrc.d) "
+        "and by .profile conventions (.profile.d)",
+        "Fedora /etc/skel/.bashrc",
+        "name",
+    ),
+    (
+        "{.config/systemd,.local/share/systemd}",
+        "systemd --user: units (ExecStart) and generators run at login and by timers",
+        "systemd.unit(5) (user unit search path)",
+        "name",
+    ),
+    (
+        ".config/autostart",
+        "the desktop session runs each .desktop file's Exec at login",
+        "XDG Autostart specification",
+        "name",
+    ),
+    (
+        ".local/share/applications",
+        "desktop entries: Exec run as the handler of files and URLs",
+        "XDG Desktop Entry specification",
+        "name",
+    ),
+    (
+        ".config/environment.d",
+        "systemd --user's environment (PATH, LD_PRELOAD) at login",
+        "environment.d(5)",
+        "name",
+    ),
+    (
+        ".config/plasma-workspace",
+        "KDE Plasma sources env/*.sh at login",
+        "KDE Plasma docs (startup scripts)",
+        "name",
+    ),
+    (
+        ".config/{sway,i3,hypr}",
+        "sway, i3 and Hyprland run exec lines of their configuration",
+        "sway(5), i3 user guide, Hyprland wiki",
+        "name",
+    ),
+    (".pam_environment", "pam_env reads it at login (LD_PRELOAD, PATH)", "pam_env.conf(5)", "name"),
+    (
+        "{.xprofile,.xsessionrc,.xsession,.xinitrc}",
+        "X display managers and startx source or run them at login",
+        "Xsession(5) (Debian), startx(1), GDM and LightDM docs",
+        "name",
+    ),
+    (
+        "{.tmux.conf,.config/tmux,.screenrc}",
+        "tmux and screen run run-shell and exec lines at start",
+        "tmux(1), screen(1)",
+        "name",
+    ),
+    (".lessfilter", "lesspipe runs it on every file less opens", "lesspipe(1) (Debian)", "name"),
+    (
+        ".kube/config",
+        "kubectl runs a user's exec credential plugin on every command",
+        "Kubernetes docs (client-go credential plugins)",
+        "name",
+    ),
+    (
+        ".docker/{config.json,cli-plugins}",
+        "docker runs credential helpers and CLI plugins (cliPluginsExtraDirs, cli-plugins/)",
+        "Docker docs (config.json, CLI plugins)",
+        "name",
+    ),
+    (
+        ".gnupg/{gpg-agent.conf,gpg.conf}",
+        "gpg-agent runs its pinentry-program; gpg its helpers (git commit -S starts it)",
+        "gpg-agent(1)",
+        "name",
+    ),
+)
+
+# Files that steer an AI agent: read as instructions by the user's next agent session in the
+# directory. Treated as the catalogue's when a sandbox writes them; a call the user approved
+# may still write one (``sandbox_profiles.autorun.INSTRUCTION_ENTRIES``).
+INSTRUCTION_NAMES: tuple[Row, ...] = (
+    (
+        "{CLAUDE.md,CLAUDE.local.md}",
+        "Claude Code loads them as memory in every session below the directory",
+        "Claude Code docs (memory)",
+        "instruction-files",
+    ),
+    (
+        "{AGENTS.md,AGENT.md}",
+        "Codex CLI, opencode, Amp and others load them as instructions",
+        "agents.md; Codex CLI docs (AGENTS.md); Amp docs (AGENT.md)",
+        "instruction-files",
+    ),
+    (
+        "GEMINI.md",
+        "Gemini CLI loads it as context",
+        "Gemini CLI docs (GEMINI.md)",
+        "instruction-files",
+    ),
+    (
+        "{.cursorrules,.windsurfrules,.clinerules,.roorules,.goosehints}",
+        "Cursor, Windsurf, "
+        "Cline, Roo Code and Goose load them as rules (.clinerules may be a folder)",
+        "Cursor, Windsurf, Cline, Roo Code and Goose docs",
+        "instruction-files",
+    ),
+    (
+        ".github/{copilot-instructions.md,instructions,prompts,chatmodes}",
+        "GitHub Copilot loads the repository's custom instructions, prompt files and modes",
+        "GitHub Copilot docs (repository custom instructions)",
+        "instruction-files",
+    ),
+    (".junie", "JetBrains Junie loads guidelines.md", "Junie docs (guidelines)", "name"),
+)
+
+# direnv's own family beyond .envrc: names nothing but direnv and the .envrc conventions use.
+# ``.env`` and ``.env.*`` are data most projects keep: protected only where a present .envrc
+# loads them (``sandbox_profiles.direnv`` reads it).
+ENVRC_NAMES: tuple[Row, ...] = (
+    (
+        "{.envrc.*,.envrc.d}",
+        "direnv: the .envrc conventions source .envrc.local, .envrc.private and .envrc.d/*.sh "
+        "(source_env_if_exists), which direnv does not ask to allow again when they change",
+        "direnv-stdlib(1) (source_env, source_env_if_exists); direnv wiki (.envrc.local)",
+        "envrc-local",
+    ),
+    (
+        ".direnv",
+        "direnv's layout directory: layout python, ruby, go and anaconda put its bin/ on PATH "
+        "on cd, and a planted one is used as it is",
+        "direnv-stdlib(1) (layout, direnv_layout_dir)",
+        "name",
+    ),
+)
+
+_EDITORS = "{Code,Code - Insiders,Cursor,Windsurf,VSCodium,Trae}"
+_APP_DIRS = "{.config,Library/Application Support}"
+# The user-level files of the MCP clients wrap knows (launcher/clients/table.py), as places
+# relative to a home, matched below any directory: a writable root may hold a home's copy.
+# tests/unit/test_catalogue_clients.py walks the client table to keep the two in step.
+CLIENT_USER_NAMES: tuple[Row, ...] = (
+    (
+        ".claude.json",
+        "Claude Code: the user's MCP servers it starts",
+        "Claude Code docs (mcp)",
+        "name",
+    ),
+    (
+        _APP_DIRS + "/Claude",
+        "Claude Desktop: claude_desktop_config.json's MCP servers it starts, its extensions",
+        "docker/mcp-gateway client table; Claude Desktop docs",
+        "name",
+    ),
+    (
+        _APP_DIRS + "/" + _EDITORS + "/User",
+        "VS Code and its forks: the user's mcp.json servers, settings naming programs, user "
+        "tasks, and the extensions' globalStorage (Cline's and Roo Code's MCP servers)",
+        "toolhive and docker/mcp-gateway client tables; VS Code docs (user settings)",
+        "name",
+    ),
+    (
+        "{.vscode-server,.vscode-server-insiders,.vscode-oss,.cursor-server,.windsurf-server}",
+        "VS Code Server and its forks: data/User mcp.json and settings, extensions it runs",
+        "toolhive client table; VS Code Remote docs",
+        "name",
+    ),
+    (
+        ".codeium",
+        "Windsurf: mcp_config.json servers (also Windsurf for JetBrains)",
+        "toolhive client table",
+        "name",
+    ),
+    (
+        ".config/{zed,goose,amp,opencode,crush,github-copilot}",
+        "Zed, Goose, Amp, opencode, Crush, GitHub Copilot: the user's MCP servers, language "
+        "servers and tasks they start; crushrc is a shell script Crush runs at start",
+        "toolhive and docker/mcp-gateway client tables; Crush docs (crushrc)",
+        "name",
+    ),
+    (
+        "{.lmstudio,.cache/lm-studio/mcp.json,.copilot,.kimi,.qoder,.sema4ai}",
+        "LM Studio, GitHub Copilot CLI, Kimi, Qoder, Sema4.ai: the MCP servers they start",
+        "toolhive and docker/mcp-gateway client tables",
+        "name",
+    ),
+    (
+        ".aws/{config,cli,amazonq}",
+        "AWS CLI and SDKs run credential_process from config, and ! aliases from cli/alias; "
+        "Amazon Q starts the MCP servers in amazonq/",
+        "AWS CLI docs (credential_process, aliases); Amazon Q docs (qdev-mcp)",
+        "name",
+    ),
+)
 
 NAMES: tuple[Row, ...] = (
     # git
@@ -348,6 +559,10 @@ NAMES: tuple[Row, ...] = (
     (".ghci", "GHCi runs it from the directory", "GHC docs", "name"),
     (".octaverc", "Octave runs it at start in the directory", "Octave docs", "name"),
     (".ssh", "ssh: config ProxyCommand, authorized_keys, when a root is a home", "ssh(1)", "name"),
+    *ENVRC_NAMES,
+    *CLIENT_USER_NAMES,
+    *LOGIN_NAMES,
+    *INSTRUCTION_NAMES,
 )
 
 # Name patterns for the last component alone, matched by their ending.

@@ -5,19 +5,24 @@ or run. Shown read-only in the sandbox, or guarded when not there yet."""
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import field
 
-from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find
+from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
 from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
+from sandbox_profiles.direnv import dotenv_unasked, envrc_paths
 from sandbox_profiles.gitconfig import (
     UnreadableConfig,
     git_config_includes,
     git_config_paths,
     host_git_configs,
 )
+from sandbox_profiles.hardlinks import other_names
 from sandbox_profiles.lefthook import lefthook_paths
+from sandbox_profiles.memory_imports import imported, imports_of
+from sandbox_profiles.mise_env import configs_in, mise_paths, tool_versions_paths
 from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import is_under
 
@@ -49,7 +54,9 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     """Every catalogue entry in ``writable``, and what entries point at: the target of a
     symlink among them or inside them (a hooks directory whose ``pre-commit`` links to
     ``scripts/pre-commit``), what git configurations (the user's, and the repositories')
-    include, take hooks from or run, when that lies in a writable root."""
+    include, take hooks from or run, what a present ``.envrc`` (in a root or above one)
+    makes direnv load, when that lies in a writable root; and every other name (hard link)
+    in a root of a file so protected."""
 
     def inside(path: str) -> bool:
         return any(is_under(path, r) for r in writable)
@@ -95,6 +102,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     configs: list[tuple[str, list[str]]] = []
     tops: list[str] = []
     lefthooks: list[str] = []
+    loaders = _loaders_outside(writable, home)
     for top in _enclosing(writable):
         # A repository holding a root: its configurations may name places in the root.
         configs.append((os.path.join(top, ".git", "config"), [top]))
@@ -112,6 +120,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             name = os.path.basename(path)
             if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
                 lefthooks.append(path)
+            loaders += _readers(path, entry.match, home)
             if "/.git/" in path:
                 top = path.split("/.git/", 1)[0]
                 if top not in tops:
@@ -149,20 +158,58 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
                 protect(path, f"named by the lefthook configuration {config}")
         except UnreadableConfig as exc:
             found.unreadable.append(str(exc))
+    _loaded_by_files(found, protect, loaders, writable)
+    found.unreadable += _dotenv_unasked(writable, home, xdg_config)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
 
 
+# What a file makes a host tool load: (what loads it, the reader of the file, the file).
+Loader = tuple[str, Callable[[str], list[tuple[str, str]]], str]
+
+
+def _loaded_by_files(
+    found: Protection,
+    protect: Callable[[str, str], None],
+    loaders: Sequence[Loader],
+    writable: Sequence[str],
+) -> None:
+    """What each ``.envrc`` and mise configuration loads and each agent instruction file
+    imports, protected; then the other names (hard links) in the roots of every file
+    protected so far. What cannot be known is said in ``unreadable``."""
+    seen: set[tuple[str, str]] = set()
+    for label, reader, path in loaders:
+        if (label, path) in seen:
+            continue
+        seen.add((label, path))
+        try:
+            for place, why in reader(path):
+                protect(place, f"{label}: {why}")
+        except UnreadableConfig as exc:
+            found.unreadable.append(str(exc))
+    try:
+        found.read_only.update(other_names(found.read_only, writable))
+    except UnreadableConfig as exc:
+        found.unreadable.append(str(exc))
+
+
+# The reason of a file an agent instruction file imports: an approved call may write it, as
+# it may write the instruction file (launcher.relay.grants).
+INSTRUCTIONS = "always protected: an agent instruction file"
+
 # The reason of every writable root made read-only because a configuration could not be
 # read (the launcher says so at start).
-FAIL_CLOSED = "read-only: a configuration that names what git or its hooks run cannot be read"
+FAIL_CLOSED = (
+    "read-only: a configuration that names what git, its hooks or direnv run cannot be read"
+)
 
 
 def _fail_closed(writable: Sequence[str], unreadable: list[str]) -> Protection:
-    """A git (or lefthook) configuration that cannot be read may name any path as a hook, an
-    include or a program git runs: every writable root is shown read-only, and nothing else
-    is needed (a server that can write nothing plants nothing)."""
+    """A git, lefthook or direnv configuration that cannot be read may name any path as a
+    hook, an include or a program git runs (and a directory where a hard link of a protected
+    file could be cannot be searched): every writable root is shown read-only, and nothing
+    else is needed (a server that can write nothing plants nothing)."""
     why = f"{FAIL_CLOSED} as they read it, so what it makes them run is unknown (" + (
         "; ".join(unreadable) + ")"
     )
@@ -189,6 +236,77 @@ def _enclosing(writable: Sequence[str]) -> list[str]:
                 break
             current = parent
     return tops
+
+
+def _dotenv_unasked(writable: Sequence[str], home: str, xdg_config: str | None) -> list[str]:
+    """Why no ``.env`` in a root can be protected: direnv loads every one below a place
+    that holds or lies in a root, without asking (its names are not the catalogue's)."""
+    try:
+        places = dotenv_unasked(home, xdg_config) if home else []
+    except UnreadableConfig as exc:
+        return [str(exc)]
+    return [
+        f"{config}: direnv loads every .env below {place} without asking (load_dotenv with a "
+        "whitelist)"
+        for place, config in places
+        if any(is_under(root, place) or is_under(place, root) for root in writable)
+    ]
+
+
+def _loaders_outside(writable: Sequence[str], home: str) -> list[Loader]:
+    """The readers of the files outside the roots that load from them: ``.envrc`` and
+    instruction files above a root, the user's own memory files (loaded in every
+    session)."""
+    direnv = functools.partial(envrc_paths, home=home)
+    memory = functools.partial(imported, home=home)
+    above = _enclosing_named(writable, ("CLAUDE.md", "CLAUDE.local.md", "GEMINI.md"))
+    mine = [os.path.join(home, ".claude", "CLAUDE.md"), os.path.join(home, ".gemini", "GEMINI.md")]
+    above += [p for p in mine if home and os.path.isfile(p)]
+    return [
+        *(("loaded by direnv", direnv, e) for e in _enclosing_named(writable, (".envrc",))),
+        *((INSTRUCTIONS, memory, p) for p in above),
+    ]
+
+
+def _readers(path: str, match: str, home: str) -> list[Loader]:
+    """The readers of what a catalogue entry found in a root loads: an ``.envrc`` (from
+    where it is and, a link, where it leads), an instruction file's imports, mise's
+    configurations and ``.tool-versions``."""
+    name = fold(os.path.basename(path))
+    if name == ".envrc" and os.path.isfile(path):
+        direnv = functools.partial(envrc_paths, home=home)
+        return [("loaded by direnv", direnv, p) for p in (path, os.path.realpath(path))]
+    if imports_of(name) and os.path.isfile(path):
+        return [(INSTRUCTIONS, functools.partial(imported, home=home), path)]
+    if match == ".tool-versions" and os.path.isfile(path):
+        return [("loaded by mise", tool_versions_paths, path)]
+    if "mise" not in match:
+        return []
+    if os.path.isdir(path) and not os.path.islink(path):
+        return [("loaded by mise", mise_paths, p) for p in configs_in(path)]
+    if path.endswith(".toml") and os.path.isfile(path):
+        return [("loaded by mise", mise_paths, path)]
+    return []
+
+
+def _enclosing_named(writable: Sequence[str], names: Sequence[str]) -> list[str]:
+    """The files of these names above each root, outside every root (``.envrc``, which
+    direnv loads on ``cd`` into the root; ``CLAUDE.md``, which Claude Code loads in every
+    directory below): a relative place they load may lie in the root. Each as found and,
+    a link, where it leads."""
+    found: list[str] = []
+    for root in writable:
+        current = os.path.dirname(os.path.normpath(root))
+        while True:
+            for name in names:
+                path = os.path.join(current, name)
+                if os.path.isfile(path) and not any(is_under(path, r) for r in writable):
+                    found += [path, os.path.realpath(path)]
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+    return found
 
 
 def _linked_worktrees(tops: Sequence[str]) -> list[str]:

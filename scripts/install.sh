@@ -2,9 +2,9 @@
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
 #   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools
-# System packages (bubblewrap, libseccomp2, util-linux, git, node) are installed with
-# apt-get when run as root,
-# otherwise the missing ones are named and the script stops.
+# System packages (bubblewrap, libseccomp2, util-linux, git, node; acl and direnv with --dev)
+# are installed with apt-get when run as root, otherwise the missing ones are named and the
+# script stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,8 +15,6 @@ missing=()
 command -v bwrap >/dev/null || missing+=(bubblewrap)
 command -v git >/dev/null || missing+=(git)
 command -v prlimit >/dev/null || missing+=(util-linux)
-# The tests read and set ACLs with getfacl/setfacl (what a root session opens is undone).
-if [ "$extras" = test ] && ! command -v getfacl >/dev/null; then missing+=(acl); fi
 # The library cache is read whole before it is searched: `ldconfig -p | grep -q` under
 # pipefail fails at random when grep stops reading before ldconfig has finished writing.
 libraries=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)
@@ -24,6 +22,12 @@ libraries=$(ldconfig -p 2>/dev/null || /sbin/ldconfig -p 2>/dev/null || true)
 command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+# The tests read and set ACLs with getfacl/setfacl (what a root session opens is undone) and
+# run the real direnv on what an allowed .envrc loads.
+if [ "$extras" = test ]; then
+  command -v getfacl >/dev/null || missing+=(acl)
+  command -v direnv >/dev/null || missing+=(direnv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     apt-get update -qq

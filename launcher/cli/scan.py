@@ -1,4 +1,5 @@
-"""``ironcurtain scan DIR``: the catalogue's sweep on demand, for scripts and for people."""
+"""``ironcurtain scan DIR``: the catalogue's sweep on demand, for scripts and for people, and
+what a session would protect beside it (what a present ``.envrc`` loads, hard links)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from launcher.shared import dirs
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
-from sandbox_profiles import autorun, gitconfig
+from sandbox_profiles import autorun, gitconfig, present
 
 
 def _detail(path: str, entry: autorun.Entry) -> str:
@@ -27,6 +28,25 @@ def _detail(path: str, entry: autorun.Entry) -> str:
             return ""
         return f" [hooks: {', '.join(hooks)}]" if hooks else ""
     return ""
+
+
+# What a session protects beside the catalogue that scan shows (never moves: they may well
+# be the user's own): what a present .envrc or mise configuration loads, what an agent
+# instruction file imports, other names of protected files.
+_BESIDE = ("loaded by", "another name (hard link)", present.INSTRUCTIONS)
+
+
+def _loaded_beside(root: str) -> list[str]:
+    """What a session would also keep read-only or guarded in ``root``, and why; an
+    ``.envrc`` (or git configuration) that cannot be read for sure is said as such."""
+    home = os.path.expanduser("~")
+    found = present.existing([root], home, os.environ.get("XDG_CONFIG_HOME"))
+    lines = [f"also protected in a session: {path}: {why}" for path, why in
+             found.read_only.items() if why.startswith(_BESIDE)]  # fmt: skip
+    lines += [f"also guarded in a session (not there yet): {path}" for path in found.guarded
+              if path not in found.read_only]  # fmt: skip
+    lines += [f"every writable root read-only in a session: {why}" for why in found.unreadable]
+    return lines
 
 
 def scan(directories: list[str], fix: bool) -> int:
@@ -53,6 +73,8 @@ def scan(directories: list[str], fix: bool) -> int:
             f"{path}: {entry.match}: {entry.loaded_by}{_detail(path, entry)}", one_line=True
         )
         print(shown)
+    # As the tree is before --fix moves anything (what an .envrc loads, with the .envrc).
+    beside = [line for root in roots for line in _loaded_beside(root)]
     if fix and found:
         from launcher.guard.watch import Guard, Quarantined
 
@@ -69,6 +91,8 @@ def scan(directories: list[str], fix: bool) -> int:
             for record in moved:
                 print(visible(f"moved {record.path} to {record.moved_to}", one_line=True))
             problems += [f"{f.path}: {f.reason}" for f in guard.failures]
+    for line in beside:
+        print(visible(line, one_line=True))
     for problem in problems:
         print(visible(f"NOT CHECKED OR NOT MOVED: {problem}", one_line=True))
     count = len(found)

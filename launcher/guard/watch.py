@@ -27,7 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from launcher.guard.places import Places, outermost
+from launcher.guard.places import Places, inside, outermost
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
 from launcher.guard.records import GuardError as GuardError
 from launcher.guard.records import GuardFailure as GuardFailure
@@ -90,6 +90,9 @@ class Guard:
         self.budget = BUDGET
         self._deadline = float("inf")
         self._behind: set[str] = set()  # roots whose events this settle could not keep up with
+        # Paths the trusted process is writing for a call a human approved: left alone until
+        # it is done, then taken as the user's (:meth:`expect`, :meth:`accept`).
+        self._expected: set[str] = set()
 
     # -- watching --------------------------------------------------------------------------
 
@@ -222,6 +225,8 @@ class Guard:
         if kept is None:
             return False
         why, final = kept
+        if path in self._expected:
+            return final  # the trusted process is writing it for an approved call
         if not self._started:
             identity = nofollow.identity(root, parts)
             if identity is not None:
@@ -230,6 +235,29 @@ class Guard:
             self.quarantine(root, parts, why)
             return True
         return final
+
+    def expect(self, paths: Iterable[str]) -> None:
+        """The trusted process is about to write ``paths`` (an approved call's change, carried
+        over from its one-shot instance): they are left alone until :meth:`accept`."""
+        self._expected.update(os.path.normpath(p) for p in paths)
+
+    def accept(self, paths: Iterable[str]) -> None:
+        """What the trusted process wrote at ``paths`` is the user's from now on (as what was
+        there at start: a replacement of it is not); no longer expected."""
+        for path in map(os.path.normpath, paths):
+            self._expected.discard(path)
+            root = next((r for r in self.roots if inside(path, r)), None)
+            if root is None:
+                continue
+            parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
+            try:
+                identity = nofollow.identity(root, parts)
+            except OSError:
+                identity = None  # not there as a real path: nothing of it is the user's
+            if identity is None:
+                self.preexisting.pop(path, None)
+            else:
+                self.preexisting[path] = identity
 
     def is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
         """Whether ``root/parts`` is what was there at start. A directory kept by identity

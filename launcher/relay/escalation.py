@@ -16,7 +16,7 @@ from launcher.audit.log import hash_value
 from launcher.relay.approval import asking_with
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate import denial_text, label
-from launcher.relay.grants import CannotWiden, Grant, describe
+from launcher.relay.grants import CannotWiden, Grant, describe, instruction_paths
 from launcher.relay.seams import Core, OneShot
 from launcher.shared.jsonrpc import TOOL, Message, notification
 from policy import Decision
@@ -219,8 +219,18 @@ class Escalations:
                 and not outcome["result"].get("isError")
             )
             if succeeded:
-                # In a thread: a large file's copy must not hold the other calls up.
-                call.granted, failure = await asyncio.to_thread(one_shot.commit)
+                # The guard leaves the instruction files the call was approved to write to
+                # the trusted process, then takes what it wrote as the user's.
+                carried = self.core.widen.carried() if self.core.widen is not None else None
+                paths = instruction_paths(one_shot.grants) if carried is not None else []
+                if carried is not None:
+                    carried.expect(paths)
+                try:
+                    # In a thread: a large file's copy must not hold the other calls up.
+                    call.granted, failure = await asyncio.to_thread(one_shot.commit)
+                finally:
+                    if carried is not None:
+                        carried.accept(paths)
         except Exception as exc:  # whatever it was, the client is told and nothing more runs
             failure = f"the approved change could not be carried over: {exc}"
         finally:

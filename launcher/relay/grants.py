@@ -24,8 +24,9 @@ from typing import Literal
 
 from launcher.shared.shown import visible
 from policy.paths import iter_strings
-from sandbox_profiles.autorun import Entry, match, path_sibling
-from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.autorun import INSTRUCTION_ENTRIES, Entry, match, path_sibling
+from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.present import INSTRUCTIONS
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import deepest_mount, is_under
 
@@ -117,6 +118,25 @@ def runs_on_host(path: str, is_dir: bool) -> Entry | None:
     return match(parts, is_dir, path_sibling(os.path.dirname(path)))
 
 
+def steers_an_agent(path: str) -> bool:
+    """Whether ``path`` is an agent instruction file (``CLAUDE.md``, ``AGENTS.md``...): a
+    sandbox's own write of one is quarantined, but a call a human approved may write it,
+    through a one-shot instance whose change the trusted process carries over."""
+    parts = [p for p in path.split("/") if p]
+    for n in range(len(parts), 0, -1):  # the file, or an instruction folder holding it
+        place = "/" + "/".join(parts[:n])
+        is_dir = n < len(parts) or os.path.isdir(place)
+        if match(parts[:n], is_dir, path_sibling(os.path.dirname(place))) in INSTRUCTION_ENTRIES:
+            return True
+    return False
+
+
+def instruction_paths(grants: Sequence[Grant]) -> list[str]:
+    """The agent instruction files an approved call may change: what the trusted process
+    writes there is the approved change, not a sandbox's."""
+    return [g.path for g in grants if g.changes and g.outside and steers_an_agent(g.path)]
+
+
 def _kind(path: str, argument: str) -> Kind:
     try:
         st = os.lstat(path)
@@ -164,10 +184,7 @@ def plan_grants(
                 raise CannotWiden(f"{argument}: a path holding a NUL byte names no file")
             mount = deepest_mount(profile, path)
             in_root = any(is_under(path, root) for root in writable)
-            if writes or removes:
-                reachable = in_root and mount is not None and mount.kind == "bind"
-            else:
-                reachable = mount is not None and mount.kind in _HOST_VIEWS
+            reachable = _reachable(path, mount, in_root, writes or removes)
             if reachable and not in_root:
                 continue  # seen through a read-only mount the one-shot instance keeps
             found.append((argument, path, access, removes, reads, not reachable))
@@ -196,6 +213,16 @@ def plan_grants(
             )
         grants.append(grant)
     return grants
+
+
+def _reachable(path: str, mount: Mount | None, in_root: bool, changes: bool) -> bool:
+    """Whether the standing sandbox reaches ``path`` for the access. An instruction file
+    it writes is quarantined: an approved call writes it through a one-shot instance,
+    whose change the trusted process carries over."""
+    if not changes:
+        return mount is not None and mount.kind in _HOST_VIEWS
+    writable = in_root and mount is not None and mount.kind == "bind"
+    return writable and not steers_an_agent(path)
 
 
 def _merged(
@@ -237,6 +264,15 @@ def _check_place(
     if not changes:
         return
     mount = deepest_mount(profile, path)
+    in_root = any(is_under(path, root) for root in profile.writable)
+    if in_root and mount is not None:
+        # An instruction file (by its name, or imported by one): its own read-only mount,
+        # or the root, is no reason to refuse an approved call.
+        own = mount.reason.startswith("always protected") and steers_an_agent(mount.dest)
+        if mount.dest == path and mount.reason.startswith(INSTRUCTIONS):
+            return
+        if steers_an_agent(path) and (mount.kind == "bind" or own):
+            return
     if mount is not None and mount.kind in _HOST_VIEWS:
         raise CannotWiden(
             f"{argument}: {path} is inside {mount.dest}, which this server sees read-only"

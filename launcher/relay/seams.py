@@ -12,7 +12,7 @@ tests is another; stdio and streamable HTTP are the upstreams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import Any, Protocol
 
@@ -75,6 +75,15 @@ class Upstream(Protocol):
         ...
 
 
+class Carried(Protocol):
+    """Who must know what the trusted process writes in a writable root for an approved
+    call (the guard, which would otherwise take it for a sandbox's)."""
+
+    def expect(self, paths: Iterable[str]) -> None: ...
+
+    def accept(self, paths: Iterable[str]) -> None: ...
+
+
 class OneShot(Protocol):
     """An instance of a server for approved calls that need more than its standing
     sandbox (:mod:`launcher.servers.widen`): for one call, or *kept* for the identical calls an
@@ -85,6 +94,9 @@ class OneShot(Protocol):
 
     @property
     def kept(self) -> bool: ...
+
+    @property
+    def grants(self) -> tuple[Grant, ...]: ...
 
     async def stop(self) -> None: ...
 
@@ -118,6 +130,11 @@ class Widening(Protocol):
 
     async def close(self) -> None:
         """Stop every instance (the session ends)."""
+        ...
+
+    def carried(self) -> Carried | None:
+        """Who must know what the trusted process writes for an approved call (None:
+        no one)."""
         ...
 
 

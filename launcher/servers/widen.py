@@ -32,6 +32,7 @@ from launcher.host.machine import PLATFORM
 from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
+from launcher.relay.seams import Carried
 from launcher.servers.connection import ServerConnection
 from launcher.servers.staging import Stage
 from launcher.shared import dirs, rundir
@@ -128,9 +129,11 @@ class Widener:
         self,
         plan: SessionPlan,
         on_notification: Callable[[ServerConnection, Message], None] | None = None,
+        carried: Callable[[], Carried | None] = lambda: None,
     ) -> None:
         self.plan = plan
         self.on_notification = on_notification
+        self._carried = carried
         self.platform = PLATFORM
         self._live: set[OneShot] = set()
         self._kept: dict[str, OneShot] = {}  # by the session approval they serve
@@ -146,6 +149,10 @@ class Widener:
             **{os.path.realpath(p): what for p, what in own.items()},
             **SYSTEM_PLACES,
         }
+
+    def carried(self) -> Carried | None:
+        """Who must know what the trusted process writes for an approved call."""
+        return self._carried()
 
     def off_limits(self) -> dict[str, str]:
         """Every place no approval opens: ironcurtain's own, every session's runtime

@@ -27,7 +27,7 @@ from launcher.relay.core import Relay
 from launcher.relay.gate import Gate, label
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Router
-from launcher.relay.seams import Core, ServerSettings, Upstream
+from launcher.relay.seams import Carried, Core, ServerSettings, Upstream
 from launcher.servers.connection import ServerConnection
 from launcher.servers.fleet import Fleet
 from launcher.servers.widen import Widener
@@ -53,6 +53,11 @@ class Hosting(Protocol):
     halted: dict[str, str]
     served: list[Served]
     telemetry: Telemetry | None  # where each call is exported (None: nowhere)
+
+    @property
+    def guard(self) -> Carried | None:
+        """What keeps the writable roots (None: no sandboxed server writes there)."""
+        ...
 
     def event(self, event: str, text: str, **fields: object) -> None: ...
 
@@ -219,7 +224,7 @@ class Served:
                 plan.policy.output,
                 {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
             ),
-            widen=Widener(plan, self._one_shot_notified),
+            widen=Widener(plan, self._one_shot_notified, lambda: session.guard),
             telemetry=session.telemetry,
         )
         return Relay(core)

@@ -25,7 +25,11 @@ import pytest
 
 import launcher
 from sandbox_profiles import autorun
-from tests.support.autorun_attacks import FAMILY_ATTACK_IDS, LEFTHOOK_ATTACK_IDS
+from tests.support.autorun_attacks import (
+    DIRENV_HOME_ATTACK_IDS,
+    FAMILY_ATTACK_IDS,
+    LEFTHOOK_ATTACK_IDS,
+)
 from tests.support.bundled import bundled_servers, write_config
 from tests.support.cli import run_args
 from tests.support.home import Home, make_home
@@ -650,7 +654,7 @@ def test_every_catalogue_entry_is_documented_and_tested() -> None:
     assert table in docs, "docs/containment.md: run scripts/catalogue_table.py for the table"
     for entry in autorun.CATALOGUE:
         for test in entry.test.split(", "):
-            known = (*HOSTILE, *FAMILY_ATTACK_IDS, *LEFTHOOK_ATTACK_IDS)
+            known = (*HOSTILE, *FAMILY_ATTACK_IDS, *LEFTHOOK_ATTACK_IDS, *DIRENV_HOME_ATTACK_IDS)
             assert test == "name" or test in known, (entry.match, test)
 
 

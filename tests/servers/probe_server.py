@@ -544,13 +544,14 @@ def write_under_env(var: str, rel: str, content: str) -> str:
 @server.tool()
 def fs_ops(base: str, ops: list[list[str]]) -> str:
     """Filesystem operations below ``base``, in order: ["mkdir", rel], ["write", rel,
-    content], ["chmod", rel, octal], ["rename", rel, new_rel], ["symlink", rel, target].
-    Paths are walked one component at a time, so any depth works."""
+    content], ["chmod", rel, octal], ["rename", rel, new_rel], ["symlink", rel, target],
+    ["link", rel, existing_rel] (a hard link). Paths are walked one component at a time, so
+    any depth works."""
     done = 0
     try:
         for op in ops:
             kind, rel = op[0], op[1]
-            fd, name = _walk(base, rel, kind in ("mkdir", "write", "symlink"))
+            fd, name = _walk(base, rel, kind in ("mkdir", "write", "symlink", "link"))
             try:
                 if kind == "mkdir":
                     os.mkdir(name, dir_fd=fd)
@@ -566,6 +567,12 @@ def fs_ops(base: str, ops: list[list[str]]) -> str:
                     os.close(new_fd)
                 elif kind == "symlink":
                     os.symlink(op[2], name, dir_fd=fd)
+                elif kind == "link":
+                    src_fd, src_name = _walk(base, op[2], False)
+                    try:
+                        os.link(src_name, name, src_dir_fd=src_fd, dst_dir_fd=fd)
+                    finally:
+                        os.close(src_fd)
             finally:
                 os.close(fd)
             done += 1

@@ -102,3 +102,22 @@ ENCLOSING = "enclosing-repository"
 FLOW_ID = "flow"  # a configuration not read for sure: the roots read-only
 LEFTHOOK_ATTACKS = [*LEFTHOOK_CASES, ENCLOSING]
 LEFTHOOK_ATTACK_IDS = (*LEFTHOOK_ATTACKS, FLOW_ID)
+
+# The attacks of tests/attacks/test_direnv_and_homes.py: what a present .envrc loads, a
+# home's PATH, hard links of a hook, agent instruction files.
+DIRENV_HOME_ATTACK_IDS = (
+    "dotenv-default",
+    "dotenv",
+    "dotenv-if-exists",
+    "source-env",
+    "envrc-local",
+    "path-add",
+    "local-bin",
+    "home-bin",
+    "hard-linked-hook",
+    "hard-link-made",
+    "instruction-files",
+    "instruction-imports",
+    "mise-env",
+    "envrc-unreadable",
+)

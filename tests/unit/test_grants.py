@@ -7,7 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, describe, plan_grants
+from launcher.relay.grants import (
+    SYSTEM_PLACES,
+    CannotWiden,
+    Grant,
+    describe,
+    instruction_paths,
+    plan_grants,
+)
 from launcher.servers.widen import grant_dirs, widened_profile
 from sandbox_profiles.model import Mount, SandboxProfile
 
@@ -191,3 +198,29 @@ def test_seatbelt_never_renders_a_staging_root_as_write_access(tmp_path: Path) -
     allows = [line for line in text.splitlines() if line.startswith("(allow file-write")]
     assert not any('(subpath "/")' in line for line in allows), text
     assert f";; not expressible in Seatbelt: / <- {tmp_path / 'stage'}" in text
+
+
+def test_an_instruction_file_in_the_workspace_is_written_by_an_approved_call(
+    tmp_path: Path,
+) -> None:
+    """The sandbox's own write of one is quarantined: an approved call writes it through a
+    one-shot instance (there before, read-only in the sandbox, or new); the rest of the
+    catalogue stays out of reach of any approval."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "CLAUDE.md").write_text("# notes\n")
+    own = Mount("ro-bind", str(ws / "CLAUDE.md"), reason="always protected: CLAUDE.md")
+    profile = _profile(tmp_path, own)
+    for name, kind in (("CLAUDE.md", "file"), ("AGENTS.md", "absent")):
+        (grant,) = plan_grants(profile, WRITE, {"path": str(ws / name)}, {})
+        assert grant.outside and grant.kind == kind and grant.access == "write", name
+        assert instruction_paths([grant]) == [str(ws / name)]
+    assert plan_grants(profile, WRITE, {"path": str(ws / "notes.md")}, {}) == []
+    # In an instruction folder (.github/instructions/), there before: read-only in the sandbox.
+    folder = ws / ".github" / "instructions"
+    folder.mkdir(parents=True)
+    ro = Mount("ro-bind", str(folder), reason="always protected: .github/instructions")
+    (grant,) = plan_grants(_profile(tmp_path, own, ro), WRITE, {"path": str(folder / "a.md")}, {})
+    assert grant.outside and grant.kind == "absent"
+    with pytest.raises(CannotWiden, match="read-only"):
+        plan_grants(profile, WRITE, {"path": str(ws / ".git" / "config")}, {})
