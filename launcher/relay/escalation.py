@@ -167,10 +167,10 @@ class Escalations:
         if widened:
             return widened
         paths: list[str] = []
-        if call.method == TOOL and call.server is not None and call.name is not None:
+        if call.server is not None and call.name is not None:
             cwd = self.core.settings[call.server].cwd
-            gate = self.core.gate
-            paths += [path for _, path in gate.paths(call.server, call.name, call.arguments, cwd)]
+            named = self.core.gate.paths(call.method, call.server, call.name, call.arguments, cwd)
+            paths += [path for _, path in named]
         places = self.core.gate.places
         return places.beyond_own(paths) if places is not None else next(iter(paths), "")
 

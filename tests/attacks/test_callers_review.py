@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import types
+from mcp import MCPError, types
 
 from tests.support.audit import audit_entries
 from tests.support.home import Home
@@ -27,7 +27,7 @@ from tests.support.http import ACCEPT, http_session, serving
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
-from tests.support.probe import probe_calls, probe_session
+from tests.support.probe import probe_calls, probe_session, write_probe_config, write_raw_policy
 from tests.support.sdk import Answer, answering, call
 
 pytestmark = needs_bwrap
@@ -247,3 +247,47 @@ def test_another_callers_place_is_not_reached_by_links_dots_or_prefixes(
 
 def _write(path: str, content: str) -> tuple[str, dict[str, Any]]:
     return "write_file", {"path": path, "content": content}
+
+
+def test_a_resource_of_another_callers_place_is_denied_unasked(user: Home, idp: Provider) -> None:
+    """A policy that asks a human before any ``resources/read``, under ``elicit``: mallory
+    reads a ``file://`` resource in alice's workspace (directly, and through ``..``), denied
+    and asked of no one; the control: the same read in her own workspace is asked of her
+    client, and approved."""
+    work = user.root / "work"
+    ask = {"name": "ask-reads", "if": {"tool": ["resources/read"]}, "then": "escalate",
+           "reason": "a read needs a human"}  # fmt: skip
+    policy = write_raw_policy(user.root / "policy", first=[ask])
+    args = ["--config", str(write_probe_config(user)), "--policy-dir", str(policy),
+            "--workspace", f"{work}/${{caller}}", "--oidc-issuer", idp.issuer,
+            "--oidc-audience", AUDIENCE, "--approval", "elicit"]  # fmt: skip
+    answer, seen = answering(*["approve"] * 4)
+    read: list[str] = []
+
+    async def reads(url: str, token: str, *uris: str) -> None:
+        async with http_session(url, token, elicitation_callback=_elicits(answer)) as session:
+            for uri in uris:
+                try:
+                    got = await session.read_resource(uri)  # type: ignore[arg-type]
+                    read.append(str(getattr(got.contents[0], "text", "")))
+                except MCPError as exc:
+                    read.append(str(exc))
+
+    with serving(user, *args) as served:
+        asyncio.run(reads(served.url, idp.token("alice"), "probe://status"))
+        (work / "alice" / "secret.txt").write_text("alice's\n")
+        (work / "mallory").mkdir(exist_ok=True)
+        (work / "mallory" / "hello.txt").write_text("mallory's\n")
+        asyncio.run(
+            reads(
+                served.url,
+                idp.token("mallory"),
+                f"file://{work}/alice/secret.txt",
+                f"file://{work}/mallory/../alice/secret.txt",
+                f"file://{work}/mallory/hello.txt",
+            )
+        )
+    assert read[0] == "probe ok"
+    for text in read[1:3]:
+        assert text.startswith("DENIED (rule: another-callers-place)"), text
+    assert read[3] == "mallory's\n" and len(seen) == 1  # the control: hers, and asked
