@@ -13,7 +13,8 @@ requirements the party is the issuer alone: all its subjects are one party. The 
 gateway keeps for callers is shared between parties (:func:`giving_way`): when a newcomer
 needs room, only its own party's idle callers, or those of a party holding more than its
 fair share, give way; so many fresh subjects of one party cannot take the room of another
-party's callers.
+party's callers; nor can one party's subjects, each keeping its own busy, hold all of it:
+told apart by required claims, a party holds at most :func:`party_room` of it.
 """
 
 from __future__ import annotations
@@ -103,3 +104,24 @@ def giving_way(newcomer: str, holders: Iterable[str], room: int) -> set[str]:
         counts[holder] = counts.get(holder, 0) + 1
     share = max(1, room // len(counts))
     return {newcomer} | {p for p, held in counts.items() if held > share}
+
+
+def party_room(room: int) -> int:
+    """The most of ``room`` (sessions, or callers' servers) one party holds when parties
+    are told apart by required claims: all of it but a quarter (at least one place), so
+    another party's newcomer always finds a place; a room of one is all the party's.
+
+    >>> [party_room(n) for n in (1, 2, 4, 16)]
+    [1, 1, 3, 12]
+    """
+    return max(1, room - max(1, room // 4))
+
+
+def parted(issuer: str, party: str) -> bool:
+    """Whether callers are told apart by party (required claims name it), rather than all
+    being the issuer's one.
+
+    >>> parted("https://id", "https://id"), parted("https://id", 'https://id o=["a"]')
+    (False, True)
+    """
+    return party != issuer
