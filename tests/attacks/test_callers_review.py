@@ -291,3 +291,46 @@ def test_a_resource_of_another_callers_place_is_denied_unasked(user: Home, idp: 
     for text in read[1:3]:
         assert text.startswith("DENIED (rule: another-callers-place)"), text
     assert read[3] == "mallory's\n" and len(seen) == 1  # the control: hers, and asked
+
+
+def test_a_prompt_naming_another_callers_place_is_denied(user: Home, idp: Provider) -> None:
+    """A prompt whose argument is a path to read (its annotation says so): mallory names
+    alice's file, through ``..`` too, and is denied; the control: her own file is named
+    and the prompt is got."""
+    work = user.root / "work"
+    policy = write_raw_policy(user.root / "policy")
+    annotations = json.loads((policy / "tool-annotations.json").read_text())
+    annotations["servers"]["probe"]["prompts"] = [
+        {"promptName": "greet", "serverName": "probe", "effect": "read", "sideEffects": False,
+         "args": {"name": ["read-path"]}}
+    ]  # fmt: skip
+    (policy / "tool-annotations.json").write_text(json.dumps(annotations))
+    args = ["--config", str(write_probe_config(user)), "--policy-dir", str(policy),
+            "--workspace", f"{work}/${{caller}}", "--oidc-issuer", idp.issuer,
+            "--oidc-audience", AUDIENCE]  # fmt: skip
+    got: list[str] = []
+
+    async def prompts(url: str, token: str, *names: str) -> None:
+        async with http_session(url, token) as session:
+            for name in names:
+                try:
+                    prompt = await session.get_prompt("probe__greet", {"name": name})
+                    got.append(str(getattr(prompt.messages[0].content, "text", "")))
+                except MCPError as exc:
+                    got.append(str(exc))
+
+    with serving(user, *args) as served:
+        asyncio.run(prompts(served.url, idp.token("alice"), f"{work}/alice/secret.txt"))
+        asyncio.run(
+            prompts(
+                served.url,
+                idp.token("mallory"),
+                f"{work}/alice/secret.txt",
+                f"{work}/mallory/../alice/secret.txt",
+                f"{work}/mallory/notes.txt",
+            )
+        )
+    assert f"{work}/alice/secret.txt" in got[0]  # alice's own
+    for text in got[1:3]:
+        assert text.startswith("DENIED (rule: another-callers-place)"), text
+    assert f"{work}/mallory/notes.txt" in got[3]
