@@ -334,3 +334,29 @@ def test_a_prompt_naming_another_callers_place_is_denied(user: Home, idp: Provid
     for text in got[1:3]:
         assert text.startswith("DENIED (rule: another-callers-place)"), text
     assert f"{work}/mallory/notes.txt" in got[3]
+
+
+def test_a_workspace_naming_the_caller_in_another_form_stops_the_start(
+    user: Home, idp: Provider
+) -> None:
+    """``--workspace .../${caller:-anon}`` (or ``$caller``) is not replaced per caller: it
+    would be one directory every caller shares, so one reads and overwrites another's
+    files. The start stops, naming ``--workspace``; the control: ``${caller}`` itself
+    starts, each caller apart."""
+    from tests.support.cli import ironcurtain
+
+    base = ["run", "--server", "filesystem", "--http", "0", "--oidc-issuer", idp.issuer,
+            "--oidc-audience", AUDIENCE]  # fmt: skip
+    for form in ("${caller:-anon}", "$caller", "${ caller }"):
+        refused = ironcurtain(user, *base, "--workspace", f"{user.root}/work/{form}")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert "--workspace" in refused.stderr and "only ${caller} itself" in refused.stderr
+    assert not (user.root / "work").exists()
+    with serving(user, "--server", "filesystem", "--workspace", f"{user.root}/work/${{caller}}",
+                 "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE) as served:  # fmt: skip
+        answer, _ = answering()
+        _calls(served.url, idp.token("alice"), answer, _write("secret.txt", "alice's\n"))
+        out = _calls(
+            served.url, idp.token("mallory"), answer, ("read_text_file", {"path": "secret.txt"})
+        )
+    assert out[0][0] or "alice's" not in out[0][1], out
