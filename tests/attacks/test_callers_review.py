@@ -1,12 +1,18 @@
-"""What a gateway caller tries next against approvals with callers: the real ``ironcurtain
-run --http`` in gateway mode (JWTs of a provider on loopback, tests/support/idp.py), the
-real filesystem server in its sandbox under the bundled policy, and a client that declares
-elicitation and approves whatever it is asked.
+"""What a gateway caller tries next against approvals and places with callers: the real
+``ironcurtain run --http`` in gateway mode (JWTs of a provider on loopback,
+tests/support/idp.py), the real filesystem server (or the probe) in its sandbox, and a
+client that declares elicitation and approves whatever it is asked.
 
-Under an explicit ``--approval elicit`` a caller's client answers only what gives no
-sandbox anything beyond what it has: a directory the operator lets a caller's server only
-read (``allowRead`` naming ``${caller}``) is the caller's to read, never to write, and a
-write to it through another of the caller's servers is not put to the caller's client.
+- Under ``--approval elicit`` a caller's client is never asked for what widens a sandbox,
+  even onto a place of the caller's that its server may only read (``allowRead``); the
+  operator's terminal can still give it (the control).
+- A client of the stateless era gets no approval through rounds it was not asked in: an
+  answer it forged, a state it made up, a state from before a restart under ``auto``.
+- Another caller's place is denied however it is named: a link in the caller's own
+  workspace, ``..``, a sibling whose name starts with the caller's, a ``resources/read`` of
+  a ``file://`` URI, a prompt's path argument (each with its control in the caller's own).
+- A workspace naming the caller in another form than ``${caller}`` would be one directory
+  every caller shares: the start stops.
 """
 
 from __future__ import annotations
