@@ -3,9 +3,9 @@
 An identity provider signs tokens for many subjects (GitHub's for every repository), so a
 valid signature makes no one a caller by itself: the operator requires claims
 (``CLAIM=GLOB``, each one must match; a claim that is a list matches when any of its
-values does; a number or boolean is matched as JSON writes it, ``email_verified=true``;
-``*`` stands for any run of characters, every other character for itself). A token that
-fails one is refused before any server starts for it.
+values does; an empty value matches nothing; a number or boolean is matched as JSON writes
+it, ``email_verified=true``; ``*`` stands for any run of characters, every other character
+for itself). A token that fails one is refused before any server starts for it.
 
 A *party* is who stands behind a subject: the issuer and the values of the required claims
 (``repository_owner=acme``), so every repository of one owner is one party. Without
@@ -75,15 +75,16 @@ def party(issuer: str, claims: Mapping[str, Any], required: Sequence[Requirement
 
 def _strings(value: object) -> list[str]:
     """A claim's values as text: a string, each string of a list, a number or a boolean
-    as JSON writes it (``true``); nothing of an object.
+    as JSON writes it (``true``); nothing of an object, nor an empty string (a claim present
+    but empty names no one: ``*`` does not match it).
 
-    >>> _strings(["a", 1, {"b": 2}]), _strings(True), _strings(None)
-    (['a', '1'], ['true'], [])
+    >>> _strings(["a", 1, {"b": 2}, ""]), _strings(True), _strings(None), _strings("")
+    (['a', '1'], ['true'], [], [])
     """
     if isinstance(value, list):
         return [text for item in value if not isinstance(item, list) for text in _strings(item)]
     if isinstance(value, str):
-        return [value]
+        return [value] if value else []
     if isinstance(value, bool | int | float):
         return [json.dumps(value)]
     return []

@@ -6,11 +6,14 @@ With ``--oidc-require`` telling parties apart, a party's subjects, each keeping 
 (or its stateless requests) busy, hold at most all the room but a caller's share: another
 party's newcomer still gets in. The control: with no requirement every subject is one
 party (the issuer), and the same subjects keep the newcomer out (a limit said at start).
+
+A claim present but empty names no party: ``*`` does not admit it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx2
@@ -83,3 +86,25 @@ def test_one_partys_busy_callers_leave_another_party_room(parties: bool) -> None
     else:
         assert got["evil refused"] == []
         assert got["alice"].status_code == 503
+
+
+@pytest.mark.parametrize("required", [True, False], ids=["required", "control-none"])
+def test_an_empty_claim_is_not_admitted_by_a_star(required: bool) -> None:
+    """``repository_owner=*`` asks for an owner: a token whose owner is present but empty
+    (or a list of empty strings) names none, and is refused before any relay; the control:
+    without the requirement it is served."""
+    got: dict[str, Any] = {}
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: Any) -> None:
+        for owner in ("", [""], "acme"):
+            token = idp.token(f"s-{len(got)}", repository_owner=owner)
+            got[json.dumps(owner)] = await http.post(url, **stateless(token))
+
+    opened, _, refused = serve(work, (OWNER,) if required else ())
+    statuses = {owner: answer.status_code for owner, answer in got.items()}
+    if not required:
+        assert statuses == {'""': 200, '[""]': 200, '"acme"': 200}
+        return
+    assert statuses == {'""': 403, '[""]': 403, '"acme"': 200}
+    assert [r.opened_for.name for r in opened if r.opened_for] == ["s-2"]
+    assert [why for _, why in refused] == ['its "repository_owner" claim does not match *'] * 2
