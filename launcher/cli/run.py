@@ -147,7 +147,8 @@ def start(opts: RunOptions) -> int:
     if plan.approval == "elicit" and (plan.caller is not None or plan.gateway is not None):
         print(
             "ironcurtain: WARNING: --approval elicit: callers' own clients answer their "
-            "escalations (only those whose effect stays within the caller's own places)",
+            "escalations (only those that widen no sandbox and name only the caller's own "
+            "places)",
             file=sys.stderr,
         )
     if opts.allow_unsandboxed and plan.sandbox_problem:

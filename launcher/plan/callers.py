@@ -5,8 +5,10 @@ stops the session at once."""
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Protocol
 
+from launcher.plan.config import CALLER
 from launcher.shared.errors import OptionError
 
 if TYPE_CHECKING:
@@ -33,9 +35,31 @@ class RunOptions(Protocol):
     def permissions_claim(self) -> str: ...
     @property
     def oidc_require(self) -> tuple[str, ...]: ...
+    @property
+    def workspace(self) -> str | None: ...
 
 
 _OIDC = ("oidc_issuer", "oidc_audience", "oidc_jwks_url")
+
+
+def _workspace_names_caller_plainly(workspace: str | None) -> None:
+    """A workspace names the caller only as ``${caller}`` itself: another form (a default,
+    ``$caller``) is not replaced, and every caller would share the one directory so named.
+
+    >>> _workspace_names_caller_plainly("/srv/work/${caller}/files")
+    >>> _workspace_names_caller_plainly("/srv/work/${caller:-anon}")
+    Traceback (most recent call last):
+    launcher.shared.errors.OptionError: ...
+    """
+    rest = (workspace or "").replace(CALLER, "")
+    if re.search(r"\$\{?\s*caller\b", rest):
+        raise OptionError(
+            "workspace",
+            workspace or "",
+            "names the caller in a form a workspace does not take: only ${caller} itself "
+            "is replaced by each caller's name (as it is, every caller would share this one "
+            "directory)",
+        )
 
 
 def check_caller_options(opts: RunOptions) -> None:
@@ -70,6 +94,7 @@ def check_caller_options(opts: RunOptions) -> None:
         raise OptionError(
             name, given[name], "is only used with {oidc_issuer}", mentions=("oidc_issuer",)
         )
+    _workspace_names_caller_plainly(opts.workspace)
     if opts.oidc_require:
         from launcher.transports.admission import requirement
 

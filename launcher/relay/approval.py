@@ -6,10 +6,10 @@ when it declared the capability; an attached ``ironcurtain approvals`` terminal 
 in the session's owner-only runtime directory). With callers (a caller file, or callers
 authenticated by their tokens), the party whose call it is never answers it in mode ``auto``:
 only the operator's channel (the terminal) is asked. Only in mode ``elicit`` is a caller's
-client asked, and then only when what approving gives stays within the caller's own places
-(``${caller}``); an approval that would give a sandbox any other path of the host is denied
-without asking. No channel, no answer within the timeout, or anything but an approval
-means deny. An approval
+client asked, and then only when approving gives no sandbox anything beyond what it has
+and every path the call names is the caller's own (``${caller}``); an approval that would
+widen a sandbox onto the host, or reach any other path, is denied without asking. No
+channel, no answer within the timeout, or anything but an approval means deny. An approval
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
 canonical arguments) that later identical calls match without asking again.
@@ -131,8 +131,8 @@ class Approvals:
         """``grant``: what approving gives the call beyond its server's sandbox, said in
         the question (empty: nothing); ``by_server``: the request is the server's own of the
         client (``tool`` its method, ``arguments`` all of it as it will be sent);
-        ``beyond_own``: a path approving would give that is not the caller's own (empty:
-        none), which a caller's client is never asked to give."""
+        ``beyond_own``: a path approving would reach beyond the server's sandbox, or that is
+        not the caller's own (empty: none), which a caller's client is never asked to give."""
         # A server's own request is never the same entry as a tool of the same name.
         key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
         if key in self.session_whitelist:
@@ -144,8 +144,8 @@ class Approvals:
             return Outcome(
                 False,
                 "not-asked-beyond-own",
-                f"approving would give {beyond_own}, which is not the caller's own; a "
-                "caller's client is never asked to give that",
+                f"approving would reach {beyond_own}, beyond the server's sandbox or not the "
+                "caller's own; a caller's client is never asked to give that",
             )
         if channel == "socket":
             question = {

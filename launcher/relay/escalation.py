@@ -155,17 +155,22 @@ class Escalations:
         ends.end(call, "denied", denial=text)
 
     def _beyond_own(self, call: Call, grants: list[Grant]) -> str:
-        """A path the approved call would reach that is not the caller's own ('' when none
-        is): what approving gives beyond the server's sandbox, and every path the call
-        names (a directory the server shares between callers is no caller's own). With no
-        places of its own, any of them. Without callers, nothing is asked of this."""
+        """A path the approved call would reach that a caller's own client may not give
+        ('' when none): anything approving gives beyond the server's sandbox (even in a
+        place of the caller's: one its server may only read is not the caller's to write),
+        then any path the call names that is not the caller's own (a directory the server
+        shares between callers is no caller's own). Without callers, nothing is asked of
+        this."""
         if not self.core.gate.approvals.callers:
             return ""
-        paths = [g.path for g in grants if g.outside]
-        if call.method == TOOL and call.server is not None and call.name is not None:
+        widened = next((g.path for g in grants if g.outside), "")
+        if widened:
+            return widened
+        paths: list[str] = []
+        if call.server is not None and call.name is not None:
             cwd = self.core.settings[call.server].cwd
-            gate = self.core.gate
-            paths += [path for _, path in gate.paths(call.server, call.name, call.arguments, cwd)]
+            named = self.core.gate.paths(call.method, call.server, call.name, call.arguments, cwd)
+            paths += [path for _, path in named]
         places = self.core.gate.places
         return places.beyond_own(paths) if places is not None else next(iter(paths), "")
 

@@ -24,7 +24,10 @@ from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy import Decision, PolicyEngine
 from policy.compiled import PATH_ROLES
-from policy.paths import iter_strings
+from policy.models import Annotation
+from policy.paths import canonical_path, iter_strings
+from policy.prepare import prepare_tool_args
+from policy.urls import file_uri_path
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
@@ -124,8 +127,8 @@ class Gate:
                 return Checked(NOT_PERMITTED, forward, argument_hashes(forward), tuple(missing))
         who = caller.name if caller is not None else None
         decision, forward = self._policy(method, server, name, args, cwd, who)
-        if decision.decision != "deny" and method == TOOL and server is not None:
-            decision = self._theirs(server, name, args, cwd) or decision
+        if decision.decision != "deny" and server is not None:
+            decision = self._theirs(method, server, name, args, cwd) or decision
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
             what = "tool" if method == TOOL else "prompt"
@@ -159,13 +162,13 @@ class Gate:
         return Checked(decision, forward, hashes)
 
     def _theirs(
-        self, server: str, tool: str, args: Mapping[str, object], cwd: str
+        self, method: str, server: str, name: str, args: Mapping[str, object], cwd: str
     ) -> Decision | None:
-        """A call naming a path in another caller's place (or holding them all) is denied,
-        never put to a human: no approval reaches another caller's files."""
+        """A request naming a path in another caller's place (or holding them all) is
+        denied, never put to a human: no approval reaches another caller's files."""
         if self.places is None:
             return None
-        for argument, path in self.paths(server, tool, args, cwd):
+        for argument, path in self.paths(method, server, name, args, cwd):
             if self.places.others(path):
                 return Decision(
                     "deny",
@@ -176,14 +179,23 @@ class Gate:
         return None
 
     def paths(
-        self, server: str, tool: str, args: Mapping[str, object], cwd: str
+        self, method: str, server: str, name: str, args: Mapping[str, object], cwd: str
     ) -> list[tuple[str, str]]:
-        """The paths a tool call names, by their annotated roles, as the policy reads them
-        (absolute, links resolved): each with the argument naming it."""
-        annotation = self.engine.get_annotation(server, tool)
+        """The paths a request names as the policy reads them (absolute, links resolved),
+        each with the argument naming it: a tool's or a prompt's by their annotated roles,
+        a resource's ``file://`` URI."""
+        if method in BY_URI:
+            uri = str(args.get("uri", ""))
+            path = file_uri_path(uri) if uri[:5].lower() == "file:" else None
+            return [("uri", canonical_path(path, cwd))] if path is not None else []
+        annotation: Annotation | None = None
+        if method == TOOL:
+            annotation = self.engine.get_annotation(server, name)
+        elif method == PROMPT:
+            annotation = self.engine.get_prompt_annotation(server, name)
         if annotation is None:
             return []
-        _, for_policy = self.engine.prepare(server, tool, args, cwd)
+        _, for_policy = prepare_tool_args(args, annotation, cwd)
         return [
             (argument, path)
             for argument, roles in annotation.args.items()

@@ -45,8 +45,8 @@ def approval_channels(mode: str, session_id: str, callers: bool = False) -> str:
         return f"{terminal} (the operator's; a caller's client is never asked), else deny"
     if callers and mode == "elicit":
         return (
-            "the caller's client (MCP elicitation) if it can, for what stays within the "
-            "caller's own places; else deny"
+            "the caller's client (MCP elicitation) if it can, for what widens no sandbox "
+            "and names only the caller's own places; else deny"
         )
     return {
         "auto": f"the client (MCP elicitation) if it can, else {terminal}, else deny",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.shared.jsonrpc import Message
-from launcher.transports.admission import giving_way
+from launcher.transports.admission import giving_way, parted, party_room
 from sandbox_profiles.records import mutable
 
 if TYPE_CHECKING:
@@ -85,6 +85,7 @@ class CallerRelays:
         self._say = say
         self._relays: dict[CallerKey, Held] = {}
         self._opening: dict[CallerKey, asyncio.Future[Held]] = {}
+        self._opening_party: dict[CallerKey, str] = {}  # the party of each opening
         self._sweeper: asyncio.Task[None] | None = None
         # When a caller's servers last could not start, and why (each caller's own: one
         # caller refused, say for a workspace that cannot be made, delays no other).
@@ -121,6 +122,13 @@ class CallerRelays:
                 failed = self._failed.get(key)
                 if failed is not None and loop.time() < failed[0] + RETRY_AFTER:
                     raise RuntimeError(failed[1])
+                if caller is not None and self._party_full(caller):
+                    if not await self._evict(caller.party, own=True):
+                        raise TooMany(
+                            "too many callers of this caller's party at once "
+                            f"({party_room(self.max_callers)}); none of them is idle"
+                        )
+                    continue
                 if len(self._relays) + len(self._opening) >= self.max_callers:
                     if not await self._evict(caller.party if caller is not None else ""):
                         raise TooMany(
@@ -129,6 +137,7 @@ class CallerRelays:
                         )
                     continue  # another request of this caller may have opened it meanwhile
                 opening = self._opening[key] = asyncio.ensure_future(self._open(key, caller))
+                self._opening_party[key] = caller.party if caller is not None else ""
             # Until this request is counted on it, the relay is not ended to make room.
             self._awaited[key] = self._awaited.get(key, 0) + 1
             try:
@@ -150,6 +159,7 @@ class CallerRelays:
             raise
         finally:
             self._opening.pop(key, None)
+            self._opening_party.pop(key, None)
         self._failed.pop(key, None)
         party = caller.party if caller is not None else ""
         held = self._relays[key] = Held(relay, last_used=loop.time(), party=party)
@@ -157,11 +167,20 @@ class CallerRelays:
             self._sweeper = asyncio.create_task(self._sweep())
         return held
 
-    async def _evict(self, party: str) -> bool:
+    def _party_full(self, caller: Caller) -> bool:
+        """Whether ``caller``'s party, told apart by required claims, holds (or is opening)
+        all the relays it may: :func:`party_room` of them."""
+        if not parted(caller.issuer, caller.party):
+            return False
+        held = [h.party for h in self._relays.values()] + list(self._opening_party.values())
+        return held.count(caller.party) >= party_room(self.max_callers)
+
+    async def _evict(self, party: str, own: bool = False) -> bool:
         """For a newcomer of ``party``: end the caller's relay unused longest, if one has no
         request out (nor one on its way to it, nor a question whose retry is awaited), of
-        the newcomer's party or of one holding more than its share."""
-        parties = giving_way(party, (h.party for h in self._relays.values()), self.max_callers)
+        the newcomer's party or (unless ``own``) of one holding more than its share."""
+        holders = (h.party for h in self._relays.values())
+        parties = {party} if own else giving_way(party, holders, self.max_callers)
         idle = [
             (h.last_used, k)
             for k, h in self._relays.items()

@@ -46,7 +46,7 @@ from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
-from launcher.transports.admission import giving_way
+from launcher.transports.admission import giving_way, parted, party_room
 from launcher.transports.http_bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
 from launcher.transports.http_session import Attached, ClientStream, owner
 from launcher.transports.http_socket import listen_http
@@ -251,6 +251,11 @@ class HttpEndpoint:
                 text = f"too many open sessions of this caller ({share})"
                 await _json_error(send, 503, -32603, text)
                 return
+        if caller is not None and not await self._party_room(scope[CALLER]):
+            cap = party_room(self.max_sessions)
+            text = f"too many open sessions of this caller's party ({cap})"
+            await _json_error(send, 503, -32603, text)
+            return
         if len(self.sessions) >= self.max_sessions and not await self._evict(
             party=party_of(scope.get(CALLER))
         ):
@@ -272,6 +277,14 @@ class HttpEndpoint:
             # Only an initialize opens a session; whatever else came without an id did not.
             if not client.initialized or not status or status[0] >= 400:
                 await client.end()
+
+    async def _party_room(self, caller: Caller) -> bool:
+        """Whether ``caller``'s party may open another session: it holds less than
+        :func:`party_room` of them, or one of its own that is idle made room."""
+        if not parted(caller.issuer, caller.party):
+            return True
+        ours = [c for c in self.sessions.values() if party_of(c.caller) == caller.party]
+        return len(ours) < party_room(self.max_sessions) or await self._evict(ours)
 
     async def _evict(self, among: list[ClientStream] | None = None, party: str = "") -> bool:
         """Make room for a new session by ending the one unused longest (of ``among``,
