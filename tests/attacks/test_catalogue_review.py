@@ -48,11 +48,31 @@ def _program(marker: Path) -> str:
     return f'#!/bin/sh\ntouch {marker}\n[ "${{0##*/}}" = git ] && exec /usr/bin/git "$@"\nexit 0\n'
 
 
-# id -> (the user's .envrc, what the attacker writes: rel -> content builder)
-DIRENV_CASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "envrc-crlf": ("dotenv_if_exists .env.dev\r\n", {".env.dev\r": _dotenv}),
-    "envrc-virtualenv": ("export VIRTUAL_ENV=.venv\nlayout python3\n", {".venv/bin/git": _program}),
-    "envrc-editor": ("export GIT_EDITOR=./tools/ed\n", {"tools/ed": _program}),
+# id -> (the user's .envrc, files there: rel -> content (a symlink: "-> target"), what the
+# attacker does first: probe operations, then writes: rel -> content builder)
+DIRENV_CASES: dict[str, tuple[str, dict[str, str], list[list[str]], dict[str, Any]]] = {
+    "envrc-crlf": ("dotenv_if_exists .env.dev\r\n", {}, [], {".env.dev\r": _dotenv}),
+    "envrc-virtualenv": (
+        "export VIRTUAL_ENV=.venv\nlayout python3\n",
+        {},
+        [],
+        {".venv/bin/git": _program},
+    ),
+    "envrc-editor": ("export GIT_EDITOR=./tools/ed\n", {}, [], {"tools/ed": _program}),
+    # the directory holding a loaded file moved away, a new one made in its place
+    "envrc-moved-dir": (
+        "dotenv config/app.env\n",
+        {"config/app.env": "APP=1\n"},
+        [["rename", "config", "config.old"]],
+        {"config/app.env": _dotenv},
+    ),
+    # a loaded file reached through a symlinked directory: the link replaced
+    "envrc-linked-dir": (
+        "dotenv config/app.env\n",
+        {"real/app.env": "APP=1\n", "config": "-> real"},
+        [["rename", "config", "config.old"]],
+        {"config/app.env": _dotenv},
+    ),
 }
 DOTS = "dots"  # the dotfiles repository the user's home links into
 DOTFILES = {
@@ -95,11 +115,17 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
     user = make_home(base)
     ws = user.ws("ws")
     (user.home / ".gitconfig").write_text("[safe]\n\tdirectory = *\n")
-    for case, (envrc, _) in DIRENV_CASES.items():
+    for case, (envrc, there, _, _) in DIRENV_CASES.items():
         repo = ws / "dv" / case
         repo.mkdir(parents=True)
         user_git("init", "-q", cwd=repo)
         (repo / ".envrc").write_text(envrc, newline="")
+        for rel, content in there.items():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            if content.startswith("-> "):
+                (repo / rel).symlink_to(content[3:])
+            else:
+                (repo / rel).write_text(content)
         subprocess.run([DIRENV, "allow", str(repo)], env=_direnv_env(user), check=True)
     (ws / DOTS).mkdir()
     (ws / DOTS / ".gitconfig").write_text("[safe]\n\tdirectory = *\n")
@@ -114,9 +140,12 @@ def _world(base: Path) -> tuple[Home, Path, Path]:
 def _ops(markers: Path) -> list[list[list[str]]]:
     """The probe's filesystem operations (relative to the workspace), one call each."""
     found = [
-        [["write", f"dv/{case}/{rel}", make(markers / case)]]
-        for case, (_, writes) in DIRENV_CASES.items()
-        for rel, make in writes.items()
+        [
+            [kind, f"dv/{case}/{rel}", *(f"dv/{case}/{r}" for r in rest)]
+            for kind, rel, *rest in first
+        ]
+        + [["write", f"dv/{case}/{rel}", make(markers / case)] for rel, make in writes.items()]
+        for case, (_, _, first, writes) in DIRENV_CASES.items()
     ]
     found += [
         [["write", f"{DOTS}/{rel}", text.format(marker=markers / case)]]

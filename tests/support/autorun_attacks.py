@@ -129,6 +129,8 @@ REVIEW_ATTACK_IDS = (
     "envrc-virtualenv",
     "envrc-editor",
     "envrc-export-output",
+    "envrc-moved-dir",
+    "envrc-linked-dir",
     "direnvrc",
     "vim-plugin",
     "gdbinit",
