@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import field
 
-from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
+from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold, match
 from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
 from sandbox_profiles.direnv import dotenv_unasked, envrc_paths
 from sandbox_profiles.gitconfig import (
@@ -80,6 +80,7 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
             places.found.unreadable.append(str(exc))
     found = places.found
     _loaded_by_files(found, places.protect, readers.loaders, writable)
+    _other_names_of_home_files(found, writable, home, xdg_config)
     found.unreadable += _dotenv_unasked(writable, home, xdg_config)
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
@@ -224,6 +225,44 @@ def _loaded_by_files(
         found.read_only.update(other_names(found.read_only, writable))
     except UnreadableConfig as exc:
         found.unreadable.append(str(exc))
+
+
+def _other_names_of_home_files(
+    found: Protection, writable: Sequence[str], home: str, xdg_config: str | None
+) -> None:
+    """The other names (hard links) in the roots of the user's own files that the catalogue
+    names (a ``~/.gitconfig`` hard-linked into a dotfiles repository in the workspace:
+    writing through that name changes the user's), protected as theirs would be."""
+    if not home or found.unreadable:
+        return
+    mine = {p: "the user's own" for p in _home_entries(home, xdg_config)}
+    mine = {p: why for p, why in mine.items() if not any(is_under(p, r) for r in writable)}
+    try:
+        found.read_only.update(
+            {n: why for n, why in other_names(mine, writable).items() if n not in mine}
+        )
+    except UnreadableConfig as exc:
+        found.unreadable.append(str(exc))
+
+
+def _home_entries(home: str, xdg_config: str | None) -> list[str]:
+    """The catalogue's entries at the top of the user's home and of its configuration
+    directory (``.bashrc``, ``.gitconfig``, ``.ssh``, ``.config/git``...), and the git
+    configurations in play."""
+    config = xdg_config or os.path.join(home, ".config")
+    found = list(host_git_configs(home, xdg_config))
+    for base, lead in ((home, ()), (config, (".config",))):
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        has = set(names).__contains__
+        for name in names:
+            path = os.path.join(base, name)
+            entry = match([*lead, name], os.path.isdir(path) and not os.path.islink(path), has)
+            if entry is not None and not os.path.islink(path):
+                found.append(path)
+    return found
 
 
 # The reason of a file an agent instruction file imports: an approved call may write it, as

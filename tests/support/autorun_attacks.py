@@ -134,4 +134,5 @@ REVIEW_ATTACK_IDS = (
     "direnvrc",
     "vim-plugin",
     "gdbinit",
+    "home-file-hard-link",
 )
