@@ -121,7 +121,7 @@ DIRENV_REFERENCE_ENTRY = Entry(
     "direnv-stdlib(1); direnv 2.32 (stdlib.sh)",
     "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, "
     "envrc-unreadable, envrc-crlf, envrc-virtualenv, envrc-editor, envrc-export-output, "
-    "envrc-moved-dir, envrc-linked-dir",
+    "envrc-relative-path, envrc-moved-dir, envrc-linked-dir",
 )
 MISE_REFERENCE_ENTRY = Entry(
     "a file or directory a present mise configuration or .tool-versions loads ([env] "

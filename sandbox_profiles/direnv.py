@@ -125,6 +125,9 @@ _COMMAND_VARS = frozenset(
         "RUSTC_WRAPPER",
     }
 )
+# File variables a layout makes absolute from the .envrc's directory (layout python's
+# realpath of VIRTUAL_ENV; layout pipenv's test of PIPENV_PIPFILE there).
+_MADE_ABSOLUTE = frozenset({"VIRTUAL_ENV", "PIPENV_PIPFILE"})
 _DECLARE = frozenset({"export", "local", "declare", "readonly", "typeset"})
 _LAYOUT_DIRS = {
     "node": ("node_modules/.bin",),
@@ -338,14 +341,25 @@ def _assigned(word: str, cwd: str, home: str, where: str) -> Iterator[tuple[str,
         parts = re.split(r"[: ]", value) if var == "LD_PRELOAD" else value.split(":")
     for part in parts:
         itself = _SELF.fullmatch(part)
-        if not part or (itself is not None and itself.group(1) == var):
+        if itself is not None and itself.group(1) == var:
             continue  # PATH=...:$PATH: what was there before
+        if not part and var in _PATH_VARS:
+            raise UnreadableConfig(where, f"{var}: an empty entry is whatever directory it runs in")
+        if not part:
+            continue
+        relative = not part.startswith(("/", "~"))
+        if relative and var not in _COMMAND_VARS and var not in _MADE_ABSOLUTE:
+            # Taken from the directory each program runs in (a subdirectory's tools/), not
+            # the .envrc's.
+            raise UnreadableConfig(where, f"{var}: {part!r} is relative to wherever it is used")
         yield _resolve(_literal(part, where, var), cwd, home), f"{var}="
 
 
 def _literal(arg: str, where: str, name: str) -> str:
     if _unknowable(arg) or any(c in arg for c in "*?[<>") or arg.startswith(_STREAMS):
         raise UnreadableConfig(where, f"{name}: {arg!r} is not a plain path")
+    if arg.startswith("~") and arg != "~" and not arg.startswith("~/"):
+        raise UnreadableConfig(where, f"{name}: {arg!r} is in another user's home")
     return arg
 
 

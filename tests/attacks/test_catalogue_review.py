@@ -99,9 +99,7 @@ MARKED = [*DIRENV_CASES, *DOTFILES, LINKED_ATTACK]
 
 
 def test_every_attack_here_is_known_to_the_catalogues_check() -> None:
-    assert {*MARKED, "envrc-export-output", "envrc-moved-dir", "envrc-linked-dir"} == set(
-        REVIEW_ATTACK_IDS
-    )
+    assert {*MARKED, *UNSURE} == set(REVIEW_ATTACK_IDS)
 
 
 def _direnv_env(user: Home, home: Path | None = None) -> dict[str, str]:
@@ -240,43 +238,65 @@ def test_without_the_sandbox_they_stay(bare: tuple) -> None:
     assert left == INSTRUCTIONS
 
 
-# -- an .envrc that exports what a command prints: not read for sure -------------------------
+# -- an .envrc whose loads are not read for sure: every writable root read-only -------------
+
+# id -> (the user's .envrc, what the attacker writes (the program's marker: {marker}), what
+# the user runs in the repository afterwards)
+UNSURE = {
+    # what it exports is the file's, which the reader cannot follow through the command
+    "envrc-export-output": (
+        "export $(grep -v '^#' .env.shared | xargs)\n",
+        [".env.shared", "GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=core.fsmonitor\n"
+         "GIT_CONFIG_VALUE_0={program}\n"],
+        "git status",
+    ),
+    # a relative PATH entry: the tools/ of whatever directory the user is in
+    "envrc-relative-path": (
+        'export PATH="tools:$PATH"\n',
+        ["sub/tools/git", '#!/bin/sh\nexec {program} "$@"\n'],
+        "cd sub && git status",
+    ),
+}  # fmt: skip
 
 
-def _export_output(base: Path, sandboxed: bool) -> tuple[bool, list[tuple[bool, str]]]:
-    """``export $(grep -v '^#' .env.shared | xargs)``: what it exports is the file's, which
-    the parser cannot follow through the command; every writable root is read-only."""
+def _unsure(base: Path, case: str, sandboxed: bool) -> tuple[bool, list[tuple[bool, str]]]:
     if DIRENV is None:
         pytest.fail(DIRENV_MISSING)
+    envrc, (rel, text), command = UNSURE[case]
     user = make_home(base)
     ws = user.ws("ws")
     (user.home / ".gitconfig").write_text("[safe]\n\tdirectory = *\n")
     user_git("init", "-q", cwd=ws)
-    (ws / ".envrc").write_text("export $(grep -v '^#' .env.shared | xargs)\n")
+    (ws / ".envrc").write_text(envrc)
     (ws / ".env.shared").write_text("APP=1\n")
     env = _direnv_env(user)
     subprocess.run([DIRENV, "allow", str(ws)], env=env, check=True)
     if os.geteuid() == 0:
         subprocess.run(["chown", "-R", "65534:65534", str(ws)], check=True)
-    marker = base / "markers" / "envrc-export-output"
+    marker = base / "markers" / case
     marker.parent.mkdir()
     marker.parent.chmod(0o777)
-    program = base / "markers" / "fsmonitor"
+    program = base / "markers" / "program"
     program.write_text(f"#!/bin/sh\ntouch {marker}\n")
     program.chmod(0o755)
-    shared = f"GIT_CONFIG_COUNT=1\nGIT_CONFIG_KEY_0=core.fsmonitor\nGIT_CONFIG_VALUE_0={program}\n"
-    calls = [("fs_ops", {"base": str(ws), "ops": [["write", ".env.shared", shared]]})]
+    ops = [["write", rel, text.format(program=program)]]
+    calls = [("fs_ops", {"base": str(ws), "ops": ops})]
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
-    subprocess.run([DIRENV, "exec", str(ws), "git", "status"], cwd=ws, env=env, capture_output=True)
+    (ws / "sub").mkdir(exist_ok=True)
+    subprocess.run(
+        [DIRENV, "exec", str(ws), "sh", "-c", command], cwd=ws, env=env, capture_output=True
+    )
     return marker.exists(), answers
 
 
-def test_an_envrc_exporting_a_commands_output_makes_the_roots_read_only(tmp_path: Path) -> None:
-    ran, answers = _export_output(tmp_path, sandboxed=True)
+@pytest.mark.parametrize("case", UNSURE)
+def test_an_envrc_not_read_for_sure_makes_the_roots_read_only(case: str, tmp_path: Path) -> None:
+    ran, answers = _unsure(tmp_path, case, sandboxed=True)
     assert not ran, answers
     assert "Read-only file system" in answers[0][1], answers
 
 
-def test_without_the_sandbox_what_it_exports_runs(tmp_path: Path) -> None:
-    ran, answers = _export_output(tmp_path, sandboxed=False)
+@pytest.mark.parametrize("case", UNSURE)
+def test_without_the_sandbox_what_it_loads_runs(case: str, tmp_path: Path) -> None:
+    ran, answers = _unsure(tmp_path, case, sandboxed=False)
     assert ran, answers

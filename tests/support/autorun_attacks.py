@@ -129,6 +129,7 @@ REVIEW_ATTACK_IDS = (
     "envrc-virtualenv",
     "envrc-editor",
     "envrc-export-output",
+    "envrc-relative-path",
     "envrc-moved-dir",
     "envrc-linked-dir",
     "direnvrc",

@@ -29,8 +29,8 @@ LOADS = {
     "layout node\n": ["node_modules/.bin"],
     "layout python3\n": [],  # .direnv/, in the catalogue by name
     'export PATH="$PWD/scripts:$PATH"\n': ["scripts"],
-    "export LD_PRELOAD=./libhook.so\n": ["libhook.so"],
-    "GIT_CONFIG_GLOBAL=team.gitconfig\n": ["team.gitconfig"],
+    "export LD_PRELOAD=$PWD/libhook.so\n": ["libhook.so"],
+    "GIT_CONFIG_GLOBAL=$PWD/team.gitconfig\n": ["team.gitconfig"],
     "./setup-env.sh\n": ["setup-env.sh"],
     "bash hooks/env.sh --quiet\n": ["hooks/env.sh"],
     "if has nix; then use flake; else dotenv .env.ci; fi\n": [".env.ci"],
@@ -49,7 +49,7 @@ LOADS = {
     "use vim\n": [".vimrc.local"],
     'export GIT_EDITOR="./tools/ed --wait"\n': ["tools/ed"],
     'export NODE_OPTIONS="--require ./hook.js"\n': ["hook.js"],
-    "export GIT_EXEC_PATH=./gitexec\n": ["gitexec"],
+    "export GIT_EXEC_PATH=$PWD/gitexec\n": ["gitexec"],
 }
 
 
@@ -93,6 +93,12 @@ UNKNOWABLE = [
     "source /dev/stdin < .env.shared\n",
     "direnv_load cat dump.env\n",
     "dotenv .env.x>/dev/null\n",
+    # relative to the directory each program runs in, not the .envrc's (a subdirectory's)
+    'export PATH="tools:$PATH"\n',
+    'export PATH="$PATH:"\n',
+    "export LD_PRELOAD=./libhook.so\n",
+    "GIT_CONFIG_GLOBAL=team.gitconfig\n",
+    "source_env ~ada/envrc\n",
 ]
 
 
