@@ -86,10 +86,24 @@ LEFTHOOK_REFERENCE_ENTRY = Entry(
 
 # A home's own bin/ (on PATH in its login shells) is told from a project's bin/ by what is
 # beside it: a shell profile.
-HOME_MARKERS: tuple[str, ...] = (".profile", ".bash_profile", ".bashrc", ".zshrc", ".zprofile")
+HOME_MARKERS: tuple[str, ...] = (
+    ".profile",
+    ".bash_profile",
+    ".bash_login",
+    ".bashrc",
+    ".zshrc",
+    ".zprofile",
+    ".zshenv",
+    ".zlogin",
+    ".kshrc",
+    ".mkshrc",
+    ".cshrc",
+    ".tcshrc",
+    ".login",
+)
 HOME_BIN_ENTRY = Entry(
-    "bin beside a shell profile (a home's bin: .profile, .bash_profile, .bashrc, .zshrc, "
-    ".zprofile)",
+    "bin beside a shell's start file (a home's bin: .profile, .bash_profile, .bash_login, "
+    ".bashrc, .zshrc, .zprofile, .zshenv, .zlogin, .kshrc, .mkshrc, .cshrc, .tcshrc, .login)",
     "on PATH in every login shell when it exists (Debian's and Ubuntu's .profile): a planted "
     "git there runs instead of the real one",
     "Debian skel .profile",
@@ -98,12 +112,16 @@ HOME_BIN_ENTRY = Entry(
 DIRENV_REFERENCE_ENTRY = Entry(
     "a file or directory a present .envrc loads or watches (dotenv, dotenv_if_exists, "
     "source_env, source_env_if_exists, source_up, watch_file, watch_dir, source, PATH_add, "
-    "path_add, load_prefix, layout node), also from an .envrc above the root",
+    "path_add, load_prefix, layout node, php and pipenv, use vim, VIRTUAL_ENV, PATH-like, "
+    "file and program variables: GIT_EDITOR, NODE_OPTIONS...), also from an .envrc above "
+    "the root; a CR ending a line stays in the name, as bash reads it",
     "direnv, on cd, with no new direnv allow: dotenv loads a .env's variables (GIT_CONFIG_*, "
     "LD_PRELOAD), source_env runs a file, PATH_add puts a directory's programs first on "
     "PATH; an .envrc that cannot be read for sure makes every writable root read-only",
     "direnv-stdlib(1); direnv 2.32 (stdlib.sh)",
-    "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, envrc-unreadable",
+    "dotenv, dotenv-if-exists, dotenv-default, source-env, path-add, envrc-local, "
+    "envrc-unreadable, envrc-crlf, envrc-virtualenv, envrc-editor, envrc-export-output, "
+    "envrc-relative-path, envrc-moved-dir, envrc-linked-dir",
 )
 MISE_REFERENCE_ENTRY = Entry(
     "a file or directory a present mise configuration or .tool-versions loads ([env] "

@@ -127,6 +127,58 @@ LOGIN_NAMES: tuple[Row, ...] = (
         "gpg-agent(1)",
         "name",
     ),
+    (
+        ".direnvrc",
+        "direnv sources it before every .envrc it loads (when the configuration directory "
+        "holds no direnvrc), on every cd into an allowed directory",
+        "direnv-stdlib(1); direnv 2.32 stdlib (__main__)",
+        "direnvrc",
+    ),
+    (
+        "{.bash_completion,.bash_completion.d,.local/share/bash-completion,.inputrc,.mkshrc}",
+        "bash-completion sources ~/.bash_completion at every interactive start and the "
+        "user's completions on the first TAB; readline binds keys to text (a macro typed on "
+        "Enter); mksh runs .mkshrc",
+        "bash-completion README (BASH_COMPLETION_USER_FILE, user completions); readline(3); "
+        "mksh(1)",
+        "name",
+    ),
+    (
+        "{.oh-my-zsh,.oh-my-bash,.bash_it,.zprezto,.config/fish,.cargo/env,.cargo/bin,.nvm,"
+        ".sdkman,.pyenv,.rbenv,.asdf,.volta,.bun/bin,.deno/bin,.npm-global}",
+        "the shell's start files source these frameworks and version managers (their "
+        "scripts, functions and shims) and put their bin/ first on PATH",
+        "oh-my-zsh, rustup (.cargo/env), nvm, SDKMAN!, pyenv, rbenv, asdf, Volta, Bun and "
+        "Deno installers; fish(1) (conf.d, functions)",
+        "name",
+    ),
+    (
+        "{.vim,.config/emacs,.config/gdb,.lldbinit,.config/lldb,.ipython,.config/ipython,"
+        ".pythonrc,.pythonrc.py,.psqlrc,.sqliterc,.my.cnf,.wgetrc,.curlrc}",
+        "tools run these at every start: vim's plugin/ and ftplugin/, Emacs's init, gdb's and "
+        "lldb's init commands (shell), IPython's startup/ scripts, PYTHONSTARTUP, psql's and "
+        "sqlite3's \\! and .shell lines, mysql's pager, wget's and curl's output files",
+        "vim :help startup; gdb manual (initialization files); IPython docs (startup); "
+        "psql(1), sqlite3 docs (.sqliterc), mysql(1), wget(1), curl(1)",
+        "vim-plugin, gdbinit",
+    ),
+    (
+        "{.config/starship.toml,.config/kitty,.config/alacritty,.config/wezterm,.wezterm.lua,"
+        ".config/ghostty,.config/foot,.config/gh,.config/containers,.config/user-dirs.dirs,"
+        ".xbindkeysrc,.config/openbox/autostart,.config/labwc,.config/lxsession,"
+        ".config/autostart-scripts,.kde/Autostart,.kde4/Autostart,.local/share/dbus-1,"
+        ".local/share/kservices5,.local/share/kservices6,.config/hg,.hgrc,.subversion,"
+        ".config/jj,.config/lazygit,.tigrc,.config/tig,.gradle/init.d,.gradle/init.gradle,"
+        ".gradle/gradle.properties,.m2/settings.xml,.config/pip,.pip,.config/uv}",
+        "the prompt (starship's custom modules on every prompt), terminals (the shell they "
+        "start, Lua that runs), gh's and tig's aliases, containers' hooks, desktop sessions' "
+        "autostart and D-Bus activation, Mercurial's hooks, Subversion's and jj's programs, "
+        "Gradle's init scripts and JVM options, Maven's and pip's package sources",
+        "starship, kitty, Alacritty, WezTerm, gh, containers.conf(5), Openbox, labwc, KDE, "
+        "D-Bus specification (session services), hgrc(5), Gradle (init scripts), Maven, pip "
+        "docs",
+        "name",
+    ),
 )
 
 # Files that steer an AI agent: read as instructions by the user's next agent session in the
@@ -165,6 +217,15 @@ INSTRUCTION_NAMES: tuple[Row, ...] = (
         "instruction-files",
     ),
     (".junie", "JetBrains Junie loads guidelines.md", "Junie docs (guidelines)", "name"),
+    (
+        "{AGENTS.override.md,QWEN.md,.rules,.augment-guidelines,.github/agents}",
+        "Codex CLI loads AGENTS.override.md before AGENTS.md; Qwen Code QWEN.md; Zed .rules; "
+        "Augment its guidelines; Copilot the repository's custom agents (the rules folders "
+        "of .augment, .trae and .idx are protected with them, whole)",
+        "Codex CLI docs (AGENTS.md discovery); Qwen Code docs; Zed docs (rules); Augment and "
+        "GitHub Copilot (custom agents) docs",
+        "instruction-files",
+    ),
 )
 
 # direnv's own family beyond .envrc: names nothing but direnv and the .envrc conventions use.
@@ -506,6 +567,13 @@ NAMES: tuple[Row, ...] = (
     (".roo", "Roo Code: mcp.json servers", "Roo Code docs", "name"),
     (".amazonq", "Amazon Q: mcp.json servers", "Amazon Q docs", "name"),
     (".kiro", "Kiro: hooks and MCP settings", "Kiro docs", "name"),
+    (
+        "{.qwen,.augment,.trae,.idx,.github/hooks}",
+        "Qwen Code's settings (MCP servers, tools), Augment's and Trae's settings, Firebase "
+        "Studio's dev.nix (run when the workspace opens), the hooks Copilot's agents run",
+        "Qwen Code, Augment, Trae, Firebase Studio (dev.nix) and GitHub Copilot (hooks) docs",
+        "name",
+    ),
     (
         "{opencode.json,opencode.jsonc,.opencode}",
         "opencode: MCP servers it starts, commands",

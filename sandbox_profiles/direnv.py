@@ -95,10 +95,52 @@ _FILE_VARS = frozenset(
         "DOCKER_CONFIG",
         "XDG_CONFIG_HOME",
         "ZDOTDIR",
+        # a virtualenv's bin/ goes first on PATH (layout python and pyenv take it)
+        "VIRTUAL_ENV",
+        "GIT_EXEC_PATH",
+        "GIT_TEMPLATE_DIR",
+        "PYTHONHOME",
+        "PIPENV_PIPFILE",
     }
 )
+# Variables whose value is a command line a tool runs (git's editor, pager, ssh, askpass;
+# node's --require): each word holding a ``/`` is a program or file it loads.
+_COMMAND_VARS = frozenset(
+    {
+        "EDITOR",
+        "VISUAL",
+        "PAGER",
+        "MANPAGER",
+        "LESSOPEN",
+        "BROWSER",
+        "GIT_EDITOR",
+        "GIT_SEQUENCE_EDITOR",
+        "GIT_PAGER",
+        "GIT_SSH",
+        "GIT_SSH_COMMAND",
+        "GIT_ASKPASS",
+        "SSH_ASKPASS",
+        "GIT_EXTERNAL_DIFF",
+        "NODE_OPTIONS",
+        "RUSTC_WRAPPER",
+    }
+)
+# File variables a layout makes absolute from the .envrc's directory (layout python's
+# realpath of VIRTUAL_ENV; layout pipenv's test of PIPENV_PIPFILE there).
+_MADE_ABSOLUTE = frozenset({"VIRTUAL_ENV", "PIPENV_PIPFILE"})
 _DECLARE = frozenset({"export", "local", "declare", "readonly", "typeset"})
-_LAYOUT_DIRS = {"node": "node_modules/.bin", "php": "vendor/bin"}
+_LAYOUT_DIRS = {
+    "node": ("node_modules/.bin",),
+    "php": ("vendor/bin",),
+    # pipenv installs what the Pipfile names when its virtualenv is missing (in .venv with
+    # PIPENV_VENV_IN_PROJECT), then puts that virtualenv's bin/ first on PATH
+    "pipenv": ("Pipfile", "Pipfile.lock", ".venv"),
+}
+# Commands that change the directory the rest of the script runs in, or read a command's
+# output or standard input as the environment: what they load is not known from the text.
+_UNFOLLOWED = frozenset({"cd", "pushd", "popd", "direnv_load", "mapfile", "readarray"})
+# Paths that are a stream, not a file: what is read through them comes from elsewhere.
+_STREAMS = ("/dev/stdin", "/dev/fd/", "/proc/self/fd/", "/dev/tcp/", "/dev/udp/")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.S)
 _SELF = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
 
@@ -145,6 +187,7 @@ def statements(text: str, where: str) -> Iterator[list[str]]:
     for line in _logical_lines(text, where):
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
         lexer.whitespace_split = True
+        lexer.whitespace = " \t"  # bash splits words on blanks only: a CR stays in the word
         lexer.commenters = ""
         try:
             tokens = list(lexer)
@@ -218,6 +261,8 @@ def _loads(
     a script read in turn) of one statement."""
     if words[0] in _DECLARE:
         for word in words[1:]:
+            if _unknowable(word) and _ASSIGN.fullmatch(word) is None:
+                raise UnreadableConfig(where, f"{words[0]} of what is not known: {word!r}")
             yield from ((p, how, None) for p, how in _assigned(word, cwd, home, where))
         return
     lead = 0
@@ -230,6 +275,8 @@ def _loads(
     name, args = command[0], command[1:]
     if _unknowable(name):
         raise UnreadableConfig(where, f"runs a command named by a variable: {name}")
+    if name in _UNFOLLOWED:
+        raise UnreadableConfig(where, f"{name}: what follows is not read for sure")
     if name == "eval":
         for inner in statements(" ".join(_literal(a, where, name) for a in args), where):
             yield from _loads(inner, cwd, home, where)
@@ -265,7 +312,12 @@ def _stdlib(
     elif name == "path_add" and operands:
         yield from ((at(a), f"path_add {operands[0]}", None) for a in operands[1:])
     elif name == "layout" and operands and operands[0] in _LAYOUT_DIRS:
-        yield os.path.join(cwd, _LAYOUT_DIRS[operands[0]]), f"layout {operands[0]}", None
+        for rel in _LAYOUT_DIRS[operands[0]]:
+            yield os.path.join(cwd, rel), f"layout {operands[0]}", None
+    elif name == "layout" and operands[1:] and operands[0] == "anaconda" and "/" in operands[1]:
+        yield at(operands[1]), "layout anaconda", None
+    elif name == "use" and operands and operands[0] == "vim":
+        yield at(operands[1] if operands[1:] else ".vimrc.local"), "use vim", None
     elif "/" in name:
         yield at(name), "run", None
     elif _INTERPRETERS.fullmatch(name) and operands and not operands[0].startswith("-"):
@@ -278,21 +330,36 @@ def _assigned(word: str, cwd: str, home: str, where: str) -> Iterator[tuple[str,
     if match is None:
         return
     var, value = match.groups()
-    if var not in _PATH_VARS and var not in _FILE_VARS:
+    if var not in _PATH_VARS and var not in _FILE_VARS and var not in _COMMAND_VARS:
         return
     value = value.replace("$(pwd)", cwd).replace("${PWD}", cwd).replace("$PWD", cwd)
     value = value.replace("${HOME}", home).replace("$HOME", home)
-    parts = re.split(r"[: ]", value) if var == "LD_PRELOAD" else value.split(":")
+    if var in _COMMAND_VARS:
+        words = re.split(r"[\s=|]", value)
+        parts = [w for w in words if "/" in w or w.startswith("~")]
+    else:
+        parts = re.split(r"[: ]", value) if var == "LD_PRELOAD" else value.split(":")
     for part in parts:
         itself = _SELF.fullmatch(part)
-        if not part or (itself is not None and itself.group(1) == var):
+        if itself is not None and itself.group(1) == var:
             continue  # PATH=...:$PATH: what was there before
+        if not part and var in _PATH_VARS:
+            raise UnreadableConfig(where, f"{var}: an empty entry is whatever directory it runs in")
+        if not part:
+            continue
+        relative = not part.startswith(("/", "~"))
+        if relative and var not in _COMMAND_VARS and var not in _MADE_ABSOLUTE:
+            # Taken from the directory each program runs in (a subdirectory's tools/), not
+            # the .envrc's.
+            raise UnreadableConfig(where, f"{var}: {part!r} is relative to wherever it is used")
         yield _resolve(_literal(part, where, var), cwd, home), f"{var}="
 
 
 def _literal(arg: str, where: str, name: str) -> str:
-    if _unknowable(arg) or any(c in arg for c in "*?["):
+    if _unknowable(arg) or any(c in arg for c in "*?[<>") or arg.startswith(_STREAMS):
         raise UnreadableConfig(where, f"{name}: {arg!r} is not a plain path")
+    if arg.startswith("~") and arg != "~" and not arg.startswith("~/"):
+        raise UnreadableConfig(where, f"{name}: {arg!r} is in another user's home")
     return arg
 
 

@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import field
 
-from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold
+from sandbox_profiles.autorun import GIT_DIR_ENTRY, GIT_FILE_ENTRY, find, fold, match
 from sandbox_profiles.autorun_names import LEFTHOOK_CONFIGS, expand
 from sandbox_profiles.direnv import dotenv_unasked, envrc_paths
 from sandbox_profiles.gitconfig import (
@@ -57,87 +57,131 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     include, take hooks from or run, what a present ``.envrc`` (in a root or above one)
     makes direnv load, when that lies in a writable root; and every other name (hard link)
     in a root of a file so protected."""
+    places = _Places(writable)
+    readers = _Readers(loaders=_loaders_outside(writable, home))
+    for top in _enclosing(writable):
+        # A repository holding a root: its configurations may name places in the root.
+        readers.configs.append((os.path.join(top, ".git", "config"), [top]))
+        readers.lefthooks += [top + name for name in _LEFTHOOK_NAMES]
+    for root in writable:
+        _take_root(places, readers, root, home)
+    tops = readers.tops
+    tops += [t for t in _linked_worktrees(tops) if places.inside(t) and t not in tops]
+    if home:
+        for config in host_git_configs(home, xdg_config):
+            readers.configs.append((config, tops))
+            places.protect(config, "the user's git configuration")  # a link into a root
+    _read_git_configs(places, readers.configs, home)
+    for config in readers.lefthooks:
+        try:
+            for path in lefthook_paths(config, home):
+                places.protect(path, f"named by the lefthook configuration {config}")
+        except UnreadableConfig as exc:
+            places.found.unreadable.append(str(exc))
+    found = places.found
+    _loaded_by_files(found, places.protect, readers.loaders, writable)
+    _other_names_of_home_files(found, writable, home, xdg_config)
+    found.unreadable += _dotenv_unasked(writable, home, xdg_config)
+    if found.unreadable:
+        return _fail_closed(writable, found.unreadable)
+    return found
 
-    def inside(path: str) -> bool:
-        return any(is_under(path, r) for r in writable)
 
-    found = Protection({}, [])
-    seen: set[str] = set()
+class _Places:
+    """What is protected so far (:class:`Protection`), and how a path is added to it."""
 
-    def protect(path: str, reason: str) -> None:
-        if path in seen:
+    def __init__(self, writable: Sequence[str]) -> None:
+        self.writable = writable
+        self.found = Protection({}, [])
+        self.seen: set[str] = set()
+
+    def inside(self, path: str) -> bool:
+        return any(is_under(path, r) for r in self.writable)
+
+    def protect(self, path: str, reason: str) -> None:
+        """``path`` read-only when there (what a link there leads to, the link kept as the
+        way), guarded when not; outside every root, what it links to in one."""
+        found = self.found
+        if path in self.seen:
             return
-        if not inside(path):
+        if not self.inside(path):
             # Outside every root, but maybe a link into one (a dotfile of the home linking
             # into the workspace): what it leads to is protected, the way through kept.
             real = os.path.realpath(path)
-            if real != path and inside(real):
-                seen.add(path)
+            if real != path and self.inside(real):
+                self.seen.add(path)
                 found.via.append(path)
-                protect(real, f"{reason}, through the link {path}")
+                self.protect(real, f"{reason}, through the link {path}")
             return
-        seen.add(path)
+        self.seen.add(path)
         if os.path.islink(path):
             found.via.append(path)
-            protect(os.path.realpath(path), f"{reason}, through the link {path}")
+            self.protect(os.path.realpath(path), f"{reason}, through the link {path}")
         elif os.path.lexists(path):
             found.read_only.setdefault(path, reason)
             if os.path.isdir(path):
-                _links_inside(path, reason)
+                self._links_inside(path, reason)
         elif path not in found.guarded:
             found.guarded.append(path)
 
-    def _links_inside(directory: str, reason: str) -> None:
+    def _links_inside(self, directory: str, reason: str) -> None:
         count = 0
         for current, subdirs, files in os.walk(directory):
             for name in [*subdirs, *files]:
                 count += 1
                 path = os.path.join(current, name)
                 if os.path.islink(path):
-                    found.via.append(path)
-                    protect(os.path.realpath(path), f"{reason}, through the link {path}")
+                    self.found.via.append(path)
+                    self.protect(os.path.realpath(path), f"{reason}, through the link {path}")
             if count > _LINK_SCAN_LIMIT:
                 return
 
-    configs: list[tuple[str, list[str]]] = []
-    tops: list[str] = []
-    lefthooks: list[str] = []
-    loaders = _loaders_outside(writable, home)
-    for top in _enclosing(writable):
-        # A repository holding a root: its configurations may name places in the root.
-        configs.append((os.path.join(top, ".git", "config"), [top]))
-        lefthooks += [top + name for name in _LEFTHOOK_NAMES]
-    for root in writable:
-        for path, entry in find(root):
-            rel = os.path.relpath(path, root)
-            if os.path.islink(path):
-                # The link cannot be mounted (the guard knows it by identity); its target is.
-                found.via.append(path)
-                protect(os.path.realpath(path), f"always protected: {rel}, through its link")
-            else:
-                protect(path, f"always protected: {rel}")
-                found.by_name.add(path)
-            name = os.path.basename(path)
-            if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
-                lefthooks.append(path)
-            loaders += _readers(path, entry.match, home)
-            if "/.git/" in path:
-                top = path.split("/.git/", 1)[0]
-                if top not in tops:
-                    tops.append(top)
-                if entry.match == ".git/config" or name == "config.worktree":
-                    configs.append((path, [top, *_linked_worktrees([top])]))
-            elif entry is GIT_DIR_ENTRY and name in ("config", "config.worktree"):
-                configs.append((path, [os.path.dirname(path)]))
-                tops.append(os.path.dirname(path))
-            elif entry is GIT_FILE_ENTRY:
-                tops.append(os.path.dirname(path))  # a linked worktree's top
-    tops += [t for t in _linked_worktrees(tops) if inside(t) and t not in tops]
-    if home:
-        for config in host_git_configs(home, xdg_config):
-            configs.append((config, tops))
-            protect(config, "the user's git configuration")  # a link into a root
-    # Each configuration, and each file one includes (as git reads them: to a depth of 10).
+
+@mutable
+class _Readers:
+    """What the catalogue entries found make worth reading: git configurations (with the
+    worktrees they apply to), the tops of repositories, lefthook configurations, and the
+    readers of what other files load."""
+
+    loaders: list[Loader]
+    configs: list[tuple[str, list[str]]] = field(default_factory=list)
+    tops: list[str] = field(default_factory=list)
+    lefthooks: list[str] = field(default_factory=list)
+
+
+def _take_root(places: _Places, readers: _Readers, root: str, home: str) -> None:
+    """Each catalogue entry of ``root`` protected (a link's target, the link kept as the
+    way), and what it makes worth reading noted in ``readers``."""
+    for path, entry in find(root):
+        rel = os.path.relpath(path, root)
+        if os.path.islink(path):
+            # The link cannot be mounted (the guard knows it by identity); its target is.
+            places.found.via.append(path)
+            places.protect(os.path.realpath(path), f"always protected: {rel}, through its link")
+        else:
+            places.protect(path, f"always protected: {rel}")
+            places.found.by_name.add(path)
+        name = os.path.basename(path)
+        if ("/" + rel.lower()).endswith(_LEFTHOOK_NAMES):
+            readers.lefthooks.append(path)
+        readers.loaders += _readers(path, entry.match, home)
+        tops = readers.tops
+        if "/.git/" in path:
+            top = path.split("/.git/", 1)[0]
+            if top not in tops:
+                tops.append(top)
+            if entry.match == ".git/config" or name == "config.worktree":
+                readers.configs.append((path, [top, *_linked_worktrees([top])]))
+        elif entry is GIT_DIR_ENTRY and name in ("config", "config.worktree"):
+            readers.configs.append((path, [os.path.dirname(path)]))
+            tops.append(os.path.dirname(path))
+        elif entry is GIT_FILE_ENTRY:
+            tops.append(os.path.dirname(path))  # a linked worktree's top
+
+
+def _read_git_configs(places: _Places, configs: list[tuple[str, list[str]]], home: str) -> None:
+    """What each configuration, and each file one includes (as git reads them: to a depth
+    of 10), makes git read or run, protected."""
     pending = [(config, worktrees, 0) for config, worktrees in configs]
     parsed: set[str] = set()
     while pending:
@@ -147,22 +191,11 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
         parsed.add(config)
         try:
             for path in git_config_paths(config, home, worktrees):
-                protect(path, f"named by the git config {config}")
+                places.protect(path, f"named by the git config {config}")
             if depth < _INCLUDE_DEPTH:
                 pending += [(i, worktrees, depth + 1) for i in git_config_includes(config, home)]
         except UnreadableConfig as exc:
-            found.unreadable.append(str(exc))
-    for config in lefthooks:
-        try:
-            for path in lefthook_paths(config, home):
-                protect(path, f"named by the lefthook configuration {config}")
-        except UnreadableConfig as exc:
-            found.unreadable.append(str(exc))
-    _loaded_by_files(found, protect, loaders, writable)
-    found.unreadable += _dotenv_unasked(writable, home, xdg_config)
-    if found.unreadable:
-        return _fail_closed(writable, found.unreadable)
-    return found
+            places.found.unreadable.append(str(exc))
 
 
 # What a file makes a host tool load: (what loads it, the reader of the file, the file).
@@ -192,6 +225,44 @@ def _loaded_by_files(
         found.read_only.update(other_names(found.read_only, writable))
     except UnreadableConfig as exc:
         found.unreadable.append(str(exc))
+
+
+def _other_names_of_home_files(
+    found: Protection, writable: Sequence[str], home: str, xdg_config: str | None
+) -> None:
+    """The other names (hard links) in the roots of the user's own files that the catalogue
+    names (a ``~/.gitconfig`` hard-linked into a dotfiles repository in the workspace:
+    writing through that name changes the user's), protected as theirs would be."""
+    if not home or found.unreadable:
+        return
+    mine = {p: "the user's own" for p in _home_entries(home, xdg_config)}
+    mine = {p: why for p, why in mine.items() if not any(is_under(p, r) for r in writable)}
+    try:
+        found.read_only.update(
+            {n: why for n, why in other_names(mine, writable).items() if n not in mine}
+        )
+    except UnreadableConfig as exc:
+        found.unreadable.append(str(exc))
+
+
+def _home_entries(home: str, xdg_config: str | None) -> list[str]:
+    """The catalogue's entries at the top of the user's home and of its configuration
+    directory (``.bashrc``, ``.gitconfig``, ``.ssh``, ``.config/git``...), and the git
+    configurations in play."""
+    config = xdg_config or os.path.join(home, ".config")
+    found = list(host_git_configs(home, xdg_config))
+    for base, lead in ((home, ()), (config, (".config",))):
+        try:
+            names = sorted(os.listdir(base))
+        except OSError:
+            continue
+        has = set(names).__contains__
+        for name in names:
+            path = os.path.join(base, name)
+            entry = match([*lead, name], os.path.isdir(path) and not os.path.islink(path), has)
+            if entry is not None and not os.path.islink(path):
+                found.append(path)
+    return found
 
 
 # The reason of a file an agent instruction file imports: an approved call may write it, as

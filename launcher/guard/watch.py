@@ -90,9 +90,10 @@ class Guard:
         self.budget = BUDGET
         self._deadline = float("inf")
         self._behind: set[str] = set()  # roots whose events this settle could not keep up with
-        # Paths the trusted process is writing for a call a human approved: left alone until
-        # it is done, then taken as the user's (:meth:`expect`, :meth:`accept`).
-        self._expected: set[str] = set()
+        # Paths the trusted process is writing for a call a human approved, with what was
+        # there when it began: left alone until it is done, then what it wrote is taken as
+        # the user's (:meth:`expect`, :meth:`accept`).
+        self._expected: dict[str, tuple[int, int, int] | None] = {}
 
     # -- watching --------------------------------------------------------------------------
 
@@ -239,25 +240,39 @@ class Guard:
     def expect(self, paths: Iterable[str]) -> None:
         """The trusted process is about to write ``paths`` (an approved call's change, carried
         over from its one-shot instance): they are left alone until :meth:`accept`."""
-        self._expected.update(os.path.normpath(p) for p in paths)
+        for path in map(os.path.normpath, paths):
+            located = self._located(path)
+            self._expected[path] = located and _identity(*located)
 
     def accept(self, paths: Iterable[str]) -> None:
         """What the trusted process wrote at ``paths`` is the user's from now on (as what was
-        there at start: a replacement of it is not); no longer expected."""
+        there at start: a replacement of it is not); no longer expected. Only what it wrote:
+        what is there as it was when it began (it wrote nothing: a failed carry-over, and a
+        sandbox's file made before it) or is not a regular file (a symlink, a directory: the
+        carry-over writes files) is checked as any other path, and moved out unless the
+        user's from the start."""
         for path in map(os.path.normpath, paths):
-            self._expected.discard(path)
-            root = next((r for r in self.roots if inside(path, r)), None)
-            if root is None:
+            before = self._expected.pop(path, None)
+            located = self._located(path)
+            if located is None:
                 continue
-            parts = tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
-            try:
-                identity = nofollow.identity(root, parts)
-            except OSError:
-                identity = None  # not there as a real path: nothing of it is the user's
+            identity = _identity(*located)
             if identity is None:
                 self.preexisting.pop(path, None)
-            else:
+            elif identity != before and nofollow.is_regular(*located):
                 self.preexisting[path] = identity
+            elif not self.is_preexisting(*located):
+                self.preexisting.pop(path, None)
+                self.quarantine(
+                    *located, "an agent instruction file the approved call did not write"
+                )
+
+    def _located(self, path: str) -> tuple[str, Parts] | None:
+        """(root, parts) of ``path`` in a root, or None."""
+        root = next((r for r in self.roots if inside(path, r)), None)
+        if root is None:
+            return None
+        return root, tuple(path[len(root.rstrip("/")) + 1 :].split("/"))
 
     def is_preexisting(self, root: str, parts: Parts, same_inode: bool = False) -> bool:
         """Whether ``root/parts`` is what was there at start. A directory kept by identity
@@ -417,3 +432,10 @@ class Guard:
 
 
 _MARKERS = autorun.GIT_DIR_MARKERS | {"HEAD"}
+
+
+def _identity(root: str, parts: Parts) -> tuple[int, int, int] | None:
+    try:
+        return nofollow.identity(root, parts)
+    except OSError:
+        return None  # not there as a real path: nothing of it is the user's

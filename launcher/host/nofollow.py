@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 from collections.abc import Iterator, Sequence
 
 from launcher.host.oscalls import DIR, explain, fd_path, open_dir, open_up, open_up_child
@@ -104,6 +105,15 @@ def identity(root: str, parts: Parts) -> tuple[int, int, int] | None:
     except FileNotFoundError:
         return None
     return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def is_regular(root: str, parts: Parts) -> bool:
+    """Whether ``root/parts`` is a regular file (a symlink is not followed)."""
+    try:
+        with dir_path(root, parts[:-1]) as directory:
+            return stat.S_ISREG(os.lstat(os.path.join(directory, parts[-1])).st_mode)
+    except OSError:
+        return False
 
 
 def entries(root: str, parts: Parts) -> list[tuple[str, bool]] | None:

@@ -29,6 +29,7 @@ from tests.support.autorun_attacks import (
     DIRENV_HOME_ATTACK_IDS,
     FAMILY_ATTACK_IDS,
     LEFTHOOK_ATTACK_IDS,
+    REVIEW_ATTACK_IDS,
 )
 from tests.support.bundled import bundled_servers, write_config
 from tests.support.cli import run_args
@@ -655,6 +656,7 @@ def test_every_catalogue_entry_is_documented_and_tested() -> None:
     for entry in autorun.CATALOGUE:
         for test in entry.test.split(", "):
             known = (*HOSTILE, *FAMILY_ATTACK_IDS, *LEFTHOOK_ATTACK_IDS, *DIRENV_HOME_ATTACK_IDS)
+            known = (*known, *REVIEW_ATTACK_IDS)
             assert test == "name" or test in known, (entry.match, test)
 
 

@@ -121,3 +121,19 @@ DIRENV_HOME_ATTACK_IDS = (
     "mise-env",
     "envrc-unreadable",
 )
+
+# The attacks of tests/attacks/test_catalogue_review.py: .envrc forms a reader misread, files
+# of a dotfiles repository that tools run at start.
+REVIEW_ATTACK_IDS = (
+    "envrc-crlf",
+    "envrc-virtualenv",
+    "envrc-editor",
+    "envrc-export-output",
+    "envrc-relative-path",
+    "envrc-moved-dir",
+    "envrc-linked-dir",
+    "direnvrc",
+    "vim-plugin",
+    "gdbinit",
+    "home-file-hard-link",
+)

@@ -29,8 +29,8 @@ LOADS = {
     "layout node\n": ["node_modules/.bin"],
     "layout python3\n": [],  # .direnv/, in the catalogue by name
     'export PATH="$PWD/scripts:$PATH"\n': ["scripts"],
-    "export LD_PRELOAD=./libhook.so\n": ["libhook.so"],
-    "GIT_CONFIG_GLOBAL=team.gitconfig\n": ["team.gitconfig"],
+    "export LD_PRELOAD=$PWD/libhook.so\n": ["libhook.so"],
+    "GIT_CONFIG_GLOBAL=$PWD/team.gitconfig\n": ["team.gitconfig"],
     "./setup-env.sh\n": ["setup-env.sh"],
     "bash hooks/env.sh --quiet\n": ["hooks/env.sh"],
     "if has nix; then use flake; else dotenv .env.ci; fi\n": [".env.ci"],
@@ -41,6 +41,15 @@ LOADS = {
     "dotenv a#b\n": ["a#b"],  # a # inside a word is no comment
     "# dotenv commented\nexport FOO=bar\nstrict_env\n": [],
     'eval "dotenv evald.env"\n': ["evald.env"],
+    # a CRLF file (a Windows checkout): bash keeps the CR in the word, so does direnv
+    "dotenv_if_exists .env.dev\r\n": [".env.dev\r"],
+    "export VIRTUAL_ENV=.venv\nlayout python\n": [".venv"],  # its bin/ goes on PATH
+    "layout pipenv\n": ["Pipfile", "Pipfile.lock", ".venv"],
+    "layout anaconda ./envs/dev\n": ["envs/dev"],
+    "use vim\n": [".vimrc.local"],
+    'export GIT_EDITOR="./tools/ed --wait"\n': ["tools/ed"],
+    'export NODE_OPTIONS="--require ./hook.js"\n': ["hook.js"],
+    "export GIT_EXEC_PATH=$PWD/gitexec\n": ["gitexec"],
 }
 
 
@@ -75,6 +84,21 @@ UNKNOWABLE = [
     'eval "$(devbox generate direnv --print-envrc)"\n',
     "export PATH=$GOPATH/bin:$PATH\n",
     "dotenv 'unclosed\n",
+    # the environment read from a command's output or a stream, or after a cd
+    "export $(grep -v '^#' .env.shared | xargs)\n",
+    'while IFS= read -r l; do export "$l"; done < .env.shared\n',
+    "cd config\ndotenv\n",
+    "pushd config >/dev/null; dotenv; popd\n",
+    "source <(sed 's/^/export /' .env.shared)\n",
+    "source /dev/stdin < .env.shared\n",
+    "direnv_load cat dump.env\n",
+    "dotenv .env.x>/dev/null\n",
+    # relative to the directory each program runs in, not the .envrc's (a subdirectory's)
+    'export PATH="tools:$PATH"\n',
+    'export PATH="$PATH:"\n',
+    "export LD_PRELOAD=./libhook.so\n",
+    "GIT_CONFIG_GLOBAL=team.gitconfig\n",
+    "source_env ~ada/envrc\n",
 ]
 
 
