@@ -41,32 +41,36 @@ def _binds(user: Home, name: str) -> list[str]:
 
 
 def test_a_local_entry_is_not_led_out_of_its_project_by_the_projects_links(user: Home) -> None:
-    aws, claude = user.home / ".aws", user.home / ".claude"
-    for place in (aws, claude):
+    # Two private directories of the home that no catalogue entry names (``~/.aws`` and
+    # ``~/.claude`` are refused as writable roots whatever leads to them).
+    private, papers = user.home / "private", user.home / "papers"
+    for place in (private, papers):
         place.mkdir()
         (place / "credentials").write_text(user.secret)
     project = user.root / "proj"
     (project / "inside").mkdir(parents=True)
-    (project / "data").symlink_to(aws)  # planted by the repository
-    (project / "cl").symlink_to(claude)
+    (project / "data").symlink_to(private)  # planted by the repository
+    (project / "cl").symlink_to(papers)
     (project / "up").symlink_to(user.home)
     entries = {
         # The user typed ./data meaning the project's directory; the project chose its target.
         "fs": {"command": PY, "args": ["-c", "pass", "./data", "--dir", "cl",
-                                       f"{project}/data", "up/.aws"]},
-        "own": {"command": PY, "args": ["-c", "pass", "./inside", str(aws)]},  # control
+                                       f"{project}/data", "up/private"]},
+        "own": {"command": PY, "args": ["-c", "pass", "./inside", str(private)]},  # control
     }  # fmt: skip
     local = {"projects": {str(project): {"mcpServers": entries}}}
     (user.home / ".claude.json").write_text(json.dumps(local, indent=2))
     done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
     assert done.returncode == 0, done.stderr
     assert "outside the project" in done.stderr and "reached through a link" in done.stderr
-    leaked = [b for b in _binds(user, "fs") if aws.is_relative_to(b) or b.startswith(str(aws))]
-    leaked += [b for b in _binds(user, "fs") if b.startswith(str(claude))]
+    leaked = [
+        b for b in _binds(user, "fs") if private.is_relative_to(b) or b.startswith(str(private))
+    ]
+    leaked += [b for b in _binds(user, "fs") if b.startswith(str(papers))]
     assert leaked == [], leaked
     own = _binds(user, "own")
     assert str(project / "inside") in own  # a directory inside the project is given
-    assert str(aws) in own  # what the user named outright is theirs to give
+    assert str(private) in own  # what the user named outright is theirs to give
 
 
 def _exact(user: Home, project: Path, name: str) -> list[object]:
