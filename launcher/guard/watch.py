@@ -244,13 +244,14 @@ class Guard:
             located = self._located(path)
             self._expected[path] = located and _identity(*located)
 
-    def accept(self, paths: Iterable[str]) -> None:
+    def accept(self, paths: Iterable[str], wrote: bool = True) -> None:
         """What the trusted process wrote at ``paths`` is the user's from now on (as what was
         there at start: a replacement of it is not); no longer expected. Only what it wrote:
-        what is there as it was when it began (it wrote nothing: a failed carry-over, and a
-        sandbox's file made before it) or is not a regular file (a symlink, a directory: the
-        carry-over writes files) is checked as any other path, and moved out unless the
-        user's from the start."""
+        what is there as it was when it began (it wrote nothing: a sandbox's file made before
+        it), what is not a regular file (a symlink, a directory: the carry-over writes files),
+        and everything when ``wrote`` is false (the carry-over failed: what changed meanwhile
+        is a sandbox's) is checked as any other path, and moved out unless the user's from the
+        start."""
         for path in map(os.path.normpath, paths):
             before = self._expected.pop(path, None)
             located = self._located(path)
@@ -259,7 +260,7 @@ class Guard:
             identity = _identity(*located)
             if identity is None:
                 self.preexisting.pop(path, None)
-            elif identity != before and nofollow.is_regular(*located):
+            elif wrote and identity != before and nofollow.is_regular(*located):
                 self.preexisting[path] = identity
             elif not self.is_preexisting(*located):
                 self.preexisting.pop(path, None)

@@ -230,12 +230,16 @@ class Escalations:
                 paths = instruction_paths(one_shot.grants) if carried is not None else []
                 if carried is not None:
                     carried.expect(paths)
+                committed = False
                 try:
                     # In a thread: a large file's copy must not hold the other calls up.
                     call.granted, failure = await asyncio.to_thread(one_shot.commit)
+                    committed = failure is None
                 finally:
+                    # A failed carry-over wrote nothing of the user's: what appeared meanwhile
+                    # is a sandbox's, checked as any other path.
                     if carried is not None:
-                        carried.accept(paths)
+                        carried.accept(paths, wrote=committed)
         except Exception as exc:  # whatever it was, the client is told and nothing more runs
             failure = f"the approved change could not be carried over: {exc}"
         finally:

@@ -75,3 +75,31 @@ def test_what_the_trusted_process_wrote_is_kept(tmp_path: Path) -> None:
     gemini.write_text(EVIL)
     guard.settle()
     assert not gemini.exists()
+
+
+def test_a_servers_file_made_while_a_carry_over_failed_is_moved_out(tmp_path: Path) -> None:
+    """The server makes its file after the carry-over began (a new identity, a regular
+    file); the carry-over then fails having written nothing: the file is the server's."""
+    ws, guard, seen = _guard(tmp_path)
+    claude = ws / "CLAUDE.md"
+    guard.expect([str(claude)])
+    _trusted_write(claude, EVIL)  # made as the trusted process would, by the server
+    guard.settle()
+    guard.accept([str(claude)], wrote=False)
+    guard.settle()
+    guard.sweep()
+    assert not claude.exists(), seen
+
+
+def test_control_taken_as_written_the_same_file_would_be_kept(tmp_path: Path) -> None:
+    """Without being told the carry-over failed, the guard cannot tell the server's file
+    from the trusted process's: it is kept (why the carry-over says so)."""
+    ws, guard, _ = _guard(tmp_path)
+    claude = ws / "CLAUDE.md"
+    guard.expect([str(claude)])
+    _trusted_write(claude, EVIL)
+    guard.settle()
+    guard.accept([str(claude)])
+    guard.settle()
+    guard.sweep()
+    assert claude.read_text() == EVIL
