@@ -44,7 +44,9 @@ class FilesystemSandbox:
     deny_read: list[str] = field(default_factory=list)
     # Host paths it may write. Inside them, what host tools load or run (git hooks and configs,
     # shell rc files, editor and AI-client configs...) and ironcurtain's own state stay read-only.
-    # Naming the workspace makes it writable even for a server whose tools only read.
+    # Naming the workspace makes it writable even for a server whose tools only read. A home or a
+    # directory holding one, and a path that is or lies inside a git directory, a virtualenv or
+    # a place host tools load or run from (`.git/hooks`, `.vscode`, `.claude`...), is refused.
     allow_write: list[str] = field(default_factory=list)
     # Paths kept read-only inside the writable places, at any depth: an existing one is mounted
     # read-only, a new one is moved to the quarantine as it appears.
