@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -57,9 +58,11 @@ class AclLedger:
         one of them."""
         todo = [r for r in roots if not any(is_under(r, o) for o in _OPEN)]
         skip = [o for o in _OPEN if any(is_under(o, r) for r in todo)]
+        skip += [m for m in mount_points() if any(is_under(m, r) and m != r for r in todo)]
         directory = ledger_dir()
         if not todo:
             return cls(str(directory / f"{session}.json"), uid, [])  # nothing of its own
+        _refuse_holding(directory, todo)
         ledger = cls(str(directory / f"{session}-{os.urandom(4).hex()}.json"), uid, todo)
         with _locked(directory):
             _refuse_overlap(directory, todo)
@@ -77,7 +80,7 @@ class AclLedger:
     def _write(self, record: dict[str, object]) -> None:
         """The record, whole and on disk under its name (written aside, then renamed), and
         locked for as long as this session runs."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         aside = self.path + _ASIDE
         self.fd = os.open(aside, flags, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -91,14 +94,22 @@ class AclLedger:
         """Undo what was opened (the servers have stopped), then drop the record."""
         if self.fd < 0:
             return
-        with open(self.path, encoding="utf-8") as handle:
-            undo(json.load(handle))
+        undo(json.loads(_read_all(self.fd)))  # what it wrote: never read again by name
         with _locked(Path(self.path).parent):
             os.unlink(self.path)
             os.close(self.fd)
             self.fd = -1
         for root in self.roots:
             _OPEN.pop(root, None)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 @contextlib.contextmanager
@@ -174,9 +185,22 @@ def _survey(
     roots: Sequence[str], skip: Sequence[str], uid: int, view: View
 ) -> tuple[list[list[object]], dict[_Key, _Change]]:
     """Every file of ``roots`` but those in ``skip`` as recorded ([path, dev, ino, owner,
-    snapshot or None when left as it is]), and the changes to make, by file."""
+    snapshot or None when left as it is]), and the changes to make, by file. A file with
+    several names is let at only as far as every one of them shows it: not at all when one
+    is hidden or lies outside the roots (a hard link of ``/etc/shadow`` in a workspace opens
+    nothing outside it)."""
     files: list[list[object]] = []
     changes: dict[_Key, _Change] = {}
+    access_of: dict[_Key, str | None] = {}
+    names: dict[_Key, int] = {}
+    for root in roots:
+        for found in walk(root, skip):
+            st = found.st
+            key = (st.st_dev, st.st_ino)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            names[key] = names.get(key, 0) + 1
+            access_of[key] = _least(access_of[key], access) if key in access_of else access
     seen: set[_Key] = set()
     for root in roots:
         for found in walk(root, skip):
@@ -185,8 +209,9 @@ def _survey(
             if key in seen:
                 continue
             seen.add(key)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            access = access_of.get(key)
+            if not stat.S_ISDIR(st.st_mode) and st.st_nlink > names.get(key, 0):
+                access = None  # a name of it lies outside the roots (or appeared meanwhile)
             if access is None or st.st_uid == uid:
                 files.append([found.path, st.st_dev, st.st_ino, st.st_uid, None])
                 continue
@@ -194,6 +219,42 @@ def _survey(
             files.append([found.path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
             changes[key] = (snap, access)
     return files, changes
+
+
+def _least(one: str | None, other: str | None) -> str | None:
+    """The lesser of two accesses (None, hidden, is the least)."""
+    if one is None or other is None:
+        return None
+    return acl.READ if acl.READ in (one, other) else acl.WRITE
+
+
+def mount_points() -> list[str]:
+    """Where something is mounted, as this process sees it (``/proc/self/mountinfo``): a
+    mount inside a root (a bind of ``/etc``) is another tree, never opened with it."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+        for line in info:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                found.append(_unescape(fields[4]))
+    return found
+
+
+def _unescape(text: str) -> str:
+    """A mountinfo field with its octal escapes (``\\040`` for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _refuse_holding(directory: Path, roots: Sequence[str]) -> None:
+    """The record of what to undo as root must be out of every root's reach: a server that
+    could rename a directory above it could put a record of its own there."""
+    for root in roots:
+        if is_under(os.path.realpath(directory), root):
+            raise StartupError(
+                f"{root} holds {directory}, where ironcurtain running as root records what "
+                f"it opens to the sandbox's user; a server writing there could replace that "
+                f"record.\nTo fix: set XDG_STATE_HOME outside every writable root"
+            )
 
 
 def _apply(

@@ -1,0 +1,83 @@
+"""What a session running as root opens to its servers' user when a file of a root has
+other names, and where the record of it may be (as any user: the owner of a file may set its
+ACLs). The whole root session with a hostile server: ``tests/attacks/test_root_acls_review.py``."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher.host import acl
+from launcher.host.acl_ledger import AclLedger, View, ledger_dir
+from launcher.shared.errors import StartupError
+from tests.support.acls import SANDBOX_UID, getfacl, names_sandbox, needs_acl_tools, user_tree
+
+pytestmark = needs_acl_tools
+
+
+@pytest.fixture
+def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    return user_tree(tmp_path / "ws")
+
+
+def _view(tree: Path) -> View:
+    hidden = str(tree / "hidden")
+    return lambda p: None if p == hidden or p.startswith(hidden + "/") else acl.WRITE
+
+
+def test_a_file_with_a_name_outside_the_roots_is_not_opened(tree: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.key"
+    outside.write_text("host secret")
+    outside.chmod(0o600)
+    os.link(outside, tree / "linked.key")  # a hard link: one file, named inside and outside
+    os.link(tree / "secrets.txt", tree / "sub" / "again.txt")  # both names inside
+    before = getfacl(tree)
+    ledger = AclLedger.open_roots("n1", SANDBOX_UID, [str(tree)], _view(tree))
+    try:
+        during = getfacl(tree)
+        assert not names_sandbox(during[str(tree / "linked.key")])
+        # CONTROL: a file whose every name is inside a root is opened as before.
+        assert names_sandbox(during[str(tree / "sub" / "again.txt")])
+    finally:
+        ledger.close()
+    assert getfacl(tree) == before
+
+
+def test_a_file_named_in_a_hidden_place_too_is_not_opened(tree: Path) -> None:
+    # walked before the hidden name: the first name seen decided before
+    os.link(tree / "hidden" / "private.key", tree / "a-key-again")
+    ledger = AclLedger.open_roots("n2", SANDBOX_UID, [str(tree)], _view(tree))
+    try:
+        assert not names_sandbox(getfacl(tree)[str(tree / "a-key-again")])
+    finally:
+        ledger.close()
+
+
+def test_a_root_holding_the_record_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tree = user_tree(tmp_path / "ws")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tree / "state"))
+    before = getfacl(tree)
+    with pytest.raises(StartupError, match=r"holds .*acl-ledger"):
+        AclLedger.open_roots("n3", SANDBOX_UID, [str(tree)], _view(tree))
+    assert getfacl(tree) == before
+
+
+def test_the_end_undoes_the_record_it_wrote_not_one_put_in_its_place(tree: Path) -> None:
+    """Whatever is at the record's name at the end (renamed, replaced) is never read: the
+    session undoes what it wrote, through the descriptor it kept."""
+    before = getfacl(tree)
+    ledger = AclLedger.open_roots("n4", SANDBOX_UID, [str(tree)], _view(tree))
+    record = Path(ledger.path)
+    record.rename(record.with_suffix(".moved"))
+    planted = {"uid": SANDBOX_UID, "roots": [], "skip": [], "files": []}
+    record.write_text(json.dumps(planted))
+    os.chmod(record, 0o600)
+    ledger.close()
+    assert getfacl(tree) == before  # undone from what it wrote
+    assert not record.exists() and ledger_dir().exists()  # the moved one is left, to be seen
