@@ -107,17 +107,42 @@ def _expand_path(
 # Below them (``sandbox`` and the rest of ironcurtain's own objects) every key narrows or
 # widens what a server may do, so an unknown one there is a mistake, never a warning.
 _SHARED_DEPTH = 2
+# A server entry's own keys that narrow what its server may do: a key close to one of them
+# is that key misspelt (``sandbx``, ``Sandbox``), and ignoring it would drop every
+# restriction in it, so it is an error even where unknown keys only warn.
+_NARROWING = ("sandbox", "clientRequests", "maskSecrets")
 
 
-def _unknown_keys(
-    value: object, raw: object, loc: tuple[str | int, ...]
-) -> list[tuple[tuple[str | int, ...], list[str]]]:
+def _misspelt_narrowing(key: str) -> bool:
+    """Whether server-entry key ``key`` (not a known one) is one of :data:`_NARROWING`
+    misspelt.
+
+    >>> [_misspelt_narrowing(k) for k in ("Sandbox", "sand_box", "headers", "autoApprove")]
+    [True, True, False, False]
+    """
+    folded = key.lower().replace("_", "").replace("-", "")
+    own = [k.lower() for k in _NARROWING]
+    return bool(difflib.get_close_matches(key, _NARROWING, n=1) or folded in own)
+
+
+# An unknown key's location, the JSON names known where it stands, and the other spelling
+# of the same key when the key is known but given twice (``deny_read`` and ``denyRead``).
+_Unknown = tuple[tuple[str | int, ...], list[str], str | None]
+
+
+def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> list[_Unknown]:
     """Each key in ``raw`` (the file's JSON) that ``value`` (what it was validated into) has
-    no field for: its location and the JSON names known where it stands."""
+    no field for, and each field given under both its spellings (one would be dropped)."""
     if is_dataclass(value) and isinstance(raw, dict):
         names = {f.name: json_name(f.name) for f in fields(value)}
         known = set(names) | set(names.values())
-        found = [((*loc, key), sorted(names.values())) for key in raw if key not in known]
+        shown = sorted(names.values())
+        found: list[_Unknown] = [((*loc, key), shown, None) for key in raw if key not in known]
+        found += [
+            ((*loc, name), shown, alias)
+            for name, alias in names.items()
+            if name != alias and name in raw and alias in raw
+        ]
         for name, alias in names.items():
             key = alias if alias in raw else name
             if key in raw:
@@ -218,8 +243,13 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         loc, detail = describe_validation_error(exc, UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
     unknown: list[str] = []
-    for where, known_names in _unknown_keys(parsed, data, ()):
-        if len(where) > _SHARED_DEPTH + 1:
+    for where, known_names, also in _unknown_keys(parsed, data, ()):
+        if also is not None:  # validation read one of the two and dropped the other
+            detail = f'"{where[-1]}" is given twice, also as "{also}": write it once'
+            raise ConfigError(file, json_path(where), detail)
+        if len(where) > _SHARED_DEPTH + 1 or (
+            len(where) == _SHARED_DEPTH + 1 and _misspelt_narrowing(str(where[-1]))
+        ):
             raise _refuse_unknown(file, where, known_names)
         unknown.append(json_path(where))
     if store:
