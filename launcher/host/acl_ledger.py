@@ -307,10 +307,14 @@ def _made_meanwhile(found: Found, uid: int) -> None:
     if is_dir or stat.S_ISREG(st.st_mode):
         acl.forget(path, uid, is_dir, acl.read_default(found.parent) if is_dir else None)
     if st.st_uid == uid:
-        owner = os.lstat(found.parent)
-        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
-        if not is_dir and not stat.S_ISLNK(st.st_mode):
-            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
+        owner = os.stat(found.parent)
+        os.chown(path, owner.st_uid, owner.st_gid)  # the file itself, even a symlink
+        if not stat.S_ISLNK(st.st_mode):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            # A set-id bit the sandbox set goes; a directory keeps set-group-id only as
+            # its parent passes it on.
+            keep = owner.st_mode & stat.S_ISGID if is_dir else 0
+            os.chmod(path, (mode & ~0o6000) | keep)
 
 
 def replay_stale() -> None:

@@ -126,9 +126,10 @@ def pidfd_open(pid: int) -> int | None:
 
 
 def read_xattr(path: str, name: str) -> bytes | None:
-    """The attribute ``name`` of ``path`` itself (not a symlink's target); None when unset."""
+    """The attribute ``name`` of what ``path`` names; None when unset. ``path`` is followed:
+    give a descriptor's :func:`fd_path`, whose file is the one meant whatever its name is."""
     try:
-        return os.getxattr(path, name, follow_symlinks=False)
+        return os.getxattr(path, name)
     except OSError as exc:
         if exc.errno == errno.ENODATA:
             return None
@@ -136,13 +137,15 @@ def read_xattr(path: str, name: str) -> bytes | None:
 
 
 def write_xattr(path: str, name: str, value: bytes) -> None:
-    os.setxattr(path, name, value, follow_symlinks=False)
+    """Set the attribute ``name`` of what ``path`` names (followed, as :func:`read_xattr`)."""
+    os.setxattr(path, name, value)
 
 
 def remove_xattr(path: str, name: str) -> None:
-    """Remove the attribute ``name`` of ``path`` itself, if it has one."""
+    """Remove the attribute ``name`` of what ``path`` names (followed, as
+    :func:`read_xattr`), if it has one."""
     try:
-        os.removexattr(path, name, follow_symlinks=False)
+        os.removexattr(path, name)
     except OSError as exc:
         if exc.errno != errno.ENODATA:
             raise

@@ -120,3 +120,29 @@ def test_a_host_directory_mounted_inside_the_workspace_is_not_opened(
     assert secret.read_text() == HOST_SECRET
     assert own["result"]["content"][0]["text"] == f"READ OK: {SECRET}"
     assert not names_sandbox(getfacl(secret.parent)[str(secret)])
+
+
+def test_what_the_server_made_is_left_without_a_set_id_bit(user: Home, above: Path) -> None:
+    """The server makes a directory set-group-id and a program set-user-id: at the end both
+    go to the owner of the workspace (root), and neither keeps its bit (a set-group-id root
+    directory would give everything made in it later root's group). CONTROL: during the
+    session both bits are set, as the server asked."""
+    ws = user_tree(above / "ws")
+    client = _session(user, ws)
+    ops = [
+        ["mkdir", "made"],
+        ["chmod", "made", "2777"],
+        ["write", "made/tool", "#!/bin/sh\nid\n"],
+        ["chmod", "made/tool", "6755"],
+    ]
+    try:
+        done = client.call("probe__fs_ops", {"base": str(ws), "ops": ops})
+        during = {p: (ws / p).stat() for p in ("made", "made/tool")}
+    finally:
+        assert client.close(timeout=30) == 0
+    assert "OK 4" in json.dumps(done), done
+    assert during["made"].st_mode & 0o2000 and during["made/tool"].st_mode & 0o6000
+    for rel in ("made", "made/tool"):
+        st = (ws / rel).stat()
+        assert (st.st_uid, st.st_gid) == (0, 0), rel
+        assert st.st_mode & 0o7000 == 0, (rel, oct(st.st_mode))
