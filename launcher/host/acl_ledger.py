@@ -253,7 +253,7 @@ def _refuse_holding(directory: Path, roots: Sequence[str]) -> None:
             raise StartupError(
                 f"{root} holds {directory}, where ironcurtain running as root records what "
                 f"it opens to the sandbox's user; a server writing there could replace that "
-                f"record.\nTo fix: set XDG_STATE_HOME outside every writable root"
+                f"record; set XDG_STATE_HOME outside every writable root"
             )
 
 
