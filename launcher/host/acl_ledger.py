@@ -21,6 +21,7 @@ from pathlib import Path
 
 from launcher.host import acl
 from launcher.host.fd_walk import Found, walk
+from launcher.host.oscalls import birth_time
 from launcher.shared import dirs
 from launcher.shared.errors import StartupError
 from sandbox_profiles.records import mutable
@@ -212,11 +213,13 @@ def _survey(
             access = access_of.get(key)
             if not stat.S_ISDIR(st.st_mode) and st.st_nlink > names.get(key, 0):
                 access = None  # a name of it lies outside the roots (or appeared meanwhile)
+            entry = [found.path, st.st_dev, st.st_ino, st.st_uid, None]
+            entry.append(birth_time(found.reach))  # the inode number is not enough
+            files.append(entry)
             if access is None or st.st_uid == uid:
-                files.append([found.path, st.st_dev, st.st_ino, st.st_uid, None])
                 continue
             snap = acl.Snapshot.of(found.reach, st)
-            files.append([found.path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
+            entry[4] = snap.to_json()
             changes[key] = (snap, access)
     return files, changes
 
@@ -278,9 +281,10 @@ def undo(record: dict[str, object]) -> None:
         raise ValueError("not an ACL record")
     if not isinstance(files, list):
         raise ValueError("not an ACL record")
-    known: dict[_Key, tuple[int, acl.Snapshot | None]] = {}
-    for _, dev, ino, owner, snap in files:
-        known[(dev, ino)] = (owner, None if snap is None else acl.Snapshot.from_json(snap))
+    known: dict[_Key, tuple[int, acl.Snapshot | None, object]] = {}
+    for _, dev, ino, owner, snap, *born in files:
+        put = None if snap is None else acl.Snapshot.from_json(snap)
+        known[(dev, ino)] = (owner, put, born[0] if born else None)
     done: set[_Key] = set()
     for root in roots:
         if not os.path.lexists(root):
@@ -292,11 +296,20 @@ def undo(record: dict[str, object]) -> None:
                 continue  # another name of a file put right already
             done.add(key)
             was = known.get(key)
-            if was is not None and was[0] == st.st_uid:
+            if was is not None and was[0] == st.st_uid and _same_birth(was[2], found.reach):
                 if was[1] is not None:
                     acl.put_back(found.reach, was[1], stat.S_ISDIR(st.st_mode))
             elif found.path != root:
                 _made_meanwhile(found, uid)
+
+
+def _same_birth(born: object, reach: str) -> bool:
+    """Whether the file at ``reach`` was made when the recorded one was (unknown to either:
+    taken to be): an inode number freed meanwhile may have gone to a file the session made."""
+    if not isinstance(born, int):
+        return True
+    now = birth_time(reach)
+    return now is None or now == born
 
 
 def _made_meanwhile(found: Found, uid: int) -> None:

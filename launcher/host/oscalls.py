@@ -195,6 +195,32 @@ def rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> No
         raise OSError(err, os.strerror(err), dst)
 
 
+_STATX_BTIME = 0x800
+_AT_FDCWD = -100
+
+
+def birth_time(path: str) -> int | None:
+    """When the file ``path`` names (followed) was made, in nanoseconds (``statx``); None
+    where the filesystem or the C library does not say. An inode number freed and given to
+    a new file gets a new birth time."""
+    libc = _libc()
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    if not hasattr(libc, "statx"):
+        return None
+    done = libc.statx(
+        ctypes.c_int(_AT_FDCWD), os.fsencode(path), ctypes.c_int(0),
+        ctypes.c_uint(_STATX_BTIME), buf,
+    )  # fmt: skip
+    if done != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    (mask,) = struct.unpack_from("<I", buf.raw, 0)
+    if not mask & _STATX_BTIME:
+        return None
+    sec, nsec = struct.unpack_from("<qI", buf.raw, 80)
+    return int(sec * 1_000_000_000 + nsec)
+
+
 def inotify_init() -> int:
     """A non-blocking inotify descriptor; OSError when inotify is not available."""
     fd: int = _libc().inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
