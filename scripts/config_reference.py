@@ -117,7 +117,9 @@ widens what a server may do, it is an error naming the nearest known key, so a m
 restriction never leaves a session running without it. At a server entry's level a key
 close to one of ironcurtain's own that narrow what a server may do (`sandbox`,
 `clientRequests`, `maskSecrets`) is that key misspelt, and an error too (`Sandbox`,
-`sandbx`: every restriction in it would be dropped):
+`sandbx`: every restriction in it would be dropped), and so is a key of `sandbox` written
+there, one level too high (`denyRead` beside `command`: did you mean
+`sandbox.filesystem.denyRead`?):
 
 ```
 $ ironcurtain run --config typo.json        # (the error is one line, folded here)

@@ -107,22 +107,33 @@ def _expand_path(
 # Below them (``sandbox`` and the rest of ironcurtain's own objects) every key narrows or
 # widens what a server may do, so an unknown one there is a mistake, never a warning.
 _SHARED_DEPTH = 2
-# A server entry's own keys that narrow what its server may do: a key close to one of them
-# is that key misspelt (``sandbx``, ``Sandbox``), and ignoring it would drop every
-# restriction in it, so it is an error even where unknown keys only warn.
-_NARROWING = ("sandbox", "clientRequests", "maskSecrets")
+# A server entry's own keys that narrow what its server may do, and the keys of ``sandbox``
+# (written one level too high), each with where it belongs: a key close to one of the first
+# is that key misspelt (``sandbx``, ``Sandbox``), one of the others spelt any way (``denyRead``,
+# ``deny_read`` beside ``command``) is misplaced, and ignoring it would drop the restriction,
+# so it is an error even where unknown keys only warn.
+_NARROWING = {
+    "sandbox": "sandbox",
+    "clientRequests": "clientRequests",
+    "maskSecrets": "maskSecrets",
+    **{k: f"sandbox.{k}" for k in ("filesystem", "network", "limits")},
+    **{k: f"sandbox.filesystem.{k}" for k in ("allowRead", "denyRead", "allowWrite", "denyWrite")},
+    **{k: f"sandbox.network.{k}" for k in ("allowedDomains", "deniedDomains")},
+}
 
 
-def _misspelt_narrowing(key: str) -> bool:
-    """Whether server-entry key ``key`` (not a known one) is one of :data:`_NARROWING`
-    misspelt.
+def _misplaced_narrowing(key: str) -> str | None:
+    """Where server-entry key ``key`` (not a known one) belongs when it is one of
+    :data:`_NARROWING` misspelt or written too high (None: it is not).
 
-    >>> [_misspelt_narrowing(k) for k in ("Sandbox", "sand_box", "headers", "autoApprove")]
-    [True, True, False, False]
+    >>> [_misplaced_narrowing(k) for k in ("Sandbox", "sand_box", "denyRead", "headers")]
+    ['sandbox', 'sandbox', 'sandbox.filesystem.denyRead', None]
     """
-    folded = key.lower().replace("_", "").replace("-", "")
-    own = [k.lower() for k in _NARROWING]
-    return bool(difflib.get_close_matches(key, _NARROWING, n=1) or folded in own)
+    folded = {k.lower(): k for k in _NARROWING}
+    own = [k for k, place in _NARROWING.items() if k == place]  # misspelt, not only misplaced
+    near = difflib.get_close_matches(key, own, n=1)
+    match = near[0] if near else folded.get(key.lower().replace("_", "").replace("-", ""))
+    return None if match is None else _NARROWING[match]
 
 
 # An unknown key's location, the JSON names known where it stands, and the other spelling
@@ -247,10 +258,12 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         if also is not None:  # validation read one of the two and dropped the other
             detail = f'"{where[-1]}" is given twice, also as "{also}": write it once'
             raise ConfigError(file, json_path(where), detail)
-        if len(where) > _SHARED_DEPTH + 1 or (
-            len(where) == _SHARED_DEPTH + 1 and _misspelt_narrowing(str(where[-1]))
-        ):
+        if len(where) > _SHARED_DEPTH + 1:
             raise _refuse_unknown(file, where, known_names)
+        place = _misplaced_narrowing(str(where[-1])) if len(where) == _SHARED_DEPTH + 1 else None
+        if place is not None:
+            detail = f'unknown key "{where[-1]}": did you mean "{place}"?'
+            raise ConfigError(file, json_path(where), detail)
         unknown.append(json_path(where))
     if store:
         store.put(key, encode([parsed, unknown]))

@@ -1,8 +1,9 @@
 """A restriction written so that validation reads something else is never dropped without a
 word: a key of a sandbox given under both its spellings (``deny_read`` and ``denyRead``:
 one of them would be dropped) and a misspelt ``sandbox`` itself (``Sandbox``, ``sandbx``:
-every restriction in it would be) are errors (exit 2, naming the place), and the server
-that would have read what they hide never starts. CONTROL: each spelling alone starts it."""
+every restriction in it would be), or a key of ``sandbox`` written beside ``command`` are
+errors (exit 2, naming the place), and the server that would have read what they hide never
+starts. CONTROL: each spelling alone starts it."""
 
 from __future__ import annotations
 
@@ -68,6 +69,23 @@ def test_a_misspelt_sandbox_starts_nothing(user: Home, key: str) -> None:
     code, stderr = _run(user, ws, {**_server(user, ws), key: value})
     assert code == 2, stderr
     assert f'$.mcpServers.a.{key}: unknown key "{key}": did you mean' in stderr
+    assert not (ws / "started").exists()
+
+
+@pytest.mark.parametrize(
+    ("key", "place"),
+    [("denyRead", "sandbox.filesystem.denyRead"), ("network", "sandbox.network")],
+)
+def test_a_sandbox_key_written_beside_command_starts_nothing(
+    user: Home, key: str, place: str
+) -> None:
+    """``denyRead`` one level too high (beside ``command``, as a flat config might have it)
+    is not an unknown key of another client: the restriction would be dropped."""
+    ws = user.ws()
+    value: object = [str(user.root)] if key == "denyRead" else {"allowedDomains": []}
+    code, stderr = _run(user, ws, {**_server(user, ws), key: value})
+    assert code == 2, stderr
+    assert f'$.mcpServers.a.{key}: unknown key "{key}": did you mean "{place}"?' in stderr
     assert not (ws / "started").exists()
 
 
