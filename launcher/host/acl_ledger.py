@@ -286,10 +286,11 @@ def undo(record: dict[str, object]) -> None:
         put = None if snap is None else acl.Snapshot.from_json(snap)
         known[(dev, ino)] = (owner, put, born[0] if born else None)
     done: set[_Key] = set()
+    mounted = [m for m in mount_points() if any(is_under(m, r) and m != r for r in roots)]
     for root in roots:
         if not os.path.lexists(root):
             continue
-        for found in walk(root, skip):
+        for found in walk(root, [*skip, *mounted]):  # a mount made since: another tree
             st = found.st
             key = (st.st_dev, st.st_ino)
             if key in done:

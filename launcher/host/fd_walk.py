@@ -12,6 +12,7 @@ leads nowhere else.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterator, Sequence
@@ -106,6 +107,6 @@ def _move(fd: int, name: str, want: _Key, at: int | None = None) -> int:
     moved = os.open(name, _DIR_FLAGS, dir_fd=fd if at is None else at)
     if _key(os.fstat(moved)) != want:
         os.close(moved)
-        raise TreeChanged(f"a directory was moved while it was walked (below {name!r})")
+        raise TreeChanged(errno.ESTALE, "a directory was moved while it was walked")
     os.close(fd)
     return moved

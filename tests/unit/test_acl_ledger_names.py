@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -81,3 +82,21 @@ def test_the_end_undoes_the_record_it_wrote_not_one_put_in_its_place(tree: Path)
     ledger.close()
     assert getfacl(tree) == before  # undone from what it wrote
     assert not record.exists() and ledger_dir().exists()  # the moved one is left, to be seen
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_a_mount_made_during_the_session_is_left_alone(tree: Path, tmp_path: Path) -> None:
+    """What the servers' user owns in a tree mounted inside a root meanwhile (a disk, a
+    share) is another tree's: not given to the root's owner at the end."""
+    other = tmp_path / "share"
+    other.mkdir()
+    (other / "theirs.txt").write_text("nobody's")
+    os.chown(other / "theirs.txt", SANDBOX_UID, SANDBOX_UID)
+    (tree / "sub" / "mnt").mkdir()
+    ledger = AclLedger.open_roots("n5", SANDBOX_UID, [str(tree)], _view(tree))
+    subprocess.run(["mount", "--bind", str(other), str(tree / "sub" / "mnt")], check=True)
+    try:
+        ledger.close()
+    finally:
+        subprocess.run(["umount", str(tree / "sub" / "mnt")], check=True)
+    assert (other / "theirs.txt").stat().st_uid == SANDBOX_UID
