@@ -249,14 +249,17 @@ def _unescape(text: str) -> str:
 
 
 def _refuse_holding(directory: Path, roots: Sequence[str]) -> None:
-    """The record of what to undo as root must be out of every root's reach: a server that
-    could rename a directory above it could put a record of its own there."""
+    """The records of what to undo as root must be out of every root's reach. What a server
+    makes in a root goes to root at the end: a record it wrote there (or in a directory it
+    put in the place of one above the ledger) would be root's, owner-only, and undone as
+    root by the next start."""
+    real = os.path.realpath(directory)
     for root in roots:
-        if is_under(os.path.realpath(directory), root):
+        if is_under(real, root):
             raise StartupError(
                 f"{root} holds {directory}, where ironcurtain running as root records what "
-                f"it opens to the sandbox's user; a server writing there could replace that "
-                f"record; set XDG_STATE_HOME outside every writable root"
+                f"it opens to the sandbox's user; a server writing there could put a record "
+                f"of its own in its place; set XDG_STATE_HOME outside every writable root"
             )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -146,3 +147,47 @@ def test_what_the_server_made_is_left_without_a_set_id_bit(user: Home, above: Pa
         st = (ws / rel).stat()
         assert (st.st_uid, st.st_gid) == (0, 0), rel
         assert st.st_mode & 0o7000 == 0, (rel, oct(st.st_mode))
+
+
+def test_a_record_planted_in_the_ledger_is_never_undone_as_root(user: Home, above: Path) -> None:
+    """The server is given the directory holding ironcurtain's state to write (a grant the
+    product supports: the state stays read-only inside it) and works in a workspace of
+    ironcurtain's own. It writes a record of its own, owner-only, into the ledger directory,
+    naming a root-only host file with mode 0666. Were it walked as a file the session made,
+    the end would give it to root, and the next start would undo it as root: the host file
+    world-writable. Running as root, a start with the ledger inside a writable root is
+    refused, naming it, and the host file keeps its mode. (Before, the end gave the planted
+    record to root, owner-only, and the next start made the file 0666.)"""
+    target = _host_secret(above / "etc")
+    st = target.stat()
+    planted = {
+        "uid": 65534,
+        "roots": [str(target.parent)],
+        "skip": [],
+        "files": [[str(target), st.st_dev, st.st_ino, 0, [0o666, None, None]]],
+    }
+    rel = "ironcurtain/acl-ledger/planted.json"
+    ops = [["write", rel, json.dumps(planted)], ["chmod", rel, "600"]]
+    server: dict[str, Any] = probe_server_config(True)
+    server["sandbox"]["filesystem"]["allowWrite"] += [str(user.state)]
+    server["env"]["PROBE_START_OPS"] = json.dumps({"base": str(user.state), "ops": [ops]})
+    user.state.mkdir(exist_ok=True)
+    config = user.root / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    argv = [IRONCURTAIN, "run", "--config", str(config), "--policy-dir", str(policy)]
+    refusals = []
+    for _ in range(2):  # the session, then the next start (which replays what it finds)
+        client = Client.spawn(argv, user.env, stderr=subprocess.PIPE)
+        try:
+            client.initialize()
+            client.call("probe__hello", {})  # the server has run its start by now
+        except EOFError:
+            pass  # the start was refused
+        finally:
+            code = client.close(timeout=30)
+        assert client.proc.stderr is not None
+        refusals.append((code, client.proc.stderr.read().decode()))
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600, refusals
+    for code, said in refusals:
+        assert code != 0 and "where ironcurtain running as root records" in said, said
