@@ -63,7 +63,7 @@ class AclLedger:
         directory = ledger_dir()
         if not todo:
             return cls(str(directory / f"{session}.json"), uid, [])  # nothing of its own
-        _refuse_holding(directory, todo)
+        view = _refuse_holding(directory, todo, view)
         ledger = cls(str(directory / f"{session}-{os.urandom(4).hex()}.json"), uid, todo)
         with _locked(directory):
             _refuse_overlap(directory, todo)
@@ -248,19 +248,19 @@ def _unescape(text: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
 
 
-def _refuse_holding(directory: Path, roots: Sequence[str]) -> None:
-    """The records of what to undo as root must be out of every root's reach. What a server
-    makes in a root goes to root at the end: a record it wrote there (or in a directory it
-    put in the place of one above the ledger) would be root's, owner-only, and undone as
-    root by the next start."""
+def _refuse_holding(directory: Path, roots: Sequence[str], view: View) -> View:
+    """``view`` with the ledger directory hidden (never opened), when no server may write
+    it; :class:`StartupError` when one may (ironcurtain's state not kept read-only there):
+    a record it wrote would be undone as root by the next start."""
     real = os.path.realpath(directory)
     for root in roots:
-        if is_under(real, root):
+        if is_under(real, root) and view(real) == acl.WRITE:
             raise StartupError(
                 f"{root} holds {directory}, where ironcurtain running as root records what "
                 f"it opens to the sandbox's user; a server writing there could put a record "
                 f"of its own in its place; set XDG_STATE_HOME outside every writable root"
             )
+    return lambda path: None if is_under(path, real) else view(path)
 
 
 def _apply(
@@ -290,6 +290,7 @@ def undo(record: dict[str, object]) -> None:
         known[(dev, ino)] = (owner, put, born[0] if born else None)
     done: set[_Key] = set()
     mounted = [m for m in mount_points() if any(is_under(m, r) and m != r for r in roots)]
+    state = os.path.realpath(ledger_dir().parent)
     for root in roots:
         if not os.path.lexists(root):
             continue
@@ -304,7 +305,10 @@ def undo(record: dict[str, object]) -> None:
                 if was[1] is not None:
                     acl.put_back(found.reach, was[1], stat.S_ISDIR(st.st_mode))
             elif found.path != root:
-                _made_meanwhile(found, uid)
+                # What a server made where ironcurtain keeps its state (a directory put in
+                # the place of one above it) stays the server's: given to root, a record in
+                # it would be trusted by the next start.
+                _made_meanwhile(found, uid, give=not is_under(found.path, state))
 
 
 def _same_birth(born: object, reach: str) -> bool:
@@ -316,14 +320,15 @@ def _same_birth(born: object, reach: str) -> bool:
     return now is None or now == born
 
 
-def _made_meanwhile(found: Found, uid: int) -> None:
+def _made_meanwhile(found: Found, uid: int, give: bool = True) -> None:
     """A file the session made: without ``uid``'s entries, its parent's owner's (a set-id
-    bit the sandbox set goes: it was never the owner's)."""
+    bit the sandbox set goes: it was never the owner's); with ``give`` False, still the
+    server's."""
     path, st = found.reach, found.st
     is_dir = stat.S_ISDIR(st.st_mode)
     if is_dir or stat.S_ISREG(st.st_mode):
         acl.forget(path, uid, is_dir, acl.read_default(found.parent) if is_dir else None)
-    if st.st_uid == uid:
+    if st.st_uid == uid and give:
         owner = os.stat(found.parent)
         os.chown(path, owner.st_uid, owner.st_gid)  # the file itself, even a symlink
         if not stat.S_ISLNK(st.st_mode):

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from launcher.host import acl
-from launcher.host.acl_ledger import AclLedger, View, ledger_dir
+from launcher.host.acl_ledger import AclLedger, View, ledger_dir, replay_stale
 from launcher.shared.errors import StartupError
 from tests.support.acls import SANDBOX_UID, getfacl, names_sandbox, needs_acl_tools, user_tree
 
@@ -100,3 +101,44 @@ def test_a_mount_made_during_the_session_is_left_alone(tree: Path, tmp_path: Pat
     finally:
         subprocess.run(["umount", str(tree / "sub" / "mnt")], check=True)
     assert (other / "theirs.txt").stat().st_uid == SANDBOX_UID
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of the servers' user: needs root")
+def test_a_state_directory_a_server_put_in_place_is_never_trusted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ironcurtain's state lies in a root, kept read-only there (allowed): a server renames
+    a directory above it and makes its own in its place, with a record naming a root-only
+    host file 0666. What it made there stays its own (given to root, the next start would
+    trust the record), so the next start refuses rather than undo it."""
+    target = tmp_path / "etc" / "shadow"
+    target.parent.mkdir()
+    target.write_text("host")
+    target.chmod(0o600)
+    tree = user_tree(tmp_path / "ws")
+    state = tree / "deep" / "state" / "ironcurtain"
+    state.mkdir(parents=True)
+    monkeypatch.setenv("XDG_STATE_HOME", str(state.parent))
+    kept = str(state)
+
+    def view(path: str) -> str | None:
+        return acl.READ if path == kept or path.startswith(kept + "/") else acl.WRITE
+
+    ledger = AclLedger.open_roots("n6", SANDBOX_UID, [str(tree)], view)
+    (tree / "deep").rename(tree / "deep-old")  # as the server: its own state in the place
+    planted = state / "acl-ledger" / "planted.json"
+    planted.parent.mkdir(parents=True)
+    st = target.stat()
+    files = [[str(target), st.st_dev, st.st_ino, 0, [0o666, None, None]]]
+    planted.write_text(
+        json.dumps({"uid": 0, "roots": [str(target.parent)], "skip": [], "files": files})
+    )
+    planted.chmod(0o600)
+    for made in (tree / "deep", tree / "deep" / "state", state, planted.parent, planted):
+        os.chown(made, SANDBOX_UID, SANDBOX_UID)
+    with pytest.raises(StartupError):
+        ledger.close()  # undone, then its record cannot be removed: not the ledger's own
+    with pytest.raises(StartupError, match="not ironcurtain's own"):
+        replay_stale()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert planted.stat().st_uid == SANDBOX_UID
