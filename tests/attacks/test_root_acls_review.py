@@ -155,7 +155,7 @@ def test_a_record_planted_in_the_ledger_is_never_undone_as_root(user: Home, abov
     ironcurtain's own. It writes a record of its own, owner-only, into the ledger directory,
     naming a root-only host file with mode 0666. Were it walked as a file the session made,
     the end would give it to root, and the next start would undo it as root: the host file
-    world-writable. Running as root, a start with the ledger inside a writable root is
+    world-writable. Running as root, a start in which a server could write the ledger is
     refused, naming it, and the host file keeps its mode. (Before, the end gave the planted
     record to root, owner-only, and the next start made the file 0666.)"""
     target = _host_secret(above / "etc")
