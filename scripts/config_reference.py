@@ -114,20 +114,37 @@ a warning naming it, at the two levels MCP clients share (the file's own keys an
 entry's: `type`, `autoApprove`... of another client); inside ironcurtain's own objects
 (`sandbox` and everything in it, `restart`, `clientRequests`), where every key narrows or
 widens what a server may do, it is an error naming the nearest known key, so a misspelt
-restriction never leaves a session running without it:
+restriction never leaves a session running without it. At a server entry's level a key
+close to one of ironcurtain's own that narrow what a server may do (`sandbox`,
+`clientRequests`, `maskSecrets`) is that key misspelt, and an error too (`Sandbox`,
+`sandbx`: every restriction in it would be dropped), and so is a key of `sandbox` written
+there, one level too high (`denyRead` beside `command`: did you mean
+`sandbox.filesystem.denyRead`?):
 
 ```
 $ ironcurtain run --config typo.json        # (the error is one line, folded here)
 ironcurtain: error: typo.json: $.mcpServers.files.sandbox.filesystem.denyReed: unknown key \
 "denyReed": did you mean "denyRead"?
+$ ironcurtain run --config typo2.json
+ironcurtain: error: typo2.json: $.mcpServers.files.Sandbox: unknown key "Sandbox": \
+did you mean "sandbox"?
 $ echo $?
 2
 ```
 
 A key given twice in one object is an error wherever it is (JSON keeps only the last, so
 the first, a `denyRead` list or a whole `sandbox`, would be dropped without a word). The
-Python spelling of a name (`allow_read`) is accepted too. A file that has not changed
-since it was last checked is read from a cache in the state directory.
+Python spelling of a name (`allow_read`) is accepted too, but not beside the JSON one (one
+of the two would be dropped):
+
+```
+$ ironcurtain run --config both.json        # (one line, folded here)
+ironcurtain: error: both.json: $.mcpServers.files.sandbox.filesystem.deny_read: \
+"deny_read" is given twice, also as "denyRead": write it once
+```
+
+A file that has not changed since it was last checked is read from a cache in the state
+directory.
 
 ## `${VAR}` in values
 

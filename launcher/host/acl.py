@@ -194,7 +194,7 @@ def forget(path: str, uid: int, is_dir: bool, inherited: bytes | None) -> None:
             masks = [p for tag, p, _ in entries if tag == _MASK]
             group = next(p for tag, p, _ in entries if tag == _GROUP_OBJ) & (masks or [7])[0]
             remove_xattr(path, ACCESS)
-            mode = stat.S_IMODE(os.lstat(path).st_mode)
+            mode = stat.S_IMODE(os.stat(path).st_mode)
             os.chmod(path, (mode & ~0o070) | group << 3)
         else:
             write_xattr(path, ACCESS, _encode(kept))

@@ -14,12 +14,14 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import stat
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from launcher.host import acl
 from launcher.host.fd_walk import Found, walk
+from launcher.host.oscalls import birth_time
 from launcher.shared import dirs
 from launcher.shared.errors import StartupError
 from sandbox_profiles.records import mutable
@@ -57,9 +59,11 @@ class AclLedger:
         one of them."""
         todo = [r for r in roots if not any(is_under(r, o) for o in _OPEN)]
         skip = [o for o in _OPEN if any(is_under(o, r) for r in todo)]
+        skip += [m for m in mount_points() if any(is_under(m, r) and m != r for r in todo)]
         directory = ledger_dir()
         if not todo:
             return cls(str(directory / f"{session}.json"), uid, [])  # nothing of its own
+        view = _refuse_holding(directory, todo, view)
         ledger = cls(str(directory / f"{session}-{os.urandom(4).hex()}.json"), uid, todo)
         with _locked(directory):
             _refuse_overlap(directory, todo)
@@ -77,7 +81,7 @@ class AclLedger:
     def _write(self, record: dict[str, object]) -> None:
         """The record, whole and on disk under its name (written aside, then renamed), and
         locked for as long as this session runs."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         aside = self.path + _ASIDE
         self.fd = os.open(aside, flags, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
@@ -91,14 +95,22 @@ class AclLedger:
         """Undo what was opened (the servers have stopped), then drop the record."""
         if self.fd < 0:
             return
-        with open(self.path, encoding="utf-8") as handle:
-            undo(json.load(handle))
+        undo(json.loads(_read_all(self.fd)))  # what it wrote: never read again by name
         with _locked(Path(self.path).parent):
             os.unlink(self.path)
             os.close(self.fd)
             self.fd = -1
         for root in self.roots:
             _OPEN.pop(root, None)
+
+
+def _read_all(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 16, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
 
 
 @contextlib.contextmanager
@@ -174,9 +186,22 @@ def _survey(
     roots: Sequence[str], skip: Sequence[str], uid: int, view: View
 ) -> tuple[list[list[object]], dict[_Key, _Change]]:
     """Every file of ``roots`` but those in ``skip`` as recorded ([path, dev, ino, owner,
-    snapshot or None when left as it is]), and the changes to make, by file."""
+    snapshot or None when left as it is]), and the changes to make, by file. A file with
+    several names is let at only as far as every one of them shows it: not at all when one
+    is hidden or lies outside the roots (a hard link of ``/etc/shadow`` in a workspace opens
+    nothing outside it)."""
     files: list[list[object]] = []
     changes: dict[_Key, _Change] = {}
+    access_of: dict[_Key, str | None] = {}
+    names: dict[_Key, int] = {}
+    for root in roots:
+        for found in walk(root, skip):
+            st = found.st
+            key = (st.st_dev, st.st_ino)
+            is_dir = stat.S_ISDIR(st.st_mode)
+            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            names[key] = names.get(key, 0) + 1
+            access_of[key] = _least(access_of[key], access) if key in access_of else access
     seen: set[_Key] = set()
     for root in roots:
         for found in walk(root, skip):
@@ -185,15 +210,57 @@ def _survey(
             if key in seen:
                 continue
             seen.add(key)
-            is_dir = stat.S_ISDIR(st.st_mode)
-            access = view(found.path) if is_dir or stat.S_ISREG(st.st_mode) else None
+            access = access_of.get(key)
+            if not stat.S_ISDIR(st.st_mode) and st.st_nlink > names.get(key, 0):
+                access = None  # a name of it lies outside the roots (or appeared meanwhile)
+            entry = [found.path, st.st_dev, st.st_ino, st.st_uid, None]
+            entry.append(birth_time(found.reach))  # the inode number is not enough
+            files.append(entry)
             if access is None or st.st_uid == uid:
-                files.append([found.path, st.st_dev, st.st_ino, st.st_uid, None])
                 continue
             snap = acl.Snapshot.of(found.reach, st)
-            files.append([found.path, st.st_dev, st.st_ino, st.st_uid, snap.to_json()])
+            entry[4] = snap.to_json()
             changes[key] = (snap, access)
     return files, changes
+
+
+def _least(one: str | None, other: str | None) -> str | None:
+    """The lesser of two accesses (None, hidden, is the least)."""
+    if one is None or other is None:
+        return None
+    return acl.READ if acl.READ in (one, other) else acl.WRITE
+
+
+def mount_points() -> list[str]:
+    """Where something is mounted, as this process sees it (``/proc/self/mountinfo``): a
+    mount inside a root (a bind of ``/etc``) is another tree, never opened with it."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+        for line in info:
+            fields = line.split(" ")
+            if len(fields) > 4:
+                found.append(_unescape(fields[4]))
+    return found
+
+
+def _unescape(text: str) -> str:
+    """A mountinfo field with its octal escapes (``\\040`` for a space) undone."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def _refuse_holding(directory: Path, roots: Sequence[str], view: View) -> View:
+    """``view`` with the ledger directory hidden (never opened), when no server may write
+    it; :class:`StartupError` when one may (ironcurtain's state not kept read-only there):
+    a record it wrote would be undone as root by the next start."""
+    real = os.path.realpath(directory)
+    for root in roots:
+        if is_under(real, root) and view(real) == acl.WRITE:
+            raise StartupError(
+                f"{root} holds {directory}, where ironcurtain running as root records what "
+                f"it opens to the sandbox's user; a server writing there could put a record "
+                f"of its own in its place; set XDG_STATE_HOME outside every writable root"
+            )
+    return lambda path: None if is_under(path, real) else view(path)
 
 
 def _apply(
@@ -217,39 +284,59 @@ def undo(record: dict[str, object]) -> None:
         raise ValueError("not an ACL record")
     if not isinstance(files, list):
         raise ValueError("not an ACL record")
-    known: dict[_Key, tuple[int, acl.Snapshot | None]] = {}
-    for _, dev, ino, owner, snap in files:
-        known[(dev, ino)] = (owner, None if snap is None else acl.Snapshot.from_json(snap))
+    known: dict[_Key, tuple[int, acl.Snapshot | None, object]] = {}
+    for _, dev, ino, owner, snap, *born in files:
+        put = None if snap is None else acl.Snapshot.from_json(snap)
+        known[(dev, ino)] = (owner, put, born[0] if born else None)
     done: set[_Key] = set()
+    mounted = [m for m in mount_points() if any(is_under(m, r) and m != r for r in roots)]
+    state = os.path.realpath(ledger_dir().parent)
     for root in roots:
         if not os.path.lexists(root):
             continue
-        for found in walk(root, skip):
+        for found in walk(root, [*skip, *mounted]):  # a mount made since: another tree
             st = found.st
             key = (st.st_dev, st.st_ino)
             if key in done:
                 continue  # another name of a file put right already
             done.add(key)
             was = known.get(key)
-            if was is not None and was[0] == st.st_uid:
+            if was is not None and was[0] == st.st_uid and _same_birth(was[2], found.reach):
                 if was[1] is not None:
                     acl.put_back(found.reach, was[1], stat.S_ISDIR(st.st_mode))
             elif found.path != root:
-                _made_meanwhile(found, uid)
+                # What a server made where ironcurtain keeps its state (a directory put in
+                # the place of one above it) stays the server's: given to root, a record in
+                # it would be trusted by the next start.
+                _made_meanwhile(found, uid, give=not is_under(found.path, state))
 
 
-def _made_meanwhile(found: Found, uid: int) -> None:
+def _same_birth(born: object, reach: str) -> bool:
+    """Whether the file at ``reach`` was made when the recorded one was (unknown to either:
+    taken to be): an inode number freed meanwhile may have gone to a file the session made."""
+    if not isinstance(born, int):
+        return True
+    now = birth_time(reach)
+    return now is None or now == born
+
+
+def _made_meanwhile(found: Found, uid: int, give: bool = True) -> None:
     """A file the session made: without ``uid``'s entries, its parent's owner's (a set-id
-    bit the sandbox set goes: it was never the owner's)."""
+    bit the sandbox set goes: it was never the owner's); with ``give`` False, still the
+    server's."""
     path, st = found.reach, found.st
     is_dir = stat.S_ISDIR(st.st_mode)
     if is_dir or stat.S_ISREG(st.st_mode):
         acl.forget(path, uid, is_dir, acl.read_default(found.parent) if is_dir else None)
-    if st.st_uid == uid:
-        owner = os.lstat(found.parent)
-        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
-        if not is_dir and not stat.S_ISLNK(st.st_mode):
-            os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & ~0o6000)
+    if st.st_uid == uid and give:
+        owner = os.stat(found.parent)
+        os.chown(path, owner.st_uid, owner.st_gid)  # the file itself, even a symlink
+        if not stat.S_ISLNK(st.st_mode):
+            mode = stat.S_IMODE(os.stat(path).st_mode)
+            # A set-id bit the sandbox set goes; a directory keeps set-group-id only as
+            # its parent passes it on.
+            keep = owner.st_mode & stat.S_ISGID if is_dir else 0
+            os.chmod(path, (mode & ~0o6000) | keep)
 
 
 def replay_stale() -> None:

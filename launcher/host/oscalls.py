@@ -126,9 +126,10 @@ def pidfd_open(pid: int) -> int | None:
 
 
 def read_xattr(path: str, name: str) -> bytes | None:
-    """The attribute ``name`` of ``path`` itself (not a symlink's target); None when unset."""
+    """The attribute ``name`` of what ``path`` names; None when unset. ``path`` is followed:
+    give a descriptor's :func:`fd_path`, whose file is the one meant whatever its name is."""
     try:
-        return os.getxattr(path, name, follow_symlinks=False)
+        return os.getxattr(path, name)
     except OSError as exc:
         if exc.errno == errno.ENODATA:
             return None
@@ -136,13 +137,15 @@ def read_xattr(path: str, name: str) -> bytes | None:
 
 
 def write_xattr(path: str, name: str, value: bytes) -> None:
-    os.setxattr(path, name, value, follow_symlinks=False)
+    """Set the attribute ``name`` of what ``path`` names (followed, as :func:`read_xattr`)."""
+    os.setxattr(path, name, value)
 
 
 def remove_xattr(path: str, name: str) -> None:
-    """Remove the attribute ``name`` of ``path`` itself, if it has one."""
+    """Remove the attribute ``name`` of what ``path`` names (followed, as
+    :func:`read_xattr`), if it has one."""
     try:
-        os.removexattr(path, name, follow_symlinks=False)
+        os.removexattr(path, name)
     except OSError as exc:
         if exc.errno != errno.ENODATA:
             raise
@@ -190,6 +193,32 @@ def rename_noreplace(src_dir_fd: int, src: str, dst_dir_fd: int, dst: str) -> No
     if done != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err), dst)
+
+
+_STATX_BTIME = 0x800
+_AT_FDCWD = -100
+
+
+def birth_time(path: str) -> int | None:
+    """When the file ``path`` names (followed) was made, in nanoseconds (``statx``); None
+    where the filesystem or the C library does not say. An inode number freed and given to
+    a new file gets a new birth time."""
+    libc = _libc()
+    buf = ctypes.create_string_buffer(256)  # struct statx
+    if not hasattr(libc, "statx"):
+        return None
+    done = libc.statx(
+        ctypes.c_int(_AT_FDCWD), os.fsencode(path), ctypes.c_int(0),
+        ctypes.c_uint(_STATX_BTIME), buf,
+    )  # fmt: skip
+    if done != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), path)
+    (mask,) = struct.unpack_from("<I", buf.raw, 0)
+    if not mask & _STATX_BTIME:
+        return None
+    sec, nsec = struct.unpack_from("<qI", buf.raw, 80)
+    return int(sec * 1_000_000_000 + nsec)
 
 
 def inotify_init() -> int:

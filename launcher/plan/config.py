@@ -109,17 +109,53 @@ def _expand_path(
 # Below them (``sandbox`` and the rest of ironcurtain's own objects) every key narrows or
 # widens what a server may do, so an unknown one there is a mistake, never a warning.
 _SHARED_DEPTH = 2
+# A server entry's own keys that narrow what its server may do, and the keys of ``sandbox``
+# (written one level too high), each with where it belongs: a key close to one of the first
+# is that key misspelt (``sandbx``, ``Sandbox``), one of the others spelt any way (``denyRead``,
+# ``deny_read`` beside ``command``) is misplaced, and ignoring it would drop the restriction,
+# so it is an error even where unknown keys only warn.
+_NARROWING = {
+    "sandbox": "sandbox",
+    "clientRequests": "clientRequests",
+    "maskSecrets": "maskSecrets",
+    **{k: f"sandbox.{k}" for k in ("filesystem", "network", "limits")},
+    **{k: f"sandbox.filesystem.{k}" for k in ("allowRead", "denyRead", "allowWrite", "denyWrite")},
+    **{k: f"sandbox.network.{k}" for k in ("allowedDomains", "deniedDomains")},
+}
 
 
-def _unknown_keys(
-    value: object, raw: object, loc: tuple[str | int, ...]
-) -> list[tuple[tuple[str | int, ...], list[str]]]:
+def _misplaced_narrowing(key: str) -> str | None:
+    """Where server-entry key ``key`` (not a known one) belongs when it is one of
+    :data:`_NARROWING` misspelt or written too high (None: it is not).
+
+    >>> [_misplaced_narrowing(k) for k in ("Sandbox", "sand_box", "denyRead", "headers")]
+    ['sandbox', 'sandbox', 'sandbox.filesystem.denyRead', None]
+    """
+    folded = {k.lower(): k for k in _NARROWING}
+    own = [k for k, place in _NARROWING.items() if k == place]  # misspelt, not only misplaced
+    near = difflib.get_close_matches(key, own, n=1)
+    match = near[0] if near else folded.get(key.lower().replace("_", "").replace("-", ""))
+    return None if match is None else _NARROWING[match]
+
+
+# An unknown key's location, the JSON names known where it stands, and the other spelling
+# of the same key when the key is known but given twice (``deny_read`` and ``denyRead``).
+_Unknown = tuple[tuple[str | int, ...], list[str], str | None]
+
+
+def _unknown_keys(value: object, raw: object, loc: tuple[str | int, ...]) -> list[_Unknown]:
     """Each key in ``raw`` (the file's JSON) that ``value`` (what it was validated into) has
-    no field for: its location and the JSON names known where it stands."""
+    no field for, and each field given under both its spellings (one would be dropped)."""
     if is_dataclass(value) and isinstance(raw, dict):
         names = {f.name: json_name(f.name) for f in fields(value)}
         known = set(names) | set(names.values())
-        found = [((*loc, key), sorted(names.values())) for key in raw if key not in known]
+        shown = sorted(names.values())
+        found: list[_Unknown] = [((*loc, key), shown, None) for key in raw if key not in known]
+        found += [
+            ((*loc, name), shown, alias)
+            for name, alias in names.items()
+            if name != alias and name in raw and alias in raw
+        ]
         for name, alias in names.items():
             key = alias if alias in raw else name
             if key in raw:
@@ -220,9 +256,16 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
         loc, detail = describe_validation_error(exc, UNION_TAGS)
         raise ConfigError(file, loc, detail) from None
     unknown: list[str] = []
-    for where, known_names in _unknown_keys(parsed, data, ()):
+    for where, known_names, also in _unknown_keys(parsed, data, ()):
+        if also is not None:  # validation read one of the two and dropped the other
+            detail = f'"{where[-1]}" is given twice, also as "{also}": write it once'
+            raise ConfigError(file, json_path(where), detail)
         if len(where) > _SHARED_DEPTH + 1:
             raise _refuse_unknown(file, where, known_names)
+        place = _misplaced_narrowing(str(where[-1])) if len(where) == _SHARED_DEPTH + 1 else None
+        if place is not None:
+            detail = f'unknown key "{where[-1]}": did you mean "{place}"?'
+            raise ConfigError(file, json_path(where), detail)
         unknown.append(json_path(where))
     if store:
         store.put(key, encode([parsed, unknown]))

@@ -162,7 +162,7 @@ class HostFiles:
         if ledger is not None:
             try:
                 ledger.close()
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, StartupError) as exc:
                 warn(
                     f"cannot undo the ACL entries given to the sandbox's user ({exc}); "
                     f"the next start as root tries again ({ledger.path})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
@@ -66,6 +67,17 @@ def test_a_server_cannot_rewrite_ironcurtains_state_from_a_grant_that_holds_it(
     records.write_text(RECORDS)
     forged = json.dumps({"records": [{"backup": "/tmp/evil.json"}]})
     token = state / "http-token"
+    if os.geteuid() == 0:
+        # Running as root, what a server makes in a root goes to root at the end: the grant
+        # holds the ACL ledger, whose records the next start undoes as root. Refused.
+        server = probe_server_config(True)
+        server["sandbox"]["filesystem"]["allowWrite"] += [str(user.state)]
+        config = write_probe_config(user, server)
+        done = ironcurtain(user, "run", "--config", str(config))
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert "where ironcurtain running as root records" in done.stderr
+        assert records.read_text() == RECORDS
+        return
     # The server finds them by itself, from its workspace (state/ironcurtain/workspaces/ID):
     # named in arguments, the policy refuses them before any server is asked.
     out = _session(
