@@ -9,8 +9,9 @@ from collections.abc import Mapping, Sequence
 
 from launcher.host.machine import MACOS, host_facts
 from launcher.host.oscalls import memfd, wide_table_fd
+from launcher.shared.errors import StartupError
 from sandbox_profiles.launch import launch_argv, launch_dirs
-from sandbox_profiles.model import SandboxProfile
+from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.records import frozen
 
 
@@ -27,6 +28,9 @@ class LaunchSpec:
     profile: SandboxProfile | None = None
     bwrap: str = "bwrap"
     seccomp: bytes | None = None
+    # Where each host path the sandbox mounts led when it was judged (its real path then):
+    # checked again at every start (a restart too), see :func:`moved_since`.
+    leads: tuple[tuple[str, str], ...] = ()
 
     def command(self, seccomp_fd: int | None, table_fd: int | None = None) -> list[str]:
         """The argv to start it now (creating what that needs, as a private TMPDIR)."""
@@ -42,6 +46,9 @@ class LaunchSpec:
         """Start it: its stdio on pipes, in a process group of its own, its seccomp filter
         handed over on a memfd, its descriptor table wide from the start
         (:func:`~launcher.host.oscalls.wide_table_fd`). Nothing is written to it here."""
+        moved = moved_since(self.profile, dict(self.leads))
+        if moved is not None:
+            raise StartupError(f"server '{self.name}' not started: {moved}")
         fds: list[int] = []
         # bwrap is handed it (--sync-fd); a child started otherwise closes it before its
         # exec and keeps the table it sized.
@@ -62,3 +69,40 @@ class LaunchSpec:
         finally:
             for fd in fds:
                 os.close(fd)
+
+
+_HOST_VIEWS = ("bind", "ro-bind", "ro-bind-try")
+
+
+def host_views(profile: SandboxProfile) -> list[Mount]:
+    """The mounts of ``profile`` that show a host path (bwrap follows links in it)."""
+    return [m for m in profile.mounts if m.kind in _HOST_VIEWS]
+
+
+def leads_now(profile: SandboxProfile | None) -> tuple[tuple[str, str], ...]:
+    """Each host path ``profile`` mounts, with its real path now."""
+    if profile is None:
+        return ()
+    return tuple(
+        (m.source or m.dest, os.path.realpath(m.source or m.dest)) for m in host_views(profile)
+    )
+
+
+def moved_since(profile: SandboxProfile | None, leads: Mapping[str, str]) -> str | None:
+    """Why ``profile`` must not be started now: a host path it mounts leads elsewhere than
+    when it was judged (``leads``). bwrap follows links in a mount's source, so a directory
+    swapped for a link after the judgement (by another server writing the directory that
+    holds it, before a restart) would mount the link's target, say ``.git/hooks``,
+    writable. None when every one leads where it did."""
+    if profile is None:
+        return None
+    for mount in host_views(profile):
+        source = mount.source or mount.dest
+        then = leads.get(source)
+        now = os.path.realpath(source)
+        if then is not None and now != then:
+            return (
+                f"{source} ({mount.reason}) now leads to {now}, not to {then} as when "
+                "its sandbox was planned: something put a link on the way since"
+            )
+    return None

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch import LaunchSpec, leads_now
 from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
@@ -367,6 +367,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             profile=profile,
             bwrap=at.bwrap,
             seccomp=at.seccomp_bpf if profile.seccomp else None,
+            leads=leads_now(profile),
         )
         return ServerPlan(
             name,
