@@ -12,6 +12,7 @@ from launcher.host.oscalls import memfd, wide_table_fd
 from launcher.shared.errors import StartupError
 from sandbox_profiles.launch import launch_argv, launch_dirs
 from sandbox_profiles.model import Mount, SandboxProfile
+from sandbox_profiles.profile import ETC_FILES, SYSTEM_MOUNTS
 from sandbox_profiles.records import frozen
 
 
@@ -72,11 +73,16 @@ class LaunchSpec:
 
 
 _HOST_VIEWS = ("bind", "ro-bind", "ro-bind-try")
+_SYSTEM = frozenset((*(root for root, _ in SYSTEM_MOUNTS), *ETC_FILES))
 
 
 def host_views(profile: SandboxProfile) -> list[Mount]:
-    """The mounts of ``profile`` that show a host path (bwrap follows links in it)."""
-    return [m for m in profile.mounts if m.kind in _HOST_VIEWS]
+    """The mounts of ``profile`` that show a host path (bwrap follows links in it), but
+    the system's own (``/usr``, the files of ``/etc``...: only root changes them, and a
+    link there may rightly be retargeted, ``/etc/resolv.conf`` by a network manager)."""
+    return [
+        m for m in profile.mounts if m.kind in _HOST_VIEWS and (m.source or m.dest) not in _SYSTEM
+    ]
 
 
 def leads_now(profile: SandboxProfile | None) -> tuple[tuple[str, str], ...]:
