@@ -108,11 +108,19 @@ def _catalogue_problem(path: str) -> str | None:
     return None
 
 
-def root_problem(root: str, homes: Mapping[str, str]) -> str | None:
+def root_problem(
+    root: str, homes: Mapping[str, str], places: Mapping[str, tuple[str, str]] | None = None
+) -> str | None:
     """Why ``root`` (an absolute path, existing or not) may not be a writable root: it is a
     home or holds one (``homes``, see :func:`home_problem`), or it is or lies inside a
     catalogue entry, a git directory (a ``.git``, a bare repository, a worktree's private
     directory, the common directory of a worktree) or a virtualenv; None when it may be.
+
+    ``places``: where the environment moves a directory the catalogue knows by its usual
+    place in the home (``XDG_CONFIG_HOME``, the ``.config`` of fish, direnv, nvim, git): each
+    path with its variable and that usual place. A root that is or holds one is refused as
+    a home is; a root inside one is judged where the tools reading it take it to be
+    (``$XDG_CONFIG_HOME/direnv`` as ``.config/direnv``).
 
     >>> root_problem("/nonexistent/p/.git/hooks", {})[:50]
     'lies in /nonexistent/p/.git, a git directory (git '
@@ -124,8 +132,19 @@ def root_problem(root: str, homes: Mapping[str, str]) -> str | None:
     why = home_problem(root, homes)
     if why is not None:
         return why
+    places = places or {}
+    why = home_problem(root, {p: f"your {u} (${v})" for p, (v, u) in places.items()})
+    if why is not None:
+        return why
     for form in dict.fromkeys((os.path.normpath(root), os.path.realpath(root))):
         why = _catalogue_problem(form)
         if why is not None:
             return why
+        for place, (variable, usual) in places.items():
+            for at in dict.fromkeys((os.path.normpath(place), os.path.realpath(place))):
+                if is_under(form, at) and form != at:
+                    seen = f"/{usual}/{os.path.relpath(form, at)}"
+                    why = _catalogue_problem(seen)
+                    if why is not None:
+                        return f"is {seen[1:]} to the tools that read ${variable} ({at}): {why}"
     return None

@@ -249,7 +249,10 @@ def _keep_runtime_out(name: str, fs: FilesystemSandbox, at: Surroundings) -> Non
 
 
 def judge_writable(
-    config: LoadedConfig, servers: Mapping[str, ServerConfig], homes: Mapping[str, str]
+    config: LoadedConfig,
+    servers: Mapping[str, ServerConfig],
+    homes: Mapping[str, str],
+    places: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
     """Every ``allowWrite`` directory of ``servers`` judged whole (:func:`root_problem`):
     never a home, a directory holding one, a catalogue entry, a git directory or a
@@ -258,7 +261,7 @@ def judge_writable(
         if server.sandbox is False:
             continue
         for i, path in enumerate(server.sandbox.filesystem.allow_write):
-            why = root_problem(path, homes)
+            why = root_problem(path, homes, places)
             if why is not None:
                 raise ConfigError(
                     str(config.path),
