@@ -296,3 +296,41 @@ def test_control_direnv_runs_what_is_written_in_the_moved_directory(user: Home) 
     assert (target / "direnvrc").exists()
     _direnv_exec(env, mine)
     assert marker.exists()
+
+
+# A cargo configuration that runs a program of the sandbox's at the user's next build.
+CARGO = '[build]\nrustc-wrapper = "/bin/sh"\n[alias]\nb = "run --config x"\n'
+
+
+def _move_a_directory_out(user: Home, destination: str) -> tuple[list[tuple[bool, str]], Path]:
+    """As the agent, with allowed calls: a ``cfg`` directory of the workspace holding a
+    ``config.toml`` (nothing of the catalogue there), then, approved, moved out to
+    ``notes/DESTINATION``."""
+    from tests.sandbox.test_widen import _places, fs_calls
+    from tests.support.sdk import answering
+
+    ws, notes, audit = _places(user)
+    answer, _ = answering("approve", "approve")
+    calls = [
+        ("write_file", {"path": str(ws / "cfg" / "config.toml"), "content": CARGO}),
+        ("move_file", {"source": str(ws / "cfg"), "destination": str(notes / destination)}),
+    ]
+    (ws / "cfg").mkdir()
+    return fs_calls(user, ws, audit, answer, *calls), notes
+
+
+@needs_bwrap
+def test_an_approved_move_never_makes_a_directory_a_place_tools_load(user: Home) -> None:
+    out, notes = _move_a_directory_out(user, ".cargo")
+    # cargo reads .cargo/config.toml of every directory above where it builds.
+    assert not (notes / ".cargo").exists(), out
+    assert out[0][0] is False, out  # the write in the workspace was made
+    assert out[1][0] is True and "no approval moves a directory there" in out[1][1], out
+    assert ".cargo" in out[1][1], out
+
+
+@needs_bwrap
+def test_control_an_approved_move_to_an_ordinary_name_is_made(user: Home) -> None:
+    out, notes = _move_a_directory_out(user, "cfg")
+    assert out[1][0] is False, out
+    assert (notes / "cfg" / "config.toml").read_text() == CARGO
