@@ -18,7 +18,8 @@ file system that folds case, is still that home).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 
 from sandbox_profiles.autorun import (
     PROTECTED_NAMES,
@@ -83,7 +84,42 @@ def home_problem(root: str, homes: Mapping[str, str]) -> str | None:
         same = any(h == r for h in places for r in forms)
         same = same or (mark is not None and identity(home) == mark)
         return f"is {whose}" if same else f"holds {whose} ({home})"
+    return _mounted_home(forms, homes)
+
+
+def _mounted_home(forms: Iterable[str], homes: Mapping[str, str]) -> str | None:
+    """Why a root whose real path is among ``forms`` holds a home through a mount below it
+    (a bind mount of the home, or of a directory holding it, inside the root: bwrap mounts
+    a root with what is mounted inside it). None: no mount below it shows one."""
+    points = [p for p in mount_points() if any(is_under(p, r) and p != r for r in forms)]
+    for point in points:
+        mark = identity(point)
+        if mark is None:
+            continue
+        for home, whose in homes.items():
+            if any(identity(p) == mark for p in _holders(os.path.realpath(home))):
+                return f"holds {whose} ({home}), mounted at {point}"
     return None
+
+
+def mount_points(table: str = "/proc/self/mountinfo") -> list[str]:
+    """Every mount point the kernel lists (its escapes undone); none where it lists none.
+
+    >>> mount_points("/nonexistent")
+    []
+    """
+    try:
+        with open(table, "rb") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 4:
+            raw = re.sub(rb"\\([0-7]{3})", lambda m: bytes([int(m.group(1), 8)]), fields[4])
+            found.append(os.fsdecode(raw))
+    return found
 
 
 def _catalogue_problem(path: str) -> str | None:

@@ -199,7 +199,9 @@ def test_a_start_is_refused_when_a_mount_leads_elsewhere(tmp_path: Path, kind: s
 WRITER = """
 import os, sys
 try:
-    with open(os.path.join(sys.argv[1], {name!r}), "w") as f:
+    path = os.path.join(sys.argv[1], {name!r})
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
         f.write({content!r})
 except OSError:
     pass
@@ -334,3 +336,32 @@ def test_control_an_approved_move_to_an_ordinary_name_is_made(user: Home) -> Non
     out, notes = _move_a_directory_out(user, "cfg")
     assert out[1][0] is False, out
     assert (notes / "cfg" / "config.toml").read_text() == CARGO
+
+
+@needs_bwrap
+@pytest.mark.skipif(os.geteuid() != 0, reason="binding a directory at a second path needs root")
+def test_a_root_holding_a_bind_mount_of_the_home_is_refused(user: Home) -> None:
+    # A dev container's layout: the home bound inside the project. bwrap mounts a root with
+    # what is mounted inside it, so the project as a root was the home too.
+    project = user.root / "proj"
+    (project / "homes").mkdir(parents=True)
+    planted = user.home / ".local" / "bin" / "git"
+    writer = WRITER.format(name="homes/.local/bin/git", content="#!/bin/sh\n")
+    (project / "srv.py").write_text(writer + SERVE)
+    server = {"command": PY, "args": [str(project / "srv.py"), str(project)],
+              "sandbox": {"filesystem": {"allowWrite": [str(project)]}}}  # fmt: skip
+    (project / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"s": server}}))
+    subprocess.run(["mount", "--bind", str(user.home), str(project / "homes")], check=True)
+    try:
+        done = _session(user, user.env, project)
+    finally:
+        subprocess.run(["umount", str(project / "homes")], check=True)
+    assert not planted.exists(), done.stderr
+    assert done.returncode == 2, done.stderr
+    assert f"holds your home directory ({user.home}), mounted at {project / 'homes'}" in (
+        done.stderr
+    ), done.stderr
+    # The control: without the mount inside it, the project is a root, and the server writes.
+    again = _session(user, user.env, project)
+    assert again.returncode == 0, again.stderr
+    assert (project / "homes" / ".local" / "bin" / "git").exists()
