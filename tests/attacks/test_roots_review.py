@@ -183,7 +183,7 @@ def test_a_start_is_refused_when_a_mount_leads_elsewhere(tmp_path: Path, kind: s
 
     root = tmp_path / "out"
     root.mkdir()
-    mount = Mount(kind, str(root), str(root), "allowWrite")
+    mount = Mount("bind" if kind == "bind" else "ro-bind", str(root), str(root), "allowWrite")
     profile = SandboxProfile("s", ("/bin/true",), "/", {}, (mount,))
     spec = LaunchSpec("s", [], {}, "/", None, profile=profile, leads=leads_now(profile))
     root.rename(tmp_path / "away")
@@ -304,7 +304,9 @@ def test_control_direnv_runs_what_is_written_in_the_moved_directory(user: Home) 
 CARGO = '[build]\nrustc-wrapper = "/bin/sh"\n[alias]\nb = "run --config x"\n'
 
 
-def _move_a_directory_out(user: Home, destination: str) -> tuple[list[tuple[bool, str]], Path]:
+def _move_a_directory_out(
+    user: Home, destination: str
+) -> tuple[list[tuple[bool, str]], Path, list[str]]:
     """As the agent, with allowed calls: a ``cfg`` directory of the workspace holding a
     ``config.toml`` (nothing of the catalogue there), then, approved, moved out to
     ``notes/DESTINATION``."""
@@ -312,29 +314,29 @@ def _move_a_directory_out(user: Home, destination: str) -> tuple[list[tuple[bool
     from tests.support.sdk import answering
 
     ws, notes, audit = _places(user)
-    answer, _ = answering("approve", "approve")
+    answer, seen = answering("approve", "approve")
     calls = [
         ("write_file", {"path": str(ws / "cfg" / "config.toml"), "content": CARGO}),
         ("move_file", {"source": str(ws / "cfg"), "destination": str(notes / destination)}),
     ]
     (ws / "cfg").mkdir()
-    return fs_calls(user, ws, audit, answer, *calls), notes
+    return fs_calls(user, ws, audit, answer, *calls), notes, seen
 
 
 @needs_bwrap
 def test_an_approved_move_never_makes_a_directory_a_place_tools_load(user: Home) -> None:
-    out, notes = _move_a_directory_out(user, ".cargo")
+    out, notes, asked = _move_a_directory_out(user, ".cargo")
     # cargo reads .cargo/config.toml of every directory above where it builds.
     assert not (notes / ".cargo").exists(), out
     assert out[0][0] is False, out  # the write in the workspace was made
     assert out[1][0] is True and "no approval moves a directory there" in out[1][1], out
-    assert ".cargo" in out[1][1], out
+    assert ".cargo" in out[1][1] and asked == [], (out, asked)  # refused without asking
 
 
 @needs_bwrap
 def test_control_an_approved_move_to_an_ordinary_name_is_made(user: Home) -> None:
-    out, notes = _move_a_directory_out(user, "cfg")
-    assert out[1][0] is False, out
+    out, notes, asked = _move_a_directory_out(user, "cfg")
+    assert out[1][0] is False and len(asked) == 1, (out, asked)
     assert (notes / "cfg" / "config.toml").read_text() == CARGO
 
 
