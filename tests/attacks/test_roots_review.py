@@ -367,3 +367,41 @@ def test_a_root_holding_a_bind_mount_of_the_home_is_refused(user: Home) -> None:
     again = _session(user, user.env, project)
     assert again.returncode == 0, again.stderr
     assert (project / "homes" / ".local" / "bin" / "git").exists()
+
+
+def _wrap_project(user: Home, project: Path) -> subprocess.CompletedProcess[str]:
+    """``wrap --all`` (nothing started) in a project whose ``.mcp.json`` runs ``srv.py .``."""
+    project.mkdir(parents=True)
+    (project / "srv.py").write_text(WRITER.format(name="init.lua", content="-- x\n") + SERVE)
+    entry = {"command": PY, "args": ["./srv.py", "."]}
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"p": entry}}))
+    return subprocess.run(
+        [IRONCURTAIN, "wrap", "--all", "--no-annotate"], env=user.env, cwd=project,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120, check=False,
+    )  # fmt: skip
+
+
+@needs_bwrap
+def test_wrap_says_when_a_projects_workspace_is_never_a_writable_root(user: Home) -> None:
+    # A neovim configuration kept as a project: the directory wrap gives its entries as
+    # their workspace is .config/nvim. wrap says so, and the wrapped entry never starts
+    # with it (nothing written where neovim loads its init.lua).
+    project = user.home / ".config" / "nvim"
+    done = _wrap_project(user, project)
+    assert done.returncode == 0, done.stderr
+    said = f"p: its workspace {project} is .config/nvim"
+    assert said in done.stderr and "`ironcurtain run` refuses it" in done.stderr, done.stderr
+    entry = json.loads((project / ".mcp.json").read_text())["mcpServers"]["p"]
+    started = _session_argv(user, [entry["command"], *entry["args"]], project)
+    assert not (project / "init.lua").exists(), started.stderr
+    assert started.returncode == 2 and "never writable" in started.stderr, started.stderr
+    # The control: a project elsewhere is its entries' workspace, unremarked.
+    other = _wrap_project(user, user.root / "proj")
+    assert other.returncode == 0 and "its workspace" not in other.stderr, other.stderr
+
+
+def _session_argv(user: Home, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    hello = {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
+    ask = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
+    return subprocess.run(argv, cwd=cwd, env=user.env, input=ask + "\n", capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
