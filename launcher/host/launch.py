@@ -4,6 +4,7 @@ rendered at each start from the host's facts as they are then."""
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -54,25 +55,34 @@ class LaunchSpec:
         # bwrap is handed it (--sync-fd); a child started otherwise closes it before its
         # exec and keeps the table it sized.
         table = wide_table_fd() if self.profile is not None and not MACOS else None
+        pinned: list[int] = []
         try:
             if self.seccomp is not None:
                 fds.append(memfd("ironcurtain-seccomp", self.seccomp))
+            argv = self.command(fds[0] if fds else None, table)
+            if self.profile is not None and not MACOS:
+                argv = pin_mounts(argv, self.profile, dict(self.leads), pinned)
             return subprocess.Popen(
-                self.command(fds[0] if fds else None, table),
+                argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=dict(self.env),
                 cwd=self.cwd,
                 start_new_session=True,
-                pass_fds=[*fds, *([] if table is None else [table])],
+                pass_fds=[*fds, *pinned, *([] if table is None else [table])],
             )
+        except MovedMount as exc:
+            raise StartupError(f"server '{self.name}' not started: {exc}") from None
         finally:
-            for fd in fds:
+            for fd in (*fds, *pinned):
                 os.close(fd)
 
 
 _HOST_VIEWS = ("bind", "ro-bind", "ro-bind-try")
+# The same mounts made from a descriptor: bwrap mounts what it refers to, not a path.
+_BY_DESCRIPTOR = {"bind": "--bind-fd", "ro-bind": "--ro-bind-fd", "ro-bind-try": "--ro-bind-fd"}
+_BY_PATH = {"bind": "--bind", "ro-bind": "--ro-bind", "ro-bind-try": "--ro-bind-try"}
 _SYSTEM = frozenset((*(root for root, _ in SYSTEM_MOUNTS), *ETC_FILES))
 
 
@@ -107,8 +117,48 @@ def moved_since(profile: SandboxProfile | None, leads: Mapping[str, str]) -> str
         then = leads.get(source)
         now = os.path.realpath(source)
         if then is not None and now != then:
-            return (
-                f"{source} ({mount.reason}) now leads to {now}, not to {then} as when "
-                "its sandbox was planned: something put a link on the way since"
-            )
+            return _moved(source, mount.reason, now, then)
     return None
+
+
+class MovedMount(Exception):
+    """A host path a sandbox mounts leads elsewhere than when it was judged."""
+
+
+def _moved(source: str, reason: str, now: str, then: str) -> str:
+    return (
+        f"{source} ({reason}) now leads to {now}, not to {then} as when its sandbox was "
+        "planned: something put a link on the way since"
+    )
+
+
+def pin_mounts(
+    argv: list[str], profile: SandboxProfile, leads: Mapping[str, str], opened: list[int]
+) -> list[str]:
+    """``argv`` (bwrap's) with each host path judged (``leads``) mounted from a descriptor
+    opened now and checked to be what was judged: bwrap then mounts that very directory or
+    file, whatever is put at its path meanwhile. The descriptors are appended to ``opened``
+    (the caller hands them to bwrap, then closes them); :class:`MovedMount` when one leads
+    elsewhere. A path not there (a ``ro-bind-try`` of nothing) is left to bwrap."""
+    out = list(argv)
+    end = out.index("--chdir") if "--chdir" in out else len(out)
+    for mount in host_views(profile):
+        source = mount.source or mount.dest
+        then = leads.get(source)
+        if then is None:
+            continue
+        try:
+            fd = os.open(source, os.O_PATH | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        opened.append(fd)
+        now = os.readlink(f"/proc/self/fd/{fd}")
+        if now != then:
+            raise MovedMount(_moved(source, mount.reason, now, then))
+        if not stat.S_ISDIR(os.fstat(fd).st_mode) and not stat.S_ISREG(os.fstat(fd).st_mode):
+            continue  # a socket of ironcurtain's own (the egress proxy's): left to its path
+        for i in range(end - 2):
+            if out[i : i + 3] == [_BY_PATH[mount.kind], source, mount.dest]:
+                out[i : i + 3] = [_BY_DESCRIPTOR[mount.kind], str(fd), mount.dest]
+                break
+    return out

@@ -405,3 +405,37 @@ def _session_argv(user: Home, argv: list[str], cwd: Path) -> subprocess.Complete
     ask = json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": hello})
     return subprocess.run(argv, cwd=cwd, env=user.env, input=ask + "\n", capture_output=True,
                           text=True, timeout=120, check=False)  # fmt: skip
+
+
+@needs_bwrap
+@pytest.mark.parametrize("pinned", [True, False])
+def test_a_root_swapped_after_the_check_is_not_what_bwrap_mounts(
+    tmp_path: Path, pinned: bool
+) -> None:
+    # The last instant: the root is swapped for a link to .git/hooks after the start was
+    # checked, before bwrap mounts it. Mounted from the descriptor checked, what the server
+    # writes lands in the directory judged. The control (by path, as before): in the hooks.
+    from launcher.host.launch import leads_now, pin_mounts
+    from sandbox_profiles.model import Mount, SandboxProfile
+
+    out, hooks = tmp_path / "out", tmp_path / ".git" / "hooks"
+    out.mkdir()
+    hooks.mkdir(parents=True)
+    mount = Mount("bind", str(out), str(out), "allowWrite")
+    profile = SandboxProfile("s", ("/bin/true",), "/", {}, (mount,))
+    argv = ["--bind", str(out), str(out), "--chdir", "/"]
+    opened: list[int] = []
+    try:
+        if pinned:
+            argv = pin_mounts(argv, profile, dict(leads_now(profile)), opened)
+            assert argv[0] == "--bind-fd", argv
+        out.rename(tmp_path / "judged")
+        out.symlink_to(hooks)  # swapped after the check
+        sandbox = ["bwrap", "--ro-bind", "/", "/", "--tmpfs", str(tmp_path), *argv[:3],
+                   "/bin/sh", "-c", f"echo x > {out}/pre-commit"]  # fmt: skip
+        subprocess.run(sandbox, pass_fds=opened, check=True, timeout=60)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    assert (hooks / "pre-commit").exists() is not pinned
+    assert (tmp_path / "judged" / "pre-commit").exists() is pinned
