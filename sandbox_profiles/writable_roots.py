@@ -32,6 +32,13 @@ from sandbox_profiles.autorun import (
 )
 from sandbox_profiles.ways import is_under
 
+# Places a host tool keeps what it trusts: a file there makes it run a project's own file
+# without asking (direnv loads an .envrc whose hash its allow list holds). Never a writable
+# root, nor anything inside or on the way to one. Folded.
+_TRUSTED: dict[tuple[str, ...], str] = {
+    (".local", "share", "direnv"): "direnv's allow list: a file there loads an .envrc unasked",
+}
+
 # The directories on the way to a catalogue entry of several components (``.hg`` of
 # ``.hg/hgrc``, ``.cargo`` of ``.cargo/config.toml``), folded: a root that ends so holds
 # the rest of the entry where the catalogue, matched below the root, would not see it. A
@@ -42,6 +49,9 @@ for _name in (*PROTECTED_NAMES, *PROTECTED_PATTERNS):
     for _k in range(1, len(_parts)):
         if _parts[:_k] != ("bin",):
             _LEADING.setdefault(_parts[:_k], _name)
+for _store in _TRUSTED:
+    for _k in range(1, len(_store)):
+        _LEADING.setdefault(_store[:_k], "/".join(_store))
 
 
 def identity(path: str) -> tuple[int, int] | None:
@@ -137,6 +147,12 @@ def _catalogue_problem(path: str) -> str | None:
         if entry is not None:
             return f"{where} {entry.match} ({entry.loaded_by})"
     folded = tuple(fold(p) for p in parts)
+    for store, why in _TRUSTED.items():
+        for i in range(len(folded) - len(store) + 1):
+            if folded[i : i + len(store)] == store:
+                at = "/" + "/".join(parts[: i + len(store)])
+                where = "is" if i + len(store) == len(parts) else f"lies in {at},"
+                return f"{where} {'/'.join(store)} ({why})"
     for k in range(1, len(folded) + 1):
         whole = _LEADING.get(folded[-k:])
         if whole is not None:
