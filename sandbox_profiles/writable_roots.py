@@ -33,10 +33,12 @@ from sandbox_profiles.autorun import (
 from sandbox_profiles.ways import is_under
 
 # Places a host tool keeps what it trusts: a file there makes it run a project's own file
-# without asking (direnv loads an .envrc whose hash its allow list holds). Never a writable
+# without asking (direnv loads an .envrc whose hash its allow list holds; mise a config
+# file its trusted-configs names). Never a writable
 # root, nor anything inside or on the way to one. Folded.
 _TRUSTED: dict[tuple[str, ...], str] = {
     (".local", "share", "direnv"): "direnv's allow list: a file there loads an .envrc unasked",
+    (".local", "state", "mise"): "mise's trusted configurations: a project's mise.toml unasked",
 }
 
 # The directories on the way to a catalogue entry of several components (``.hg`` of

@@ -499,3 +499,25 @@ def test_control_a_written_allow_entry_makes_direnv_load_the_envrc(user: Home) -
     subprocess.run(["direnv", "exec", str(project), "true"], env=user.env, timeout=60,
                    capture_output=True, check=True)  # fmt: skip
     assert marker.exists()
+
+
+@pytest.mark.parametrize(
+    "place", [".local/share/direnv/allow", ".local/state/mise/trusted-configs", ".local/state"]
+)
+def test_where_a_tool_keeps_what_it_trusts_is_never_a_workspace(user: Home, place: str) -> None:
+    target = user.home / place
+    target.mkdir(parents=True)
+    done = subprocess.run(
+        [IRONCURTAIN, "run", "--workspace", str(target)], env=user.env, cwd=user.root,
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2 and "never writable" in done.stderr, done.stderr
+    assert user.left_behind() == []
+    # The control: a directory beside them is one.
+    beside = user.home / ".local" / "state" / "notes"
+    beside.mkdir(parents=True, exist_ok=True)
+    shown = subprocess.run(
+        [IRONCURTAIN, "profile", "filesystem", "--workspace", str(beside)], env=user.env,
+        cwd=user.root, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
