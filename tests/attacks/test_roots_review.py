@@ -347,8 +347,8 @@ def test_a_root_holding_a_bind_mount_of_the_home_is_refused(user: Home) -> None:
     # what is mounted inside it, so the project as a root was the home too.
     project = user.root / "proj"
     (project / "homes").mkdir(parents=True)
-    planted = user.home / ".local" / "bin" / "git"
-    writer = WRITER.format(name="homes/.local/bin/git", content="#!/bin/sh\n")
+    planted = user.home / "planted"  # anything in the home: its rc files, its PATH...
+    writer = WRITER.format(name="homes/planted", content="#!/bin/sh\n")
     (project / "srv.py").write_text(writer + SERVE)
     server = {"command": PY, "args": [str(project / "srv.py"), str(project)],
               "sandbox": {"filesystem": {"allowWrite": [str(project)]}}}  # fmt: skip
@@ -366,7 +366,7 @@ def test_a_root_holding_a_bind_mount_of_the_home_is_refused(user: Home) -> None:
     # The control: without the mount inside it, the project is a root, and the server writes.
     again = _session(user, user.env, project)
     assert again.returncode == 0, again.stderr
-    assert (project / "homes" / ".local" / "bin" / "git").exists()
+    assert (project / "homes" / "planted").exists()
 
 
 def _wrap_project(user: Home, project: Path) -> subprocess.CompletedProcess[str]:
