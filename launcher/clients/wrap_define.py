@@ -37,6 +37,7 @@ from launcher.clients.known import (
 )
 from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
 from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
+from sandbox_profiles.writable_roots import root_problem
 
 __all__ = ["LeftAlone", "moved_definition", "references_environment"]
 
@@ -193,6 +194,19 @@ def _cwd(f: ClientFile, e: Entry) -> str | None:
     return cwd
 
 
+def _refused_workspace(name: str, workspace: str | None) -> list[str]:
+    """What to say of the entry's ``workspace`` (the project directory) when it is never a
+    writable root: ``run`` refuses it at every start, as said here."""
+    from launcher.plan.workspace import homes, moved_places, refused_root
+
+    if workspace is None or not os.path.isabs(workspace):
+        return []
+    why = root_problem(workspace, homes(workspace), moved_places())
+    if why is None:
+        return []
+    return [f"{name}: its workspace {refused_root(workspace, why)}; `ironcurtain run` refuses it"]
+
+
 def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """The server's definition for ironcurtain's config, the environment the client's entry
     keeps (secrets, referred to as ``${NAME}`` in the definition), and what to tell the
@@ -205,6 +219,7 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     written = [str(ironcurtain_exe()), str(user_config()), str(user_policy())]
     if workspace is not None and workspace != variable:
         written.append(workspace)
+    notes += _refused_workspace(e.name, workspace)
     for value in written:
         problem = unread(f.client, value)
         if problem is not None:

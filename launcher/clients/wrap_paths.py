@@ -67,12 +67,13 @@ def refusal(mount: str, writable: bool, home: Path) -> str | None:
     """Why ``mount`` (a directory, absolute) must not be given to a wrapped server, as
     "MOUNT is ..." wording; None when it may."""
     from launcher.plan.server_plan import RUNTIME_TREES, never_shown  # the planner's own lists
-    from launcher.plan.workspace import homes
+    from launcher.plan.workspace import homes, moved_places
 
     if holds_home(mount, home):
         return "is or holds your home directory"
     if writable:  # a writable root judged whole, as run judges it
-        judged = root_problem(mount, {str(home): "your home directory", **homes(mount)})
+        places = moved_places()
+        judged = root_problem(mount, {str(home): "your home directory", **homes(mount)}, places)
         if judged is not None:
             return f"{judged}, {NEVER_WRITABLE}"
     hidden = never_shown()

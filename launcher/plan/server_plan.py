@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch import LaunchSpec, leads_now
 from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
@@ -249,7 +249,10 @@ def _keep_runtime_out(name: str, fs: FilesystemSandbox, at: Surroundings) -> Non
 
 
 def judge_writable(
-    config: LoadedConfig, servers: Mapping[str, ServerConfig], homes: Mapping[str, str]
+    config: LoadedConfig,
+    servers: Mapping[str, ServerConfig],
+    homes: Mapping[str, str],
+    places: Mapping[str, tuple[str, str]] | None = None,
 ) -> None:
     """Every ``allowWrite`` directory of ``servers`` judged whole (:func:`root_problem`):
     never a home, a directory holding one, a catalogue entry, a git directory or a
@@ -258,7 +261,7 @@ def judge_writable(
         if server.sandbox is False:
             continue
         for i, path in enumerate(server.sandbox.filesystem.allow_write):
-            why = root_problem(path, homes)
+            why = root_problem(path, homes, places)
             if why is not None:
                 raise ConfigError(
                     str(config.path),
@@ -367,6 +370,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             profile=profile,
             bwrap=at.bwrap,
             seccomp=at.seccomp_bpf if profile.seccomp else None,
+            leads=leads_now(profile),
         )
         return ServerPlan(
             name,

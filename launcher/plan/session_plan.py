@@ -35,7 +35,7 @@ from launcher.plan.server_plan import (
     plan_server,
 )
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
-from launcher.plan.workspace import check_workspace, homes, workspace_for
+from launcher.plan.workspace import check_workspace, homes, moved_places, workspace_for
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import OptionError, SandboxRefused, UsageError
 from policy import PolicyEngine
@@ -250,7 +250,8 @@ def plan_from(
         config.source, select_servers(config, opts.servers), opts.servers, search_path()
     )
     writable = [p for s in selected.values() if s.sandbox for p in s.sandbox.filesystem.allow_write]
-    judge_writable(config, selected, homes(*writable))  # before anything is made for them
+    # Judged before anything is made for them.
+    judge_writable(config, selected, homes(*writable), moved_places())
     files = base.policy if base is not None else load_policy(opts.policy_dir)
     check_output_servers(files, config.servers)
     check_servers(files.permissions, config.servers, str(files.directory / PERMISSIONS_FILE))

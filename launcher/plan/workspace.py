@@ -90,7 +90,7 @@ def check_workspace(workspace: str, given: str | None) -> None:
                 "(approvals, egress proxies), which a server working there could connect "
                 "to; use a directory inside it",
             )
-    why = root_problem(workspace, homes(workspace))
+    why = root_problem(workspace, homes(workspace), moved_places())
     if why is not None:
         raise OptionError("workspace", given or workspace, refused_root(workspace, why))
 
@@ -115,6 +115,22 @@ def homes(*near: str) -> dict[str, str]:
     for user in [*users, *pwd.getpwall()]:
         if os.path.isabs(user.pw_dir):
             found.setdefault(user.pw_dir, f"the home directory of {user.pw_name}")
+    return found
+
+
+# The directories of the home the environment may put elsewhere, with where they usually are.
+_XDG_PLACES = (("XDG_CONFIG_HOME", ".config"), ("XDG_DATA_HOME", ".local/share"))
+
+
+def moved_places() -> dict[str, tuple[str, str]]:
+    """Each directory of the home the environment names (``$XDG_CONFIG_HOME``...), with
+    its variable and its usual place: the catalogue knows what tools load there by the
+    usual place (``.config/direnv``), wherever the variable puts it."""
+    found: dict[str, tuple[str, str]] = {}
+    for variable, usual in _XDG_PLACES:
+        value = os.environ.get(variable, "")
+        if os.path.isabs(value):
+            found.setdefault(value, (variable, usual))
     return found
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from launcher.host.machine import PLATFORM
 from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
+from launcher.plan.workspace import homes, moved_places
 from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
 from launcher.relay.seams import Carried
 from launcher.servers.connection import ServerConnection
@@ -39,6 +40,7 @@ from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import Message
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.ways import is_under
+from sandbox_profiles.writable_roots import root_problem
 
 START_TIMEOUT = 60.0
 
@@ -78,6 +80,24 @@ def grant_dirs(grants: Sequence[Grant]) -> list[str]:
             for g in grants
         )
     )
+
+
+def judge_moved_directory(grants: Sequence[Grant]) -> None:
+    """A call that moves a directory puts all it holds where it is moved: that place is
+    judged as a writable root is (:func:`root_problem`), so a directory of the workspace,
+    whose ``config.toml`` or ``direnvrc`` matched nothing there, is never moved to be
+    ``.cargo``, ``.config/direnv``, ``.git`` or ``node_modules``. :class:`CannotWiden`
+    when it would be."""
+    if not any(g.kind == "directory" and g.removes for g in grants):
+        return
+    for grant in grants:
+        if grant.access == "write" and grant.kind == "absent":
+            why = root_problem(grant.path, homes(grant.path), moved_places())
+            if why is not None:
+                raise CannotWiden(
+                    f"{grant.argument}: a directory moved to {grant.path} brings all it holds "
+                    f"there, and {grant.path} {why}; no approval moves a directory there"
+                )
 
 
 class OneShot:
@@ -173,6 +193,7 @@ class Widener:
             return []
         roles = {arg: frozenset(r) for arg, r in annotation.args.items()}
         grants = plan_grants(sp.profile, roles, arguments, self.off_limits())
+        judge_moved_directory(grants)
         if grants and self.platform != "linux":
             # The one-shot sandbox stands on mounts (a staging root); Seatbelt has none.
             raise CannotWiden(
