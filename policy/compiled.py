@@ -195,12 +195,16 @@ def paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool
     return found
 
 
+# (role, value) -> the domains a URL argument reaches, kept for one call.
+DomainCache = dict[tuple[str, str], tuple[str, ...]]
+
+
 def domains_allowed(
     rule: Rule,
     info: ToolInfo,
     args: Mapping[str, object],
     cwd: str | None,
-    cache: dict[tuple[str, str], str],
+    cache: DomainCache,
 ) -> bool:
     """Whether every URL ``args`` give a role the rule names is on a domain it allows (and
     there is at least one)."""
@@ -209,33 +213,36 @@ def domains_allowed(
     for arg, role, roles in info.url_args:
         if roles & rule.domain_roles:
             for value in iter_strings(args.get(arg)):
-                domain = domain_of(value, role, args, cwd, cache)
-                if not domain_matches_allowlist(domain, rule.allowed):
-                    return False
+                for domain in domains_of(value, role, info, args, cwd, cache):
+                    if not domain_matches_allowlist(domain, rule.allowed):
+                        return False
                 found = True
     return found
 
 
-def domain_of(
+def domains_of(
     value: str,
     role: ArgumentRole,
+    info: ToolInfo,
     args: Mapping[str, object],
     cwd: str | None,
-    cache: dict[tuple[str, str], str],
-) -> str:
-    """The domain a URL argument names, as the policy judges it: resolved (a named git
-    remote), canonicalised, prepared by its role; ``cache`` keeps it for the call."""
+    cache: DomainCache,
+) -> tuple[str, ...]:
+    """Every domain a URL argument reaches, as the policy judges it: resolved (a named git
+    remote, a rewritten URL: each place git would contact for this tool's operation),
+    canonicalised, prepared by its role; ``cache`` keeps them for the call."""
     key = (role, value)
     hit = cache.get(key)
     if hit is not None:
         return hit
     definition = get_role_definition(role)
-    resolved = value
+    resolved: tuple[str, ...] = (value,)
     if definition.resolve_for_policy is not None:
-        resolved = definition.resolve_for_policy(value, args, cwd)
-    normalised = definition.canonicalize(resolved, cwd, None)
-    domain = (
-        definition.prepare_for_policy(normalised) if definition.prepare_for_policy else normalised
-    )
-    cache[key] = domain
-    return domain
+        resolved = definition.resolve_for_policy(value, args, cwd, info.annotation.name)
+    found = []
+    for each in resolved or ("",):
+        normalised = definition.canonicalize(each, cwd, None)
+        prepare = definition.prepare_for_policy
+        found.append(prepare(normalised) if prepare else normalised)
+    cache[key] = tuple(found)
+    return cache[key]
