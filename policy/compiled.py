@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from policy.decision import Decision, DecisionKind
 from policy.globs import star_pattern
@@ -17,6 +17,7 @@ from policy.paths import UnknownLocationError, canonical_path, iter_strings
 from policy.roles import (
     ArgumentRole,
     GitLocations,
+    RoleDefinition,
     get_path_roles,
     get_role_definition,
     get_url_roles,
@@ -210,14 +211,43 @@ def domains_allowed(
     there is at least one)."""
     assert rule.domain_roles is not None
     found = False
-    for arg, role, roles in info.url_args:
+    for _arg, roles, domains in url_domains(info, args, cwd, cache):
         if roles & rule.domain_roles:
-            for value in iter_strings(args.get(arg)):
-                for domain in domains_of(value, role, info, args, cwd, cache):
-                    if not domain_matches_allowlist(domain, rule.allowed):
-                        return False
-                found = True
+            if not all(domain_matches_allowlist(d, rule.allowed) for d in domains):
+                return False
+            found = True
     return found
+
+
+def url_domains(
+    info: ToolInfo, args: Mapping[str, object], cwd: str | None, cache: DomainCache
+) -> Iterator[tuple[str, frozenset[ArgumentRole], tuple[str, ...]]]:
+    """(argument, its roles, the domains it reaches) for each URL value of a call, and for
+    a URL argument the call leaves out whose role says what that stands for (no remote
+    named: the remote git picks)."""
+    for arg, role, roles in info.url_args:
+        value = args.get(arg)
+        if value is None:
+            absent = get_role_definition(role).resolve_absent
+            if absent is not None:
+                key = (role, "")
+                if key not in cache:
+                    urls = absent(args, cwd, info.annotation.name)
+                    cache[key] = _judged(get_role_definition(role), urls, cwd)
+                yield arg, roles, cache[key]
+            continue
+        for each in iter_strings(value):
+            yield arg, roles, domains_of(each, role, info, args, cwd, cache)
+
+
+def _judged(definition: RoleDefinition, urls: tuple[str, ...], cwd: str | None) -> tuple[str, ...]:
+    """The domains of ``urls`` as the policy judges them; ``("",)`` (no domain) for none."""
+    found = []
+    for url in urls or ("",):
+        normalised = definition.canonicalize(url, cwd, None)
+        prepare = definition.prepare_for_policy
+        found.append(prepare(normalised) if prepare else normalised)
+    return tuple(found)
 
 
 def domains_of(
@@ -239,10 +269,5 @@ def domains_of(
     resolved: tuple[str, ...] = (value,)
     if definition.resolve_for_policy is not None:
         resolved = definition.resolve_for_policy(value, args, cwd, info.annotation.name)
-    found = []
-    for each in resolved or ("",):
-        normalised = definition.canonicalize(each, cwd, None)
-        prepare = definition.prepare_for_policy
-        found.append(prepare(normalised) if prepare else normalised)
-    cache[key] = tuple(found)
+    cache[key] = _judged(definition, resolved, cwd)
     return cache[key]

@@ -23,11 +23,11 @@ from policy.compiled import (
     ToolInfo,
     compile_rule,
     domains_allowed,
-    domains_of,
     misshapen_path_arg,
     names_match,
     paths_within,
     tool_info,
+    url_domains,
     with_git_locations,
 )
 from policy.decision import UNKNOWN_TOOL, Decision, StructuralConfig, deny_protected
@@ -335,15 +335,13 @@ class PolicyEngine:
         if not info.url_args:
             return None
         allowed = self._allowlists.get(server, ())
-        for arg, role, _roles in info.url_args:
-            for value in iter_strings(args.get(arg)):
-                domains = domains_of(value, role, info, args, cwd, cache)
-                if not all(domain_matches_allowlist(d, allowed) for d in domains):
-                    return Decision(
-                        "escalate",
-                        "structural-untrusted-domain",
-                        f"argument '{arg}' targets a domain outside this server's allowedDomains",
-                    )
+        for arg, _roles, domains in url_domains(info, args, cwd, cache):
+            if not all(domain_matches_allowlist(d, allowed) for d in domains):
+                return Decision(
+                    "escalate",
+                    "structural-untrusted-domain",
+                    f"argument '{arg}' targets a domain outside this server's allowedDomains",
+                )
         return None
 
     def _compiled(

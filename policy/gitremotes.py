@@ -134,3 +134,32 @@ def resolve_git_remote(
     # A remote's name has no slash; a value with one is always a URL or a path to git.
     named = None if "/" in value else _named(repo_dir, value, direction)
     return named if named is not None else _literal(repo_dir, value, direction)
+
+
+def _config(repo_dir: str, key: str) -> str | None:
+    done = _git(repo_dir, "config", "--get", "--", key)
+    value = done.stdout.strip() if done is not None and done.returncode == 0 else ""
+    return value or None
+
+
+def resolve_default_remote(
+    all_args: Mapping[str, object], cwd: str | None = None, tool: str = ""
+) -> tuple[str, ...]:
+    """Every URL git would contact for ``tool`` when the call names no remote: ``origin``
+    (the default a server fills in) and the remote git picks itself, ``branch.<current>.
+    pushRemote``, ``remote.pushDefault`` (a push only) or ``branch.<current>.remote``."""
+    repo = all_args.get("repo_path", all_args.get("path"))
+    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
+    if not os.path.isdir(repo_dir):
+        return _UNKNOWN
+    done = _git(repo_dir, "symbolic-ref", "-q", "--short", "HEAD")
+    branch = done.stdout.strip() if done is not None and done.returncode == 0 else ""
+    keys = [f"branch.{branch}.remote"] if branch else []
+    if direction_of(tool) != "fetch":
+        keys[:0] = [*([f"branch.{branch}.pushRemote"] if branch else []), "remote.pushDefault"]
+    names = dict.fromkeys(["origin"])
+    names.update(dict.fromkeys(v for key in keys if (v := _config(repo_dir, key)) is not None))
+    found: dict[str, None] = {}
+    for name in names:
+        found.update(dict.fromkeys(resolve_git_remote(name, all_args, cwd, tool)))
+    return tuple(found)

@@ -179,3 +179,31 @@ def test_resolving_runs_nothing_of_the_repository(repo: Path, tmp_path: Path) ->
     _git(repo, "add", "f")
     _git(repo, "status")
     assert marker.exists()
+
+
+def _decide_no_remote(repo: Path, tool: str) -> tuple[str, str]:
+    result = _engine().decide("git", tool, {"path": str(repo)})[0]
+    return result.decision, result.rule
+
+
+def test_a_call_naming_no_remote_is_judged_by_the_remote_git_picks(repo: Path) -> None:
+    assert _decide_no_remote(repo, "git_fetch") == ("allow", "allow-all")  # control: origin
+    _git(repo, "remote", "add", "evil", "https://evil.example/loot.git")
+    _git(repo, "config", "branch.main.remote", "evil")
+    _git(repo, "config", "branch.master.remote", "evil")
+    assert _decide(repo, "git_fetch") == ("allow", "allow-all")  # origin, named
+    assert _decide_no_remote(repo, "git_fetch") == UNTRUSTED
+    assert _decide_no_remote(repo, "git_push") == UNTRUSTED
+
+
+def test_a_push_naming_no_remote_is_judged_by_push_default(repo: Path) -> None:
+    _git(repo, "remote", "add", "evil", "https://evil.example/loot.git")
+    _git(repo, "config", "remote.pushDefault", "evil")
+    assert _decide_no_remote(repo, "git_fetch") == ("allow", "allow-all")
+    assert _decide_no_remote(repo, "git_push") == UNTRUSTED
+
+
+def test_a_push_naming_no_remote_is_judged_by_origin_s_push_url(repo: Path) -> None:
+    _git(repo, "config", "remote.origin.pushurl", "https://evil.example/loot.git")
+    assert _decide_no_remote(repo, "git_fetch") == ("allow", "allow-all")
+    assert _decide_no_remote(repo, "git_push") == UNTRUSTED

@@ -153,6 +153,7 @@ def test_the_design_table_holds_for_the_draft(workspace: Path) -> None:
     assert decide("git_clear_working_dir", confirm="yes") == "escalate"
     for tool in ("git_fetch", "git_pull", "git_push"):
         assert decide(tool, remote="origin") == "escalate", tool
+        assert decide(tool) == "escalate", tool  # no remote named: git's default
     assert decide("git_clone", url="https://github.com/me/p.git") == "escalate"
     assert decide("git_remote", mode="add", name="o2", url="https://github.com/x/y") == ("escalate")
 
