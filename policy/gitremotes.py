@@ -1,13 +1,14 @@
 """Where git really sends: a remote argument resolved to every URL git would contact.
 
-A named remote (``origin``) is resolved by git itself from the repository's config:
-``git remote get-url --all`` for a fetch, pull or clone (its ``url`` values, rewritten by
-``url.<base>.insteadOf``), ``git remote get-url --push --all`` for a push (its ``pushurl``
-values, or its ``url`` values rewritten by ``url.<base>.pushInsteadOf``, else by
-``insteadOf``). A value that names no configured remote is taken by git as a URL or a
-path, and rewritten the same way: ``git ls-remote --get-url`` for a fetch, and for a push
-the longest matching ``pushInsteadOf`` read with ``git config`` (git prints that rewrite
-nowhere without contacting the remote).
+A configured remote (``origin``, or even ``https://host/x`` when the config has a remote of
+that name, which git then prefers to the URL) is resolved by git itself from the
+repository's config: ``git remote get-url --all`` for a fetch, pull or clone (its ``url``
+values, rewritten by ``url.<base>.insteadOf``), ``git remote get-url --push --all`` for a
+push (its ``pushurl`` values, or its ``url`` values rewritten by
+``url.<base>.pushInsteadOf``, else by ``insteadOf``). A value that names no configured
+remote is taken by git as a URL or a path, and rewritten the same way: ``git ls-remote
+--get-url`` for a fetch, and for a push the longest matching ``pushInsteadOf`` read with
+``git config`` (git prints that rewrite nowhere without contacting the remote).
 
 git runs here as the trusted process on a repository the agent may have written: with no
 shell, a 5 s timeout, never with a value that starts with ``-``, with hooks and fsmonitor
@@ -131,8 +132,9 @@ def resolve_git_remote(
     if not os.path.isdir(repo_dir):
         repo_dir = "/"  # a clone's target, not made yet: only the user's and system config
     direction = direction_of(tool)
-    # A remote's name has no slash; a value with one is always a URL or a path to git.
-    named = None if "/" in value else _named(repo_dir, value, direction)
+    # Even a URL may name a configured remote (``[remote "https://host/x"]``): git then
+    # sends to that remote's URLs, so the configured remote is asked for first.
+    named = _named(repo_dir, value, direction)
     return named if named is not None else _literal(repo_dir, value, direction)
 
 

@@ -207,3 +207,30 @@ def test_a_push_naming_no_remote_is_judged_by_origin_s_push_url(repo: Path) -> N
     _git(repo, "config", "remote.origin.pushurl", "https://evil.example/loot.git")
     assert _decide_no_remote(repo, "git_fetch") == ("allow", "allow-all")
     assert _decide_no_remote(repo, "git_push") == UNTRUSTED
+
+
+def test_a_literal_url_that_names_a_configured_remote_is_judged_by_that_remote(
+    repo: Path,
+) -> None:
+    _git(repo, "config", f"remote.{GOOD}.url", GOOD)
+    _git(repo, "config", f"remote.{GOOD}.pushurl", "https://evil.example/loot.git")
+    assert _decide(repo, "git_fetch", GOOD) == ("allow", "allow-all")
+    assert _decide(repo, "git_push", GOOD) == UNTRUSTED
+
+
+def test_git_really_pushes_a_literal_url_to_the_remote_of_that_name(tmp_path: Path) -> None:
+    """What the test above stands on, with local repositories: ``git push URL`` goes to the
+    push URL of a remote named ``URL``, and the resolution names that place."""
+    good, evil, work = tmp_path / "good.git", tmp_path / "evil.git", tmp_path / "w"
+    for bare in (good, evil):
+        subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    subprocess.run(["git", "init", "-q", str(work)], check=True)
+    ident = ["-c", "user.name=a", "-c", "user.email=a@b"]
+    _git(work, *ident, "commit", "-q", "--allow-empty", "-m", "x")
+    url = good.as_uri()
+    _git(work, "config", f"remote.{url}.url", url)
+    _git(work, "config", f"remote.{url}.pushurl", str(evil))
+    assert resolve_git_remote(url, {"path": str(work)}, tool="git_push") == (str(evil),)
+    assert resolve_git_remote(url, {"path": str(work)}, tool="git_fetch") == (url,)
+    _git(work, "push", "-q", url, "HEAD:refs/heads/main")
+    assert _git(evil, "for-each-ref") != "" and _git(good, "for-each-ref") == ""
