@@ -225,19 +225,35 @@ def url_domains(
     """(argument, its roles, the domains it reaches) for each URL value of a call, and for
     a URL argument the call leaves out whose role says what that stands for (no remote
     named: the remote git picks)."""
+    context = in_repository(info, args)
     for arg, role, roles in info.url_args:
+        definition = get_role_definition(role)
         value = args.get(arg)
-        if value is None:
-            absent = get_role_definition(role).resolve_absent
-            if absent is not None:
+        if context is None and (definition.resolve_for_policy or definition.resolve_absent):
+            yield arg, roles, ("",)  # where it resolves depends on a repository not named
+        elif value is None:
+            if definition.resolve_absent is not None:
                 key = (role, "")
                 if key not in cache:
-                    urls = absent(args, cwd, info.annotation.name)
-                    cache[key] = _judged(get_role_definition(role), urls, cwd)
+                    assert context is not None
+                    urls = definition.resolve_absent(context, cwd, info.annotation.name)
+                    cache[key] = _judged(definition, urls, cwd)
                 yield arg, roles, cache[key]
-            continue
-        for each in iter_strings(value):
-            yield arg, roles, domains_of(each, role, info, args, cwd, cache)
+        else:
+            for each in iter_strings(value):
+                yield arg, roles, domains_of(each, role, info, context or args, cwd, cache)
+
+
+def in_repository(info: ToolInfo, args: Mapping[str, object]) -> Mapping[str, object] | None:
+    """``args`` with ``repo_path`` set to the repository the call names (its ``repo_path``,
+    ``path`` or first path argument); None when the tool takes a path and the call names
+    none (the server then works where it was left, which cannot be known here)."""
+    names = [arg for arg, _roles in info.path_args]
+    for key in ("repo_path", "path", *names):
+        value = args.get(key)
+        if isinstance(value, str):
+            return {**args, "repo_path": value}
+    return None if names else args
 
 
 def _judged(definition: RoleDefinition, urls: tuple[str, ...], cwd: str | None) -> tuple[str, ...]:

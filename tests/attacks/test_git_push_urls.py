@@ -234,3 +234,18 @@ def test_git_really_pushes_a_literal_url_to_the_remote_of_that_name(tmp_path: Pa
     assert resolve_git_remote(url, {"path": str(work)}, tool="git_fetch") == (url,)
     _git(work, "push", "-q", url, "HEAD:refs/heads/main")
     assert _git(evil, "for-each-ref") != "" and _git(good, "for-each-ref") == ""
+
+
+def test_a_call_naming_no_repository_is_not_judged_in_another(repo: Path, tmp_path: Path) -> None:
+    """The server may work in a repository an earlier call chose (``git_set_working_dir``):
+    a remote resolved in the engine's working directory would be another repository's."""
+    elsewhere = tmp_path / "other"
+    subprocess.run(["git", "init", "-q", str(elsewhere)], check=True)
+    _git(elsewhere, "remote", "add", "origin", GOOD)
+    _git(elsewhere, "config", "remote.origin.pushurl", "https://evil.example/loot.git")
+    engine = _engine()
+    named = engine.decide("git", "git_push", {"path": str(repo), "remote": "origin"}, cwd=str(repo))
+    assert (named[0].decision, named[0].rule) == ("allow", "allow-all")  # control
+    for args in ({"remote": "origin"}, {}):
+        result = engine.decide("git", "git_push", args, cwd=str(repo))[0]
+        assert (result.decision, result.rule) == UNTRUSTED
