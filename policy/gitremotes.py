@@ -41,15 +41,19 @@ def _words(name: str) -> set[str]:
 
 def direction_of(tool: str) -> Direction:
     """Which of a remote's URLs a tool reaches, by its name: a push its push URLs, a
-    fetch, pull, clone or ls-remote its fetch URLs, any other tool both.
+    fetch, pull, clone or ls-remote its fetch URLs, any other tool (or one named for both)
+    both.
 
     >>> direction_of("git_push"), direction_of("gitPull"), direction_of("git_remote")
     ('push', 'fetch', 'both')
+    >>> direction_of("fetch_and_push")
+    'both'
     """
     parts = _words(tool)
-    if "push" in parts:
-        return "push"
-    return "fetch" if parts & _FETCH_WORDS else "both"
+    pushes, fetches = "push" in parts, bool(parts & _FETCH_WORDS)
+    if pushes != fetches:
+        return "push" if pushes else "fetch"
+    return "both"  # neither, or both (``sync``, ``pull_and_push``)
 
 
 def _git(repo_dir: str, *args: str) -> subprocess.CompletedProcess[str] | None:
