@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from policy.decision import Decision, DecisionKind
 from policy.globs import star_pattern
@@ -17,6 +17,7 @@ from policy.paths import UnknownLocationError, canonical_path, iter_strings
 from policy.roles import (
     ArgumentRole,
     GitLocations,
+    RoleDefinition,
     get_path_roles,
     get_role_definition,
     get_url_roles,
@@ -195,47 +196,94 @@ def paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool
     return found
 
 
+# (role, value) -> the domains a URL argument reaches, kept for one call.
+DomainCache = dict[tuple[str, str], tuple[str, ...]]
+
+
 def domains_allowed(
     rule: Rule,
     info: ToolInfo,
     args: Mapping[str, object],
     cwd: str | None,
-    cache: dict[tuple[str, str], str],
+    cache: DomainCache,
 ) -> bool:
     """Whether every URL ``args`` give a role the rule names is on a domain it allows (and
     there is at least one)."""
     assert rule.domain_roles is not None
     found = False
-    for arg, role, roles in info.url_args:
+    for _arg, roles, domains in url_domains(info, args, cwd, cache):
         if roles & rule.domain_roles:
-            for value in iter_strings(args.get(arg)):
-                domain = domain_of(value, role, args, cwd, cache)
-                if not domain_matches_allowlist(domain, rule.allowed):
-                    return False
-                found = True
+            if not all(domain_matches_allowlist(d, rule.allowed) for d in domains):
+                return False
+            found = True
     return found
 
 
-def domain_of(
+def url_domains(
+    info: ToolInfo, args: Mapping[str, object], cwd: str | None, cache: DomainCache
+) -> Iterator[tuple[str, frozenset[ArgumentRole], tuple[str, ...]]]:
+    """(argument, its roles, the domains it reaches) for each URL value of a call, and for
+    a URL argument the call leaves out whose role says what that stands for (no remote
+    named: the remote git picks)."""
+    context = in_repository(info, args)
+    for arg, role, roles in info.url_args:
+        definition = get_role_definition(role)
+        value = args.get(arg)
+        if context is None and (definition.resolve_for_policy or definition.resolve_absent):
+            yield arg, roles, ("",)  # where it resolves depends on a repository not named
+        elif value is None:
+            if definition.resolve_absent is not None:
+                key = (role, "")
+                if key not in cache:
+                    assert context is not None
+                    urls = definition.resolve_absent(context, cwd, info.annotation.name)
+                    cache[key] = _judged(definition, urls, cwd)
+                yield arg, roles, cache[key]
+        else:
+            for each in iter_strings(value):
+                yield arg, roles, domains_of(each, role, info, context or args, cwd, cache)
+
+
+def in_repository(info: ToolInfo, args: Mapping[str, object]) -> Mapping[str, object] | None:
+    """``args`` with ``repo_path`` set to the repository the call names (its ``repo_path``,
+    ``path`` or first path argument); None when the tool takes a path and the call names
+    none (the server then works where it was left, which cannot be known here)."""
+    names = [arg for arg, _roles in info.path_args]
+    for key in ("repo_path", "path", *names):
+        value = args.get(key)
+        if isinstance(value, str):
+            return {**args, "repo_path": value}
+    return None if names else args
+
+
+def _judged(definition: RoleDefinition, urls: tuple[str, ...], cwd: str | None) -> tuple[str, ...]:
+    """The domains of ``urls`` as the policy judges them; ``("",)`` (no domain) for none."""
+    found = []
+    for url in urls or ("",):
+        normalised = definition.canonicalize(url, cwd, None)
+        prepare = definition.prepare_for_policy
+        found.append(prepare(normalised) if prepare else normalised)
+    return tuple(found)
+
+
+def domains_of(
     value: str,
     role: ArgumentRole,
+    info: ToolInfo,
     args: Mapping[str, object],
     cwd: str | None,
-    cache: dict[tuple[str, str], str],
-) -> str:
-    """The domain a URL argument names, as the policy judges it: resolved (a named git
-    remote), canonicalised, prepared by its role; ``cache`` keeps it for the call."""
+    cache: DomainCache,
+) -> tuple[str, ...]:
+    """Every domain a URL argument reaches, as the policy judges it: resolved (a named git
+    remote, a rewritten URL: each place git would contact for this tool's operation),
+    canonicalised, prepared by its role; ``cache`` keeps them for the call."""
     key = (role, value)
     hit = cache.get(key)
     if hit is not None:
         return hit
     definition = get_role_definition(role)
-    resolved = value
+    resolved: tuple[str, ...] = (value,)
     if definition.resolve_for_policy is not None:
-        resolved = definition.resolve_for_policy(value, args, cwd)
-    normalised = definition.canonicalize(resolved, cwd, None)
-    domain = (
-        definition.prepare_for_policy(normalised) if definition.prepare_for_policy else normalised
-    )
-    cache[key] = domain
-    return domain
+        resolved = definition.resolve_for_policy(value, args, cwd, info.annotation.name)
+    cache[key] = _judged(definition, resolved, cwd)
+    return cache[key]

@@ -18,15 +18,16 @@ from collections.abc import Mapping, Sequence
 from urllib.parse import quote
 
 from policy.compiled import (
+    DomainCache,
     Rule,
     ToolInfo,
     compile_rule,
-    domain_of,
     domains_allowed,
     misshapen_path_arg,
     names_match,
     paths_within,
     tool_info,
+    url_domains,
     with_git_locations,
 )
 from policy.decision import UNKNOWN_TOOL, Decision, StructuralConfig, deny_protected
@@ -278,7 +279,7 @@ class PolicyEngine:
         verdict = self._structural(info, paths, cwd)
         if verdict is not None:
             return verdict
-        domain_cache: dict[tuple[str, str], str] = {}
+        domain_cache: DomainCache = {}
         gate = self._domain_gate(server, info, args, cwd, domain_cache)
         compiled = self._compiled(
             server, name, info, args, cwd, domain_cache, paths, prompt, caller
@@ -329,20 +330,18 @@ class PolicyEngine:
         info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
-        cache: dict[tuple[str, str], str],
+        cache: DomainCache,
     ) -> Decision | None:
         if not info.url_args:
             return None
         allowed = self._allowlists.get(server, ())
-        for arg, role, _roles in info.url_args:
-            for value in iter_strings(args.get(arg)):
-                domain = domain_of(value, role, args, cwd, cache)
-                if not domain_matches_allowlist(domain, allowed):
-                    return Decision(
-                        "escalate",
-                        "structural-untrusted-domain",
-                        f"argument '{arg}' targets a domain outside this server's allowedDomains",
-                    )
+        for arg, _roles, domains in url_domains(info, args, cwd, cache):
+            if not all(domain_matches_allowlist(d, allowed) for d in domains):
+                return Decision(
+                    "escalate",
+                    "structural-untrusted-domain",
+                    f"argument '{arg}' targets a domain outside this server's allowedDomains",
+                )
         return None
 
     def _compiled(
@@ -352,7 +351,7 @@ class PolicyEngine:
         info: ToolInfo,
         args: Mapping[str, object],
         cwd: str | None,
-        cache: dict[tuple[str, str], str],
+        cache: DomainCache,
         paths: Mapping[str, object],
         prompt: bool,
         caller: str | None = None,

@@ -17,12 +17,20 @@ from typing import Any
 
 from policy.roles import is_git_tool
 
-_DELETE = {"delete", "remove", "rm", "unlink", "drop", "destroy", "purge", "erase"}
+_DELETE = {
+    "delete", "remove", "rm", "unlink", "drop", "destroy", "purge", "erase", "clean", "clear",
+    "prune", "discard", "wipe",
+}  # fmt: skip
+# An operation chosen by an enum argument (``mode``) that deletes: ``git reset --hard`` too.
+_DELETE_MODES = _DELETE | {"hard"}
+# git operations that contact a remote: never reads, whatever the tool hints.
+_REMOTE_OPS = {"fetch", "pull", "push", "clone", "remote", "lsremote"}
 _MOVE = {"move", "rename", "mv"}
 _WRITE = {
     "write", "create", "edit", "update", "set", "put", "add", "commit", "push", "insert",
     "save", "append", "mkdir", "make", "init", "checkout", "reset", "merge", "apply",
     "patch", "upload", "post", "send", "replace", "modify", "stage", "unstage", "tag",
+    "rebase", "pick", "revert", "restore",
 }  # fmt: skip
 _READ = {
     "read", "get", "list", "search", "find", "show", "status", "diff", "log", "fetch",
@@ -34,6 +42,9 @@ _PATH_NAMES = {
     "repository", "workdir",
 }  # fmt: skip
 _URL_NAMES = {"url", "uri", "href", "link", "endpoint"}
+# Words that make a list of strings a list of paths (``filesToStage``, ``source_files``).
+_PATH_LIST_WORDS = {"file", "files", "path", "paths", "dir", "dirs", "directories", "folders"}
+_FLAG_TYPES = {"boolean", "integer", "number", "null"}
 _MOVE_FROM = {"source", "src", "from", "old"}
 
 
@@ -51,11 +62,40 @@ def _schema_text(schema: Mapping[str, Any]) -> str:
     return f"{schema.get('title', '')} {schema.get('description', '')}".lower()
 
 
+def is_flag(schema: Mapping[str, Any]) -> bool:
+    """An argument whose value is a switch, a number or one of a fixed set (``enum``,
+    ``const``): it never names a resource.
+
+    >>> is_flag({"type": "boolean"}), is_flag({"type": "string", "enum": ["yes"]})
+    (True, True)
+    >>> is_flag({"type": ["string", "null"]}), is_flag({})
+    (False, False)
+    """
+    if "enum" in schema or "const" in schema:
+        return True
+    kind = schema.get("type")
+    kinds = set(kind) if isinstance(kind, list) else {kind} if isinstance(kind, str) else set()
+    return bool(kinds) and kinds <= _FLAG_TYPES and kinds != {"null"}
+
+
+def _is_path_list(parts: list[str], schema: Mapping[str, Any]) -> bool:
+    items = schema.get("items") if isinstance(schema.get("items"), dict) else {}
+    assert isinstance(items, dict)
+    return (
+        schema.get("type") == "array"
+        and items.get("type") in ("string", None)
+        and (bool(set(parts) & _PATH_LIST_WORDS))
+    )
+
+
 def looks_like_path(name: str, schema: Mapping[str, Any]) -> bool:
     """An argument that names a file or directory, by its name (its last word: ``repo_path``
-    yes, ``source_timezone`` no) or its description."""
+    yes, ``source_timezone`` no; any word of a list of strings: ``filesToStage``) or its
+    description; never a flag (:func:`is_flag`)."""
+    if is_flag(schema):
+        return False
     parts = words(name)
-    if parts and parts[-1] in _PATH_NAMES:
+    if (parts and parts[-1] in _PATH_NAMES) or _is_path_list(parts, schema):
         return True
     if schema.get("format") in ("uri", "url"):
         return False
@@ -83,10 +123,27 @@ def arguments_of(item: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(k): v if isinstance(v, dict) else {} for k, v in properties.items()}
 
 
-def tool_effect(tool: Mapping[str, Any]) -> str:
+def _deleting_mode(tool: Mapping[str, Any]) -> bool:
+    """An enum argument one of whose values deletes (``mode: delete``, ``reset --hard``)."""
+    for spec in arguments_of(tool).values():
+        values = spec.get("enum") if isinstance(spec.get("enum"), list) else []
+        assert isinstance(values, list)
+        if any(set(words(str(v))) & _DELETE_MODES for v in values):
+            return True
+    return False
+
+
+def tool_effect(tool: Mapping[str, Any], gitish: bool = False) -> str:
+    """What a tool does, on the strict side: a deleting name or mode first, then (for a
+    tool that runs git) an operation that contacts a remote, a write whatever it hints;
+    then the read-only hint; then the name's vocabulary; then the destructive hint."""
     hints = tool.get("annotations") if isinstance(tool.get("annotations"), dict) else {}
     assert isinstance(hints, dict)
     name = set(words(str(tool.get("name", ""))))
+    if name & _DELETE or _deleting_mode(tool):
+        return "delete"
+    if gitish and name & _REMOTE_OPS:
+        return "write"
     if hints.get("readOnlyHint") is True:
         return "read"
     for effect, vocabulary in (
@@ -104,7 +161,9 @@ def tool_effect(tool: Mapping[str, Any]) -> str:
 
 def _roles(tool: str, gitish: bool, effect: str, arg: str, schema: Mapping[str, Any]) -> list[str]:
     parts = set(words(arg))
-    if gitish and ("remote" in parts or ({"url"} & parts and "repo" in " ".join(parts))):
+    if is_flag(schema):
+        return ["none"]
+    if gitish and "branch" not in parts and ("remote" in parts or parts & _URL_NAMES):
         return ["git-remote-url"]
     if parts & _URL_NAMES or schema.get("format") in ("uri", "url"):
         return ["fetch-url"]
@@ -143,9 +202,9 @@ def heuristic_annotation(
     ('fetch', 'read', {'url': ['fetch-url']})
     """
     name = str(item.get("name", ""))
-    effect = tool_effect(item)
     # Only a tool runs git (a prompt renders a text): the registry knows which tools do.
     gitish = kind == "tool" and is_git_tool(server, name)
+    effect = tool_effect(item, gitish)
     args = {
         arg: _roles(name, gitish, effect, arg, spec) for arg, spec in arguments_of(item).items()
     }

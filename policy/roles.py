@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Literal, TypeGuard, get_args
 
+from policy.gitremotes import resolve_default_remote, resolve_git_remote
 from policy.gitrepo import git_locations
 from policy.paths import canonical_path
 from policy.urls import (
@@ -15,7 +16,6 @@ from policy.urls import (
     extract_git_domain,
     normalize_git_url,
     normalize_url,
-    resolve_git_remote,
 )
 from sandbox_profiles.records import frozen
 
@@ -33,7 +33,10 @@ ArgumentRole = Literal[
 
 # canonicalise(value, cwd, home) -> canonical value; pure in intent, never raises.
 Canonicalise = Callable[[str, str | None, str | None], str]
-ResolveForPolicy = Callable[[str, Mapping[str, object], str | None], str]
+# (value, the call's arguments, cwd, the tool's name) -> every value the call really reaches.
+ResolveForPolicy = Callable[[str, Mapping[str, object], str | None, str], tuple[str, ...]]
+# (the call's arguments, cwd, the tool's name) -> what an argument left out stands for.
+ResolveAbsent = Callable[[Mapping[str, object], str | None, str], tuple[str, ...]]
 # canonical value -> the other canonical paths a tool that runs git reaches through it;
 # raises ``policy.paths.UnknownLocationError`` when they cannot be known.
 GitLocations = Callable[[str], tuple[str, ...]]
@@ -51,8 +54,12 @@ class RoleDefinition:
     annotation_guidance: str
     # The policy's view of a canonical value (a URL's domain), where it differs.
     prepare_for_policy: Callable[[str], str] | None = None
-    # Context-aware resolution using sibling arguments (a named git remote -> its URL).
+    # Context-aware resolution using sibling arguments and the tool (a named git remote ->
+    # every URL git would contact for that operation); each is judged.
     resolve_for_policy: ResolveForPolicy | None = None
+    # What the argument stands for when a call leaves it out (no remote named: the remote
+    # git picks), judged as if given.
+    resolve_absent: ResolveAbsent | None = None
     # For a tool that runs git (:func:`is_git_tool`): every place git really reads and
     # writes for the value (a repository's git directory, common directory, working tree),
     # checked by the policy as if the argument named them too.
@@ -120,6 +127,7 @@ ARGUMENT_ROLE_REGISTRY: Mapping[ArgumentRole, RoleDefinition] = {
         canonicalize=_git_url,
         prepare_for_policy=extract_git_domain,
         resolve_for_policy=resolve_git_remote,
+        resolve_absent=resolve_default_remote,
         annotation_guidance="Assign to arguments that identify a git remote (URL or named "
         'remote like "origin"): clone, push, pull, fetch, remote.',
     ),

@@ -5,8 +5,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 # scp-like git remote: [user@]host:path, where host has no '/' and the value has no '://'.
@@ -167,30 +166,6 @@ def domain_matches(domain: str, pattern: str) -> bool:
 
 def domain_matches_allowlist(domain: str, allowed: Sequence[str]) -> bool:
     return any(domain_matches(domain, pattern) for pattern in allowed)
-
-
-def resolve_git_remote(value: str, all_args: Mapping[str, object], cwd: str | None = None) -> str:
-    """Resolve a named remote (``origin``) to its URL with ``git remote get-url``.
-
-    No shell; 5 s timeout; names starting with ``-`` are refused (option injection). On any
-    failure the value comes back unchanged, which the domain gate cannot match: escalate.
-    """
-    if "://" in value or is_scp_like(value) or value.startswith("-") or not value:
-        return value
-    repo = all_args.get("repo_path", all_args.get("path"))
-    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
-    try:
-        done = subprocess.run(
-            ["git", "-C", repo_dir, "remote", "get-url", "--", value],
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return value
-    url = done.stdout.strip()
-    return url if done.returncode == 0 and url else value
 
 
 def file_uri_path(uri: str) -> str | None:

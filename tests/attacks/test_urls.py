@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from policy import PolicyEngine, StructuralConfig, schema
+from policy.gitremotes import resolve_git_remote
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
-from policy.urls import domain_matches, extract_domain, extract_git_domain, resolve_git_remote
+from policy.urls import domain_matches, extract_domain, extract_git_domain
 
 # (domain, pattern, matches)
 MATCHES = [
@@ -175,7 +176,7 @@ def test_named_remotes_resolve_to_their_urls(repo: Path) -> None:
 
 @pytest.mark.parametrize("name", ["--upload-pack=touch /tmp/pwned", "-v", "--", ""])
 def test_remote_names_that_look_like_options_are_never_passed_to_git(repo: Path, name: str) -> None:
-    assert resolve_git_remote(name, {"repo_path": str(repo)}) == name
+    assert resolve_git_remote(name, {"repo_path": str(repo)}, tool="git_push") == ("",)
 
 
 CRAFTED_REMOTE_URLS = [
