@@ -58,6 +58,10 @@ class Change:
     # Servers not to annotate now, and what to say (a project's server that takes variables
     # from the environment would take them from the user's shell).
     held: dict[str, str] = field(default_factory=dict)
+    # Each wrapped server's moved definition, and the values its client's entry holds as
+    # text (what the client passes it): what its annotation run is started with.
+    definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    given: dict[str, dict[str, str]] = field(default_factory=dict)
     source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
 
 
@@ -86,8 +90,11 @@ def describe(files: Found) -> tuple[str, int, int]:
     """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
     name shown as escapes where it could act on a terminal), closed by how many are not
     protected; and that count and the number of servers."""
+    from launcher.clients.wrap_annotate import annotated_servers
+
     lines: list[str] = []
     total = unprotected = 0
+    annotated = annotated_servers()
     for f in files.files:
         scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
         lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
@@ -96,7 +103,7 @@ def describe(files: Found) -> tuple[str, int, int]:
         names = {e.name: shown(e.name) for e in f.entries}
         width = max((len(n) for n in names.values()), default=0)
         for e in f.entries:
-            protected, how = status(f, e)
+            protected, how = status(f, e, annotated)
             total += 1
             unprotected += not protected
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
@@ -119,11 +126,19 @@ def describe(files: Found) -> tuple[str, int, int]:
     return "\n".join(lines), unprotected + unread, total
 
 
-def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
-    """Whether an entry runs through ironcurtain, and what it starts, said for a person."""
+def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[bool, str]:
+    """Whether an entry runs through ironcurtain, and what it starts, said for a person
+    (``annotated``: the servers the user policy has annotations of, None: unknown)."""
+    from launcher.clients.wrap_annotate import later_command
+
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
-        return True, "runs through ironcurtain"
+        if annotated is None or e.name in annotated:
+            return True, "runs through ironcurtain"
+        return True, (
+            "runs through ironcurtain; wrapped, tools not annotated (every call refused): "
+            f"run `{later_command(e.name)}`"
+        )
     if reason is not None:
         return False, f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
     if e.command:
@@ -320,6 +335,8 @@ def _plan_entry(
     change.after = edited
     change.notes += notes
     change.servers.append(e.name)
+    change.definitions[e.name] = definition
+    change.given[e.name] = _as_text(f, kept)
     was, now = plain(e.raw), entry
     change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
     variables = references_environment(f, definition)
@@ -328,6 +345,21 @@ def _plan_entry(
             f"{e.name}: not annotated now: started here it would receive "
             f"{', '.join(variables)} from your shell, not what its client gives it"
         )
+
+
+def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
+    """The values of ``kept`` the client passes as they are written (no variable in them)."""
+    from launcher.clients.wrap_vars import translate
+
+    out: dict[str, str] = {}
+    for name, value in kept.items():
+        try:
+            said, names = translate(f.client, value)
+        except LeftAlone:
+            continue
+        if not names and said == value:
+            out[name] = value
+    return out
 
 
 def _same(a: Any, b: dict[str, Any]) -> bool:
