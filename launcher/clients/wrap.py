@@ -16,6 +16,7 @@ put it back (:mod:`launcher.clients.wrap_files`).
 from __future__ import annotations
 
 import difflib
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import field
@@ -40,6 +41,7 @@ from launcher.clients.known import (
     workspace_of,
 )
 from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
+from launcher.clients.wrap_tracked import tracked
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
 from sandbox_profiles.discover import PackageNotInstalled
@@ -260,6 +262,11 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
     for change in changes.values():
         if change.after != change.before and change.source and change.source.unwritable:
             raise UsageError(f"{change.source.unwritable}; nothing written")
+        if change.after != change.before and tracked(change.path):
+            change.notes.append(
+                f"{change.path} is tracked by git: the rewrite puts this machine's paths in "
+                "it (a commit would share them; `ironcurtain unwrap` puts it back)"
+            )
     if config.after != config.before and (problem := config_problem(config.after)):
         raise UsageError(f"{problem}; nothing written")  # fail closed: never a config run refuses
     return list(changes.values()), config
@@ -371,16 +378,33 @@ def _same(a: Any, b: dict[str, Any]) -> bool:
     }
 
 
+# A file's lines as diff and patch take them: ended by a newline only, the last maybe not.
+_LINES = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
 def diff(change: Change) -> str:
     """The unified diff of a change, what the files hold shown as escapes where it could act
-    on a terminal (lines stay lines)."""
-    return visible(
-        "".join(
-            difflib.unified_diff(
-                change.before.splitlines(keepends=True),
-                change.after.splitlines(keepends=True),
-                f"{shown(str(change.path))} (now)",
-                f"{shown(str(change.path))} (wrapped)",
-            )
-        )
+    on a terminal (lines stay lines). A last line without its newline is marked as
+    ``diff -u`` marks it, so each diff stays one valid diff.
+
+    >>> from pathlib import Path
+    >>> print(diff(Change(Path("f"), "a\\nb", "a\\nc")), end="")
+    --- f (now)
+    +++ f (wrapped)
+    @@ -1,2 +1,2 @@
+     a
+    -b
+    \\ No newline at end of file
+    +c
+    \\ No newline at end of file
+    """
+    lines = difflib.unified_diff(
+        _LINES.findall(change.before),
+        _LINES.findall(change.after),
+        f"{shown(str(change.path))} (now)",
+        f"{shown(str(change.path))} (wrapped)",
     )
+    marked = (
+        line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in lines
+    )
+    return visible("".join(marked))
