@@ -25,6 +25,7 @@ from policy.variables import PLACEHOLDER
 PLACEHOLDER_VALUE = "ironcurtain-listing-placeholder"
 # Names ironcurtain fills itself, never from the environment.
 _OWN = frozenset({"workspace", "caller"})
+_ERROR = "ironcurtain: error: "
 
 
 def annotations_path() -> str:
@@ -72,6 +73,9 @@ def _run(name: str, env: Mapping[str, str]) -> tuple[bool, str]:
     if done.returncode == 0:
         return True, ""
     lines = [line.strip() for line in done.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith(_ERROR)]
+    if errors:  # ironcurtain's own error, not a line of the server's output
+        return False, errors[-1][len(_ERROR) :]
     return False, lines[-1] if lines else f"exit status {done.returncode}"
 
 

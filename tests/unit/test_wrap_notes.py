@@ -16,6 +16,7 @@ import pytest
 from launcher.session.report import reach
 from policy.egress import EgressRules
 from tests.support.home import Home
+from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 
 
@@ -105,3 +106,22 @@ def test_qwen_codes_user_and_project_files_are_listed_and_wrapped(user: Home) ->
 )
 def test_the_report_says_any_public_name_for_a_star(allowed: list[str], said: str) -> None:
     assert reach(EgressRules.from_config(allowed)) == said
+
+
+@needs_bwrap
+def test_a_start_failure_is_shown_as_lines_and_the_servers_own_lines_stay_escaped(
+    user: Home,
+) -> None:
+    config = user.root / "mcp-servers.json"
+    script = r"printf 'line1\n\033[2Kforged\n' >&2; exit 1"
+    server = {"command": "/bin/sh", "args": ["-c", script]}
+    config.write_text(json.dumps({"mcpServers": {"v": server}}))
+    done = _cli(user, user.root, "annotate-tools", "--server", "v", "--heuristic",
+                "--config", str(config), "--output", str(user.root / "out.json"))  # fmt: skip
+    assert done.returncode != 0
+    lines = done.stderr.splitlines()
+    start = lines.index("ironcurtain: error: server 'v' failed to start: server 'v' exited "
+                        "with status 1")  # fmt: skip
+    # ironcurtain's own line breaks are lines; what the server wrote stays escaped.
+    assert lines[start + 1 : start + 4] == ["  its last output:", "    line1", "    \\x1b[2Kforged"]
+    assert "\\x0a" not in done.stderr
