@@ -95,7 +95,7 @@ def describe(files: Found) -> tuple[str, int, int]:
     from launcher.clients.wrap_annotate import annotated_servers
 
     lines: list[str] = []
-    total = unprotected = 0
+    total = unprotected = bare = 0
     annotated = annotated_servers()
     for f in files.files:
         scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
@@ -108,6 +108,7 @@ def describe(files: Found) -> tuple[str, int, int]:
             protected, how = status(f, e, annotated)
             total += 1
             unprotected += not protected
+            bare += protected and annotated is not None and e.name not in annotated
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
     for client, why in [*files.refused, *files.unsupported]:
         lines.append(shown(f"{client.label}: {why}"))
@@ -119,6 +120,11 @@ def describe(files: Found) -> tuple[str, int, int]:
         lines.append(
             f"{len(files.unsupported)} client files in a form wrap cannot edit: their servers "
             "are not counted"
+        )
+    if bare:
+        lines.append(
+            f"{bare} wrapped server{' has' if bare == 1 else 's have'} tools not annotated: "
+            "every call to them is refused until they are"
         )
     if unprotected:
         lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")

@@ -89,6 +89,7 @@ def test_one_server_that_cannot_be_annotated_leaves_the_others_annotated(user: H
     listed = _cli(user, "clients").stdout
     row = next(x for x in listed.splitlines() if x.strip().startswith("gamma "))
     assert "wrapped, tools not annotated" in row and "annotate-tools --server gamma" in row
+    assert "1 wrapped server has tools not annotated" in listed
     for name in ("alpha", "beta", "delta"):
         row = next(x for x in listed.splitlines() if x.strip().startswith(f"{name} "))
         assert row.endswith("runs through ironcurtain"), row
