@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from launcher.clients.wrap import Change
 
 ClientsOpt = Annotated[
     list[str] | None,
@@ -91,6 +94,7 @@ def register(app: typer.Typer) -> None:
         ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
         under the same name (backups first; `ironcurtain unwrap` restores)."""
         from launcher.clients.wrap import diff, plan_wrap, select
+        from launcher.clients.wrap_annotate import later_command
         from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
 
         user, root = _where("wrap", project)
@@ -114,23 +118,15 @@ def register(app: typer.Typer) -> None:
         for line in ([made] if made else []) + apply_wrap(changes, config):
             _say("wrap", line)
         held = {name: why for change in changes for name, why in change.held.items()}
-        wrapped = [n for change in changes for n in change.servers if n not in held]
         for name, why in held.items():
-            _say(
-                "wrap",
-                f"{why}; annotate it from an environment holding only what its client gives: "
-                f"ironcurtain annotate-tools --server {name} --heuristic",
-            )
+            _say("wrap", f"{why}; annotate it from an environment holding only what its "
+                 f"client gives: {later_command(name)}")  # fmt: skip
         if annotate:
-            for line in annotate_new(wrapped):
+            for line in annotate_new(changes, held):
                 _say("wrap", line)
         else:
-            print(
-                "ironcurtain wrap: tools without annotations are never called; annotate them: "
-                "`ironcurtain annotate-tools --server NAME --heuristic --output "
-                f"{config.path.parent / 'policy' / 'tool-annotations.json'}`",
-                file=sys.stderr,
-            )
+            _say("wrap", "tools without annotations are never called; annotate them: "
+                 f"{later_command('NAME')}")  # fmt: skip
 
     @app.command()
     def unwrap(
@@ -187,31 +183,30 @@ def register(app: typer.Typer) -> None:
         print(value)
 
 
-def annotate_new(servers: Sequence[str]) -> list[str]:
+def annotate_new(changes: Sequence[Change], held: Mapping[str, str]) -> list[str]:
     """Heuristic drafts for the wrapped servers the user policy has no annotations of, so
     the constitution's role-based rules apply to them at once: each is started in its
-    sandbox once to list its tools. What fails is said with the command to run later."""
-    from launcher.clients.known import user_config, user_policy
-    from launcher.pipeline.annotate import annotate_tools
+    sandbox once, on its own, to list its tools. What fails is said with the command to
+    run later; the others are annotated."""
+    from launcher.clients.known import user_policy
+    from launcher.clients.wrap_annotate import annotate_each
     from policy.loader import load_policy_dir
 
-    annotations = user_policy() / "tool-annotations.json"
     known = load_policy_dir(user_policy()).annotations.servers
-    new = [name for name in dict.fromkeys(servers) if name not in known]
-    if not new:
+    definitions = {
+        name: d for c in changes for name, d in c.definitions.items()
+        if name not in held and name not in known
+    }  # fmt: skip
+    if not definitions:
         return []
-    command = (
-        f"ironcurtain annotate-tools --server {' --server '.join(new)} --heuristic "
-        f"--config {user_config()} --output {annotations}"
-    )
-    try:
-        annotate_tools(tuple(new), False, True, str(annotations), str(user_config()))
-    except Exception as exc:  # a server that cannot start here: the user can retry
-        return [f"could not annotate {', '.join(new)} ({exc}); run later: {command}"]
-    said = [
-        f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
-        f"`ironcurtain compile-policy --server NAME`, or edit {annotations})"
-    ]
+    given = {name: g for c in changes for name, g in c.given.items()}
+    new, said = annotate_each(definitions, given)
+    if new:
+        said.insert(0,
+            f"annotated {', '.join(new)} with the heuristic (drafts: review them with "
+            f"`ironcurtain compile-policy --server NAME`, or edit "
+            f"{user_policy() / 'tool-annotations.json'})"
+        )  # fmt: skip
     servers_now = load_policy_dir(user_policy()).annotations.servers
     for name in new:
         entry = servers_now.get(name)

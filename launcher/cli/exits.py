@@ -32,6 +32,7 @@ def finish(body: Callable[[], int | None], names: Callable[[str], str] | None = 
         from launcher.shared.shown import visible  # a message can quote a file, a server, a name
 
         said = exc.said(names) if names and isinstance(exc, UserError) else str(exc)
-        print(f"ironcurtain: error: {visible(said, one_line=True)}", file=sys.stderr)
+        one_line = not getattr(exc, "own_lines", False)
+        print(f"ironcurtain: error: {visible(said, one_line=one_line)}", file=sys.stderr)
         sys.exit(getattr(exc, "exit_code", 2))
     sys.exit(code or 0)

@@ -83,6 +83,11 @@ CLIENTS: tuple[Client, ...] = (
            "mcpServers", "json", "none", source=_TOOLHIVE),
     Client("gemini", "Gemini CLI", (".gemini/settings.json",), (".gemini/settings.json",),
            "mcpServers", "jsonc", "project", variables="gemini", source=_DOCKER),
+    Client("qwen-code", "Qwen Code", (".qwen/settings.json",),
+           (".qwen/settings.json", ".qwen/settings.local.json"), "mcpServers", "jsonc",
+           "project", variables="gemini",
+           source="qwenlm.github.io/qwen-code-docs/en/users/features/mcp (a Gemini CLI fork: "
+           "its settings.json as Gemini CLI's)"),
     Client("antigravity", "Antigravity", (".gemini/antigravity/mcp_config.json",), (),
            "mcpServers", "json", "none", source=_TOOLHIVE),
     Client("codex", "Codex CLI", (".codex/config.toml",), (), "mcp_servers", "json", "none",

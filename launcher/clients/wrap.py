@@ -16,6 +16,7 @@ put it back (:mod:`launcher.clients.wrap_files`).
 from __future__ import annotations
 
 import difflib
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import field
@@ -40,6 +41,7 @@ from launcher.clients.known import (
     workspace_of,
 )
 from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
+from launcher.clients.wrap_tracked import tracked
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
 from sandbox_profiles.discover import PackageNotInstalled
@@ -58,6 +60,10 @@ class Change:
     # Servers not to annotate now, and what to say (a project's server that takes variables
     # from the environment would take them from the user's shell).
     held: dict[str, str] = field(default_factory=dict)
+    # Each wrapped server's moved definition, and the values its client's entry holds as
+    # text (what the client passes it): what its annotation run is started with.
+    definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    given: dict[str, dict[str, str]] = field(default_factory=dict)
     source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
 
 
@@ -86,8 +92,11 @@ def describe(files: Found) -> tuple[str, int, int]:
     """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
     name shown as escapes where it could act on a terminal), closed by how many are not
     protected; and that count and the number of servers."""
+    from launcher.clients.wrap_annotate import annotated_servers
+
     lines: list[str] = []
-    total = unprotected = 0
+    total = unprotected = bare = 0
+    annotated = annotated_servers()
     for f in files.files:
         scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
         lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
@@ -96,9 +105,10 @@ def describe(files: Found) -> tuple[str, int, int]:
         names = {e.name: shown(e.name) for e in f.entries}
         width = max((len(n) for n in names.values()), default=0)
         for e in f.entries:
-            protected, how = status(f, e)
+            protected, how = status(f, e, annotated)
             total += 1
             unprotected += not protected
+            bare += protected and annotated is not None and e.name not in annotated
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
     for client, why in [*files.refused, *files.unsupported]:
         lines.append(shown(f"{client.label}: {why}"))
@@ -111,6 +121,11 @@ def describe(files: Found) -> tuple[str, int, int]:
             f"{len(files.unsupported)} client files in a form wrap cannot edit: their servers "
             "are not counted"
         )
+    if bare:
+        lines.append(
+            f"{bare} wrapped server{' has' if bare == 1 else 's have'} tools not annotated: "
+            "every call to them is refused until they are"
+        )
     if unprotected:
         lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
     elif total:
@@ -119,11 +134,19 @@ def describe(files: Found) -> tuple[str, int, int]:
     return "\n".join(lines), unprotected + unread, total
 
 
-def status(f: ClientFile, e: Entry) -> tuple[bool, str]:
-    """Whether an entry runs through ironcurtain, and what it starts, said for a person."""
+def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[bool, str]:
+    """Whether an entry runs through ironcurtain, and what it starts, said for a person
+    (``annotated``: the servers the user policy has annotations of, None: unknown)."""
+    from launcher.clients.wrap_annotate import later_command
+
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
-        return True, "runs through ironcurtain"
+        if annotated is None or e.name in annotated:
+            return True, "runs through ironcurtain"
+        return True, (
+            "runs through ironcurtain; wrapped, tools not annotated (every call refused): "
+            f"run `{later_command(e.name)}`"
+        )
     if reason is not None:
         return False, f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
     if e.command:
@@ -245,6 +268,11 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
     for change in changes.values():
         if change.after != change.before and change.source and change.source.unwritable:
             raise UsageError(f"{change.source.unwritable}; nothing written")
+        if change.after != change.before and tracked(change.path):
+            change.notes.append(
+                f"{change.path} is tracked by git: the rewrite puts this machine's paths in "
+                "it (a commit would share them; `ironcurtain unwrap` puts it back)"
+            )
     if config.after != config.before and (problem := config_problem(config.after)):
         raise UsageError(f"{problem}; nothing written")  # fail closed: never a config run refuses
     return list(changes.values()), config
@@ -320,6 +348,8 @@ def _plan_entry(
     change.after = edited
     change.notes += notes
     change.servers.append(e.name)
+    change.definitions[e.name] = definition
+    change.given[e.name] = _as_text(f, kept)
     was, now = plain(e.raw), entry
     change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
     variables = references_environment(f, definition)
@@ -328,6 +358,21 @@ def _plan_entry(
             f"{e.name}: not annotated now: started here it would receive "
             f"{', '.join(variables)} from your shell, not what its client gives it"
         )
+
+
+def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
+    """The values of ``kept`` the client passes as they are written (no variable in them)."""
+    from launcher.clients.wrap_vars import translate
+
+    out: dict[str, str] = {}
+    for name, value in kept.items():
+        try:
+            said, names = translate(f.client, value)
+        except LeftAlone:
+            continue
+        if not names and said == value:
+            out[name] = value
+    return out
 
 
 def _same(a: Any, b: dict[str, Any]) -> bool:
@@ -339,16 +384,33 @@ def _same(a: Any, b: dict[str, Any]) -> bool:
     }
 
 
+# A file's lines as diff and patch take them: ended by a newline only, the last maybe not.
+_LINES = re.compile(r"[^\n]*\n|[^\n]+\Z")
+
+
 def diff(change: Change) -> str:
     """The unified diff of a change, what the files hold shown as escapes where it could act
-    on a terminal (lines stay lines)."""
-    return visible(
-        "".join(
-            difflib.unified_diff(
-                change.before.splitlines(keepends=True),
-                change.after.splitlines(keepends=True),
-                f"{shown(str(change.path))} (now)",
-                f"{shown(str(change.path))} (wrapped)",
-            )
-        )
+    on a terminal (lines stay lines). A last line without its newline is marked as
+    ``diff -u`` marks it, so each diff stays one valid diff.
+
+    >>> from pathlib import Path
+    >>> print(diff(Change(Path("f"), "a\\nb", "a\\nc")), end="")
+    --- f (now)
+    +++ f (wrapped)
+    @@ -1,2 +1,2 @@
+     a
+    -b
+    \\ No newline at end of file
+    +c
+    \\ No newline at end of file
+    """
+    lines = difflib.unified_diff(
+        _LINES.findall(change.before),
+        _LINES.findall(change.after),
+        f"{shown(str(change.path))} (now)",
+        f"{shown(str(change.path))} (wrapped)",
     )
+    marked = (
+        line if line.endswith("\n") else f"{line}\n\\ No newline at end of file\n" for line in lines
+    )
+    return visible("".join(marked))

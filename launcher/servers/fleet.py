@@ -14,6 +14,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.servers.connection import ServerConnection
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message, ServerGone
+from launcher.shared.shown import visible
 
 STARTUP_TIMEOUT = 60.0
 
@@ -63,10 +64,16 @@ class Fleet:
             if isinstance(outcome, BaseException):
                 await asyncio.sleep(0.05)  # let the last stderr lines arrive
                 why = "did not answer in time" if isinstance(outcome, TimeoutError) else outcome
-                tail = "\n".join(f"    {line}" for line in conn.stderr_tail[-8:])
+                # The server's lines, each shown on its own line: never a line of its own
+                # making that reads as ironcurtain's.
+                tail = "\n".join(
+                    f"    {visible(line, one_line=True)}" for line in conn.stderr_tail[-8:]
+                )
                 raise StartupError(
-                    f"server '{conn.name}' failed to start: {why}"
-                    + (f"\n  its last output:\n{tail}" if tail else "")
+                    f"server {visible(repr(conn.name), one_line=True)} failed to start: "
+                    f"{visible(str(why), one_line=True)}"
+                    + (f"\n  its last output:\n{tail}" if tail else ""),
+                    own_lines=True,
                 )
 
     def supervise(self, event: Event, restarted: Callable[[ServerConnection], None]) -> None:

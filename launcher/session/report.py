@@ -9,11 +9,14 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from launcher.plan.session_plan import SessionPlan
 from launcher.shared.jsonrpc import Message
 from launcher.shared.shown import visible
+
+if TYPE_CHECKING:
+    from policy.egress import EgressRules
 
 
 def say(text: str) -> None:
@@ -72,9 +75,32 @@ def containment(plan: SessionPlan, name: str) -> str:
         )
     net = "no network"
     if sp.egress is not None:
-        count = len(sp.egress.allowed)
-        net = f"egress proxy: {count} domain{'s' if count != 1 else ''}"
+        net = f"egress proxy: {reach(sp.egress)}"
     return f"sandboxed (bwrap, {net}" + (")" if sp.profile.seccomp else ", NO seccomp filter)")
+
+
+def reach(egress: EgressRules) -> str:
+    """What an egress proxy lets a server reach, in a few words: ``*`` is any name that
+    resolves to a public address (the proxy refuses the rest), not one domain.
+
+    >>> from policy.egress import EgressRules
+    >>> reach(EgressRules.from_config(["*"])), reach(EgressRules.from_config(["a.org", "b.org"]))
+    ('any public name', '2 domains')
+    >>> reach(EgressRules.from_config(["*:443", "a.org"], ["bad.org"]))
+    'any public name on port 443, 1 domain more, 1 refused'
+    """
+    anywhere = [e for e in egress.allowed if e.pattern == "*"]
+    if any(e.port is None for e in anywhere):
+        said = "any public name"
+    else:
+        numbers = sorted({e.port for e in anywhere if e.port})
+        ports = ("port " if len(numbers) == 1 else "ports ") + ", ".join(map(str, numbers))
+        count = len(egress.allowed) - len(anywhere)
+        domains = f"{count} domain{'s' if count != 1 else ''}"
+        said = f"any public name on {ports}, {domains} more" if anywhere else domains
+    if egress.denied:
+        said += f", {len(egress.denied)} refused"
+    return said
 
 
 def output_filters(plan: SessionPlan) -> str:

@@ -36,6 +36,9 @@ class UserError(Exception):
     """
 
     exit_code = 2
+    # ``own_lines``: the text's line breaks are ironcurtain's own, and whatever it quotes
+    # was made safe to show one line at a time (``launcher.shared.shown.visible``): it is
+    # printed as lines. Else it is printed as one line, every line break shown as an escape.
 
     def __init__(
         self,
@@ -44,10 +47,12 @@ class UserError(Exception):
         value: object = None,
         *,
         mentions: Sequence[str] = (),
+        own_lines: bool = False,
     ) -> None:
         super().__init__(text)
         self.text, self.option, self.value = text, option, value
         self.mentions = tuple(mentions)
+        self.own_lines = own_lines
 
     def said(self, names: Names = by_field) -> str:
         """The message, each setting named as ``names`` says."""

@@ -65,7 +65,9 @@ def test_only_what_wrap_writes_counts_as_protected(user: Home) -> None:
 
     listed = _cli(user, project, "clients")
     assert listed.returncode == 0, listed.stderr
-    assert _line(listed.stdout, "clock").endswith("runs through ironcurtain")  # the control
+    assert (
+        _line(listed.stdout, "clock").split(None, 1)[1].startswith("runs through ironcurtain")
+    )  # the control
     reasons = {
         "own-script": "starts ./bin/ironcurtain, not this ironcurtain",
         "own-config": "its arguments are not what wrap writes",

@@ -694,6 +694,11 @@ def identity() -> str:
 if __name__ == "__main__":
     # $PROBE_START_OPS: {"base": ..., "ops": [[op, ...], ...]}, each list of fs_ops run at
     # start, before anything has been read (a server acting before it is spoken to).
+    # $PROBE_REQUIRE=NAME=VALUE: exit at once unless NAME is VALUE (a server that checks its
+    # token before it serves).
+    need, _, value = (os.environ.get("PROBE_REQUIRE") or "").partition("=")
+    if need and os.environ.get(need) != value:
+        raise SystemExit(3)
     start = json.loads(os.environ.get("PROBE_START_OPS") or "null")
     if start is not None:
         for ops in start["ops"]:

@@ -48,6 +48,8 @@ FILES = (
     ClientFile("antigravity", "user", ".gemini/antigravity/mcp_config.json",
                "more/antigravity.mcp_config.json", ("ag-clock",), ("ag-maps",),
                "ag-not-a-real-secret"),
+    ClientFile("qwen-code", "user", ".qwen/settings.json", "more/qwen-code.settings.json",
+               ("qwen-clock",), ("qwen-docs",), "qwen-not-a-real-key"),
     ClientFile("cline", "user",
                f"{CODE}/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
                "more/cline.cline_mcp_settings.json", ("cline-fetch",), ("cline-remote",),
