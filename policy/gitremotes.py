@@ -7,8 +7,11 @@ values, rewritten by ``url.<base>.insteadOf``), ``git remote get-url --push --al
 push (its ``pushurl`` values, or its ``url`` values rewritten by
 ``url.<base>.pushInsteadOf``, else by ``insteadOf``). A value that names no configured
 remote is taken by git as a URL or a path, and rewritten the same way: ``git ls-remote
---get-url`` for a fetch, and for a push the longest matching ``pushInsteadOf`` read with
-``git config`` (git prints that rewrite nowhere without contacting the remote).
+--get-url`` for a fetch, and for a push ``git remote -v`` of a remote given on the command
+line with the value as its URL (git's own choice of ``pushInsteadOf``, which it prints
+nowhere else without contacting the remote). A clone is resolved outside any repository:
+``git clone`` reads only the user's and system config, never that of a repository its
+target lies in.
 
 git runs here as the trusted process on a repository the agent may have written: with no
 shell, a 5 s timeout, never with a value that starts with ``-``, with hooks and fsmonitor
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 from collections.abc import Mapping
 from typing import Literal
@@ -80,20 +84,22 @@ def _lines(done: subprocess.CompletedProcess[str] | None) -> tuple[str, ...] | N
     return found or None
 
 
-def _push_rewrite(repo_dir: str, url: str) -> str | None:
-    """``url`` rewritten by the longest ``url.<base>.pushInsteadOf`` prefix it starts with
-    (the first one on a tie, as git picks); None when none matches; ``""`` when the config
-    cannot be read."""
-    done = _git(repo_dir, "config", "-z", "--get-regexp", r"^url\..*\.pushinsteadof$")
-    if done is None or done.returncode not in (0, 1):  # 1: no such key
-        return ""
-    best: tuple[int, str] | None = None
-    for entry in done.stdout.split("\0"):
-        key, _, prefix = entry.partition("\n")
-        base = key[len("url.") : -len(".pushinsteadof")]
-        if prefix and url.startswith(prefix) and (best is None or len(prefix) > best[0]):
-            best = (len(prefix), base + url[len(prefix) :])
-    return best[1] if best else None
+def _pushed(repo_dir: str, value: str) -> tuple[str, ...] | None:
+    """Where git pushes the URL or path ``value``, asked of git itself: ``value`` given as
+    the URL of a remote of an unguessable name on the command line, whose push URL
+    ``git remote -v`` prints as git rewrites it (``pushInsteadOf``, even one with an empty
+    prefix, chosen as git chooses among equal prefixes; else ``insteadOf``)."""
+    probe = f"ironcurtain-probe-{secrets.token_hex(8)}"
+    done = _git(repo_dir, "-c", f"remote.{probe}.url={value}", "remote", "-v")
+    if done is None or done.returncode != 0:
+        return None
+    mine = f"{probe}\t"
+    found = tuple(
+        line[len(mine) : -len(" (push)")]
+        for line in done.stdout.splitlines()
+        if line.startswith(mine) and line.endswith(" (push)")
+    )
+    return found or None
 
 
 def _literal(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...]:
@@ -102,8 +108,10 @@ def _literal(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...]
         return _UNKNOWN
     urls = dict.fromkeys(fetch if direction != "push" else ())
     if direction != "fetch":
-        pushed = _push_rewrite(repo_dir, value)
-        urls.update(dict.fromkeys([pushed] if pushed is not None else fetch))
+        pushed = _pushed(repo_dir, value)
+        if pushed is None:
+            return _UNKNOWN
+        urls.update(dict.fromkeys(pushed))
     return tuple(urls)
 
 
@@ -129,12 +137,12 @@ def resolve_git_remote(
     """Every URL git would contact for the remote argument ``value`` of ``tool`` (see the
     module comment), in the repository named by the ``repo_path`` or ``path`` argument, else
     ``cwd``; ``("",)`` when that cannot be known or ``value`` looks like an option."""
-    if not value or value.startswith("-"):
-        return _UNKNOWN
+    if not value or value.startswith("-") or not value.isprintable():
+        return _UNKNOWN  # an option, or a line break or NUL git's output cannot be read by
     repo = all_args.get("repo_path", all_args.get("path"))
     repo_dir = repo if isinstance(repo, str) else (cwd or ".")
-    if not os.path.isdir(repo_dir):
-        repo_dir = "/"  # a clone's target, not made yet: only the user's and system config
+    if not os.path.isdir(repo_dir) or "clone" in _words(tool):
+        repo_dir = "/"  # a clone reads only the user's and system config
     direction = direction_of(tool)
     # Even a URL may name a configured remote (``[remote "https://host/x"]``): git then
     # sends to that remote's URLs, so the configured remote is asked for first.
