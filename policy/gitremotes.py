@@ -153,6 +153,15 @@ def _named(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...] |
     return tuple(found)
 
 
+def _repo_dir(all_args: Mapping[str, object], cwd: str | None) -> str | None:
+    """The repository the call names (``repo_path``, else ``path``), else ``cwd``; None
+    for a relative path, which the server takes from where it works, not known here."""
+    repo = all_args.get("repo_path", all_args.get("path"))
+    if isinstance(repo, str):
+        return repo if os.path.isabs(repo) else None
+    return cwd or "."
+
+
 def resolve_git_remote(
     value: str, all_args: Mapping[str, object], cwd: str | None = None, tool: str = ""
 ) -> tuple[str, ...]:
@@ -161,8 +170,9 @@ def resolve_git_remote(
     ``cwd``; ``("",)`` when that cannot be known or ``value`` looks like an option."""
     if not value or value.startswith("-") or not value.isprintable():
         return _UNKNOWN  # an option, or a line break or NUL git's output cannot be read by
-    repo = all_args.get("repo_path", all_args.get("path"))
-    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
+    repo_dir = _repo_dir(all_args, cwd)
+    if repo_dir is None:
+        return _UNKNOWN
     if not os.path.isdir(repo_dir) or "clone" in _words(tool):
         repo_dir = "/"  # a clone reads only the user's and system config
     direction = direction_of(tool)
@@ -186,9 +196,8 @@ def resolve_default_remote(
     """Every URL git would contact for ``tool`` when the call names no remote: ``origin``
     (the default a server fills in) and the remote git picks itself, ``branch.<current>.
     pushRemote``, ``remote.pushDefault`` (a push only) or ``branch.<current>.remote``."""
-    repo = all_args.get("repo_path", all_args.get("path"))
-    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
-    if not os.path.isdir(repo_dir):
+    repo_dir = _repo_dir(all_args, cwd)
+    if repo_dir is None or not os.path.isdir(repo_dir):
         return _UNKNOWN
     done = _git(repo_dir, "symbolic-ref", "-q", "--short", "HEAD")
     branch = done.stdout.strip() if done is not None and done.returncode == 0 else ""

@@ -220,3 +220,16 @@ def test_git_really_connects_where_the_config_sends_it(work: Path, tmp_path: Pat
         capture_output=True,
     )
     assert marker.exists()
+
+
+def test_a_relative_repository_is_not_judged_from_the_engine_s_directory(
+    work: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A repository argument with no path role reaches the resolution as given: relative, it
+    names a repository where the server works, not where the engine does."""
+    _git(work, "remote", "add", "origin", GOOD)
+    monkeypatch.chdir(tmp_path)
+    args = {"path": work.name}
+    assert resolve_git_remote("origin", {"path": str(work)}, tool="git_push") == (GOOD,)  # control
+    assert resolve_git_remote("origin", args, tool="git_push") == ("",)
+    assert resolve_git_remote(GOOD, args, tool="git_fetch") == ("",)
