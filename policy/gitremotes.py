@@ -7,8 +7,15 @@ values, rewritten by ``url.<base>.insteadOf``), ``git remote get-url --push --al
 push (its ``pushurl`` values, or its ``url`` values rewritten by
 ``url.<base>.pushInsteadOf``, else by ``insteadOf``). A value that names no configured
 remote is taken by git as a URL or a path, and rewritten the same way: ``git ls-remote
---get-url`` for a fetch, and for a push the longest matching ``pushInsteadOf`` read with
-``git config`` (git prints that rewrite nowhere without contacting the remote).
+--get-url`` for a fetch, and for a push ``git remote -v`` of a remote given on the command
+line with the value as its URL (git's own choice of ``pushInsteadOf``, which it prints
+nowhere else without contacting the remote). A clone is resolved outside any repository:
+``git clone`` reads only the user's and system config, never that of a repository its
+target lies in. A repository whose own config sends the connection elsewhere than the
+URL's host (``http.proxy``, ``http.curloptResolve``, ``remote.<name>.proxy``) or has a
+program of its choosing make it (``core.sshCommand``, ``core.gitProxy``,
+``remote.<name>.vcs``) gets ``("",)`` for every remote: the URL no longer says where git goes.
+The user's own and the system's config are the user's choice and are not counted.
 
 git runs here as the trusted process on a repository the agent may have written: with no
 shell, a 5 s timeout, never with a value that starts with ``-``, with hooks and fsmonitor
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import subprocess
 from collections.abc import Mapping
 from typing import Literal
@@ -80,20 +88,22 @@ def _lines(done: subprocess.CompletedProcess[str] | None) -> tuple[str, ...] | N
     return found or None
 
 
-def _push_rewrite(repo_dir: str, url: str) -> str | None:
-    """``url`` rewritten by the longest ``url.<base>.pushInsteadOf`` prefix it starts with
-    (the first one on a tie, as git picks); None when none matches; ``""`` when the config
-    cannot be read."""
-    done = _git(repo_dir, "config", "-z", "--get-regexp", r"^url\..*\.pushinsteadof$")
-    if done is None or done.returncode not in (0, 1):  # 1: no such key
-        return ""
-    best: tuple[int, str] | None = None
-    for entry in done.stdout.split("\0"):
-        key, _, prefix = entry.partition("\n")
-        base = key[len("url.") : -len(".pushinsteadof")]
-        if prefix and url.startswith(prefix) and (best is None or len(prefix) > best[0]):
-            best = (len(prefix), base + url[len(prefix) :])
-    return best[1] if best else None
+def _pushed(repo_dir: str, value: str) -> tuple[str, ...] | None:
+    """Where git pushes the URL or path ``value``, asked of git itself: ``value`` given as
+    the URL of a remote of an unguessable name on the command line, whose push URL
+    ``git remote -v`` prints as git rewrites it (``pushInsteadOf``, even one with an empty
+    prefix, chosen as git chooses among equal prefixes; else ``insteadOf``)."""
+    probe = f"ironcurtain-probe-{secrets.token_hex(8)}"
+    done = _git(repo_dir, "-c", f"remote.{probe}.url={value}", "remote", "-v")
+    if done is None or done.returncode != 0:
+        return None
+    mine = f"{probe}\t"
+    found = tuple(
+        line[len(mine) : -len(" (push)")]
+        for line in done.stdout.splitlines()
+        if line.startswith(mine) and line.endswith(" (push)")
+    )
+    return found or None
 
 
 def _literal(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...]:
@@ -102,9 +112,29 @@ def _literal(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...]
         return _UNKNOWN
     urls = dict.fromkeys(fetch if direction != "push" else ())
     if direction != "fetch":
-        pushed = _push_rewrite(repo_dir, value)
-        urls.update(dict.fromkeys([pushed] if pushed is not None else fetch))
+        pushed = _pushed(repo_dir, value)
+        if pushed is None:
+            return _UNKNOWN
+        urls.update(dict.fromkeys(pushed))
     return tuple(urls)
+
+
+# Repository config that sends git's connection somewhere other than the URL's host (a
+# proxy, a pinned address) or has a program of its choosing make it (ssh, git://, a helper).
+_REDIRECTS = (
+    r"^(http\.(.+\.)?(proxy|curloptresolve)|remote\..+\.(proxy|vcs)"
+    r"|core\.(sshcommand|gitproxy))$"
+)
+
+
+def _redirected(repo_dir: str) -> bool:
+    """Whether the repository's own config (not the user's or the system's) names a
+    :data:`_REDIRECTS` key; True when git cannot say."""
+    done = _git(repo_dir, "config", "-z", "--show-scope", "--get-regexp", _REDIRECTS)
+    if done is None or done.returncode not in (0, 1):  # 1: no such key
+        return True
+    scopes = done.stdout.split("\0")[0::2]
+    return any(scope not in ("", "global", "system") for scope in scopes)
 
 
 def _named(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...] | None:
@@ -123,21 +153,33 @@ def _named(repo_dir: str, value: str, direction: Direction) -> tuple[str, ...] |
     return tuple(found)
 
 
+def _repo_dir(all_args: Mapping[str, object], cwd: str | None) -> str | None:
+    """The repository the call names (``repo_path``, else ``path``), else ``cwd``; None
+    for a relative path, which the server takes from where it works, not known here."""
+    repo = all_args.get("repo_path", all_args.get("path"))
+    if isinstance(repo, str):
+        return repo if os.path.isabs(repo) else None
+    return cwd or "."
+
+
 def resolve_git_remote(
     value: str, all_args: Mapping[str, object], cwd: str | None = None, tool: str = ""
 ) -> tuple[str, ...]:
     """Every URL git would contact for the remote argument ``value`` of ``tool`` (see the
     module comment), in the repository named by the ``repo_path`` or ``path`` argument, else
     ``cwd``; ``("",)`` when that cannot be known or ``value`` looks like an option."""
-    if not value or value.startswith("-"):
+    if not value or value.startswith("-") or not value.isprintable():
+        return _UNKNOWN  # an option, or a line break or NUL git's output cannot be read by
+    repo_dir = _repo_dir(all_args, cwd)
+    if repo_dir is None:
         return _UNKNOWN
-    repo = all_args.get("repo_path", all_args.get("path"))
-    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
-    if not os.path.isdir(repo_dir):
-        repo_dir = "/"  # a clone's target, not made yet: only the user's and system config
+    if not os.path.isdir(repo_dir) or "clone" in _words(tool):
+        repo_dir = "/"  # a clone reads only the user's and system config
     direction = direction_of(tool)
     # Even a URL may name a configured remote (``[remote "https://host/x"]``): git then
     # sends to that remote's URLs, so the configured remote is asked for first.
+    if _redirected(repo_dir):
+        return _UNKNOWN
     named = _named(repo_dir, value, direction)
     return named if named is not None else _literal(repo_dir, value, direction)
 
@@ -154,9 +196,8 @@ def resolve_default_remote(
     """Every URL git would contact for ``tool`` when the call names no remote: ``origin``
     (the default a server fills in) and the remote git picks itself, ``branch.<current>.
     pushRemote``, ``remote.pushDefault`` (a push only) or ``branch.<current>.remote``."""
-    repo = all_args.get("repo_path", all_args.get("path"))
-    repo_dir = repo if isinstance(repo, str) else (cwd or ".")
-    if not os.path.isdir(repo_dir):
+    repo_dir = _repo_dir(all_args, cwd)
+    if repo_dir is None or not os.path.isdir(repo_dir):
         return _UNKNOWN
     done = _git(repo_dir, "symbolic-ref", "-q", "--short", "HEAD")
     branch = done.stdout.strip() if done is not None and done.returncode == 0 else ""

@@ -14,7 +14,7 @@ _SCP_LIKE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>\[[^\]]+\]|[^@/:\[\]]+
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 # git's "<transport>::<address>": run git-remote-<transport> (before any other URL form).
-_REMOTE_HELPER = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*::")
+_REMOTE_HELPER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9+.-]*::")  # git lets it start with a digit
 # A DNS name: dot-separated labels of letters, digits, '-' and '_', none starting with '-'.
 _HOSTNAME = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?:\.(?!-)[a-z0-9_-]{1,63})*")
 
@@ -77,17 +77,24 @@ def normalize_git_url(value: str) -> str:
 def extract_git_domain(value: str) -> str:
     """Host of a git remote in any of its forms.
 
-    A remote-helper address (``ext::sh -c ...``, ``fd::3``) names a program, not a host:
-    its domain is empty, which no allowlist matches.
+    A remote-helper address (``ext::sh -c ...``, ``fd::3``) names a program, not a host,
+    and a local path (``github.com``, ``../x``, ``file://github.com/tmp/x``: git ignores a
+    ``file:`` URL's host) names no host either: their domain is empty, which no allowlist
+    matches.
 
     >>> extract_git_domain("git@github.com:user/repo.git"), extract_git_domain("ext::sh -c x")
     ('github.com', '')
+    >>> extract_git_domain("file://github.com/tmp/x"), extract_git_domain("github.com")
+    ('', '')
     """
     if _REMOTE_HELPER.match(value):
         return ""
     match = _SCP_LIKE.match(value) if is_scp_like(value) else None
     if match:
         return _normalise_host(match.group("host"))
+    scheme, sep, _rest = value.strip().partition("://")
+    if not sep or scheme.lower() == "file":
+        return ""  # a path on this machine, whatever it looks like
     return extract_domain(value)
 
 
