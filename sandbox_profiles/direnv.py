@@ -35,7 +35,7 @@ import shlex
 import tomllib
 from collections.abc import Iterator
 
-from sandbox_profiles.gitconfig import UnreadableConfig
+from sandbox_profiles.gitconfig import UnreadableConfig, read_bounded
 
 MAX_ENVRC_BYTES = 1 << 20
 _DEPTH = 10
@@ -167,14 +167,7 @@ def _read_script(
 
 
 def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_ENVRC_BYTES + 1)
-    except OSError as exc:
-        raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_ENVRC_BYTES:
-        raise UnreadableConfig(path, f"is larger than {MAX_ENVRC_BYTES} bytes")
-    return data.decode("utf-8", "surrogateescape")
+    return read_bounded(path, MAX_ENVRC_BYTES).decode("utf-8", "surrogateescape")
 
 
 def statements(text: str, where: str) -> Iterator[list[str]]:

@@ -32,6 +32,20 @@ class UnreadableConfig(Exception):
         self.reason = reason
 
 
+def read_bounded(path: str, limit: int) -> bytes:
+    """The bytes of the file at ``path`` (links followed) when it holds at most ``limit``;
+    :class:`UnreadableConfig` when it cannot be read or is larger: what it would make a
+    tool load is then unknown."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError as exc:
+        raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
+    if len(data) > limit:
+        raise UnreadableConfig(path, f"is larger than {limit} bytes")
+    return data
+
+
 def parse_config(text: str) -> list[ConfigEntry]:
     """``(section, subsection, key, value)`` of every variable of a git config file, as git
     reads it: section and key lower-cased, ``[a.b]`` read as section ``a`` subsection ``b``,

@@ -13,7 +13,7 @@ import os
 import re
 
 from sandbox_profiles.autorun import fold
-from sandbox_profiles.gitconfig import UnreadableConfig
+from sandbox_profiles.gitconfig import read_bounded
 
 IMPORTING = frozenset({"claude.md", "claude.local.md", "gemini.md"})
 MAX_BYTES = 1 << 20
@@ -67,11 +67,4 @@ def imports_of(name: str) -> bool:
 
 
 def _read(path: str) -> str:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_BYTES:
-        raise UnreadableConfig(path, f"is larger than {MAX_BYTES} bytes")
-    return data.decode("utf-8", "surrogateescape")
+    return read_bounded(path, MAX_BYTES).decode("utf-8", "surrogateescape")

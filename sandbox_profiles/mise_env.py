@@ -19,7 +19,7 @@ import os
 import tomllib
 from collections.abc import Iterator
 
-from sandbox_profiles.gitconfig import UnreadableConfig
+from sandbox_profiles.gitconfig import UnreadableConfig, read_bounded
 
 MAX_BYTES = 1 << 20
 _ROOT_SUFFIXES = (("", ".config", "mise"), ("", ".config"), ("", "mise"), ("", ".mise"))
@@ -59,7 +59,7 @@ def configs_in(directory: str) -> list[str]:
 
 def tool_versions_paths(path: str) -> list[tuple[str, str]]:
     """The ``path:DIR`` versions of a ``.tool-versions`` file (asdf's format)."""
-    text = _read(path).decode("utf-8", "surrogateescape")
+    text = read_bounded(path, MAX_BYTES).decode("utf-8", "surrogateescape")
     found: list[tuple[str, str]] = []
     for line in text.splitlines():
         for word in line.split("#", 1)[0].split()[1:]:
@@ -113,17 +113,6 @@ def _resolve(value: str, bases: list[str], config: str) -> list[str]:
 
 def _toml(path: str) -> dict[str, object]:
     try:
-        return tomllib.loads(_read(path).decode("utf-8"))
+        return tomllib.loads(read_bounded(path, MAX_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise UnreadableConfig(path, f"cannot be read as TOML: {exc}") from None
-
-
-def _read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
-    if len(data) > MAX_BYTES:
-        raise UnreadableConfig(path, f"is larger than {MAX_BYTES} bytes")
-    return data
