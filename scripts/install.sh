@@ -2,7 +2,7 @@
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
 #   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools
-# System packages (bubblewrap, libseccomp2, util-linux, git, node; acl and direnv with --dev)
+# System packages (bubblewrap, libseccomp2, util-linux, git, node; acl, direnv, vim, gdb with --dev)
 # are installed with apt-get when run as root, otherwise the missing ones are named and the
 # script stops.
 set -euo pipefail
@@ -23,10 +23,12 @@ command -v node >/dev/null || missing+=(nodejs)
 command -v npm >/dev/null || missing+=(npm)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 # The tests read and set ACLs with getfacl/setfacl (what a root session opens is undone) and
-# run the real direnv on what an allowed .envrc loads.
+# run the real direnv, vim and gdb on what they load from a directory.
 if [ "$extras" = test ]; then
   command -v getfacl >/dev/null || missing+=(acl)
   command -v direnv >/dev/null || missing+=(direnv)
+  command -v vim >/dev/null || missing+=(vim)
+  command -v gdb >/dev/null || missing+=(gdb)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
