@@ -88,16 +88,39 @@ def answering(*answers: str) -> tuple[Answer, list[str]]:
     return answer, seen
 
 
-async def attached_terminal(user: Home) -> asyncio.subprocess.Process:
-    """``ironcurtain approvals`` as ``user``, once it says it is attached to the running
+async def attached_terminal(user: Home, *args: str) -> asyncio.subprocess.Process:
+    """``ironcurtain approvals *args`` as ``user``, once it says it is attached to a running
     session (write its answers to its stdin; what it shows is on its stdout)."""
     terminal = await asyncio.create_subprocess_exec(
         IRONCURTAIN,
         "approvals",
+        *args,
         env=user.env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
     assert terminal.stdin and terminal.stdout
-    assert b"attached to" in await terminal.stdout.readline()
+    while b"attached to" not in (line := await terminal.stdout.readline()):
+        assert line, "approvals ended before it attached"
     return terminal
+
+
+PROMPT = b"[a]pprove, approve for this [s]ession, [d]eny? "
+
+
+async def answer_asked(terminal: asyncio.subprocess.Process, answer: bytes) -> str:
+    """What ``terminal`` (``ironcurtain approvals``) shows up to its next prompt; then
+    ``answer`` is typed there (what is typed before a question is shown answers nothing)."""
+    assert terminal.stdin and terminal.stdout
+    shown = (await asyncio.wait_for(terminal.stdout.readuntil(PROMPT), 60)).decode()
+    terminal.stdin.write(answer + b"\n")
+    return shown
+
+
+async def leave(terminal: asyncio.subprocess.Process) -> str:
+    """End ``terminal``'s input (it leaves); what it showed up to then."""
+    assert terminal.stdin and terminal.stdout
+    terminal.stdin.close()
+    shown = (await asyncio.wait_for(terminal.stdout.read(), 30)).decode()
+    await terminal.wait()
+    return shown
