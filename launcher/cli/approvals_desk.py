@@ -153,11 +153,14 @@ class Desk:
             self.drop(link, "ended")
             return
         link.buffer += data
-        *lines, rest = link.buffer.split(b"\n")
-        if len(rest) > MAX_LINE:
+        if b"\n" in data:
+            *lines, rest = link.buffer.split(b"\n")
+            link.buffer = bytearray(rest)
+        else:
+            lines = []
+        if len(link.buffer) > MAX_LINE:
             self.drop(link, f"sent a message over {MAX_LINE} bytes: detached from it")
             return
-        link.buffer = bytearray(rest)
         for line in lines:
             self.take(link, line)
 

@@ -71,19 +71,20 @@ def serving() -> list[str]:
     preferred = bases()[0]
     found = []
     for base in bases():
-        for path in glob.glob(os.path.join(glob.escape(base), PREFIX + "*")):
+        for path in glob.glob(os.path.join(glob.escape(base), PREFIX + "[0-9]*")):
             try:
                 st = os.lstat(path)
             except OSError:
                 continue
             if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
                 continue
-            if base == preferred or _origin(path) == preferred:
+            if _origin(path) == preferred:
                 found.append(path)
     return sorted(found, key=_mtime)
 
 
 def _origin(runtime_dir: str) -> str:
+    """The preferred place ``runtime_dir``'s session was started with."""
     try:
         with open(os.path.join(runtime_dir, ORIGIN_FILE), encoding="utf-8") as handle:
             return handle.read(4096)
