@@ -21,7 +21,7 @@ from tests.support.home import Home, git_repo
 from tests.support.marks import needs_bwrap
 from tests.support.paths import BIN, IRONCURTAIN
 from tests.support.probe import probe_session
-from tests.support.sdk import answer_asked, attached_terminal, call, connect, leave
+from tests.support.sdk import answer_asked, attached, attached_terminal, call, connect, leave
 
 pytestmark = needs_bwrap
 
@@ -83,7 +83,7 @@ def test_the_older_of_two_wrapped_servers_is_answered_without_naming_its_session
             assert len(_sessions(run_dir)) == 2
             newest = _sessions(run_dir)[-1]
             args = [a.replace("NEWEST", newest) for a in terminal_args]
-            terminal = await attached_terminal(user, *args)
+            terminal = await attached_terminal(user, *args, sessions=1 if args else 2)
             write = {"path": str(note), "content": "from the older session"}
             asked = asyncio.create_task(call(fs, "write_file", write))
             if args:  # attached to the newest alone: nobody is asked
@@ -128,6 +128,7 @@ def test_sessions_that_start_later_are_served_and_one_that_ends_drops_out(
         async with AsyncExitStack() as stack:
             one = await stack.enter_async_context(connect(user, *args))
             async with connect(user, *args_two) as two:
+                await attached(terminal, 2)  # from now on each puts its questions here
                 # Two questions at once, one from each session: both are shown, one at a
                 # time; each answer reaches the session that asked.
                 asks = {

@@ -88,9 +88,12 @@ def answering(*answers: str) -> tuple[Answer, list[str]]:
     return answer, seen
 
 
-async def attached_terminal(user: Home, *args: str) -> asyncio.subprocess.Process:
-    """``ironcurtain approvals *args`` as ``user``, once it says it is attached to a running
-    session (write its answers to its stdin; what it shows is on its stdout)."""
+async def attached_terminal(
+    user: Home, *args: str, sessions: int = 1
+) -> asyncio.subprocess.Process:
+    """``ironcurtain approvals *args`` as ``user``, once it says it is attached to
+    ``sessions`` running sessions (write its answers to its stdin; what it shows is on its
+    stdout)."""
     terminal = await asyncio.create_subprocess_exec(
         IRONCURTAIN,
         "approvals",
@@ -99,10 +102,20 @@ async def attached_terminal(user: Home, *args: str) -> asyncio.subprocess.Proces
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
-    assert terminal.stdin and terminal.stdout
-    while b"attached to" not in (line := await terminal.stdout.readline()):
-        assert line, "approvals ended before it attached"
+    await attached(terminal, sessions)
     return terminal
+
+
+async def attached(terminal: asyncio.subprocess.Process, sessions: int = 1) -> str:
+    """What ``terminal`` shows until it has said it is attached to ``sessions`` more
+    sessions (each counts it in from then on: its escalations are put to it)."""
+    assert terminal.stdout
+    seen = ""
+    while seen.count("attached to session") < sessions:
+        line = await asyncio.wait_for(terminal.stdout.readline(), 60)
+        assert line, f"approvals ended before it attached:\n{seen}"
+        seen += line.decode()
+    return seen
 
 
 PROMPT = b"[a]pprove, approve for this [s]ession, [d]eny? "
