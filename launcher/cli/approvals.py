@@ -49,11 +49,14 @@ def attach(session: str | None) -> int:
     desk = Desk(session, _ask)
     desk.scan()
     if session is not None and not desk.links:
+        for path, why in desk.doubted.items():
+            raise UsageError(f"not attaching to {path}: {why}")
         raise UsageError(
             f"no approvals socket for session {session} in {rundir.bases()[0]}: "
             "is `ironcurtain run` running "
             "(with --approval auto or socket) as this user?"
         )
+    desk.read_from(sys.stdin.fileno())
     if not desk.links:
         note(f"no session running in {rundir.bases()[0]} yet; waiting for one")
     note("answering here (Ctrl-C leaves)")

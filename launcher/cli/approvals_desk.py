@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.shared import rundir
+from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
 from launcher.transports.approvals_socket import APPROVALS_SOCKET
 
@@ -137,6 +138,16 @@ class Desk:
         if self.shown is not None and self.shown.link is link:
             self.close_shown()
 
+    def read_from(self, stdin: int) -> None:
+        """Take the human's answers from ``stdin`` (a terminal or a pipe)."""
+        try:
+            self.selector.register(stdin, selectors.EVENT_READ, None)
+        except (OSError, ValueError):
+            raise UsageError(
+                "ironcurtain approvals reads its answers from a terminal or a pipe, "
+                "not from a file or nothing"
+            ) from None
+
     def close_shown(self) -> None:
         self.shown = None
         self.stale = True
@@ -232,8 +243,8 @@ def note(text: str) -> None:
 
 def serve(desk: Desk, keys: dict[str, str], stdin: int) -> str:
     """Serve ``desk`` until its one session ends ('ended'), or the human leaves: the input
-    ends ('left'); Ctrl-C is left to the caller."""
-    desk.selector.register(stdin, selectors.EVENT_READ, None)
+    ``stdin`` (given to :meth:`Desk.read_from`) ends ('left'); Ctrl-C is left to the
+    caller."""
     pending = b""
     next_scan = time.monotonic() + RESCAN
     while True:

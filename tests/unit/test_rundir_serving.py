@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from launcher.shared import rundir
+from tests.support.home import Home
+from tests.support.paths import IRONCURTAIN
 
 
 @pytest.fixture
@@ -87,3 +90,37 @@ def test_what_is_not_a_sessions_socket_is_doubted(in_tmp: list[Path]) -> None:
     path.write_text("")
     assert rundir.doubt(str(path)) == f"{path} is not a socket"
     listener.close()
+
+
+def test_approvals_for_one_session_names_why_its_socket_is_not_attached(
+    user: Home, in_tmp: list[Path]
+) -> None:
+    run = Path(tempfile.mkdtemp(prefix="icrd-", dir="/tmp"))
+    in_tmp.append(run)
+    user.env["XDG_RUNTIME_DIR"] = str(run)
+    session = run / "ironcurtain-20990101-000000-abcdef"
+    session.mkdir(mode=0o700)
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(session / "approvals.sock"))
+    listener.listen(1)
+    os.chmod(session / "approvals.sock", 0o666)  # anyone may connect: not a session's
+    done = subprocess.run(
+        [IRONCURTAIN, "approvals", "--session", "20990101-000000-abcdef"], input="",
+        capture_output=True, text=True, env=user.env, timeout=60,
+    )  # fmt: skip
+    listener.close()
+    assert done.returncode == 2, done.stderr
+    assert "is open to others (mode 0666)" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_approvals_reading_answers_from_nothing_says_so(user: Home, in_tmp: list[Path]) -> None:
+    run = Path(tempfile.mkdtemp(prefix="icrd-", dir="/tmp"))
+    in_tmp.append(run)
+    user.env["XDG_RUNTIME_DIR"] = str(run)
+    with open(os.devnull) as nothing:
+        done = subprocess.run(
+            [IRONCURTAIN, "approvals"], stdin=nothing, capture_output=True, text=True,
+            env=user.env, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 2
+    assert "reads its answers from a terminal or a pipe" in done.stderr
