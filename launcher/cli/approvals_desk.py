@@ -134,7 +134,7 @@ class Desk:
         self.selector.unregister(link.sock)
         link.sock.close()
         self.queue = [q for q in self.queue if q.link is not link]
-        note(f"session {visible(link.session, one_line=True)} {why}")
+        note(f"session {link.session} {why}")
         if self.shown is not None and self.shown.link is link:
             self.close_shown()
 
@@ -187,13 +187,7 @@ class Desk:
         if kind == "attached":
             servers = message.get("servers")
             named = ", ".join(map(str, servers)) if isinstance(servers, list) else ""
-            note(
-                visible(
-                    f"attached to session {link.session}"
-                    + (f" (servers: {named})" if named else ""),
-                    one_line=True,
-                )
-            )
+            note(f"attached to session {link.session}" + (f" (servers: {named})" if named else ""))
         elif kind == "request" and isinstance(message.get("id"), str):
             self.queue.append(Question(link, message))
         elif kind == "closed":
@@ -238,7 +232,8 @@ def prompt() -> None:
 
 
 def note(text: str) -> None:
-    print(f"ironcurtain approvals: {text}", flush=True)
+    """One line of the terminal's own (what would act on the terminal shown as escapes)."""
+    print(f"ironcurtain approvals: {visible(text, one_line=True)}", flush=True)
 
 
 def serve(desk: Desk, keys: dict[str, str], stdin: int) -> str:
