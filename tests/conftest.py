@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +32,18 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def user(tmp_path: Path) -> Home:
     return make_home(tmp_path)
+
+
+@pytest.fixture
+def run_dir(user: Home) -> Iterator[Path]:
+    """``user``'s own runtime directory (``XDG_RUNTIME_DIR`` of what it runs), short enough
+    that its sessions' sockets fit in it: its sessions, and no other test's, are found."""
+    path = Path(tempfile.mkdtemp(prefix="icrun-", dir="/tmp"))
+    user.env["XDG_RUNTIME_DIR"] = str(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

@@ -227,10 +227,13 @@ def profile(
 @app.command()
 def approvals(
     session: Annotated[
-        str | None, typer.Option("--session", help="Session id (default: the newest).")
+        str | None,
+        typer.Option(
+            "--session", help="Only this session (default: every running session of yours)."
+        ),
     ] = None,
 ) -> None:
-    """Attach to a running session and answer its escalations one by one."""
+    """Answer the escalations of your running sessions (or one) one by one."""
     from launcher.cli.approvals import attach
 
     raise typer.Exit(attach(session))

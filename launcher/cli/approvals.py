@@ -1,47 +1,29 @@
-"""``ironcurtain approvals``: answer a running session's escalations in a terminal."""
+"""``ironcurtain approvals``: answer running sessions' escalations in a terminal."""
 
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 
+from launcher.cli.approvals_desk import Desk, Question, note, prompt, serve
 from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
-from launcher.transports.approvals_socket import APPROVALS_SOCKET
 
 _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 
 
-def find_socket(session: str | None) -> str:
-    """The approvals socket of ``session``, else of this user's newest running session
-    (a session killed without its clean-up leaves a socket nobody answers: skipped)."""
-    for path in rundir.find(session, APPROVALS_SOCKET):
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except OSError:
-            continue
-        finally:
-            probe.close()
-        return path
-    what = f"session {session}" if session else "any running session"
-    raise UsageError(
-        f"no approvals socket for {what} in {rundir.bases()[0]}: "
-        "is `ironcurtain run` running "
-        "(with --approval auto or socket) as this user?"
-    )
-
-
-def _ask(message: dict[str, object]) -> str:
+def _ask(question: Question) -> None:
+    """Show ``question``: which session, which call, whose request it is in words, the rule,
+    what approving grants and the exact arguments; then the prompt."""
+    message = question.message
     args = json.dumps(message.get("arguments"), indent=2, ensure_ascii=False, sort_keys=True)
-    # Which call, then whose request it is in words (the session's); names on one line.
     said = f": {message['question']}" if message.get("question") else ""
     head = visible(
-        f"{message.get('server')}/{message.get('tool')} needs your approval{said}", one_line=True
+        f"[session {question.link.session}] {message.get('server')}/{message.get('tool')} "
+        f"needs your approval{said}",
+        one_line=True,
     )
     rule = visible(f"rule {message.get('rule')}: {message.get('reason')}", one_line=True)
     caller = message.get("caller")
@@ -58,46 +40,30 @@ def _ask(message: dict[str, object]) -> str:
         + f"  arguments: {visible(args)}"
     )
     print(text, flush=True)  # what would act on the terminal shown as escapes
-    while True:
-        print("[a]pprove, approve for this [s]ession, [d]eny? ", end="", flush=True)
-        line = sys.stdin.readline()
-        if not line:
-            raise EOFError
-        choice = line.strip().lower()[:1]
-        if choice in _KEYS:
-            return _KEYS[choice]
+    prompt()
 
 
 def attach(session: str | None) -> int:
-    path = find_socket(session)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Answer the escalations of ``session``, else of every running session of this user's
+    (those started later too), until that session ends or the input does."""
+    desk = Desk(session, _ask)
+    desk.scan()
+    if session is not None and not desk.links:
+        for path, why in desk.doubted.items():
+            raise UsageError(f"not attaching to {path}: {why}")
+        raise UsageError(
+            f"no approvals socket for session {session} in {rundir.bases()[0]}: "
+            "is `ironcurtain run` running "
+            "(with --approval auto or socket) as this user?"
+        )
+    desk.read_from(sys.stdin.fileno())
+    if not desk.links:
+        note(f"no session running in {rundir.bases()[0]} yet; waiting for one")
+    note("answering here (Ctrl-C leaves)")
     try:
-        sock.connect(path)
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot attach: {exc.strerror}") from None
-    stream = sock.makefile("rwb", buffering=0)
-    try:
-        for raw in stream:
-            message = json.loads(raw)
-            if message.get("type") == "attached":
-                # Said only once the session counts this terminal in: from now on its
-                # escalations come here.
-                print(
-                    f"ironcurtain approvals: attached to {os.path.dirname(path)}; "
-                    "waiting (Ctrl-C leaves)",
-                    flush=True,
-                )
-            if message.get("type") != "request":
-                continue
-            answer = _ask(message)
-            stream.write(
-                json.dumps({"type": "answer", "id": message["id"], "answer": answer}).encode()
-                + b"\n"
-            )
-            print(f"  -> {answer}", flush=True)
-    except (EOFError, KeyboardInterrupt):
+        how = serve(desk, _KEYS, sys.stdin.fileno())
+    except KeyboardInterrupt:
         return 0
-    finally:
-        sock.close()
-    print("ironcurtain approvals: the session ended")
+    if how == "ended":
+        note("the session ended")
     return 0

@@ -83,6 +83,7 @@ class HostFiles:
             uid, gid = plan.run_as or (os.getuid(), os.getgid())
             rundir.sweep_stale()
             write_runtime_files(plan.runtime_dir, uid, gid)
+            rundir.mark_origin(plan.runtime_dir)
             pid_file = os.path.join(plan.runtime_dir, rundir.PID_FILE)
             with open(pid_file, "w", encoding="utf-8") as pid:
                 pid.write(str(os.getpid()))

@@ -71,7 +71,7 @@ class Session(SessionEvents):
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
         self.terminals = (
-            ApprovalsSocket(os.path.join(plan.runtime_dir, APPROVALS_SOCKET))
+            ApprovalsSocket(os.path.join(plan.runtime_dir, APPROVALS_SOCKET), list(plan.servers))
             if plan.approval in ("auto", "socket")
             else None
         )

@@ -11,10 +11,12 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import stat
 import time
 
 PREFIX = "ironcurtain-"
 PID_FILE = "pid"
+ORIGIN_FILE = "base"  # in a directory made in /tmp instead: where it would have gone
 UNIX_PATH_MAX = 107  # bytes in a unix socket path
 
 
@@ -51,6 +53,65 @@ def find(session_id: str | None, member: str) -> list[str]:
         if _owned(path)
     ]
     return sorted(found, key=_mtime, reverse=True)
+
+
+def mark_origin(runtime_dir: str) -> None:
+    """Record, in a runtime directory made in ``/tmp`` because the preferred place's path
+    was too long, that preferred place (:func:`serving` tells its sessions by it)."""
+    preferred = bases()[0]
+    if os.path.dirname(runtime_dir) != preferred:
+        with open(os.path.join(runtime_dir, ORIGIN_FILE), "w", encoding="utf-8") as handle:
+            handle.write(preferred)
+
+
+def serving() -> list[str]:
+    """This user's runtime directories (real directories it owns) of sessions started with
+    the same preferred place (``$XDG_RUNTIME_DIR``, else ``/tmp``): those in it, and those
+    made in ``/tmp`` instead of it; oldest first. Another user's are left out unseen."""
+    preferred = bases()[0]
+    found = []
+    for base in bases():
+        for path in glob.glob(os.path.join(glob.escape(base), PREFIX + "[0-9]*")):
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+                continue
+            if _origin(path) == preferred:
+                found.append(path)
+    return sorted(found, key=_mtime)
+
+
+def _origin(runtime_dir: str) -> str:
+    """The preferred place ``runtime_dir``'s session was started with."""
+    try:
+        with open(os.path.join(runtime_dir, ORIGIN_FILE), encoding="utf-8") as handle:
+            return handle.read(4096)
+    except (OSError, UnicodeDecodeError):
+        return os.path.dirname(runtime_dir)
+
+
+def doubt(sock: str) -> str:
+    """Why the socket ``sock`` in a runtime directory is not one a session of this user's
+    made there ('' when it is): the directory, not a link, this user's and closed to
+    everyone else; the socket, not a link, this user's and usable by this user only."""
+    checks = (
+        (os.path.dirname(sock), stat.S_ISDIR, "directory"),
+        (sock, stat.S_ISSOCK, "socket"),
+    )
+    for path, kind, what in checks:
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        if not kind(st.st_mode):
+            return f"{path} is not a {what}"
+        if st.st_uid != os.getuid():
+            return f"{path} belongs to uid {st.st_uid}, not to this user"
+        if st.st_mode & 0o077:
+            return f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return ""
 
 
 def _alive(pid: int) -> bool:

@@ -8,6 +8,7 @@ import contextlib
 import itertools
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
@@ -16,16 +17,18 @@ APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
 class ApprovalsSocket:
     """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
 
-    JSON lines. To a terminal: ``{"type": "attached"}`` once it counts as attached (from
-    then on escalations go to it), ``{"type": "request", "id", "server", "tool", "arguments",
-    "rule", "reason", "question"}`` (``question``: whose request it is and what it asks, in
-    words) for every question open now or later, and ``{"type": "closed", "id"}`` once it
-    is answered anywhere or given up. From a terminal: ``{"type": "answer",
-    "id", "answer"}``. The first answer counts; an answer to an unknown (old) id is ignored.
+    JSON lines. To a terminal: ``{"type": "attached", "servers"}`` (the session's servers)
+    once it counts as attached (from then on escalations go to it), ``{"type": "request",
+    "id", "server", "tool", "arguments", "rule", "reason", "question"}`` (``question``: whose
+    request it is and what it asks, in words) for every question open now or later, and
+    ``{"type": "closed", "id"}`` once it is answered anywhere or given up. From a terminal:
+    ``{"type": "answer", "id", "answer"}``. The first answer counts; an answer to an
+    unknown (old) id is ignored.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, servers: Sequence[str] = ()) -> None:
         self.path = path
+        self._hello = json.dumps({"type": "attached", "servers": list(servers)}).encode() + b"\n"
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
@@ -71,7 +74,7 @@ class ApprovalsSocket:
     async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
-            writer.write(b'{"type": "attached"}\n')
+            writer.write(self._hello)
             for message, _ in list(self._open.values()):
                 writer.write(json.dumps(message).encode() + b"\n")
             while line := await reader.readline():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,12 +19,15 @@ from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.probe import probe_calls, probe_session
 from tests.support.sdk import (
+    PROMPT,
     Answer,
     Elicitation,
+    answer_asked,
     answering,
     attached_terminal,
     call,
     connect,
+    leave,
     session_calls,
 )
 
@@ -162,10 +166,8 @@ def test_without_a_channel_escalations_are_denied(user: Home) -> None:
     assert [e["escalation"] for e in audit_entries(audit)] == ["no-approval-channel"] * 2
 
 
-def test_an_attached_approvals_terminal_answers(user: Home) -> None:
+def test_an_attached_approvals_terminal_answers(user: Home, run_dir: Path) -> None:
     args, _, audit = _setup(user)
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     out: list[tuple[bool, str]] = []
     shown: list[str] = []
 
@@ -173,27 +175,48 @@ def test_an_attached_approvals_terminal_answers(user: Home) -> None:
         # A client that cannot elicit: with a terminal attached, auto asks the terminal.
         async with session_with(user, args, None) as s:
             terminal = await attached_terminal(user)
-            assert terminal.stdin and terminal.stdout
-            terminal.stdin.write(b"x\na\nd\n")  # a typo is asked again
-            out.append(await call(s, "probe__env_value", {"name": "HOME"}))
-            out.append(await call(s, "probe__env_value", {"name": "LANG"}))
-        # The session is over: the terminal sees its socket close and leaves.
-        shown.append((await asyncio.wait_for(terminal.stdout.read(), 10)).decode())
-        await terminal.wait()
+            first = asyncio.create_task(call(s, "probe__env_value", {"name": "HOME"}))
+            shown.append(await answer_asked(terminal, b"x"))  # a typo is asked again
+            shown.append(await answer_asked(terminal, b"a"))
+            out.append(await first)
+            second = asyncio.create_task(call(s, "probe__env_value", {"name": "LANG"}))
+            shown.append(await answer_asked(terminal, b"d"))
+            out.append(await second)
+        # The session is over: the terminal says so; it leaves when its input ends.
+        shown.append(await leave(terminal))
 
     asyncio.run(scenario())
     assert out[0] == (False, "/tmp/home")
     assert out[1][0] and "the user answered deny" in out[1][1]
     assert "probe/env_value needs your approval" in shown[0]
     assert "rule ask-before-env" in shown[0] and '"name": "HOME"' in shown[0]
-    assert "the session ended" in shown[0]
+    assert shown[1].strip() == PROMPT.decode().strip()  # the typo: only asked again
+    assert '"name": "LANG"' in shown[2]
+    assert re.search(r"session \S+ ended", shown[3])
     assert [e["escalation"] for e in audit_entries(audit)] == ["approved", "denied"]
 
 
-def test_approvals_without_a_session_says_so(user: Home) -> None:
+def test_approvals_for_one_session_leaves_when_it_ends(user: Home, run_dir: Path) -> None:
+    args, _, _ = _setup(user)
+    shown: list[str] = []
+
+    async def scenario() -> None:
+        async with session_with(user, args, None):
+            (made,) = run_dir.glob("ironcurtain-*")
+            session = made.name.removeprefix("ironcurtain-")
+            terminal = await attached_terminal(user, "--session", session)
+            assert terminal.stdout
+        shown.append((await asyncio.wait_for(terminal.stdout.read(), 30)).decode())
+        assert await terminal.wait() == 0
+
+    asyncio.run(scenario())
+    assert "the session ended" in shown[0]
+
+
+def test_approvals_for_a_session_not_running_says_so(user: Home) -> None:
     user.env["XDG_RUNTIME_DIR"] = str(user.root)
-    done = ironcurtain(user, "approvals")
-    assert done.returncode == 2 and "no approvals socket" in done.stderr
+    done = ironcurtain(user, "approvals", "--session", "20261207-000000-000000")
+    assert done.returncode == 2 and "no approvals socket for session" in done.stderr
 
 
 def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None:
@@ -203,7 +226,7 @@ def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None
         terminals = ApprovalsSocket(str(tmp_path / "a.sock"))
         await terminals.start()
         reader, writer = await asyncio.open_unix_connection(str(tmp_path / "a.sock"))
-        assert json.loads(await reader.readline()) == {"type": "attached"}
+        assert json.loads(await reader.readline())["type"] == "attached"
         first = asyncio.create_task(terminals.ask({"tool": "one"}, 5))
         question = json.loads(await reader.readline())
         writer.write(

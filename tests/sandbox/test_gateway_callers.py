@@ -170,7 +170,7 @@ def test_a_caller_whose_approval_is_being_read_keeps_its_servers(user: Home, idp
 
 
 def test_a_call_cancelled_while_a_terminal_is_asked_names_its_caller(
-    user: Home, idp: Provider
+    user: Home, idp: Provider, run_dir: Path
 ) -> None:
     params = {"name": "env_value", "arguments": {"name": "HOME"}, "_meta": META}
 

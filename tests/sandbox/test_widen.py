@@ -28,7 +28,15 @@ from tests.support.probe import (
     write_probe_config,
     write_raw_policy,
 )
-from tests.support.sdk import Answer, answering, attached_terminal, call, connect
+from tests.support.sdk import (
+    Answer,
+    answer_asked,
+    answering,
+    attached_terminal,
+    call,
+    connect,
+    leave,
+)
 
 pytestmark = needs_bwrap
 
@@ -422,11 +430,11 @@ def test_a_path_no_approval_can_open_is_refused_without_asking(user: Home) -> No
     assert audit_entries(audit)[0]["escalation"] == "cannot-take-effect"
 
 
-def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) -> None:
+def test_a_write_outside_approved_at_an_attached_terminal_happens(
+    user: Home, run_dir: Path
+) -> None:
     ws, notes, audit = _places(user)
     todo = notes / "todo.md"
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     out: list[tuple[bool, str]] = []
     shown: list[str] = []
 
@@ -434,11 +442,11 @@ def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) ->
         args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
         async with connect(user, *args) as s:  # a client that cannot elicit
             terminal = await attached_terminal(user)
-            assert terminal.stdin and terminal.stdout
-            terminal.stdin.write(b"a\n")
-            out.append(await call(s, "write_file", {"path": str(todo), "content": "from tty"}))
-        shown.append((await asyncio.wait_for(terminal.stdout.read(), 10)).decode())
-        await terminal.wait()
+            writing = {"path": str(todo), "content": "from tty"}
+            asked = asyncio.create_task(call(s, "write_file", writing))
+            shown.append(await answer_asked(terminal, b"a"))
+            out.append(await asked)
+        await leave(terminal)
 
     asyncio.run(scenario())
     assert out[0][0] is False, out[0][1]

@@ -88,16 +88,52 @@ def answering(*answers: str) -> tuple[Answer, list[str]]:
     return answer, seen
 
 
-async def attached_terminal(user: Home) -> asyncio.subprocess.Process:
-    """``ironcurtain approvals`` as ``user``, once it says it is attached to the running
-    session (write its answers to its stdin; what it shows is on its stdout)."""
+async def attached_terminal(
+    user: Home, *args: str, sessions: int = 1
+) -> asyncio.subprocess.Process:
+    """``ironcurtain approvals *args`` as ``user``, once it says it is attached to
+    ``sessions`` running sessions (write its answers to its stdin; what it shows is on its
+    stdout)."""
     terminal = await asyncio.create_subprocess_exec(
         IRONCURTAIN,
         "approvals",
+        *args,
         env=user.env,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
-    assert terminal.stdin and terminal.stdout
-    assert b"attached to" in await terminal.stdout.readline()
+    await attached(terminal, sessions)
     return terminal
+
+
+async def attached(terminal: asyncio.subprocess.Process, sessions: int = 1) -> str:
+    """What ``terminal`` shows until it has said it is attached to ``sessions`` more
+    sessions (each counts it in from then on: its escalations are put to it)."""
+    assert terminal.stdout
+    seen = ""
+    while seen.count("attached to session") < sessions:
+        line = await asyncio.wait_for(terminal.stdout.readline(), 60)
+        assert line, f"approvals ended before it attached:\n{seen}"
+        seen += line.decode()
+    return seen
+
+
+PROMPT = b"[a]pprove, approve for this [s]ession, [d]eny? "
+
+
+async def answer_asked(terminal: asyncio.subprocess.Process, answer: bytes) -> str:
+    """What ``terminal`` (``ironcurtain approvals``) shows up to its next prompt; then
+    ``answer`` is typed there (what is typed before a question is shown answers nothing)."""
+    assert terminal.stdin and terminal.stdout
+    shown = (await asyncio.wait_for(terminal.stdout.readuntil(PROMPT), 60)).decode()
+    terminal.stdin.write(answer + b"\n")
+    return shown
+
+
+async def leave(terminal: asyncio.subprocess.Process) -> str:
+    """End ``terminal``'s input (it leaves); what it showed up to then."""
+    assert terminal.stdin and terminal.stdout
+    terminal.stdin.close()
+    shown = (await asyncio.wait_for(terminal.stdout.read(), 30)).decode()
+    await terminal.wait()
+    return shown
