@@ -164,8 +164,6 @@ def test_without_a_channel_escalations_are_denied(user: Home) -> None:
 
 def test_an_attached_approvals_terminal_answers(user: Home) -> None:
     args, _, audit = _setup(user)
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     out: list[tuple[bool, str]] = []
     shown: list[str] = []
 
@@ -191,7 +189,6 @@ def test_an_attached_approvals_terminal_answers(user: Home) -> None:
 
 
 def test_approvals_without_a_session_says_so(user: Home) -> None:
-    user.env["XDG_RUNTIME_DIR"] = str(user.root)
     done = ironcurtain(user, "approvals")
     assert done.returncode == 2 and "no approvals socket" in done.stderr
 

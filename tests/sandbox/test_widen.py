@@ -425,8 +425,6 @@ def test_a_path_no_approval_can_open_is_refused_without_asking(user: Home) -> No
 def test_a_write_outside_approved_at_an_attached_terminal_happens(user: Home) -> None:
     ws, notes, audit = _places(user)
     todo = notes / "todo.md"
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     out: list[tuple[bool, str]] = []
     shown: list[str] = []
 
