@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,15 +34,10 @@ def user(tmp_path: Path) -> Home:
 
 
 @pytest.fixture
-def run_dir(user: Home) -> Iterator[Path]:
+def run_dir(user: Home) -> Path:
     """``user``'s own runtime directory (``XDG_RUNTIME_DIR`` of what it runs), short enough
     that its sessions' sockets fit in it: its sessions, and no other test's, are found."""
-    path = Path(tempfile.mkdtemp(prefix="icrun-", dir="/tmp"))
-    user.env["XDG_RUNTIME_DIR"] = str(path)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
+    return Path(user.env["XDG_RUNTIME_DIR"])
 
 
 @pytest.fixture

@@ -132,8 +132,6 @@ def test_under_elicit_a_callers_client_never_widens_onto_the_host(
 
 def test_the_operators_terminal_still_approves(user: Home, idp: Provider) -> None:
     _, todo = _targets(user)
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     answer, seen = answering("approve")
     out: list[tuple[bool, str]] = []
     shown: list[str] = []

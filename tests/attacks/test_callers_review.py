@@ -134,8 +134,6 @@ def test_control_the_operators_terminal_approves_the_same_widening(
     widens the server onto the file and writes it (what the caller's client may not give
     is real)."""
     config, limits = _read_only_place(user)
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     answer, seen = answering("approve")
     tool, args = WIDER
     out: list[tuple[bool, str]] = []

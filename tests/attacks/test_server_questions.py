@@ -123,8 +123,6 @@ def test_approval_for_the_session_covers_only_the_same_forwarded_request(user: H
 
 
 def test_an_approvals_terminal_shows_the_whole_request_as_the_servers(user: Home) -> None:
-    user.env["XDG_RUNTIME_DIR"] = str(user.root / "run")
-    (user.root / "run").mkdir()
     terminals: list[subprocess.Popen[str]] = []
 
     def attach() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -189,7 +190,7 @@ def _sleeping(seconds: str) -> list[psutil.Process]:
 def test_a_client_that_leaves_during_start_up_ends_the_session(user: Home) -> None:
     # The client closes its end before the server is ready, having sent nothing: the
     # session stops (and stops the server) instead of waiting up to a minute for it.
-    seconds = f"29.{os.getpid() % 1000}"
+    seconds = f"29.{secrets.randbelow(10**6):06d}"  # names this test's server alone
     proc = subprocess.Popen(
         [IRONCURTAIN, "run", *_slow_config(user, seconds)],
         env=user.env,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +47,20 @@ class Home:
         return path
 
 
+_RUN_BASE: list[str] = []
+
+
+def short_run_dir() -> Path:
+    """A runtime directory of this test's own (``$XDG_RUNTIME_DIR``), short enough that a
+    session's sockets fit in it: its sessions are never made in the shared ``/tmp``, so a
+    test that looks for sessions finds its own, not those of another test run (or another
+    worker of this one) on the same machine. Removed when the test process ends."""
+    if not _RUN_BASE:
+        _RUN_BASE.append(tempfile.mkdtemp(prefix=f"icr{os.getpid()}-", dir="/tmp"))
+        atexit.register(shutil.rmtree, _RUN_BASE[0], True)
+    return Path(tempfile.mkdtemp(prefix="", dir=_RUN_BASE[0]))
+
+
 def make_home(tmp_path: Path) -> Home:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -58,6 +75,7 @@ def make_home(tmp_path: Path) -> Home:
         "XDG_CONFIG_HOME": str(config),
         "LANG": "C.UTF-8",
         "CALLER_SECRET_TOKEN": secret,
+        "XDG_RUNTIME_DIR": str(short_run_dir()),
     }
     return Home(tmp_path, home, state, config, env, secret)
 
@@ -71,7 +89,7 @@ def git_repo(ws: Path) -> None:
 def in_process(user: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
     """``user``, for commands run in this process: its XDG directories (state, config, a
     cache of its own) and no real API key."""
-    for key in ("XDG_STATE_HOME", "XDG_CONFIG_HOME"):
+    for key in ("XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_RUNTIME_DIR"):
         monkeypatch.setenv(key, user.env[key])
     monkeypatch.setenv("XDG_CACHE_HOME", str(user.root / "cache"))
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
