@@ -35,6 +35,7 @@ from launcher.clients.known import (
     user_policy,
     workspace_of,
 )
+from launcher.clients.wrap_network import network_for
 from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
 from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
 from sandbox_profiles.writable_roots import root_problem
@@ -287,9 +288,13 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     if cwd:
         definition["cwd"] = cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
-    fs = _filesystem(f, e, mounts, notes)
-    if fs:
-        definition["sandbox"] = {"filesystem": fs}
+    sandbox: dict[str, Any] = {"filesystem": _filesystem(f, e, mounts, notes)}
+    network, said = network_for(e.name, command, args, projects(f), str(user_config()))
+    if network is not None:
+        sandbox["network"] = network
+    notes += [said] if said else []
+    if any(sandbox.values()):
+        definition["sandbox"] = {k: v for k, v in sandbox.items() if v}
     if kept:
         notes.append(
             f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
