@@ -169,12 +169,18 @@ HOSTILE = {
     "./cfg-link": lambda u: u.config,
     "..": lambda u: u.home,
     "../..": lambda u: u.root,
+    # Catalogue entries: what git and the editor load from the project.
+    "./.git": lambda u: u.home / "proj" / ".git",
+    "./.vscode": lambda u: u.home / "proj" / ".vscode",
+    "./.git/hooks": lambda u: u.home / "proj" / ".git" / "hooks",
 }
 
 
 def _hostile_project(user: Home, arg: str) -> Path:
     project = user.home / "proj"
     (project / "data").mkdir(parents=True)
+    git_repo(project)
+    (project / ".vscode").mkdir()
     (project / "home-link").symlink_to(user.home)
     (user.config / "ironcurtain").mkdir(parents=True)
     (project / "cfg-link").symlink_to(user.config)  # holds ironcurtain's configuration
