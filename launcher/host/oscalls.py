@@ -153,6 +153,8 @@ def remove_xattr(path: str, name: str) -> None:
 
 # -- inotify -------------------------------------------------------------------------------
 
+IN_MODIFY = 0x002
+IN_ATTRIB = 0x004
 IN_CREATE = 0x100
 IN_MOVED_TO = 0x080
 IN_DELETE_SELF = 0x400

@@ -1,0 +1,197 @@
+"""``git init`` and ``git clone`` by a server in the workspace, under the guard: what git
+itself lays down (sample hooks, description, info/exclude, a config of its own settings)
+stays, so the repository works; anything a hostile server adds to make the user's git run
+its code is moved out before the call returns.
+
+Each attack is what a hostile server does in one call (real git, in the workspace the guard
+watches, settled as a session settles it). The promise is checked as the user meets it:
+``git status``, ``git add`` and ``git commit`` on the host in the repository run nothing the
+server wrote. Each has its CONTROL: the same call with no guard, where the user's git does
+run it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from launcher.guard.gitmade import template_hooks
+from tests.support.gitmade import bare_repo, git, host_env, marker_script, settled
+
+Attack = Callable[[Path, Path, Path], Path]  # (workspace, origin, marker) -> the repository
+
+
+def _template(ws: Path, marker: Path) -> Path:
+    """A template directory of the server's, with a real hook."""
+    tmpl = ws / ".cache" / "tmpl"
+    marker_script(tmpl / "hooks" / "pre-commit", marker)
+    return tmpl
+
+
+def init_with_template_option(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "init", "-q", f"--template={_template(ws, marker)}", "r")
+    return ws / "r"
+
+
+def clone_with_template_dir_setting(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "-c", f"init.templateDir={_template(ws, marker)}", "clone", "-q", str(origin), "r")
+    return ws / "r"
+
+
+def init_with_template_variable(ws: Path, origin: Path, marker: Path) -> Path:
+    tmpl = _template(ws, marker)
+    git(ws, "init", "-q", "r", env={**os.environ, "GIT_TEMPLATE_DIR": str(tmpl)})
+    return ws / "r"
+
+
+def hook_written_after_clone(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "clone", "-q", str(origin), "r")
+    marker_script(ws / "r" / ".git" / "hooks" / "pre-commit", marker)
+    return ws / "r"
+
+
+def sample_rewritten_and_renamed(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "init", "-q", "r")
+    hooks = ws / "r" / ".git" / "hooks"
+    marker_script(hooks / "pre-commit.sample", marker)  # written in place
+    os.rename(hooks / "pre-commit.sample", hooks / "pre-commit")
+    return ws / "r"
+
+
+def hooks_made_a_symlink(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "clone", "-q", str(origin), "r")
+    marker_script(ws / "elsewhere" / "pre-commit", marker)
+    hooks = ws / "r" / ".git" / "hooks"
+    for sample in hooks.iterdir():
+        sample.unlink()
+    hooks.rmdir()
+    hooks.symlink_to(ws / "elsewhere")
+    return ws / "r"
+
+
+def hooks_path_in_the_clone_config(ws: Path, origin: Path, marker: Path) -> Path:
+    marker_script(ws / ".h" / "pre-commit", marker)
+    git(ws, "clone", "-q", "-c", f"core.hooksPath={ws / '.h'}", str(origin), "r")
+    return ws / "r"
+
+
+def fsmonitor_in_the_clone_config(ws: Path, origin: Path, marker: Path) -> Path:
+    script = marker_script(ws / "tools" / "fsm", marker)
+    git(ws, "clone", "-q", "-c", f"core.fsmonitor={script}", str(origin), "r")
+    return ws / "r"
+
+
+def include_added_to_the_config(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "clone", "-q", str(origin), "r")
+    script = marker_script(ws / "tools" / "fsm", marker)
+    (ws / "notes.cfg").write_text(f"[core]\n\tfsmonitor = {script}\n")
+    git(ws / "r", "config", "include.path", str(ws / "notes.cfg"))
+    return ws / "r"
+
+
+def config_rewritten_in_place(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "clone", "-q", str(origin), "r")
+    marker_script(ws / ".h" / "pre-commit", marker)
+    with open(ws / "r" / ".git" / "config", "a") as config:  # no new file, no rename
+        config.write(f"[core]\n\thooksPath = {ws / '.h'}\n")
+    return ws / "r"
+
+
+def config_given_another_name(ws: Path, origin: Path, marker: Path) -> Path:
+    git(ws, "clone", "-q", str(origin), "r")
+    os.link(ws / "r" / ".git" / "config", ws / "r" / "settings.ini")  # to write through later
+    marker_script(ws / ".h" / "pre-commit", marker)
+    with open(ws / "r" / "settings.ini", "a") as config:
+        config.write(f"[core]\n\thooksPath = {ws / '.h'}\n")
+    return ws / "r"
+
+
+ATTACKS: list[Attack] = [
+    init_with_template_option,
+    clone_with_template_dir_setting,
+    init_with_template_variable,
+    hook_written_after_clone,
+    sample_rewritten_and_renamed,
+    hooks_made_a_symlink,
+    hooks_path_in_the_clone_config,
+    fsmonitor_in_the_clone_config,
+    include_added_to_the_config,
+    config_rewritten_in_place,
+    config_given_another_name,
+]
+
+
+def _user_works_in(repo: Path, home: Path) -> None:
+    """What the user does in the repository on the host: status, add, commit."""
+    env = host_env(home)
+    (repo / "work.txt").write_text("mine\n")
+    for args in (["status"], ["add", "work.txt"], ["commit", "-qm", "mine"], ["status"]):
+        git(repo, *args, env=env, check=False)
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("attack", ATTACKS, ids=lambda a: a.__name__)
+def test_the_users_git_runs_nothing_the_server_wrote(
+    attack: Attack, protected: bool, tmp_path: Path
+) -> None:
+    ws, marker = tmp_path / "ws", tmp_path / "ran"
+    ws.mkdir()
+    (tmp_path / "home").mkdir()
+    origin = bare_repo(tmp_path / "origin.git")
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        repo = attack(ws, origin, marker)
+        watched.returned()
+        _user_works_in(repo, tmp_path / "home")  # while the session goes on
+        assert marker.exists() != protected, watched.moved
+        assert watched.failures == []
+    _user_works_in(repo, tmp_path / "home")  # after the session
+    assert marker.exists() != protected
+
+
+def test_a_sample_rewritten_is_gone_before_the_user_enables_it(tmp_path: Path) -> None:
+    """A sample says "rename this file to enable it": one the server changed is moved out
+    (the hooks directory with it), so enabling it runs nothing of the server's."""
+    for protected in (False, True):  # the CONTROL first
+        ws, marker = tmp_path / f"ws-{protected}", tmp_path / f"ran-{protected}"
+        ws.mkdir()
+        with settled(ws, tmp_path / f"q-{protected}", on=protected) as watched:
+            git(ws, "init", "-q", "r")
+            hooks = ws / "r" / ".git" / "hooks"
+            marker_script(hooks / "pre-commit.sample", marker)
+            watched.returned()
+            if (hooks / "pre-commit.sample").exists():
+                os.rename(hooks / "pre-commit.sample", hooks / "pre-commit")  # the user
+            _user_works_in(ws / "r", tmp_path)
+        assert marker.exists() != protected
+        if protected:
+            assert watched.paths(ws) == {"r/.git/hooks"}
+
+
+def test_init_clone_and_remotes_keep_what_git_lays_down(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    origin = bare_repo(tmp_path / "origin.git")
+    with settled(ws, tmp_path / "quarantine") as watched:
+        git(ws, "init", "-q", "-b", "main", "fresh")
+        git(ws, "clone", "-q", str(origin), "copy")
+        git(ws, "clone", "-q", "--bare", str(origin), "mirror.git")
+        git(ws / "copy", "remote", "add", "upstream", "https://example.com/u.git")
+        git(ws / "copy", "remote", "set-url", "--push", "origin", "https://example.com/p.git")
+        git(ws / "copy", "branch", "-q", "--set-upstream-to=origin/main")
+        watched.returned()
+        assert watched.moved == [] and watched.failures == []
+    assert watched.moved == [] and watched.failures == []  # nor at the sweep
+    samples = template_hooks()
+    assert samples, "the host git has template hooks"
+    for repo in (ws / "fresh" / ".git", ws / "copy" / ".git", ws / "mirror.git"):
+        assert {p.name: p.read_bytes() for p in (repo / "hooks").iterdir()} == samples
+        assert (repo / "description").is_file() and (repo / "info" / "exclude").is_file()
+    env = host_env(tmp_path)
+    (ws / "copy" / "new.txt").write_text("x\n")
+    git(ws / "copy", "add", "new.txt", env=env)
+    git(ws / "copy", "commit", "-qm", "second", env=env)
+    assert "second" in git(ws / "copy", "log", "--oneline", env=env)
+    assert "https://example.com/p.git" in git(ws / "copy", "remote", "-v", env=env)
