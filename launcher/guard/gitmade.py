@@ -24,6 +24,7 @@ change time), at the end of every settle, and strictly at the sweep.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import stat
@@ -34,11 +35,12 @@ from launcher.host.nofollow import Parts, open_chain
 from launcher.host.oscalls import open_dir
 from sandbox_profiles import autorun
 from sandbox_profiles.gitconfig import GitConfigError, git_prefix, parse_config
+from sandbox_profiles.present import CHANGED_BY_GIT_LIMIT
 
 Identity = tuple[int, int, int]
 # No sample git ships is near this; no configuration git makes for a clone either.
 MAX_SAMPLE_BYTES = 64 * 1024
-MAX_CONFIG_BYTES = 1024 * 1024
+MAX_CONFIG_BYTES = CHANGED_BY_GIT_LIMIT
 
 # Settings git writes when it makes a repository (init, clone) or adds a remote, by
 # section; True: the section takes a subsection (``remote "origin"``).
@@ -211,14 +213,20 @@ class GitMade:
         self.before: dict[str, str] = {}  # the configurations there at the start: their text
         self.holders: set[str] = set()  # directories holding an admitted configuration
 
-    def note_start(self, root: str, parts: Parts, entry: autorun.Entry) -> None:
+    def note_start(self, root: str, parts: Parts, entry: autorun.Entry) -> bool:
         """``root/parts`` is the user's at the start: a configuration's text is kept, to
-        tell what git changes in it (a remote added) from anything else."""
-        if kind_of(parts, entry) == "config":
-            found = read_own(root, parts, MAX_CONFIG_BYTES)
-            if found is not None:
-                text = found[0].decode("utf-8", "surrogateescape")
-                self.before[os.path.join(root, *parts)] = text
+        tell what git changes in it (a remote added) from anything else, and to put it back
+        when something else changes it. True when its changes in place are to be seen."""
+        if kind_of(parts, entry) != "config":
+            return False
+        path = os.path.join(root, *parts)
+        found = read_own(root, parts, MAX_CONFIG_BYTES)
+        if found is None:
+            return False
+        self.before[path] = found[0].decode("utf-8", "surrogateescape")
+        self.files[path] = (root, parts, "config", found[1])
+        self.holders.add(os.path.dirname(path))
+        return True
 
     def in_hooks(self, path: str) -> bool:
         """Whether ``path`` is in a hooks directory admitted as git's."""
@@ -244,7 +252,10 @@ class GitMade:
                     break  # moved out whole
             return True
         if kind == "config" and not is_dir:
-            return self._config_reason(root, parts) is None
+            reason = self._config_reason(root, parts)
+            if reason is not None:
+                self.refuse(root, parts, reason)
+            return True  # admitted, or moved out (and the user's put back)
         return False
 
     def _config_reason(self, root: str, parts: Parts) -> str | None:
@@ -283,12 +294,54 @@ class GitMade:
             now = _identity(root, parts)
             if now is None:
                 self.files.pop(path, None)
+                if path in self.before:  # the user's, removed: put back
+                    self._put_back(root, parts)
             elif now != identity or whole:
                 if kind == "hook":
                     self.check_hook(root, parts, whole)
                 elif (reason := self._config_reason(root, parts)) is not None:
-                    self.files.pop(path, None)
-                    self._quarantine(root, parts, f"{parts[-1]} of a repository: {reason}")
+                    self.refuse(root, parts, reason)
+
+    def refuse(self, root: str, parts: Parts, reason: str) -> None:
+        """Move a configuration out; the user's, as it was at the start, is put back."""
+        path = os.path.join(root, *parts)
+        self.files.pop(path, None)
+        self._quarantine(root, parts, f"{parts[-1]} of a repository: {reason}")
+        if path in self.before:
+            self._put_back(root, parts)
+
+    def _put_back(self, root: str, parts: Parts) -> None:
+        """Write the user's configuration back as it was at the start (a new file renamed
+        into place, through the directory's descriptor); nothing when its directory is gone."""
+        path = os.path.join(root, *parts)
+        try:
+            parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
+        except OSError:
+            return
+        try:
+            _write_into(parent, parts[-1], self.before[path].encode("utf-8", "surrogateescape"))
+        finally:
+            os.close(parent)
+        identity = _identity(root, parts)
+        if identity is not None:
+            self.files[path] = (root, parts, "config", identity)
+
+
+def _write_into(parent: int, name: str, data: bytes) -> None:
+    """``data`` as ``name`` in the directory ``parent``: a new file, renamed into place."""
+    temporary = f".{name}.ironcurtain-{os.getpid()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temporary, dir_fd=parent)
+    fd = os.open(temporary, flags, 0o644, dir_fd=parent)
+    try:
+        os.write(fd, data)
+        owner = os.fstat(parent)
+        if os.geteuid() == 0:  # the directory's owner owns the file, as git made it
+            os.fchown(fd, owner.st_uid, owner.st_gid)
+    finally:
+        os.close(fd)
+    os.rename(temporary, name, src_dir_fd=parent, dst_dir_fd=parent)
 
 
 def _identity(root: str, parts: Parts) -> Identity | None:

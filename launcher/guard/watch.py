@@ -39,6 +39,7 @@ from launcher.host.nofollow import Parts
 from launcher.host.oscalls import (
     IN_ATTRIB,
     IN_CREATE,
+    IN_DELETE,
     IN_DELETE_SELF,
     IN_DONT_FOLLOW,
     IN_IGNORED,
@@ -57,7 +58,7 @@ from sandbox_profiles import autorun
 
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
 # Where a configuration git made is admitted by content: a change in place wakes the guard.
-_CHANGES = IN_MODIFY | IN_ATTRIB
+_CHANGES = IN_MODIFY | IN_ATTRIB | IN_DELETE
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
 MAX_DEPTH = 400
 # Seconds one settle may spend scanning: a server that changes the tree faster than it can be
@@ -243,8 +244,8 @@ class Guard:
             identity = nofollow.identity(root, parts)
             if identity is not None:
                 self.preexisting[path] = identity
-                if entry is not None:
-                    self.made.note_start(root, parts, entry)
+                if entry is not None and self.made.note_start(root, parts, entry):
+                    self._add_watch(root, parts[:-1])  # its changes in place seen too
         elif not self.is_preexisting(root, parts, same_inode=not final and is_dir):
             if entry is not None and self._git_made(root, parts, entry, is_dir):
                 # git's own: a hooks directory is descended into, and watched (unless what

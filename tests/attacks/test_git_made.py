@@ -37,7 +37,8 @@ def init_with_template_option(ws: Path, origin: Path, marker: Path) -> Path:
 
 
 def clone_with_template_dir_setting(ws: Path, origin: Path, marker: Path) -> Path:
-    git(ws, "-c", f"init.templateDir={_template(ws, marker)}", "clone", "-q", str(origin), "r")
+    tmpl = _template(ws, marker)
+    git(ws, "-c", f"init.templateDir={tmpl}", "clone", "-q", str(origin), "r", check=False)
     return ws / "r"
 
 
@@ -74,13 +75,14 @@ def hooks_made_a_symlink(ws: Path, origin: Path, marker: Path) -> Path:
 
 def hooks_path_in_the_clone_config(ws: Path, origin: Path, marker: Path) -> Path:
     marker_script(ws / ".h" / "pre-commit", marker)
-    git(ws, "clone", "-q", "-c", f"core.hooksPath={ws / '.h'}", str(origin), "r")
+    # The guard may move the config out while git is still writing it: the clone may fail.
+    git(ws, "clone", "-q", "-c", f"core.hooksPath={ws / '.h'}", str(origin), "r", check=False)
     return ws / "r"
 
 
 def fsmonitor_in_the_clone_config(ws: Path, origin: Path, marker: Path) -> Path:
     script = marker_script(ws / "tools" / "fsm", marker)
-    git(ws, "clone", "-q", "-c", f"core.fsmonitor={script}", str(origin), "r")
+    git(ws, "clone", "-q", "-c", f"core.fsmonitor={script}", str(origin), "r", check=False)
     return ws / "r"
 
 
@@ -195,3 +197,105 @@ def test_init_clone_and_remotes_keep_what_git_lays_down(tmp_path: Path) -> None:
     git(ws / "copy", "commit", "-qm", "second", env=env)
     assert "second" in git(ws / "copy", "log", "--oneline", env=env)
     assert "https://example.com/p.git" in git(ws / "copy", "remote", "-v", env=env)
+
+
+# -- the user's own repository: git changes its config (a remote added), nothing else may
+
+
+def _users_repo(ws: Path, home: Path) -> tuple[Path, bytes]:
+    """The user's repository, there before the session: its config as it was."""
+    repo = ws / "mine"
+    env = host_env(home)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    git(repo, "config", "alias.st", "status")  # the user's own setting, not one git writes
+    git(repo, "remote", "add", "origin", "https://example.com/mine.git")
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "a.txt", env=env)
+    git(repo, "commit", "-qm", "first", env=env)
+    return repo, (repo / ".git" / "config").read_bytes()
+
+
+def hooks_path_set_with_git_config(repo: Path, ws: Path, marker: Path) -> None:
+    marker_script(ws / ".h" / "pre-commit", marker)
+    git(repo, "config", "core.hooksPath", str(ws / ".h"))  # a new file renamed over it
+
+
+def fsmonitor_written_in_place(repo: Path, ws: Path, marker: Path) -> None:
+    script = marker_script(ws / "tools" / "fsm", marker)
+    with open(repo / ".git" / "config", "a") as config:
+        config.write(f"[core]\n\tfsmonitor = {script}\n")
+
+
+def config_replaced_by_a_link(repo: Path, ws: Path, marker: Path) -> None:
+    marker_script(ws / ".h" / "pre-commit", marker)
+    (ws / "evil.cfg").write_text(f"[core]\n\thooksPath = {ws / '.h'}\n")
+    (repo / ".git" / "link").symlink_to(ws / "evil.cfg")
+    os.rename(repo / ".git" / "link", repo / ".git" / "config")
+
+
+def alias_added_beside_a_remote(repo: Path, ws: Path, marker: Path) -> None:
+    marker_script(ws / ".h" / "pre-commit", marker)
+    git(repo, "remote", "add", "up", "https://example.com/up.git")
+    git(repo, "config", "alias.ci", f"-c core.hooksPath={ws / '.h'} commit")
+
+
+USERS_CONFIG_ATTACKS = [
+    hooks_path_set_with_git_config,
+    fsmonitor_written_in_place,
+    config_replaced_by_a_link,
+    alias_added_beside_a_remote,
+]
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("attack", USERS_CONFIG_ATTACKS, ids=lambda a: a.__name__)
+def test_the_users_config_changes_only_as_git_changes_it(
+    attack: Callable[[Path, Path, Path], None], protected: bool, tmp_path: Path
+) -> None:
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    repo, before = _users_repo(ws, home)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        attack(repo, ws, marker)
+        watched.returned()
+        env = host_env(home)
+        (repo / "b.txt").write_text("b\n")
+        for args in (["status"], ["add", "b.txt"], ["ci", "-qm", "mine"], ["commit", "-qm", "2"]):
+            git(repo, *args, env=env, check=False)
+        assert marker.exists() != protected, watched.moved
+        if protected:  # the user's configuration is there again, as it was
+            assert (repo / ".git" / "config").read_bytes() == before
+            assert not (repo / ".git" / "config").is_symlink()
+            assert watched.failures == []
+
+
+def test_the_users_config_removed_is_put_back(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    repo, before = _users_repo(ws, tmp_path)
+    with settled(ws, tmp_path / "quarantine") as watched:
+        (repo / ".git" / "config").unlink()
+        watched.returned()
+        assert (repo / ".git" / "config").read_bytes() == before
+    # CONTROL: no guard, and it stays gone.
+    (repo / ".git" / "config").unlink()
+    assert not (repo / ".git" / "config").exists()
+
+
+def test_remotes_added_and_set_in_the_users_repository_stay(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    repo, _ = _users_repo(ws, tmp_path)
+    with settled(ws, tmp_path / "quarantine") as watched:
+        git(repo, "remote", "add", "up", "https://example.com/up.git")
+        git(repo, "remote", "set-url", "origin", "https://example.com/moved.git")
+        git(repo, "remote", "set-url", "--push", "up", "https://example.com/push.git")
+        git(repo, "remote", "remove", "up")
+        git(repo, "remote", "add", "second", "https://example.com/second.git")
+        watched.returned()
+        assert watched.moved == [] and watched.failures == []
+    assert watched.moved == []
+    remotes = git(repo, "remote", "-v")
+    assert "https://example.com/moved.git" in remotes and "second" in remotes
+    assert "alias.st=status" in git(repo, "config", "--list")  # the user's own, kept

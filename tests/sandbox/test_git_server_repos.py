@@ -72,3 +72,32 @@ def test_init_and_an_approved_clone_work_and_run_nothing_on_the_host(user: Home)
     shown = _commit_on_the_host(ws / "copy", user.home)
     assert "the user's" in shown and "first" in shown
     assert "the user's" in _commit_on_the_host(ws / "fresh", user.home)
+
+
+def test_remote_add_and_set_url_change_the_users_config_as_git_writes_it(user: Home) -> None:
+    entry = installed_git_server()
+    ws = user.ws()
+    repo = ws / "mine"
+    env = host_env(user.home)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    git(repo, "config", "alias.st", "status")  # the user's own, not a setting git writes
+    git(repo, "remote", "add", "origin", "https://example.com/mine.git")
+    args = write_git_session(user.root, entry, ws)
+    calls = [
+        {"mode": "add", "name": "up", "url": "https://example.com/up.git"},
+        {"mode": "set-url", "name": "origin", "url": "https://example.com/moved.git"},
+    ]
+
+    async def scenario() -> None:
+        async with connect(user, *args, elicitation=_elicit(["approve"] * len(calls))) as s:
+            for arguments in calls:
+                failed, text = await call(s, "git__git_remote", {"path": str(repo), **arguments})
+                assert not failed, text
+
+    asyncio.run(scenario())
+    remotes = git(repo, "remote", "-v", env=env)
+    assert "https://example.com/up.git" in remotes and "https://example.com/moved.git" in remotes
+    assert "alias.st=status" in git(repo, "config", "--list", env=env)
+    users = "[alias]\n\tst = status\n"
+    assert config_verdict((repo / ".git" / "config").read_text(), users) is None
+    assert "the user's" in _commit_on_the_host(repo, user.home)
