@@ -129,6 +129,8 @@ ATTACKS: list[Attack] = [
 def _user_works_in(repo: Path, home: Path) -> None:
     """What the user does in the repository on the host: status, add, commit."""
     env = host_env(home)
+    if not repo.is_dir():
+        return  # the guard made the server's git fail: nothing of it is left to run
     (repo / "work.txt").write_text("mine\n")
     for args in (["status"], ["add", "work.txt"], ["commit", "-qm", "mine"], ["status"]):
         git(repo, *args, env=env, check=False)
