@@ -91,7 +91,17 @@ def template_hooks(directory: str | None = None) -> dict[str, bytes]:
 
 def read_own(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | None:
     """The bytes and identity of ``root/parts`` when it is a regular file with no other name
-    (one link), of at most ``limit`` bytes, reached without following a symlink; else None."""
+    (one link), of at most ``limit`` bytes, reached without following a symlink; else None.
+    A file git replaced while it was being looked at (renamed over: no link left) is looked
+    at again, as what is there now."""
+    for _ in range(8):
+        found = _read_once(root, parts, limit)
+        if not isinstance(found, str):
+            return found
+    return None
+
+
+def _read_once(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | str | None:
     try:
         parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
     except OSError:
@@ -105,6 +115,8 @@ def read_own(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | No
         os.close(parent)
     try:
         st = os.fstat(fd)
+        if st.st_nlink == 0:
+            return "replaced"
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > limit:
             return None
         data = os.read(fd, limit + 1)

@@ -171,7 +171,7 @@ def test_a_sample_rewritten_is_gone_before_the_user_enables_it(tmp_path: Path) -
             _user_works_in(ws / "r", tmp_path)
         assert marker.exists() != protected
         if protected:
-            assert watched.paths(ws) == {"r/.git/hooks"}
+            assert watched.paths(ws) == {"r/.git/hooks"}, [m.why for m in watched.moved]
 
 
 def test_init_clone_and_remotes_keep_what_git_lays_down(tmp_path: Path) -> None:
@@ -301,3 +301,20 @@ def test_remotes_added_and_set_in_the_users_repository_stay(tmp_path: Path) -> N
     remotes = git(repo, "remote", "-v")
     assert "https://example.com/moved.git" in remotes and "second" in remotes
     assert "alias.st=status" in git(repo, "config", "--list")  # the user's own, kept
+
+
+def test_a_config_git_rewrites_again_and_again_stays(tmp_path: Path) -> None:
+    """git writes a configuration anew (renamed over the old) at every setting; the guard
+    reading the old one as it goes takes the one there now, never the replaced one as a
+    link-less "other" file (before, about one run in six lost the repository's config)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with settled(ws, tmp_path / "quarantine") as watched:
+        for n in range(5):
+            git(ws, "init", "-q", f"r{n}")
+            for k in range(20):
+                git(ws / f"r{n}", "remote", "add", f"o{k}", f"https://example.com/{k}.git")
+        watched.returned()
+        assert [m.why for m in watched.moved] == [] and watched.failures == []
+    assert watched.moved == []
+    assert "o19" in git(ws / "r4", "remote")
