@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import functools
 import os
+import stat
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import field
 
@@ -44,6 +46,11 @@ class Protection:
     # Git configurations that are there but could not be read as git reads them (with
     # why): what they make git run is unknown, so every writable root is read-only.
     unreadable: list[str] = field(default_factory=list)
+    # A repository's own .git/config, left writable where the guard runs: git changes it
+    # by writing a new file renamed over it (a remote added, a URL set), which a read-only
+    # mount refuses (EBUSY). The guard checks each change as git reads it and puts the
+    # user's back when anything but what git writes for a remote or branch changed.
+    by_content: list[str] = field(default_factory=list)
 
 
 # How many entries inside one catalogue directory are looked at for symlinks.
@@ -85,6 +92,23 @@ def existing(writable: Sequence[str], home: str, xdg_config: str | None) -> Prot
     if found.unreadable:
         return _fail_closed(writable, found.unreadable)
     return found
+
+
+# The largest repository configuration the guard keeps, to check changes against and put
+# back (``launcher.guard.gitmade``).
+CHANGED_BY_GIT_LIMIT = 1 << 20
+
+
+def changed_by_git(path: str) -> bool:
+    """Whether a repository's ``.git/config`` is left for git to change, checked by the
+    guard (inotify: Linux): a regular file of one name, small enough to keep a copy of."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_size <= CHANGED_BY_GIT_LIMIT
 
 
 class _Places:
@@ -158,6 +182,9 @@ def _take_root(places: _Places, readers: _Readers, root: str, home: str) -> None
             # The link cannot be mounted (the guard knows it by identity); its target is.
             places.found.via.append(path)
             places.protect(os.path.realpath(path), f"always protected: {rel}, through its link")
+        elif entry.match == ".git/config" and changed_by_git(path):
+            places.found.by_content.append(path)
+            places.found.by_name.add(path)
         else:
             places.protect(path, f"always protected: {rel}")
             places.found.by_name.add(path)

@@ -37,6 +37,8 @@ class Keeper(Protocol):
 
     def quarantine(self, root: str, parts: Parts, why: str) -> None: ...
 
+    def git_made(self, root: str, parts: Parts, entry: autorun.Entry) -> bool: ...
+
     def fail(self, root: str, path: str, reason: str) -> None: ...
 
 
@@ -49,9 +51,9 @@ def sweep_root(keeper: Keeper, root: str) -> None:
 
     for path, entry in autorun.find(root, on_error=unreadable, open_up=open_up_path):
         parts = tuple(os.path.relpath(path, root).split("/"))
-        if keeper.is_preexisting(root, parts):
-            continue
         try:
+            if keeper.is_preexisting(root, parts) or keeper.git_made(root, parts, entry):
+                continue
             keeper.quarantine(root, parts, f"{entry.match}: {entry.loaded_by} (sweep)")
         except Unhandled as exc:
             keeper.fail(root, exc.path, exc.reason)

@@ -27,6 +27,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Sequence
 
+from launcher.guard.gitmade import GitMade
 from launcher.guard.places import Places, inside, outermost
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
 from launcher.guard.records import GuardError as GuardError
@@ -36,11 +37,14 @@ from launcher.guard.sweep import Unhandled, sweep_root
 from launcher.host import nofollow
 from launcher.host.nofollow import Parts
 from launcher.host.oscalls import (
+    IN_ATTRIB,
     IN_CREATE,
+    IN_DELETE,
     IN_DELETE_SELF,
     IN_DONT_FOLLOW,
     IN_IGNORED,
     IN_ISDIR,
+    IN_MODIFY,
     IN_MOVE_SELF,
     IN_MOVED_TO,
     IN_ONLYDIR,
@@ -53,6 +57,8 @@ from launcher.host.oscalls import (
 from sandbox_profiles import autorun
 
 _MASK = IN_CREATE | IN_MOVED_TO | IN_MOVE_SELF | IN_DELETE_SELF
+# Where a configuration git made is admitted by content: a change in place wakes the guard.
+_CHANGES = IN_MODIFY | IN_ATTRIB | IN_DELETE
 # Deeper trees than this below a root are not followed: the server that made one is stopped.
 MAX_DEPTH = 400
 # Seconds one settle may spend scanning: a server that changes the tree faster than it can be
@@ -94,6 +100,8 @@ class Guard:
         # there when it began: left alone until it is done, then what it wrote is taken as
         # the user's (:meth:`expect`, :meth:`accept`).
         self._expected: dict[str, tuple[int, int, int] | None] = {}
+        # What git lays down in a repository it makes: admitted by content.
+        self.made = GitMade(self.quarantine)
 
     # -- watching --------------------------------------------------------------------------
 
@@ -170,6 +178,8 @@ class Guard:
         with nofollow.dir_path(root, parts) as path:
             follow = path.startswith("/proc/self/fd/")
             flags = _MASK | IN_ONLYDIR | (0 if follow else IN_DONT_FOLLOW)
+            if os.path.join(root, *parts) in self.made.holders:
+                flags |= _CHANGES
             return inotify_add_watch(self.fd, path, flags)
 
     def _list(self, root: str, parts: Parts) -> list[tuple[str, bool]] | None:
@@ -219,6 +229,8 @@ class Guard:
         if entry is None and is_dir and nofollow.lexists(root, parts, "pyvenv.cfg"):
             entry = autorun.VENV_ENTRY  # as the sweep and the read-only mounts see it
         path = os.path.join(root, *parts)
+        if entry is None and self.made.in_hooks(path):
+            return self.made.check_hook(root, parts, whole=False)
         # final: not descended into (left alone as the user's, or moved away)
         kept = (
             (f"{entry.match}: {entry.loaded_by}", True) if entry else self.places.why(path, is_dir)
@@ -232,10 +244,40 @@ class Guard:
             identity = nofollow.identity(root, parts)
             if identity is not None:
                 self.preexisting[path] = identity
+                if entry is not None and self.made.note_start(root, parts, entry):
+                    self._add_watch(root, parts[:-1])  # its changes in place seen too
         elif not self.is_preexisting(root, parts, same_inode=not final and is_dir):
+            if entry is not None and self._git_made(root, parts, entry, is_dir):
+                # git's own: a hooks directory is descended into, and watched (unless what
+                # was in it moved it out)
+                return path not in self.made.hooks_dirs
             self.quarantine(root, parts, why)
             return True
         return final
+
+    def _git_made(self, root: str, parts: Parts, entry: autorun.Entry, is_dir: bool) -> bool:
+        """Whether ``root/parts`` is what git lays down in a repository it makes (see
+        ``launcher.guard.gitmade``); a configuration admitted makes its directory's watch
+        see changes in place."""
+        if not self.made.admit(root, parts, entry, is_dir):
+            return False
+        if os.path.dirname(os.path.join(root, *parts)) in self.made.holders:
+            self._add_watch(root, parts[:-1])
+        return True
+
+    def git_made(self, root: str, parts: Parts, entry: autorun.Entry) -> bool:
+        """For the sweep: whether ``root/parts`` is, strictly, what git lays down (a hooks
+        directory's entries that are not are moved out). Only for a session's guard."""
+        if not self._started:
+            return False
+        try:
+            with nofollow.dir_path(root, parts[:-1]) as directory:
+                is_dir = os.path.isdir(os.path.join(directory, parts[-1])) and not os.path.islink(
+                    os.path.join(directory, parts[-1])
+                )
+        except OSError:
+            return False
+        return self.made.admit(root, parts, entry, is_dir, whole=True)
 
     def expect(self, paths: Iterable[str]) -> None:
         """The trusted process is about to write ``paths`` (an approved call's change, carried
@@ -290,10 +332,21 @@ class Guard:
         would read or run goes, unless it was the user's before the session."""
         if not self._started or not autorun.is_git_dir(has):
             return
+        entry = autorun.GIT_DIR_ENTRY
         for member in autorun.GIT_DIR_MEMBERS:
-            if has(member) and not self.is_preexisting(root, (*parts, member)):
-                entry = autorun.GIT_DIR_ENTRY
-                self.quarantine(root, (*parts, member), f"{member}: {entry.loaded_by}")
+            if not has(member) or self.is_preexisting(root, (*parts, member)):
+                continue
+            at = (*parts, member)
+            path = os.path.join(root, *at)
+            is_dir = member == "hooks" and nofollow.entries(root, at) is not None
+            known = self.made.hooks_dirs.get(path)
+            if known is not None and known == _identity(root, at):
+                continue  # admitted already, and watched
+            if self._git_made(root, at, entry, is_dir):
+                if path in self.made.hooks_dirs:
+                    self._scan(root, at)
+                continue
+            self.quarantine(root, at, f"{member}: {entry.loaded_by}")
 
     # -- events ----------------------------------------------------------------------------
 
@@ -306,27 +359,32 @@ class Guard:
         self._deadline = time.monotonic() + self.budget
         self._behind = set()
         try:
-            while True:
-                if time.monotonic() > self._deadline:
-                    # Events keep coming faster than they are handled: stop the writers.
-                    for root in self.roots:
-                        if root not in self._behind:
-                            self._behind.add(root)
-                            self.fail(root, root, "the guard fell behind: events kept coming")
-                    return
-                try:
-                    data = os.read(self.fd, 65536)
-                except BlockingIOError:
-                    return
-                except OSError as exc:
-                    for root in self.roots:
-                        self.fail(root, root, f"cannot read its inotify events: {explain(exc)}")
-                    return
-                self._handle(data)
+            self._drain()
+            self.made.recheck()
         except Exception as exc:  # a fault of the guard itself is never taken as handled
             self._fail_all(f"the guard failed: {exc!r}")
         finally:
             self._deadline = float("inf")
+
+    def _drain(self) -> None:
+        """Handle the events queued so far, within the settle's budget."""
+        while True:
+            if time.monotonic() > self._deadline:
+                # Events keep coming faster than they are handled: stop the writers.
+                for root in self.roots:
+                    if root not in self._behind:
+                        self._behind.add(root)
+                        self.fail(root, root, "the guard fell behind: events kept coming")
+                return
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                for root in self.roots:
+                    self.fail(root, root, f"cannot read its inotify events: {explain(exc)}")
+                return
+            self._handle(data)
 
     def _fail_all(self, reason: str) -> None:
         for root in self.roots:
@@ -404,6 +462,7 @@ class Guard:
         try:
             for root in self.roots:
                 sweep_root(self, root)
+            self.made.recheck(whole=True)
         except Exception as exc:  # as in settle: said, never taken as handled
             self._fail_all(f"the sweep failed: {exc!r}")
         return self.quarantined[before:]

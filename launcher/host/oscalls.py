@@ -153,7 +153,10 @@ def remove_xattr(path: str, name: str) -> None:
 
 # -- inotify -------------------------------------------------------------------------------
 
+IN_MODIFY = 0x002
+IN_ATTRIB = 0x004
 IN_CREATE = 0x100
+IN_DELETE = 0x200
 IN_MOVED_TO = 0x080
 IN_DELETE_SELF = 0x400
 IN_MOVE_SELF = 0x800

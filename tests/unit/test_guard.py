@@ -64,6 +64,7 @@ def test_a_directory_moved_in_is_checked(setup: tuple[Path, Path, Guard, list]) 
     ws, _, guard, seen = setup
     staging = ws / "staging"
     (staging / "hooks").mkdir(parents=True)
+    (staging / "hooks" / "post-checkout").write_text("evil")
     guard.start()
     os.rename(staging, ws / ".git")  # becomes .git/hooks in one step
     guard.settle()
@@ -271,6 +272,7 @@ def test_the_sweep_finds_what_no_event_reported(setup: tuple) -> None:
     guard.start()
     guard.close()  # as if every event were lost
     (ws / "x" / ".git" / "hooks").mkdir(parents=True)
+    (ws / "x" / ".git" / "hooks" / "pre-commit").write_text("evil")
     (ws / "y.pth").write_text("import os")
     moved = guard.sweep()
     assert {Path(r.path).relative_to(ws).as_posix() for r in moved} == {"x/.git/hooks", "y.pth"}
