@@ -1,0 +1,45 @@
+"""The git server the design names, ``@cyanheads/git-mcp-server``, as a user installs it with
+npm (``scripts/install.sh --dev`` puts it in ``.venv/git-mcp-server``): its config entry,
+its recorded tool listing, and the mark for tests that need it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.paths import REPO, TESTS
+
+GIT_SERVER = REPO / ".venv" / "git-mcp-server" / "node_modules" / ".bin" / "git-mcp-server"
+LISTING = TESTS / "data" / "servers" / "cyanheads-git-mcp-server-2.15.3.json"
+
+needs_git_server = pytest.mark.skipif(
+    not GIT_SERVER.exists(), reason="@cyanheads/git-mcp-server is not installed (install.sh --dev)"
+)
+
+
+def git_server_tools() -> dict[str, Any]:
+    """Its 28 tools as it lists them (name -> the tool), recorded from version 2.15.3."""
+    listed = json.loads(LISTING.read_text())["tools"]
+    return {tool["name"]: tool for tool in listed}
+
+
+def git_server_entry() -> dict[str, Any]:
+    """Its ``mcpServers`` entry, as a user would write it."""
+    return {"command": str(GIT_SERVER)}
+
+
+def git_server_arguments() -> dict[str, list[str]]:
+    """Tool name -> its argument names."""
+    return {
+        name: list(tool.get("inputSchema", {}).get("properties", {}))
+        for name, tool in git_server_tools().items()
+    }
+
+
+def write_git_config(path: Path, entry: dict[str, Any] | None = None) -> Path:
+    """A config whose one server, ``git``, is this server; ``path``."""
+    path.write_text(json.dumps({"mcpServers": {"git": entry or git_server_entry()}}))
+    return path
