@@ -43,3 +43,49 @@ def write_git_config(path: Path, entry: dict[str, Any] | None = None) -> Path:
     """A config whose one server, ``git``, is this server; ``path``."""
     path.write_text(json.dumps({"mcpServers": {"git": entry or git_server_entry()}}))
     return path
+
+
+def design_rules(workspace: str) -> list[dict[str, Any]]:
+    """The design's policy for this server: reads in the workspace allowed, writes in the
+    workspace allowed, everything else asked."""
+    return [
+        {
+            "name": "reads-in-workspace",
+            "if": {"effect": ["read"], "paths": {"roles": ["read-path"], "within": workspace}},
+            "then": "allow",
+            "reason": "reads in the workspace",
+        },
+        {
+            "name": "writes-in-workspace",
+            "if": {
+                "effect": ["write"],
+                "paths": {"roles": ["read-path", "write-path"], "within": workspace},
+            },
+            "then": "allow",
+            "reason": "writes in the workspace",
+        },
+        {"name": "ask", "if": {}, "then": "escalate", "reason": "everything else"},
+    ]
+
+
+def heuristic_drafts(overrides: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The heuristic's draft of every tool, with ``overrides`` (tool -> keys) laid over."""
+    from policy.heuristic import heuristic_annotation
+
+    drafts = [heuristic_annotation("git", tool) for tool in git_server_tools().values()]
+    for draft in drafts:
+        draft.update((overrides or {}).get(draft["toolName"], {}))
+    return drafts
+
+
+def write_design_policy(
+    directory: Path, workspace: str, overrides: dict[str, dict[str, Any]] | None = None
+) -> Path:
+    """The heuristic's drafts (with ``overrides``) and the design's rules, as files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tools = heuristic_drafts(overrides)
+    annotations = {"servers": {"git": {"tools": tools}}}
+    (directory / "tool-annotations.json").write_text(json.dumps(annotations))
+    rules = {"rules": design_rules(workspace)}
+    (directory / "compiled-policy.json").write_text(json.dumps(rules))
+    return directory
