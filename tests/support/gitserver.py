@@ -27,8 +27,19 @@ def git_server_tools() -> dict[str, Any]:
 
 
 def git_server_entry() -> dict[str, Any]:
-    """Its ``mcpServers`` entry, as a user would write it."""
-    return {"command": str(GIT_SERVER)}
+    """Its ``mcpServers`` entry, as a user would write it: as the bundled config's git
+    server, ``safe.directory=*`` (run as root, ironcurtain starts servers as another uid,
+    and git would refuse a repository that uid does not own) and an identity to commit as."""
+    env = {
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "safe.directory",
+        "GIT_CONFIG_VALUE_0": "*",
+        "GIT_AUTHOR_NAME": "agent",
+        "GIT_AUTHOR_EMAIL": "agent@ironcurtain.invalid",
+        "GIT_COMMITTER_NAME": "agent",
+        "GIT_COMMITTER_EMAIL": "agent@ironcurtain.invalid",
+    }
+    return {"command": str(GIT_SERVER), "env": env}
 
 
 def git_server_arguments() -> dict[str, list[str]]:
@@ -66,6 +77,13 @@ def design_rules(workspace: str) -> list[dict[str, Any]]:
         },
         {"name": "ask", "if": {}, "then": "escalate", "reason": "everything else"},
     ]
+
+
+def heuristic_annotation_of(tool: str) -> dict[str, Any]:
+    """The heuristic's draft of one tool."""
+    from policy.heuristic import heuristic_annotation
+
+    return heuristic_annotation("git", git_server_tools()[tool])
 
 
 def heuristic_drafts(overrides: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
