@@ -68,7 +68,7 @@ def _add(user: Home, judged: bool, worktree: str) -> tuple[tuple[bool, str], lis
     args = [*run_args(config, policy, user.ws(), audit), "--approval", "deny"]
     call = {"path": str(proj), "mode": "add", "worktreePath": worktree, "detach": True}
     out = session_calls(user, args, [("git__git_worktree", call)])
-    return out[0], [e["policy"]["decision"] for e in audit_entries(audit)]
+    return out[0], [e["policy"]["decision"] for e in audit_entries(audit) if "policy" in e]
 
 
 @pytest.mark.parametrize("how", ["link", "dot-dot", "absolute"])
@@ -107,7 +107,7 @@ def _log(user: Home, judged: bool, file_path: str) -> tuple[tuple[bool, str], li
     args = [*run_args(config, policy, user.ws(), audit), "--approval", "deny"]
     call = {"path": str(user.ws() / "proj"), "filePath": file_path}
     out = session_calls(user, args, [("git__git_log", call)])
-    return out[0], [e["policy"]["decision"] for e in audit_entries(audit)]
+    return out[0], [e["policy"]["decision"] for e in audit_entries(audit) if "policy" in e]
 
 
 def _unjudged(tool: str, arg: str) -> dict[str, Any]:
