@@ -108,7 +108,7 @@ def _merge_kind(
             if _differences(before, draft):
                 changes.append(say + "draft replaced by the new draft")
         else:
-            problems = validate(live.get(name, {"name": name}), as_json(before))
+            problems = validate(live.get(name, {"name": name}), as_json(before), reviewed=True)
             if problems:
                 result.append(draft)
                 changes.append(
@@ -139,6 +139,8 @@ def _differences(before: Annotation, after: Annotation) -> str:
         old, new = before.args.get(arg), after.args.get(arg)
         if old != new:
             found.append(f"{arg} {_roles(old)} -> {_roles(new)}")
+    if before.relative_to != after.relative_to:
+        found.append(f"relativeTo {before.relative_to} -> {after.relative_to}")
     if sorted(before.pii_fields) != sorted(after.pii_fields):
         found.append(f"piiFields {before.pii_fields} -> {after.pii_fields}")
     return ", ".join(found)
@@ -149,12 +151,13 @@ def _roles(roles: Sequence[str] | None) -> str:
 
 
 def as_json(annotation: Annotation) -> dict[str, Any]:
-    """An annotation as the files write it: its name first, ``piiFields`` only when there
-    are some, ``draft`` only on a draft."""
+    """An annotation as the files write it: its name first, ``piiFields`` and
+    ``relativeTo`` only when there are some, ``draft`` only on a draft."""
     data = schema.dump(annotation)
     key = next(k for k in NAME_KEYS.values() if k in data)
-    if not data.get("piiFields"):
-        data.pop("piiFields", None)
+    for optional in ("piiFields", "relativeTo"):
+        if not data.get(optional):
+            data.pop(optional, None)
     if not data.get("draft"):
         data.pop("draft", None)
     return {key: data.pop(key), **data}

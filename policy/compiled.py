@@ -15,6 +15,7 @@ from policy.decision import Decision, DecisionKind
 from policy.globs import star_pattern
 from policy.models import Annotation, CompiledRule
 from policy.paths import UnknownLocationError, canonical_path, iter_strings
+from policy.prepare import relative_bases
 from policy.roles import (
     ArgumentRole,
     GitLocations,
@@ -185,6 +186,25 @@ def misshapen_path_arg(info: ToolInfo, args: Mapping[str, object]) -> str | None
             continue
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             return arg
+    return None
+
+
+def unanchored_path_arg(info: ToolInfo, args: Mapping[str, object]) -> Decision | None:
+    """A refusal when the call gives a path relative to another argument (``relativeTo``)
+    but not that argument: the server would resolve it from a directory of its own
+    choosing (a working directory set by an earlier call), which the policy cannot see."""
+    if not info.annotation.relative_to:
+        return None
+    for arg, base in relative_bases(info.annotation, args).items():
+        if base is None:
+            named = info.annotation.relative_to[arg]
+            return Decision(
+                "deny",
+                "structural-relative-path",
+                f"argument '{arg}' is a path relative to argument '{named}', which the call "
+                f"does not give as a string: where the path lands cannot be checked; give "
+                f"'{named}' too",
+            )
     return None
 
 

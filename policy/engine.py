@@ -28,6 +28,7 @@ from policy.compiled import (
     names_match,
     paths_within,
     tool_info,
+    unanchored_path_arg,
     url_domains,
     with_git_locations,
 )
@@ -280,6 +281,9 @@ class PolicyEngine:
     ) -> Decision:
         paths = args
         if info.path_args:
+            unanchored = unanchored_path_arg(info, args)
+            if unanchored is not None:
+                return unanchored
             misshapen = misshapen_path_arg(info, args)
             if misshapen is not None:
                 return Decision(

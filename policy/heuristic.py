@@ -12,7 +12,7 @@ is a draft for a human to review, never trusted as reviewed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policy.roles import is_git_tool
@@ -88,11 +88,29 @@ def _is_path_list(parts: list[str], schema: Mapping[str, Any]) -> bool:
     )
 
 
+_REF_TEXT = re.compile(r"\b(commit|branch|tag|revision|ref)s?\b")
+_PATH_TEXT = re.compile(r"\b(paths?|files?|director(y|ies)|folders?)\b")
+
+
+def names_a_ref(schema: Mapping[str, Any]) -> bool:
+    """An argument its description says is a git commit, branch or tag, and says nothing of
+    a file or path (``git_diff``'s ``source``: "Source commit/branch to compare from").
+
+    >>> names_a_ref({"description": "Source commit/branch to compare from."})
+    True
+    >>> names_a_ref({"description": "File to show at the given commit."})
+    False
+    """
+    text = _schema_text(schema)
+    return bool(_REF_TEXT.search(text)) and not _PATH_TEXT.search(text)
+
+
 def looks_like_path(name: str, schema: Mapping[str, Any]) -> bool:
     """An argument that names a file or directory, by its name (its last word: ``repo_path``
     yes, ``source_timezone`` no; any word of a list of strings: ``filesToStage``) or its
-    description; never a flag (:func:`is_flag`)."""
-    if is_flag(schema):
+    description; never a flag (:func:`is_flag`) nor what its description says is a git
+    commit or branch (:func:`names_a_ref`)."""
+    if is_flag(schema) or names_a_ref(schema):
         return False
     parts = words(name)
     if (parts and parts[-1] in _PATH_NAMES) or _is_path_list(parts, schema):
@@ -169,7 +187,10 @@ def _roles(tool: str, gitish: bool, effect: str, arg: str, schema: Mapping[str, 
         return ["fetch-url"]
     last = words(arg)[-1] if words(arg) else ""
     git_refs = {"base", "target", "revision", "rev", "ref", "commit", "sha", "contains"}
-    if last != "type" and ("branch" in parts or (gitish and last in git_refs)):
+    # A path-like name its description says is a commit or branch (git_diff's ``source``).
+    ref_named = last in git_refs or (last in _PATH_NAMES and names_a_ref(schema))
+    refers = "branch" in parts or (gitish and ref_named)
+    if last != "type" and refers:
         return ["branch-name"]
     if "message" in parts and ("commit" in tool.lower() or gitish):
         return ["commit-message"]
@@ -209,14 +230,59 @@ def heuristic_annotation(
         arg: _roles(name, gitish, effect, arg, spec) for arg, spec in arguments_of(item).items()
     }
     names_a_resource = any(r != ["none"] for r in args.values())
-    return {
+    drafted: dict[str, Any] = {
         NAME_KEYS[kind]: name,
         "serverName": server,
         "effect": effect,
         "sideEffects": effect != "read" or names_a_resource,
         "args": args,
-        "comment": "heuristic draft: review before trusting",
-        "draft": True,
+    }
+    relative = relative_paths(server, item, args) if kind == "tool" else {}
+    if relative:
+        drafted["relativeTo"] = relative
+    return {**drafted, "comment": "heuristic draft: review before trusting", "draft": True}
+
+
+def repository_argument(specs: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The argument of a tool that runs git naming the repository it works in: a single
+    path (not a list) named for a repository or said to be one.
+
+    >>> repository_argument({"filePath": {"type": "string"},
+    ...     "path": {"type": "string", "description": "Path to the Git repository."}})
+    'path'
+    >>> repository_argument({"repo_path": {"type": "string"}}), repository_argument({})
+    ('repo_path', None)
+    """
+    for arg, spec in specs.items():
+        text = _schema_text(spec)
+        if spec.get("type") == "array" or not looks_like_path(arg, spec) or "relative" in text:
+            continue
+        if {"repo", "repository"} & set(words(arg)) or "repository" in text:
+            return arg
+    return None
+
+
+def relative_paths(
+    server: str, tool: Mapping[str, Any], roles: Mapping[str, Sequence[str]]
+) -> dict[str, str]:
+    """For a tool that runs git, every path argument but its repository argument (given
+    ``roles``, an annotator's) -> the repository argument: git runs in the repository, so a
+    relative path (``git show HEAD:README.md``, ``git add src/a.py``) starts there.
+
+    >>> relative_paths("git", {"name": "git_add", "inputSchema": {"properties": {
+    ...     "repo_path": {"type": "string"}, "files": {"type": "array"}}}},
+    ...     {"repo_path": ["write-path"], "files": ["write-path"]})
+    {'files': 'repo_path'}
+    """
+    if not is_git_tool(server, str(tool.get("name", ""))):
+        return {}
+    repository = repository_argument(arguments_of(tool))
+    if repository is None:
+        return {}
+    return {
+        arg: repository
+        for arg, given in roles.items()
+        if arg != repository and set(given) & _PATH_ROLES
     }
 
 
@@ -225,24 +291,43 @@ _PATH_ROLES = {"read-path", "write-path", "delete-path"}
 NAME_KEYS = {"tool": "toolName", "prompt": "promptName"}
 
 
-def validate(item: Mapping[str, Any], annotation: Mapping[str, Any]) -> list[str]:
+def validate(
+    item: Mapping[str, Any], annotation: Mapping[str, Any], reviewed: bool = False
+) -> list[str]:
     """Problems that must stop an annotation of a tool or a prompt from being used: an
-    argument that looks like a path without a path role, or an argument the tool or
-    prompt has that the annotation lacks.
+    argument the tool or prompt has that the annotation lacks; a path role on a flag, a
+    number or one of fixed values (:func:`is_flag`), which names no file; a ``relativeTo``
+    naming no argument; and, in a draft (an annotator's, not ``reviewed`` by a person), an
+    argument that looks like a path without a path role. A person may give such an
+    argument ``none`` (a name, not a file: ``git_show``'s ``filePath`` read from history).
 
     >>> tool = {"name": "cat", "inputSchema": {"properties": {"file": {"type": "string"}}}}
     >>> validate(tool, {"toolName": "cat", "args": {"file": ["none"]}})
     ["cat: argument 'file' looks like a path but has no path role (it has none)"]
+    >>> validate(tool, {"toolName": "cat", "args": {"file": ["none"]}}, reviewed=True)
+    []
     """
+    name = item.get("name")
     given = annotation.get("args") or {}
     problems = []
     for arg, spec in arguments_of(item).items():
         roles = given.get(arg)
         if roles is None:
-            problems.append(f"{item.get('name')}: argument '{arg}' has no annotation")
-        elif looks_like_path(arg, spec) and not (set(roles) & _PATH_ROLES):
+            problems.append(f"{name}: argument '{arg}' has no annotation")
+        elif is_flag(spec) and set(roles) & _PATH_ROLES:
             problems.append(
-                f"{item.get('name')}: argument '{arg}' looks like a path but has no path role "
+                f"{name}: argument '{arg}' takes a flag, a number or one of fixed values, "
+                f"never a path, but has the path role {', '.join(sorted(set(roles) & _PATH_ROLES))}"
+            )
+        elif not reviewed and looks_like_path(arg, spec) and not (set(roles) & _PATH_ROLES):
+            problems.append(
+                f"{name}: argument '{arg}' looks like a path but has no path role "
                 f"(it has {', '.join(roles)})"
+            )
+    for arg, base in (annotation.get("relativeTo") or {}).items():
+        if base not in given or base == arg:
+            problems.append(
+                f"{name}: relativeTo: argument '{arg}' is relative to '{base}', "
+                "which is no other argument of it"
             )
     return problems

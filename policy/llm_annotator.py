@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy import schema
-from policy.heuristic import arguments_of, validate
+from policy.heuristic import arguments_of, relative_paths, validate
 from policy.llm import LLM, ask
 from policy.models import Effect, PromptAnnotation, ServerAnnotations, ToolAnnotation
 from policy.roles import ArgumentRole, build_role_descriptions
@@ -177,9 +177,15 @@ def annotate_server(
         what=f"annotating the tools of '{server}'",
     )
     extra = {"serverName": server, "draft": True}
+    listed = {str(t.get("name")): t for t in tools}
+
+    def relative(a: _Annotated) -> dict[str, object]:
+        found = relative_paths(server, listed[a.tool_name], a.args)
+        return {"relativeTo": found} if found else {}
+
     return ServerAnnotations(
         tools=[
-            schema.validate(ToolAnnotation, {**a.model_dump(by_alias=True), **extra})
+            schema.validate(ToolAnnotation, {**a.model_dump(by_alias=True), **relative(a), **extra})
             for a in answer.tools
         ],
         prompts=[

@@ -30,6 +30,11 @@ class Annotation:
     effect: Effect
     side_effects: Annotated[bool, pyd.Field(alias="sideEffects")]
     args: dict[str, list[ArgumentRole]] = field(default_factory=dict)
+    # Argument -> the argument naming the directory its relative paths start from (the
+    # repository a tool that runs git works in): judged there, forwarded as given.
+    relative_to: Annotated[dict[str, str], pyd.Field(alias="relativeTo")] = field(
+        default_factory=dict
+    )
     # Argument names whose values identify a person: never logged in clear.
     pii_fields: Annotated[list[str], pyd.Field(alias="piiFields")] = field(default_factory=list)
     comment: str | None = None

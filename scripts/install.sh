@@ -80,4 +80,11 @@ if [ "$extras" = test ] && [ "$(cat .venv/ts-client/.installed 2>/dev/null)" != 
   (cd .venv/ts-client && echo '{"private": true}' > package.json \
     && npm install -s --no-fund --no-audit "$ts_client" && echo "$ts_client" > .installed)
 fi
+# The tests start the git server the design names, as a user installs it with npm.
+git_server=@cyanheads/git-mcp-server@2.15.3
+if [ "$extras" = test ] && [ "$(cat .venv/git-mcp-server/.installed 2>/dev/null)" != "$git_server" ]; then
+  rm -rf .venv/git-mcp-server && mkdir -p .venv/git-mcp-server
+  (cd .venv/git-mcp-server && echo '{"private": true}' > package.json \
+    && npm install -s --no-fund --no-audit "$git_server" && echo "$git_server" > .installed)
+fi
 echo "install.sh: ready: .venv/bin/ironcurtain" >&2

@@ -13,8 +13,10 @@ from launcher.shared.callers import Caller
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message
 from launcher.transports.relays import Upstream
+from policy.heuristic import arguments_of, is_flag
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 from policy.permissions import PERMISSIONS_FILE, unmatched
+from policy.roles import get_path_roles
 
 
 def audit_stamp(
@@ -41,7 +43,8 @@ def check_output_tools(
     """Each entry of ``output-policy.json`` (and of ``permissions.json``) for a server of
     this session names a tool (or prompt) it has (a glob: matches one); otherwise the
     session does not start. Returns a warning for each tool whose ``outputSchema`` its
-    output policy would break (the client may then refuse its results)."""
+    output policy would break (the client may then refuse its results), and for each path
+    role given to a flag (:func:`path_roles_on_flags`)."""
     names_of = {
         "tools": {s: [str(t.get("name")) for t in ts] for s, ts in tools.items()},
         "prompts": {s: [str(p.get("name")) for p in ps] for s, ps in (prompts or {}).items()},
@@ -59,7 +62,7 @@ def check_output_tools(
                 f"{entry.tool!r} matches no tool of {', '.join(servers)} "
                 f"(its tools: {', '.join(names) or 'none'})"
             )
-    warnings = []
+    warnings = path_roles_on_flags(plan, tools)
     for server, listed in tools.items():
         for tool in listed:
             name = str(tool.get("name"))
@@ -94,3 +97,27 @@ def unguarded_resources(
         and offers.get(server)
         and all(permissions.required("tools", server, str(t.get("name"))) for t in listed)
     ]
+
+
+def path_roles_on_flags(plan: SessionPlan, tools: dict[str, list[Message]]) -> list[str]:
+    """A warning for each argument the annotations give a path role that the tool says is
+    a flag, a number or one of fixed values (``"confirm": "yes"``): its value would be
+    sent made into a path (``<workspace>/yes``) and the server would refuse it."""
+    paths = set(get_path_roles())
+    warnings = []
+    for server, listed in tools.items():
+        for tool in listed:
+            name = str(tool.get("name"))
+            annotation = plan.engine.get_annotation(server, name)
+            if annotation is None:
+                continue
+            for arg, spec in arguments_of(tool).items():
+                roles = set(annotation.args.get(arg, ())) & paths
+                if roles and is_flag(spec):
+                    warnings.append(
+                        f"warning: tool-annotations.json: {server}/{name}: argument '{arg}' "
+                        f"takes a flag, a number or one of fixed values, never a path, but "
+                        f"has the path role {', '.join(sorted(roles))}: its value is sent as "
+                        "a path; give it none (annotate-tools redraws a draft)"
+                    )
+    return warnings

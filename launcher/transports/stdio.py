@@ -1,7 +1,10 @@
 """The client on stdio: one JSON message per line in, one per line out.
 
 Lines are handed on in the callback that read them; answers are written through a pipe
-transport (so a client that does not read makes a backlog, not a blocked session). A
+transport (so a client that does not read makes a backlog, not a blocked session). The
+writer is connected before the first line is read, and what is delivered while it is being
+connected waits for it: connecting makes stdout non-blocking, and a plain write of an
+answer bigger than the pipe holds (a long ``tools/list``) would then fail part-way. A
 regular file or ``/dev/null`` on stdin, which the event loop cannot watch, is read in a
 thread. End of input ends the session; so does a client that closes its end while the
 servers are still starting, having sent nothing (:func:`client_gone`).
@@ -31,8 +34,11 @@ class StdioTransport:
         self._on_end = on_end
         self._writer: asyncio.StreamWriter | None = None
         self._write_lock = threading.Lock()
+        # What is delivered before the writer is connected, written once it is.
+        self._early: list[bytes] | None = []
 
     async def open(self) -> None:
+        await self._connect_writer()
         loop = asyncio.get_running_loop()
         lines = LineBuffer(self._feed, LINE_LIMIT, self._oversized)
 
@@ -50,19 +56,34 @@ class StdioTransport:
                 loop.call_soon_threadsafe(end_of_input)
 
             threading.Thread(target=pump, daemon=True).start()
+
+    async def _connect_writer(self) -> None:
+        """The pipe transport on stdout (none when stdout is a file: written directly); what
+        was delivered before is written through it, in order."""
         try:
-            transport, protocol = await loop.connect_write_pipe(
+            transport, protocol = await asyncio.get_running_loop().connect_write_pipe(
                 asyncio.streams.FlowControlMixin, sys.stdout
             )
-            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+            self._writer = asyncio.StreamWriter(
+                transport, protocol, None, asyncio.get_running_loop()
+            )
         except (ValueError, OSError):
-            self._writer = None  # stdout is a file: written directly
+            self._writer = None
+        early, self._early = self._early, None
+        for data in early or ():
+            self._write(data)
 
     def _oversized(self) -> None:
         self.deliver(error(None, -32700, "message too large"))
 
     def deliver(self, message: Message, related: str | int | None = None) -> None:
         data = encode(message)
+        if self._early is not None:
+            self._early.append(data)
+        else:
+            self._write(data)
+
+    def _write(self, data: bytes) -> None:
         if self._writer is not None:
             self._writer.write(data)
         else:

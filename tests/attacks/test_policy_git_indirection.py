@@ -345,7 +345,8 @@ def test_a_file_list_of_a_git_tool_is_walked_too(env: Env) -> None:
     _loop(env)
     ok = env.decide("git_add", repo_path=str(env.ws / "repo"), files=["notes.txt"])
     assert ok[:2] == WRITE_ALLOWED
-    bad = env.decide("git_add", repo_path=str(env.ws / "repo"), files=["notes.txt", "a"])
+    # files are relative to the repository: "../a" is the workspace's loop.
+    bad = env.decide("git_add", repo_path=str(env.ws / "repo"), files=["notes.txt", "../a"])
     assert bad[:2] == UNKNOWN and "'files'" in bad[2]
     # A path that is no repository (a plain directory or file, a missing path) adds nothing.
     assert env.decide("git_status", repo_path=str(env.ws))[:2] == READ_ALLOWED

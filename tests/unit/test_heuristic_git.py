@@ -37,7 +37,7 @@ EXPECTED: dict[str, tuple[str, dict[str, list[str]]]] = {
     "git_clear_working_dir": ("delete", {}),
     "git_clone": ("write", {"path": W, "url": REMOTE, "branch": B}),
     "git_commit": ("write", {"path": W, "filesToStage": W, "message": MSG}),
-    "git_diff": ("read", {"path": R, "paths": R, "source": R, "target": B}),
+    "git_diff": ("read", {"path": R, "paths": R, "source": B, "target": B}),
     "git_fetch": ("write", {"path": W, "remote": REMOTE}),
     "git_init": ("write", {"path": W, "initialBranch": B}),
     "git_log": ("read", {"path": R, "filePath": R, "branch": B}),
