@@ -40,6 +40,17 @@ class StdioTransport:
             lines.close()
             self._on_end()
 
+        # The writer first: a request already waiting on stdin is read as soon as the reader
+        # is registered, and its answer must not go out on the direct path while the pipe
+        # transport is being set up (it has made stdout non-blocking by then: a long answer
+        # would be cut off mid-line).
+        try:
+            transport, protocol = await loop.connect_write_pipe(
+                asyncio.streams.FlowControlMixin, sys.stdout
+            )
+            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        except (ValueError, OSError):
+            self._writer = None  # stdout is a file: written directly
         if _pollable(sys.stdin.fileno()):
             await loop.connect_read_pipe(lambda: LineProtocol(lines, self._on_end), sys.stdin)
         else:
@@ -50,13 +61,6 @@ class StdioTransport:
                 loop.call_soon_threadsafe(end_of_input)
 
             threading.Thread(target=pump, daemon=True).start()
-        try:
-            transport, protocol = await loop.connect_write_pipe(
-                asyncio.streams.FlowControlMixin, sys.stdout
-            )
-            self._writer = asyncio.StreamWriter(transport, protocol, None, loop)
-        except (ValueError, OSError):
-            self._writer = None  # stdout is a file: written directly
 
     def _oversized(self) -> None:
         self.deliver(error(None, -32700, "message too large"))
