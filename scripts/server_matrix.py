@@ -38,7 +38,7 @@ MATRIX = ROOT / ".venv" / "matrix"
 EXPECTED = HERE / "matrix_expected.json"
 ERAS = ("legacy", "2026-07-28")  # the handshake era's client, the stateless era's
 SESSION_SECONDS = 60
-PARALLEL = 4
+PARALLEL = 6
 
 POLICY_RULES = [
     {"name": "allow-side-effect-free", "if": {"sideEffects": False}, "then": "allow",
