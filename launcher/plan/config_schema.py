@@ -249,8 +249,8 @@ class ServerConfig:
     # first, which every server of that era takes, and turns to the stateless era (2026-07-28)
     # only when the server refuses it; `stateless` asks `server/discover` first and speaks the
     # stateless era to a server that serves it (the handshake otherwise). A server of both eras
-    # keeps the era it was opened in: one whose tools ask the client by requests of their own
-    # works only in the handshake era, one that asks by its results only in the stateless era.
+    # is spoken to in the era of the client whose requests it serves whatever this says: a
+    # client of the other era gets an instance of its own, opened in that era.
     era: Literal["handshake", "stateless"] = "handshake"
 
     @property

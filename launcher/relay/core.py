@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from launcher.relay import stateless
@@ -95,6 +95,8 @@ class Relay(Asking, Notices):
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
         self._dropping = False
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
+        # The client's messages held while its servers are opened in its era.
+        self._held: list[bytes] | None = None
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
 
@@ -124,6 +126,9 @@ class Relay(Asking, Notices):
     def feed(self, line: bytes) -> None:
         """One message from the client (JSON text)."""
         if not line.strip():
+            return
+        if self._held is not None:
+            self._held.append(line)
             return
         try:
             message = loads(line)
@@ -155,6 +160,8 @@ class Relay(Asking, Notices):
         if "id" not in message:
             self._client_notification(str(method), params)
             return
+        if self.era is None and self._chose_era(line, str(method), params):
+            return
         try:
             if method == TOOL:
                 # The arguments are checked when they are hashed; the rest here (quick for
@@ -173,6 +180,34 @@ class Relay(Asking, Notices):
             self.send(error(request_id, -32600, f"invalid request: an argument {_NO_UTF8}"))
         except Exception as exc:  # never take the session down for one request
             self.send(error(request_id, -32603, f"internal error: {exc}"))
+
+    def _chose_era(self, line: bytes, method: str, params: Message) -> bool:
+        """The client's first request says which era it speaks; a server of both eras is
+        then spoken to in it. True when the servers are being opened in it: the request
+        (and what follows it) waits, then is served as it came."""
+        if method == "server/discover" or stateless.speaks(params):
+            self.era = STATELESS
+        elif method == "initialize":
+            self.era = HANDSHAKE
+        else:
+            return False
+        opening = self.core.speak(self.era)
+        if opening is None:
+            return False
+        self._held = [line]
+        self._spawn(self._opened(opening))
+        return True
+
+    async def _opened(self, opening: Awaitable[None]) -> None:
+        try:
+            await opening
+        except asyncio.CancelledError:  # the relay is stopping: nothing more is served
+            raise
+        except Exception as exc:  # its servers stay as they were: bridged
+            self.core.say(f"warning: opening servers in the {self.era} era failed: {exc}")
+        held, self._held = self._held or [], None
+        for line in held:
+            self.feed(line)
 
     def _client_answer(self, message: Message) -> None:
         """The client's answer to a request of ours (an elicitation), else nothing."""

@@ -12,7 +12,7 @@ tests is another; stdio and streamable HTTP are the upstreams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import Any, Protocol
 
@@ -172,3 +172,6 @@ class Core:
     # Whose requests this relay serves (None: no caller source; one local user).
     caller: Caller | None = None
     telemetry: Telemetry | None = None  # None: calls are not exported
+    # The relay's client speaks this era: what is to be awaited before its first request
+    # is served (servers of both eras opened in it), or None when nothing is.
+    speak: Callable[[str], Awaitable[None] | None] = lambda era: None

@@ -25,6 +25,7 @@ from launcher.servers import eras
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LINE_LIMIT,
+    STATELESS,
     ClientSide,
     Message,
     OnDone,
@@ -69,6 +70,8 @@ class ServerConnection:
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
         self.era = HANDSHAKE  # the protocol era it is spoken to in, once initialized
+        # Whether it refused the era offered first (so it serves only the one it is in).
+        self.one_era = False
         self._envelope: Message | None = None  # the _meta of each request, in the newer era
         self.tools: list[Message] = []
         self.prompts: list[Message] = []
@@ -165,6 +168,7 @@ class ServerConnection:
             self.request, self.client_capabilities
         )
         self.era = era
+        self.one_era = (self.client_capabilities.era == STATELESS) != (era == STATELESS)
         if era == HANDSHAKE:
             self.notify("notifications/initialized", None)
             return
