@@ -66,7 +66,7 @@ def references(node: str, npm_dir: Path, python_everything: Path | None) -> list
         )
     ]
     if python_everything is not None:
-        package = str(python_everything)
+        package = str(python_everything.resolve())
         found.append(
             Reference(
                 "mcp_everything_server (python SDK)",
@@ -208,13 +208,11 @@ def through(
 def _through_one(
     node: str, npm_dir: Path, work: Path, requirements: str, config: dict[str, Any]
 ) -> dict[str, Outcome]:
-    """One set through ironcurtain, which opens the server in that set's era (as the suite
-    does directly: the handshake for 2025-11-25, server/discover first for 2026-07-28)."""
+    """One set through ironcurtain, with a config that names no era: ironcurtain speaks to
+    a server of both eras in the era of the client whose request it serves."""
     place = work / f"through-{requirements}"
     (place / "ws").mkdir(parents=True)
-    era = "handshake" if requirements == REQUIREMENTS[0] else "stateless"
-    server = {**config["mcpServers"]["everything"], "era": era}
-    (work / "config.json").write_text(json.dumps({"mcpServers": {"everything": server}}, indent=1))
+    (work / "config.json").write_text(json.dumps(config, indent=1))
     token = secrets.token_urlsafe(24)
     env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(place / "state"),
            "XDG_CONFIG_HOME": str(place / "config")}  # fmt: skip
