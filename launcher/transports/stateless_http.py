@@ -23,7 +23,7 @@ the body does (``MCP-Protocol-Version`` its ``_meta`` version, ``Mcp-Method`` it
 ``=?base64?…?=``); a mismatch is ``-32020``, answered 400 as the era's errors about the
 request's form are; a method that does not exist is 404. A ``tools/call``'s
 ``Mcp-Param-*`` headers are checked against its arguments by the tool's schema
-(:mod:`launcher.transports.param_headers`), once the caller's relay is taken.
+(:mod:`launcher.shared.param_headers`), once the caller's relay is taken.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
+from launcher.shared import param_headers
 from launcher.shared.jsonrpc import (
     FOR_REQUEST,
     META_CAPABILITIES,
@@ -48,7 +49,6 @@ from launcher.shared.jsonrpc import (
     error,
     loads,
 )
-from launcher.transports import param_headers
 from launcher.transports.relays import CallerRelays, Opener, Relayed, TooMany, Upstream
 
 if TYPE_CHECKING:
@@ -332,7 +332,7 @@ def _mismatch(scope: Scope, message: Message) -> str | None:
 
 def _params_unlike(scope: Scope, relay: Relayed, message: Message) -> str | None:
     """What a ``tools/call``'s ``Mcp-Param-*`` headers say that its arguments do not, by
-    the tool's schema as ``relay``'s caller is shown it (:mod:`.param_headers`)."""
+    the tool's schema as ``relay``'s caller is shown it (:mod:`launcher.shared.param_headers`)."""
     params = message.get("params")
     if message["method"] != "tools/call" or not isinstance(params, dict):
         return None

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.transports.param_headers import agrees, decoded, marked, mismatch
+from launcher.relay.router import Router
+from launcher.shared.param_headers import agrees, decoded, fault, marked, mismatch
 
 SCHEMA = {
     "type": "object",
@@ -82,3 +83,34 @@ def test_values_without_both_markers_are_literal() -> None:
     assert decoded("=?base64?SGVsbG8=?=") == "Hello"
     assert agrees("=?base64?SGVsbG8=", "=?base64?SGVsbG8=")
     assert not agrees("1", True) and not agrees("nan", float("nan"))
+
+
+def test_a_tool_whose_marks_are_unusable_is_listed_to_no_client() -> None:
+    def tool(name: str, **properties: dict[str, object]) -> dict[str, object]:
+        return {"name": name, "inputSchema": {"type": "object", "properties": properties}}
+
+    tools = [
+        tool("fine", a={"type": "string", "x-mcp-header": "A"}, b={"type": "object"}),
+        tool("empty", a={"type": "string", "x-mcp-header": ""}),
+        tool("colon", a={"type": "string", "x-mcp-header": "A:B"}),
+        tool("object", a={"type": "object", "x-mcp-header": "A"}),
+        tool(
+            "twice",
+            a={"type": "string", "x-mcp-header": "Same"},
+            b={"type": "integer", "x-mcp-header": "same"},
+        ),
+    ]
+    assert [t["name"] for t in tools if fault(t) is None] == ["fine"]
+    router = Router(prefixed=False)
+    router.build({"s": Listed(tools)})
+    assert [t["name"] for t in router.exposed_tools] == ["fine"]
+    assert router.target("tools/call", {"name": "twice"})[0] is None
+
+
+class Listed:
+    def __init__(self, tools: list[dict[str, object]]) -> None:
+        self.tools = tools
+        self.prompts: list[dict[str, object]] = []
+        self.resources: list[dict[str, object]] = []
+        self.resource_templates: list[dict[str, object]] = []
+        self.capabilities: dict[str, object] = {"tools": {}}

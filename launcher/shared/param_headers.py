@@ -1,4 +1,5 @@
-"""A tool's ``Mcp-Param-{Name}`` headers (HTTP, the stateless era), checked against the body.
+"""A tool's ``Mcp-Param-{Name}`` headers (HTTP, the stateless era), checked against the body;
+and the tools whose marks for them are unusable, which ironcurtain lists to no client.
 
 A tool's input schema may mark a top-level argument of a primitive type (string, number,
 integer, boolean) with ``x-mcp-header: NAME``: a client then mirrors the argument's value in
@@ -39,6 +40,29 @@ def marked(schema: object) -> dict[str, str]:
         if isinstance(mark, str) and _TOKEN.fullmatch(mark) and kind in _PRIMITIVE:
             found[str(argument)] = PREFIX + mark.lower()
     return found
+
+
+def fault(tool: object) -> str | None:
+    """What makes a tool's ``x-mcp-header`` marks unusable (a client lists no such tool),
+    or None: a mark that is empty or no HTTP field name, on an argument that is not of a
+    primitive type, or the same header (in any case) twice."""
+    schema = tool.get("inputSchema") if isinstance(tool, dict) else None
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return None
+    seen: set[str] = set()
+    for argument, spec in properties.items():
+        if not isinstance(spec, dict) or "x-mcp-header" not in spec:
+            continue
+        mark = spec["x-mcp-header"]
+        if not isinstance(mark, str) or not _TOKEN.fullmatch(mark):
+            return f"argument {argument!r}: x-mcp-header {mark!r} is no header name"
+        if spec.get("type") not in _PRIMITIVE:
+            return f"argument {argument!r}: x-mcp-header on a {spec.get('type')!r}"
+        if mark.lower() in seen:
+            return f"argument {argument!r}: x-mcp-header {mark!r} is marked twice"
+        seen.add(mark.lower())
+    return None
 
 
 def mismatch(
