@@ -44,6 +44,8 @@ INSTRUCTIONS = (
     "Tools of several MCP servers, each sandboxed; every call is checked by policy. Denied "
     "calls return an error result starting with DENIED."
 )
+# The client's messages held at most while its servers are opened in its era.
+HELD = 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
 
 
@@ -128,7 +130,10 @@ class Relay(Asking, Notices):
         if not line.strip():
             return
         if self._held is not None:
-            self._held.append(line)
+            if len(self._held) < HELD:
+                self._held.append(line)
+            else:
+                self._busy_refusal(line)
             return
         try:
             message = loads(line)
@@ -197,6 +202,15 @@ class Relay(Asking, Notices):
         self._held = [line]
         self._spawn(self._opened(opening))
         return True
+
+    def _busy_refusal(self, line: bytes) -> None:
+        """A request past what is held while the servers are opened: refused."""
+        with contextlib.suppress(ValueError, RecursionError):
+            message = loads(line)
+            rid = message.get("id") if isinstance(message, dict) else None
+            if type(rid) in (str, int) and "method" in message:
+                why = "too many requests wait while the servers are opened in the client's era"
+                self.send(error(rid, -32603, why))
 
     async def _opened(self, opening: Awaitable[None]) -> None:
         try:

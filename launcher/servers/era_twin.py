@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+from launcher.servers import eras
 from launcher.servers.connection import NotificationHandler, ServerConnection
 
 STARTUP_TIMEOUT = 60.0
@@ -28,6 +29,8 @@ async def in_era(
     stopped). Raises what starting it raised (the instance is stopped)."""
     side = dataclasses.replace(conn.client_capabilities, era=era)
     fresh = ServerConnection(conn.spec, on_notification, side)
+    # As slow to answer as the first was to open (a loaded machine) is not "does not serve".
+    fresh.patience = eras.DISCOVER_TIMEOUT + 2 * conn.opened_in
     try:
         await asyncio.wait_for(_opened(fresh, era), STARTUP_TIMEOUT)
     except BaseException:

@@ -136,8 +136,13 @@ class Fleet:
                 return conn
 
     def others(self, era: str) -> list[str]:
-        """The servers :meth:`speak` would open again in ``era``."""
-        live = {n: c for n, c in self.servers.items() if n not in self.halted}
+        """The servers :meth:`speak` would open again in ``era`` (none whose config names the
+        era it is spoken to in)."""
+        live = {
+            n: c
+            for n, c in self.servers.items()
+            if n not in self.halted and self.plan.servers[n].config.era is None
+        }
         return era_twin.others(live, era, self.one_era)
 
     async def speak(self, era: str, event: Event) -> list[ServerConnection]:

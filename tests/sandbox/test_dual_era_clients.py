@@ -78,14 +78,21 @@ def test_clients_of_both_eras_in_one_session_each_reach_the_server_in_their_own(
         (("--stateless-only",), "legacy", STATELESS),
     ],
 )
+@pytest.mark.parametrize("named", [False, True])
 def test_over_stdio_the_server_is_spoken_to_in_its_clients_era_when_it_serves_it(
-    user: Home, flags: tuple[str, ...], mode: str, era: str
+    user: Home, flags: tuple[str, ...], mode: str, era: str, named: bool
 ) -> None:
+    # ``named``: the config names the era other than the client's; then a server that
+    # serves it is spoken to in it, whatever the client's.
     human = Human()
     out: list[str] = []
+    other = "handshake" if mode == STATELESS else "stateless"
+    if named and not flags:
+        era = HANDSHAKE if other == "handshake" else STATELESS
+    args = dual_args(user, *flags, **({"era": other} if named else {}))
 
     async def scenario() -> None:
-        async with client_in(user, "stdio", dual_args(user, *flags), mode, human) as client:
+        async with client_in(user, "stdio", args, mode, human) as client:
             out.append(said(await client.call_tool("roots", {})))
             out.append(said(await client.call_tool("haiku", {})))
 

@@ -65,14 +65,15 @@ def test_a_stateless_servers_questions_reach_a_client_of_either_era(
     assert {e.get("era") for e in entries} == {expected}
 
 
-@pytest.mark.parametrize("settings", [{}, {"era": "stateless"}])
-def test_a_server_of_both_eras_is_spoken_to_in_its_clients_era_whatever_its_config_says(
-    user: Home, settings: dict[str, str]
+@pytest.mark.parametrize(
+    ("settings", "era"),
+    [({}, "2025-11-25"), ({"era": "handshake"}, "2025-11-25"), ({"era": "stateless"}, ERA)],
+)
+def test_a_server_of_both_eras_is_spoken_to_in_the_era_its_config_names(
+    user: Home, settings: dict[str, str], era: str
 ) -> None:
-    # Opened in the era its config names first; a handshake-era client has it in its own
-    # (an instance of its own when the config named the other: tests/sandbox/
-    # test_dual_era_clients.py has clients of both eras).
-    era = "2025-11-25"
+    # Named, whatever the client's; unset, the client's (here of the handshake era; clients
+    # of both: tests/sandbox/test_dual_era_clients.py).
     human = Human("approve")
     said: list[str] = []
 
