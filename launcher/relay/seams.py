@@ -123,9 +123,12 @@ class Widening(Protocol):
         :class:`launcher.relay.grants.CannotWiden` when no approval could give it."""
         ...
 
-    async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
+    async def start(
+        self, server: str, grants: Sequence[Grant], keep: str | None = None, era: str | None = None
+    ) -> OneShot:
         """An instance for the call; ``keep`` names the session approval it was made
-        under (its instance is kept for the identical calls after it)."""
+        under (its instance is kept for the identical calls after it); ``era``: the one
+        the server is spoken to for the call's client (None: as its config says)."""
         ...
 
     async def close(self) -> None:
