@@ -19,6 +19,8 @@ from launcher.servers import eras
 from launcher.servers.connection import NotificationHandler, ServerConnection
 
 STARTUP_TIMEOUT = 60.0
+# Seconds at least that the other instance has to answer ``server/discover``.
+TWIN_PATIENCE = 15.0
 
 
 async def in_era(
@@ -29,8 +31,9 @@ async def in_era(
     stopped). Raises what starting it raised (the instance is stopped)."""
     side = dataclasses.replace(conn.client_capabilities, era=era)
     fresh = ServerConnection(conn.spec, on_notification, side)
-    # As slow to answer as the first was to open (a loaded machine) is not "does not serve".
-    fresh.patience = eras.DISCOVER_TIMEOUT + 2 * conn.opened_in
+    # Slow to answer (a loaded machine, a start that takes its time) is not "does not
+    # serve": a server that ignores the question costs its first such client this, once.
+    fresh.patience = max(TWIN_PATIENCE, eras.DISCOVER_TIMEOUT + 2 * conn.opened_in)
     try:
         await asyncio.wait_for(_opened(fresh, era), STARTUP_TIMEOUT)
     except BaseException:
