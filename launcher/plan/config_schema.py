@@ -250,13 +250,14 @@ class ServerConfig:
     client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
     # Credentials in what the server sends the client are masked (policy.secrets).
     mask_secrets: bool = True
-    # The protocol era ironcurtain opens with: `handshake` (the default) offers `initialize`
+    # The protocol era the server is spoken to in, when set: `handshake` offers `initialize`
     # first, which every server of that era takes, and turns to the stateless era (2026-07-28)
     # only when the server refuses it; `stateless` asks `server/discover` first and speaks the
-    # stateless era to a server that serves it (the handshake otherwise). A server of both eras
-    # keeps the era it was opened in: one whose tools ask the client by requests of their own
-    # works only in the handshake era, one that asks by its results only in the stateless era.
-    era: Literal["handshake", "stateless"] = "handshake"
+    # stateless era to a server that serves it (the handshake otherwise). Unset (the default),
+    # the handshake is offered first and a server of both eras is spoken to in the era of the
+    # client whose requests it serves (a client of the other era gets an instance of its own,
+    # opened in that era); set, the server is spoken to in that era whatever its client's.
+    era: Literal["handshake", "stateless"] | None = None
 
     @property
     def restart_policy(self) -> RestartConfig | None:

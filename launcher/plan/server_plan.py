@@ -20,7 +20,7 @@ from launcher.plan.programs import npx_to_node, resolve_command
 from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
 from launcher.shared.errors import ConfigError, SandboxUnavailable
-from launcher.shared.jsonrpc import ClientSide
+from launcher.shared.jsonrpc import HANDSHAKE, ClientSide
 from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.paths import resolve_real_path
@@ -92,7 +92,7 @@ def client_capabilities(sp: ServerPlan) -> ClientSide:
     if asks.sampling != "deny":
         capabilities["sampling"] = {}
     roots = tuple({"uri": Path(root).as_uri(), "name": root} for root in sp.roots)
-    return ClientSide(capabilities, roots, sp.config.era)
+    return ClientSide(capabilities, roots, sp.config.era or HANDSHAKE)
 
 
 @frozen

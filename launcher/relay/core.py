@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 
 from launcher.relay import stateless
@@ -44,6 +44,8 @@ INSTRUCTIONS = (
     "Tools of several MCP servers, each sandboxed; every call is checked by policy. Denied "
     "calls return an error result starting with DENIED."
 )
+# The client's messages held at most while its servers are opened in its era.
+HELD = 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
 
 
@@ -95,6 +97,8 @@ class Relay(Asking, Notices):
         self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
         self._dropping = False
         self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
+        # The client's messages held while its servers are opened in its era.
+        self._held: list[bytes] | None = None
         core.router.build(core.servers, core.outputs.listed)
         self._attach()
 
@@ -124,6 +128,12 @@ class Relay(Asking, Notices):
     def feed(self, line: bytes) -> None:
         """One message from the client (JSON text)."""
         if not line.strip():
+            return
+        if self._held is not None:
+            if len(self._held) < HELD:
+                self._held.append(line)
+            else:
+                self._busy_refusal(line)
             return
         try:
             message = loads(line)
@@ -155,6 +165,8 @@ class Relay(Asking, Notices):
         if "id" not in message:
             self._client_notification(str(method), params)
             return
+        if self.era is None and self._chose_era(line, str(method), params):
+            return
         try:
             if method == TOOL:
                 # The arguments are checked when they are hashed; the rest here (quick for
@@ -173,6 +185,43 @@ class Relay(Asking, Notices):
             self.send(error(request_id, -32600, f"invalid request: an argument {_NO_UTF8}"))
         except Exception as exc:  # never take the session down for one request
             self.send(error(request_id, -32603, f"internal error: {exc}"))
+
+    def _chose_era(self, line: bytes, method: str, params: Message) -> bool:
+        """The client's first request says which era it speaks; a server of both eras is
+        then spoken to in it. True when the servers are being opened in it: the request
+        (and what follows it) waits, then is served as it came."""
+        if method == "server/discover" or stateless.speaks(params):
+            self.era = STATELESS
+        elif method == "initialize":
+            self.era = HANDSHAKE
+        else:
+            return False
+        opening = self.core.speak(self.era)
+        if opening is None:
+            return False
+        self._held = [line]
+        self._spawn(self._opened(opening))
+        return True
+
+    def _busy_refusal(self, line: bytes) -> None:
+        """A request past what is held while the servers are opened: refused."""
+        with contextlib.suppress(ValueError, RecursionError):
+            message = loads(line)
+            rid = message.get("id") if isinstance(message, dict) else None
+            if type(rid) in (str, int) and "method" in message:
+                why = "too many requests wait while the servers are opened in the client's era"
+                self.send(error(rid, -32603, why))
+
+    async def _opened(self, opening: Awaitable[None]) -> None:
+        try:
+            await opening
+        except asyncio.CancelledError:  # the relay is stopping: nothing more is served
+            raise
+        except Exception as exc:  # its servers stay as they were: bridged
+            self.core.say(f"warning: opening servers in the {self.era} era failed: {exc}")
+        held, self._held = self._held or [], None
+        for line in held:
+            self.feed(line)
 
     def _client_answer(self, message: Message) -> None:
         """The client's answer to a request of ours (an elicitation), else nothing."""

@@ -187,10 +187,11 @@ class Escalations:
         assert self.core.widen is not None and call.server is not None
         call.entry["granted"] = [g.record() for g in grants if g.outside]
         keep = None
+        era = call.conn.era if call.conn is not None else None  # the one its client has
         if for_session:
             named = label(call.method, call.name)
-            keep = f"{call.server}\0{named}\0{hash_value(call.arguments)}"
-        one_shot = await self.core.widen.start(call.server, grants, keep)
+            keep = f"{call.server}\0{named}\0{hash_value(call.arguments)}\0{era}"
+        one_shot = await self.core.widen.start(call.server, grants, keep, era)
         call.one_shot, call.conn = one_shot, one_shot.conn
 
     async def _keep_alive(self, call: Call, token: str | int) -> None:

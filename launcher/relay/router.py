@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import field
 from typing import Protocol
 
+from launcher.shared import param_headers
 from launcher.shared.jsonrpc import COMPLETE, PROMPT, TOOL, Message, completion_arguments
 from sandbox_profiles.records import mutable
 
@@ -104,7 +105,9 @@ class Router:
         templates: dict[str, str] = {}
         self.completes, self.subscribes, self.offers_resources = set(), set(), set()
         for name, listing in listings.items():
-            _route(name, listing.tools, self.public, tools, exposed_tools)
+            # A tool whose header marks are unusable is listed to no client (nor routed).
+            usable = [t for t in listing.tools if param_headers.fault(t) is None]
+            _route(name, usable, self.public, tools, exposed_tools)
             _route(name, listing.prompts, self.public, prompts, exposed_prompts)
             for resource in listing.resources:
                 resources.setdefault(str(resource.get("uri", "")), name)

@@ -12,7 +12,7 @@ tests is another; stdio and streamable HTTP are the upstreams.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import field
 from typing import Any, Protocol
 
@@ -123,9 +123,12 @@ class Widening(Protocol):
         :class:`launcher.relay.grants.CannotWiden` when no approval could give it."""
         ...
 
-    async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
+    async def start(
+        self, server: str, grants: Sequence[Grant], keep: str | None = None, era: str | None = None
+    ) -> OneShot:
         """An instance for the call; ``keep`` names the session approval it was made
-        under (its instance is kept for the identical calls after it)."""
+        under (its instance is kept for the identical calls after it); ``era``: the one
+        the server is spoken to for the call's client (None: as its config says)."""
         ...
 
     async def close(self) -> None:
@@ -172,3 +175,6 @@ class Core:
     # Whose requests this relay serves (None: no caller source; one local user).
     caller: Caller | None = None
     telemetry: Telemetry | None = None  # None: calls are not exported
+    # The relay's client speaks this era: what is to be awaited before its first request
+    # is served (servers of both eras opened in it), or None when nothing is.
+    speak: Callable[[str], Awaitable[None] | None] = lambda era: None

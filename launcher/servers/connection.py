@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +26,7 @@ from launcher.servers import eras
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LINE_LIMIT,
+    STATELESS,
     ClientSide,
     Message,
     OnDone,
@@ -69,6 +71,12 @@ class ServerConnection:
         self.stderr_tail: list[str] = []
         self.initialize_result: Message = {}
         self.era = HANDSHAKE  # the protocol era it is spoken to in, once initialized
+        # Whether it refused the era offered first (so it serves only the one it is in).
+        self.one_era = False
+        # Seconds ``server/discover`` is waited for when offered first, and how long the
+        # opening took (started to answered).
+        self.patience = eras.DISCOVER_TIMEOUT
+        self.opened_in = 0.0
         self._envelope: Message | None = None  # the _meta of each request, in the newer era
         self.tools: list[Message] = []
         self.prompts: list[Message] = []
@@ -161,10 +169,13 @@ class ServerConnection:
 
     async def initialize(self) -> None:
         """Open the conversation, in the era the server serves (:mod:`launcher.servers.eras`)."""
+        began = time.monotonic()
         era, self._envelope, self.initialize_result = await eras.opened_with(
-            self.request, self.client_capabilities
+            self.request, self.client_capabilities, self.patience
         )
+        self.opened_in = time.monotonic() - began
         self.era = era
+        self.one_era = (self.client_capabilities.era == STATELESS) != (era == STATELESS)
         if era == HANDSHAKE:
             self.notify("notifications/initialized", None)
             return

@@ -31,18 +31,23 @@ from launcher.shared.jsonrpc import (
 # Seconds a server has to answer ``server/discover`` before it is taken not to serve the
 # stateless era (one that ignores what it does not know).
 DISCOVER_TIMEOUT = 5.0
+# Seconds a server that refused ``initialize`` has to answer ``server/discover``.
+REFUSED_PATIENCE = 30.0
 # Sends a request and waits for its whole response (a connection's ``request``).
 Request = Callable[[str, Message | None, float | None], Awaitable[Message]]
 
 
-async def opened_with(request: Request, client: ClientSide) -> tuple[str, Message | None, Message]:
+async def opened_with(
+    request: Request, client: ClientSide, patience: float = DISCOVER_TIMEOUT
+) -> tuple[str, Message | None, Message]:
     """Open the conversation in the era the server's config says to offer first: the
     ``initialize`` handshake, which every server of the handshake era takes, then, when the
     server refuses it, ``server/discover``; or those two the other way round. The era, the
     ``_meta`` each request of the stateless era carries (None in the handshake era), and
-    what the server said of itself (its ``initialize`` result, or its like)."""
+    what the server said of itself (its ``initialize`` result, or its like). ``patience``:
+    the seconds ``server/discover`` is waited for when asked first."""
     if client.era == STATELESS:
-        found = await _discovered(request, client)
+        found = await _discovered(request, client, patience)
         if found is not None:
             return found
     response = await request(
@@ -54,7 +59,9 @@ async def opened_with(request: Request, client: ClientSide) -> tuple[str, Messag
     if "error" in response:
         err = response["error"]
         refused = str(err.get("message") if isinstance(err, dict) else "")
-        found = await _discovered(request, client) if client.era != STATELESS else None
+        # It refused the handshake: it speaks, so it is given as long as a start takes
+        # (asked again when asked first: it may have been too slow to answer then).
+        found = await _discovered(request, client, REFUSED_PATIENCE)
         if found is not None:
             return found
         raise RuntimeError(f"initialize failed: {refused}")
@@ -62,10 +69,12 @@ async def opened_with(request: Request, client: ClientSide) -> tuple[str, Messag
     return HANDSHAKE, None, said if isinstance(said, dict) else {}
 
 
-async def _discovered(request: Request, client: ClientSide) -> tuple[str, Message, Message] | None:
+async def _discovered(
+    request: Request, client: ClientSide, patience: float = DISCOVER_TIMEOUT
+) -> tuple[str, Message, Message] | None:
     sent = envelope(client.capabilities)
     try:
-        found = await request("server/discover", {"_meta": sent}, DISCOVER_TIMEOUT)
+        found = await request("server/discover", {"_meta": sent}, patience)
     except TimeoutError:
         return None
     said = opened(found, sent)

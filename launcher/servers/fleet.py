@@ -11,6 +11,7 @@ from collections.abc import Callable
 from launcher.plan.config_schema import RestartConfig
 from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
+from launcher.servers import era_twin
 from launcher.servers.connection import ServerConnection
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message, ServerGone
@@ -37,6 +38,8 @@ class Fleet:
         # server halted in one is started in none.
         self.halted: dict[str, str] = {} if halted is None else halted
         self._supervisors: list[asyncio.Task[None]] = []
+        # Servers found to serve one protocol era only (another instance refused the other).
+        self.one_era: set[str] = set()
 
     async def adopt(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
         """Take over servers started before the session's event loop (not yet spoken to),
@@ -93,8 +96,7 @@ class Fleet:
     ) -> None:
         """Restart a server that exits, with back-off, at most ``maxRestarts`` times."""
         for attempt in range(1, policy.max_restarts + 1):
-            conn = self.servers[name]
-            await conn.exited.wait()
+            conn = await self._exit_of(name)
             if name in self.halted:
                 return  # stopped by the guard: it stays stopped
             conn.restarting = True
@@ -123,6 +125,49 @@ class Fleet:
             if fresh.gone is None:
                 restarted(fresh)
         self.servers[name].restarting = False
+
+    async def _exit_of(self, name: str) -> ServerConnection:
+        """The server's connection, once it exits; one replaced meanwhile by an instance
+        in another era (:meth:`speak`) is not waited for: its successor is."""
+        while True:
+            conn = self.servers[name]
+            await conn.exited.wait()
+            if self.servers[name] is conn:
+                return conn
+
+    def others(self, era: str) -> list[str]:
+        """The servers :meth:`speak` would open again in ``era`` (none whose config names the
+        era it is spoken to in)."""
+        live = {
+            n: c
+            for n, c in self.servers.items()
+            if n not in self.halted and self.plan.servers[n].config.era is None
+        }
+        return era_twin.others(live, era, self.one_era)
+
+    async def speak(self, era: str, event: Event) -> list[ServerConnection]:
+        """Each server that serves ``era`` too, spoken to in it from now on: an instance
+        opened in it takes the place of the one in the other era (stopped). Those that
+        serve one era only are kept as they are. The connections that took a place."""
+        names = self.others(era)
+        found = await asyncio.gather(
+            *(era_twin.in_era(self.servers[n], era, self._on_notification) for n in names),
+            return_exceptions=True,
+        )
+        took = []
+        for name, fresh in zip(names, found, strict=True):
+            if isinstance(fresh, BaseException):
+                event("server-era-failed", f"server '{name}' could not be opened in the "
+                      f"{era} era (it stays in the other): {fresh}", server=name)  # fmt: skip
+            if not isinstance(fresh, ServerConnection) or name in self.halted:
+                self.one_era.add(name)
+                if isinstance(fresh, ServerConnection):
+                    await fresh.stop()
+                continue
+            old, self.servers[name] = self.servers[name], fresh
+            took.append(fresh)
+            await old.stop()
+        return took
 
     def halt(self, root: str, reason: str) -> list[str]:
         """Stop every server that can write ``root``; their requests are refused from now

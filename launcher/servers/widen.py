@@ -35,6 +35,7 @@ from launcher.plan.workspace import homes, moved_places
 from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
 from launcher.relay.seams import Carried
 from launcher.servers.connection import ServerConnection
+from launcher.servers.eras import REFUSED_PATIENCE
 from launcher.servers.staging import Stage
 from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import Message
@@ -203,11 +204,14 @@ class Widener:
             )
         return grants
 
-    async def start(self, server: str, grants: Sequence[Grant], keep: str | None = None) -> OneShot:
+    async def start(
+        self, server: str, grants: Sequence[Grant], keep: str | None = None, era: str | None = None
+    ) -> OneShot:
         """A one-shot instance for the call, started and initialised. ``keep``: the
         session approval the call was made under; the instance kept for it serves the call
         when it is running and idle (its staging refreshed from the host), and a new one is
-        kept for it otherwise."""
+        kept for it otherwise. ``era``: the one the server is spoken to in for the call's
+        client (a server of both eras whose config names none is opened offering it first)."""
         kept = self._kept.get(keep) if keep else None
         if kept is not None and kept.conn.running and not kept.busy:
             kept.busy = True
@@ -217,7 +221,7 @@ class Widener:
                 await self._drop(kept)
                 raise
             return kept
-        one_shot = await self._start_new(server, grants)
+        one_shot = await self._start_new(server, grants, era)
         if keep and (kept is None or not kept.busy):
             if kept is not None:
                 await self._drop(kept)
@@ -242,7 +246,7 @@ class Widener:
             if kept is one_shot:
                 del self._kept[key]
 
-    async def _start_new(self, server: str, grants: Sequence[Grant]) -> OneShot:
+    async def _start_new(self, server: str, grants: Sequence[Grant], era: str | None) -> OneShot:
         sp = self.plan.servers[server]
         assert sp.profile is not None
         stage = Stage(self.plan.runtime_dir, server, sp.profile.run_as)
@@ -260,7 +264,12 @@ class Widener:
             client = client_capabilities(sp)
             extra = tuple({"uri": Path(d).as_uri(), "name": d} for d in grant_dirs(grants))
             client = dataclasses.replace(client, roots=(*client.roots, *extra))
+            twin = era is not None and sp.config.era is None
+            if era is not None and twin:
+                client = dataclasses.replace(client, era=era)
             conn = ServerConnection(spec, self.on_notification, client)
+            if twin:  # its standing instance serves that era: this one is given a start's time
+                conn.patience = REFUSED_PATIENCE
             await asyncio.wait_for(self._start(conn), START_TIMEOUT)
         except BaseException as exc:
             if conn is not None:

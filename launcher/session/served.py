@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from launcher.audit.log import AuditLog
@@ -179,6 +179,14 @@ class Served:
         """Whether its client is to come back with the answers to a question."""
         return self.relay is not None and self.relay.rounds.waiting()
 
+    def listed_tool(self, name: str) -> Message | None:
+        """The tool ``name`` as its caller is shown it (None: not shown)."""
+        if self.relay is None:
+            return None
+        core = self.relay.core
+        shown = core.gate.listed("tools/list", core.router, core.caller)
+        return next((tool for tool in shown if tool.get("name") == name), None)
+
     async def close(self) -> None:
         """Stop this client's relay and servers (the session goes on)."""
         if self.relay is not None:
@@ -226,6 +234,7 @@ class Served:
             ),
             widen=Widener(plan, self._one_shot_notified, lambda: session.guard),
             telemetry=session.telemetry,
+            speak=self._speak,
         )
         return Relay(core)
 
@@ -236,6 +245,15 @@ class Served:
     def _one_shot_notified(self, conn: ServerConnection, message: Message) -> None:
         if message.get("method") in ONE_SHOT_NOTIFICATIONS:
             self._notified(conn, message)
+
+    def _speak(self, era: str) -> Awaitable[None] | None:
+        """Its client speaks ``era``: the servers that serve it too are opened in it
+        (awaited before the client's first request is served); None when none might."""
+        return self._spoken(era) if self.fleet.others(era) else None
+
+    async def _spoken(self, era: str) -> None:
+        for conn in await self.fleet.speak(era, self.session.event):
+            self._restarted(conn)
 
     def _restarted(self, conn: ServerConnection) -> None:
         if self.relay is not None:

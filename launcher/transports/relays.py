@@ -37,6 +37,10 @@ class Relayed(Protocol):
         not ended to make room."""
         ...
 
+    def listed_tool(self, name: str) -> Message | None:
+        """The tool ``name`` as its caller is shown it (None: not shown)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -21,7 +21,9 @@ Checked before the relay sees a request, as the era's transport asks: the header
 the body does (``MCP-Protocol-Version`` its ``_meta`` version, ``Mcp-Method`` its method,
 ``Mcp-Name`` the tool or prompt name or the resource URI, plain or as
 ``=?base64?…?=``); a mismatch is ``-32020``, answered 400 as the era's errors about the
-request's form are; a method that does not exist is 404.
+request's form are; a method that does not exist is 404. A ``tools/call``'s
+``Mcp-Param-*`` headers are checked against its arguments by the tool's schema
+(:mod:`launcher.shared.param_headers`), once the caller's relay is taken.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.types import Receive, Scope, Send
 
+from launcher.shared import param_headers
 from launcher.shared.jsonrpc import (
     FOR_REQUEST,
     META_CAPABILITIES,
@@ -154,6 +157,13 @@ class StatelessClients:
             return
         relay = held.relay
         relay.caller = caller  # what it may do: as its latest token says
+        # The tool's own headers, against the schema this caller is shown (after its token
+        # was checked and its relay taken).
+        unlike = _params_unlike(scope, relay, message)
+        if unlike is not None:
+            self.relays.done(held)
+            await _answer(send, error(rid, HEADER_MISMATCH, unlike))
+            return
         internal = f"http-{next(self._ids)}"
         # What its audit entries add: the client's own id for it (ironcurtain's stands in
         # requestId), and the caller, in gateway mode.
@@ -318,6 +328,21 @@ def _mismatch(scope: Scope, message: Message) -> str | None:
     if named is not None and _decoded(headers.get("mcp-name")) != params.get(named):
         return f"the Mcp-Name header is not the request's {named}"
     return None
+
+
+def _params_unlike(scope: Scope, relay: Relayed, message: Message) -> str | None:
+    """What a ``tools/call``'s ``Mcp-Param-*`` headers say that its arguments do not, by
+    the tool's schema as ``relay``'s caller is shown it (:mod:`launcher.shared.param_headers`)."""
+    params = message.get("params")
+    if message["method"] != "tools/call" or not isinstance(params, dict):
+        return None
+    name = params.get("name")
+    tool = relay.listed_tool(name) if isinstance(name, str) else None
+    if tool is None:
+        return None
+    return param_headers.mismatch(
+        scope["headers"], tool.get("inputSchema"), params.get("arguments")
+    )
 
 
 def _decoded(value: str | None) -> str | None:

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -66,7 +67,7 @@ def references(node: str, npm_dir: Path, python_everything: Path | None) -> list
         )
     ]
     if python_everything is not None:
-        package = str(python_everything)
+        package = str(python_everything.resolve())
         found.append(
             Reference(
                 "mcp_everything_server (python SDK)",
@@ -208,13 +209,11 @@ def through(
 def _through_one(
     node: str, npm_dir: Path, work: Path, requirements: str, config: dict[str, Any]
 ) -> dict[str, Outcome]:
-    """One set through ironcurtain, which opens the server in that set's era (as the suite
-    does directly: the handshake for 2025-11-25, server/discover first for 2026-07-28)."""
+    """One set through ironcurtain, with a config that names no era: ironcurtain speaks to
+    a server of both eras in the era of the client whose request it serves."""
     place = work / f"through-{requirements}"
     (place / "ws").mkdir(parents=True)
-    era = "handshake" if requirements == REQUIREMENTS[0] else "stateless"
-    server = {**config["mcpServers"]["everything"], "era": era}
-    (work / "config.json").write_text(json.dumps({"mcpServers": {"everything": server}}, indent=1))
+    (work / "config.json").write_text(json.dumps(config, indent=1))
     token = secrets.token_urlsafe(24)
     env = {**os.environ, "IRONCURTAIN_HTTP_TOKEN": token, "XDG_STATE_HOME": str(place / "state"),
            "XDG_CONFIG_HOME": str(place / "config")}  # fmt: skip
@@ -293,8 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             place = work / str(number)
             place.mkdir()
             started = time.monotonic()
-            a = direct(ref, opts.node, opts.npm_dir, place, sets)
-            b = through(ref, opts.node, opts.npm_dir, place, sets)
+            # Directly and through ironcurtain at once (each its own server and port).
+            with ThreadPoolExecutor(2) as pool:
+                at_once = [pool.submit(f, ref, opts.node, opts.npm_dir, place, sets)
+                           for f in (direct, through)]  # fmt: skip
+                a, b = (future.result() for future in at_once)
             took = time.monotonic() - started
             print(f"\n{ref.name}: requirements {' and '.join(sets)}, directly and through "
                   f"ironcurtain ({took:.0f} s)")  # fmt: skip

@@ -65,10 +65,15 @@ def test_a_stateless_servers_questions_reach_a_client_of_either_era(
     assert {e.get("era") for e in entries} == {expected}
 
 
-@pytest.mark.parametrize(("settings", "era"), [({}, "2025-11-25"), ({"era": "stateless"}, ERA)])
-def test_a_server_of_both_eras_is_opened_in_the_era_its_config_says(
+@pytest.mark.parametrize(
+    ("settings", "era"),
+    [({}, "2025-11-25"), ({"era": "handshake"}, "2025-11-25"), ({"era": "stateless"}, ERA)],
+)
+def test_a_server_of_both_eras_is_spoken_to_in_the_era_its_config_names(
     user: Home, settings: dict[str, str], era: str
 ) -> None:
+    # Named, whatever the client's; unset, the client's (here of the handshake era; clients
+    # of both: tests/sandbox/test_dual_era_clients.py).
     human = Human("approve")
     said: list[str] = []
 

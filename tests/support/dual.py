@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from tests.support.home import Home
 from tests.support.paths import TESTS
@@ -13,10 +15,12 @@ from tests.support.probe import write_raw_policy
 DUAL = TESTS / "servers" / "dual_server.py"
 
 
-def dual_args(user: Home, *flags: str, **settings: str) -> list[str]:
+def dual_args(
+    user: Home, *flags: str, rules: Sequence[dict[str, Any]] = (), **settings: str
+) -> list[str]:
     """``ironcurtain run`` options for the dual-era server alone (run with ``flags``, with
-    ``settings`` in its config), sandboxed; its ``greet`` escalated (a human approves it),
-    every other call allowed."""
+    ``settings`` in its config), sandboxed; ``rules`` first, then its ``greet`` escalated (a
+    human approves it), every other call allowed."""
     sandbox = {"filesystem": {"allowRead": [str(DUAL.parent)]}}
     server = {"command": sys.executable, "args": [str(DUAL), *flags], "sandbox": sandbox}
     server.update(settings)
@@ -25,8 +29,8 @@ def dual_args(user: Home, *flags: str, **settings: str) -> list[str]:
     ask = {"name": "ask-before-greet", "if": {"tool": ["greet"]}, "then": "escalate"}
     policy = write_raw_policy(
         user.root / "policy",
-        {"dual": {"greet": [], "haiku": [], "roots": []}},
-        first=[{**ask, "reason": "greeting needs a human"}],
+        {"dual": {"greet": [], "haiku": [], "roots": [], "region": ["region", "zone"]}},
+        first=[*rules, {**ask, "reason": "greeting needs a human"}],
     )
     return ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(user.ws()),
             "--audit-log", str(user.root / "audit.jsonl"), "--server", "dual"]  # fmt: skip

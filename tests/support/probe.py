@@ -101,6 +101,10 @@ def probe_server_config(
         "command": sys.executable,
         "args": [str(PROBE)],
         "env": {"PROBE_LOG": "${workspace}/probe-calls.jsonl"},
+        # Written on the mcp SDK, it serves both eras; its tools ask in the handshake era's
+        # way, and the tests that bring it a stateless client bridge such a server: spoken
+        # to in the handshake era whatever its client's.
+        "era": "handshake",
     }
     if sandboxed:
         # Its tools take no path role (the raw policy checks nothing), so it would not see

@@ -49,6 +49,9 @@ class CallerRelay:
     def holds(self) -> bool:
         return False
 
+    def listed_tool(self, name: str) -> dict[str, Any] | None:
+        return None
+
     async def close(self) -> None:
         self.closed = True
 

@@ -54,6 +54,9 @@ class Recording:
     def holds(self) -> bool:
         return False
 
+    def listed_tool(self, name: str) -> dict[str, Any] | None:
+        return None
+
     async def close(self) -> None:
         pass
 

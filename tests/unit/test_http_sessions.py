@@ -46,6 +46,9 @@ class Answering:
     def holds(self) -> bool:
         return False
 
+    def listed_tool(self, name: str) -> dict[str, Any] | None:
+        return None
+
     async def close(self) -> None:
         self.closed.append(self.upstream.id)
 

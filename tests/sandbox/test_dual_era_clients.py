@@ -1,0 +1,104 @@
+"""A server of both protocol eras, with a config that names no era, is spoken to in the era
+of the client whose request it serves: clients of both eras in one ``--http`` session each
+reach it in their own era (an instance of its own for the era it was not opened in); a
+stateless client alone on stdio reaches it in the stateless era. A server of one era only
+is spoken to in that era, whatever its client's, as before. (The dual-era server on the
+``mcp`` SDK, tests/servers/dual_server.py: each tool says the version its request came in.)"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.asking import Human
+from tests.support.dual import dual_args
+from tests.support.home import Home
+from tests.support.http import TOKEN, serving
+from tests.support.marks import needs_bwrap
+from tests.support.modes import STATELESS, callbacks, client_in
+
+pytestmark = needs_bwrap
+HANDSHAKE = "2025-11-25"
+
+
+def said(result: object) -> str:
+    return "\n".join(getattr(c, "text", "") for c in getattr(result, "content", []))
+
+
+async def calls_in(url: str, modes: Sequence[str], human: Human) -> list[str]:
+    """One client in each of ``modes`` on ``url``, all connected at once; each calls
+    ``roots`` in turn, twice round; what each call said, in order."""
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    out: list[str] = []
+    async with httpx2.AsyncClient(headers=bearer, timeout=30) as http:
+        clients = [
+            Client(streamable_http_client(url, http_client=http), mode=m, **callbacks(human))
+            for m in modes
+        ]
+        for client in clients:
+            await client.__aenter__()
+        try:
+            for _ in range(2):
+                for client in clients:
+                    out.append(said(await client.call_tool("roots", {})))
+        finally:
+            for client in reversed(clients):
+                await client.__aexit__(None, None, None)
+    return out
+
+
+def test_clients_of_both_eras_in_one_session_each_reach_the_server_in_their_own(
+    user: Home,
+) -> None:
+    human = Human()
+    with serving(user, *dual_args(user)) as served:
+        out = anyio.run(calls_in, served.url, ["legacy", STATELESS], human)
+    assert [text.rsplit(" ", 1)[-1] for text in out] == [
+        f"({HANDSHAKE})",
+        f"({STATELESS})",
+        f"({HANDSHAKE})",
+        f"({STATELESS})",
+    ]
+    # Each answered with the roots ironcurtain gives the server (what its sandbox holds),
+    # never the client's own: the same in both eras.
+    assert out[0].rsplit(" ", 1)[0] == out[1].rsplit(" ", 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "mode", "era"),
+    [
+        ((), STATELESS, STATELESS),  # both eras: the client's
+        ((), "legacy", HANDSHAKE),
+        (("--handshake-only",), STATELESS, HANDSHAKE),  # one era: its own, bridged
+        (("--stateless-only",), "legacy", STATELESS),
+    ],
+)
+@pytest.mark.parametrize("named", [False, True])
+def test_over_stdio_the_server_is_spoken_to_in_its_clients_era_when_it_serves_it(
+    user: Home, flags: tuple[str, ...], mode: str, era: str, named: bool
+) -> None:
+    # ``named``: the config names the era other than the client's; then a server that
+    # serves it is spoken to in it, whatever the client's.
+    human = Human()
+    out: list[str] = []
+    other = "handshake" if mode == STATELESS else "stateless"
+    if named and not flags:
+        era = HANDSHAKE if other == "handshake" else STATELESS
+    args = dual_args(user, *flags, **({"era": other} if named else {}))
+
+    async def scenario() -> None:
+        async with client_in(user, "stdio", args, mode, human) as client:
+            out.append(said(await client.call_tool("roots", {})))
+            out.append(said(await client.call_tool("haiku", {})))
+
+    anyio.run(scenario)
+    assert out[0].endswith(f"({era})")
+    # A question of the server's (sampling, approved by the human first) reached the
+    # client in the client's own era, whichever era the server was spoken to in.
+    assert out[1] == f"the model's answer ({era})"
+    assert len(human.approval_questions) == 1
