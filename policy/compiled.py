@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import replace
 
 from policy.decision import Decision, DecisionKind
 from policy.globs import star_pattern
@@ -86,18 +87,22 @@ class Rule:
     domain_roles: frozenset[ArgumentRole] | None
     allowed: tuple[str, ...]
     caller: re.Pattern[str] | None = None  # the callers' names it applies to (its globs)
+    # Other directories its ``within`` stands for, each with its prefix: for one server, its
+    # ``within`` written with ``${workspace}`` put for each of that server's own workspaces.
+    more_within: tuple[tuple[str, str], ...] = ()
 
 
 def _opt_set(values: Iterable[str] | None) -> frozenset[str] | None:
     return None if values is None else frozenset(values)
 
 
+def _prefix(within: str) -> str:
+    return os.sep if within == os.sep else within.rstrip(os.sep) + os.sep
+
+
 def compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> Rule:
     c = rule.condition
-    try:
-        within = canonical_path(expand(c.paths.within, variables)) if c.paths else ""
-    except PlaceholderError as exc:
-        raise PlaceholderError(f"rule '{rule.name}', its 'within': {exc}") from None
+    within = _within(rule, variables)
     return Rule(
         name=rule.name,
         then=rule.then,
@@ -109,11 +114,41 @@ def compile_rule(rule: CompiledRule, variables: Mapping[str, str]) -> Rule:
         side_effects=c.side_effects,
         path_roles=frozenset(c.paths.roles) if c.paths else None,
         within=within,
-        within_prefix=os.sep if within == os.sep else within.rstrip(os.sep) + os.sep,
+        within_prefix=_prefix(within),
         domain_roles=frozenset(c.domains.roles) if c.domains else None,
         allowed=tuple(c.domains.allowed) if c.domains else (),
         caller=callers_pattern(c.caller) if c.caller is not None else None,
     )
+
+
+def _within(rule: CompiledRule, variables: Mapping[str, str]) -> str:
+    paths = rule.condition.paths
+    try:
+        return canonical_path(expand(paths.within, variables)) if paths else ""
+    except PlaceholderError as exc:
+        raise PlaceholderError(f"rule '{rule.name}', its 'within': {exc}") from None
+
+
+def for_workspaces(
+    rule: CompiledRule, compiled: Rule, variables: Mapping[str, str], workspaces: Iterable[str]
+) -> Rule:
+    """``compiled`` (``rule`` compiled with ``variables``) for a server with workspaces of
+    its own: a ``within`` naming ``${workspace}`` stands for each of them too (a call's
+    paths may each lie in any of them).
+
+    >>> from policy.models import PathCondition, RuleCondition
+    >>> c = RuleCondition(paths=PathCondition(roles=["read-path"], within="${workspace}/src"))
+    >>> r = CompiledRule(name="r", condition=c, then="allow", reason="")
+    >>> base = compile_rule(r, {"workspace": "/nonexistent/ws"})
+    >>> for_workspaces(r, base, {"workspace": "/nonexistent/ws"}, ["/nonexistent/p"]).more_within
+    (('/nonexistent/p/src', '/nonexistent/p/src/'),)
+    """
+    paths = rule.condition.paths
+    if paths is None or "${workspace}" not in paths.within:
+        return compiled
+    more = dict.fromkeys(_within(rule, {**variables, "workspace": w}) for w in workspaces)
+    more.pop(compiled.within, None)
+    return replace(compiled, more_within=tuple((w, _prefix(w)) for w in more))
 
 
 def callers_pattern(globs: Iterable[str]) -> re.Pattern[str]:
@@ -182,6 +217,10 @@ def with_git_locations(info: ToolInfo, args: Mapping[str, object]) -> dict[str, 
 # -- a rule's argument conditions, checked at each call ----------------------------------------
 
 
+def _inside(path: str, within: str, prefix: str) -> bool:
+    return path == within or path.startswith(prefix)
+
+
 def paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool:
     """Whether every path ``args`` give a role the rule names lies within its ``within``
     (and there is at least one)."""
@@ -190,7 +229,9 @@ def paths_within(rule: Rule, info: ToolInfo, args: Mapping[str, object]) -> bool
     for arg, roles in info.path_args:
         if roles & rule.path_roles:
             for path in iter_strings(args.get(arg)):
-                if path != rule.within and not path.startswith(rule.within_prefix):
+                if not _inside(path, rule.within, rule.within_prefix) and not any(
+                    _inside(path, w, p) for w, p in rule.more_within
+                ):
                     return False
                 found = True
     return found

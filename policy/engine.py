@@ -23,6 +23,7 @@ from policy.compiled import (
     ToolInfo,
     compile_rule,
     domains_allowed,
+    for_workspaces,
     misshapen_path_arg,
     names_match,
     paths_within,
@@ -82,7 +83,10 @@ class PolicyEngine:
         domain_allowlists: Mapping[str, Sequence[str]] | None = None,
         variables: Mapping[str, str] | None = None,
         permissions: Permissions | None = None,
+        workspaces: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
+        """``workspaces``: each server's own workspace directories (canonical), where its
+        rules ``within`` ``${workspace}`` apply as in the session's workspace."""
         # What a caller must hold for each tool and prompt (checked before this engine is
         # asked: a caller without it is refused whatever the rules say).
         self.permissions = permissions or Permissions()
@@ -97,6 +101,14 @@ class PolicyEngine:
                 # A prompt never runs git: the server renders a text, so no git hooks.
                 self._prompts[(server, prompt.prompt_name)] = tool_info(prompt)
         self._rules = [compile_rule(r, variables or {}) for r in policy.rules]
+        self._server_rules = {
+            server: [
+                for_workspaces(r, c, variables or {}, own)
+                for r, c in zip(policy.rules, self._rules, strict=True)
+            ]
+            for server, own in (workspaces or {}).items()
+            if own
+        }
         self._candidates: dict[tuple[str, str], tuple[Rule, ...]] = {}
         self._prompt_candidates: dict[tuple[str, str], tuple[Rule, ...]] = {}
         self._resource_infos: dict[str, ToolInfo] = {}
@@ -105,6 +117,11 @@ class PolicyEngine:
     def rules(self) -> list[Rule]:
         """The compiled rules, in order."""
         return list(self._rules)
+
+    def workspaces(self, server: str) -> tuple[str, ...]:
+        """The directories ``server``'s rules take for the workspace besides the session's."""
+        rules = self._server_rules.get(server, ())
+        return tuple(dict.fromkeys(w for r in rules for w, _ in r.more_within))
 
     def tool_annotations(self, server: str) -> list[ToolAnnotation]:
         """The annotations of ``server``'s tools."""
@@ -384,7 +401,7 @@ class PolicyEngine:
         ann = info.annotation
         return tuple(
             rule
-            for rule in self._rules
+            for rule in self._server_rules.get(server, self._rules)
             if (rule.effect is None or ann.effect in rule.effect)
             and (rule.server is None or server in rule.server)
             and names_match(rule, name, prompt)

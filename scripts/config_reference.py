@@ -61,6 +61,7 @@ EXAMPLES: dict[tuple[str, str], object] = {
     ("FilesystemSandbox", "allow_read"): ["~/reference", "/srv/datasets"],
     ("FilesystemSandbox", "deny_read"): ["${workspace}/.env"],
     ("FilesystemSandbox", "allow_write"): ["~/notes"],
+    ("FilesystemSandbox", "workspace"): ["~/notes"],
     ("FilesystemSandbox", "deny_write"): ["${workspace}/.github", "${workspace}/CHANGELOG.md"],
     ("NetworkSandbox", "allowed_domains"): ["docs.python.org", "*.github.com", "pypi.org:443"],
     ("NetworkSandbox", "denied_domains"): ["gist.github.com"],

@@ -61,6 +61,9 @@ def check_call(
         f"arguments: {json.dumps(transport)}",
         f"workspace: {ws}",
     ]
+    own = engine.workspaces(server)
+    if own:
+        lines.append(f"           and {server}'s own: {', '.join(own)}")
     if required:
         lines.append(f"requires:  {', '.join(required)} (permissions.json)")
     if caller is not None:

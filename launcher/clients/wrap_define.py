@@ -135,6 +135,32 @@ class _Mounts:
         return full
 
 
+def _filesystem(f: ClientFile, e: Entry, mounts: _Mounts, notes: list[str]) -> dict[str, list[str]]:
+    """The definition's ``sandbox.filesystem`` from its mounts, each grant said. The
+    directories a user's own entry names are its workspace for the policy too (reads and
+    writes allowed there as in the session's workspace); a project's entry has the project
+    for its workspace, and its directories lie inside it."""
+    fs: dict[str, list[str]] = {}
+    if mounts.writable:
+        fs["allowWrite"] = sorted(set(mounts.writable))
+        listed = ", ".join(fs["allowWrite"])
+        if projects(f):
+            notes.append(
+                f"{e.name}: writable in its sandbox: {listed} (in its workspace, {f.project})"
+            )
+        else:
+            fs["workspace"] = list(fs["allowWrite"])
+            notes.append(
+                f"{e.name}: its workspace: {listed} (writable in its sandbox; the policy allows "
+                "reads and writes there as in the session's workspace)"
+            )
+    readable = [r for r in sorted(set(mounts.readable)) if r not in mounts.writable]
+    if readable:
+        fs["allowRead"] = readable
+        notes.append(f"{e.name}: readable in its sandbox: {', '.join(readable)}")
+    return fs
+
+
 def _environment(
     f: ClientFile, e: Entry, notes: list[str]
 ) -> tuple[dict[str, str], dict[str, str]]:
@@ -261,14 +287,7 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     if cwd:
         definition["cwd"] = cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
-    fs: dict[str, list[str]] = {}
-    if mounts.writable:
-        fs["allowWrite"] = sorted(set(mounts.writable))
-        notes.append(f"{e.name}: writable in its sandbox: {', '.join(fs['allowWrite'])}")
-    readable = [r for r in sorted(set(mounts.readable)) if r not in mounts.writable]
-    if readable:
-        fs["allowRead"] = readable
-        notes.append(f"{e.name}: readable in its sandbox: {', '.join(readable)}")
+    fs = _filesystem(f, e, mounts, notes)
     if fs:
         definition["sandbox"] = {"filesystem": fs}
     if kept:

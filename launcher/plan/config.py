@@ -340,6 +340,7 @@ def _expand_server(
                 ("deny_read", "denyRead"),
                 ("allow_write", "allowWrite"),
                 ("deny_write", "denyWrite"),
+                ("workspace", "workspace"),
             )
         }
         update["sandbox"] = replace(server.sandbox, filesystem=replace(fs, **fs_update))

@@ -51,6 +51,11 @@ class FilesystemSandbox:
     # Paths kept read-only inside the writable places, at any depth: an existing one is mounted
     # read-only, a new one is moved to the quarantine as it appears.
     deny_write: list[str] = field(default_factory=list)
+    # Directories of `allowWrite` that are this server's workspace for the policy too: every rule
+    # `within` `${workspace}` applies in each as in the session's workspace (the bundled policy
+    # allows reads and writes there instead of denying or escalating them). Each must also be in
+    # `allowWrite`. `ironcurtain wrap` names here the directories a user's own entry names.
+    workspace: list[str] = field(default_factory=list)
 
 
 def _addresses(value: dict[str, str]) -> dict[str, str]:

@@ -6,12 +6,14 @@ workspace, what each tool requires of a caller)."""
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
 from launcher.plan.config import LoadedConfig
 from launcher.plan.config_schema import ServerConfig
 from launcher.shared import dirs
+from launcher.shared.errors import ConfigError
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import Entry
 from policy.errors import PolicyFileError
@@ -54,7 +56,35 @@ def build_engine(
         allowlists,
         {"workspace": workspace},
         files.permissions,
+        server_workspaces(config, servers),
     )
+
+
+def server_workspaces(
+    config: LoadedConfig, servers: dict[str, ServerConfig]
+) -> dict[str, tuple[str, ...]]:
+    """Each server's own workspace directories (``sandbox.filesystem.workspace``), as real
+    paths. Each must be one of its ``allowWrite`` directories: the policy lets calls read and
+    write there, which only a writable root judged whole may be."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, server in servers.items():
+        if server.sandbox is False or not server.sandbox.filesystem.workspace:
+            continue
+        fs = server.sandbox.filesystem
+        writable = {resolve_real_path(os.path.expanduser(p)) for p in fs.allow_write}
+        real = []
+        for i, path in enumerate(fs.workspace):
+            where = resolve_real_path(os.path.expanduser(path))
+            if where not in writable:
+                raise ConfigError(
+                    str(config.path),
+                    f"$.{config.key}.{name}.sandbox.filesystem.workspace[{i}]",
+                    f"{path!r} is not one of its allowWrite directories: a server's "
+                    "workspace is a directory it may write (give it in allowWrite too)",
+                )
+            real.append(where)
+        found[name] = tuple(dict.fromkeys(real))
+    return found
 
 
 def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:

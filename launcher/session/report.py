@@ -128,6 +128,13 @@ def permissions_note(plan: SessionPlan) -> str:
     return said + ")"
 
 
+def own_workspaces(plan: SessionPlan) -> list[str]:
+    """A line per server with workspace directories of its own, where the policy lets its
+    calls read and write as in the session's workspace."""
+    found = ((name, plan.engine.workspaces(name)) for name in plan.servers)
+    return [f"              and {name}'s own: {', '.join(own)}" for name, own in found if own]
+
+
 def startup_report(
     plan: SessionPlan,
     tools: Mapping[str, list[Message]],
@@ -165,6 +172,7 @@ def startup_report(
         if key in access
     )
     lines.append(f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else ""))
+    lines += own_workspaces(plan)
     if plan.per_caller:
         lines.append("              ${caller}: each caller's name made safe for a path")
     lines += [f"  limits:     {', '.join(names)}: {text}" for text, names in limits.items()]
