@@ -40,6 +40,8 @@ OFFLINE = {
     "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
     "MCP_INSPECTOR_SECRET_STORE": "memory",
     "NO_COLOR": "1",
+    # Claude Code's wait for a server to start, in milliseconds.
+    "MCP_TIMEOUT": "60000",
 }
 GEMINI_OFFLINE = {
     "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
@@ -106,6 +108,8 @@ def make_machine(root: Path) -> Machine:
     subprocess.run(["git", "init", "-q", str(machine.repo)], check=True)
     (machine.repo / "README.md").write_text("hello\n")
     _trust(machine)
+    # Claude Code's first start gives itself ids in its file (later starts leave it be).
+    client(machine, "claude", "mcp", "list")
     return machine
 
 
@@ -139,7 +143,9 @@ def add_servers(machine: Machine, servers: dict[str, list[str]]) -> None:
     """Each server added at user level with each client's own ``mcp add``."""
     for name, command in servers.items():
         client(machine, "claude", "mcp", "add", "-s", "user", name, "--", *command)
-        client(machine, "gemini", "mcp", "add", "-s", "user", name, *command)
+        # Gemini CLI's `mcp list` gives a server 5 s to connect unless its entry says
+        # otherwise; a sandbox on a busy machine can take longer.
+        client(machine, "gemini", "mcp", "add", "-s", "user", "--timeout", "60000", name, *command)
         client(machine, "opencode", "mcp", "add", name, "--", *command)
 
 
