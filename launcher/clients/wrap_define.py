@@ -35,6 +35,7 @@ from launcher.clients.known import (
     user_policy,
     workspace_of,
 )
+from launcher.clients.wrap_network import network_for
 from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
 from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
 from sandbox_profiles.writable_roots import root_problem
@@ -233,32 +234,22 @@ def _refused_workspace(name: str, workspace: str | None) -> list[str]:
     return [f"{name}: its workspace {refused_root(workspace, why)}; `ironcurtain run` refuses it"]
 
 
-def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
-    """The server's definition for ironcurtain's config, the environment the client's entry
-    keeps (secrets, referred to as ``${NAME}`` in the definition), and what to tell the
-    user. :class:`LeftAlone` when the entry must not be wrapped."""
-    notes: list[str] = []
-    variable = PROJECT_VARIABLES.get(f.client.name)
-    # What wrap writes into the client's entry must reach ironcurtain as written: a path the
-    # client would fill variables in (a project named `..{env:U}`) could become the home.
-    workspace = workspace_of(f, e)
+def _check_written(f: ClientFile, workspace: str | None, variable: str | None) -> None:
+    """What wrap writes into the client's entry must reach ironcurtain as written: a path
+    the client would fill variables in (a project named ``..{env:U}``) could become the
+    home. :class:`LeftAlone` when one would not."""
     written = [str(ironcurtain_exe()), str(user_config()), str(user_policy())]
     if workspace is not None and workspace != variable:
         written.append(workspace)
-    notes += _refused_workspace(e.name, workspace)
     for value in written:
         problem = unread(f.client, value)
         if problem is not None:
             raise LeftAlone(f"wrap would write {problem}, and the server would not get it as is")
-    command, _ = translate(f.client, e.command or "")
-    if projects(f):
-        _no_reference("command", command)
-    if variable and workspace_of(f, e) is None and any(variable in a for a in e.args):
-        notes.append(
-            f"{e.name}: {variable} in a user-level entry becomes the session's own workspace "
-            "(a user-level entry gets none: the folder the client has open could be your home)"
-        )
-    mounts = _Mounts(f, e, notes)
+
+
+def _arguments(f: ClientFile, e: Entry, mounts: _Mounts) -> list[str]:
+    """The definition's arguments, each in ironcurtain's form; a path argument given to
+    ``mounts`` (its real path when it becomes a mount)."""
     args: list[str] = []
     after_option = False
     for given in e.args:
@@ -279,6 +270,28 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
             value = f"{option}={got}" if inline else got
         args.append(value)
         after_option = arg in DIRECTORY_OPTIONS
+    return args
+
+
+def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """The server's definition for ironcurtain's config, the environment the client's entry
+    keeps (secrets, referred to as ``${NAME}`` in the definition), and what to tell the
+    user. :class:`LeftAlone` when the entry must not be wrapped."""
+    notes: list[str] = []
+    variable = PROJECT_VARIABLES.get(f.client.name)
+    workspace = workspace_of(f, e)
+    _check_written(f, workspace, variable)
+    notes += _refused_workspace(e.name, workspace)
+    command, _ = translate(f.client, e.command or "")
+    if projects(f):
+        _no_reference("command", command)
+    if variable and workspace_of(f, e) is None and any(variable in a for a in e.args):
+        notes.append(
+            f"{e.name}: {variable} in a user-level entry becomes the session's own workspace "
+            "(a user-level entry gets none: the folder the client has open could be your home)"
+        )
+    mounts = _Mounts(f, e, notes)
+    args = _arguments(f, e, mounts)
     definition: dict[str, Any] = {"command": command, "args": args}
     env, kept = _environment(f, e, notes)
     if env:
@@ -287,9 +300,13 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     if cwd:
         definition["cwd"] = cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
-    fs = _filesystem(f, e, mounts, notes)
-    if fs:
-        definition["sandbox"] = {"filesystem": fs}
+    sandbox: dict[str, Any] = {"filesystem": _filesystem(f, e, mounts, notes)}
+    network, said = network_for(e.name, command, args, projects(f), str(user_config()))
+    if network is not None:
+        sandbox["network"] = network
+    notes += [said] if said else []
+    if any(sandbox.values()):
+        definition["sandbox"] = {k: v for k, v in sandbox.items() if v}
     if kept:
         notes.append(
             f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "

@@ -84,6 +84,7 @@ def _project(user: Home) -> Path:
     (project / "notes.txt").write_text("my notes\n")
     (user.root / "sibling").mkdir()
     (user.root / "sibling" / "secret.txt").write_text("sibling secret\n")
+    (project / "escape").symlink_to(user.home)  # a link out, as a cloned project may hold
     return project
 
 
@@ -110,6 +111,8 @@ def test_a_user_level_filesystem_server_works_in_its_own_directory_and_nowhere_e
             ("read_text_file", {"path": f"{project}/../sibling/secret.txt"}),
             ("write_file", {"path": f"{user.root}/sibling/planted.txt", "content": "x"}),
             ("read_text_file", {"path": f"{user.home}/.ssh/id_rsa"}),
+            ("read_text_file", {"path": f"{project}/escape/.ssh/id_rsa"}),
+            ("write_file", {"path": f"{project}/escape/planted.txt", "content": "x"}),
         ],
     )
     assert out[0] == (False, "my notes\n"), out[0]
@@ -118,6 +121,7 @@ def test_a_user_level_filesystem_server_works_in_its_own_directory_and_nowhere_e
         assert denied[0] and denied[1].startswith(("DENIED", "ESCALATION")), denied
     assert "sibling secret" not in json.dumps(out) and user.secret not in json.dumps(out)
     assert not (user.root / "sibling" / "planted.txt").exists()
+    assert not (user.home / "planted.txt").exists()
 
 
 @needs_bwrap
@@ -165,12 +169,18 @@ HOSTILE = {
     "./cfg-link": lambda u: u.config,
     "..": lambda u: u.home,
     "../..": lambda u: u.root,
+    # Catalogue entries: what git and the editor load from the project.
+    "./.git": lambda u: u.home / "proj" / ".git",
+    "./.vscode": lambda u: u.home / "proj" / ".vscode",
+    "./.git/hooks": lambda u: u.home / "proj" / ".git" / "hooks",
 }
 
 
 def _hostile_project(user: Home, arg: str) -> Path:
     project = user.home / "proj"
     (project / "data").mkdir(parents=True)
+    git_repo(project)
+    (project / ".vscode").mkdir()
     (project / "home-link").symlink_to(user.home)
     (user.config / "ironcurtain").mkdir(parents=True)
     (project / "cfg-link").symlink_to(user.config)  # holds ironcurtain's configuration
@@ -202,3 +212,28 @@ def test_an_entry_never_makes_wrap_grant_a_home_its_holders_or_ironcurtains_plac
     data = os.path.realpath(project / "data")
     assert data in fs.get("allowWrite", [])
     assert (data in fs.get("workspace", [])) == (scope == "user")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("swapped", [True, False], ids=["link-to-ssh", "control"])
+def test_a_directory_swapped_for_a_link_after_wrap_grants_nothing(
+    user: Home, swapped: bool
+) -> None:
+    # The directory the user's entry named is replaced, after wrap, by a link to ~/.ssh:
+    # the server's workspace (and writable root) would follow it to the keys.
+    project = _project(user)
+    entries = _wrap_user_entries(user, {"files": {"command": FS, "args": [str(project)]}})
+    if swapped:
+        project.rename(user.root / "moved-away")
+        project.symlink_to(user.home / ".ssh")
+    entry = entries["files"]
+    done = subprocess.run(
+        [entry["command"], *entry["args"]], env=user.env, cwd=user.root, capture_output=True,
+        text=True, stdin=subprocess.DEVNULL, timeout=120,
+    )  # fmt: skip
+    if swapped:
+        assert done.returncode == 2, done.stderr
+        assert f"{project} is a link to {user.home / '.ssh'}" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+    assert user.secret not in done.stdout + done.stderr
