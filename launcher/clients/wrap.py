@@ -311,49 +311,17 @@ def _plan_entry(
     f: ClientFile, e: Entry, change: Change, config: Change, existing: dict[str, Any]
 ) -> None:
     """Wrap one entry into ``change`` and ``config``, or say why it is left alone."""
-    if e.calls_ironcurtain:
-        reason = not_protected(f, e)
-        if reason is not None:
-            change.notes.append(
-                f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
-                f"writes ({reason}); left alone: unwrap it, or give the entry its own "
-                "server back, and wrap again"
-            )
-        return
-    if filled_in(f, e):
-        change.notes.append(f"{e.name}: {filled_in(f, e)}: left alone")
-        return
-    if not e.command:
-        what = "a remote server" if e.url else "an entry without a command"
-        change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
-        return
-    shape = f.client.shape
-    odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
-    if odd is not None:
-        change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
-        return
-    cannot = unrunnable(f, e)
-    if cannot is not None:
-        change.notes.append(f"{e.name}: {cannot}: it could never start in a sandbox; left alone")
-        return
-    problem = launch_problem(e)
-    if problem is not None:
-        change.notes.append(problem)
-        return
-    if f.client.name in SPLITS_COMMAND and any(c.isspace() for c in e.command or ""):
-        change.notes.append(
-            f"{e.name}: {f.client.label} splits its command {e.command!r} into words; give "
-            "the program as the command and the rest as its args: left alone"
-        )
+    if e.calls_ironcurtain and not_protected(f, e) is None:
+        return  # wrapped already
+    alone = left_alone(f, e)
+    if alone is not None:
+        change.notes.append(alone)
         return
     try:
         definition, kept, notes = moved_definition(f, e)
+        read_alike(f, e, definition, kept)
     except LeftAlone as exc:
         change.notes.append(f"{e.name}: {exc}: left alone")
-        return
-    differs = read_alike(f, e, definition, kept)
-    if differs is not None:
-        change.notes.append(f"{e.name}: {differs}: left alone")
         return
     server = config_name(e.name, f.client.name, definition, existing)
     entry = client_entry(f, e, kept, server)
@@ -414,26 +382,58 @@ def config_name(
     return candidates[-1]  # 99 of them: the config check refuses the last, said
 
 
-def read_alike(
-    f: ClientFile, e: Entry, definition: dict[str, Any], kept: dict[str, str]
-) -> str | None:
-    """Why another client that reads the same file takes the entry otherwise than its first
-    client (its shape, or a value one fills and the other passes as text); None: alike."""
+def left_alone(f: ClientFile, e: Entry) -> str | None:
+    """What to say of an entry wrap leaves alone before moving its definition (None: go
+    on): one naming ironcurtain but not as wrap writes it, one holding a value its client
+    fills into the file's text, one with no command or an odd key, one that could never
+    start in a sandbox."""
+    if e.calls_ironcurtain:
+        return (
+            f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
+            f"writes ({not_protected(f, e)}); left alone: unwrap it, or give the entry its "
+            "own server back, and wrap again"
+        )
+    if filled_in(f, e):
+        return f"{e.name}: {filled_in(f, e)}: left alone"
+    if not e.command:
+        what = "a remote server" if e.url else "an entry without a command"
+        return f"{e.name}: {what}, not sandboxable: left alone"
+    shape = f.client.shape
+    odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
+    if odd is not None:
+        return f"{e.name}: {odd} (it could change what the client starts): left alone"
+    cannot = unrunnable(f, e)
+    if cannot is not None:
+        return f"{e.name}: {cannot}: it could never start in a sandbox; left alone"
+    problem = launch_problem(e)
+    if problem is not None:
+        return problem
+    if f.client.name in SPLITS_COMMAND and any(c.isspace() for c in e.command or ""):
+        return (
+            f"{e.name}: {f.client.label} splits its command {e.command!r} into words; give "
+            "the program as the command and the rest as its args: left alone"
+        )
+    return None
+
+
+def read_alike(f: ClientFile, e: Entry, definition: dict[str, Any], kept: dict[str, str]) -> None:
+    """:class:`LeftAlone` when another client that reads the same file takes the entry
+    otherwise than its first client (its shape, or a value one fills and the other passes
+    as text)."""
     for other in f.as_read_by()[1:]:
         shape, label = other.client.shape, other.client.label
         odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
         if odd is not None:
-            return f"as {label} reads it: {odd}"
+            raise LeftAlone(f"as {label} reads it: {odd}")
         try:
             theirs, their_kept, _ = moved_definition(other, e)
         except LeftAlone as exc:
-            return f"as {label} reads it: {exc}"
+            raise LeftAlone(f"as {label} reads it: {exc}") from None
         if not _same(theirs, definition) or their_kept != kept:
-            return (
+            raise LeftAlone(
                 f"{f.client.label} and {label} both read {f.path} and would start it "
                 "differently (a value one fills in, the other passes as text)"
             )
-    return None
 
 
 def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
