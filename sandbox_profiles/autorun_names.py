@@ -293,9 +293,10 @@ CLIENT_USER_NAMES: tuple[Row, ...] = (
         "name",
     ),
     (
-        "{.lmstudio,.cache/lm-studio/mcp.json,.copilot,.kimi,.qoder,.sema4ai}",
-        "LM Studio, GitHub Copilot CLI, Kimi, Qoder, Sema4.ai: the MCP servers they start",
-        "toolhive and docker/mcp-gateway client tables",
+        "{.lmstudio,.cache/lm-studio/mcp.json,.copilot,.kimi,.qoder,.sema4ai,.cline}",
+        "LM Studio, GitHub Copilot CLI, Kimi, Qoder, Sema4.ai, Cline (its shared settings): "
+        "the MCP servers they start",
+        "toolhive and docker/mcp-gateway client tables; Cline (MCP settings in ~/.cline)",
         "name",
     ),
     (
@@ -568,10 +569,12 @@ NAMES: tuple[Row, ...] = (
     (".amazonq", "Amazon Q: mcp.json servers", "Amazon Q docs", "name"),
     (".kiro", "Kiro: hooks and MCP settings", "Kiro docs", "name"),
     (
-        "{.qwen,.augment,.trae,.idx,.github/hooks}",
-        "Qwen Code's settings (MCP servers, tools), Augment's and Trae's settings, Firebase "
-        "Studio's dev.nix (run when the workspace opens), the hooks Copilot's agents run",
-        "Qwen Code, Augment, Trae, Firebase Studio (dev.nix) and GitHub Copilot (hooks) docs",
+        "{.qwen,.augment,.trae,.idx,.github/hooks,.github/mcp.json}",
+        "Qwen Code's settings (MCP servers, tools), Augment's and Trae's settings (Trae's "
+        "mcp.json servers), Firebase Studio's dev.nix (run when the workspace opens), the "
+        "hooks Copilot's agents run, the MCP servers Copilot CLI starts",
+        "Qwen Code, Augment, Trae, Firebase Studio (dev.nix), GitHub Copilot (hooks) and "
+        "Copilot CLI (command reference: MCP server loading) docs",
         "name",
     ),
     (

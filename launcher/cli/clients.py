@@ -104,10 +104,11 @@ def register(app: typer.Typer) -> None:
             for note in change.notes:
                 _say("wrap", note)
         if not any(c.after != c.before for c in changes):
-            if client and files.unsupported:  # named, and nothing of it can be wrapped
+            unread = [why for _, why in [*files.refused, *files.unsupported]] + config.refused
+            if client and unread:  # named, and nothing of it can be wrapped
                 from launcher.shared.errors import UsageError
 
-                raise UsageError(f"{files.unsupported[0][1]}; nothing written")
+                raise UsageError(f"{unread[0]}; nothing written")
             _say("wrap", "nothing to wrap")
             return
         if dry_run:

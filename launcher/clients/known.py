@@ -14,7 +14,7 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +29,17 @@ from launcher.clients.table import (
     listed_in,
     syntax_of,
 )
-from launcher.clients.text_reads import loaded_above, read_otherwise
+from launcher.clients.text_reads import (
+    PROJECT_YAML_MAX,
+    fills_text,
+    loaded_above,
+    read_otherwise,
+)
 from launcher.clients.wrap_paths import holds_home, identity
 from launcher.clients.wrap_vars import LeftAlone, translate, unread
 from launcher.shared import dirs
 from launcher.shared.errors import UsageError
+from launcher.shared.shown import visible
 from sandbox_profiles.records import mutable
 
 __all__ = ["BY_NAME", "CLIENTS", "PROJECT_VARIABLES", "Client"]
@@ -91,6 +97,20 @@ class ClientFile:
     entries: list[Entry]
     # Where the servers are in the file (keys from the top); empty: the client's key.
     at: tuple[str, ...] = ()
+    # Other clients that read this very file (a project's .mcp.json: Claude Code's and
+    # Copilot CLI's): an entry is wrapped, or counted as protected, only as all read it.
+    readers: list[Client] = field(default_factory=list)
+    # Why the client fills values into the file's text before it reads it (empty: it does
+    # not): an entry holding such a value is left alone.
+    filled: str = ""
+
+    @property
+    def label(self) -> str:
+        return ", ".join(c.label for c in (self.client, *self.readers))
+
+    def as_read_by(self) -> list[ClientFile]:
+        """The file as each client that reads it takes it."""
+        return [self, *(replace(self, client=c, readers=[]) for c in self.readers)]
 
     @property
     def path(self) -> Path:
@@ -124,7 +144,7 @@ class Found:
         def keep(client: Client) -> bool:
             return names is None or client.name in names
 
-        return Found([f for f in self.files if keep(f.client)],
+        return Found([f for f in self.files if any(map(keep, [f.client, *f.readers]))],
                      [(c, why) for c, why in self.refused if keep(c)],
                      [(c, why) for c, why in self.unsupported if keep(c)])  # fmt: skip
 
@@ -146,15 +166,28 @@ def entry_of(client: Client, name: str, raw: Any) -> Entry:
 
 def read(client: Client, source: Source, scope: str, project: Path | None) -> ClientFile:
     """A client's file, its servers listed; UsageError names the file and the place of a
-    mistake."""
+    mistake (and, for a file its client reads otherwise, the servers ironcurtain sees in it)."""
     f = ClientFile(client, source, scope, project, [])
     unread = read_otherwise(client, source, scope, f.syntax)
     if unread is not None:
-        raise UsageError(f"{source.path}: {unread}")
+        raise UsageError(f"{source.path}: {unread}{_named_in(f)}")
+    f.filled = fills_text(client, source.text)
     data = load(f.syntax, source.text, source.path)
     servers = servers_at(data, f.key_path, f.listed, source.path)
     f.entries = [entry_of(client, name, raw) for name, raw in servers.items()]
     return f
+
+
+def _named_in(f: ClientFile) -> str:
+    """The servers of a file not read, as ironcurtain would read them (said, never used)."""
+    if f.syntax == "yaml" and len(f.source.text) > PROJECT_YAML_MAX:
+        return ""
+    try:
+        servers = servers_at(load(f.syntax, f.source.text, f.path), f.key_path, f.listed, f.path)
+    except UsageError:
+        return ""
+    names = ", ".join(visible(str(n), one_line=True) for n in servers) or "none"
+    return f" (its servers, as ironcurtain reads the file: {names}; none wrapped)"
 
 
 def local_servers(client: Client, source: Source, home: Path) -> Iterator[ClientFile]:
@@ -232,9 +265,10 @@ def _project_files(project: Path, relative: str) -> list[str]:
 
 def found(home: Path, project: Path | None) -> Found:
     """Every client file that exists, user files first, each read once: a project's file
-    that is one of the user's files is the user's."""
+    that is one of the user's files is the user's; one two clients read is read once, with
+    both named. A file that cannot be read is said, and stops nothing else."""
     out = Found()
-    seen: set[tuple[int, int]] = set()
+    seen: dict[tuple[int, int], ClientFile | None] = {}
     for client in CLIENTS:
         for pattern in client.user:
             for relative in _user_files(home, pattern):
@@ -245,39 +279,56 @@ def found(home: Path, project: Path | None) -> Found:
                     continue
                 if source is None or (source.device, source.inode) in seen:
                     continue
-                seen.add((source.device, source.inode))
-                try:
-                    out.files.append(read(client, source, "user", None))
-                except UsageError as exc:
-                    out.refused.append((client, str(exc)))
-                    continue
-                if client.name == "claude-code":
+                seen[(source.device, source.inode)] = None
+                if _add(out, client, source, "user", None) and client.name == "claude-code":
                     out.files.extend(local_servers(client, source, home))
         for relative, why in client.unsupported:
             if os.path.lexists(home / relative):
                 out.unsupported.append((client, f"{home / relative}: {why}"))
-    for client in CLIENTS:
-        for pattern in client.project if project is not None else ():
+    if project is not None:
+        for client in CLIENTS:
+            _project_of(out, client, project, seen)
+        out.refused.extend(loaded_above(home, project))
+    return out
+
+
+def _add(out: Found, client: Client, source: Source, scope: str, project: Path | None) -> bool:
+    """Read one file into ``out`` (or say why not); whether it was read."""
+    try:
+        out.files.append(read(client, source, scope, project))
+    except UsageError as exc:
+        out.refused.append((client, str(exc)))
+        return False
+    return True
+
+
+def _project_of(
+    out: Found, client: Client, project: Path, seen: dict[tuple[int, int], ClientFile | None]
+) -> None:
+    """One client's files of the project, into ``out``."""
+    for pattern in client.project:
+        try:
+            paths = _project_files(project, pattern)
+        except Refused as exc:
+            out.refused.append((client, str(exc)))
+            continue
+        for relative in paths:
             try:
-                paths = _project_files(project, pattern)  # type: ignore[arg-type]
+                source = read_project(project, relative)
             except Refused as exc:
                 out.refused.append((client, str(exc)))
                 continue
-            for relative in paths:
-                try:
-                    source = read_project(project, relative)  # type: ignore[arg-type]
-                except Refused as exc:
-                    out.refused.append((client, str(exc)))
-                    continue
-                if source is not None and (source.device, source.inode) not in seen:
-                    seen.add((source.device, source.inode))
-                    try:  # a file that cannot be read is said, and stops nothing else
-                        out.files.append(read(client, source, "project", project))
-                    except UsageError as exc:
-                        out.refused.append((client, str(exc)))
-    if project is not None:
-        out.refused.extend(loaded_above(home, project))
-    return out
+            if source is None:
+                continue
+            mark = (source.device, source.inode)
+            if mark in seen:
+                shared = seen[mark]
+                if shared is not None and shared.scope == "project" and shared.client != client:
+                    shared.readers.append(client)  # the same file, read by one more client
+                continue
+            seen[mark] = None
+            if _add(out, client, source, "project", project):
+                seen[mark] = out.files[-1]
 
 
 def home() -> Path:
@@ -320,7 +371,42 @@ def run_args(name: str, workspace: str | None) -> list[str]:
     return run
 
 
+def per_client(name: str, client: str) -> str:
+    """The name wrap gives a client's entry's definition when ``name`` is defined otherwise."""
+    return f"{name}.{client}"
+
+
+def server_of(e: Entry) -> str:
+    """The server of ironcurtain's config an entry wrap wrote starts: the one after
+    ``--server`` (the entry's own name, or its client's definition of it)."""
+    if "--server" in e.args[:-1]:
+        return e.args[e.args.index("--server") + 1]
+    return e.name
+
+
+def _servers_allowed(e: Entry, owner: str) -> list[str]:
+    """The servers an entry wrap wrote may start: its own name's, or its client's
+    (``owner``: the first client that reads its file) definition of that name
+    (NAME.CLIENT, NAME.CLIENT.N)."""
+    own = per_client(e.name, owner)
+    server = server_of(e)
+    tail = server[len(own) + 1 :] if server.startswith(own + ".") else ""
+    if server == own or (tail.isdigit() and tail.isascii() and not tail.startswith("0")):
+        return [e.name, server]
+    return [e.name]
+
+
 def not_protected(f: ClientFile, e: Entry) -> str | None:
+    """Why an entry that starts a program named ironcurtain is not exactly what wrap writes,
+    as any client that reads its file takes it (None: it is, for each)."""
+    for each in f.as_read_by():
+        why = _not_protected(each, e, f.client.name)
+        if why is not None:
+            return why if each is f else f"as {each.client.label} reads it: {why}"
+    return None
+
+
+def _not_protected(f: ClientFile, e: Entry, owner: str) -> str | None:
     """Why an entry that starts a program named ironcurtain is not exactly what wrap writes
     (this ironcurtain, its user config and policy, this server, nothing that weakens the
     sandbox, no key beside them that could change what the client starts, every value as
@@ -338,7 +424,7 @@ def not_protected(f: ClientFile, e: Entry) -> str | None:
     allowed = {workspace_of(f, e)}
     if allowed != {None} and variable:
         allowed |= {variable, str(f.project)}
-    if e.args not in [run_args(e.name, w) for w in allowed]:
+    if e.args not in [run_args(n, w) for n in _servers_allowed(e, owner) for w in allowed]:
         if "--workspace" in e.args[:-1]:
             given = e.args[e.args.index("--workspace") + 1]
             if given not in allowed:
@@ -358,7 +444,7 @@ def not_protected(f: ClientFile, e: Entry) -> str | None:
             return problem
     for value in e.env.values():
         try:
-            translate(f.client, value)
+            translate(f.client, value, env=True)
         except LeftAlone as exc:
             return str(exc)
     return None

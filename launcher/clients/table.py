@@ -32,8 +32,11 @@ class Client:
     # (else an object of entries by name).
     listed: bool = False
     # The variables it fills in an entry's values (launcher.clients.wrap_vars): none,
-    # claude, gemini, vscode, windsurf, opencode or shell.
+    # claude, copilot, kiro, gemini, vscode, windsurf, opencode or shell.
     variables: str = "none"
+    # Where it fills them: "all" (every value) or "env" (only its env values; the
+    # command, args and cwd are taken as written).
+    filled_in: str = "all"
     source: str = ""  # where its locations and format are documented
     elsewhere: str = ""  # its user files on macOS and Windows, where they differ
     # Files it may keep servers in that wrap cannot edit safely, and why.
@@ -95,10 +98,16 @@ CLIENTS: tuple[Client, ...] = (
     Client("zed", "Zed", (".config/zed/settings.json",), (".zed/settings.json",),
            "context_servers", "jsonc", "project", source=_DOCKER,
            elsewhere="Windows %APPDATA%\\Zed\\settings.json"),
+    # Cline 3.x (VS Code, CLI, JetBrains) reads one shared file; the per-editor files are
+    # what older versions read (moved into the shared file once).
     Client("cline", "Cline",
-           _in_editors("saoudrizwan.claude-dev/settings/cline_mcp_settings.json"), (),
-           "mcpServers", "json", "none", source=_DOCKER,
-           elsewhere=_MAC_WIN.format("Code\\User\\globalStorage\\saoudrizwan.claude-dev")),
+           (".cline/data/settings/cline_mcp_settings.json",
+            *_in_editors("saoudrizwan.claude-dev/settings/cline_mcp_settings.json")), (),
+           "mcpServers", "json", "none",
+           source="github.com/cline/cline pull 9630 (MCP settings moved to "
+           "~/.cline/data/settings), issue 7081 (CLI and JetBrains read that file); " + _DOCKER,
+           elsewhere="the same under the home (%USERPROFILE%\\.cline); older versions: "
+           + _MAC_WIN.format("Code\\User\\globalStorage\\saoudrizwan.claude-dev")),
     Client("roo-code", "Roo Code",
            _in_editors("rooveterinaryinc.roo-cline/settings/mcp_settings.json"),
            (".roo/mcp.json",), "mcpServers", "json", "none",
@@ -123,11 +132,16 @@ CLIENTS: tuple[Client, ...] = (
             ".opencode/opencode.jsonc"), "mcp", "jsonc", "project", OPENCODE,
            variables="opencode", source="opencode.ai/docs/mcp-servers; " + _DOCKER),
     Client("kiro", "Kiro", (".kiro/settings/mcp.json",), (".kiro/settings/mcp.json",),
-           "mcpServers", "json", "none", source=_DOCKER),
+           "mcpServers", "json", "none", variables="kiro", filled_in="env",
+           source="kiro.dev/docs/mcp/configuration (its env takes ${VAR}); " + _DOCKER),
     Client("lm-studio", "LM Studio", (".lmstudio/mcp.json", ".cache/lm-studio/mcp.json"), (),
            "mcpServers", "json", "none", source=_DOCKER),
-    Client("copilot-cli", "GitHub Copilot CLI", (".copilot/mcp-config.json",), (),
-           "mcpServers", "json", "project", COPILOT, source=_TOOLHIVE),
+    Client("copilot-cli", "GitHub Copilot CLI", (".copilot/mcp-config.json",),
+           (".github/mcp.json", ".mcp.json"), "mcpServers", "json", "project", COPILOT,
+           variables="copilot", filled_in="env",
+           source="docs.github.com/en/copilot/reference/copilot-cli-reference/"
+           "cli-command-reference (MCP server loading: .mcp.json, .github/mcp.json; env "
+           "takes $VAR, ${VAR}, ${VAR:-default}); " + _TOOLHIVE),
     Client("factory", "Factory (droid)", (".factory/mcp.json",), (".factory/mcp.json",),
            "mcpServers", "json", "project", source=_TOOLHIVE),
     Client("kimi", "Kimi CLI", (".kimi/mcp.json",), (), "mcpServers", "json", "project",
@@ -138,8 +152,10 @@ CLIENTS: tuple[Client, ...] = (
     Client("qoder", "Qoder", (".qoder/mcp.json",), (), "mcpServers", "json", "none",
            source=_TOOLHIVE,
            elsewhere="Windows %APPDATA%\\Qoder\\SharedClientCache\\mcp.json"),
-    Client("trae", "Trae", (f"{_app_support('Trae')}/User/mcp.json",), (), "mcpServers",
-           "json", "none", source=_TOOLHIVE, elsewhere=_MAC_WIN.format("Trae\\User")),
+    Client("trae", "Trae", (f"{_app_support('Trae')}/User/mcp.json",), (".trae/mcp.json",),
+           "mcpServers", "json", "none",
+           source=_TOOLHIVE + "; docs.trae.ai MCP (a project's .trae/mcp.json, read when "
+           "Project MCP is on)", elsewhere=_MAC_WIN.format("Trae\\User")),
     Client("xcode", "Xcode (GitHub Copilot for Xcode)",
            (".config/github-copilot/xcode/mcp.json",), (), "servers", "json", "none",
            source="github.com/github/CopilotForXcode (its MCP configuration)"),

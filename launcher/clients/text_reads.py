@@ -6,8 +6,10 @@ holds cannot be judged, so it is not read and its servers count as not protected
   before it parses it: one that holds a quote, a backslash, a line break or a comment's
   marks could end a string or a comment for opencode and not for ironcurtain (an entry seen
   by one only). It also loads its files from every directory above the one it starts in.
-- **Continue** fills each ``${{ ... }}`` into the file's text from ``.env`` files, which a
-  project can write too.
+- **Continue** fills each ``${{ ... }}`` into the file's text from its secrets and ``.env``
+  files, which a project can write too: the file is read as written, each entry holding
+  one is left alone (its value cannot be said in ironcurtain's config), and the file is
+  named as one a filled value could change after that value (:func:`fills_text`).
 - A project's YAML file over ``PROJECT_YAML_MAX`` is not read: a server's block is a few
   hundred bytes, and parsing YAML costs far more than JSON (seconds for a large file).
 """
@@ -43,12 +45,19 @@ def read_otherwise(client: Client, source: Source, scope: str, syntax: str) -> s
                 )
     if scope == "project" and syntax == "yaml" and len(source.text) > PROJECT_YAML_MAX:
         return f"a project's YAML file of more than {PROJECT_YAML_MAX // 1024} KiB is not read"
-    if client.name == "continue" and "${{" in source.text:
-        return (
-            "Continue fills each ${{ ... }} into the file's text before it reads it, from "
-            ".env files a project can write too; what it would read cannot be known: left alone"
-        )
     return None
+
+
+def fills_text(client: Client, text: str) -> str:
+    """Why ``client`` fills values into ``text`` before it reads it (empty: it does not)."""
+    if client.name == "continue" and "${{" in text:
+        return (
+            "Continue fills each ${{ ... }} into this file's text before it reads it (from "
+            "its secrets and .env files, a project's too): an entry holding one cannot be "
+            "said in ironcurtain's config and is left alone; a filled value could change "
+            "the entries that follow it"
+        )
+    return ""
 
 
 def loaded_above(home: Path, project: Path) -> list[tuple[Client, str]]:

@@ -16,6 +16,7 @@ put it back (:mod:`launcher.clients.wrap_files`).
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import tempfile
 from collections.abc import Sequence
@@ -36,11 +37,14 @@ from launcher.clients.known import (
     found,
     ironcurtain_exe,
     not_protected,
+    per_client,
     run_args,
+    server_of,
     user_config,
     workspace_of,
 )
 from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
+from launcher.clients.wrap_runnable import unrunnable
 from launcher.clients.wrap_tracked import tracked
 from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
@@ -65,6 +69,8 @@ class Change:
     definitions: dict[str, dict[str, Any]] = field(default_factory=dict)
     given: dict[str, dict[str, str]] = field(default_factory=dict)
     source: Source | None = None  # the file as it was read (None: ironcurtain's own config)
+    # Files read that wrap may not write, and why (on ironcurtain's config's change).
+    refused: list[str] = field(default_factory=list)
 
 
 def select(home: Path, project: Path | None, clients: Sequence[str], everything: bool) -> Found:
@@ -81,13 +87,6 @@ def select(home: Path, project: Path | None, clients: Sequence[str], everything:
     return found(home, project).of(None if everything else clients)
 
 
-def refuse(files: Found, what: str) -> None:
-    """UsageError when a chosen client's file is there but could not be read: wrap and
-    unwrap change nothing then."""
-    if files.refused:
-        raise UsageError(f"{files.refused[0][1]}; {what}")
-
-
 def describe(files: Found) -> tuple[str, int, int]:
     """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
     name shown as escapes where it could act on a terminal), closed by how many are not
@@ -99,7 +98,9 @@ def describe(files: Found) -> tuple[str, int, int]:
     annotated = annotated_servers()
     for f in files.files:
         scope = f"local: {f.at[1]}" if f.scope == "local" else f.scope
-        lines.append(shown(f"{f.client.label} ({scope}): {f.path}"))
+        lines.append(shown(f"{f.label} ({scope}): {f.path}"))
+        if f.filled:
+            lines.append(shown(f"  ({f.filled})"))
         if not f.entries:
             lines.append("  (no servers)")
         names = {e.name: shown(e.name) for e in f.entries}
@@ -108,7 +109,7 @@ def describe(files: Found) -> tuple[str, int, int]:
             protected, how = status(f, e, annotated)
             total += 1
             unprotected += not protected
-            bare += protected and annotated is not None and e.name not in annotated
+            bare += protected and annotated is not None and server_of(e) not in annotated
             lines.append(f"  {names[e.name]:<{width}}  {shown(how)}")
     for client, why in [*files.refused, *files.unsupported]:
         lines.append(shown(f"{client.label}: {why}"))
@@ -121,6 +122,12 @@ def describe(files: Found) -> tuple[str, int, int]:
             f"{len(files.unsupported)} client files in a form wrap cannot edit: their servers "
             "are not counted"
         )
+    filled = sum(1 for f in files.files if f.filled)
+    if filled:
+        lines.append(
+            f"{filled} client file(s) their client fills values into before it reads them: "
+            "what else it reads there is not known, so they count as not protected"
+        )
     if bare:
         lines.append(
             f"{bare} wrapped server{' has' if bare == 1 else 's have'} tools not annotated: "
@@ -130,7 +137,7 @@ def describe(files: Found) -> tuple[str, int, int]:
         lines.append(f"{unprotected} of {total} servers are NOT protected by ironcurtain")
     elif total:
         lines.append(f"all {total} servers run through ironcurtain")
-    unread = len(files.refused) + len(files.unsupported)
+    unread = len(files.refused) + len(files.unsupported) + filled
     return "\n".join(lines), unprotected + unread, total
 
 
@@ -141,16 +148,19 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
 
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
-        if annotated is None or e.name in annotated:
+        if annotated is None or server_of(e) in annotated:
             return True, "runs through ironcurtain"
         return True, (
             "runs through ironcurtain; wrapped, tools not annotated (every call refused): "
-            f"run `{later_command(e.name)}`"
+            f"run `{later_command(server_of(e))}`"
         )
     if reason is not None:
         return False, f"NOT protected: {' '.join([e.command or '', *e.args])} ({reason})"
     if e.command:
         how = "stdio: " + " ".join([e.command, *e.args])
+        if filled_in(f, e) or unrunnable(f, e):
+            why = filled_in(f, e) or f"{unrunnable(f, e)}: it could never start in a sandbox"
+            return False, f"{how} (not protected: {why}; left alone)"
         return False, f"{how} (not protected: `ironcurtain wrap` puts it behind ironcurtain)"
     if e.url:
         return False, (
@@ -161,6 +171,16 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
     if isinstance(kind, str) and kind:
         return False, f"type {kind}, run by the client itself (not protected: left alone)"
     return False, "no command (not protected: left alone)"
+
+
+def filled_in(f: ClientFile, e: Entry) -> str:
+    """Why the entry holds a value its client fills into the file's text (empty: none)."""
+    if f.filled and "${{" in json.dumps(e.raw, ensure_ascii=False):
+        return (
+            f"{f.client.label} fills its ${{{{ ... }}}} from its secrets or .env files into the "
+            "file's text before it reads it, which ironcurtain's config cannot say"
+        )
+    return ""
 
 
 def shown(text: str) -> str:
@@ -204,10 +224,13 @@ def launch_problem(e: Entry) -> str | None:
 SPLITS_COMMAND = frozenset({"mistral-vibe"})
 
 
-def client_entry(f: ClientFile, e: Entry, kept_env: dict[str, str]) -> dict[str, Any]:
+def client_entry(
+    f: ClientFile, e: Entry, kept_env: dict[str, str], server: str | None = None
+) -> dict[str, Any]:
     """The client's new entry: the same entry (its inert keys kept), starting ironcurtain
-    for this one server; its working directory moved with the definition."""
-    run = run_args(e.name, workspace_of(f, e))
+    for this one server (``server``: its definition's name, if not the entry's); its working
+    directory moved with the definition."""
+    run = run_args(server or e.name, workspace_of(f, e))
     return wrapped(f.client.shape, plain(e.raw), ironcurtain_exe(), run, kept_env)
 
 
@@ -232,7 +255,6 @@ def config_problem(text: str) -> str | None:
 
 def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Change]:
     """What wrapping changes: each client file, and ironcurtain's user config."""
-    refuse(found, "nothing written")
     files = found.files
     config_path = user_config()
     try:
@@ -254,15 +276,22 @@ def plan_wrap(found: Found, servers: Sequence[str]) -> tuple[list[Change], Chang
         raise UsageError(
             f"no such server in the clients chosen (they have: {have})", "servers", missing[0]
         )
+    # A file that cannot be read or edited is said, and stops nothing else.
     config.notes += [f"{c.label}: {why}: not wrapped" for c, why in found.unsupported]
+    config.notes += [f"{c.label}: {why} (not wrapped)" for c, why in found.refused]
     changes: dict[Path, Change] = {}
     for f in files:
+        chosen = [e for e in f.entries if not servers or e.name in servers]
+        if f.source.unwritable and chosen:  # said, and it stops nothing else
+            names = ", ".join(shown(e.name) for e in chosen)
+            config.notes.append(f"{f.label}: {f.source.unwritable} (not wrapped: {names})")
+            config.refused.append(f.source.unwritable)
+            continue
         change = changes.get(f.path)  # one file may hold several projects' servers
         if change is None:
             change = Change(f.path, f.source.text, f.source.text, source=f.source)
-        for e in f.entries:
-            if not servers or e.name in servers:
-                _plan_entry(f, e, change, config, existing)
+        for e in chosen:
+            _plan_entry(f, e, change, config, existing)
         if change.servers or change.notes:
             changes[f.path] = change
     for change in changes.values():
@@ -282,42 +311,22 @@ def _plan_entry(
     f: ClientFile, e: Entry, change: Change, config: Change, existing: dict[str, Any]
 ) -> None:
     """Wrap one entry into ``change`` and ``config``, or say why it is left alone."""
-    if e.calls_ironcurtain:
-        reason = not_protected(f, e)
-        if reason is not None:
-            change.notes.append(
-                f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
-                f"writes ({reason}); left alone: unwrap it, or give the entry its own "
-                "server back, and wrap again"
-            )
-        return
-    if not e.command:
-        what = "a remote server" if e.url else "an entry without a command"
-        change.notes.append(f"{e.name}: {what}, not sandboxable: left alone")
-        return
-    shape = f.client.shape
-    odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
-    if odd is not None:
-        change.notes.append(f"{e.name}: {odd} (it could change what the client starts): left alone")
-        return
-    problem = launch_problem(e)
-    if problem is not None:
-        change.notes.append(problem)
-        return
-    if f.client.name in SPLITS_COMMAND and any(c.isspace() for c in e.command or ""):
-        change.notes.append(
-            f"{e.name}: {f.client.label} splits its command {e.command!r} into words; give "
-            "the program as the command and the rest as its args: left alone"
-        )
+    if e.calls_ironcurtain and not_protected(f, e) is None:
+        return  # wrapped already
+    alone = left_alone(f, e)
+    if alone is not None:
+        change.notes.append(alone)
         return
     try:
         definition, kept, notes = moved_definition(f, e)
+        read_alike(f, e, definition, kept)
     except LeftAlone as exc:
         change.notes.append(f"{e.name}: {exc}: left alone")
         return
-    entry = client_entry(f, e, kept)
+    server = config_name(e.name, f.client.name, definition, existing)
+    entry = client_entry(f, e, kept, server)
     # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
-    problem = unwritable({e.name: definition}) or unwritable(entry)
+    problem = unwritable({server: definition}) or unwritable(entry)
     if problem is not None:
         change.notes.append(
             f"{e.name}: its entry holds {problem}, which wrap cannot write back: left alone"
@@ -328,15 +337,8 @@ def _plan_entry(
     except NotEditable as exc:
         change.notes.append(f"{e.name}: {exc}, which wrap does not rewrite: left alone")
         return
-    if e.name in existing:
-        if not _same(existing[e.name], definition):  # this entry's problem, not the run's
-            change.notes.append(
-                f"{e.name}: a server of that name is already defined in {config.path}, "
-                f"differently; rename one of them: left alone"
-            )
-            return
-    else:
-        after = parse(config.after).insert(("mcpServers",), e.name, definition)
+    if server not in existing:
+        after = parse(config.after).insert(("mcpServers",), server, definition)
         problem = config_problem(after)
         if problem is not None:
             change.notes.append(
@@ -344,20 +346,94 @@ def _plan_entry(
             )
             return
         config.after = after
-        existing[e.name] = definition
+        existing[server] = definition
+    if server != e.name:
+        notes.append(
+            f"{e.name}: another entry of that name is defined differently in {config.path}; "
+            f"this one ({f.client.label}'s) is defined there as {server}"
+        )
     change.after = edited
     change.notes += notes
     change.servers.append(e.name)
-    change.definitions[e.name] = definition
-    change.given[e.name] = _as_text(f, kept)
+    change.definitions[server] = definition
+    change.given[server] = _as_text(f, kept)
     was, now = plain(e.raw), entry
     change.entries.append({"at": list(f.key_path), "name": e.name, "before": was, "after": now})
     variables = references_environment(f, definition)
     if variables:
-        change.held[e.name] = (
-            f"{e.name}: not annotated now: started here it would receive "
+        change.held[server] = (
+            f"{server}: not annotated now: started here it would receive "
             f"{', '.join(variables)} from your shell, not what its client gives it"
         )
+
+
+def config_name(
+    name: str, client: str, definition: dict[str, Any], existing: dict[str, Any]
+) -> str:
+    """The name of an entry's definition in ironcurtain's config: its own name, or, when a
+    server of that name is defined differently (another client's entry of that name),
+    NAME.CLIENT, then NAME.CLIENT.2 and on: one name per definition, each client's entry
+    starting its own."""
+    candidates: list[str] = [name, per_client(name, client)]
+    candidates += [f"{per_client(name, client)}.{n}" for n in range(2, 100)]
+    for candidate in candidates:
+        if candidate not in existing or _same(existing[candidate], definition):
+            return candidate
+    return candidates[-1]  # 99 of them: the config check refuses the last, said
+
+
+def left_alone(f: ClientFile, e: Entry) -> str | None:
+    """What to say of an entry wrap leaves alone before moving its definition (None: go
+    on): one naming ironcurtain but not as wrap writes it, one holding a value its client
+    fills into the file's text, one with no command or an odd key, one that could never
+    start in a sandbox."""
+    if e.calls_ironcurtain:
+        return (
+            f"{e.name}: NOT protected: it starts {e.command} but is not what wrap "
+            f"writes ({not_protected(f, e)}); left alone: unwrap it, or give the entry its "
+            "own server back, and wrap again"
+        )
+    if filled_in(f, e):
+        return f"{e.name}: {filled_in(f, e)}: left alone"
+    if not e.command:
+        what = "a remote server" if e.url else "an entry without a command"
+        return f"{e.name}: {what}, not sandboxable: left alone"
+    shape = f.client.shape
+    odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
+    if odd is not None:
+        return f"{e.name}: {odd} (it could change what the client starts): left alone"
+    cannot = unrunnable(f, e)
+    if cannot is not None:
+        return f"{e.name}: {cannot}: it could never start in a sandbox; left alone"
+    problem = launch_problem(e)
+    if problem is not None:
+        return problem
+    if f.client.name in SPLITS_COMMAND and any(c.isspace() for c in e.command or ""):
+        return (
+            f"{e.name}: {f.client.label} splits its command {e.command!r} into words; give "
+            "the program as the command and the rest as its args: left alone"
+        )
+    return None
+
+
+def read_alike(f: ClientFile, e: Entry, definition: dict[str, Any], kept: dict[str, str]) -> None:
+    """:class:`LeftAlone` when another client that reads the same file takes the entry
+    otherwise than its first client (its shape, or a value one fills and the other passes
+    as text)."""
+    for other in f.as_read_by()[1:]:
+        shape, label = other.client.shape, other.client.label
+        odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
+        if odd is not None:
+            raise LeftAlone(f"as {label} reads it: {odd}")
+        try:
+            theirs, their_kept, _ = moved_definition(other, e)
+        except LeftAlone as exc:
+            raise LeftAlone(f"as {label} reads it: {exc}") from None
+        if not _same(theirs, definition) or their_kept != kept:
+            raise LeftAlone(
+                f"{f.client.label} and {label} both read {f.path} and would start it "
+                "differently (a value one fills in, the other passes as text)"
+            )
 
 
 def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
@@ -367,7 +443,7 @@ def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, value in kept.items():
         try:
-            said, names = translate(f.client, value)
+            said, names = translate(f.client, value, env=True)
         except LeftAlone:
             continue
         if not names and said == value:

@@ -37,6 +37,7 @@ from launcher.clients.known import (
 )
 from launcher.clients.wrap_network import network_for
 from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
+from launcher.clients.wrap_runnable import relative, script_index
 from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
 from sandbox_profiles.writable_roots import root_problem
 
@@ -176,7 +177,7 @@ def _environment(
             kept[name] = given
             env[name] = "${" + name + "}"
             continue
-        value, names = translate(f.client, given)
+        value, names = translate(f.client, given, env=True)
         if names and projects(f):
             if WHOLE_REFERENCE.fullmatch(value) is None:
                 raise LeftAlone(
@@ -250,9 +251,10 @@ def _check_written(f: ClientFile, workspace: str | None, variable: str | None) -
 def _arguments(f: ClientFile, e: Entry, mounts: _Mounts) -> list[str]:
     """The definition's arguments, each in ironcurtain's form; a path argument given to
     ``mounts`` (its real path when it becomes a mount)."""
+    script = script_index(e)
     args: list[str] = []
     after_option = False
-    for given in e.args:
+    for index, given in enumerate(e.args):
         arg, names = translate(f.client, given)
         if projects(f):
             _no_reference("argument", arg.replace(WORKSPACE, ""))
@@ -263,7 +265,9 @@ def _arguments(f: ClientFile, e: Entry, mounts: _Mounts) -> list[str]:
         option, _, attached = arg.partition("=")
         inline = bool(attached) and option in DIRECTORY_OPTIONS  # --repository=DIR
         candidate = attached if inline else arg
-        looks_like_path = candidate.startswith(("/", "~", "./", "../")) or after_option
+        looks_like_path = (
+            candidate.startswith(("/", "~", "./", "../")) or after_option or index == script
+        )
         value = arg
         if looks_like_path or candidate in (".", ".."):
             got = mounts.value(candidate)
@@ -291,6 +295,8 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
             "(a user-level entry gets none: the folder the client has open could be your home)"
         )
     mounts = _Mounts(f, e, notes)
+    if relative(command) and mounts.base is not None:  # ./bin/server, found from the project
+        command = mounts.value(command)
     args = _arguments(f, e, mounts)
     definition: dict[str, Any] = {"command": command, "args": args}
     env, kept = _environment(f, e, notes)

@@ -7,6 +7,8 @@ passed it as text. So each value is translated:
 | client | fills | passes as text |
 |---|---|---|
 | Claude Code | ``${NAME}``, ``${NAME:-default}`` (as ironcurtain does) | nothing of that form |
+| Copilot CLI (its ``env`` only) | ``$NAME``, ``${NAME}``, ``${NAME:-default}`` | ``${anything else}`` |
+| Kiro (its ``env`` only) | ``${NAME}`` | ``${anything else}`` |
 | Gemini CLI | ``$NAME``, ``${NAME}`` | ``${anything else}`` |
 | VS Code, Cursor | ``${env:NAME}``, ``${workspaceFolder}`` and their own (``${userHome}``, ``${input:…}``) | ``${ANY_OTHER}`` |
 | Windsurf | ``${env:NAME}``, ``${file:…}`` | ``${ANY_OTHER}`` |
@@ -35,7 +37,9 @@ _BRACED = re.compile(r"\$\{([^}]*)\}")
 _GEMINI = re.compile(r"\$(?:(\w+)|\{([^}]+)\})")
 # opencode: {env:NAME} and {file:PATH}, filled wherever they are in its file.
 _OPENCODE = re.compile(r"\{(env|file):([^}]*)\}")
-_PATTERNS = {"gemini": _GEMINI, "shell": _GEMINI, "opencode": _OPENCODE}
+_PATTERNS = {"gemini": _GEMINI, "shell": _GEMINI, "copilot": _GEMINI, "opencode": _OPENCODE}
+# Copilot CLI's ${NAME:-default} (a default without $ or }).
+_WITH_DEFAULT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*):-([^$}]*)")
 # VS Code's own variables (Cursor's are a subset): filled by the editor, never from the
 # environment; wrap cannot know their values when the server starts.
 _EDITOR_VARIABLES = frozenset(
@@ -52,6 +56,11 @@ _EDITOR_PREFIXES = ("input:", "config:", "command:", "workspaceFolder:", "extens
 
 class LeftAlone(Exception):
     """The entry is not wrapped; the message says why."""
+
+
+def filled(client: Client, env: bool) -> str:
+    """The variables ``client`` fills in a value of its entry's env (``env``) or elsewhere."""
+    return client.variables if env or client.filled_in == "all" else "none"
 
 
 def unread(client: Client, value: str) -> str | None:
@@ -73,9 +82,10 @@ def unread(client: Client, value: str) -> str | None:
     return None
 
 
-def translate(client: Client, value: str) -> tuple[str, list[str]]:
-    """``value`` as ironcurtain's config says what ``client`` makes of it, and the names of
-    the environment variables it refers to. :class:`LeftAlone` when it cannot be said.
+def translate(client: Client, value: str, env: bool = False) -> tuple[str, list[str]]:
+    """``value`` (one of its entry's env values: ``env``) as ironcurtain's config says what
+    ``client`` makes of it, and the names of the environment variables it refers to.
+    :class:`LeftAlone` when it cannot be said.
 
     >>> from launcher.clients.known import BY_NAME
     >>> translate(BY_NAME["vscode"], "${env:TOKEN}")
@@ -88,13 +98,22 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
     ('price: $5', [])
     >>> translate(BY_NAME["opencode"], "Bearer {env:TOKEN}")
     ('Bearer ${TOKEN}', ['TOKEN'])
+    >>> translate(BY_NAME["copilot-cli"], "$TOKEN", env=True)
+    ('${TOKEN}', ['TOKEN'])
+    >>> translate(BY_NAME["copilot-cli"], "${LEVEL:-info}", env=True)
+    ('${LEVEL:-info}', ['LEVEL'])
+    >>> translate(BY_NAME["copilot-cli"], "$HOME/x")
+    ('$HOME/x', [])
+    >>> translate(BY_NAME["kiro"], "${TOKEN}", env=True)
+    ('${TOKEN}', ['TOKEN'])
     """
-    if client.variables == "shell" and ("$(" in value or "`" in value):
+    mode = filled(client, env)
+    if mode == "shell" and ("$(" in value or "`" in value):
         raise LeftAlone(
             f"{value!r}: {client.label} runs the command in $(...) or `...` to fill it, which "
             "wrap cannot say in ironcurtain's config"
         )
-    pattern = _PATTERNS.get(client.variables, _BRACED)
+    pattern = _PATTERNS.get(mode, _BRACED)
     out: list[str] = []
     spans: set[tuple[int, int]] = set()
     names: list[str] = []
@@ -103,7 +122,7 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
         literal = value[last : match.start()]
         out.append(literal)
         length += len(literal)
-        meant = _meaning(client, match)
+        meant = _meaning(client, mode, match)
         piece = match.group() if meant is None else meant[0]
         if meant is not None:
             spans.add((length, length + len(piece)))
@@ -124,10 +143,22 @@ def translate(client: Client, value: str) -> tuple[str, list[str]]:
     return result, names
 
 
-def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | None:
-    """What one variable of ``client``'s syntax becomes: ironcurtain's reference and the
-    environment name it reads (None: none), or None when the client leaves it as text."""
-    if client.variables == "claude":  # ironcurtain's own syntax
+def _meaning(client: Client, mode: str, match: re.Match[str]) -> tuple[str, str | None] | None:
+    """What one variable of ``client``'s syntax (``mode``: the variables it fills there)
+    becomes: ironcurtain's reference and the environment name it reads (None: none), or
+    None when the client leaves it as text."""
+    if mode == "copilot":
+        name = match.group(1) or match.group(2)
+        default = _WITH_DEFAULT.fullmatch(name)
+        if default is not None and default.group(1) != "workspace":
+            return match.group(), default.group(1)
+        if _NAME.fullmatch(name) and name != "workspace":
+            return "${" + name + "}", name
+        return None
+    if mode == "kiro":
+        name = match.group(1)
+        return ("${" + name + "}", name) if _NAME.fullmatch(name) and name != "workspace" else None
+    if mode == "claude":  # ironcurtain's own syntax
         name = match.group(1).partition(":-")[0]
         if name == "workspace":
             raise LeftAlone(
@@ -135,7 +166,7 @@ def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | N
                 "with the session's workspace"
             )
         return match.group(), name
-    if client.variables == "opencode":
+    if mode == "opencode":
         kind, name = match.group(1), match.group(2)
         if kind == "env" and _NAME.fullmatch(name) and name != "workspace":
             return "${" + name + "}", name
@@ -143,12 +174,12 @@ def _meaning(client: Client, match: re.Match[str]) -> tuple[str, str | None] | N
             f"{match.group()!r}: opencode fills it with a value of its own, which wrap "
             "cannot say in ironcurtain's config"
         )
-    if client.variables in ("gemini", "shell"):
+    if mode in ("gemini", "shell"):
         name = match.group(1) or match.group(2)
         if _NAME.fullmatch(name) and name != "workspace":
             return "${" + name + "}", name
         return None
-    if client.variables not in ("vscode", "windsurf"):
+    if mode not in ("vscode", "windsurf"):
         return None  # a client that fills nothing
     body = match.group(1)
     kind, colon, name = body.partition(":")

@@ -173,6 +173,11 @@ def _plant(user: Home, project: Path, how: str) -> tuple[str, str]:
     return "vscode", f"{project}/.vscode/mcp.json: .vscode is a symbolic link"
 
 
+def _own_file(path: Path, project: Path) -> bool:
+    """A regular file of the project reached through none of its links."""
+    return path.is_file() and os.path.realpath(path) == str(path) and path.is_relative_to(project)
+
+
 @pytest.mark.parametrize("how", ["file-link", "hard-link", "cursor-dir", "vscode-dir"])
 def test_a_project_file_led_to_the_users_own_is_refused(user: Home, how: str) -> None:
     # A hostile project's .mcp.json linked to ~/.claude.json: wrap wrote the user's whole
@@ -182,14 +187,22 @@ def test_a_project_file_led_to_the_users_own_is_refused(user: Home, how: str) ->
     project = user.root / "proj"
     project.mkdir()
     client, says = _plant(user, project, how)
+    planted = {p: p.read_bytes() for p in project.rglob("*") if _own_file(p, project)}
     done = _cli(user, project, "wrap", "--client", client, "--no-annotate")
-    assert done.returncode == 2, done.stderr
-    assert says in done.stderr and "nothing written" in done.stderr, done.stderr
+    # The planted file is named, never read nor written; it stops nothing else: the user's
+    # own files are wrapped as the user's (a hard-linked one is itself refused: exit 2).
+    assert done.returncode == (2 if how == "hard-link" else 0), done.stderr
+    assert says in done.stderr and "not wrapped" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
     assert _leaked(project, user.secret, user) == []
-    assert {p: p.read_bytes() for p in user.home.rglob("*") if p.is_file()} == users
-    assert (user.home / ".claude.json").read_bytes() == original
-    assert not (user.config / "ironcurtain").exists()
+    assert {p: p.read_bytes() for p in project.rglob("*") if _own_file(p, project)} == planted
+    assert (project / ".mcp.json").is_symlink() == (how == "file-link")
+    for path, was in users.items():  # wrapped or not, none given the project
+        now = path.read_text()
+        assert str(project) not in now and "--workspace" not in now, path
+        assert user.secret in now or user.secret not in was.decode()
+    if how == "hard-link":
+        assert (user.home / ".claude.json").read_bytes() == original
     listed = _cli(user, project, "clients")
     assert listed.returncode == 0 and says in listed.stdout, listed.stdout
 
@@ -202,7 +215,7 @@ def test_a_fifo_or_a_huge_file_is_refused_without_hanging(user: Home) -> None:
         huge.write('{"servers": {}, "pad": "')
         huge.truncate(2**31)  # sparse: 2 GiB without writing them
     done = _cli(user, project, "wrap", "--all", "--no-annotate")
-    assert done.returncode == 2
+    assert done.returncode == 0, done.stderr  # said; it stops nothing else
     assert f"{project}/.mcp.json: not a regular file" in done.stderr, done.stderr
     listed = _cli(user, project, "clients")
     assert f"{project}/.vscode/mcp.json: too large" in listed.stdout, listed.stdout

@@ -102,23 +102,38 @@ def test_an_opencode_file_read_one_way_by_opencode_and_another_by_ironcurtain_is
 
 
 @pytest.mark.parametrize("templated", [True, False])
-def test_a_continue_file_the_client_fills_from_a_projects_env_is_not_read(
+def test_a_continue_entry_the_client_fills_from_a_projects_env_is_left_alone(
     user: Home, templated: bool
 ) -> None:
     # Continue renders ${{ secrets.X }} into the YAML text before it reads it, X from the
-    # project's own .env files: what it reads cannot be known from the file.
+    # project's own .env files: that entry's value cannot be said in ironcurtain's config.
+    # It is listed with the reason and left alone; the file's other entry is wrapped, and
+    # the file counts as one whose reading is not known (clients --check fails).
     project = user.root / "home" / "proj"
     (project / ".continue" / "mcpServers").mkdir(parents=True)
     note = "${{ secrets.NOTE }}" if templated else "a note"
-    (project / ".continue" / "mcpServers" / "b.yaml").write_text(
-        f"name: b\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: blockserver\n"
+    block = project / ".continue" / "mcpServers" / "b.yaml"
+    block.write_text(
+        "name: b\nversion: 0.0.1\nschema: v1\nmcpServers:\n  - name: plainserver\n"
+        '    command: /usr/bin/env\n    args: ["true"]\n  - name: blockserver\n'
         f'    command: /usr/bin/env\n    args: ["true"]\n    description: {note}\n'
     )
     (project / ".continue" / ".env").write_text("NOTE=x\n")
-    listed = _cli(user, project, "clients")
+    done = _cli(user, project, "wrap", "--all", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    listed = _cli(user, project, "clients", "--check")
     said = listed.stdout + listed.stderr
-    assert ("Continue fills each" in said) is templated, said
-    assert ("blockserver" in listed.stdout) is not templated  # listed only when read
+    lines = {x.split()[0]: x for x in listed.stdout.splitlines() if x.startswith("  ")}
+    assert "runs through ironcurtain" in lines["plainserver"], said
+    if templated:
+        assert "blockserver: Continue fills its ${{ ... }}" in done.stderr, done.stderr
+        assert "NOT" not in lines["blockserver"] and "fills its ${{ ... }}" in lines["blockserver"]
+        assert "Continue fills each ${{ ... }} into this file's text" in said
+        assert listed.returncode == 1  # what Continue reads there is not known
+        assert "${{ secrets.NOTE }}" in block.read_text()
+    else:  # the control: both wrapped, all counted as protected
+        assert "runs through ironcurtain" in lines["blockserver"], said
+        assert listed.returncode == 0, said
 
 
 @pytest.mark.parametrize("above", [True, False])

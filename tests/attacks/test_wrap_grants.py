@@ -322,4 +322,4 @@ def test_the_home_bound_at_another_path_is_still_the_home(user: Home) -> None:
         subprocess.run(["umount", str(bound)], check=True)
     assert "it is your home directory, which is never taken as a project" in done.stderr
     assert "--workspace" not in done.stdout and str(bound) not in done.stdout
-    assert "Claude Code (project)" not in listed.stdout
+    assert "(project):" not in listed.stdout

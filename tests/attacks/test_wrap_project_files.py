@@ -1,9 +1,10 @@
 """A hostile project at every place a client reads a project's servers from, in that
 client's own format and entry shape: its file (or the directory holding it) linked to the
-user's own, or hard-linked to it, is refused, nothing written; its entry naming the user's
-SSH keys (outright, through ``..`` or through a link planted in the project) gets none of
-them in its sandbox. Each beside its control: the same file as a plain file of the project
-is read and wrapped, and the project's own directory is given. In process (the commands
+user's own, or hard-linked to it, is refused (said, never written, stopping nothing else);
+its entry naming the user's SSH keys (outright, through ``..`` or through a link planted
+in the project) gets none of them in its sandbox. Each beside its control: the same file
+as a plain file of the project is read and wrapped, and the project's own directory is
+given. In process (the commands
 themselves: ``test_wrap_attacks.py``)."""
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from launcher.clients.jsonc import parse
 from launcher.clients.known import found
 from launcher.clients.table import CLIENTS, Client, listed_in, syntax_of
 from launcher.clients.wrap import plan_wrap, select
-from launcher.shared.errors import UsageError
 from tests.support.home import Home, in_process
 from tests.support.paths import BIN
 
@@ -45,7 +45,9 @@ def _text(client: Client, relative: str, argv: list[str]) -> str:
         entry: dict[str, object] = {shape.command: argv}
     else:
         entry = {shape.command: argv[0], shape.args: argv[1:]}
-    entry.update({k: v[0] for k, v in shape.fixed if k == "type"})
+    # "stdio" where the client takes it: a file two clients read (.mcp.json) is wrapped
+    # only where both take its entry alike.
+    entry.update({k: "stdio" if "stdio" in v else v[0] for k, v in shape.fixed if k == "type"})
     syntax = syntax_of(client, relative)
     if syntax == "toml":
         args = ", ".join(json.dumps(a) for a in argv[1:])
@@ -99,8 +101,11 @@ def test_a_project_file_led_to_the_users_own_is_refused(
     assert any(says in why for _, why in files.refused), files.refused
     for _, why in files.refused:
         assert str(project / first) in why and "link" in why, why
-    with pytest.raises(UsageError, match="nothing written"):
-        plan_wrap(select(user.home, project, [client.name], False), [])
+    # Said, never read nor written; it stops nothing else.
+    changes, config = plan_wrap(select(user.home, project, [client.name], False), [])
+    assert all(c.after == c.before for c in changes)
+    assert json.loads(config.after)["mcpServers"] == {}  # nothing moved
+    assert any("link" in n and "(not wrapped)" in n for n in config.notes)
     assert mine.read_bytes() == before
     assert not (user.config / "ironcurtain").exists()
 

@@ -19,7 +19,6 @@ from launcher.clients.known import Found, found
 from launcher.clients.table import BY_NAME, CLIENTS, listed_in, syntax_of
 from launcher.clients.wrap import describe, plan_wrap, select, status
 from launcher.clients.wrap_files import apply_wrap, unwrap
-from launcher.shared.errors import UsageError
 from tests.support.client_files import FILES, NEW, ClientFile
 from tests.support.home import Home, in_process
 from tests.support.paths import IRONCURTAIN
@@ -166,8 +165,10 @@ def test_a_bad_yaml_file_is_named_not_read(
     files = found(user.home, project)
     assert [c.name for c, _ in files.refused] == ["goose"]
     assert says in files.refused[0][1] and str(path) in files.refused[0][1]
-    with pytest.raises(UsageError, match="nothing written"):
-        plan_wrap(Found(files.files, files.refused), [])
+    # Said, and it stops nothing else: no change to it, a note naming it.
+    changes, config = plan_wrap(Found(files.files, files.refused), [])
+    assert all(c.path != path for c in changes)
+    assert any(str(path) in n and "(not wrapped)" in n for n in config.notes)
 
 
 def test_the_documented_table_names_every_client_and_its_files() -> None:

@@ -70,7 +70,7 @@ def test_clients_lists_every_file_and_server(user: Home) -> None:
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for line in [
-        f"Claude Code (project): {project}/.mcp.json",
+        f"Claude Code, GitHub Copilot CLI (project): {project}/.mcp.json",
         "  filesystem  stdio: mcp-server-filesystem ./project-files",
         "  docs        remote: https://example.com/mcp (not protected: it runs elsewhere",
         f"VS Code (project): {project}/.vscode/mcp.json",
@@ -355,24 +355,28 @@ def test_a_bad_toml_file_is_named_and_nothing_is_written(user: Home) -> None:
     assert not (user.config / "ironcurtain").exists()
 
 
-def test_a_name_already_defined_differently_is_left_alone_and_the_rest_wrapped(
+def test_a_name_already_defined_differently_gets_its_clients_own_definition(
     user: Home,
 ) -> None:
-    # Common with 30 clients (the same name given another folder in two of them), and a
-    # project could plant one on purpose: that entry is left alone, not every entry.
+    # Common with 30 clients (the same name given another folder in two of them): each
+    # client's entry starts its own definition; the one already there is never changed.
     project = _project(user)
     config = user.config / "ironcurtain" / "mcp-servers.json"
     config.parent.mkdir(parents=True)
     config.write_text('{"mcpServers": {"git": {"command": "other-git"}}}')
-    git_before = json.loads((project / ".mcp.json").read_text())["mcpServers"]["git"]
-    done = _cli(user, project, "wrap", "--client", "claude-code")
+    done = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
     assert done.returncode == 0, done.stderr
-    said = done.stdout + done.stderr
-    assert "git: a server of that name is already defined in" in said
-    assert json.loads(config.read_text())["mcpServers"]["git"] == {"command": "other-git"}
+    assert "git: another entry of that name is defined differently" in done.stderr
+    servers = json.loads(config.read_text())["mcpServers"]
+    assert servers["git"] == {"command": "other-git"}
+    assert servers["git.claude-code"]["command"].endswith("mcp-server-git")
     entries = json.loads((project / ".mcp.json").read_text())["mcpServers"]
-    assert entries["git"] == git_before
-    assert any(e.get("args", [""])[0] == "run" for n, e in entries.items() if n != "git")
+    assert entries["git"]["args"][-2:] == ["--server", "git.claude-code"]
+    listed = _cli(user, project, "clients")
+    line = next(x for x in listed.stdout.splitlines() if x.strip().startswith("git "))
+    assert "runs through ironcurtain" in line, listed.stdout
+    again = _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate")
+    assert json.loads(config.read_text())["mcpServers"] == servers, again.stderr
 
 
 def test_wrap_names_what_to_wrap(user: Home) -> None:
