@@ -89,7 +89,7 @@ def test_over_stdio_the_server_is_spoken_to_in_its_clients_era_when_it_serves_it
     other = "handshake" if mode == STATELESS else "stateless"
     if named and not flags:
         era = HANDSHAKE if other == "handshake" else STATELESS
-    args = dual_args(user, *flags, **({"era": other} if named else {}))
+    args = dual_args(user, *flags, era=other if named else None)
 
     async def scenario() -> None:
         async with client_in(user, "stdio", args, mode, human) as client:

@@ -72,7 +72,8 @@ def _wait_for(path: Path) -> None:
 
 
 def _ours() -> list[psutil.Process]:
-    return psutil.Process(os.getpid()).children(recursive=True)
+    found: list[psutil.Process] = psutil.Process(os.getpid()).children(recursive=True)
+    return found
 
 
 def test_a_session_that_fails_after_its_servers_started_sends_them_nothing(

@@ -408,7 +408,7 @@ def test_a_request_cancelled_while_a_human_is_asked_is_never_made(tmp_path: Path
         assert [m["params"]["requestId"] for m in withdrawn] == [asked["id"]]
         # Said as what it is: the human did not fail to answer in time.
         assert [m["params"]["reason"] for m in withdrawn] == [WITHDRAWN]
-        assert await h.answer("c2", wait=0.05) is None  # type: ignore[arg-type]
+        assert await h.answer("c2", wait=0.05) is None
 
     run(scenario)
     assert h.fs.requests == []
@@ -423,7 +423,7 @@ def test_a_question_nobody_answers_in_time_is_withdrawn_as_such(tmp_path: Path) 
     async def scenario() -> None:
         wire, params = params_for("prompts/get", where(h, "escalate"))
         h.feed({"jsonrpc": "2.0", "id": "c3", "method": wire, "params": params})
-        await h.answer("c3")  # type: ignore[arg-type]
+        await h.answer("c3")
 
     run(scenario)
     (asked,) = h.client.elicitations
