@@ -87,6 +87,24 @@ def _through(path: str, project: Path) -> bool:
     return any(identity(os.path.join(*parts[: i + 1])) == mark for i in range(len(parts)))
 
 
+# Trees the kernel shows each process its own way (/proc/self/cwd is where wrap runs, not
+# where the server will).
+_PER_PROCESS = ("/proc", "/dev", "/sys")
+
+
+def _per_process(candidate: str, written: str) -> str | None:
+    """Why ``written`` (the path as written, made absolute) names no fixed directory: it
+    passes through a tree each process sees its own way. None when it does not."""
+    path = os.path.normpath(written)
+    for tree in _PER_PROCESS:
+        if path == tree or path.startswith(tree + os.sep):
+            return (
+                f"is what {candidate} is for wrap itself ({tree} shows each process its own "
+                "places; the server would see another)"
+            )
+    return None
+
+
 class _Mounts:
     """The mounts derived from one entry's arguments, and what to say about them."""
 
@@ -115,7 +133,7 @@ class _Mounts:
         # A directory made writable; a script the command runs, with what lies beside it,
         # readable.
         mount = full if directory else os.path.dirname(full)
-        why = refusal(mount, directory, home())
+        why = _per_process(candidate, str(resolved)) or refusal(mount, directory, home())
         project = self.f.project
         if why is None and confined(self.f) and project is not None:
             through = not os.path.isabs(expanded) or _through(expanded, project)
@@ -133,6 +151,10 @@ class _Mounts:
             self.notes.append(f"{self.e.name}: {mount} {why}: not given to its sandbox{by_hand}")
             return candidate
         (self.writable if directory else self.readable).append(mount)
+        if directory and os.path.normpath(resolved) != full:
+            self.notes.append(
+                f"{self.e.name}: {candidate} is reached through a link: {full} is what is given"
+            )
         return full
 
 
