@@ -323,9 +323,8 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
         definition["cwd"] = cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
     sandbox: dict[str, Any] = {"filesystem": _filesystem(f, e, mounts, notes)}
-    network, said = network_for(
-        e.name, command, args, (e.env, cwd or workspace), projects(f), str(user_config())
-    )
+    where = (e.env, [cwd or workspace or "", *mounts.writable])
+    network, said = network_for(e.name, command, args, where, projects(f), str(user_config()))
     if network is not None:
         sandbox["network"] = network
     notes += [said] if said else []

@@ -143,28 +143,42 @@ def package_of(command: str, args: Sequence[str]) -> tuple[str, str] | None:
     return PROGRAM, program
 
 
-def _other_code(env: Mapping[str, str], cwd: str | None, package: tuple[str, str]) -> str:
-    """What in the entry besides its program chooses the code it runs ("": nothing)."""
+def _other_code(
+    env: Mapping[str, str], places: Sequence[str], package: tuple[str, str], command: str
+) -> str:
+    """What in the entry besides its package chooses the code it runs ("": nothing).
+    ``places``: where it starts (first, "" when not known), then the directories it may
+    write."""
     chosen = sorted(k for k in env if _CODE_VARIABLES.fullmatch(k))
     if chosen:
         return f"its entry's env {', '.join(chosen)} chooses what code runs"
+    cwd, writable = places[0], places[1:]
     if cwd and package[0] != PROGRAM:
         # python -m looks first in its directory; npx and the others, in its node_modules.
         return f"it starts in {cwd}, which may hold code its runner takes first"
+    # As written (a link there could be changed) and where it leads.
+    named = [os.path.normpath(command), os.path.realpath(command)] if os.path.isabs(command) else []
+    held = [p for p in (cwd, *writable) if p and any(_under(n, os.path.realpath(p)) for n in named)]
+    if held:
+        return f"its program lies in {held[0]}, where other code may be put"
     return ""
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip(os.sep) + os.sep)
 
 
 def network_for(
     name: str,
     command: str,
     args: Sequence[str],
-    where: tuple[Mapping[str, str], str | None],
+    where: tuple[Mapping[str, str], Sequence[str]],
     project: bool,
     config: str,
 ) -> tuple[dict[str, list[str]] | None, str | None]:
     """The ``sandbox.network`` wrap gives the server ``name`` (None: none), and what to say.
     ``where``: the entry's env, and the directory it starts in (its own, or the workspace
-    it is given) when known."""
+    it is given; "" when not known) followed by the directories it may write."""
     package = package_of(command, args)
     field = f"mcpServers.{name}.sandbox.network.allowedDomains in {config}"
     needs = KNOWN.get(package) if package else None
@@ -177,7 +191,7 @@ def network_for(
         )
     assert package is not None
     hosts = ", ".join("any public name (*)" if h == "*" else h for h in needs.hosts)
-    other = _other_code(*where, package)
+    other = _other_code(*where, package, command)
     if project or other:
         why = "a project's entry gets none from wrap" if project else other
         return None, (

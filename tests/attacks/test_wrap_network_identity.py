@@ -115,7 +115,7 @@ def test_a_servers_claude_code_keeps_for_a_project_gets_no_network_for_the_proje
          "uvx-with", "uvx-path", "pipx-spec"],
 )  # fmt: skip
 def test_a_runner_told_to_run_other_code_gets_no_network(command: str, args: list[str]) -> None:
-    network, said = network_for("web", command, args, ({}, None), False, "CONFIG")
+    network, said = network_for("web", command, args, ({}, [""]), False, "CONFIG")
     assert network is None, said
     assert said is not None and "mcpServers.web.sandbox.network.allowedDomains" in said
 
@@ -133,5 +133,25 @@ def test_a_runner_told_to_run_other_code_gets_no_network(command: str, args: lis
 def test_control_the_packages_themselves_get_their_hosts(
     command: str, args: list[str], hosts: list[str]
 ) -> None:
-    network, _ = network_for("web", command, args, ({}, None), False, "CONFIG")
+    network, _ = network_for("web", command, args, ({}, [""]), False, "CONFIG")
     assert network is not None and hosts[0] in network["allowedDomains"]
+
+
+def test_a_program_in_the_project_claude_code_keeps_it_for_gets_no_network(user: Home) -> None:
+    # The project holds a link named mcp-server-fetch to the real program: it may point it
+    # elsewhere any time later.
+    project = user.root / "project"
+    (project / "bin").mkdir(parents=True)
+    (project / "bin" / "mcp-server-fetch").symlink_to(os.path.join(BIN, "mcp-server-fetch"))
+    local = {"mcpServers": {"web": {"command": str(project / "bin" / "mcp-server-fetch")}}}
+    (user.home / ".claude.json").write_text(json.dumps({"projects": {str(project): local}}))
+    done = _wrap(user, project)
+    assert done.returncode == 0, done.stderr
+    assert _network(user, "web") is None, done.stderr
+    assert f"its program lies in {project}, where other code may be put" in done.stderr
+    # The control: the installed program itself, kept for the same project, gets it.
+    local = {"mcpServers": {"web2": {"command": os.path.join(BIN, "mcp-server-fetch")}}}
+    (user.home / ".claude.json").write_text(json.dumps({"projects": {str(project): local}}))
+    done = _wrap(user, project)
+    assert done.returncode == 0, done.stderr
+    assert _network(user, "web2") == {"allowedDomains": ["*"]}, done.stderr
