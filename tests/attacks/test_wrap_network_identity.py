@@ -110,9 +110,12 @@ def test_a_servers_claude_code_keeps_for_a_project_gets_no_network_for_the_proje
         ("uvx", ["--with", "evil", "mcp-server-fetch"]),
         ("uvx", ["./evil"]),
         ("pipx", ["run", "--spec", "evil", "mcp-server-fetch"]),
+        ("npx", ["-y", "some-pkg@evil", "mcp-server-fetch"]),
+        ("env", ["PYTHONPATH=/tmp/evil", "mcp-server-fetch"]),
+        ("/bin/sh", ["-c", "mcp-server-fetch"]),
     ],
     ids=["npx-p", "npx-package=", "npm-namesake", "npm-github", "uvx-from", "uvx-from=",
-         "uvx-with", "uvx-path", "pipx-spec"],
+         "uvx-with", "uvx-path", "pipx-spec", "npx-first-package", "env-prefixed", "shell"],
 )  # fmt: skip
 def test_a_runner_told_to_run_other_code_gets_no_network(command: str, args: list[str]) -> None:
     network, said = network_for("web", command, args, ({}, [""]), False, "CONFIG")
