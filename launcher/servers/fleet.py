@@ -111,6 +111,11 @@ class Fleet:
                 attempt=attempt,
             )
             await asyncio.sleep(delay)
+            if self.servers[name] is not conn:
+                # Another instance took its place meanwhile (one opened in its client's era):
+                # that one serves; a restart over it would leave it running, never stopped.
+                conn.restarting = False
+                continue
             fresh = ServerConnection(conn.spec, self._on_notification, conn.client_capabilities)
             try:
                 await asyncio.wait_for(self._start_one(fresh), STARTUP_TIMEOUT)
