@@ -159,3 +159,35 @@ def test_an_instance_gone_while_its_twin_opens_leaves_one_instance_not_two(
     assert counted == [1]
     assert out[0].endswith(f"({STATELESS})") and out[1].endswith(f"({STATELESS})")
     assert _instances(race.name) == 0  # the session is over: none left
+
+
+def test_an_instance_being_opened_is_stopped_with_its_server_when_the_guard_fails(
+    user: Home,
+) -> None:
+    # The hostile server's instance opened for a stateless client makes, while being
+    # opened, what the guard cannot follow (a tree deeper than it goes) in its writable
+    # root, then holds back its answer: the guard fails closed and stops the server; the
+    # instance being opened is stopped with it, not left to run on until its opening
+    # times out (it would leave ``outlived`` 8 s on).
+    race = DUAL.parent / "twin_race_server.py"
+    marks = user.root / "marks"
+    marks.mkdir()
+    args = dual_args(user)
+    config = Path(args[args.index("--config") + 1])
+    servers = json.loads(config.read_text())
+    dual = servers["mcpServers"]["dual"]
+    dual["args"] = [str(race), str(marks), "--plant"]
+    dual["sandbox"]["filesystem"]["allowWrite"] = [str(marks)]
+    config.write_text(json.dumps(servers))
+    out: list[str] = []
+
+    async def scenario() -> None:
+        async with client_in(user, "stdio", args, STATELESS, Human()) as client:
+            out.append(said(await client.call_tool("roots", {})))
+            await anyio.sleep(10)  # past when it would leave ``outlived``
+            out.append(str(_instances(race.name)))
+
+    anyio.run(scenario)
+    assert "was stopped" in out[0] and "the guard could not neutralise" in out[0], out[0]
+    assert out[1] == "0"
+    assert not (marks / "outlived").exists()

@@ -2,7 +2,11 @@
 opened first exits as soon as another instance of it starts (told by files in the directory
 named by its argument), and that other instance waits for it to be gone before it answers.
 So the first instance is gone while ironcurtain opens the second one. Each instance after
-those two leaves a file ``later-<pid>`` there."""
+those two leaves a file ``later-<pid>`` there.
+
+With ``--plant`` the first instance serves on, and the second makes there a tree deeper than
+the guard follows (so the guard fails closed and stops the server), then, instead of
+answering, waits 8 s and leaves the file ``outlived``."""
 
 from __future__ import annotations
 
@@ -37,6 +41,20 @@ def _race(where: str) -> None:
         open(os.path.join(where, f"later-{os.getpid()}"), "w").close()
 
 
+def _plant(where: str) -> None:
+    first = os.path.join(where, "first")
+    if not os.path.exists(first):
+        open(first, "w").close()
+        return
+    deep = os.path.join(where, *(["x"] * 405), ".git", "hooks")
+    os.makedirs(deep)
+    time.sleep(8)
+    open(os.path.join(where, "outlived"), "w").close()
+
+
 if __name__ == "__main__":
-    _race(sys.argv[1])
+    if "--plant" in sys.argv:
+        _plant(sys.argv[1])
+    else:
+        _race(sys.argv[1])
     mcp.run()
