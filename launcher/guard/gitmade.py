@@ -18,8 +18,11 @@ since what is in them is run; here they are admitted when what is in them is exa
   ``core.fsmonitor``, an include, an alias or any other setting moves it out. For a
   configuration the user had at the start, its other settings may stay as they were.
 
-What is admitted is looked at again whenever it changes (by its identity: device, inode,
-change time), at the end of every settle, and strictly at the sweep.
+What is admitted is looked at again at the end of every settle, and strictly at the sweep: a
+hook whenever its identity (device, inode, change time) changed, a configuration whenever
+its bytes did too. A store through a shared mapping of a page already made writable changes
+a file with no inotify event and no new change time; a sample so changed is not run by git
+(renaming it is an event), a configuration is read at once.
 """
 
 from __future__ import annotations
@@ -223,6 +226,7 @@ class GitMade:
         # path -> (root, parts, "hook" or "config", identity when last found git's own)
         self.files: dict[str, tuple[str, Parts, str, Identity]] = {}
         self.before: dict[str, str] = {}  # the configurations there at the start: their text
+        self.seen: dict[str, bytes] = {}  # each configuration's bytes, when last found git's
         self.holders: set[str] = set()  # directories holding an admitted configuration
 
     def note_start(self, root: str, parts: Parts, entry: autorun.Entry) -> bool:
@@ -237,6 +241,7 @@ class GitMade:
             return False
         self.before[path] = found[0].decode("utf-8", "surrogateescape")
         self.files[path] = (root, parts, "config", found[1])
+        self.seen[path] = found[0]
         self.holders.add(os.path.dirname(path))
         return True
 
@@ -279,8 +284,16 @@ class GitMade:
         reason = config_verdict(text, self.before.get(path))
         if reason is None:
             self.files[path] = (root, parts, "config", found[1])
+            self.seen[path] = found[0]
             self.holders.add(os.path.dirname(path))
         return reason
+
+    def _config_same(self, root: str, parts: Parts, identity: Identity) -> bool:
+        """Whether a configuration is, byte for byte, the one last found git's own (its
+        identity alone does not tell: see the module's note on shared mappings)."""
+        found = read_own(root, parts, MAX_CONFIG_BYTES)
+        path = os.path.join(root, *parts)
+        return found is not None and found[1] == identity and found[0] == self.seen.get(path)
 
     def check_hook(self, root: str, parts: Parts, whole: bool) -> bool:
         """Whether ``root/parts``, in an admitted hooks directory, is not one of git's
@@ -308,11 +321,13 @@ class GitMade:
                 self.files.pop(path, None)
                 if path in self.before:  # the user's, removed: put back
                     self._put_back(root, parts)
-            elif now != identity or whole:
-                if kind == "hook":
+            elif kind == "hook":
+                if now != identity or whole:
                     self.check_hook(root, parts, whole)
-                elif (reason := self._config_reason(root, parts)) is not None:
-                    self.refuse(root, parts, reason)
+            elif (whole or not self._config_same(root, parts, identity)) and (
+                reason := self._config_reason(root, parts)
+            ) is not None:
+                self.refuse(root, parts, reason)
 
     def refuse(self, root: str, parts: Parts, reason: str) -> None:
         """Move a configuration out; the user's, as it was at the start, is put back."""
@@ -330,13 +345,15 @@ class GitMade:
             parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
         except OSError:
             return
+        data = self.before[path].encode("utf-8", "surrogateescape")
         try:
-            _write_into(parent, parts[-1], self.before[path].encode("utf-8", "surrogateescape"))
+            _write_into(parent, parts[-1], data)
         finally:
             os.close(parent)
         identity = _identity(root, parts)
         if identity is not None:
             self.files[path] = (root, parts, "config", identity)
+            self.seen[path] = data
 
 
 def _write_into(parent: int, name: str, data: bytes) -> None:

@@ -12,6 +12,7 @@ run it.
 
 from __future__ import annotations
 
+import mmap
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -318,3 +319,51 @@ def test_a_config_git_rewrites_again_and_again_stays(tmp_path: Path) -> None:
         assert [m.why for m in watched.moved] == [] and watched.failures == []
     assert watched.moved == []
     assert "o19" in git(ws / "r4", "remote")
+
+
+# -- a change no event reports: a store through a shared mapping of the configuration
+
+
+def _mapped_config(config: Path, at_start: bytes) -> tuple[int, mmap.mmap, int]:
+    """The configuration opened for writing and mapped, a comment line of padding written
+    after what was there (a change git could have made: nothing but a comment), and the
+    page made writable through the mapping already (its one change-time update)."""
+    pad = b"#" + b"x" * 400 + b"\n"
+    fd = os.open(config, os.O_RDWR)
+    os.lseek(fd, 0, os.SEEK_END)
+    os.write(fd, pad)
+    mapping = mmap.mmap(fd, len(at_start) + len(pad))
+    mapping[0:1] = at_start[0:1]  # the write fault: the page is writable from here on
+    return fd, mapping, len(at_start)
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("whose", ["users", "cloned"])
+def test_a_config_changed_through_a_mapping_is_seen(
+    whose: str, protected: bool, tmp_path: Path
+) -> None:
+    """A store into a page already mapped writable changes the file with no inotify event
+    and no new change time: what the guard checked last is not what git reads now. The
+    promise holds at the next settle all the same (the call's return)."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    origin = bare_repo(tmp_path / "origin.git")
+    if whose == "users":
+        _users_repo(ws, home)  # there before the session
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        if whose == "cloned":
+            git(ws, "clone", "-q", str(origin), "mine")
+        repo = ws / "mine"
+        config = repo / ".git" / "config"
+        script = marker_script(ws / "tools" / "fsm", marker)
+        fd, mapping, at = _mapped_config(config, config.read_bytes())
+        watched.returned()  # the guard looks at the padded config: only a comment more
+        hostile = f"[core]\n\tfsmonitor = {script}\n#".encode()
+        mapping[at : at + len(hostile)] = hostile  # no event, no new change time
+        watched.returned()  # the next call returns
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "status", env=host_env(home), check=False)
+        mapping.close()
+        os.close(fd)
+        assert marker.exists() != protected, watched.moved
