@@ -72,6 +72,11 @@ WRITTEN_BY_GIT: dict[str, tuple[bool, frozenset[str]]] = {
 }
 # Transports that run a command of the URL's choosing.
 _COMMAND_TRANSPORTS = ("ext::", "fd::")
+# Settings git takes a URL from: a branch's remote (or push remote) that names no remote is
+# a URL to git.
+_URL_KEYS = frozenset(
+    (("remote", "url"), ("remote", "pushurl"), ("branch", "remote"), ("branch", "pushremote"))
+)
 
 
 @functools.cache
@@ -166,6 +171,8 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
     >>> config_verdict("[alias]\\n st = !sh\\n[core]\\n bare = 1", "[alias]\\n st = !sh")
     >>> config_verdict('[remote "x"]\\n url = ext::sh -c id')
     'remote.x.url: a URL that runs a command'
+    >>> config_verdict('[branch "main"]\\n pushRemote = ext::sh -c id')
+    'branch.main.pushremote: a URL that runs a command'
     """
     try:
         entries = parse_config(text)
@@ -173,7 +180,7 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
     except GitConfigError:
         return "a configuration git would refuse to read"
     for section, subsection, key, value in entries:
-        if key in ("url", "pushurl") and value and _runs_a_command(value):
+        if (section, key) in _URL_KEYS and value and _runs_a_command(value):
             return f"{section}.{subsection}.{key}: a URL that runs a command"
     others = [e for e in entries if not _written(e)]
     if others == theirs:

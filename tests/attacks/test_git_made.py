@@ -367,3 +367,33 @@ def test_a_config_changed_through_a_mapping_is_seen(
         mapping.close()
         os.close(fd)
         assert marker.exists() != protected, watched.moved
+
+
+# -- a branch's remote that is a URL: git takes a name no remote has for a URL
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("key", ["remote", "pushRemote"])
+@pytest.mark.parametrize("whose", ["users", "cloned"])
+def test_a_branch_remote_that_runs_a_command_is_refused(
+    whose: str, key: str, protected: bool, tmp_path: Path
+) -> None:
+    """``branch.<name>.remote`` (and ``pushRemote``) may be a URL: an ``ext::`` one is a
+    command the user's ``git pull`` (``git push``) runs, for a user whose own configuration
+    allows that transport."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    (home / ".gitconfig").write_text('[protocol "ext"]\n\tallow = always\n')
+    origin = bare_repo(tmp_path / "origin.git")
+    if whose == "users":
+        _users_repo(ws, home)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        if whose == "cloned":
+            git(ws, "clone", "-q", str(origin), "mine")
+        repo = ws / "mine"
+        git(repo, "config", f"branch.main.{key}", f"ext::sh -c touch% {marker}")
+        watched.returned()
+        env = host_env(home)
+        git(repo, "pull" if key == "remote" else "push", env=env, check=False)
+        assert marker.exists() != protected, watched.moved
