@@ -221,14 +221,18 @@ def kind_of(parts: Parts, entry: autorun.Entry) -> str | None:
 
 
 Quarantine = Callable[[str, Parts, str], None]
+# Told when the user's own configuration was changed as git never changes it: the writers
+# of that root are to be stopped (root, path, why).
+Stop = Callable[[str, str, str], None]
 
 
 class GitMade:
     """The hooks directories and files of repositories git made during a session, admitted
     by content; what stops being git's own is handed to ``quarantine``."""
 
-    def __init__(self, quarantine: Quarantine) -> None:
+    def __init__(self, quarantine: Quarantine, stop: Stop | None = None) -> None:
         self._quarantine = quarantine
+        self._stop = stop
         self.hooks_dirs: dict[str, Identity] = {}
         # path -> (root, parts, "hook" or "config", identity when last found git's own)
         self.files: dict[str, tuple[str, Parts, str, Identity]] = {}
@@ -337,12 +341,16 @@ class GitMade:
                 self.refuse(root, parts, reason)
 
     def refuse(self, root: str, parts: Parts, reason: str) -> None:
-        """Move a configuration out; the user's, as it was at the start, is put back."""
+        """Move a configuration out; the user's, as it was at the start, is put back, and
+        the writers of its root are stopped: until then it can be changed again as soon as
+        it is put back, and the user's git, running meanwhile, may read it so changed."""
         path = os.path.join(root, *parts)
         self.files.pop(path, None)
         self._quarantine(root, parts, f"{parts[-1]} of a repository: {reason}")
         if path in self.before:
             self._put_back(root, parts)
+            if self._stop is not None:
+                self._stop(root, path, f"the repository's own configuration changed: {reason}")
 
     def _put_back(self, root: str, parts: Parts) -> None:
         """Write the user's configuration back as it was at the start (a new file renamed

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.gitmade import bare_repo, git, host_env
+from tests.support.gitmade import bare_repo, git, host_env, marker_script
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.paths import TESTS
@@ -114,3 +114,48 @@ def _user_works_in(repo: Path, home: Path) -> None:
     (repo / "work.txt").write_text("mine\n")
     for args in (["status"], ["add", "work.txt"], ["commit", "-qm", "mine"]):
         git(repo, *args, env=env, check=False)
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["guarded", "CONTROL-unsandboxed"])
+def test_a_server_rewriting_the_users_config_again_and_again_is_stopped(
+    user: Home, sandboxed: bool
+) -> None:
+    """The user's ``.git/config`` is writable in the sandbox (git renames a new one over it
+    to add a remote). A process the server leaves behind appends ``core.fsmonitor`` to it
+    over and over: each time the guard puts the user's back, it is changed again, and the
+    user's git running meanwhile (an editor's ``git status``) would read it so changed. The
+    first such change stops the server, its process tree with it."""
+    ws, marker = user.ws(), user.root / "ran"
+    repo = ws / "mine"
+    env = host_env(user.home)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    before = (repo / ".git" / "config").read_bytes()
+    fsm = marker_script(user.root / "fsm", marker)
+    (user.root / "remote").mkdir()
+    origin = bare_repo(user.root / "remote" / "origin.git")
+    config = user.root / "planter.json"
+    config.write_text(json.dumps({"mcpServers": {"git": _server(sandboxed, origin)}}))
+    policy = write_raw_policy(user.root / "policy", {"git": {"sh": ["cwd", "script"]}})
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+    # as git writes it (a new file renamed over it), so the file's owner and mode do not matter
+    line = (
+        f"printf '[core]\\n\\tfsmonitor = {fsm}\\n' > mine/.git/c.lock"
+        " && mv -f mine/.git/c.lock mine/.git/config"
+    )
+    script = (
+        f"(i=0; while [ $i -lt 3000 ]; do {line}; i=$((i+1)); sleep 0.002; done)"
+        " >/dev/null 2>&1 & sleep 0.5; echo looping"
+    )
+
+    async def scenario() -> None:
+        async with connect(user, *args) as session:
+            await call(session, "git__sh", {"cwd": str(ws), "script": script})
+            # The call has returned (or its server was stopped): the user's editor runs
+            # git status again and again, the session going on.
+            for _ in range(30):
+                git(repo, "status", env=env, check=False)
+            assert marker.exists() != sandboxed
+            if sandboxed:
+                assert (repo / ".git" / "config").read_bytes() == before
+
+    asyncio.run(scenario())
