@@ -28,6 +28,7 @@ a file with no inotify event and no new change time; a sample so changed is not 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import stat
@@ -97,27 +98,44 @@ def template_hooks(directory: str | None = None) -> dict[str, bytes]:
     return found
 
 
-def read_own(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | None:
+# The trusted process short of descriptors or memory: says nothing of the file.
+_SHORT = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
+
+def read_own(
+    root: str, parts: Parts, limit: int, short_ok: bool = True
+) -> tuple[bytes, Identity] | None:
     """The bytes and identity of ``root/parts`` when it is a regular file with no other name
-    (one link), of at most ``limit`` bytes, reached without following a symlink; else None.
-    A file git replaced while it was being looked at (renamed over: no link left) is looked
-    at again, as what is there now."""
+    (one link), of at most ``limit`` bytes, reached without following a symlink; else None
+    (also when the trusted process is short of descriptors, unless ``short_ok`` is false:
+    then that OSError is raised). A file git replaced while it was being looked at (renamed
+    over: no link left) is looked at again, as what is there now."""
     for _ in range(8):
-        found = _read_once(root, parts, limit)
+        try:
+            found = _read_once(root, parts, limit)
+        except OSError:
+            if short_ok:
+                return None
+            raise
         if not isinstance(found, str):
             return found
     return None
 
 
 def _read_once(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | str | None:
+    """As :func:`read_own`, once; an OSError only when the trusted process is short."""
     try:
         parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SHORT:
+            raise
         return None
     try:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         fd = os.open(parts[-1], flags, dir_fd=parent)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SHORT:
+            raise
         return None
     finally:
         os.close(parent)
@@ -301,8 +319,13 @@ class GitMade:
 
     def _config_same(self, root: str, parts: Parts, identity: Identity) -> bool:
         """Whether a configuration is, byte for byte, the one last found git's own (its
-        identity alone does not tell: see the module's note on shared mappings)."""
-        found = read_own(root, parts, MAX_CONFIG_BYTES)
+        identity alone does not tell: see the module's note on shared mappings). When the
+        trusted process is short of descriptors it is taken as it was, until the next settle
+        (the sweep looks at all of it)."""
+        try:
+            found = read_own(root, parts, MAX_CONFIG_BYTES, short_ok=False)
+        except OSError:
+            return True
         path = os.path.join(root, *parts)
         return found is not None and found[1] == identity and found[0] == self.seen.get(path)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -398,3 +399,31 @@ def test_a_branch_remote_that_runs_a_command_is_refused(
         env = host_env(home)
         git(repo, "pull" if key == "remote" else "push", env=env, check=False)
         assert marker.exists() != protected, watched.moved
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+def test_a_guard_short_of_descriptors_keeps_watching_the_users_config(
+    protected: bool, tmp_path: Path
+) -> None:
+    """A server that holds every descriptor the trusted process may have (its egress proxy's
+    connections) while the guard settles, then changes the user's config in place: the
+    guard, unable to look at the file for a moment, has not taken it for removed and
+    stopped looking at it."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    repo, before = _users_repo(ws, home)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1, limits[1]))  # no descriptor left
+        try:
+            watched.returned()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        fsmonitor_written_in_place(repo, ws, marker)
+        watched.returned()
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "status", env=host_env(home), check=False)
+        assert marker.exists() != protected, watched.moved
+        if protected:
+            assert (repo / ".git" / "config").read_bytes() == before
