@@ -159,3 +159,70 @@ def test_a_server_rewriting_the_users_config_again_and_again_is_stopped(
                 assert (repo / ".git" / "config").read_bytes() == before
 
     asyncio.run(scenario())
+
+
+_MAPPED = """
+import mmap, os, sys, time
+config, fsm = sys.argv[1], sys.argv[2]
+at = os.path.getsize(config)
+pad = b"#" + b"x" * 400 + b"\\n"
+fd = os.open(config, os.O_RDWR)
+os.lseek(fd, 0, os.SEEK_END)
+os.write(fd, pad)  # a comment more: an event, and the guard finds it git's own
+mapping = mmap.mmap(fd, at + len(pad))
+mapping[0:1] = mapping[0:1]  # the page writable from here on
+time.sleep(1.5)  # the call has returned
+hostile = f"[core]\\n\\tfsmonitor = {fsm}\\n#".encode()
+mapping[at : at + len(hostile)] = hostile  # no event, no new change time
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["guarded", "CONTROL-unsandboxed"])
+def test_a_config_changed_through_a_mapping_after_the_call_is_seen(
+    user: Home, sandboxed: bool
+) -> None:
+    """A process the server leaves behind maps the user's ``.git/config`` and, once the call
+    has returned, stores ``core.fsmonitor`` into it: no inotify event, so no settle follows
+    it. The session settles the guard every second as well: the change is seen, the user's
+    config put back and the server stopped, before the user's git runs for long with it."""
+    ws, marker = user.ws(), user.root / "ran"
+    repo = ws / "mine"
+    env = host_env(user.home)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    before = (repo / ".git" / "config").read_bytes()
+    fsm = marker_script(user.root / "fsm", marker)
+    (user.root / "remote").mkdir()
+    origin = bare_repo(user.root / "remote" / "origin.git")
+    (user.root / "mapped.py").write_text(_MAPPED)
+    config = user.root / "planter.json"
+    server = _server(sandboxed, origin)
+    if sandboxed:
+        server["sandbox"]["filesystem"]["allowRead"].append(str(user.root / "mapped.py"))  # type: ignore[index]
+    config.write_text(json.dumps({"mcpServers": {"git": server}}))
+    policy = write_raw_policy(user.root / "policy", {"git": {"sh": ["cwd", "script"]}})
+    args = ["--config", str(config), "--policy-dir", str(policy), "--workspace", str(ws)]
+    script = (
+        f"{sys.executable} {user.root / 'mapped.py'} mine/.git/config {fsm}"
+        " >/dev/null 2>&1 & sleep 0.3; echo mapped"
+    )
+
+    async def scenario() -> None:
+        async with connect(user, *args) as session:
+            failed, text = await call(session, "git__sh", {"cwd": str(ws), "script": script})
+            assert not failed, text
+            # The store comes after the call: the user's editor runs git status now and
+            # then; it has once the store is in (or the user's config is back).
+            for _ in range(200):
+                now = (repo / ".git" / "config").read_bytes()
+                if b"fsmonitor" in now:
+                    break
+                await asyncio.sleep(0.05)
+            for _ in range(200):
+                if (repo / ".git" / "config").read_bytes() == before:
+                    break
+                await asyncio.sleep(0.05)
+            git(repo, "status", env=env, check=False)
+            assert marker.exists() != sandboxed
+
+    asyncio.run(scenario())
