@@ -200,6 +200,10 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
     for section, subsection, key, value in entries:
         if (section, key) in _URL_KEYS and value and _runs_a_command(value):
             return f"{section}.{subsection}.{key}: a URL that runs a command"
+    if before:
+        redirected = _redirected(entries, parse_config(before))
+        if redirected is not None:
+            return redirected
     others = [e for e in entries if not _written(e)]
     if others == theirs:
         return None
@@ -212,6 +216,46 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
 
 
 ConfigEntry = tuple[str, str | None, str, str | None]
+
+
+def _redirected(entries: list[ConfigEntry], before: list[ConfigEntry]) -> str | None:
+    """Why a change to the user's own configuration would send the user's own git elsewhere
+    (None: it would not). What was there at the start stays as it was: a remote's URL, push
+    URL or refspecs, a branch's remote, push remote or merge (a push to the server's
+    address, a pull of its commits, a fetch that overwrites the user's branches). Added: a
+    remote of a new name, and a branch that follows a remote there at the start (or a local
+    branch, ``.``) without a push remote of its own: what ``git remote add`` and ``git push
+    -u`` write.
+
+    >>> origin = '[remote "origin"]\\n url = /good.git\\n'
+    >>> start = parse_config(origin)
+    >>> _redirected(parse_config(origin + " pushurl = /evil"), start)
+    'remote.origin: changed from what it was at the start (it would send your git elsewhere)'
+    >>> _redirected(parse_config(origin + '[remote "o2"]\\n url = /x'), start)
+    >>> _redirected(parse_config(origin + '[branch "f"]\\n remote = origin'), start)
+    >>> _redirected(parse_config(origin + '[branch "f"]\\n remote = o2'), start)
+    'branch.f.remote: o2 is not a remote there at the start'
+    """
+
+    def group(entries: list[ConfigEntry], key: tuple[str, str | None]) -> list[ConfigEntry]:
+        return [e for e in entries if (e[0], e[1]) == key and _written(e)]
+
+    had = {(e[0], e[1]) for e in before if _written(e)}
+    for key in had:
+        if group(entries, key) != group(before, key):
+            name = ".".join(p for p in key if p is not None)
+            return (
+                f"{name}: changed from what it was at the start (it would send your git elsewhere)"
+            )
+    remotes = {e[1] for e in before if e[0] == "remote" and e[1] is not None} | {"."}
+    for section, subsection, key, value in entries:
+        if section != "branch" or ("branch", subsection) in had:
+            continue
+        if key == "pushremote":
+            return f"branch.{subsection}.pushremote: a push remote the user did not set"
+        if key == "remote" and value not in remotes:
+            return f"branch.{subsection}.remote: {value} is not a remote there at the start"
+    return None
 
 
 def _runs_a_command(url: str) -> bool:

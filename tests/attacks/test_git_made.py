@@ -294,16 +294,82 @@ def test_remotes_added_and_set_in_the_users_repository_stay(tmp_path: Path) -> N
     repo, _ = _users_repo(ws, tmp_path)
     with settled(ws, tmp_path / "quarantine") as watched:
         git(repo, "remote", "add", "up", "https://example.com/up.git")
-        git(repo, "remote", "set-url", "origin", "https://example.com/moved.git")
+        git(repo, "remote", "set-url", "up", "https://example.com/moved.git")
         git(repo, "remote", "set-url", "--push", "up", "https://example.com/push.git")
         git(repo, "remote", "remove", "up")
         git(repo, "remote", "add", "second", "https://example.com/second.git")
+        git(repo, "branch", "feature")
+        git(repo, "branch", "--set-upstream-to", "main", "feature")  # a local branch: "."
         watched.returned()
         assert watched.moved == [] and watched.failures == []
     assert watched.moved == []
     remotes = git(repo, "remote", "-v")
-    assert "https://example.com/moved.git" in remotes and "second" in remotes
+    assert "https://example.com/mine.git" in remotes and "second" in remotes
     assert "alias.st=status" in git(repo, "config", "--list")  # the user's own, kept
+
+
+# -- the user's own remotes sent elsewhere: no code runs, but the user's next push goes to
+# the server's address (or a pull brings its commits)
+
+
+def origin_set_elsewhere(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "set-url", "origin", str(evil))
+
+
+def origin_given_a_push_url(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "set-url", "--push", "origin", str(evil))
+
+
+def branch_given_a_push_remote(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "add", "mirror", str(evil))  # a new remote: allowed alone
+    git(repo, "config", "branch.main.pushRemote", "mirror")
+
+
+def branch_sent_to_a_new_remote(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "add", "mirror", str(evil))
+    git(repo, "config", "branch.main.remote", "mirror")
+    git(repo, "config", "branch.main.merge", "refs/heads/main")
+
+
+REDIRECTS = [
+    origin_set_elsewhere,
+    origin_given_a_push_url,
+    branch_given_a_push_remote,
+    branch_sent_to_a_new_remote,
+]
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("attack", REDIRECTS, ids=lambda a: a.__name__)
+def test_the_users_push_goes_where_it_went_at_the_start(
+    attack: Callable[[Path, Path], None], protected: bool, tmp_path: Path
+) -> None:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    env = host_env(home)
+    good, evil = tmp_path / "good.git", ws / "evil.git"
+    for bare in (good, evil):
+        git(tmp_path, "init", "-q", "--bare", str(bare), env=env)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    repo = ws / "mine"
+    git(repo, "remote", "add", "origin", str(good), env=env)
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "a.txt", env=env)
+    git(repo, "commit", "-qm", "first", env=env)
+    git(repo, "push", "-q", "-u", "origin", "main", env=env)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        attack(repo, evil)
+        watched.returned()
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "add", "b.txt", env=env)
+        git(repo, "commit", "-qm", "second", env=env)
+        git(repo, "push", "-q", env=env, check=False)  # the user's push, as the user types it
+    landed = git(evil, "for-each-ref", env=env)
+    assert (landed == "") == protected, landed
+    if protected:
+        assert "second" in git(good, "log", "--format=%s", "main", env=env)
+        assert [f.path for f in watched.failures] == [str(repo / ".git" / "config")]
 
 
 def test_a_config_git_rewrites_again_and_again_stays(tmp_path: Path) -> None:
