@@ -1,9 +1,9 @@
 """The design's git server (``@cyanheads/git-mcp-server`` 2.15.3, from npm) making
 repositories in the workspace through ironcurtain: ``git_init`` and an approved
 ``git_clone`` work under the guard, ``git_remote add`` and ``set-url`` of a remote it added
-on the user's own repository work, and afterwards the user's ``git status`` and ``git commit`` on the host
-run nothing the sandbox wrote (what the attacks on the same guard show:
-``tests/attacks/test_git_made.py``)."""
+on the user's own repository work, and afterwards the user's ``git status`` and ``git
+commit`` on the host run nothing the sandbox wrote (what the attacks on the same guard
+show: ``tests/attacks/test_git_made.py``)."""
 
 from __future__ import annotations
 
