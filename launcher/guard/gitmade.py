@@ -241,9 +241,9 @@ def _redirected(entries: list[ConfigEntry], before: list[ConfigEntry]) -> str | 
         return [e for e in entries if (e[0], e[1]) == key and _written(e)]
 
     had = {(e[0], e[1]) for e in before if _written(e)}
-    for key in had:
-        if group(entries, key) != group(before, key):
-            name = ".".join(p for p in key if p is not None)
+    for place in had:
+        if group(entries, place) != group(before, place):
+            name = ".".join(p for p in place if p is not None)
             return (
                 f"{name}: changed from what it was at the start (it would send your git elsewhere)"
             )
