@@ -88,6 +88,24 @@ def _through(path: str, project: Path) -> bool:
     return any(identity(os.path.join(*parts[: i + 1])) == mark for i in range(len(parts)))
 
 
+# Trees the kernel shows each process its own way (/proc/self/cwd is where wrap runs, not
+# where the server will).
+_PER_PROCESS = ("/proc", "/dev", "/sys")
+
+
+def _per_process(candidate: str, written: str) -> str | None:
+    """Why ``written`` (the path as written, made absolute) names no fixed directory: it
+    passes through a tree each process sees its own way. None when it does not."""
+    path = os.path.normpath(written)
+    for tree in _PER_PROCESS:
+        if path == tree or path.startswith(tree + os.sep):
+            return (
+                f"is what {candidate} is for wrap itself ({tree} shows each process its own "
+                "places; the server would see another)"
+            )
+    return None
+
+
 class _Mounts:
     """The mounts derived from one entry's arguments, and what to say about them."""
 
@@ -116,7 +134,7 @@ class _Mounts:
         # A directory made writable; a script the command runs, with what lies beside it,
         # readable.
         mount = full if directory else os.path.dirname(full)
-        why = refusal(mount, directory, home())
+        why = _per_process(candidate, str(resolved)) or refusal(mount, directory, home())
         project = self.f.project
         if why is None and confined(self.f) and project is not None:
             through = not os.path.isabs(expanded) or _through(expanded, project)
@@ -134,6 +152,10 @@ class _Mounts:
             self.notes.append(f"{self.e.name}: {mount} {why}: not given to its sandbox{by_hand}")
             return candidate
         (self.writable if directory else self.readable).append(mount)
+        if directory and os.path.normpath(resolved) != full:
+            self.notes.append(
+                f"{self.e.name}: {candidate} is reached through a link: {full} is what is given"
+            )
         return full
 
 
@@ -307,7 +329,8 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
         definition["cwd"] = cwd
     definition["description"] = f"wrapped from {f.client.label} ({f.path})"
     sandbox: dict[str, Any] = {"filesystem": _filesystem(f, e, mounts, notes)}
-    network, said = network_for(e.name, command, args, projects(f), str(user_config()))
+    where = (e.env, [cwd or workspace or "", *mounts.writable])
+    network, said = network_for(e.name, command, args, where, projects(f), str(user_config()))
     if network is not None:
         sandbox["network"] = network
     notes += [said] if said else []

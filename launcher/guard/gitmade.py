@@ -18,13 +18,17 @@ since what is in them is run; here they are admitted when what is in them is exa
   ``core.fsmonitor``, an include, an alias or any other setting moves it out. For a
   configuration the user had at the start, its other settings may stay as they were.
 
-What is admitted is looked at again whenever it changes (by its identity: device, inode,
-change time), at the end of every settle, and strictly at the sweep.
+What is admitted is looked at again at the end of every settle, and strictly at the sweep: a
+hook whenever its identity (device, inode, change time) changed, a configuration whenever
+its bytes did too. A store through a shared mapping of a page already made writable changes
+a file with no inotify event and no new change time; a sample so changed is not run by git
+(renaming it is an event), a configuration is read at once.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import stat
@@ -69,6 +73,11 @@ WRITTEN_BY_GIT: dict[str, tuple[bool, frozenset[str]]] = {
 }
 # Transports that run a command of the URL's choosing.
 _COMMAND_TRANSPORTS = ("ext::", "fd::")
+# Settings git takes a URL from: a branch's remote (or push remote) that names no remote is
+# a URL to git.
+_URL_KEYS = frozenset(
+    (("remote", "url"), ("remote", "pushurl"), ("branch", "remote"), ("branch", "pushremote"))
+)
 
 
 @functools.cache
@@ -89,27 +98,44 @@ def template_hooks(directory: str | None = None) -> dict[str, bytes]:
     return found
 
 
-def read_own(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | None:
+# The trusted process short of descriptors or memory: says nothing of the file.
+_SHORT = (errno.EMFILE, errno.ENFILE, errno.ENOMEM)
+
+
+def read_own(
+    root: str, parts: Parts, limit: int, short_ok: bool = True
+) -> tuple[bytes, Identity] | None:
     """The bytes and identity of ``root/parts`` when it is a regular file with no other name
-    (one link), of at most ``limit`` bytes, reached without following a symlink; else None.
-    A file git replaced while it was being looked at (renamed over: no link left) is looked
-    at again, as what is there now."""
+    (one link), of at most ``limit`` bytes, reached without following a symlink; else None
+    (also when the trusted process is short of descriptors, unless ``short_ok`` is false:
+    then that OSError is raised). A file git replaced while it was being looked at (renamed
+    over: no link left) is looked at again, as what is there now."""
     for _ in range(8):
-        found = _read_once(root, parts, limit)
+        try:
+            found = _read_once(root, parts, limit)
+        except OSError:
+            if short_ok:
+                return None
+            raise
         if not isinstance(found, str):
             return found
     return None
 
 
 def _read_once(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | str | None:
+    """As :func:`read_own`, once; an OSError only when the trusted process is short."""
     try:
         parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SHORT:
+            raise
         return None
     try:
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
         fd = os.open(parts[-1], flags, dir_fd=parent)
-    except OSError:
+    except OSError as exc:
+        if exc.errno in _SHORT:
+            raise
         return None
     finally:
         os.close(parent)
@@ -163,6 +189,8 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
     >>> config_verdict("[alias]\\n st = !sh\\n[core]\\n bare = 1", "[alias]\\n st = !sh")
     >>> config_verdict('[remote "x"]\\n url = ext::sh -c id')
     'remote.x.url: a URL that runs a command'
+    >>> config_verdict('[branch "main"]\\n pushRemote = ext::sh -c id')
+    'branch.main.pushremote: a URL that runs a command'
     """
     try:
         entries = parse_config(text)
@@ -170,8 +198,12 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
     except GitConfigError:
         return "a configuration git would refuse to read"
     for section, subsection, key, value in entries:
-        if key in ("url", "pushurl") and value and _runs_a_command(value):
+        if (section, key) in _URL_KEYS and value and _runs_a_command(value):
             return f"{section}.{subsection}.{key}: a URL that runs a command"
+    if before:
+        redirected = _redirected(entries, parse_config(before))
+        if redirected is not None:
+            return redirected
     others = [e for e in entries if not _written(e)]
     if others == theirs:
         return None
@@ -184,6 +216,46 @@ def config_verdict(text: str, before: str | None = None) -> str | None:
 
 
 ConfigEntry = tuple[str, str | None, str, str | None]
+
+
+def _redirected(entries: list[ConfigEntry], before: list[ConfigEntry]) -> str | None:
+    """Why a change to the user's own configuration would send the user's own git elsewhere
+    (None: it would not). What was there at the start stays as it was: a remote's URL, push
+    URL or refspecs, a branch's remote, push remote or merge (a push to the server's
+    address, a pull of its commits, a fetch that overwrites the user's branches). Added: a
+    remote of a new name, and a branch that follows a remote there at the start (or a local
+    branch, ``.``) without a push remote of its own: what ``git remote add`` and ``git push
+    -u`` write.
+
+    >>> origin = '[remote "origin"]\\n url = /good.git\\n'
+    >>> start = parse_config(origin)
+    >>> _redirected(parse_config(origin + " pushurl = /evil"), start)
+    'remote.origin: changed from what it was at the start (it would send your git elsewhere)'
+    >>> _redirected(parse_config(origin + '[remote "o2"]\\n url = /x'), start)
+    >>> _redirected(parse_config(origin + '[branch "f"]\\n remote = origin'), start)
+    >>> _redirected(parse_config(origin + '[branch "f"]\\n remote = o2'), start)
+    'branch.f.remote: o2 is not a remote there at the start'
+    """
+
+    def group(entries: list[ConfigEntry], key: tuple[str, str | None]) -> list[ConfigEntry]:
+        return [e for e in entries if (e[0], e[1]) == key and _written(e)]
+
+    had = {(e[0], e[1]) for e in before if _written(e)}
+    for place in had:
+        if group(entries, place) != group(before, place):
+            name = ".".join(p for p in place if p is not None)
+            return (
+                f"{name}: changed from what it was at the start (it would send your git elsewhere)"
+            )
+    remotes = {e[1] for e in before if e[0] == "remote" and e[1] is not None} | {"."}
+    for section, subsection, key, value in entries:
+        if section != "branch" or ("branch", subsection) in had:
+            continue
+        if key == "pushremote":
+            return f"branch.{subsection}.pushremote: a push remote the user did not set"
+        if key == "remote" and value not in remotes:
+            return f"branch.{subsection}.remote: {value} is not a remote there at the start"
+    return None
 
 
 def _runs_a_command(url: str) -> bool:
@@ -211,18 +283,23 @@ def kind_of(parts: Parts, entry: autorun.Entry) -> str | None:
 
 
 Quarantine = Callable[[str, Parts, str], None]
+# Told when the user's own configuration was changed as git never changes it: the writers
+# of that root are to be stopped (root, path, why).
+Stop = Callable[[str, str, str], None]
 
 
 class GitMade:
     """The hooks directories and files of repositories git made during a session, admitted
     by content; what stops being git's own is handed to ``quarantine``."""
 
-    def __init__(self, quarantine: Quarantine) -> None:
+    def __init__(self, quarantine: Quarantine, stop: Stop | None = None) -> None:
         self._quarantine = quarantine
+        self._stop = stop
         self.hooks_dirs: dict[str, Identity] = {}
         # path -> (root, parts, "hook" or "config", identity when last found git's own)
         self.files: dict[str, tuple[str, Parts, str, Identity]] = {}
         self.before: dict[str, str] = {}  # the configurations there at the start: their text
+        self.seen: dict[str, bytes] = {}  # each configuration's bytes, when last found git's
         self.holders: set[str] = set()  # directories holding an admitted configuration
 
     def note_start(self, root: str, parts: Parts, entry: autorun.Entry) -> bool:
@@ -237,6 +314,7 @@ class GitMade:
             return False
         self.before[path] = found[0].decode("utf-8", "surrogateescape")
         self.files[path] = (root, parts, "config", found[1])
+        self.seen[path] = found[0]
         self.holders.add(os.path.dirname(path))
         return True
 
@@ -279,8 +357,21 @@ class GitMade:
         reason = config_verdict(text, self.before.get(path))
         if reason is None:
             self.files[path] = (root, parts, "config", found[1])
+            self.seen[path] = found[0]
             self.holders.add(os.path.dirname(path))
         return reason
+
+    def _config_same(self, root: str, parts: Parts, identity: Identity) -> bool:
+        """Whether a configuration is, byte for byte, the one last found git's own (its
+        identity alone does not tell: see the module's note on shared mappings). When the
+        trusted process is short of descriptors it is taken as it was, until the next settle
+        (the sweep looks at all of it)."""
+        try:
+            found = read_own(root, parts, MAX_CONFIG_BYTES, short_ok=False)
+        except OSError:
+            return True
+        path = os.path.join(root, *parts)
+        return found is not None and found[1] == identity and found[0] == self.seen.get(path)
 
     def check_hook(self, root: str, parts: Parts, whole: bool) -> bool:
         """Whether ``root/parts``, in an admitted hooks directory, is not one of git's
@@ -308,19 +399,25 @@ class GitMade:
                 self.files.pop(path, None)
                 if path in self.before:  # the user's, removed: put back
                     self._put_back(root, parts)
-            elif now != identity or whole:
-                if kind == "hook":
+            elif kind == "hook":
+                if now != identity or whole:
                     self.check_hook(root, parts, whole)
-                elif (reason := self._config_reason(root, parts)) is not None:
-                    self.refuse(root, parts, reason)
+            elif (whole or not self._config_same(root, parts, identity)) and (
+                reason := self._config_reason(root, parts)
+            ) is not None:
+                self.refuse(root, parts, reason)
 
     def refuse(self, root: str, parts: Parts, reason: str) -> None:
-        """Move a configuration out; the user's, as it was at the start, is put back."""
+        """Move a configuration out; the user's, as it was at the start, is put back, and
+        the writers of its root are stopped: until then it can be changed again as soon as
+        it is put back, and the user's git, running meanwhile, may read it so changed."""
         path = os.path.join(root, *parts)
         self.files.pop(path, None)
         self._quarantine(root, parts, f"{parts[-1]} of a repository: {reason}")
         if path in self.before:
             self._put_back(root, parts)
+            if self._stop is not None:
+                self._stop(root, path, f"the repository's own configuration changed: {reason}")
 
     def _put_back(self, root: str, parts: Parts) -> None:
         """Write the user's configuration back as it was at the start (a new file renamed
@@ -330,13 +427,15 @@ class GitMade:
             parent = open_chain(root, parts[:-1]) if parts[:-1] else open_dir(root)
         except OSError:
             return
+        data = self.before[path].encode("utf-8", "surrogateescape")
         try:
-            _write_into(parent, parts[-1], self.before[path].encode("utf-8", "surrogateescape"))
+            _write_into(parent, parts[-1], data)
         finally:
             os.close(parent)
         identity = _identity(root, parts)
         if identity is not None:
             self.files[path] = (root, parts, "config", identity)
+            self.seen[path] = data
 
 
 def _write_into(parent: int, name: str, data: bytes) -> None:

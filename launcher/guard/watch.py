@@ -101,7 +101,7 @@ class Guard:
         # the user's (:meth:`expect`, :meth:`accept`).
         self._expected: dict[str, tuple[int, int, int] | None] = {}
         # What git lays down in a repository it makes: admitted by content.
-        self.made = GitMade(self.quarantine)
+        self.made = GitMade(self.quarantine, self.fail)
 
     # -- watching --------------------------------------------------------------------------
 

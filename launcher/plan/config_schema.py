@@ -54,7 +54,9 @@ class FilesystemSandbox:
     # Directories of `allowWrite` that are this server's workspace for the policy too: every rule
     # `within` `${workspace}` applies in each as in the session's workspace (the bundled policy
     # allows reads and writes there instead of denying or escalating them). Each must also be in
-    # `allowWrite`. `ironcurtain wrap` names here the directories a user's own entry names.
+    # `allowWrite`, named as the directory itself (not through a link: one put in its place
+    # later would carry the grant). `ironcurtain wrap` names here the directories a user's own
+    # entry names.
     workspace: list[str] = field(default_factory=list)
 
 

@@ -75,16 +75,35 @@ def server_workspaces(
         real = []
         for i, path in enumerate(fs.workspace):
             where = resolve_real_path(os.path.expanduser(path))
-            if where not in writable:
+            problem = _workspace_problem(path, where, writable)
+            if problem is not None:
                 raise ConfigError(
                     str(config.path),
                     f"$.{config.key}.{name}.sandbox.filesystem.workspace[{i}]",
-                    f"{path!r} is not one of its allowWrite directories: a server's "
-                    "workspace is a directory it may write (give it in allowWrite too)",
+                    problem,
                 )
             real.append(where)
         found[name] = tuple(dict.fromkeys(real))
     return found
+
+
+def _workspace_problem(path: str, real: str, writable: set[str]) -> str | None:
+    """Why ``path`` (real path ``real``) cannot be a server's own workspace: not one of its
+    ``allowWrite`` directories, or named through a link. A link put where a granted directory
+    was (a project's checkout, after the grant was written) would carry the grant -- reads
+    and writes allowed with no one asked -- to wherever it leads."""
+    if real not in writable:
+        return (
+            f"{path!r} is not one of its allowWrite directories: a server's workspace is a "
+            "directory it may write (give it in allowWrite too)"
+        )
+    if os.path.abspath(os.path.expanduser(path)) != real:
+        return (
+            f"{path!r} is a link to {real}: a server's workspace is named as the directory "
+            "itself (a link put in a directory's place after it was granted could lead "
+            f"anywhere); name {real} if it is meant"
+        )
+    return None
 
 
 def check_output_servers(files: PolicyFiles, servers: Iterable[str]) -> None:

@@ -23,17 +23,23 @@ STARTUP_TIMEOUT = 60.0
 TWIN_PATIENCE = 15.0
 
 
-async def in_era(
+def made(
     conn: ServerConnection, era: str, on_notification: NotificationHandler | None
-) -> ServerConnection | None:
-    """Another instance of ``conn``'s server, opened offering ``era`` first and listed;
-    None when it answers in the other era (it serves one era only; the instance is
-    stopped). Raises what starting it raised (the instance is stopped)."""
+) -> ServerConnection:
+    """Another instance of ``conn``'s server (not started), to be opened offering ``era``
+    first; made before it is opened so that what stops its server stops it too."""
     side = dataclasses.replace(conn.client_capabilities, era=era)
     fresh = ServerConnection(conn.spec, on_notification, side)
     # Slow to answer (a loaded machine, a start that takes its time) is not "does not
     # serve": a server that ignores the question costs its first such client this, once.
     fresh.patience = max(TWIN_PATIENCE, eras.DISCOVER_TIMEOUT + 2 * conn.opened_in)
+    return fresh
+
+
+async def in_era(fresh: ServerConnection, era: str) -> ServerConnection | None:
+    """``fresh`` (:func:`made`) started, opened offering ``era`` first and listed; None
+    when it answers in the other era (it serves one era only; the instance is stopped).
+    Raises what starting it raised (the instance is stopped)."""
     try:
         await asyncio.wait_for(_opened(fresh, era), STARTUP_TIMEOUT)
     except BaseException:

@@ -40,6 +40,8 @@ class Fleet:
         self._supervisors: list[asyncio.Task[None]] = []
         # Servers found to serve one protocol era only (another instance refused the other).
         self.one_era: set[str] = set()
+        # Instances being opened in another era than their server's (:meth:`speak`).
+        self.opening: dict[str, ServerConnection] = {}
 
     async def adopt(self, procs: dict[str, subprocess.Popen[bytes]]) -> None:
         """Take over servers started before the session's event loop (not yet spoken to),
@@ -111,6 +113,11 @@ class Fleet:
                 attempt=attempt,
             )
             await asyncio.sleep(delay)
+            if self.servers[name] is not conn:
+                # Another instance took its place meanwhile (one opened in its client's era):
+                # that one serves; a restart over it would leave it running, never stopped.
+                conn.restarting = False
+                continue
             fresh = ServerConnection(conn.spec, self._on_notification, conn.client_capabilities)
             try:
                 await asyncio.wait_for(self._start_one(fresh), STARTUP_TIMEOUT)
@@ -150,10 +157,15 @@ class Fleet:
         opened in it takes the place of the one in the other era (stopped). Those that
         serve one era only are kept as they are. The connections that took a place."""
         names = self.others(era)
-        found = await asyncio.gather(
-            *(era_twin.in_era(self.servers[n], era, self._on_notification) for n in names),
-            return_exceptions=True,
-        )
+        made = {n: era_twin.made(self.servers[n], era, self._on_notification) for n in names}
+        self.opening.update(made)  # halted with their servers while they open
+        try:
+            found = await asyncio.gather(
+                *(era_twin.in_era(made[n], era) for n in names), return_exceptions=True
+            )
+        finally:
+            for name in names:
+                self.opening.pop(name, None)
         took = []
         for name, fresh in zip(names, found, strict=True):
             if isinstance(fresh, BaseException):
@@ -177,13 +189,16 @@ class Fleet:
             writable = sp.profile.writable if sp.profile is not None else ()
             if root in writable:
                 self.halted.setdefault(name, reason)
-                if self.servers[name].running:
-                    stopped.append(name)
-                    self.servers[name].halt(reason)
+                opening = self.opening.get(name)
+                for conn in (self.servers[name], *([opening] if opening else [])):
+                    if conn.running:
+                        stopped.append(name)
+                        conn.halt(reason)
         return stopped
 
     async def stop(self) -> None:
         for task in self._supervisors:
             task.cancel()
         await asyncio.gather(*self._supervisors, return_exceptions=True)
-        await asyncio.gather(*(c.stop() for c in self.servers.values()), return_exceptions=True)
+        conns = [*self.servers.values(), *self.opening.values()]
+        await asyncio.gather(*(c.stop() for c in conns), return_exceptions=True)

@@ -44,6 +44,9 @@ from launcher.shared.jsonrpc import Message
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
 
+# Seconds between settles of the guard when no event wakes it.
+SETTLE_EVERY = 1.0
+
 if TYPE_CHECKING:
     from launcher.transports.stateless_http import Upstream as HttpUpstream
     from launcher.transports.streamable_http import HttpEndpoint
@@ -332,9 +335,11 @@ class Session(SessionEvents):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
+        ticker = None
         if self.guard is not None:
             # Between calls too: a server's background process is caught as it writes.
             loop.add_reader(self.guard.fd, self.settle)
+            ticker = asyncio.ensure_future(self._settle_often())
         if self.stdio is not None:
             await self.stdio.open()
         try:
@@ -349,10 +354,19 @@ class Session(SessionEvents):
                 loop.remove_signal_handler(sig)
             if self.guard is not None:
                 loop.remove_reader(self.guard.fd)
+            if ticker is not None:
+                ticker.cancel()
             if self.http is not None:
                 await self.http.stop()
             elif self.stdio is not None:
                 await self.stdio.close()
+
+    async def _settle_often(self) -> None:
+        """Settle the guard every :data:`SETTLE_EVERY` seconds too: a store through a shared
+        mapping of a repository configuration it admitted changes the file with no event."""
+        while True:
+            await asyncio.sleep(SETTLE_EVERY)
+            self.settle()
 
     async def stop(self) -> None:
         if self._spare is not None:

@@ -29,7 +29,7 @@ from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import write_raw_policy
-from tests.support.sdk import Answer, answering, call, connect
+from tests.support.sdk import Answer, answer_asked, answering, attached, call, connect
 
 pytestmark = needs_bwrap
 BASHRC = "# the operator's own\n"
@@ -74,8 +74,7 @@ async def _attached(user: Home, session_id: str) -> asyncio.subprocess.Process:
         IRONCURTAIN, "approvals", "--session", session_id, env=user.env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert terminal.stdin and terminal.stdout
-    assert b"attached to" in await terminal.stdout.readline()
+    await attached(terminal)
     return terminal
 
 
@@ -139,9 +138,10 @@ def test_the_operators_terminal_still_approves(user: Home, idp: Provider) -> Non
     async def scenario(url: str, session_id: str) -> None:
         async with http_session(url, idp.token("alice"), **_elicits(answer)) as session:
             terminal = await _attached(user, session_id)
-            assert terminal.stdin and terminal.stdout
-            terminal.stdin.write(b"a\n")
+            assert terminal.stdout
+            asked = asyncio.ensure_future(answer_asked(terminal, b"a"))
             out.append(await call(session, "write_file", {"path": str(todo), "content": "ok\n"}))
+            shown.append(await asked)
         terminal.terminate()  # the gateway goes on: the terminal stays attached till stopped
         shown.append((await asyncio.wait_for(terminal.stdout.read(), 30)).decode())
         await terminal.wait()
@@ -151,7 +151,7 @@ def test_the_operators_terminal_still_approves(user: Home, idp: Provider) -> Non
         asyncio.run(scenario(served.url, said.split("ironcurtain: session ")[1].split()[0]))
     assert out[0][0] is False, out[0][1]
     assert todo.read_text() == "ok\n" and seen == []
-    assert "alice" in shown[0] and str(todo) in shown[0]
+    assert "alice" in shown[0] and str(todo) in shown[0], shown
     calls = [e for e in audit_entries(user.root / "audit.jsonl") if e.get("tool")]
     assert calls[0]["escalation"] == "approved"
 

@@ -34,7 +34,8 @@ from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_calls, probe_session, write_probe_config, write_raw_policy
-from tests.support.sdk import Answer, answering, call
+from tests.support.sdk import Answer, answer_asked, answering, call
+from tests.support.sdk import attached as sdk_attached
 
 pytestmark = needs_bwrap
 LIMITS = '{"quota": 10}\n'
@@ -73,8 +74,7 @@ async def attached(user: Home, session_id: str) -> asyncio.subprocess.Process:
         IRONCURTAIN, "approvals", "--session", session_id, env=user.env,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    assert terminal.stdout
-    assert b"attached to" in await terminal.stdout.readline()
+    await sdk_attached(terminal)
     return terminal
 
 
@@ -142,9 +142,9 @@ def test_control_the_operators_terminal_approves_the_same_widening(
         elicit = _elicits(answer)
         async with http_session(url, idp.token("mallory"), elicitation_callback=elicit) as s:
             terminal = await attached(user, session_id)
-            assert terminal.stdin
-            terminal.stdin.write(b"a\n")
+            asked = asyncio.ensure_future(answer_asked(terminal, b"a"))
             out.append(await call(s, tool, {**args, "path": str(limits)}))
+            await asked
         terminal.terminate()
         await terminal.wait()
 

@@ -162,12 +162,6 @@ ATTACKS = [
         lambda w, t: (w.ws / "repo/.git/hooks/pre-push").exists(),
     ),
     Attack(
-        "existing-git-config",
-        "write_path",
-        lambda w: {"path": f"{w.ws}/repo/.git/config", "content": "[core]\nfsmonitor=evil"},
-        lambda w, t: "evil" in (w.ws / "repo/.git/config").read_text(),
-    ),
-    Attack(
         "new-git-config",
         "write_path",
         lambda w: {"path": f"{w.ws}/fresh/.git/config", "content": "evil", "parents": True},
@@ -249,6 +243,13 @@ ATTACKS = [
     Attack("x32-abi", "x32_syscall", lambda w: {}, lambda w, t: "SIGSYS" not in t),
     Attack("exceed-memory", "allocate", lambda w: {"megabytes": 400}, _starts_ok),
     Attack("many-processes", "spawn", lambda w: {"count": 120}, _starts_ok),
+    # Last: the user's own .git/config changed as git never changes it stops the server.
+    Attack(
+        "existing-git-config",
+        "write_path",
+        lambda w: {"path": f"{w.ws}/repo/.git/config", "content": "[core]\nfsmonitor=evil"},
+        lambda w, t: "evil" in (w.ws / "repo/.git/config").read_text(),
+    ),
 ]
 
 SANDBOX_LIMITS = {"memory": "256M", "processes": 64}

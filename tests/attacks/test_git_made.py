@@ -12,7 +12,9 @@ run it.
 
 from __future__ import annotations
 
+import mmap
 import os
+import resource
 from collections.abc import Callable
 from pathlib import Path
 
@@ -269,7 +271,8 @@ def test_the_users_config_changes_only_as_git_changes_it(
         if protected:  # the user's configuration is there again, as it was
             assert (repo / ".git" / "config").read_bytes() == before
             assert not (repo / ".git" / "config").is_symlink()
-            assert watched.failures == []
+            # and the writers of the workspace are stopped (a session halts its servers)
+            assert [f.path for f in watched.failures] == [str(repo / ".git" / "config")]
 
 
 def test_the_users_config_removed_is_put_back(tmp_path: Path) -> None:
@@ -291,16 +294,82 @@ def test_remotes_added_and_set_in_the_users_repository_stay(tmp_path: Path) -> N
     repo, _ = _users_repo(ws, tmp_path)
     with settled(ws, tmp_path / "quarantine") as watched:
         git(repo, "remote", "add", "up", "https://example.com/up.git")
-        git(repo, "remote", "set-url", "origin", "https://example.com/moved.git")
+        git(repo, "remote", "set-url", "up", "https://example.com/moved.git")
         git(repo, "remote", "set-url", "--push", "up", "https://example.com/push.git")
         git(repo, "remote", "remove", "up")
         git(repo, "remote", "add", "second", "https://example.com/second.git")
+        git(repo, "branch", "feature")
+        git(repo, "branch", "--set-upstream-to", "main", "feature")  # a local branch: "."
         watched.returned()
         assert watched.moved == [] and watched.failures == []
     assert watched.moved == []
     remotes = git(repo, "remote", "-v")
-    assert "https://example.com/moved.git" in remotes and "second" in remotes
+    assert "https://example.com/mine.git" in remotes and "second" in remotes
     assert "alias.st=status" in git(repo, "config", "--list")  # the user's own, kept
+
+
+# -- the user's own remotes sent elsewhere: no code runs, but the user's next push goes to
+# the server's address (or a pull brings its commits)
+
+
+def origin_set_elsewhere(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "set-url", "origin", str(evil))
+
+
+def origin_given_a_push_url(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "set-url", "--push", "origin", str(evil))
+
+
+def branch_given_a_push_remote(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "add", "mirror", str(evil))  # a new remote: allowed alone
+    git(repo, "config", "branch.main.pushRemote", "mirror")
+
+
+def branch_sent_to_a_new_remote(repo: Path, evil: Path) -> None:
+    git(repo, "remote", "add", "mirror", str(evil))
+    git(repo, "config", "branch.main.remote", "mirror")
+    git(repo, "config", "branch.main.merge", "refs/heads/main")
+
+
+REDIRECTS = [
+    origin_set_elsewhere,
+    origin_given_a_push_url,
+    branch_given_a_push_remote,
+    branch_sent_to_a_new_remote,
+]
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("attack", REDIRECTS, ids=lambda a: a.__name__)
+def test_the_users_push_goes_where_it_went_at_the_start(
+    attack: Callable[[Path, Path], None], protected: bool, tmp_path: Path
+) -> None:
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    env = host_env(home)
+    good, evil = tmp_path / "good.git", ws / "evil.git"
+    for bare in (good, evil):
+        git(tmp_path, "init", "-q", "--bare", str(bare), env=env)
+    git(ws, "init", "-q", "-b", "main", "mine", env=env)
+    repo = ws / "mine"
+    git(repo, "remote", "add", "origin", str(good), env=env)
+    (repo / "a.txt").write_text("a\n")
+    git(repo, "add", "a.txt", env=env)
+    git(repo, "commit", "-qm", "first", env=env)
+    git(repo, "push", "-q", "-u", "origin", "main", env=env)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        attack(repo, evil)
+        watched.returned()
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "add", "b.txt", env=env)
+        git(repo, "commit", "-qm", "second", env=env)
+        git(repo, "push", "-q", env=env, check=False)  # the user's push, as the user types it
+    landed = git(evil, "for-each-ref", env=env)
+    assert (landed == "") == protected, landed
+    if protected:
+        assert "second" in git(good, "log", "--format=%s", "main", env=env)
+        assert [f.path for f in watched.failures] == [str(repo / ".git" / "config")]
 
 
 def test_a_config_git_rewrites_again_and_again_stays(tmp_path: Path) -> None:
@@ -318,3 +387,109 @@ def test_a_config_git_rewrites_again_and_again_stays(tmp_path: Path) -> None:
         assert [m.why for m in watched.moved] == [] and watched.failures == []
     assert watched.moved == []
     assert "o19" in git(ws / "r4", "remote")
+
+
+# -- a change no event reports: a store through a shared mapping of the configuration
+
+
+def _mapped_config(config: Path, at_start: bytes) -> tuple[int, mmap.mmap, int]:
+    """The configuration opened for writing and mapped, a comment line of padding written
+    after what was there (a change git could have made: nothing but a comment), and the
+    page made writable through the mapping already (its one change-time update)."""
+    pad = b"#" + b"x" * 400 + b"\n"
+    fd = os.open(config, os.O_RDWR)
+    os.lseek(fd, 0, os.SEEK_END)
+    os.write(fd, pad)
+    mapping = mmap.mmap(fd, len(at_start) + len(pad))
+    mapping[0:1] = at_start[0:1]  # the write fault: the page is writable from here on
+    return fd, mapping, len(at_start)
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("whose", ["users", "cloned"])
+def test_a_config_changed_through_a_mapping_is_seen(
+    whose: str, protected: bool, tmp_path: Path
+) -> None:
+    """A store into a page already mapped writable changes the file with no inotify event
+    and no new change time: what the guard checked last is not what git reads now. The
+    promise holds at the next settle all the same (the call's return)."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    origin = bare_repo(tmp_path / "origin.git")
+    if whose == "users":
+        _users_repo(ws, home)  # there before the session
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        if whose == "cloned":
+            git(ws, "clone", "-q", str(origin), "mine")
+        repo = ws / "mine"
+        config = repo / ".git" / "config"
+        script = marker_script(ws / "tools" / "fsm", marker)
+        fd, mapping, at = _mapped_config(config, config.read_bytes())
+        watched.returned()  # the guard looks at the padded config: only a comment more
+        hostile = f"[core]\n\tfsmonitor = {script}\n#".encode()
+        mapping[at : at + len(hostile)] = hostile  # no event, no new change time
+        watched.returned()  # the next call returns
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "status", env=host_env(home), check=False)
+        mapping.close()
+        os.close(fd)
+        assert marker.exists() != protected, watched.moved
+
+
+# -- a branch's remote that is a URL: git takes a name no remote has for a URL
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+@pytest.mark.parametrize("key", ["remote", "pushRemote"])
+@pytest.mark.parametrize("whose", ["users", "cloned"])
+def test_a_branch_remote_that_runs_a_command_is_refused(
+    whose: str, key: str, protected: bool, tmp_path: Path
+) -> None:
+    """``branch.<name>.remote`` (and ``pushRemote``) may be a URL: an ``ext::`` one is a
+    command the user's ``git pull`` (``git push``) runs, for a user whose own configuration
+    allows that transport."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    (home / ".gitconfig").write_text('[protocol "ext"]\n\tallow = always\n')
+    origin = bare_repo(tmp_path / "origin.git")
+    if whose == "users":
+        _users_repo(ws, home)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        if whose == "cloned":
+            git(ws, "clone", "-q", str(origin), "mine")
+        repo = ws / "mine"
+        git(repo, "config", f"branch.main.{key}", f"ext::sh -c touch% {marker}")
+        watched.returned()
+        env = host_env(home)
+        git(repo, "pull" if key == "remote" else "push", env=env, check=False)
+        assert marker.exists() != protected, watched.moved
+
+
+@pytest.mark.parametrize("protected", [True, False], ids=["guarded", "CONTROL-unguarded"])
+def test_a_guard_short_of_descriptors_keeps_watching_the_users_config(
+    protected: bool, tmp_path: Path
+) -> None:
+    """A server that holds every descriptor the trusted process may have (its egress proxy's
+    connections) while the guard settles, then changes the user's config in place: the
+    guard, unable to look at the file for a moment, has not taken it for removed and
+    stopped looking at it."""
+    ws, marker, home = tmp_path / "ws", tmp_path / "ran", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    repo, before = _users_repo(ws, home)
+    with settled(ws, tmp_path / "quarantine", on=protected) as watched:
+        limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1, limits[1]))  # no descriptor left
+        try:
+            watched.returned()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+        fsmonitor_written_in_place(repo, ws, marker)
+        watched.returned()
+        (repo / "b.txt").write_text("b\n")
+        git(repo, "status", env=host_env(home), check=False)
+        assert marker.exists() != protected, watched.moved
+        if protected:
+            assert (repo / ".git" / "config").read_bytes() == before

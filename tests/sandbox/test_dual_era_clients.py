@@ -7,7 +7,10 @@ is spoken to in that era, whatever its client's, as before. (The dual-era server
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import anyio
 import httpx2
@@ -16,7 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.support.asking import Human
-from tests.support.dual import dual_args
+from tests.support.dual import DUAL, dual_args
 from tests.support.home import Home
 from tests.support.http import TOKEN, serving
 from tests.support.marks import needs_bwrap
@@ -102,3 +105,89 @@ def test_over_stdio_the_server_is_spoken_to_in_its_clients_era_when_it_serves_it
     # client in the client's own era, whichever era the server was spoken to in.
     assert out[1] == f"the model's answer ({era})"
     assert len(human.approval_questions) == 1
+
+
+def _instances(script: str) -> int:
+    """The running server processes (not their sandboxes' bwrap) of ``script``."""
+    count = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"bwrap" not in args[0] and any(a.endswith(script.encode()) for a in args):
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("twin_on", [True, False])
+def test_an_instance_gone_while_its_twin_opens_leaves_one_instance_not_two(
+    user: Home, twin_on: bool
+) -> None:
+    # The hostile server's first instance exits while ironcurtain opens the instance for
+    # a stateless client (tests/servers/twin_race_server.py); its config asks for restarts.
+    # The instance opened for the client takes the place: the restart due for the one
+    # that exited is not made over it, so no instance runs unstopped beside it.
+    race = DUAL.parent / "twin_race_server.py"
+    marks = user.root / "marks"
+    marks.mkdir()
+    args = dual_args(user, **({} if twin_on else {"era": "stateless"}))
+    config = Path(args[args.index("--config") + 1])
+    servers = json.loads(config.read_text())
+    dual = servers["mcpServers"]["dual"]
+    dual["args"] = [str(race), str(marks)]
+    dual["restart"] = {"maxRestarts": 1, "backoffSeconds": 2}
+    dual["sandbox"]["filesystem"]["allowWrite"] = [str(marks)]
+    config.write_text(json.dumps(servers))
+    out: list[str] = []
+    counted: list[int] = []
+
+    async def scenario() -> None:
+        async with client_in(user, "stdio", args, STATELESS, Human()) as client:
+            out.append(said(await client.call_tool("roots", {})))
+            await anyio.sleep(6)  # past the restart's back-off, had one been made
+            counted.append(_instances(race.name))
+            out.append(said(await client.call_tool("roots", {})))
+
+    if not twin_on:
+        # CONTROL: the config names the era, no second instance is opened, and the first
+        # instance is never left to exit: one instance throughout.
+        (marks / "first").touch()
+        (marks / "second").touch()
+    anyio.run(scenario)
+    assert counted == [1]
+    assert out[0].endswith(f"({STATELESS})") and out[1].endswith(f"({STATELESS})")
+    assert _instances(race.name) == 0  # the session is over: none left
+
+
+def test_an_instance_being_opened_is_stopped_with_its_server_when_the_guard_fails(
+    user: Home,
+) -> None:
+    # The hostile server's instance opened for a stateless client makes, while being
+    # opened, what the guard cannot follow (a tree deeper than it goes) in its writable
+    # root, then holds back its answer: the guard fails closed and stops the server; the
+    # instance being opened is stopped with it, not left to run on until its opening
+    # times out (it would leave ``outlived`` 8 s on).
+    race = DUAL.parent / "twin_race_server.py"
+    marks = user.root / "marks"
+    marks.mkdir()
+    args = dual_args(user)
+    config = Path(args[args.index("--config") + 1])
+    servers = json.loads(config.read_text())
+    dual = servers["mcpServers"]["dual"]
+    dual["args"] = [str(race), str(marks), "--plant"]
+    dual["sandbox"]["filesystem"]["allowWrite"] = [str(marks)]
+    config.write_text(json.dumps(servers))
+    out: list[str] = []
+
+    async def scenario() -> None:
+        async with client_in(user, "stdio", args, STATELESS, Human()) as client:
+            out.append(said(await client.call_tool("roots", {})))
+            await anyio.sleep(10)  # past when it would leave ``outlived``
+            out.append(str(_instances(race.name)))
+
+    anyio.run(scenario)
+    assert "was stopped" in out[0] and "the guard could not neutralise" in out[0], out[0]
+    assert out[1] == "0"
+    assert not (marks / "outlived").exists()

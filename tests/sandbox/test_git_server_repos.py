@@ -1,9 +1,9 @@
 """The design's git server (``@cyanheads/git-mcp-server`` 2.15.3, from npm) making
 repositories in the workspace through ironcurtain: ``git_init`` and an approved
-``git_clone`` work under the guard, ``git_remote add`` and ``set-url`` on the user's own
-repository work, and afterwards the user's ``git status`` and ``git commit`` on the host
-run nothing the sandbox wrote (what the attacks on the same guard show:
-``tests/attacks/test_git_made.py``)."""
+``git_clone`` work under the guard, ``git_remote add`` and ``set-url`` of a remote it added
+on the user's own repository work, and afterwards the user's ``git status`` and ``git
+commit`` on the host run nothing the sandbox wrote (what the attacks on the same guard
+show: ``tests/attacks/test_git_made.py``)."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_remote_add_and_set_url_change_the_users_config_as_git_writes_it(user: H
     args = write_git_session(user.root, entry, ws)
     calls = [
         {"mode": "add", "name": "up", "url": "https://example.com/up.git"},
-        {"mode": "set-url", "name": "origin", "url": "https://example.com/moved.git"},
+        {"mode": "set-url", "name": "up", "url": "https://example.com/moved.git"},
     ]
 
     async def scenario() -> None:
@@ -96,7 +96,7 @@ def test_remote_add_and_set_url_change_the_users_config_as_git_writes_it(user: H
 
     asyncio.run(scenario())
     remotes = git(repo, "remote", "-v", env=env)
-    assert "https://example.com/up.git" in remotes and "https://example.com/moved.git" in remotes
+    assert "https://example.com/mine.git" in remotes and "https://example.com/moved.git" in remotes
     assert "alias.st=status" in git(repo, "config", "--list", env=env)
     users = "[alias]\n\tst = status\n"
     assert config_verdict((repo / ".git" / "config").read_text(), users) is None

@@ -71,8 +71,21 @@ def _wait_for(path: Path) -> None:
         time.sleep(0.01)
 
 
+_BEFORE: set[int] = set()
+
+
+@pytest.fixture(autouse=True)
+def _children_before() -> None:
+    """The processes this test process had before the test (another test's that outlive
+    it, on the same worker): not this test's."""
+    _BEFORE.clear()
+    _BEFORE.update(p.pid for p in psutil.Process(os.getpid()).children(recursive=True))
+
+
 def _ours() -> list[psutil.Process]:
-    return psutil.Process(os.getpid()).children(recursive=True)
+    """The processes this test started (and that are still there)."""
+    children = psutil.Process(os.getpid()).children(recursive=True)
+    return [p for p in children if p.pid not in _BEFORE]
 
 
 def test_a_session_that_fails_after_its_servers_started_sends_them_nothing(
