@@ -59,12 +59,9 @@ class AnnotatorAnswer(BaseModel):
     prompts: list[_AnnotatedPrompt] = Field(default_factory=list)
 
 
-def annotator_prompt(
-    server: str, tools: Sequence[Mapping[str, Any]], prompts: Sequence[Mapping[str, Any]] = ()
-) -> str:
-    """The question for one server; the part about prompts only when it has some (so the
-    question about a server without prompts, and its cached answer, stay as they were)."""
-    listing = [
+def _tool_listing(tools: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """What the question shows of each tool."""
+    return [
         {
             "name": t.get("name"),
             "description": t.get("description", ""),
@@ -73,6 +70,37 @@ def annotator_prompt(
         }
         for t in tools
     ]
+
+
+def _with_prompts(question: str, prompts: Sequence[Mapping[str, Any]]) -> str:
+    """The question with the part about the server's prompts."""
+    prompt_listing = [
+        {
+            "name": p.get("name"),
+            "description": p.get("description", ""),
+            "arguments": p.get("arguments") or [],
+        }
+        for p in prompts
+    ]
+    return f"""{question}
+The server also has prompts: a client asks the server to render one with string
+arguments, and the server does what rendering takes (it may read a file or fetch a URL
+named by an argument). Annotate every prompt as a tool, in "prompts" of the same JSON
+object, with "promptName" (its name, exactly as listed) in place of "toolName" and "args"
+for EVERY one of its arguments: {{"tools": [...], "prompts": [{{"promptName": ...,
+"effect": ..., "sideEffects": ..., "args": {{...}}, "piiFields": [...]}}, ...]}}
+
+The prompts:
+{json.dumps(prompt_listing, indent=1, sort_keys=True)}
+"""
+
+
+def annotator_prompt(
+    server: str, tools: Sequence[Mapping[str, Any]], prompts: Sequence[Mapping[str, Any]] = ()
+) -> str:
+    """The question for one server; the part about prompts only when it has some (so the
+    question about a server without prompts, and its cached answer, stay as they were)."""
+    listing = _tool_listing(tools)
     question = f"""Annotate every tool of the MCP server "{server}".
 
 For each tool give:
@@ -102,25 +130,7 @@ The tools:
 """
     if not prompts:
         return question
-    prompt_listing = [
-        {
-            "name": p.get("name"),
-            "description": p.get("description", ""),
-            "arguments": p.get("arguments") or [],
-        }
-        for p in prompts
-    ]
-    return f"""{question}
-The server also has prompts: a client asks the server to render one with string
-arguments, and the server does what rendering takes (it may read a file or fetch a URL
-named by an argument). Annotate every prompt as a tool, in "prompts" of the same JSON
-object, with "promptName" (its name, exactly as listed) in place of "toolName" and "args"
-for EVERY one of its arguments: {{"tools": [...], "prompts": [{{"promptName": ...,
-"effect": ..., "sideEffects": ..., "args": {{...}}, "piiFields": [...]}}, ...]}}
-
-The prompts:
-{json.dumps(prompt_listing, indent=1, sort_keys=True)}
-"""
+    return _with_prompts(question, prompts)
 
 
 def _problems_of_kind(

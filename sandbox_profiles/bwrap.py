@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sandbox_profiles.model import Limits, SandboxProfile
+from sandbox_profiles.model import Limits, Mount, SandboxProfile
 
 _FLAGS = {
     "ro-bind": "--ro-bind",
@@ -45,27 +45,23 @@ def render(
     ]
 
 
-def render_explained(
-    profile: SandboxProfile,
-    bwrap: str = "bwrap",
-    seccomp_fd: int | str | None = None,
-    setpriv: str = SETPRIV,
-    table_fd: int | str | None = None,
+_NAMESPACE_REASONS = {
+    "user": "own user namespace: the caller's uid mapped, nothing else",
+    "pid": "own process tree: host processes are invisible",
+    "ipc": "own System V IPC and POSIX message queues",
+    "uts": "own hostname",
+    "cgroup": "own cgroup view",
+    "net": "own network stack with only loopback: no route out",
+}
+
+
+def _isolation(
+    profile: SandboxProfile, namespaces: list[str], privileged: bool
 ) -> list[tuple[list[str], str]]:
-    """The argv of :func:`render` in pieces, each with the reason it is there."""
-    privileged = profile.run_as is not None
-    namespaces = [ns for ns in profile.namespaces if not (privileged and ns == "user")]
-    out: list[tuple[list[str], str]] = [([bwrap], "")]
+    """The namespaces unshared and the process's other bounds."""
+    out: list[tuple[list[str], str]] = []
     for ns in namespaces:
-        why = {
-            "user": "own user namespace: the caller's uid mapped, nothing else",
-            "pid": "own process tree: host processes are invisible",
-            "ipc": "own System V IPC and POSIX message queues",
-            "uts": "own hostname",
-            "cgroup": "own cgroup view",
-            "net": "own network stack with only loopback: no route out",
-        }.get(ns, "")
-        out.append(([f"--unshare-{ns}"], why))
+        out.append(([f"--unshare-{ns}"], _NAMESPACE_REASONS.get(ns, "")))
     if profile.disable_nested_userns and "user" in namespaces:
         out.append((["--disable-userns"], "no new user namespaces inside"))
     if profile.die_with_parent:
@@ -79,6 +75,50 @@ def render_explained(
                 out.append((["--cap-add", cap], "kept only until setpriv switches uid"))
     if "uts" in namespaces:
         out.append((["--hostname", profile.hostname], ""))
+    return out
+
+
+def _mount_args(mount: Mount) -> list[str]:
+    chunk: list[str] = []
+    if mount.mode is not None:
+        chunk += ["--perms", f"{mount.mode:04o}"]
+    if mount.kind in _FLAGS:
+        chunk += [_FLAGS[mount.kind], mount.source or mount.dest, mount.dest]
+    elif mount.kind == "symlink":
+        chunk += ["--symlink", mount.source or "", mount.dest]
+    else:  # proc, dev, tmpfs, dir
+        chunk += [f"--{mount.kind}", mount.dest]
+    return chunk
+
+
+def _switch_user(setpriv: str, run_as: tuple[int, int]) -> tuple[list[str], str]:
+    uid, gid = run_as
+    return (
+        [
+            setpriv,
+            f"--reuid={uid}",
+            f"--regid={gid}",
+            "--clear-groups",
+            "--bounding-set=-all",
+            "--inh-caps=-all",
+            "--",
+        ],
+        "never root: switch to an unprivileged uid with no capabilities",
+    )
+
+
+def render_explained(
+    profile: SandboxProfile,
+    bwrap: str = "bwrap",
+    seccomp_fd: int | str | None = None,
+    setpriv: str = SETPRIV,
+    table_fd: int | str | None = None,
+) -> list[tuple[list[str], str]]:
+    """The argv of :func:`render` in pieces, each with the reason it is there."""
+    privileged = profile.run_as is not None
+    namespaces = [ns for ns in profile.namespaces if not (privileged and ns == "user")]
+    out: list[tuple[list[str], str]] = [([bwrap], "")]
+    out += _isolation(profile, namespaces, privileged)
     if seccomp_fd is not None:
         out.append((["--seccomp", str(seccomp_fd)], "system-call filter (compiled libseccomp)"))
     if table_fd is not None:
@@ -87,34 +127,11 @@ def render_explained(
         why = "held by the sandbox's pid 1 only: the server's descriptor table starts wide"
         out.append((["--sync-fd", str(table_fd)], why))
     for mount in profile.mounts:
-        chunk: list[str] = []
-        if mount.mode is not None:
-            chunk += ["--perms", f"{mount.mode:04o}"]
-        if mount.kind in _FLAGS:
-            chunk += [_FLAGS[mount.kind], mount.source or mount.dest, mount.dest]
-        elif mount.kind == "symlink":
-            chunk += ["--symlink", mount.source or "", mount.dest]
-        else:  # proc, dev, tmpfs, dir
-            chunk += [f"--{mount.kind}", mount.dest]
-        out.append((chunk, mount.reason))
+        out.append((_mount_args(mount), mount.reason))
     out.append((["--chdir", profile.cwd], "working directory"))
     out.append((["--"], ""))
     if profile.run_as is not None:
-        uid, gid = profile.run_as
-        out.append(
-            (
-                [
-                    setpriv,
-                    f"--reuid={uid}",
-                    f"--regid={gid}",
-                    "--clear-groups",
-                    "--bounding-set=-all",
-                    "--inh-caps=-all",
-                    "--",
-                ],
-                "never root: switch to an unprivileged uid with no capabilities",
-            )
-        )
+        out.append(_switch_user(setpriv, profile.run_as))
     out.append((list(profile.argv), "the server"))
     return out
 

@@ -117,27 +117,24 @@ def hidden_reason(directory: str, never_shown: Mapping[str, str]) -> str | None:
     return None
 
 
-def program_dirs(
-    command_path: str,
-    search: Sequence[str],
-    depth: int = 0,
-    never_shown: Mapping[str, str] | None = None,
-) -> list[tuple[str, str]]:
-    """(path, reason) pairs to show read-only so ``command_path`` can run: directories, and
-    the command file itself (with each symlink on the way to it) where its directory must
-    not be shown (see :func:`hidden_reason`). Raises :class:`NeedsHiddenDirectory` when the
-    program cannot run without such a directory."""
-    hidden = dict(never_shown or {})
-    found: list[tuple[str, str]] = []
+class _Shown:
+    """The (path, reason) pairs found so far for one command, and the directories never
+    shown to a server."""
 
-    def add(path: str, reason: str) -> None:
+    def __init__(self, command_path: str, hidden: dict[str, str]) -> None:
+        self.command_path = command_path
+        self.hidden = hidden
+        self.found: list[tuple[str, str]] = []
+
+    def add(self, path: str, reason: str) -> None:
         # Skip what an earlier, wider mount already shows; a wider one replaces narrower ones.
-        if any(is_under(path, d) for d, _ in found):
+        if any(is_under(path, d) for d, _ in self.found):
             return
-        found[:] = [(d, r) for d, r in found if not is_under(d, path)]
-        found.append((path, reason))
+        self.found[:] = [(d, r) for d, r in self.found if not is_under(d, path)]
+        self.found.append((path, reason))
 
     def show(
+        self,
         directory: str | None,
         reason: str,
         files: Sequence[tuple[str, str]] = (),
@@ -148,68 +145,96 @@ def program_dirs(
         refuse."""
         if not directory or directory == "/" or _under_system(directory):
             return
-        why = hidden_reason(directory, hidden)
+        why = hidden_reason(directory, self.hidden)
         if why is None:
-            add(directory, reason)
+            self.add(directory, reason)
         elif files:
             for path, what in files:
-                add(path, f"{what}, alone: its directory is never shown ({why})")
+                self.add(path, f"{what}, alone: its directory is never shown ({why})")
         elif needed:
             raise NeedsHiddenDirectory(
-                f"{command_path} cannot run without {directory} ({reason}), and that "
+                f"{self.command_path} cannot run without {directory} ({reason}), and that "
                 f"directory is never shown to a server ({why})"
             )
 
-    real = os.path.realpath(command_path)
-    # The command, then each symlink on the way to its real file: their directories, or the
-    # links and the file alone.
+
+def _show_links(shown: _Shown, command_path: str) -> None:
+    """The command, then each symlink on the way to its real file: their directories, or the
+    links and the file alone."""
     hop, seen = command_path, set[str]()
     while hop not in seen and len(seen) < 40:
         seen.add(hop)
         link = " (a link)" if os.path.islink(hop) else ""
-        show(os.path.dirname(hop), f"holds the command {hop}", [(hop, f"the command{link}")])
+        shown.show(os.path.dirname(hop), f"holds the command {hop}", [(hop, f"the command{link}")])
         if not os.path.islink(hop):
             break
         hop = os.path.normpath(os.path.join(os.path.dirname(hop), os.readlink(hop)))
+
+
+def _show_trees(shown: _Shown, command_path: str, real: str) -> None:
+    """The command's virtualenv and its base Python, its Node package tree or else its real
+    file's directory."""
     venv = _venv_root(command_path) or _venv_root(real)
     if venv:
-        show(venv, "the command's Python virtualenv")
+        shown.show(venv, "the command's Python virtualenv")
         home = _venv_home(venv)
         if home:
-            show(
+            shown.show(
                 _prefix_of_interpreter(os.path.realpath(os.path.join(home, "python3"))) or home,
                 "the virtualenv's base Python installation",
             )
     node = _node_tree(real)
     if node:
-        show(node, "the command's Node package tree")
+        shown.show(node, "the command's Node package tree")
     elif real != command_path:
-        show(
+        shown.show(
             os.path.dirname(real),
             f"holds {real}, the command's real file",
             [(real, "the command's real file")],
         )
+
+
+def _show_interpreter(shown: _Shown, search: Sequence[str], depth: int, shebang: list[str]) -> None:
+    """What the script's interpreter (its shebang's, through ``env`` by the search path)
+    needs itself."""
+    interpreter = shebang[0]
+    if os.path.basename(interpreter) == "env":
+        rest = [a for a in shebang[1:] if not a.startswith("-")]
+        interpreter = (which(rest[0], search) or "") if rest else ""
+    if interpreter:
+        try:
+            needs = program_dirs(interpreter, search, depth + 1, shown.hidden)
+        except NeedsHiddenDirectory as exc:
+            raise NeedsHiddenDirectory(f"{shown.command_path}: its interpreter {exc}") from None
+        for directory, reason in needs:
+            shown.add(directory, reason if depth else f"interpreter: {reason}")
+
+
+def program_dirs(
+    command_path: str,
+    search: Sequence[str],
+    depth: int = 0,
+    never_shown: Mapping[str, str] | None = None,
+) -> list[tuple[str, str]]:
+    """(path, reason) pairs to show read-only so ``command_path`` can run: directories, and
+    the command file itself (with each symlink on the way to it) where its directory must
+    not be shown (see :func:`hidden_reason`). Raises :class:`NeedsHiddenDirectory` when the
+    program cannot run without such a directory."""
+    shown = _Shown(command_path, dict(never_shown or {}))
+    real = os.path.realpath(command_path)
+    _show_links(shown, command_path)
+    _show_trees(shown, command_path, real)
     shebang = read_shebang(real)
     if shebang and depth < 3:
-        interpreter = shebang[0]
-        if os.path.basename(interpreter) == "env":
-            rest = [a for a in shebang[1:] if not a.startswith("-")]
-            interpreter = (which(rest[0], search) or "") if rest else ""
-        if interpreter:
-            try:
-                needs = program_dirs(interpreter, search, depth + 1, hidden)
-            except NeedsHiddenDirectory as exc:
-                raise NeedsHiddenDirectory(f"{command_path}: its interpreter {exc}") from None
-            for directory, reason in needs:
-                add(directory, reason if depth else f"interpreter: {reason}")
+        _show_interpreter(shown, search, depth, shebang)
     else:
         prefix = _prefix_of_interpreter(real)
         if prefix and os.path.isdir(os.path.join(prefix, "lib")):
             # An interpreter needs its prefix (its standard library is there); for another
             # program the prefix is a guess, left out when it must stay hidden.
             needed = depth > 0 or bool(_INTERPRETER.fullmatch(os.path.basename(real)))
-            show(prefix, f"installation prefix of {os.path.basename(real)}", needed=needed)
-    return found
+            shown.show(prefix, f"installation prefix of {os.path.basename(real)}", needed=needed)
+    return shown.found
 
 
 class PackageNotInstalled(Exception):

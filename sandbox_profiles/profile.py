@@ -10,7 +10,7 @@ from typing import Literal
 from sandbox_profiles import autorun
 from sandbox_profiles.discover import program_dirs
 from sandbox_profiles.model import Limits, Mount, SandboxProfile
-from sandbox_profiles.present import existing
+from sandbox_profiles.present import Protection, existing
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under, ways
 
@@ -195,8 +195,8 @@ def _parent_dirs(mounts: list[Mount]) -> list[Mount]:
     return out
 
 
-def build_profile(req: ProfileRequest) -> SandboxProfile:
-    mounts: list[Mount] = []
+def _base_mounts(req: ProfileRequest, mounts: list[Mount]) -> None:
+    """The system: its read-only trees, /etc, a fresh /proc and /dev, a private /tmp and HOME."""
     for path, reason in SYSTEM_MOUNTS:
         _bind_host(path, reason, mounts)
     for path in ETC_FILES:
@@ -216,6 +216,11 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     mounts.append(Mount("tmpfs", "/dev/shm", reason="private shared memory", mode=0o1777))
     mounts.append(Mount("tmpfs", "/tmp", reason="a private /tmp", mode=0o1777))
     mounts.append(Mount("dir", SANDBOX_HOME, reason="an empty private HOME", mode=0o1777))
+
+
+def _root_mounts(req: ProfileRequest, mounts: list[Mount]) -> tuple[list[str], Mount | None]:
+    """What the server may read and write, and the grants' links; (the writable roots, the
+    workspace's mount)."""
     for path in req.allow_read:
         if os.path.exists(path):
             mounts.append(Mount("ro-bind", path, path, "allowRead"))
@@ -232,8 +237,12 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
     for named, real in req.grant_links:
         if os.path.exists(real) and not any(named == t or is_under(named, t) for t in shown_trees):
             mounts.append(Mount("symlink", named, real, "the grant as it is named: a link"))
-    roots_end = len(mounts)  # what is shown inside a writable root comes after this
-    # After the writable roots, so a program directory inside one stays read-only.
+    return writable, ws_mount
+
+
+def _program_mounts(req: ProfileRequest, mounts: list[Mount]) -> tuple[str, ...]:
+    """The directories of the programs the sandbox runs (behind the network bridge when there
+    is egress), read-only; the command line that runs them."""
     argv: tuple[str, ...] = (req.command_path, *req.args)
     program_files = list(req.program_files)
     if req.egress_socket:
@@ -254,17 +263,32 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
             mounts.append(Mount("symlink", path, os.readlink(path), reason))  # shown alone
         else:
             mounts.append(Mount("ro-bind", path, path, reason))
-    # What host tools would load or run from a writable root, and what that points at:
-    # read-only when there, quarantined when it appears.
-    home = req.host_env.get("HOME", "")
-    protection = existing(writable, home, req.host_env.get("XDG_CONFIG_HOME"))
-    for path, reason in protection.read_only.items():
-        mounts.append(Mount("ro-bind", path, path, reason))
-    guarded = [
-        p
-        for p in (*req.deny_write, *req.protected, *protection.guarded)
-        if not os.path.lexists(p) and any(is_under(p, r) for r in writable)
-    ]
+    return argv
+
+
+def _deny_read_mount(req: ProfileRequest, path: str, bound: list[str]) -> Mount | None:
+    """How one denyRead path is hidden: a directory behind an empty one, a file behind an
+    unreadable one, a path not there yet inside a shown tree by its first missing part."""
+    if os.path.isdir(path):
+        return Mount("tmpfs", path, reason="denyRead: hidden behind an empty dir", mode=0o555)
+    if os.path.lexists(path):
+        mask = os.path.join(req.runtime_dir, "masked")
+        return Mount("mask-file", path, mask, "denyRead: an unreadable file")
+    if any(is_under(path, b) for b in bound):
+        # Not there yet, but inside a tree the server sees: the launcher puts a
+        # placeholder at the first missing component (an empty file when that is the
+        # path itself, else an empty directory) and this hides whatever appears there.
+        missing = first_missing(path)
+        reason = f"{NOT_THERE_YET}: {path}"
+        if missing == path:
+            mask = os.path.join(req.runtime_dir, "masked")
+            return Mount("mask-file", path, mask, reason)
+        return Mount("tmpfs", missing, reason=reason, mode=0o555)
+    return None
+
+
+def _deny_mounts(req: ProfileRequest, mounts: list[Mount], writable: list[str]) -> None:
+    """denyWrite and ironcurtain's own files read-only, denyRead hidden."""
     bound = [m.dest for m in mounts if m.kind in ("ro-bind", "bind")]
     for path in req.deny_write:
         if os.path.exists(path):
@@ -273,24 +297,16 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         if os.path.exists(path) and any(is_under(path, r) for r in writable):
             mounts.append(Mount("ro-bind", path, path, "ironcurtain's own file"))
     for path in req.deny_read:
-        if os.path.isdir(path):
-            mounts.append(
-                Mount("tmpfs", path, reason="denyRead: hidden behind an empty dir", mode=0o555)
-            )
-        elif os.path.lexists(path):
-            mask = os.path.join(req.runtime_dir, "masked")
-            mounts.append(Mount("mask-file", path, mask, "denyRead: an unreadable file"))
-        elif any(is_under(path, b) for b in bound):
-            # Not there yet, but inside a tree the server sees: the launcher puts a
-            # placeholder at the first missing component (an empty file when that is the
-            # path itself, else an empty directory) and this hides whatever appears there.
-            missing = first_missing(path)
-            reason = f"{NOT_THERE_YET}: {path}"
-            if missing == path:
-                mask = os.path.join(req.runtime_dir, "masked")
-                mounts.append(Mount("mask-file", path, mask, reason))
-            else:
-                mounts.append(Mount("tmpfs", missing, reason=reason, mode=0o555))
+        mount = _deny_read_mount(req, path, bound)
+        if mount is not None:
+            mounts.append(mount)
+
+
+def _pin(
+    mounts: list[Mount], roots_end: int, protection: Protection, writable: list[str]
+) -> list[str]:
+    """Pin the way to each path shown by place inside a writable root (the pins go in after
+    the roots); the paths anchored."""
     by_place = [
         m.dest
         for m in mounts[roots_end:]
@@ -308,6 +324,29 @@ def build_profile(req: ProfileRequest) -> SandboxProfile:
         by_place.append(link)
     pins, anchored = ways(by_place, writable)
     mounts[roots_end:roots_end] = pins
+    return anchored
+
+
+def build_profile(req: ProfileRequest) -> SandboxProfile:
+    mounts: list[Mount] = []
+    _base_mounts(req, mounts)
+    writable, ws_mount = _root_mounts(req, mounts)
+    roots_end = len(mounts)  # what is shown inside a writable root comes after this
+    # After the writable roots, so a program directory inside one stays read-only.
+    argv = _program_mounts(req, mounts)
+    # What host tools would load or run from a writable root, and what that points at:
+    # read-only when there, quarantined when it appears.
+    home = req.host_env.get("HOME", "")
+    protection = existing(writable, home, req.host_env.get("XDG_CONFIG_HOME"))
+    for path, reason in protection.read_only.items():
+        mounts.append(Mount("ro-bind", path, path, reason))
+    guarded = [
+        p
+        for p in (*req.deny_write, *req.protected, *protection.guarded)
+        if not os.path.lexists(p) and any(is_under(p, r) for r in writable)
+    ]
+    _deny_mounts(req, mounts, writable)
+    anchored = _pin(mounts, roots_end, protection, writable)
     command_dir = os.path.dirname(req.command_path)
     return SandboxProfile(
         name=req.name,

@@ -19,6 +19,7 @@ The private ``/tmp`` is the directory passed as ``-D TMPDIR=...`` to ``sandbox-e
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 from sandbox_profiles.autorun import PROTECTED_PATTERNS, PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
@@ -131,41 +132,52 @@ def _escape(text: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
-def render(profile: SandboxProfile) -> str:
-    """The SBPL profile for ``sandbox-exec -p``."""
-    read: list[str] = list(MACOS_SYSTEM_READ)
-    write: list[str] = []
-    metadata: list[str] = []
-    deny_write: list[tuple[str, str]] = []
-    deny_read: list[tuple[str, str, bool]] = []  # path, reason, is a directory
-    skipped: list[Mount] = []
+@dataclass
+class _RuleSets:
+    """A profile's mounts sorted by the rule each becomes."""
+
+    read: list[str] = field(default_factory=lambda: list(MACOS_SYSTEM_READ))
+    write: list[str] = field(default_factory=list)
+    metadata: list[str] = field(default_factory=list)
+    deny_write: list[tuple[str, str]] = field(default_factory=list)
+    deny_read: list[tuple[str, str, bool]] = field(default_factory=list)  # path, reason, is a dir
+    skipped: list[Mount] = field(default_factory=list)
+
+
+def _places(profile: SandboxProfile) -> _RuleSets:
+    rules = _RuleSets()
     for mount in profile.mounts:
         dest = mount.dest
         if mount.kind in ("ro-bind", "ro-bind-try"):
             if mount.source and mount.source != dest:
-                skipped.append(mount)
+                rules.skipped.append(mount)
             elif any(is_under(dest, w) for w in profile.writable):
-                deny_write.append((dest, mount.reason))
+                rules.deny_write.append((dest, mount.reason))
             else:
-                read.append(dest)
+                rules.read.append(dest)
         elif mount.kind == "bind" and dest == EGRESS_SOCKET:
             continue  # on macOS the proxy is reached over loopback TCP, below
         elif mount.kind == "bind" and mount.reason.startswith(PINNED):
             continue  # a path rule denies by path: a renamed directory takes none with it
         elif mount.kind == "bind" and mount.source and mount.source != dest:
-            skipped.append(mount)  # another tree shown at dest: no rule can say that
+            rules.skipped.append(mount)  # another tree shown at dest: no rule can say that
         elif mount.kind == "bind":
-            read.append(dest)
-            write.append(dest)
+            rules.read.append(dest)
+            rules.write.append(dest)
         elif mount.kind == "symlink":
-            read.append(dest)  # on macOS these (/bin, /sbin) are real directories
+            rules.read.append(dest)  # on macOS these (/bin, /sbin) are real directories
         elif mount.kind == "dir":
-            metadata.append(dest)
+            rules.metadata.append(dest)
         elif mount.kind == "mask-file":
-            deny_read.append((dest, mount.reason, False))
+            rules.deny_read.append((dest, mount.reason, False))
         elif mount.kind == "tmpfs" and mount.reason.startswith("denyRead"):
-            deny_read.append((dest, mount.reason, True))
+            rules.deny_read.append((dest, mount.reason, True))
         # proc, dev, the private /tmp and /dev/shm: the device list and (param "TMPDIR")
+    return rules
+
+
+def _allows(profile: SandboxProfile, rules: _RuleSets) -> list[str]:
+    """The header and every allow rule."""
     lines = [
         "(version 1)",
         f";; ironcurtain profile for server {profile.name!r} (generated; do not edit)",
@@ -174,7 +186,7 @@ def render(profile: SandboxProfile) -> str:
         ";; processes: start programs from readable places, nothing else",
         "(allow process-fork)",
         "(allow process-exec",
-        *[f"    {f}" for f in _filters("subpath", read)],
+        *[f"    {f}" for f in _filters("subpath", rules.read)],
         ")",
         "(allow signal (target same-sandbox))",
         "(allow sysctl-read)",
@@ -184,11 +196,11 @@ def render(profile: SandboxProfile) -> str:
         ")",
         "",
     ]
-    lines += _rule("allow", "file-read*", _filters("subpath", read), "read allowlist")
+    lines += _rule("allow", "file-read*", _filters("subpath", rules.read), "read allowlist")
     lines += _rule(
         "allow",
         "file-read* file-write*",
-        [*_filters("subpath", write), '(subpath (param "TMPDIR"))'],
+        [*_filters("subpath", rules.write), '(subpath (param "TMPDIR"))'],
         "writable: the workspace, allowWrite, the private TMPDIR",
     )
     lines += _rule(
@@ -202,7 +214,7 @@ def render(profile: SandboxProfile) -> str:
         "file-read-metadata",
         [
             '(literal "/")',
-            *_filters("literal", sorted(set(metadata))),
+            *_filters("literal", sorted(set(rules.metadata))),
         ],
         "parent directories on the way to allowed paths",
     )
@@ -211,6 +223,12 @@ def render(profile: SandboxProfile) -> str:
             ";; network: only the egress proxy's port (no other route; deny default covers it)",
             f'(allow network-outbound (remote ip "localhost:{PROXY_PORT}"))',
         ]
+    return lines
+
+
+def _denies(profile: SandboxProfile, rules: _RuleSets) -> list[str]:
+    """The deny rules, after every allow so they win, and the mounts no rule can say."""
+    lines: list[str] = []
     lines += ["", ";; ---- denies: after every allow, so they win ----"]
     if profile.network == "none":
         lines.append("(deny network*)")
@@ -226,13 +244,20 @@ def render(profile: SandboxProfile) -> str:
             for suffix in (*PROTECTED_SUFFIXES, *PROTECTED_PATTERNS)
         ]
         lines += _rule("deny", "file-write*", regexes, f"always-protected names in {root}")
-    for path, reason in deny_write:
+    for path, reason in rules.deny_write:
         lines += _rule("deny", "file-write*", _filters("subpath", [path]), reason)
-    for path, reason, is_dir in deny_read:
+    for path, reason, is_dir in rules.deny_read:
         kind = "subpath" if is_dir else "literal"
         lines += _rule("deny", "file-read* file-write*", _filters(kind, [path]), reason)
-    for mount in skipped:
+    for mount in rules.skipped:
         lines.append(
             f";; not expressible in Seatbelt: {mount.dest} <- {mount.source} ({mount.reason})"
         )
+    return lines
+
+
+def render(profile: SandboxProfile) -> str:
+    """The SBPL profile for ``sandbox-exec -p``."""
+    rules = _places(profile)
+    lines = _allows(profile, rules) + _denies(profile, rules)
     return "\n".join(lines) + "\n"

@@ -34,6 +34,47 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return entry
 
 
+def _intact_entry(raw: str) -> tuple[dict[str, Any] | None, str]:
+    """(one line's entry, "") when it is a chained entry as it was written, else (None, what
+    is wrong with it)."""
+    if not raw.strip():
+        return None, "an empty line"
+    try:
+        entry = json.loads(raw, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as twice:
+        key = json.dumps(twice.args[0])
+        return None, f"has the key {key} twice (which value counts?)"
+    except ValueError:
+        return None, "not a JSON entry"
+    if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
+        return None, "not a chained audit entry (no hash or prev)"
+    try:
+        intact = entry_hash(entry) == entry["hash"]
+    except ValueError:  # a lone surrogate: no entry the launcher writes holds one
+        return None, "holds a string with no UTF-8 form (a lone surrogate)"
+    if not intact:
+        return None, "was changed after it was written (its hash differs)"
+    return entry, ""
+
+
+def _out_of_place(
+    number: int, entry: Mapping[str, Any], prev: object, session: object, since: int
+) -> str:
+    """What is wrong with where an intact entry stands in the chain ("" when nothing)."""
+    if entry["prev"] != prev:
+        return (
+            "does not follow the line before it: a line was removed, inserted or moved here"
+            if number > 1
+            else "is not the first entry of its log: lines were removed before it"
+        )
+    if since and entry.get("sessionId") != session:
+        return (
+            f"starts session {entry.get('sessionId')} but session {session} has no "
+            "session-end entry: its last lines were removed, or its launcher was killed"
+        )
+    return ""
+
+
 def verify(lines: Iterator[str] | list[str]) -> tuple[int, Problem | None]:
     """(entries checked, session-end entries not counted; the first problem or None).
 
@@ -50,36 +91,12 @@ def verify(lines: Iterator[str] | list[str]) -> tuple[int, Problem | None]:
     since = 0  # how many entries it has written so far
     number = 0
     for number, raw in enumerate(lines, 1):
-        if not raw.strip():
-            return count, Problem(number, "an empty line")
-        try:
-            entry = json.loads(raw, object_pairs_hook=_unique_keys)
-        except _DuplicateKey as twice:
-            key = json.dumps(twice.args[0])
-            return count, Problem(number, f"has the key {key} twice (which value counts?)")
-        except ValueError:
-            return count, Problem(number, "not a JSON entry")
-        if not isinstance(entry, dict) or "hash" not in entry or "prev" not in entry:
-            return count, Problem(number, "not a chained audit entry (no hash or prev)")
-        try:
-            intact = entry_hash(entry) == entry["hash"]
-        except ValueError:  # a lone surrogate: no entry the launcher writes holds one
-            return count, Problem(number, "holds a string with no UTF-8 form (a lone surrogate)")
-        if not intact:
-            return count, Problem(number, "was changed after it was written (its hash differs)")
-        if entry["prev"] != prev:
-            what = (
-                "does not follow the line before it: a line was removed, inserted or moved here"
-                if number > 1
-                else "is not the first entry of its log: lines were removed before it"
-            )
+        entry, what = _intact_entry(raw)
+        if entry is None:
             return count, Problem(number, what)
-        if since and entry.get("sessionId") != session:
-            return count, Problem(
-                number,
-                f"starts session {entry.get('sessionId')} but session {session} has no "
-                "session-end entry: its last lines were removed, or its launcher was killed",
-            )
+        what = _out_of_place(number, entry, prev, session, since)
+        if what:
+            return count, Problem(number, what)
         session = entry.get("sessionId")
         if entry.get("event") == SESSION_END:
             if entry.get("entries") != since:

@@ -114,6 +114,29 @@ class _Trouble(logging.Handler):
         )
 
 
+def _measured(
+    entry: Mapping[str, Any], status: str, method: str, server: str | None, name: str | None
+) -> dict[str, str]:
+    """The attributes a call is counted by."""
+    policy = entry.get("policy") or {}
+    measured: dict[str, str] = {
+        "mcp.method.name": method,
+        "ironcurtain.decision": str(policy.get("decision")),
+        "ironcurtain.rule": str(policy.get("rule")),
+        "ironcurtain.result": status,
+    }
+    if server is not None:
+        measured["ironcurtain.server"] = server
+        if name is not None:  # a name no server has is not counted by name
+            measured["ironcurtain.tool"] = name
+    escalation = entry.get("escalation")
+    if isinstance(escalation, str):  # what the human (or the approval) said
+        measured["ironcurtain.escalation"] = escalation
+    if entry.get("direction") == "server-to-client":
+        measured["ironcurtain.direction"] = "server-to-client"
+    return measured
+
+
 class Telemetry:
     """Spans and counters of the session's checked calls, exported in the background."""
 
@@ -218,28 +241,38 @@ class Telemetry:
         method = str(entry.get("method"))
         server = entry.get("server")
         server = server if isinstance(server, str) else None
-        policy = entry.get("policy") or {}
-        measured: dict[str, str] = {
-            "mcp.method.name": method,
-            "ironcurtain.decision": str(policy.get("decision")),
-            "ironcurtain.rule": str(policy.get("rule")),
-            "ironcurtain.result": status,
-        }
         name = shown_name(method, server, entry.get("tool"))
-        if server is not None:
-            measured["ironcurtain.server"] = server
-            if name is not None:  # a name no server has is not counted by name
-                measured["ironcurtain.tool"] = name
-        escalation = entry.get("escalation")
-        if isinstance(escalation, str):  # what the human (or the approval) said
-            measured["ironcurtain.escalation"] = escalation
-        if entry.get("direction") == "server-to-client":
-            measured["ironcurtain.direction"] = "server-to-client"
+        measured = _measured(entry, status, method, server, name)
         if self._calls is not None and self._duration is not None:
             self._calls.add(1, measured)
             self._duration.record(duration_ms, measured)
         if self._tracer is None:
             return
+        attributes = self._attributes(entry, status, duration_ms, stamped, measured, name)
+        span = self._tracer.start_span(
+            f"{method} {name}" if name else method,
+            context=self._parent(params),
+            kind=self._kind,
+            attributes=attributes,
+            start_time=end - int(duration_ms * 1_000_000),
+        )
+        if status in FAILED:
+            span.set_status(self._status(self._code.ERROR, status))
+        elif status == "success":
+            span.set_status(self._status(self._code.OK))
+        span.end(end_time=end)
+
+    def _attributes(
+        self,
+        entry: Mapping[str, Any],
+        status: str,
+        duration_ms: float,
+        stamped: Mapping[str, Any] | None,
+        measured: Mapping[str, str],
+        name: str | None,
+    ) -> dict[str, str | float]:
+        """A call's span's attributes: what is counted, and what names this one call."""
+        method = measured["mcp.method.name"]
         attributes: dict[str, str | float] = {**measured, "ironcurtain.duration_ms": duration_ms}
         if name is not None:
             attributes["ironcurtain.tool"] = name
@@ -259,18 +292,7 @@ class Telemetry:
                     attributes[f"ironcurtain.caller.{key}"] = caller[key]
         if status in FAILED:
             attributes["error.type"] = status
-        span = self._tracer.start_span(
-            f"{method} {name}" if name else method,
-            context=self._parent(params),
-            kind=self._kind,
-            attributes=attributes,
-            start_time=end - int(duration_ms * 1_000_000),
-        )
-        if status in FAILED:
-            span.set_status(self._status(self._code.ERROR, status))
-        elif status == "success":
-            span.set_status(self._status(self._code.OK))
-        span.end(end_time=end)
+        return attributes
 
     def _parent(self, params: Mapping[str, Any] | None) -> Any:
         """The trace the client's request continues (its ``_meta.traceparent``), or None."""

@@ -47,134 +47,155 @@ WorkspaceOpt = Annotated[
 ]
 
 
+# The options of `run`.
+ServerOpt = Annotated[
+    list[str] | None, typer.Option("--server", help="Start only this server (repeatable).")
+]
+AuditLogOpt = Annotated[str | None, typer.Option("--audit-log", help="Audit log path.")]
+AllowUnsandboxedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unsandboxed", help="If this machine cannot sandbox, run servers without it."
+    ),
+]
+AllowNoSeccompOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-no-seccomp",
+        help="If no seccomp filter can be built here, sandbox servers without it.",
+    ),
+]
+AuditArgsOpt = Annotated[
+    str,
+    typer.Option(
+        "--audit-args",
+        help="hashed (default) or clear: arguments in the audit log in clear text "
+        "(fields annotated as PII stay hashed).",
+    ),
+]
+ApprovalOpt = Annotated[
+    str,
+    typer.Option(
+        "--approval",
+        help="Who answers escalations: auto (the client by MCP elicitation when it can, "
+        "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
+        "or deny.",
+    ),
+]
+ApprovalTimeoutOpt = Annotated[
+    float,
+    typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
+]
+MaxIdenticalCallsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-identical-calls",
+        help="Refuse the same call (server, tool, arguments) past this many times a "
+        "minute; 0 turns the circuit breaker off.",
+    ),
+]
+AcceptToolChangesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-tool-changes",
+        help="Trust the servers' tools as they are now (re-pin their descriptions and "
+        "schemas); otherwise changed tools are escalated.",
+    ),
+]
+HttpOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--http",
+        help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
+        "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
+    ),
+]
+HttpTokenFileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--http-token-file",
+        help="Read the --http bearer token from this owner-only file (else "
+        "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
+    ),
+]
+CallerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--caller",
+        help='The caller of every request on stdio: a JSON file {"name": "billing-agent", '
+        '"permissions": ["crm:read"]}.',
+    ),
+]
+OidcIssuerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-issuer",
+        help="With --http: take no bearer token but each caller's JWT from this identity "
+        "provider (https, or http on a loopback address); needs --oidc-audience.",
+    ),
+]
+OidcAudienceOpt = Annotated[
+    str | None,
+    typer.Option("--oidc-audience", help="The audience (aud) the JWTs must be issued for."),
+]
+OidcJwksUrlOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--oidc-jwks-url",
+        help="The provider's key set (default: jwks_uri of its discovery document; "
+        "file:// accepted).",
+    ),
+]
+PermissionsClaimOpt = Annotated[
+    str,
+    typer.Option(
+        "--permissions-claim",
+        help="The claim that holds a caller's permissions: a space-separated string or a "
+        "list of strings.",
+    ),
+]
+OidcRequireOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--oidc-require",
+        help="With --oidc-issuer: CLAIM=GLOB a token's claims must match to make a caller "
+        "(repeatable, all must match; a list claim matches if any element does; * globs). "
+        "Without it, every subject the issuer signs for the audience is a caller.",
+    ),
+]
+MaxClientsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-clients",
+        help="With --http: how many sessions, and in gateway mode callers, are served at "
+        "once (each with servers of its own); the one idle longest makes room.",
+    ),
+]
+
+
 @app.command()
 def run(
     config: ConfigOpt = None,
     policy_dir: PolicyOpt = None,
     workspace: WorkspaceOpt = None,
-    server: Annotated[
-        list[str] | None, typer.Option("--server", help="Start only this server (repeatable).")
-    ] = None,
-    audit_log: Annotated[str | None, typer.Option("--audit-log", help="Audit log path.")] = None,
-    allow_unsandboxed: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unsandboxed", help="If this machine cannot sandbox, run servers without it."
-        ),
-    ] = False,
-    allow_no_seccomp: Annotated[
-        bool,
-        typer.Option(
-            "--allow-no-seccomp",
-            help="If no seccomp filter can be built here, sandbox servers without it.",
-        ),
-    ] = False,
-    audit_args: Annotated[
-        str,
-        typer.Option(
-            "--audit-args",
-            help="hashed (default) or clear: arguments in the audit log in clear text "
-            "(fields annotated as PII stay hashed).",
-        ),
-    ] = "hashed",
-    approval: Annotated[
-        str,
-        typer.Option(
-            "--approval",
-            help="Who answers escalations: auto (the client by MCP elicitation when it can, "
-            "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
-            "or deny.",
-        ),
-    ] = "auto",
-    approval_timeout: Annotated[
-        float,
-        typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
-    ] = 120.0,
-    max_identical_calls: Annotated[
-        int,
-        typer.Option(
-            "--max-identical-calls",
-            help="Refuse the same call (server, tool, arguments) past this many times a "
-            "minute; 0 turns the circuit breaker off.",
-        ),
-    ] = 30,
-    accept_tool_changes: Annotated[
-        bool,
-        typer.Option(
-            "--accept-tool-changes",
-            help="Trust the servers' tools as they are now (re-pin their descriptions and "
-            "schemas); otherwise changed tools are escalated.",
-        ),
-    ] = False,
-    http: Annotated[
-        int | None,
-        typer.Option(
-            "--http",
-            help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
-            "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
-        ),
-    ] = None,
-    http_token_file: Annotated[
-        str | None,
-        typer.Option(
-            "--http-token-file",
-            help="Read the --http bearer token from this owner-only file (else "
-            "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
-        ),
-    ] = None,
-    caller: Annotated[
-        str | None,
-        typer.Option(
-            "--caller",
-            help='The caller of every request on stdio: a JSON file {"name": "billing-agent", '
-            '"permissions": ["crm:read"]}.',
-        ),
-    ] = None,
-    oidc_issuer: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-issuer",
-            help="With --http: take no bearer token but each caller's JWT from this identity "
-            "provider (https, or http on a loopback address); needs --oidc-audience.",
-        ),
-    ] = None,
-    oidc_audience: Annotated[
-        str | None,
-        typer.Option("--oidc-audience", help="The audience (aud) the JWTs must be issued for."),
-    ] = None,
-    oidc_jwks_url: Annotated[
-        str | None,
-        typer.Option(
-            "--oidc-jwks-url",
-            help="The provider's key set (default: jwks_uri of its discovery document; "
-            "file:// accepted).",
-        ),
-    ] = None,
-    permissions_claim: Annotated[
-        str,
-        typer.Option(
-            "--permissions-claim",
-            help="The claim that holds a caller's permissions: a space-separated string or a "
-            "list of strings.",
-        ),
-    ] = "scope",
-    oidc_require: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--oidc-require",
-            help="With --oidc-issuer: CLAIM=GLOB a token's claims must match to make a caller "
-            "(repeatable, all must match; a list claim matches if any element does; * globs). "
-            "Without it, every subject the issuer signs for the audience is a caller.",
-        ),
-    ] = None,
-    max_clients: Annotated[
-        int,
-        typer.Option(
-            "--max-clients",
-            help="With --http: how many sessions, and in gateway mode callers, are served at "
-            "once (each with servers of its own); the one idle longest makes room.",
-        ),
-    ] = 16,
+    server: ServerOpt = None,
+    audit_log: AuditLogOpt = None,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
+    allow_no_seccomp: AllowNoSeccompOpt = False,
+    audit_args: AuditArgsOpt = "hashed",
+    approval: ApprovalOpt = "auto",
+    approval_timeout: ApprovalTimeoutOpt = 120.0,
+    max_identical_calls: MaxIdenticalCallsOpt = 30,
+    accept_tool_changes: AcceptToolChangesOpt = False,
+    http: HttpOpt = None,
+    http_token_file: HttpTokenFileOpt = None,
+    caller: CallerOpt = None,
+    oidc_issuer: OidcIssuerOpt = None,
+    oidc_audience: OidcAudienceOpt = None,
+    oidc_jwks_url: OidcJwksUrlOpt = None,
+    permissions_claim: PermissionsClaimOpt = "scope",
+    oidc_require: OidcRequireOpt = None,
+    max_clients: MaxClientsOpt = 16,
 ) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.cli.run import start

@@ -47,141 +47,143 @@ def _say(command: str, line: str) -> None:
     print(f"ironcurtain {command}: {visible(line, one_line=True)}", file=sys.stderr)
 
 
+def clients(
+    project: ProjectOpt = None,
+    check: Annotated[
+        bool,
+        typer.Option(
+            "--check",
+            help="Exit 1 when any server a client names is not protected (remote ones "
+            "included): for scripts and CI.",
+        ),
+    ] = False,
+) -> None:
+    """List the MCP clients configured on this machine (user files, and this project's),
+    each with its servers and whether they run through ironcurtain, and why not."""
+    from launcher.clients.known import found
+    from launcher.clients.wrap import describe
+
+    user, root = _where("clients", project)
+    text, unprotected, _ = describe(found(user, root))
+    print(text)
+    if check and unprotected:
+        raise typer.Exit(1)
+
+
+def wrap(
+    client: ClientsOpt = None,
+    everything: AllOpt = False,
+    server: ServerSel = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the changes as a diff; write nothing.")
+    ] = False,
+    project: ProjectOpt = None,
+    annotate: Annotated[
+        bool,
+        typer.Option(
+            "--annotate/--no-annotate",
+            help="Annotate the new servers' tools with the heuristic (starts each once).",
+        ),
+    ] = True,
+) -> None:
+    """Run the clients' stdio servers through ironcurtain: each definition moves into
+    ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
+    under the same name (backups first; `ironcurtain unwrap` restores)."""
+    from launcher.clients.wrap import diff, plan_wrap, select
+    from launcher.clients.wrap_annotate import later_command
+    from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
+
+    user, root = _where("wrap", project)
+    files = select(user, root, client or [], everything)
+    changes, config = plan_wrap(files, server or [])
+    for change in [*changes, config]:
+        for note in change.notes:
+            _say("wrap", note)
+    if not any(c.after != c.before for c in changes):
+        unread = [why for _, why in [*files.refused, *files.unsupported]] + config.refused
+        if client and unread:  # named, and nothing of it can be wrapped
+            from launcher.shared.errors import UsageError
+
+            raise UsageError(f"{unread[0]}; nothing written")
+        _say("wrap", "nothing to wrap")
+        return
+    if dry_run:
+        for change in [*changes, config]:
+            print(diff(change), end="")
+        return
+    made = ensure_user_policy()
+    for line in ([made] if made else []) + apply_wrap(changes, config):
+        _say("wrap", line)
+    held = {name: why for change in changes for name, why in change.held.items()}
+    for name, why in held.items():
+        _say("wrap", f"{why}; annotate it from an environment holding only what its "
+             f"client gives: {later_command(name)}")  # fmt: skip
+    if annotate:
+        for line in annotate_new(changes, held):
+            _say("wrap", line)
+    else:
+        _say("wrap", "tools without annotations are never called; annotate them: "
+             f"{later_command('NAME')}")  # fmt: skip
+
+
+def unwrap(
+    client: ClientsOpt = None,
+    everything: AllOpt = False,
+    project: ProjectOpt = None,
+) -> None:
+    """Restore the clients' files as they were before `ironcurtain wrap`: exactly, or, in
+    a file changed elsewhere since, the wrapped entries only; what cannot be restored is
+    said (its backup named) and the rest is done."""
+    from launcher.clients import wrap_records
+    from launcher.clients.wrap import select
+    from launcher.clients.wrap_files import unwrap as restore
+    from launcher.shared.errors import UsageError
+
+    user, root = _where("unwrap", project)
+    files = select(user, root, client or [], everything)
+    said, problems = restore(files)
+    others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
+    nothing = "nothing to unwrap"
+    if others:
+        nothing += (
+            f" in the files read here; wrap's records name other files: {', '.join(others)} "
+            "(unwrap where they are read: in their project, or with their --client)"
+        )
+    for line in said or ([] if problems else [nothing]):
+        _say("unwrap", line)
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
+def http_token_command(
+    rotate: Annotated[
+        bool,
+        typer.Option("--rotate", help="Replace the kept token; clients must be given the new one."),
+    ] = False,
+) -> None:
+    """Print the bearer token `ironcurtain run --http` expects (made on first use, kept
+    owner-only in the state directory), or replace it with --rotate."""
+    from launcher.transports import http_token
+
+    path = http_token.default_path()
+    if rotate:
+        value = http_token.make(path)
+        print(
+            f"ironcurtain: a new token is in {path}; running sessions keep the old one until "
+            "they stop",
+            file=sys.stderr,
+        )
+    else:
+        value = http_token.resolve(None, env={}).value
+    print(value)
+
+
 def register(app: typer.Typer) -> None:
     """Add the commands to ``app``."""
-
-    @app.command()
-    def clients(
-        project: ProjectOpt = None,
-        check: Annotated[
-            bool,
-            typer.Option(
-                "--check",
-                help="Exit 1 when any server a client names is not protected (remote ones "
-                "included): for scripts and CI.",
-            ),
-        ] = False,
-    ) -> None:
-        """List the MCP clients configured on this machine (user files, and this project's),
-        each with its servers and whether they run through ironcurtain, and why not."""
-        from launcher.clients.known import found
-        from launcher.clients.wrap import describe
-
-        user, root = _where("clients", project)
-        text, unprotected, _ = describe(found(user, root))
-        print(text)
-        if check and unprotected:
-            raise typer.Exit(1)
-
-    @app.command()
-    def wrap(
-        client: ClientsOpt = None,
-        everything: AllOpt = False,
-        server: ServerSel = None,
-        dry_run: Annotated[
-            bool, typer.Option("--dry-run", help="Show the changes as a diff; write nothing.")
-        ] = False,
-        project: ProjectOpt = None,
-        annotate: Annotated[
-            bool,
-            typer.Option(
-                "--annotate/--no-annotate",
-                help="Annotate the new servers' tools with the heuristic (starts each once).",
-            ),
-        ] = True,
-    ) -> None:
-        """Run the clients' stdio servers through ironcurtain: each definition moves into
-        ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
-        under the same name (backups first; `ironcurtain unwrap` restores)."""
-        from launcher.clients.wrap import diff, plan_wrap, select
-        from launcher.clients.wrap_annotate import later_command
-        from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
-
-        user, root = _where("wrap", project)
-        files = select(user, root, client or [], everything)
-        changes, config = plan_wrap(files, server or [])
-        for change in [*changes, config]:
-            for note in change.notes:
-                _say("wrap", note)
-        if not any(c.after != c.before for c in changes):
-            unread = [why for _, why in [*files.refused, *files.unsupported]] + config.refused
-            if client and unread:  # named, and nothing of it can be wrapped
-                from launcher.shared.errors import UsageError
-
-                raise UsageError(f"{unread[0]}; nothing written")
-            _say("wrap", "nothing to wrap")
-            return
-        if dry_run:
-            for change in [*changes, config]:
-                print(diff(change), end="")
-            return
-        made = ensure_user_policy()
-        for line in ([made] if made else []) + apply_wrap(changes, config):
-            _say("wrap", line)
-        held = {name: why for change in changes for name, why in change.held.items()}
-        for name, why in held.items():
-            _say("wrap", f"{why}; annotate it from an environment holding only what its "
-                 f"client gives: {later_command(name)}")  # fmt: skip
-        if annotate:
-            for line in annotate_new(changes, held):
-                _say("wrap", line)
-        else:
-            _say("wrap", "tools without annotations are never called; annotate them: "
-                 f"{later_command('NAME')}")  # fmt: skip
-
-    @app.command()
-    def unwrap(
-        client: ClientsOpt = None,
-        everything: AllOpt = False,
-        project: ProjectOpt = None,
-    ) -> None:
-        """Restore the clients' files as they were before `ironcurtain wrap`: exactly, or, in
-        a file changed elsewhere since, the wrapped entries only; what cannot be restored is
-        said (its backup named) and the rest is done."""
-        from launcher.clients import wrap_records
-        from launcher.clients.wrap import select
-        from launcher.clients.wrap_files import unwrap as restore
-        from launcher.shared.errors import UsageError
-
-        user, root = _where("unwrap", project)
-        files = select(user, root, client or [], everything)
-        said, problems = restore(files)
-        others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
-        nothing = "nothing to unwrap"
-        if others:
-            nothing += (
-                f" in the files read here; wrap's records name other files: {', '.join(others)} "
-                "(unwrap where they are read: in their project, or with their --client)"
-            )
-        for line in said or ([] if problems else [nothing]):
-            _say("unwrap", line)
-        if problems:
-            raise UsageError("; ".join(problems))
-
-    @app.command("http-token")
-    def http_token_command(
-        rotate: Annotated[
-            bool,
-            typer.Option(
-                "--rotate", help="Replace the kept token; clients must be given the new one."
-            ),
-        ] = False,
-    ) -> None:
-        """Print the bearer token `ironcurtain run --http` expects (made on first use, kept
-        owner-only in the state directory), or replace it with --rotate."""
-        from launcher.transports import http_token
-
-        path = http_token.default_path()
-        if rotate:
-            value = http_token.make(path)
-            print(
-                f"ironcurtain: a new token is in {path}; running sessions keep the old one until "
-                "they stop",
-                file=sys.stderr,
-            )
-        else:
-            value = http_token.resolve(None, env={}).value
-        print(value)
+    app.command()(clients)
+    app.command()(wrap)
+    app.command()(unwrap)
+    app.command("http-token")(http_token_command)
 
 
 def annotate_new(changes: Sequence[Change], held: Mapping[str, str]) -> list[str]:

@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.plan import coherence
 from launcher.plan.config_schema import SandboxConfig
@@ -41,6 +41,10 @@ from policy.models import CompiledPolicyFile, CompiledRule, ServerAnnotations
 from policy.paths import canonical_path, is_under
 from policy.variables import expand
 from sandbox_profiles.records import frozen
+
+if TYPE_CHECKING:
+    from policy.scenarios import Scenario
+    from policy.verifier import Verification
 
 USER_CONSTITUTION = "constitution-user.md"
 # The settings are named as ``{field}``: the command layer says them as its users know them.
@@ -222,12 +226,112 @@ def _overlapping(output: Path, directories: Sequence[str]) -> list[str]:
     return [d for d in directories if is_under(str(output), d) or is_under(d, str(output))]
 
 
+def _refuse_overlap(output: Path, plan: SessionPlan, workspaces: str) -> None:
+    overlap = _overlapping(output, permitted_directories(plan, [], workspaces))
+    if overlap:
+        raise UsageError(
+            f"overlaps {overlap[0]}, which the servers may use; choose a directory outside it",
+            "output",
+            output,
+        )
+
+
+def _verified(
+    llm: LLM,
+    constitution: str,
+    rules: list[CompiledRule],
+    merged: Merged,
+    plan: SessionPlan,
+    scenarios: list[Scenario],
+    progress: Progress,
+) -> Verification:
+    """The rules run on the scenarios by an engine of them in a scratch tree, and judged."""
+    from policy.verifier import scenario_tree, verify
+
+    structural = plan.engine.structural
+    domains = {n: list(sp.config.allowed_domains) for n, sp in plan.servers.items()}
+    with scenario_tree() as places:
+        engine = PolicyEngine(
+            CompiledPolicyFile(rules=rules),
+            merged.file,
+            StructuralConfig(
+                protected=structural.protected,
+                state_dir=structural.state_dir,
+                exempt=(places["workspace"],),
+            ),
+            domains,
+            {"workspace": places["workspace"]},
+        )
+        verification = verify(
+            llm,
+            constitution,
+            rules,
+            engine,
+            scenarios,
+            places,
+            on_round=lambda n, results: progress.step(
+                f"verifying, round {n}: {sum(r.passed for r in results)} of {len(results)} "
+                "scenarios as expected"
+            ),
+        )
+    return verification
+
+
+def _write(
+    output: Path,
+    merged: Merged,
+    rules: list[CompiledRule],
+    constitution_hash: str,
+    model: str,
+    verification: Verification,
+) -> CompiledPolicyFile:
+    """The annotations, the rules and the scenarios they were verified by, written at once;
+    the policy written."""
+    stamp = {"generatedAt": _now(), "constitutionHash": constitution_hash}
+    policy = CompiledPolicyFile(
+        generated_at=stamp["generatedAt"], constitution_hash=constitution_hash, rules=list(rules)
+    )
+    write_all(
+        {
+            output / "tool-annotations.json": file_json(merged.file),
+            output / "compiled-policy.json": schema.dump(policy),
+            output / "test-scenarios.json": {
+                **stamp,
+                "model": model,
+                "scenarios": [s.model_dump(mode="json") for s in verification.scenarios],
+            },
+        }
+    )
+    return policy
+
+
+def _say_written(
+    output: Path,
+    plan: SessionPlan,
+    merged: Merged,
+    policy: CompiledPolicyFile,
+    variables: Mapping[str, str],
+    verification: Verification,
+) -> None:
+    """What changed, where the written policy and the servers' configuration disagree, and
+    where it went."""
+    report_changes(merged)
+    written = PolicyEngine(policy, merged.file, variables=variables)
+    for mismatch in coherence.check(plan, written):
+        print(f"ironcurtain: compile-policy: warning: {mismatch}", file=sys.stderr)
+    print(
+        f"compile-policy: verified ({len(verification.scenarios)} scenarios, "
+        f"{len(verification.rounds)} round(s)); wrote {output}\n"
+        f"use it with: ironcurtain run --policy-dir {output}",
+        file=sys.stderr,
+    )
+
+
 def compile_policy(
     opts: CompileOptions, llm: LLM | None = None, progress: Progress | None = None
 ) -> int:
     from policy.compiler import compile_constitution
     from policy.scenarios import HANDWRITTEN, applicable, generate_scenarios
-    from policy.verifier import scenario_tree, verify
 
     progress = progress or Progress()
     llm = llm or make_llm(opts.llm, "compile-policy")
@@ -237,13 +341,7 @@ def compile_policy(
     constitution_hash = sha256(constitution)
     plan = plan_session(RunOptions(config=opts.config, servers=opts.servers, every_caller=True))
     workspaces = canonical_path(str(dirs.state_dir() / "workspaces"))
-    overlap = _overlapping(output, permitted_directories(plan, [], workspaces))
-    if overlap:
-        raise UsageError(
-            f"overlaps {overlap[0]}, which the servers may use; choose a directory outside it",
-            "output",
-            output,
-        )
+    _refuse_overlap(output, plan, workspaces)
     progress.step("constitution: " + " + ".join(str(p) for p in sources))
     listings = collect_listings(plan, progress)
     try:
@@ -274,61 +372,15 @@ def compile_policy(
                 file=sys.stderr,
             )
             return 1
-        with scenario_tree() as places:
-            engine = PolicyEngine(
-                CompiledPolicyFile(rules=rules),
-                merged.file,
-                StructuralConfig(
-                    protected=structural.protected,
-                    state_dir=structural.state_dir,
-                    exempt=(places["workspace"],),
-                ),
-                domains,
-                {"workspace": places["workspace"]},
-            )
-            verification = verify(
-                llm,
-                constitution,
-                rules,
-                engine,
-                scenarios,
-                places,
-                on_round=lambda n, results: progress.step(
-                    f"verifying, round {n}: {sum(r.passed for r in results)} of {len(results)} "
-                    "scenarios as expected"
-                ),
-            )
+        verification = _verified(llm, constitution, rules, merged, plan, scenarios, progress)
     except LLMError as exc:
         print(f"ironcurtain: compile-policy: {exc}\nnothing was written", file=sys.stderr)
         return 1
     if not verification.passed:
         _diagnose(verification)
         return 1
-    stamp = {"generatedAt": _now(), "constitutionHash": constitution_hash}
-    policy = CompiledPolicyFile(
-        generated_at=stamp["generatedAt"], constitution_hash=constitution_hash, rules=list(rules)
-    )
-    write_all(
-        {
-            output / "tool-annotations.json": file_json(merged.file),
-            output / "compiled-policy.json": schema.dump(policy),
-            output / "test-scenarios.json": {
-                **stamp,
-                "model": llm.model,
-                "scenarios": [s.model_dump(mode="json") for s in verification.scenarios],
-            },
-        }
-    )
-    report_changes(merged)
-    written = PolicyEngine(policy, merged.file, variables=variables)
-    for mismatch in coherence.check(plan, written):
-        print(f"ironcurtain: compile-policy: warning: {mismatch}", file=sys.stderr)
-    print(
-        f"compile-policy: verified ({len(verification.scenarios)} scenarios, "
-        f"{len(verification.rounds)} round(s)); wrote {output}\n"
-        f"use it with: ironcurtain run --policy-dir {output}",
-        file=sys.stderr,
-    )
+    policy = _write(output, merged, rules, constitution_hash, llm.model, verification)
+    _say_written(output, plan, merged, policy, variables, verification)
     return 0
 
 

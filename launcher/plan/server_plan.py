@@ -285,9 +285,8 @@ def limits_of(server: ServerConfig) -> Limits:
     )
 
 
-def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
-    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false``
-    (or the host cannot sandbox and the caller allowed that)."""
+def _command(name: str, server: ServerConfig, at: Surroundings) -> str:
+    """The server's command found on the search path (or next to this Python)."""
     command = resolve_command(server.command, list(at.search))
     if command is None:
         raise ConfigError(
@@ -295,6 +294,78 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
             f"$.{at.config.key}.{name}.command",
             f"command {server.command!r} not found on PATH or next to {sys.executable}",
         )
+    return command
+
+
+def _unsandboxed(
+    name: str, server: ServerConfig, at: Surroundings, request: ProfileRequest, cwd: str
+) -> ServerPlan:
+    """The plan of a server run as it is (``sandbox: false``, or no sandbox here)."""
+    env = {
+        **sandbox_env(request, os.path.dirname(request.command_path)),
+        "HOME": os.path.expanduser("~"),
+    }
+    launch = LaunchSpec(name, [request.command_path, *server.args], env, cwd, server.timeout)
+    return ServerPlan(name, server, launch, None, cwd, roots=(at.workspace,))
+
+
+def _sandboxed(
+    name: str,
+    server: ServerConfig,
+    at: Surroundings,
+    request: ProfileRequest,
+    cwd: str,
+    fs: FilesystemSandbox,
+    egress: EgressRules | None,
+) -> ServerPlan:
+    """The plan of a server run in its sandbox: its profile, refused when the program
+    needs a directory never shown or limits with no prlimit, and how it is launched."""
+    try:
+        profile = build_profile(request)
+    except NeedsHiddenDirectory as exc:
+        raise ConfigError(
+            str(at.config.path), f"$.{at.config.key}.{name}.command", f"{exc}; {HIDDEN_DIR_FIX}"
+        ) from None
+    closed = next((m.reason for m in profile.mounts if m.reason.startswith(FAIL_CLOSED)), "")
+    if closed and not at.display_only:  # failing closed, loudly
+        warn(f"server '{name}' can write nothing this session: {closed}")
+    if profile.limits.any() and shutil.which("prlimit") is None:
+        raise SandboxUnavailable(
+            f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "
+            "installed.\nTo fix: sudo apt-get install util-linux."
+        )
+    launch = LaunchSpec(
+        name,
+        [],
+        profile.env,
+        launch_cwd(profile, PLATFORM),
+        server.timeout,
+        profile=profile,
+        bwrap=at.bwrap,
+        seccomp=at.seccomp_bpf if profile.seccomp else None,
+        leads=leads_now(profile),
+    )
+    return ServerPlan(
+        name,
+        server,
+        launch,
+        profile,
+        cwd,
+        guarded=tuple(guarded_paths(request, profile)),
+        anchored=profile.anchored,
+        workspace_access=request.workspace_access,
+        workspace_reason=request.workspace_reason,
+        placeholders=tuple(placeholders(profile)),
+        egress=egress,
+        egress_socket=request.egress_socket,
+        roots=_roots(at.workspace, request.workspace_access, fs),
+    )
+
+
+def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
+    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false``
+    (or the host cannot sandbox and the caller allowed that)."""
+    command = _command(name, server, at)
     cwd = server.cwd or at.workspace
     access, access_reason = workspace_access(at.annotations, name)
     sandboxed = server.sandboxed and at.can_sandbox
@@ -347,52 +418,8 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         never_shown=at.never_shown,
     )
     if sandboxed:
-        try:
-            profile = build_profile(request)
-        except NeedsHiddenDirectory as exc:
-            raise ConfigError(
-                str(at.config.path), f"$.{at.config.key}.{name}.command", f"{exc}; {HIDDEN_DIR_FIX}"
-            ) from None
-        closed = next((m.reason for m in profile.mounts if m.reason.startswith(FAIL_CLOSED)), "")
-        if closed and not at.display_only:  # failing closed, loudly
-            warn(f"server '{name}' can write nothing this session: {closed}")
-        if profile.limits.any() and shutil.which("prlimit") is None:
-            raise SandboxUnavailable(
-                f"server '{name}' has sandbox.limits but prlimit (util-linux) is not "
-                "installed.\nTo fix: sudo apt-get install util-linux."
-            )
-        launch = LaunchSpec(
-            name,
-            [],
-            profile.env,
-            launch_cwd(profile, PLATFORM),
-            server.timeout,
-            profile=profile,
-            bwrap=at.bwrap,
-            seccomp=at.seccomp_bpf if profile.seccomp else None,
-            leads=leads_now(profile),
-        )
-        return ServerPlan(
-            name,
-            server,
-            launch,
-            profile,
-            cwd,
-            guarded=tuple(guarded_paths(request, profile)),
-            anchored=profile.anchored,
-            workspace_access=access,
-            workspace_reason=access_reason,
-            placeholders=tuple(placeholders(profile)),
-            egress=egress,
-            egress_socket=egress_socket,
-            roots=_roots(at.workspace, access, fs),
-        )
-    env = {
-        **sandbox_env(request, os.path.dirname(command)),
-        "HOME": os.path.expanduser("~"),
-    }
-    launch = LaunchSpec(name, [command, *server.args], env, cwd, server.timeout)
-    return ServerPlan(name, server, launch, None, cwd, roots=(at.workspace,))
+        return _sandboxed(name, server, at, request, cwd, fs, egress)
+    return _unsandboxed(name, server, at, request, cwd)
 
 
 def _roots(workspace: str, access: WorkspaceAccess, fs: FilesystemSandbox) -> tuple[str, ...]:

@@ -233,17 +233,26 @@ def caller_variable(opts: RunOptions, caller: Caller | None, gateway: Gateway | 
     return CALLER if every else None
 
 
-def plan_from(
+@frozen
+class _Read:
+    """What a session plan reads before its sandboxes are planned: the configuration, the
+    servers started, the policy and its engine, where the audit log goes."""
+
+    variable: str | None
+    config: LoadedConfig
+    selected: dict[str, ServerConfig]
+    files: PolicyFiles
+    engine: PolicyEngine
+    audit_path: str
+
+
+def _read(
     opts: RunOptions,
     session_id: str,
     workspace: str,
-    run_as: tuple[int, int] | None,
-    probe: SandboxProbe | None,
-    callers: tuple[Caller | None, Gateway | None] = (None, None),
-    base: SessionPlan | None = None,
-) -> SessionPlan:
-    """The plan; ``base``: the plan for every caller this one is one caller's of (its
-    policy and its sandbox checks are this one's too)."""
+    callers: tuple[Caller | None, Gateway | None],
+    base: SessionPlan | None,
+) -> _Read:
     variable = caller_variable(opts, *callers)
     config = load_and_warn(opts.config, workspace, variable)
     selected = bundled.installed(
@@ -267,13 +276,17 @@ def plan_from(
         # planned, so a root that holds it gets it read-only; made later, the guard would
         # take it for a server's and move it away.
         dirs.make_state(STATE_DIRS)
-    # Made (when it is not there) before the sandboxes are planned: see make_state.
-    caller, gateway = callers
-    http_token = (
-        _http_token(opts.http_token_file)
-        if opts.http_port is not None and not opts.display_only and gateway is None
-        else None
-    )
+    return _Read(variable, config, selected, files, engine, audit_path)
+
+
+def _sandbox_checks(
+    opts: RunOptions,
+    selected: dict[str, ServerConfig],
+    probe: SandboxProbe | None,
+    base: SessionPlan | None,
+) -> tuple[str | None, bytes | None, str | None]:
+    """(why servers cannot be sandboxed here, the system-call filter, why it cannot be had):
+    refused unless the options allow running without them; a caller's plan takes its base's."""
     problem = None
     bpf: bytes | None = None
     seccomp_problem: str | None = None
@@ -296,18 +309,33 @@ def plan_from(
                     "allow_no_seccomp",
                     "sandbox without the system-call filter",
                 )
+    return problem, bpf, seccomp_problem
+
+
+def _surroundings(
+    opts: RunOptions,
+    read: _Read,
+    session_id: str,
+    workspace: str,
+    run_as: tuple[int, int] | None,
+    bpf: bytes | None,
+    can_sandbox: bool,
+) -> Surroundings:
+    """What every server's sandbox is planned in: its session's runtime directory, the
+    files kept read-only in any writable root, the machine's places."""
     # Sockets live here, and a unix socket path has at most 107 bytes.
-    longest = max([f"egress-{n}.sock" for n in selected] + ["approvals.sock"], key=len)
+    longest = max([f"egress-{n}.sock" for n in read.selected] + ["approvals.sock"], key=len)
     runtime_dir = rundir.path_for(session_id, longest)
     # Read-only inside any writable root: ironcurtain's files, and its state dir (when this
     # session's workspace is one of its workspaces, everything there but the workspaces).
-    sandbox_protected = list(engine.structural.protected)
+    state_real = read.engine.structural.state_dir or ""
+    sandbox_protected = list(read.engine.structural.protected)
     if state_real:
         sandbox_protected += state_protected(state_real, workspace)
     sandbox_protected = uncovered(sandbox_protected)
-    at = Surroundings(
-        config=config,
-        annotations=files.annotations,
+    return Surroundings(
+        config=read.config,
+        annotations=read.files.annotations,
         workspace=workspace,
         runtime_dir=runtime_dir,
         search=search_path(),
@@ -316,10 +344,36 @@ def plan_from(
         never_shown=never_shown(),
         run_as=run_as,
         seccomp_bpf=bpf,
-        can_sandbox=problem is None,
+        can_sandbox=can_sandbox,
         display_only=opts.display_only,
         read_only=opts.read_only,
     )
+
+
+def plan_from(
+    opts: RunOptions,
+    session_id: str,
+    workspace: str,
+    run_as: tuple[int, int] | None,
+    probe: SandboxProbe | None,
+    callers: tuple[Caller | None, Gateway | None] = (None, None),
+    base: SessionPlan | None = None,
+) -> SessionPlan:
+    """The plan; ``base``: the plan for every caller this one is one caller's of (its
+    policy and its sandbox checks are this one's too)."""
+    read = _read(opts, session_id, workspace, callers, base)
+    config, selected, files, engine = read.config, read.selected, read.files, read.engine
+    audit_path, variable = read.audit_path, read.variable
+    # Made (when it is not there) before the sandboxes are planned: see make_state.
+    caller, gateway = callers
+    http_token = (
+        _http_token(opts.http_token_file)
+        if opts.http_port is not None and not opts.display_only and gateway is None
+        else None
+    )
+    problem, bpf, seccomp_problem = _sandbox_checks(opts, selected, probe, base)
+    at = _surroundings(opts, read, session_id, workspace, run_as, bpf, problem is None)
+    runtime_dir = at.runtime_dir
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
     per_caller = (
         gateway is not None

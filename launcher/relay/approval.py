@@ -159,9 +159,16 @@ class Approvals:
                 **({"caller": self.caller} if self.caller else {}),
             }
             return await self._at_terminal(key, question)
+        message = approval_message(server, tool, arguments, decision, grant, by_server)
+        return await self._by_elicitation(key, ask, message, by_server)
+
+    async def _by_elicitation(
+        self, key: tuple[str, str, str], ask: Requester, message: str, by_server: bool
+    ) -> Outcome:
+        """The client asked, by a form of one question."""
         params = {
             "mode": "form",
-            "message": approval_message(server, tool, arguments, decision, grant, by_server),
+            "message": message,
             "requestedSchema": {
                 "type": "object",
                 "properties": {

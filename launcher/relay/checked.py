@@ -22,7 +22,7 @@ from launcher.relay.call import Call, ClientLink, malformed_answer
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate import denial_text
 from launcher.relay.inputs import ServerInputs
-from launcher.relay.seams import Core
+from launcher.relay.seams import Core, Downstream
 from launcher.relay.stateless import asks_for_input, for_server, server_result
 from launcher.shared.jsonrpc import (
     BY_URI,
@@ -212,34 +212,11 @@ class CheckedCalls:
     def _answer(self, call: Call, outcome: Message | BaseException) -> None:
         server, conn = call.server, call.conn
         assert conn is not None and server is not None
-        if isinstance(outcome, ServerGone):
-            again = "it is being restarted, try again shortly" if conn.restarting else None
-            self.end(
-                call, "server-exited", failure=f"ERROR: {outcome}; {again or 'it is not running'}"
-            )
-            return
-        if isinstance(outcome, TimeoutError):
-            timeout = self.core.settings[server].timeout
-            text = (
-                f"ERROR: server '{server}' did not answer within {timeout} s; "
-                "the call was cancelled"
-            )
-            self.end(call, "timeout", failure=text)
-            return
         if isinstance(outcome, BaseException):
-            raise outcome
+            self._no_answer(call, server, conn, outcome)
+            return
         if "error" in outcome:
-            self.finish(call, "error")
-            err = outcome["error"] if isinstance(outcome["error"], dict) else {}
-            code = err.get("code")
-            relayed: Message = {
-                **err,
-                # A JSON-RPC code is a 32-bit integer; anything else carries the server's data.
-                "code": code if type(code) is int and -(2**31) <= code < 2**31 else -32603,
-                "message": str(err.get("message", "error")),
-            }
-            relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)
-            self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
+            self._relay_error(call, server, outcome)
             return
         answer = outcome.get("result")
         if not isinstance(answer, dict):
@@ -272,6 +249,39 @@ class CheckedCalls:
             self._reply(call, text, DENIED)
             return
         self.send(result(call.request_id, answer))
+
+    def _no_answer(self, call: Call, server: str, conn: Downstream, outcome: BaseException) -> None:
+        """A call its server gave no answer to: gone, or not in time (anything else raised)."""
+        if isinstance(outcome, ServerGone):
+            again = "it is being restarted, try again shortly" if conn.restarting else None
+            self.end(
+                call, "server-exited", failure=f"ERROR: {outcome}; {again or 'it is not running'}"
+            )
+            return
+        if isinstance(outcome, TimeoutError):
+            timeout = self.core.settings[server].timeout
+            text = (
+                f"ERROR: server '{server}' did not answer within {timeout} s; "
+                "the call was cancelled"
+            )
+            self.end(call, "timeout", failure=text)
+            return
+        raise outcome
+
+    def _relay_error(self, call: Call, server: str, outcome: Message) -> None:
+        """The server's error answer, passed on through the output policy with a code a
+        JSON-RPC client takes."""
+        self.finish(call, "error")
+        err = outcome["error"] if isinstance(outcome["error"], dict) else {}
+        code = err.get("code")
+        relayed: Message = {
+            **err,
+            # A JSON-RPC code is a 32-bit integer; anything else carries the server's data.
+            "code": code if type(code) is int and -(2**31) <= code < 2**31 else -32603,
+            "message": str(err.get("message", "error")),
+        }
+        relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)
+        self.send({"jsonrpc": "2.0", "id": call.request_id, "error": relayed})
 
     def _asks(self, call: Call, outcome: Message | BaseException) -> bool:
         """Whether ``outcome`` is a question of its server's that is answered for it."""

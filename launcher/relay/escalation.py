@@ -13,7 +13,7 @@ import asyncio
 from typing import Protocol
 
 from launcher.audit.log import hash_value
-from launcher.relay.approval import asking_with
+from launcher.relay.approval import Outcome, asking_with
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate import denial_text, label
 from launcher.relay.grants import CannotWiden, Grant, describe, instruction_paths
@@ -86,20 +86,8 @@ class Escalations:
         assert call.server is not None
         named = label(call.method, call.name)
         ends = self.ends
-        try:
-            grants = self._grants(call)
-        except CannotWiden as exc:
-            call.entry["escalation"] = "cannot-take-effect"
-            text = (
-                f"ESCALATION CANNOT TAKE EFFECT (rule: {decision.rule}): {decision.reason}; "
-                f"no approval was asked, because {exc}"
-            )
-            ends.end(call, "denied", denial=text)
-            return
-        except Exception as exc:  # whatever it was, no one is asked and the call is answered
-            call.entry["escalation"] = "cannot-take-effect"
-            text = f"ERROR: what an approval would give could not be worked out: {exc}"
-            ends.end(call, "error", failure=text)
+        grants = self._grants_or_end(call, decision)
+        if grants is None:
             return
         token = call.progress_token()
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
@@ -125,6 +113,35 @@ class Escalations:
                 alive.cancel()
             if self._waiting.get(call.request_id) is asyncio.current_task():
                 del self._waiting[call.request_id]
+        await self._approved_or_not(call, decision, outcome, grants)
+
+    def _grants_or_end(self, call: Call, decision: Decision) -> list[Grant] | None:
+        """What approving would give the call; None when that cannot be worked out or would
+        not take effect (the call is then answered, and no one asked)."""
+        ends = self.ends
+        try:
+            return self._grants(call)
+        except CannotWiden as exc:
+            call.entry["escalation"] = "cannot-take-effect"
+            text = (
+                f"ESCALATION CANNOT TAKE EFFECT (rule: {decision.rule}): {decision.reason}; "
+                f"no approval was asked, because {exc}"
+            )
+            ends.end(call, "denied", denial=text)
+            return None
+        except Exception as exc:  # whatever it was, no one is asked and the call is answered
+            call.entry["escalation"] = "cannot-take-effect"
+            text = f"ERROR: what an approval would give could not be worked out: {exc}"
+            ends.end(call, "error", failure=text)
+            return None
+
+    async def _approved_or_not(
+        self, call: Call, decision: Decision, outcome: Outcome, grants: list[Grant]
+    ) -> None:
+        """The call as its approval said: given its access and forwarded, or denied."""
+        assert call.server is not None
+        named = label(call.method, call.name)
+        ends = self.ends
         call.entry["escalation"] = outcome.escalation
         if outcome.escalation == "approved-for-session":
             call.entry["whitelisted"] = {  # what later identical calls will match

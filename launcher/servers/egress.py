@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import NoReturn
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from policy.egress import EgressRules, check_address, check_host
 from policy.urls import split_host_port
@@ -65,6 +65,62 @@ async def _resolve(host: str, port: int, pool: Executor | None = None) -> list[s
         if sockaddr[0] not in seen:
             seen.append(str(sockaddr[0]))
     return seen
+
+
+def _request_head(head: bytes) -> tuple[str, str, str, list[tuple[str, ...]]]:
+    """(method, target, version, headers) of a proxy request's head, refused unless it is
+    one of HTTP/1.x of printable ASCII within the size limit."""
+    if len(head) > HEAD_LIMIT:
+        raise _Refused(431, "request head too large")
+    lines = head.decode("latin-1").split("\r\n")
+    if not lines[0].isascii() or not lines[0].isprintable():
+        raise _Refused(400, "a request line holds a control or non-ASCII character")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _Refused(400, "not an HTTP/1.x proxy request")
+    method, target, version = parts
+    headers = [tuple(h.split(":", 1)) for h in lines[1:] if ":" in h]
+    return method, target, version, headers
+
+
+def _plain_request(
+    target: str, headers: list[tuple[str, ...]]
+) -> tuple[SplitResult, str, int, str]:
+    """(the URL, its host and port, the body's Content-Length) of a plain http:// request,
+    refused when its Host header names another place or its body is chunked."""
+    url = urlsplit(target)
+    if url.scheme != "http" or not url.hostname:
+        raise _Refused(400, f"only CONNECT and absolute http:// URLs are proxied: {target!r}")
+    try:
+        host, port = url.hostname, url.port or 80
+    except ValueError:
+        raise _Refused(400, f"bad port in {target!r}") from None
+    host_header = next((v.strip() for k, v in headers if k.strip().lower() == "host"), None)
+    if host_header is not None and _split_authority(host_header, 80) != (host.lower(), port):
+        reason = f"the Host header {host_header!r} does not match {host}"
+        raise _Refused(400, reason, host, port)
+    if any(k.strip().lower() == "transfer-encoding" for k, _ in headers):
+        reason = "chunked request bodies are not proxied; send Content-Length"
+        raise _Refused(411, reason, host, port)
+    length = next((v.strip() for k, v in headers if k.strip().lower() == "content-length"), "0")
+    if not (length.isascii() and length.isdecimal()):
+        raise _Refused(400, "bad Content-Length", host, port)
+    return url, host, port, length
+
+
+async def _send_body(
+    reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, remaining: int
+) -> None:
+    """The body as it comes, a piece at a time: the trusted process never holds more than
+    one piece of it, whatever length the server announces."""
+    while remaining:
+        piece = await reader.read(min(remaining, 65536))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"", remaining)
+        up_writer.write(piece)
+        await up_writer.drain()
+        remaining -= len(piece)
+    await up_writer.drain()
 
 
 class EgressProxy:
@@ -157,16 +213,7 @@ class EgressProxy:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
         except asyncio.LimitOverrunError:
             raise _Refused(431, "request head too large") from None
-        if len(head) > HEAD_LIMIT:
-            raise _Refused(431, "request head too large")
-        lines = head.decode("latin-1").split("\r\n")
-        if not lines[0].isascii() or not lines[0].isprintable():
-            raise _Refused(400, "a request line holds a control or non-ASCII character")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            raise _Refused(400, "not an HTTP/1.x proxy request")
-        method, target, version = parts
-        headers = [tuple(h.split(":", 1)) for h in lines[1:] if ":" in h]
+        method, target, version, headers = _request_head(head)
         if method == "CONNECT":
             host, port = _split_authority(target, 443)
             upstream = await self._open(host, port)
@@ -174,23 +221,7 @@ class EgressProxy:
             await writer.drain()
             await _pipe(reader, writer, *upstream)
             return
-        url = urlsplit(target)
-        if url.scheme != "http" or not url.hostname:
-            raise _Refused(400, f"only CONNECT and absolute http:// URLs are proxied: {target!r}")
-        try:
-            host, port = url.hostname, url.port or 80
-        except ValueError:
-            raise _Refused(400, f"bad port in {target!r}") from None
-        host_header = next((v.strip() for k, v in headers if k.strip().lower() == "host"), None)
-        if host_header is not None and _split_authority(host_header, 80) != (host.lower(), port):
-            reason = f"the Host header {host_header!r} does not match {host}"
-            raise _Refused(400, reason, host, port)
-        if any(k.strip().lower() == "transfer-encoding" for k, _ in headers):
-            reason = "chunked request bodies are not proxied; send Content-Length"
-            raise _Refused(411, reason, host, port)
-        length = next((v.strip() for k, v in headers if k.strip().lower() == "content-length"), "0")
-        if not (length.isascii() and length.isdecimal()):
-            raise _Refused(400, "bad Content-Length", host, port)
+        url, host, port, length = _plain_request(target, headers)
         up_reader, up_writer = await self._open(host, port)
         path = url.path or "/"
         if url.query:
@@ -198,17 +229,7 @@ class EgressProxy:
         kept = [(k, v) for k, v in headers if k.strip().lower() not in _HOP_HEADERS]
         out = [f"{method} {path} {version}", *(f"{k}:{v}" for k, v in kept), "Connection: close"]
         up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
-        # The body as it comes, a piece at a time: the trusted process never holds more
-        # than one piece of it, whatever length the server announces.
-        remaining = int(length)
-        while remaining:
-            piece = await reader.read(min(remaining, 65536))
-            if not piece:
-                raise asyncio.IncompleteReadError(b"", remaining)
-            up_writer.write(piece)
-            await up_writer.drain()
-            remaining -= len(piece)
-        await up_writer.drain()
+        await _send_body(reader, up_writer, int(length))
         # One request per connection: nothing more is read from the client, so a second
         # request to another host cannot ride on this checked connection.
         await _copy(up_reader, writer)

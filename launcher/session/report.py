@@ -135,15 +135,11 @@ def own_workspaces(plan: SessionPlan) -> list[str]:
     return [f"              and {name}'s own: {', '.join(own)}" for name, own in found if own]
 
 
-def startup_report(
-    plan: SessionPlan,
-    tools: Mapping[str, list[Message]],
-    http: HttpAddress | None,
-    eras: Mapping[str, str] | None = None,
-) -> str:
-    """What started (``eras``: the protocol era each server is spoken to in, when not the
-    handshake era's)."""
-    lines = [f"ironcurtain: session {plan.session_id}"]
+def _server_lines(
+    plan: SessionPlan, tools: Mapping[str, list[Message]], eras: Mapping[str, str] | None
+) -> list[str]:
+    """A line per server: its containment, its tools, the era it is spoken to in."""
+    lines = []
     width = max(len(n) for n in tools)
     boxes = {name: containment(plan, name) for name in tools}
     box_width = max(32, *(len(b) for b in boxes.values()))
@@ -156,10 +152,11 @@ def startup_report(
             + ("started for each caller when it first calls" if plan.per_caller else shown)
             + ("" if era == "handshake" else f" ({era} era)")
         )
-    if plan.run_as is not None:
-        uid, gid = plan.run_as
-        lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")
-    # Per sandboxed server: how it sees the workspace, and the limits in force.
+    return lines
+
+
+def _workspace_lines(plan: SessionPlan) -> list[str]:
+    """Per sandboxed server: how it sees the workspace, and the limits in force."""
     access: dict[str, list[str]] = {}
     limits: dict[str, list[str]] = {}
     for name, sp in plan.servers.items():
@@ -171,11 +168,67 @@ def startup_report(
         for key, label in (("write", "writable"), ("read", "read-only"), ("none", "not shown"))
         if key in access
     )
-    lines.append(f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else ""))
+    lines = [f"  workspace:  {plan.workspace}" + (f" ({seen})" if seen else "")]
     lines += own_workspaces(plan)
     if plan.per_caller:
         lines.append("              ${caller}: each caller's name made safe for a path")
     lines += [f"  limits:     {', '.join(names)}: {text}" for text, names in limits.items()]
+    return lines
+
+
+def _http_lines(plan: SessionPlan, http: HttpAddress) -> list[str]:
+    """Who may call over HTTP: gateway mode's token issuer, or the bearer token (and, on a
+    terminal, a client's configuration holding it)."""
+    gateway = plan.gateway
+    if gateway is not None:
+        return [
+            f"ironcurtain: callers: JWTs of {gateway.issuer} for the audience "
+            f"{gateway.audience} (keys: {gateway.jwks_url}; permissions: the "
+            f"{gateway.permissions_claim} claim); no other bearer token is taken"
+            + "".join(f"; admitted only with {claim}={glob}" for claim, glob in gateway.required)
+        ]
+    source = plan.http_token.source if plan.http_token is not None else "given"
+    lines = [f"ironcurtain: bearer token: {source} (`ironcurtain http-token` prints it)"]
+    if sys.stderr.isatty():  # the token is not written to a log file
+        lines.append("ironcurtain: client configuration:")
+        entry = {
+            "type": "http",
+            "url": http.url,
+            "headers": {"Authorization": f"Bearer {http.token}"},
+        }
+        lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
+    return lines
+
+
+def _ready_lines(plan: SessionPlan, http: HttpAddress | None) -> list[str]:
+    """Where clients connect, and that the session is ready."""
+    if http is not None:
+        return [
+            *_http_lines(plan, http),
+            f"ironcurtain: ready, serving MCP on {http.url} "
+            "(each client session gets its own servers; Ctrl-C stops)",
+        ]
+    lines = []
+    if sys.stdin.isatty():
+        lines.append("ironcurtain: client configuration for this session:")
+        lines.append(client_entry(plan))
+    lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
+    return lines
+
+
+def startup_report(
+    plan: SessionPlan,
+    tools: Mapping[str, list[Message]],
+    http: HttpAddress | None,
+    eras: Mapping[str, str] | None = None,
+) -> str:
+    """What started (``eras``: the protocol era each server is spoken to in, when not the
+    handshake era's)."""
+    lines = [f"ironcurtain: session {plan.session_id}", *_server_lines(plan, tools, eras)]
+    if plan.run_as is not None:
+        uid, gid = plan.run_as
+        lines.append(f"  servers run as uid {uid}, gid {gid} (ironcurtain runs as root)")
+    lines += _workspace_lines(plan)
     lines += [
         f"  audit log:  {plan.audit_path}",
         f"  config:     {plan.config.path} ({plan.config.source})",
@@ -185,35 +238,7 @@ def startup_report(
     ]
     if plan.caller is not None:
         lines.append(f"  caller:     {plan.caller.name} (every request; from its caller file)")
-    gateway = plan.gateway
-    if http is not None and gateway is not None:
-        lines.append(
-            f"ironcurtain: callers: JWTs of {gateway.issuer} for the audience "
-            f"{gateway.audience} (keys: {gateway.jwks_url}; permissions: the "
-            f"{gateway.permissions_claim} claim); no other bearer token is taken"
-            + "".join(f"; admitted only with {claim}={glob}" for claim, glob in gateway.required)
-        )
-    elif http is not None:
-        source = plan.http_token.source if plan.http_token is not None else "given"
-        lines.append(f"ironcurtain: bearer token: {source} (`ironcurtain http-token` prints it)")
-        if sys.stderr.isatty():  # the token is not written to a log file
-            lines.append("ironcurtain: client configuration:")
-            entry = {
-                "type": "http",
-                "url": http.url,
-                "headers": {"Authorization": f"Bearer {http.token}"},
-            }
-            lines.append(json.dumps({"mcpServers": {"ironcurtain": entry}}, indent=2))
-    if http is not None:
-        lines.append(
-            f"ironcurtain: ready, serving MCP on {http.url} "
-            "(each client session gets its own servers; Ctrl-C stops)"
-        )
-    else:
-        if sys.stdin.isatty():
-            lines.append("ironcurtain: client configuration for this session:")
-            lines.append(client_entry(plan))
-        lines.append("ironcurtain: ready, serving MCP on stdio (end of input or Ctrl-C stops)")
+    lines += _ready_lines(plan, http)
     # Each line on one line (names in it are the config's and the servers'); the JSON blocks
     # (ASCII, their newlines their own) as they are.
     return "\n".join(

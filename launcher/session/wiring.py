@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from launcher.audit.log import AuditLog
 from launcher.audit.telemetry import Telemetry
@@ -125,11 +125,7 @@ class Session(SessionEvents):
             if started is None:
                 started = self._started = prestart(self.plan)
             await self._take_over(started)
-            if self.terminals is not None:
-                try:
-                    await self.terminals.start()
-                except OSError as exc:
-                    raise StartupError(f"cannot open the approvals socket: {exc}") from None
+            await self._open_terminals()
             # The HTTP stack takes about half a second to import: done while servers start.
             stack = (
                 asyncio.get_running_loop().run_in_executor(
@@ -152,41 +148,11 @@ class Session(SessionEvents):
                     return 0
             elif self.callers is None:
                 await self.fleet.start()
-            # (A session planned for every caller has no tools yet: each caller's servers
-            # list theirs when it first calls.)
-            every = self.callers is None
-            for warning in check_output_tools(
-                self.plan,
-                {n: c.tools for n, c in self.servers.items()} if every else {},
-                {n: c.prompts for n, c in self.servers.items()} if every else {},
-            ):
-                say(warning)
-            offers = {n: bool(c.resources or c.resource_templates) for n, c in self.servers.items()}
-            tools = {n: c.tools for n, c in self.servers.items()} if every else {}
-            for warning in unguarded_resources(self.plan, tools, offers):
-                say(warning)
-            for mismatch in coherence.check(self.plan):
-                say(f"warning: {mismatch}")
+            self._warn_at_start()
             if exporting is not None:
                 self.telemetry = await exporting
-            if stack is not None and self.plan.http_port is not None:
-                await stack
-                if self.callers is None:
-                    self.relay = self.first.attach(None, at_start=True)  # the first client's
-                await self._listen(self.plan.http_port)
-            else:
-                self.stdio = StdioTransport(self.first.feed, self._stop.set)
-                self.relay = self.first.attach(self.stdio, at_start=True)
-                self.first.caller = self.plan.caller
-                if self.plan.caller is not None and self.audit is not None:
-                    # The one caller of a session on stdio: every entry names it.
-                    audited = {"caller": self.plan.caller.audited}
-                    self.audit = self.audit.for_client(lambda entry: audited)
-                    self.relay.core.audit = self.audit
-            tools = {name: conn.tools for name, conn in self.servers.items()}
-            eras = {name: conn.era for name, conn in self.servers.items()}
-            report = startup_report(self.plan, tools, self.http, eras)
-            say_lines(report.removeprefix("ironcurtain: "))
+            await self._attach_first(stack)
+            self._say_ready()
             # What start-up built lives as long as the session: out of the collector's way,
             # so a full collection during a call walks only what calls allocate.
             gc.freeze()
@@ -196,6 +162,56 @@ class Session(SessionEvents):
                 started.drop_unadopted()
             await self.stop()
         return 1 if self.unneutralised else 0
+
+    async def _open_terminals(self) -> None:
+        if self.terminals is not None:
+            try:
+                await self.terminals.start()
+            except OSError as exc:
+                raise StartupError(f"cannot open the approvals socket: {exc}") from None
+
+    def _warn_at_start(self) -> None:
+        """What the plan leaves unguarded or incoherent, said once the servers are up."""
+        # (A session planned for every caller has no tools yet: each caller's servers
+        # list theirs when it first calls.)
+        every = self.callers is None
+        for warning in check_output_tools(
+            self.plan,
+            {n: c.tools for n, c in self.servers.items()} if every else {},
+            {n: c.prompts for n, c in self.servers.items()} if every else {},
+        ):
+            say(warning)
+        offers = {n: bool(c.resources or c.resource_templates) for n, c in self.servers.items()}
+        tools = {n: c.tools for n, c in self.servers.items()} if every else {}
+        for warning in unguarded_resources(self.plan, tools, offers):
+            say(warning)
+        for mismatch in coherence.check(self.plan):
+            say(f"warning: {mismatch}")
+
+    async def _attach_first(self, stack: asyncio.Future[Any] | None) -> None:
+        """The first client attached: listening over HTTP once its stack is imported, or on
+        stdio (its one caller named in every audit entry)."""
+        if stack is not None and self.plan.http_port is not None:
+            await stack
+            if self.callers is None:
+                self.relay = self.first.attach(None, at_start=True)  # the first client's
+            await self._listen(self.plan.http_port)
+        else:
+            self.stdio = StdioTransport(self.first.feed, self._stop.set)
+            self.relay = self.first.attach(self.stdio, at_start=True)
+            self.first.caller = self.plan.caller
+            if self.plan.caller is not None and self.audit is not None:
+                # The one caller of a session on stdio: every entry names it.
+                audited = {"caller": self.plan.caller.audited}
+                self.audit = self.audit.for_client(lambda entry: audited)
+                self.relay.core.audit = self.audit
+
+    def _say_ready(self) -> None:
+        """The start-up report: what started."""
+        tools = {name: conn.tools for name, conn in self.servers.items()}
+        eras = {name: conn.era for name, conn in self.servers.items()}
+        report = startup_report(self.plan, tools, self.http, eras)
+        say_lines(report.removeprefix("ironcurtain: "))
 
     async def _take_over(self, started: Prestarted) -> None:
         """Take over what was started before the event loop: from here on, stopping the

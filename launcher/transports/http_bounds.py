@@ -7,10 +7,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 HEAD_TIMEOUT = 10.0  # seconds a connection has to send a whole request head
 MAX_CONNECTIONS = 256  # open at once; more are closed as they come
+
+
+def _longest_idle(new: Any, connections: Iterable[Any]) -> Any:
+    """Of the open connections of ``new``'s kind but itself, the one waiting longest with no
+    request being served, or None."""
+    idle = [
+        c for c in connections if isinstance(c, type(new)) and c is not new and not c._serving()
+    ]
+    return min(idle, key=lambda c: c._since, default=None)
 
 
 def bounded_protocol() -> type[asyncio.Protocol]:
@@ -34,12 +44,7 @@ def bounded_protocol() -> type[asyncio.Protocol]:
             if len(self.connections) > MAX_CONNECTIONS:
                 # Full: the connection waiting longest with no request being served makes
                 # room (holding idle connections then keeps nobody out); none, this one goes.
-                idle = [
-                    c
-                    for c in self.connections
-                    if isinstance(c, Bounded) and c is not self and not c._serving()
-                ]
-                oldest = min(idle, key=lambda c: c._since, default=None)
+                oldest = _longest_idle(self, self.connections)
                 if oldest is None:
                     transport.abort()
                     return

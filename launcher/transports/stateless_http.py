@@ -49,7 +49,7 @@ from launcher.shared.jsonrpc import (
     error,
     loads,
 )
-from launcher.transports.relays import CallerRelays, Opener, Relayed, TooMany, Upstream
+from launcher.transports.relays import CallerRelays, Held, Opener, Relayed, TooMany, Upstream
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
@@ -125,35 +125,18 @@ class StatelessClients:
         except (ValueError, RecursionError):
             await _answer(send, error(None, -32700, "parse error: not JSON"))
             return
-        if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-            await _answer(send, error(None, -32600, "invalid request: one JSON-RPC message"))
-            return
-        fault = _meta_fault(message) if "id" in message else None
-        if fault is not None:  # the era's faults of form are answered 400
-            await _answer(send, error(message.get("id"), -32602, fault), 400)
-            return
-        mismatch = _mismatch(scope, message)
-        if mismatch is not None:
-            await _answer(send, error(message.get("id"), HEADER_MISMATCH, mismatch))
-            return
-        if "id" not in message:  # a notification: nothing of this era's is one to act on
-            await _status(send, 202)
+        refused = _refused(scope, message)
+        if refused is not None:
+            answer, status = refused
+            if answer is None:  # a notification: nothing of this era's is one to act on
+                await _status(send, 202)
+            else:
+                await _answer(send, answer, status)
             return
         rid = message["id"]
-        if type(rid) not in (str, int):
-            await _answer(send, error(None, -32600, "invalid request: an id is a string or number"))
-            return
-        if message["method"] == "initialize":  # not a method of the era
-            await _answer(send, error(rid, -32601, "method not found: initialize"))
-            return
         caller: Caller | None = scope.get(CALLER)
-        try:
-            held = await self.relays.take(caller)
-        except TooMany as exc:
-            await _answer(send, error(rid, -32603, str(exc)), 503)
-            return
-        except Exception as exc:  # the servers cannot be started (now, or again yet)
-            await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
+        held = await self._take(caller, rid, send)
+        if held is None:
             return
         relay = held.relay
         relay.caller = caller  # what it may do: as its latest token says
@@ -180,6 +163,29 @@ class StatelessClients:
         finally:
             who = self._callers.pop(internal, None)
             self.relays.done(held)
+        self._continue(internal, who, message, answer)
+
+    async def _take(self, caller: Caller | None, rid: str | int, send: Send) -> Held | None:
+        """The caller's relay taken (its servers started when they are not yet); None when
+        that cannot be, the client answered why."""
+        try:
+            return await self.relays.take(caller)
+        except TooMany as exc:
+            await _answer(send, error(rid, -32603, str(exc)), 503)
+            return None
+        except Exception as exc:  # the servers cannot be started (now, or again yet)
+            await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
+            return None
+
+    def _continue(
+        self,
+        internal: str,
+        who: dict[str, object] | None,
+        message: Message,
+        answer: Message | None,
+    ) -> None:
+        """A request that goes on past its answer (a listen, a retry with requestState) keeps
+        what its audit entries add until its last one is written."""
         result = answer.get("result") if answer is not None else None
         goes_on = message["method"] == LISTEN  # its unsubscribes come after its stream
         if who is not None and (goes_on or (isinstance(result, dict) and "requestState" in result)):
@@ -353,6 +359,28 @@ def _decoded(value: str | None) -> str | None:
         return base64.b64decode(value[9:-2], validate=True).decode("utf-8")
     except (binascii.Error, UnicodeDecodeError):
         return None
+
+
+def _refused(scope: Scope, message: Any) -> tuple[Message | None, int | None] | None:
+    """(the error answer, its status when not the code's own) to what is not one request
+    of this era to relay; (None, None) for a notification, which is only acknowledged;
+    None for a request."""
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return error(None, -32600, "invalid request: one JSON-RPC message"), None
+    fault = _meta_fault(message) if "id" in message else None
+    if fault is not None:  # the era's faults of form are answered 400
+        return error(message.get("id"), -32602, fault), 400
+    mismatch = _mismatch(scope, message)
+    if mismatch is not None:
+        return error(message.get("id"), HEADER_MISMATCH, mismatch), None
+    if "id" not in message:  # a notification: nothing of this era's is one to act on
+        return None, None
+    rid = message["id"]
+    if type(rid) not in (str, int):
+        return error(None, -32600, "invalid request: an id is a string or number"), None
+    if message["method"] == "initialize":  # not a method of the era
+        return error(rid, -32601, "method not found: initialize"), None
+    return None
 
 
 async def _body(receive: Receive) -> bytes:
