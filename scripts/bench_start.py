@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 from benchlib import BIN, ROOT, Peer, Scratch, print_medians
 
@@ -156,7 +157,7 @@ def bench_ready(quick: bool) -> str:
     added = []
     fast_ready: dict[str, list[float]] = {"bare": [], "ironcurtain": []}
     fast_begun: dict[str, list[float]] = {"bare": [], "ironcurtain": []}
-    fast_variants = {
+    fast_variants: dict[str, Callable[[], float]] = {
         "bare": lambda: _bare_all_ready([fast], env, scratch.ws),
         "ironcurtain": lambda: _run_ready(scratch, env, ["--config", config]),
     }
@@ -187,11 +188,11 @@ def bench_ready(quick: bool) -> str:
         selection = [a for n in names if n != "*" for a in ("--server", n)]
         wrapped = names == ["*"]
         variants: dict[str, Callable[[], float]] = {
-            "bare, slowest": lambda c=commands: _bare_all_ready(c, env, scratch.ws),  # type: ignore[misc]
+            "bare, slowest": partial(_bare_all_ready, commands, env, scratch.ws),
             "ironcurtain": (
                 (lambda: _wrapped_all_ready(scratch, env, list(bare)))
                 if wrapped
-                else (lambda s=selection: _run_ready(scratch, env, s))  # type: ignore[misc]
+                else partial(_run_ready, scratch, env, selection)
             ),
         }
         for measure in variants.values():  # warm the page cache

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -58,7 +58,7 @@ class Peer:
             self.client.initialize(client="bench")
         self.ready = time.perf_counter() - started
 
-    def call(self, tool: str, arguments: dict[str, object]) -> float:
+    def call(self, tool: str, arguments: Mapping[str, object]) -> float:
         """One tools/call; its round-trip time."""
         start = time.perf_counter()
         reply = self.client.ask("tools/call", {"name": tool, "arguments": arguments, **self.meta})
@@ -129,6 +129,7 @@ class HttpPeer:
     ) -> tuple[dict[str, object], dict[str, str]]:
         """The answer to one request (or nothing, for a notification), and the response's
         headers (names in lower case)."""
+        body: dict[str, object]
         if notify is not None:
             body = {"jsonrpc": "2.0", "method": notify}
         else:
@@ -162,7 +163,7 @@ class HttpPeer:
         headers = {k.lower(): v for k, v in response.getheaders()}
         return response.status, headers, response.read()
 
-    def call(self, tool: str, arguments: dict[str, object], stdlib: bool = False) -> float:
+    def call(self, tool: str, arguments: Mapping[str, object], stdlib: bool = False) -> float:
         """One tools/call; its round-trip time."""
         params: dict[str, object] = {"name": tool, "arguments": arguments}
         if self.stateless:
@@ -171,11 +172,12 @@ class HttpPeer:
         start = time.perf_counter()
         reply, _ = self._post("tools/call", params, stdlib=stdlib)
         took = time.perf_counter() - start
-        if "error" in reply or reply.get("result", {}).get("isError"):  # type: ignore[union-attr]
+        result = reply.get("result")
+        if "error" in reply or (isinstance(result, dict) and result.get("isError")):
             raise RuntimeError(f"call failed: {reply}")
         return took
 
-    def call_stdlib(self, tool: str, arguments: dict[str, object]) -> float:
+    def call_stdlib(self, tool: str, arguments: Mapping[str, object]) -> float:
         """The same through ``http.client``."""
         return self.call(tool, arguments, stdlib=True)
 

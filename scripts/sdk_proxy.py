@@ -35,8 +35,8 @@ async def main(argv: list[str]) -> None:
 
         server: Server[object] = Server(
             "sdk-proxy",
-            on_list_tools=list_tools,  # type: ignore[arg-type]
-            on_call_tool=call_tool,  # type: ignore[arg-type]
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
         )
         async with stdio_server() as (server_read, server_write):
             await server.run(server_read, server_write, server.create_initialization_options())

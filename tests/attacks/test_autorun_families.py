@@ -153,7 +153,11 @@ def _ran(markers: Path) -> dict[str, bool]:
     }
 
 
-def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[tuple[bool, str]]]:
+# What ran afterwards (by attack) and the probe's answers.
+Outcome = tuple[dict[str, bool], list[tuple[bool, str]]]
+
+
+def _hostile(base: Path, sandboxed: bool) -> Outcome:
     user, ws, markers = _world(base)
     ops = _ops(ws, markers)
     # One call per operation: a server made read-only fails one, not the rest.
@@ -164,12 +168,12 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[tuple[b
 
 
 @pytest.fixture(scope="module")
-def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def boxed(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("boxed"), sandboxed=True)
 
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
@@ -178,19 +182,19 @@ HOSTILE = ["lefthook-config", "lefthook-script", *GIT_CONFIG_ATTACKS]
 
 @pytest.mark.parametrize("attack", HOSTILE)
 def test_what_a_hostile_server_plants_does_not_run_at_the_next_commit(
-    attack: str, boxed: tuple
+    attack: str, boxed: Outcome
 ) -> None:
     ran, answers = boxed
     assert not ran[f"{attack} (any)"], answers
 
 
 @pytest.mark.parametrize("attack", HOSTILE)
-def test_without_the_sandbox_the_next_commit_runs_it(attack: str, bare: tuple) -> None:
+def test_without_the_sandbox_the_next_commit_runs_it(attack: str, bare: Outcome) -> None:
     ran, answers = bare
     assert ran[attack], answers
 
 
-def test_the_sandbox_lets_the_writes_happen_and_the_guard_moves_them(boxed: tuple) -> None:
+def test_the_sandbox_lets_the_writes_happen_and_the_guard_moves_them(boxed: Outcome) -> None:
     """Nothing fails closed here (no root is read-only): every write is made, or, for a
     file in a new folder that is itself protected (``.lefthook/``, a hooks directory a
     configuration names), finds that folder already moved away: the guard acts as events

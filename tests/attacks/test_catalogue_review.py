@@ -191,7 +191,11 @@ def _left(ws: Path) -> list[str]:
     return [rel for rel in INSTRUCTIONS if os.path.lexists(ws / rel)]
 
 
-def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], list]:
+# What ran afterwards (by attack), the instruction files left and the probe's answers.
+Outcome = tuple[dict[str, bool], list[str], list[tuple[bool, str]]]
+
+
+def _hostile(base: Path, sandboxed: bool) -> Outcome:
     user, ws, markers = _world(base)
     calls = [("fs_ops", {"base": str(ws), "ops": ops}) for ops in _ops(markers)]
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
@@ -199,12 +203,12 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
 
 
 @pytest.fixture(scope="module")
-def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def boxed(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("boxed"), sandboxed=True)
 
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
@@ -215,25 +219,25 @@ def _tool_for(attack: str) -> None:
 
 
 @pytest.mark.parametrize("attack", MARKED)
-def test_what_a_hostile_server_writes_does_not_run_afterwards(attack: str, boxed: tuple) -> None:
+def test_what_a_hostile_server_writes_does_not_run_afterwards(attack: str, boxed: Outcome) -> None:
     _tool_for(attack)
     ran, _, answers = boxed
     assert not ran[attack], answers
 
 
 @pytest.mark.parametrize("attack", MARKED)
-def test_without_the_sandbox_it_runs(attack: str, bare: tuple) -> None:
+def test_without_the_sandbox_it_runs(attack: str, bare: Outcome) -> None:
     _tool_for(attack)
     ran, _, answers = bare
     assert ran[attack], answers
 
 
-def test_the_servers_instruction_and_settings_files_are_quarantined(boxed: tuple) -> None:
+def test_the_servers_instruction_and_settings_files_are_quarantined(boxed: Outcome) -> None:
     _, left, answers = boxed
     assert left == [], answers
 
 
-def test_without_the_sandbox_they_stay(bare: tuple) -> None:
+def test_without_the_sandbox_they_stay(bare: Outcome) -> None:
     _, left, _ = bare
     assert left == INSTRUCTIONS
 

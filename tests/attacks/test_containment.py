@@ -288,7 +288,7 @@ def _launcher_pid() -> int:
     for child in psutil.Process().children(recursive=True):
         try:
             if any("ironcurtain" in part for part in child.cmdline()[:2]):
-                return child.pid
+                return int(child.pid)
         except psutil.Error:
             continue
     raise AssertionError("ironcurtain process not found")

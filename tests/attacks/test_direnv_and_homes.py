@@ -234,7 +234,11 @@ def _instructions_left(ws: Path) -> list[str]:
     return [rel for rel in INSTRUCTIONS if os.path.lexists(ws / rel)]
 
 
-def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], list]:
+# What ran afterwards (by attack), the instruction files left and the probe's answers.
+Outcome = tuple[dict[str, bool], list[str], list[tuple[bool, str]]]
+
+
+def _hostile(base: Path, sandboxed: bool) -> Outcome:
     user, ws, markers = _world(base)
     calls = [("fs_ops", {"base": str(ws), "ops": ops}) for _, ops in _ops(markers)]
     answers = run_probe(user, ws, probe_server_config(sandboxed), lambda: calls)
@@ -242,38 +246,38 @@ def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], l
 
 
 @pytest.fixture(scope="module")
-def boxed(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def boxed(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("boxed"), sandboxed=True)
 
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def bare(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_what_a_hostile_server_writes_does_not_run_afterwards(attack: str, boxed: tuple) -> None:
+def test_what_a_hostile_server_writes_does_not_run_afterwards(attack: str, boxed: Outcome) -> None:
     ran, _, answers = boxed
     assert not ran.get(f"{attack} (any)", ran[attack]), answers
 
 
 @pytest.mark.parametrize("attack", ATTACKS)
-def test_without_the_sandbox_it_runs(attack: str, bare: tuple) -> None:
+def test_without_the_sandbox_it_runs(attack: str, bare: Outcome) -> None:
     ran, _, answers = bare
     assert ran[attack], answers
 
 
-def test_the_servers_instruction_files_are_quarantined(boxed: tuple) -> None:
+def test_the_servers_instruction_files_are_quarantined(boxed: Outcome) -> None:
     _, left, answers = boxed
     assert left == [], answers
 
 
-def test_without_the_sandbox_its_instruction_files_stay(bare: tuple) -> None:
+def test_without_the_sandbox_its_instruction_files_stay(bare: Outcome) -> None:
     _, left, _ = bare
     assert left == INSTRUCTIONS
 
 
-def test_a_hard_link_to_a_hook_cannot_be_made_in_the_sandbox(boxed: tuple) -> None:
+def test_a_hard_link_to_a_hook_cannot_be_made_in_the_sandbox(boxed: Outcome) -> None:
     """The link fails (a read-only mount is another mount: EXDEV), so nothing is written
     through it either."""
     _, _, answers = boxed
@@ -284,7 +288,9 @@ def test_a_hard_link_to_a_hook_cannot_be_made_in_the_sandbox(boxed: tuple) -> No
 # -- the agent, through the bundled filesystem server's allowed calls ----------------------
 
 
-def _agent(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], list, Path]:
+def _agent(
+    base: Path, sandboxed: bool
+) -> tuple[dict[str, bool], list[str], list[tuple[bool, str]], Path]:
     """The agent writes each .env and sourced script direnv would load, and instruction
     files (write_file makes no executable file: the PATH attacks are the server's), and
     ordinary work, which stays."""

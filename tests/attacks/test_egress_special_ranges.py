@@ -53,7 +53,7 @@ def test_names_resolving_into_special_ipv6_ranges_are_refused(
         raise ConnectionRefusedError(111, "refused by the test")
 
     monkeypatch.setattr(egress, "_resolve", resolve)
-    monkeypatch.setattr(egress.asyncio, "open_connection", dial)
+    monkeypatch.setattr(asyncio, "open_connection", dial)
     refusals: list[Refusal] = []
     rules = EgressRules.from_config(["*"], [], {"pinned.test": "64:ff9b::7f00:1"})
     sock = str(tmp_path / "egress.sock")

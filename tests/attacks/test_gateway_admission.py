@@ -157,7 +157,7 @@ def test_fresh_subjects_of_one_party_cannot_take_another_partys_room(
 
 def test_a_party_may_still_use_its_own_room() -> None:
     """Its own subjects make room for each other: the idle one longest gives way."""
-    got: dict[str, Any] = {}
+    got: dict[int, httpx2.Response] = {}
 
     async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: Any) -> None:
         for n in range(3):

@@ -53,7 +53,8 @@ def _repo(repo: Path, config: tuple[str, str], env: dict[str, str], files: dict[
     binary = LEFTHOOK or "lefthook"
     if repo.name == "npm-lefthook":  # installed with npm: the binary is in node_modules
         (repo / NPM_LEFTHOOK).parent.mkdir(parents=True)
-        binary = shutil.copy(_go_binary(), repo / NPM_LEFTHOOK)
+        shutil.copy(_go_binary(), repo / NPM_LEFTHOOK)
+        binary = str(repo / NPM_LEFTHOOK)
     subprocess.run([binary, "install"], cwd=repo, env=env, check=True)
 
 

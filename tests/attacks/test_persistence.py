@@ -330,7 +330,11 @@ def _left(ws: Path) -> list[str]:
     return [*names, *links]
 
 
-def _hostile(base: Path, sandboxed: bool) -> tuple[dict[str, bool], list[str], list[str]]:
+# What host git ran (by attack), the catalogue names left and the probe's answer texts.
+Outcome = tuple[dict[str, bool], list[str], list[str]]
+
+
+def _hostile(base: Path, sandboxed: bool) -> Outcome:
     user, ws, markers = _world(base)
     calls = [
         ("fs_ops", {"base": str(ws), "ops": attack.ops(str(markers / attack.id), str(ws))})
@@ -383,12 +387,12 @@ def test_what_a_server_plants_as_it_starts_runs_without_the_sandbox(tmp_path: Pa
 
 
 @pytest.fixture(scope="module")
-def hostile_sandboxed(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def hostile_sandboxed(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("boxed"), sandboxed=True)
 
 
 @pytest.fixture(scope="module")
-def hostile_bare(tmp_path_factory: pytest.TempPathFactory) -> tuple:
+def hostile_bare(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
     return _hostile(tmp_path_factory.mktemp("bare"), sandboxed=False)
 
 
@@ -402,24 +406,24 @@ HOSTILE = [
 
 @pytest.mark.parametrize("attack", HOSTILE)
 def test_a_hostile_server_plants_nothing_host_git_runs(
-    attack: str, hostile_sandboxed: tuple
+    attack: str, hostile_sandboxed: Outcome
 ) -> None:
     ran, _, answers = hostile_sandboxed
     assert not ran[attack], answers
 
 
 @pytest.mark.parametrize("attack", HOSTILE)
-def test_without_the_sandbox_host_git_runs_it(attack: str, hostile_bare: tuple) -> None:
+def test_without_the_sandbox_host_git_runs_it(attack: str, hostile_bare: Outcome) -> None:
     ran, _, answers = hostile_bare
     assert ran[attack], answers
 
 
-def test_no_catalogue_name_survives_the_session(hostile_sandboxed: tuple) -> None:
+def test_no_catalogue_name_survives_the_session(hostile_sandboxed: Outcome) -> None:
     _, left, answers = hostile_sandboxed
     assert left == [], answers
 
 
-def test_without_the_sandbox_every_catalogue_name_is_left(hostile_bare: tuple) -> None:
+def test_without_the_sandbox_every_catalogue_name_is_left(hostile_bare: Outcome) -> None:
     _, left, _ = hostile_bare
     assert left == PLANTED
 
@@ -431,7 +435,7 @@ def test_holding_every_proxy_connection_does_not_switch_the_guard_off(tmp_path: 
     server = probe_server_config(True)
     server["sandbox"]["network"] = {"allowedDomains": ["example.invalid"]}
     attack = GIT_ATTACKS[0]
-    calls = [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("hold_connections", {"path": "/run/ironcurtain/egress.sock", "count": 1500}),
         ("fs_ops", {"base": str(ws), "ops": attack.ops(str(markers / attack.id), str(ws))}),
     ]

@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from launcher.host.fdtree import TooLarge
+from launcher.host.oscalls import rename_noreplace
 from launcher.relay.grants import CannotWiden, Grant
 from launcher.servers import staging
 from launcher.servers.staging import Stage
+
+# The kernel's rename without replacing: (source dir fd, name, destination dir fd, name).
+Rename = Callable[[int, str, int, str], None]
 
 
 def _stage(tmp_path: Path) -> tuple[Stage, Path]:
@@ -49,7 +54,7 @@ def test_a_source_swapped_for_a_link_just_before_the_move_is_not_moved(
     source, target = _move(host)
     stage.prepare([source, target], [], str(host))
     _server_moves(stage, source, target)
-    real = staging.rename_noreplace
+    real = rename_noreplace
     swapped: list[str] = []
 
     def swap_then_rename(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
@@ -63,7 +68,7 @@ def test_a_source_swapped_for_a_link_just_before_the_move_is_not_moved(
 
     monkeypatch.setattr(staging, "rename_noreplace", swap_then_rename)
     if not guarded:
-        monkeypatch.setattr(Stage, "_moved", _unguarded_moved)
+        monkeypatch.setattr(Stage, "_moved", _unguarded(swap_then_rename))
     records, why = stage.carry_over([source, target])
     assert swapped
     final = host / "final.txt"
@@ -77,18 +82,22 @@ def test_a_source_swapped_for_a_link_just_before_the_move_is_not_moved(
     assert {r["outcome"] for r in records} == {"failed"}
 
 
-def _unguarded_moved(self: Stage, source: Grant, target: Grant) -> bool:
-    """The move as it was before the check: one rename, straight to the target."""
-    src_parent, src_name = os.path.split(source.path)
-    dst_parent, dst_name = os.path.split(target.path)
-    src_fd = os.open(src_parent, os.O_RDONLY | os.O_DIRECTORY)
-    dst_fd = os.open(dst_parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        staging.rename_noreplace(src_fd, src_name, dst_fd, dst_name)
-    finally:
-        os.close(src_fd)
-        os.close(dst_fd)
-    return True
+def _unguarded(rename: Rename) -> Callable[[Stage, Grant, Grant], bool]:
+    """The move as it was before the check: one ``rename``, straight to the target."""
+
+    def moved(self: Stage, source: Grant, target: Grant) -> bool:
+        src_parent, src_name = os.path.split(source.path)
+        dst_parent, dst_name = os.path.split(target.path)
+        src_fd = os.open(src_parent, os.O_RDONLY | os.O_DIRECTORY)
+        dst_fd = os.open(dst_parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            rename(src_fd, src_name, dst_fd, dst_name)
+        finally:
+            os.close(src_fd)
+            os.close(dst_fd)
+        return True
+
+    return moved
 
 
 def test_a_file_grown_past_the_bound_is_not_installed_and_leaves_nothing(

@@ -25,6 +25,17 @@ SECRET = "S3CRET-meta-5b0e"
 VALID = f"00-{TRACE_ID}-{PARENT_ID}-01"
 
 
+class _Recording(logging.Handler):
+    """Keeps every record it is handed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
 def test_nothing_of_meta_but_the_trace_context_is_exported(
     tmp_path: Path, receiver: Receiver
 ) -> None:
@@ -105,9 +116,8 @@ def test_a_traceparent_that_is_not_one_starts_a_trace_of_its_own(
 ) -> None:
     h = build(tmp_path)
     telemetry = exporting(h)
-    heard: list[logging.LogRecord] = []  # what the SDK says of it
-    listener = logging.Handler()
-    listener.emit = heard.append  # type: ignore[method-assign]
+    listener = _Recording()
+    heard = listener.records  # what the SDK says of it
     logging.getLogger("opentelemetry.trace").addHandler(listener)
     path = str(h.ws / "a.txt")
     bad = {"name": "read_file", "arguments": {"path": path}, "_meta": {"traceparent": traceparent}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -68,7 +69,7 @@ def test_git_remote_forms(remote: str, host: str) -> None:
     assert extract_git_domain(remote) == host
 
 
-def _engine(allowed: list[str], rules: list[dict[str, object]]) -> PolicyEngine:
+def _engine(allowed: list[str], rules: Sequence[Mapping[str, object]]) -> PolicyEngine:
     annotations = schema.validate(
         ToolAnnotationsFile,
         {

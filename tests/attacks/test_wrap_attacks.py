@@ -95,11 +95,11 @@ def test_wrap_run_from_the_home_gives_the_user_entries_no_workspace(user: Home, 
         ]["lfiles"],
     }
     for name, entry in entries.items():
-        assert "--workspace" not in entry["args"], (name, entry)  # type: ignore[operator]
+        assert "--workspace" not in entry["args"], (name, entry)
         assert not _mounts_home(user, name, entry), name
     # The control: the entry as it was wrapped before, with the home as its workspace, is
     # refused by run itself now (a home is never a writable root).
-    args = [str(a) for a in entries["cfiles"]["args"]]  # type: ignore[attr-defined]
+    args = [str(a) for a in entries["cfiles"]["args"]]
     before = [args[0], "--workspace", str(user.home), *args[1:]]
     refused = _cli(user, user.root, "profile", "cfiles", *before[1:-2])
     assert refused.returncode == 2 and "is your home directory" in refused.stderr, refused.stderr

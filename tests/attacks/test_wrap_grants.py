@@ -13,6 +13,7 @@ import re
 import resource
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def _hostile(user: Home, project: Path, arg: str) -> None:
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"s": entry}}))
 
 
-TARGETS = {
+TARGETS: dict[str, Callable[[Home], Path]] = {
     "./keys": lambda u: u.home / ".ssh",  # a link inside the project, to ~/.ssh
     "~/.ssh/id_rsa": lambda u: u.home / ".ssh",  # a file: its directory would be readable
     "~/.ssh": lambda u: u.home / ".ssh",

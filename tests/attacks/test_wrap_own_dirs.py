@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ def test_a_user_level_git_server_works_on_its_repository(user: Home) -> None:
 
 # A hostile project's .mcp.json names these: (argument, the place it would be granted). The
 # project is ~/proj: `..` is the home, `../..` holds it.
-HOSTILE = {
+HOSTILE: dict[str, Callable[[Home], Path]] = {
     "~": lambda u: u.home,
     "/": lambda u: Path("/"),
     "~/.ssh": lambda u: u.home / ".ssh",

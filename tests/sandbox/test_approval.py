@@ -260,7 +260,7 @@ def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
     from launcher.relay.approval import approval_message
     from policy.decision import Decision
 
-    arguments = {
+    arguments: dict[str, object] = {
         "path": "/ws/evil\u202etxt.exe",
         "content": "a\u009bb\u200bc\u2028d\u061ce\U000e0041f",  # and a bidi mark, a tag
     }
@@ -276,7 +276,9 @@ def test_a_servers_request_is_asked_as_the_servers_and_a_name_keeps_to_its_line(
     from policy.decision import Decision
 
     decision = Decision("escalate", "client-requests", "a human approves sampling")
-    request = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    request: dict[str, object] = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    }
     text = approval_message("fs", "sampling/createMessage", request, decision, by_server=True)
     head = text.splitlines()[0]
     assert head.startswith("ironcurtain: server 'fs' asks the user's model") and "agent" not in head
@@ -302,7 +304,9 @@ def test_a_tool_approved_for_the_session_never_covers_a_servers_request() -> Non
         return {"result": {"action": "accept", "content": {"answer": APPROVE_SESSION}}}
 
     decision = Decision("escalate", "r", "ask")
-    request = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    request: dict[str, object] = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    }
     approvals = Approvals("elicit", 5.0)
 
     async def scenario() -> list[str]:

@@ -53,12 +53,16 @@ def _policy(user: Home, permissions: Any = PERMISSIONS) -> Path:
     return policy
 
 
+# The tools a caller is shown, and (is error, text) of its call of each of the two.
+Used = tuple[list[str], tuple[bool, str], tuple[bool, str]]
+
+
 def _args(user: Home) -> list[str]:
     return ["--server", "time", "--workspace", str(user.ws()), "--policy-dir",
             str(_policy(user)), "--audit-log", str(user.root / "audit.jsonl")]  # fmt: skip
 
 
-async def _use(session: Any) -> tuple[list[str], tuple[bool, str], tuple[bool, str]]:
+async def _use(session: Any) -> Used:
     """What a caller is shown, and its calls of both tools."""
     listed = sorted(tool.name for tool in (await session.list_tools()).tools)
     return (
@@ -68,12 +72,10 @@ async def _use(session: Any) -> tuple[list[str], tuple[bool, str], tuple[bool, s
     )
 
 
-def _stdio(
-    user: Home, permissions: list[str]
-) -> tuple[list[str], tuple[bool, str], tuple[bool, str]]:
+def _stdio(user: Home, permissions: list[str]) -> Used:
     caller = user.root / "caller.json"
     caller.write_text(json.dumps({"name": "billing-agent", "permissions": permissions}))
-    out: list[Any] = []
+    out: list[Used] = []
 
     async def scenario() -> None:
         async with connect(user, *_args(user), "--caller", str(caller)) as session:

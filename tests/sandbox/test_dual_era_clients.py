@@ -92,7 +92,7 @@ def test_over_stdio_the_server_is_spoken_to_in_its_clients_era_when_it_serves_it
     other = "handshake" if mode == STATELESS else "stateless"
     if named and not flags:
         era = HANDSHAKE if other == "handshake" else STATELESS
-    args = dual_args(user, *flags, **({"era": other} if named else {}))
+    args = dual_args(user, *flags, era=other if named else None)
 
     async def scenario() -> None:
         async with client_in(user, "stdio", args, mode, human) as client:
@@ -132,7 +132,7 @@ def test_an_instance_gone_while_its_twin_opens_leaves_one_instance_not_two(
     race = DUAL.parent / "twin_race_server.py"
     marks = user.root / "marks"
     marks.mkdir()
-    args = dual_args(user, **({} if twin_on else {"era": "stateless"}))
+    args = dual_args(user, era=None if twin_on else "stateless")
     config = Path(args[args.index("--config") + 1])
     servers = json.loads(config.read_text())
     dual = servers["mcpServers"]["dual"]

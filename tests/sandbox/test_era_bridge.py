@@ -78,7 +78,7 @@ def test_a_server_of_both_eras_is_spoken_to_in_the_era_its_config_names(
     said: list[str] = []
 
     async def scenario() -> None:
-        args = dual_args(user, **settings)
+        args = dual_args(user, era=settings.get("era"))
         async with client_in(user, "stdio", args, "legacy", human) as client:
             result = await client.call_tool("greet", {})
             said.append("\n".join(getattr(c, "text", "") for c in result.content))

@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx2
 import mcp_types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.session import IncomingMessage
 
 from tests.support.audit import audit_entries
 from tests.support.client import Client
@@ -37,7 +39,7 @@ class Heard:
         self.updated: list[str] = []
         self.logs: list[tuple[str, Any]] = []
 
-    async def message(self, message: Any) -> None:
+    async def message(self, message: IncomingMessage) -> None:
         if isinstance(message, types.ResourceUpdatedNotification):
             self.updated.append(str(message.params.uri))
 
@@ -45,7 +47,7 @@ class Heard:
         self.logs.append((params.level, params.data))
 
 
-async def _settle(check: Any, seconds: float = 5) -> None:
+async def _settle(check: Callable[[], object], seconds: float = 5) -> None:
     for _ in range(int(seconds * 20)):
         if check():
             return
@@ -73,20 +75,25 @@ def test_subscriptions_and_log_levels_reach_the_server(user: Home, transport: st
     assert heard.logs == [("error", "at error")]
 
 
-async def _with(user: Home, transport: str, scenario: Any, heard: Heard) -> None:
-    callbacks = {"message_handler": heard.message, "logging_callback": heard.log}
+async def _with(
+    user: Home, transport: str, scenario: Callable[[ClientSession], Awaitable[None]], heard: Heard
+) -> None:
     if transport == "stdio":
         argv = [IRONCURTAIN, "run", *probe_args(user)]
         params = StdioServerParameters(command=argv[0], args=argv[1:], env=user.env)
         async with (
             stdio_client(params) as (read, write),
-            ClientSession(read, write, **callbacks) as opened,
+            ClientSession(
+                read, write, message_handler=heard.message, logging_callback=heard.log
+            ) as opened,
         ):
             await opened.initialize()
             await scenario(opened)
         return
     with serving(user, *probe_args(user)) as served:
-        async with http_session(served.url, **callbacks) as opened:
+        async with http_session(
+            served.url, message_handler=heard.message, logging_callback=heard.log
+        ) as opened:
             await scenario(opened)
 
 

@@ -4,7 +4,7 @@ reaches nothing); the caller that was asked can, and the call's audit entry name
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import httpx2
 import pytest
@@ -28,7 +28,7 @@ def idp() -> Iterator[Provider]:
         yield provider
 
 
-def _post(url: str, token: str, rid: int, params: dict[str, object]) -> httpx2.Response:
+def _post(url: str, token: str, rid: int, params: Mapping[str, object]) -> httpx2.Response:
     headers = {"Content-Type": "application/json", "Accept": ACCEPT,
                "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
                "Mcp-Name": "env_value", "Authorization": f"Bearer {token}"}  # fmt: skip

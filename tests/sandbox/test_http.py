@@ -262,7 +262,7 @@ def _post_only(
     with httpx2.Client(timeout=30) as http:
         head = {"Authorization": f"Bearer {TOKEN}", "Accept": ACCEPT,
                 "Content-Type": "application/json"}  # fmt: skip
-        capabilities = {"elicitation": {"form": {}}, "sampling": {}}
+        capabilities: dict[str, object] = {"elicitation": {"form": {}}, "sampling": {}}
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": capabilities,
             "clientInfo": {"name": "post-only", "version": "1"}}}  # fmt: skip

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
@@ -54,7 +55,7 @@ def test_each_mode_of_the_sdk_client_gets_the_same_policy(
     anyio.run(scenario)
     assert seen["version"] == era
     assert seen["inside"] == (False, "inside")
-    error, text = seen["outside"]  # type: ignore[misc]
+    error, text = cast(tuple[bool, str], seen["outside"])
     assert error and text.startswith("DENIED")
     assert seen["time"] is False
     entries = [json.loads(line) for line in Path(audit).read_text().splitlines()]

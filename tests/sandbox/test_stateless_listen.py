@@ -38,7 +38,7 @@ def test_a_listen_hears_the_resource_it_watches_change(user: Home, transport: st
             ) as sub:
                 seen["honored"] = sub.honored.resource_subscriptions
                 touched = await client.call_tool("touch", {"uri": "probe://status"})
-                seen["touched"] = touched.content[0].text  # type: ignore[union-attr]
+                seen["touched"] = touched.content[0].text
                 with anyio.fail_after(10):
                     event = await sub.__anext__()
                 seen["event"] = event
@@ -46,7 +46,7 @@ def test_a_listen_hears_the_resource_it_watches_change(user: Home, transport: st
             with anyio.fail_after(10):
                 while True:
                     again = await client.call_tool("touch", {"uri": "probe://status"})
-                    if again.content[0].text == "TOUCHED, nobody subscribed":  # type: ignore[union-attr]
+                    if again.content[0].text == "TOUCHED, nobody subscribed":
                         break
                     await anyio.sleep(0.05)
 
@@ -78,7 +78,7 @@ def test_a_calls_progress_reaches_a_stateless_client(user: Home, transport: str)
     async def scenario() -> None:
         async with stateless_client(user, transport) as client:
             result = await client.call_tool("slow", {"steps": 3}, progress_callback=progress)
-            assert result.content[0].text == "SLOW done 3"  # type: ignore[union-attr]
+            assert result.content[0].text == "SLOW done 3"
 
     anyio.run(scenario)
     assert heard == [1, 2, 3]

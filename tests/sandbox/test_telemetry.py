@@ -8,9 +8,11 @@ import asyncio
 import json
 import sys
 from collections.abc import Iterator
+from typing import cast
 
 import httpx2
 import pytest
+from mcp_types import RequestParamsMeta
 
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
@@ -39,13 +41,14 @@ def test_a_session_exports_each_call_by_the_time_it_ends(user: Home, receiver: R
     caller.write_text(json.dumps({"name": "billing-agent", "permissions": []}))
     audit = user.root / "audit.jsonl"
     args = ["--server", "time", "--workspace", str(user.ws()), "--audit-log", str(audit)]
-    meta = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"}
+    # An open map (extra keys allowed), which mypy does not read from its TypedDict yet.
+    meta = cast(RequestParamsMeta, {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
     answers = []
 
     async def scenario() -> None:
         async with connect(user, *args, "--caller", str(caller)) as session:
             now = {"timezone": "UTC"}
-            answers.append(await session.call_tool("get_current_time", now, meta=meta))  # type: ignore[arg-type]
+            answers.append(await session.call_tool("get_current_time", now, meta=meta))
             answers.append(await session.call_tool("get_current_time", {"timezone": SECRET}))
             answers.append(await session.call_tool("no_such_tool", {"x": SECRET}))
 
@@ -151,7 +154,7 @@ def test_over_http_each_span_names_the_caller_its_token_says(
             answer = httpx2.post(served.url, json=body, headers=headers, timeout=30)
             assert answer.status_code == 200 and not answer.json()["result"].get("isError")
             spans = receiver.wait_for_spans(2)
-    by_caller = {attributes(s)["ironcurtain.caller.name"]: s for s in spans}
+    by_caller = {str(attributes(s)["ironcurtain.caller.name"]): s for s in spans}
     assert sorted(by_caller) == ["alice", "carol"]
     assert {attributes(s)["ironcurtain.caller.issuer"] for s in spans} == {idp.issuer}
     assert by_caller["carol"].trace_id.hex() == TRACE_ID

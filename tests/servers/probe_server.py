@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 
 import mcp_types as types
+from mcp.server.elicitation import AcceptedElicitation
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import SamplingMessage, TextContent
 from pydantic import BaseModel
@@ -186,12 +187,10 @@ async def _set_level(ctx: object, params: types.SetLevelRequestParams) -> types.
     return types.EmptyResult()
 
 
-for _method, _params, _handler in (
-    ("resources/subscribe", types.SubscribeRequestParams, _subscribe),
-    ("resources/unsubscribe", types.UnsubscribeRequestParams, _unsubscribe),
-    ("logging/setLevel", types.SetLevelRequestParams, _set_level),
-):
-    server._lowlevel_server.add_request_handler(_method, _params, _handler)
+_handlers = server._lowlevel_server
+_handlers.add_request_handler("resources/subscribe", types.SubscribeRequestParams, _subscribe)
+_handlers.add_request_handler("resources/unsubscribe", types.UnsubscribeRequestParams, _unsubscribe)
+_handlers.add_request_handler("logging/setLevel", types.SetLevelRequestParams, _set_level)
 
 
 @server.tool()
@@ -225,7 +224,8 @@ class _Answer(BaseModel):
 async def ask_user(question: str, ctx: Context) -> str:
     """Ask the human a question (elicitation)."""
     answered = await ctx.elicit(question, _Answer)
-    return f"ASKED: {answered.action} {answered.data.name if answered.data else ''}".rstrip()
+    name = answered.data.name if isinstance(answered, AcceptedElicitation) else ""
+    return f"ASKED: {answered.action} {name}".rstrip()
 
 
 @server.tool()
@@ -353,7 +353,8 @@ def http_get(url: str) -> str:
 
     try:
         with urllib.request.urlopen(url, timeout=5) as response:
-            return f"OK {response.status}: " + response.read(200).decode(errors="replace")
+            head: bytes = response.read(200)
+            return f"OK {response.status}: " + head.decode(errors="replace")
     except Exception as exc:
         return f"FAILED: {exc}"
 

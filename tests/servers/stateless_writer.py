@@ -40,7 +40,10 @@ def main() -> None:
         if method == "subscriptions/listen":
             continue  # held open
         if method == "server/discover":
-            found = {"supportedVersions": ["2026-07-28"], "capabilities": {"tools": {}}}
+            found: dict[str, Any] = {
+                "supportedVersions": ["2026-07-28"],
+                "capabilities": {"tools": {}},
+            }
         elif method == "tools/list":
             found = {"tools": TOOLS}
         elif method == "tools/call" and "inputResponses" not in params:

@@ -17,7 +17,7 @@ from tests.support.probe import write_raw_policy
 
 ASKING = TESTS / "servers" / "asking_server.py"
 SAMPLE, ELICIT = "sampling/createMessage", "elicitation/create"
-EVERY_MODE = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
+EVERY_MODE: dict[str, Any] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}}
 
 
 def asking_args(

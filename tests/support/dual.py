@@ -16,14 +16,15 @@ DUAL = TESTS / "servers" / "dual_server.py"
 
 
 def dual_args(
-    user: Home, *flags: str, rules: Sequence[dict[str, Any]] = (), **settings: str
+    user: Home, *flags: str, rules: Sequence[dict[str, Any]] = (), era: str | None = None
 ) -> list[str]:
     """``ironcurtain run`` options for the dual-era server alone (run with ``flags``, with
-    ``settings`` in its config), sandboxed; ``rules`` first, then its ``greet`` escalated (a
+    ``era`` in its config when given), sandboxed; ``rules`` first, then its ``greet`` escalated (a
     human approves it), every other call allowed."""
     sandbox = {"filesystem": {"allowRead": [str(DUAL.parent)]}}
     server = {"command": sys.executable, "args": [str(DUAL), *flags], "sandbox": sandbox}
-    server.update(settings)
+    if era is not None:
+        server["era"] = era
     config = user.root / "dual.json"
     config.write_text(json.dumps({"mcpServers": {"dual": server}}))
     ask = {"name": "ask-before-greet", "if": {"tool": ["greet"]}, "then": "escalate"}

@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 AUDIENCE = "https://mcp.team.example/mcp"
 
 
+_PrivateKey = rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey | ed25519.Ed25519PrivateKey
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
@@ -35,7 +38,9 @@ class Key:
         self.alg = kind
         self.kid = kid or f"{kind.lower()}-{uuid.uuid4().hex[:8]}"
         if kind.startswith(("RS", "PS")):
-            self.private: Any = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+            self.private: _PrivateKey = rsa.generate_private_key(
+                public_exponent=65537, key_size=2048
+            )
         elif kind == "ES256":
             self.private = ec.generate_private_key(ec.SECP256R1())
         elif kind == "EdDSA":

@@ -102,8 +102,7 @@ class Receiver:
 
     @property
     def endpoint(self) -> str:
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://127.0.0.1:{self.server.server_port}"
 
     def close(self) -> None:
         self.server.shutdown()

@@ -135,7 +135,7 @@ class Harness:
         self.feed({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
         return await self.answer(rid)
 
-    async def answer(self, rid: int, wait: float = 2.0) -> Message | None:
+    async def answer(self, rid: int | str, wait: float = 2.0) -> Message | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while loop.time() < deadline:

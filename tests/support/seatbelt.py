@@ -45,7 +45,7 @@ def parse(text: str) -> list[Form]:
             if not stack:
                 raise ValueError(f"line {line + 1}: unbalanced )")
             form = stack.pop()
-            (stack[-1].items if stack else top).append(form)  # type: ignore[arg-type]
+            (stack[-1].items if stack else top).append(form)
         else:
             if not stack:
                 raise ValueError(f"line {line + 1}: atom outside a form: {token}")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.host import acl, acl_ledger
+from launcher.host import acl
 from launcher.host.acl_ledger import AclLedger
 from tests.support.acls import SANDBOX_UID, getfacl, needs_acl_tools, user_tree
 
@@ -51,7 +51,7 @@ def test_a_directory_swapped_for_a_symlink_mid_undo_leads_nowhere(
     (tree / "sub" / "note.txt").chmod(0o666)  # the mode the record holds for it
     host_before = getfacl(outside)
     ledger = AclLedger.open_roots("r1", SANDBOX_UID, [str(tree)], lambda p: acl.WRITE)
-    monkeypatch.setattr(acl_ledger.acl, "put_back", _swapping(tree, outside, acl.put_back))
+    monkeypatch.setattr(acl, "put_back", _swapping(tree, outside, acl.put_back))
     ledger.close()
     assert (tree / "sub").is_symlink()  # the swap was made
     assert stat.S_IMODE((outside / "note.txt").stat().st_mode) == 0o600

@@ -59,7 +59,7 @@ def env(tmp_path: Path) -> Env:
 
 
 # (description, server, tool, arguments with {ws} and {root} placeholders, decision, rule)
-SCENARIOS = [
+SCENARIOS: list[tuple[str, str, str, dict[str, object], str, str]] = [
     (
         "read inside workspace",
         "filesystem",

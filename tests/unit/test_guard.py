@@ -12,9 +12,12 @@ import pytest
 
 from launcher.guard.watch import MAX_DEPTH, Guard, GuardFailure, Quarantined
 
+# The workspace, the quarantine, the guard over them and what it has moved so far.
+Setup = tuple[Path, Path, Guard, list[Quarantined]]
+
 
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[Path, Path, Guard, list[Quarantined]]:
+def setup(tmp_path: Path) -> Setup:
     ws = tmp_path / "ws"
     ws.mkdir()
     quarantine = tmp_path / "quarantine"
@@ -35,7 +38,7 @@ def test_existing_protected_names_are_left_alone(tmp_path: Path) -> None:
     assert (ws / "repo" / ".git" / "hooks").is_dir()
 
 
-def test_new_names_at_any_depth_are_moved_out(setup: tuple[Path, Path, Guard, list]) -> None:
+def test_new_names_at_any_depth_are_moved_out(setup: Setup) -> None:
     ws, quarantine, guard, seen = setup
     guard.start()
     # Created faster than any watch could be added: the scan of each new directory finds it.
@@ -60,7 +63,7 @@ def test_new_names_at_any_depth_are_moved_out(setup: tuple[Path, Path, Guard, li
     assert Path(hook.moved_to).parent == quarantine
 
 
-def test_a_directory_moved_in_is_checked(setup: tuple[Path, Path, Guard, list]) -> None:
+def test_a_directory_moved_in_is_checked(setup: Setup) -> None:
     ws, _, guard, seen = setup
     staging = ws / "staging"
     (staging / "hooks").mkdir(parents=True)
@@ -72,9 +75,7 @@ def test_a_directory_moved_in_is_checked(setup: tuple[Path, Path, Guard, list]) 
     assert [Path(r.path).name for r in seen] == ["hooks"]
 
 
-def test_a_symlink_in_the_way_never_moves_anything_outside(
-    setup: tuple[Path, Path, Guard, list], tmp_path: Path
-) -> None:
+def test_a_symlink_in_the_way_never_moves_anything_outside(setup: Setup, tmp_path: Path) -> None:
     ws, _, guard, seen = setup
     outside = tmp_path / "home"
     outside.mkdir()
@@ -92,7 +93,7 @@ def test_a_symlink_in_the_way_never_moves_anything_outside(
 
 
 def test_a_protected_name_that_is_a_symlink_is_moved_as_a_link(
-    setup: tuple[Path, Path, Guard, list], tmp_path: Path
+    setup: Setup, tmp_path: Path
 ) -> None:
     ws, _, guard, seen = setup
     target = tmp_path / "target"
@@ -148,7 +149,7 @@ def _exists(base: Path, rel: str) -> bool:
 DEEP = "/".join(["d" * 60] * 90)  # 5,490 characters: past PATH_MAX and any file name
 
 
-def test_a_hook_deeper_than_any_path_or_name_limit_is_moved(setup: tuple) -> None:
+def test_a_hook_deeper_than_any_path_or_name_limit_is_moved(setup: Setup) -> None:
     ws, _, guard, seen = setup
     guard.start()
     _make(ws, f"{DEEP}/.git/hooks/pre-commit", "evil")
@@ -159,7 +160,7 @@ def test_a_hook_deeper_than_any_path_or_name_limit_is_moved(setup: tuple) -> Non
     assert (Path(seen[0].moved_to) / "pre-commit").read_text() == "evil"
 
 
-def test_read_only_directories_do_not_stop_the_move(setup: tuple) -> None:
+def test_read_only_directories_do_not_stop_the_move(setup: Setup) -> None:
     ws, _, guard, seen = setup
     (ws / "r" / ".git").mkdir(parents=True)
     guard.start()
@@ -182,7 +183,7 @@ def test_read_only_directories_do_not_stop_the_move(setup: tuple) -> None:
     }
 
 
-def test_git_indirection_is_caught_by_structure(setup: tuple) -> None:
+def test_git_indirection_is_caught_by_structure(setup: Setup) -> None:
     ws, _, guard, seen = setup
     subprocess.run(["git", "init", "-q", str(ws / "mine")], check=True)
     guard.start()
@@ -209,7 +210,7 @@ def test_git_indirection_is_caught_by_structure(setup: tuple) -> None:
     assert (ws / "mine" / ".git" / "hooks").is_dir()
 
 
-def test_a_replaced_file_is_not_the_users_any_more(setup: tuple, tmp_path: Path) -> None:
+def test_a_replaced_file_is_not_the_users_any_more(setup: Setup, tmp_path: Path) -> None:
     ws, _, guard, seen = setup
     (ws / ".bashrc").symlink_to(tmp_path / "elsewhere")
     guard.start()
@@ -233,7 +234,7 @@ def test_what_cannot_be_moved_fails_closed(tmp_path: Path) -> None:
     assert "quarantine" in failures[0].reason
 
 
-def test_no_descriptors_left_fails_closed(setup: tuple) -> None:
+def test_no_descriptors_left_fails_closed(setup: Setup) -> None:
     ws, _, guard, _ = setup
     failures: list[GuardFailure] = []
     guard.on_failure = failures.append
@@ -256,7 +257,7 @@ def test_no_descriptors_left_fails_closed(setup: tuple) -> None:
     assert (ws / "a" / "b" / ".mcp.json").exists()  # not handled, and said so
 
 
-def test_a_tree_too_deep_to_follow_fails_closed(setup: tuple) -> None:
+def test_a_tree_too_deep_to_follow_fails_closed(setup: Setup) -> None:
     ws, _, guard, _ = setup
     failures: list[GuardFailure] = []
     guard.on_failure = failures.append
@@ -266,7 +267,7 @@ def test_a_tree_too_deep_to_follow_fails_closed(setup: tuple) -> None:
     assert failures and "deeper than" in failures[0].reason
 
 
-def test_the_sweep_finds_what_no_event_reported(setup: tuple) -> None:
+def test_the_sweep_finds_what_no_event_reported(setup: Setup) -> None:
     ws, _, guard, seen = setup
     (ws / ".vscode").mkdir()  # the user's: stays
     guard.start()
@@ -280,7 +281,7 @@ def test_the_sweep_finds_what_no_event_reported(setup: tuple) -> None:
     assert seen == moved
 
 
-def test_legitimate_git_work_keeps_working(setup: tuple) -> None:
+def test_legitimate_git_work_keeps_working(setup: Setup) -> None:
     ws, _, guard, seen = setup
     guard.start()
     env = {
@@ -304,7 +305,7 @@ def test_legitimate_git_work_keeps_working(setup: tuple) -> None:
     assert {Path(r.path).name for r in seen} <= {"config", "hooks"}
 
 
-def test_falling_behind_fails_closed_once_and_the_sweep_catches_up(setup: tuple) -> None:
+def test_falling_behind_fails_closed_once_and_the_sweep_catches_up(setup: Setup) -> None:
     ws, _, guard, _ = setup
     failures: list[GuardFailure] = []
     guard.on_failure = failures.append
@@ -322,7 +323,7 @@ def test_falling_behind_fails_closed_once_and_the_sweep_catches_up(setup: tuple)
     ]
 
 
-def test_a_directory_its_owner_cannot_list_is_still_checked(setup: tuple) -> None:
+def test_a_directory_its_owner_cannot_list_is_still_checked(setup: Setup) -> None:
     ws, _, guard, seen = setup
     guard.start()
     d = ws / "d"
@@ -337,7 +338,7 @@ def test_a_directory_its_owner_cannot_list_is_still_checked(setup: tuple) -> Non
     assert [Path(r.path).relative_to(ws).as_posix() for r in seen] == ["d/.git/config"]
 
 
-def test_a_rename_storm_scans_each_tree_once(setup: tuple) -> None:
+def test_a_rename_storm_scans_each_tree_once(setup: Setup) -> None:
     from launcher.guard.places import outermost
 
     kept = outermost([("/r", ("a",)), ("/r", ("a", "b")), ("/r", ("a",)), ("/r", ("c",))])

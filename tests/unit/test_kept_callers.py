@@ -3,6 +3,8 @@ breaker): shared by the relays serving it, kept a while after the last ends, bou
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from launcher.relay.approval import Approvals
@@ -36,7 +38,7 @@ def test_what_is_kept_outlives_the_last_relay_until_it_expires(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clock = [1000.0]
-    monkeypatch.setattr(served.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     kept = _callers()
     alice = kept.take(_caller("alice"))
     alice.approvals.session_whitelist.add(("probe", "env_value", "sha256:x"))

@@ -136,7 +136,7 @@ def test_a_redacted_object_keeps_a_more_specific_allowed_field() -> None:
 
 
 def test_empty_containers_follow_their_rule() -> None:
-    value = {"a": {}, "b": [], "c": {}}
+    value: dict[str, object] = {"a": {}, "b": [], "c": {}}
     out, _, removed = apply({".a": "allow", ".b": "mask", ".c": "redact"}, value)
     assert out == {"a": {}, "b": []} and removed == 1
 

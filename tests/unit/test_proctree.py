@@ -134,9 +134,18 @@ def test_a_reaped_server_is_never_looked_at_or_killed_by_its_pid(
     from launcher.servers import connection
 
     touched: list[str] = []
-    monkeypatch.setattr(connection.os, "killpg", lambda *a: touched.append(f"killpg{a}"))
-    monkeypatch.setattr(connection, "kill", lambda tree: tree and touched.append(f"kill {tree}"))
-    monkeypatch.setattr(connection, "process_tree", lambda pid: touched.append("tree") or [])
+
+    def kill_tree(tree: list[Member]) -> None:
+        if tree:
+            touched.append(f"kill {tree}")
+
+    def tree_of(pid: int) -> list[Member]:
+        touched.append("tree")
+        return []
+
+    monkeypatch.setattr(os, "killpg", lambda *a: touched.append(f"killpg{a}"))
+    monkeypatch.setattr(connection, "kill", kill_tree)
+    monkeypatch.setattr(connection, "process_tree", tree_of)
 
     async def scenario() -> connection.ServerConnection:
         spec = LaunchSpec("gone", [sys.executable, "-c", "pass"], dict(os.environ), "/", None)

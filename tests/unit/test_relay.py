@@ -408,7 +408,7 @@ def test_a_request_cancelled_while_a_human_is_asked_is_never_made(tmp_path: Path
         assert [m["params"]["requestId"] for m in withdrawn] == [asked["id"]]
         # Said as what it is: the human did not fail to answer in time.
         assert [m["params"]["reason"] for m in withdrawn] == [WITHDRAWN]
-        assert await h.answer("c2", wait=0.05) is None  # type: ignore[arg-type]
+        assert await h.answer("c2", wait=0.05) is None
 
     run(scenario)
     assert h.fs.requests == []
@@ -423,7 +423,7 @@ def test_a_question_nobody_answers_in_time_is_withdrawn_as_such(tmp_path: Path) 
     async def scenario() -> None:
         wire, params = params_for("prompts/get", where(h, "escalate"))
         h.feed({"jsonrpc": "2.0", "id": "c3", "method": wire, "params": params})
-        await h.answer("c3")  # type: ignore[arg-type]
+        await h.answer("c3")
 
     run(scenario)
     (asked,) = h.client.elicitations
@@ -593,7 +593,7 @@ def test_a_completion_forwards_only_what_was_checked(tmp_path: Path) -> None:
     async def scenario() -> None:
         # The context's arguments are checked with the completed one.
         context = {"arguments": {"path": "/etc/shadow"}}
-        argument = {"name": "path", "value": inside}
+        argument: dict[str, object] = {"name": "path", "value": inside}
         params = {"ref": ref, "argument": argument, "context": context, "extra": 1}
         answer = await h.request("completion/complete", params)
         assert answer is not None and "result" in answer  # the completed value wins
@@ -726,17 +726,23 @@ def _asked(method: str, rid: int = 77, **params: Any) -> Message:
     return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
 
 
-QUESTION = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {}}}
-SAMPLING = {
+QUESTION: Message = {
+    "message": "Your name?",
+    "requestedSchema": {"type": "object", "properties": {}},
+}
+SAMPLING: Message = {
     "messages": [{"role": "user", "content": {"type": "text", "text": "Say hi"}}],
     "maxTokens": 10,
     "includeContext": "allServers",
 }
 
 
-def _settings(h: Harness, **changes: str) -> None:
+def _settings(h: Harness, elicitation: str | None = None, sampling: str | None = None) -> None:
     settings = dict(h.relay.core.settings)
-    settings["fs"] = dataclasses.replace(settings["fs"], **changes)
+    fs = settings["fs"]
+    settings["fs"] = dataclasses.replace(
+        fs, elicitation=elicitation or fs.elicitation, sampling=sampling or fs.sampling
+    )
     h.relay.core.settings = settings
 
 

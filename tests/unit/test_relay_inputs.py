@@ -119,7 +119,9 @@ def test_roots_are_answered_with_the_sandbox_and_the_client_is_not_asked(tmp_pat
 
 def test_sampling_is_approved_by_a_human_first(tmp_path: Path) -> None:
     h = build(tmp_path)
-    sampling = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    sampling: dict[str, object] = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    }
     sampling |= {"maxTokens": 5, "includeContext": "allServers"}
     h.feed(
         {

@@ -199,7 +199,7 @@ CALLER_RULES = {
 
 
 def test_a_compiled_rule_naming_callers_applies_to_those_only(tmp_path: Path) -> None:
-    everyone = {"tools": [], "prompts": []}
+    everyone: dict[str, Any] = {"tools": [], "prompts": []}
     for caller, rule in [
         (WRITER, "writers-write-the-workspace"),
         (Caller("rewriter", frozenset(), STATIC), "default-deny"),

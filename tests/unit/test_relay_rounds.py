@@ -224,7 +224,9 @@ def test_sampling_asks_a_human_then_the_model_each_in_its_own_round(tmp_path: Pa
     h = stateless(tmp_path)
     h.fs.answer = lambda method, params: None
     inside = modern({"name": "read_file", "arguments": {"path": str(h.ws / "a.txt")}})
-    sampling = {"messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]}
+    sampling: dict[str, object] = {
+        "messages": [{"role": "user", "content": {"type": "text", "text": "hi"}}]
+    }
     sampling["maxTokens"] = 10
 
     async def work() -> None:

@@ -5,7 +5,9 @@ an entry: ``tests/attacks/test_cache_forgery.py``.)"""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -83,10 +85,10 @@ def test_an_entry_is_keyed_by_what_the_program_is_made_from(
         rules.write_bytes(seccomp_cache._RULES.read_bytes() + b"\n# one more rule\n")
         monkeypatch.setattr(seccomp_cache, "_RULES", rules)
     else:
-        machine = seccomp_cache.os.uname().machine
-        uname = seccomp_cache.os.uname()
+        machine = os.uname().machine
+        uname = os.uname()
         other = type(uname)((*uname[:4], machine + "-other"))
-        monkeypatch.setattr(seccomp_cache.os, "uname", lambda: other)
+        monkeypatch.setattr(os, "uname", lambda: other)
     assert compiled_filter(tmp_path) == compile_filter()
 
 
@@ -125,9 +127,9 @@ def test_without_what_the_key_is_made_from_it_is_compiled_and_not_kept(
 ) -> None:
     _forge(tmp_path)
     if missing == "the binding":
-        real = seccomp_cache.importlib.util.find_spec
+        real = importlib.util.find_spec
         monkeypatch.setattr(
-            seccomp_cache.importlib.util,
+            importlib.util,
             "find_spec",
             lambda name, *a: None if name == "pyseccomp" else real(name, *a),
         )

@@ -9,6 +9,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from tests.support.paths import REPO
 
@@ -25,7 +26,7 @@ def _load() -> ModuleType:
 
 matrix = _load()
 SERVER = matrix.SERVERS[0]
-CALLS = [("read", {}), ("write", {})]
+CALLS: list[tuple[str, dict[str, Any]]] = [("read", {}), ("write", {})]
 
 
 def row(direct: list[tuple[bool, str]], through: list[tuple[bool, str]]) -> object:

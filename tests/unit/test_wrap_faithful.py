@@ -30,7 +30,7 @@ def _cli(user: Home, cwd: Path, *args: str, **env: str) -> subprocess.CompletedP
 
 def _config(user: Home) -> dict[str, dict[str, object]]:
     path = user.config / "ironcurtain" / "mcp-servers.json"
-    return json.loads(path.read_text())["mcpServers"] if path.exists() else {}  # type: ignore[no-any-return]
+    return json.loads(path.read_text())["mcpServers"] if path.exists() else {}
 
 
 def _binds(user: Home, name: str) -> list[str]:
