@@ -115,10 +115,10 @@ def write_design_policy(
 
 
 def installed_git_server() -> Path:
-    """The server's entry script; the test is skipped, saying why, where it is not
-    installed."""
+    """The server's entry script; a test that needs it fails, saying why, where it is not
+    installed (``install.sh --dev`` installs it: a test skipped would prove nothing)."""
     if not GIT_SERVER_SCRIPT.is_file():
-        pytest.skip("@cyanheads/git-mcp-server is not installed (install.sh --dev)")
+        pytest.fail("@cyanheads/git-mcp-server is not installed: run scripts/install.sh --dev")
     return GIT_SERVER_SCRIPT
 
 
