@@ -29,7 +29,7 @@ from pathlib import Path
 from launcher.host.fdtree import replace_at, write_all
 from launcher.host.nofollow import descend
 from launcher.host.oscalls import DIR, NEW_FILE
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
 

@@ -24,7 +24,7 @@ from typing import Any
 from launcher.clients.file_io import Refused, Source, open_dir, read_user, write_new, write_own
 from launcher.clients.wrap_paths import identity
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

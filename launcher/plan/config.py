@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.plan.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
 from launcher.shared import dirs
-from launcher.shared.errors import CallerNeeded, ConfigError
+from launcher.shared.user_errors import CallerNeeded, ConfigError
 from policy.cache import ContentCache, encode, rebuild
 from policy.loader import describe_validation_error, json_path
 from policy.schema import pyd, validate

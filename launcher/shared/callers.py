@@ -19,7 +19,7 @@ import json
 import os
 from collections.abc import Iterable
 
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from policy.permissions import MAX_PERMISSION
 from policy.permissions import name_problem as name_problem  # the rule a name follows
 from sandbox_profiles.records import frozen
