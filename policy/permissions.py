@@ -21,6 +21,7 @@ from typing import Any
 
 from policy.errors import PolicyFileError
 from policy.globs import star_match
+from policy.json_text import NotJson, parse_json
 from sandbox_profiles.records import frozen, mutable
 
 PERMISSIONS_FILE = "permissions.json"
@@ -103,15 +104,9 @@ def load_permissions(path: Path) -> Permissions:
     if len(raw) > MAX_FILE:
         raise PolicyFileError(where, "", f"is larger than {MAX_FILE} bytes")
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise PolicyFileError(where, f"byte {exc.start}", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise PolicyFileError(
-            where, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
-        ) from None
-    except (ValueError, RecursionError):
-        raise PolicyFileError(where, "", "not JSON") from None
+        data = parse_json(raw)
+    except NotJson as exc:
+        raise PolicyFileError(where, exc.location, exc.detail) from None
     return parse_permissions(data, where)
 
 

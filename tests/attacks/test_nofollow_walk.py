@@ -93,7 +93,7 @@ def test_a_fifo_on_the_way_or_as_the_file_hangs_neither_caller(
     assert waiting.is_alive() and not blocked.is_set()
     with open(project / ".vscode" / "mcp.json", "wb"):  # lets the control go
         waiting.join(5)
-    with pytest.raises(Refused, match="not a regular file .a FIFO.: not read"):
+    with pytest.raises(Refused, match=r"not a regular file \(a FIFO\): not read"):
         read_project(project, ".vscode/mcp.json")
     assert read_project(project, ".cursor/mcp.json") is None
     assert list_project(project, ".cursor") == []
