@@ -1,4 +1,5 @@
-"""A file's bytes read as one JSON text, and where they broke when they are not one."""
+"""A file's bytes read as one JSON text, where they broke when they are not one, and what
+kind of JSON value a file holds, said as a person says it."""
 
 from __future__ import annotations
 
@@ -52,3 +53,18 @@ def parse_json(
         raise NotJson(where, f"invalid JSON: {exc.msg}", exc.lineno, exc.colno, exc.msg) from None
     except RecursionError:
         raise NotJson("", "not JSON: nested deeper than it can be read") from None
+
+
+def json_kind(value: object) -> str:
+    """``value``'s JSON type, as a person says it.
+
+    >>> json_kind(None), json_kind(True), json_kind({}), json_kind([]), json_kind(1.5)
+    ('null', 'boolean', 'object', 'list', 'number')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
+        type(value), type(value).__name__
+    )

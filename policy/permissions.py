@@ -22,6 +22,7 @@ from typing import Any
 from policy.errors import PolicyFileError
 from policy.globs import star_match
 from policy.json_text import NotJson, parse_json
+from policy.json_text import json_kind as _kind
 from sandbox_profiles.records import frozen, mutable
 
 PERMISSIONS_FILE = "permissions.json"
@@ -230,14 +231,3 @@ def _entries(permissions: Permissions) -> Iterable[tuple[str, int, Requirement]]
     for kind, listed in (("tools", permissions.tools), ("prompts", permissions.prompts)):
         for i, entry in enumerate(listed):
             yield kind, i, entry
-
-
-def _kind(value: object) -> str:
-    """``value``'s JSON type, as a person says it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )

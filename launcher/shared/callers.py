@@ -21,6 +21,7 @@ from collections.abc import Iterable
 
 from launcher.shared.user_errors import OptionError
 from policy.json_text import NotJson, parse_json
+from policy.json_text import json_kind as _kind
 from policy.permissions import MAX_PERMISSION
 from policy.permissions import name_problem as name_problem  # the rule a name follows
 from sandbox_profiles.records import frozen
@@ -173,14 +174,3 @@ def caller_of(data: object) -> Caller:
     if problem is not None:
         raise ValueError(f'its "permissions": {problem}')
     return Caller(data["name"], frozenset(permissions), STATIC)
-
-
-def _kind(value: object) -> str:
-    """``value``'s JSON type, as a person says it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )
