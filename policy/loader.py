@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from policy.cache import ContentCache, encode, rebuild
 from policy.errors import PolicyFileError
+from policy.json_text import NotJson, parse_json
 from policy.models import (
     CompiledPolicyFile,
     CompiledRule,
@@ -91,13 +92,9 @@ def _read(path: Path) -> bytes:
 
 def _parse(path: Path, raw: bytes, model: type[M]) -> M:
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise PolicyFileError(str(path), f"byte {exc.start}", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise PolicyFileError(
-            str(path), f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
-        ) from None
+        data = parse_json(raw)
+    except NotJson as exc:
+        raise PolicyFileError(str(path), exc.location, exc.detail) from None
     try:
         return validate(model, data)
     except pyd.ValidationError as exc:

@@ -21,6 +21,8 @@ from typing import Any
 
 from policy.errors import PolicyFileError
 from policy.globs import star_match
+from policy.json_text import NotJson, parse_json
+from policy.json_text import json_kind as _kind
 from sandbox_profiles.records import frozen, mutable
 
 PERMISSIONS_FILE = "permissions.json"
@@ -103,15 +105,9 @@ def load_permissions(path: Path) -> Permissions:
     if len(raw) > MAX_FILE:
         raise PolicyFileError(where, "", f"is larger than {MAX_FILE} bytes")
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise PolicyFileError(where, f"byte {exc.start}", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise PolicyFileError(
-            where, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
-        ) from None
-    except (ValueError, RecursionError):
-        raise PolicyFileError(where, "", "not JSON") from None
+        data = parse_json(raw)
+    except NotJson as exc:
+        raise PolicyFileError(where, exc.location, exc.detail) from None
     return parse_permissions(data, where)
 
 
@@ -235,14 +231,3 @@ def _entries(permissions: Permissions) -> Iterable[tuple[str, int, Requirement]]
     for kind, listed in (("tools", permissions.tools), ("prompts", permissions.prompts)):
         for i, entry in enumerate(listed):
             yield kind, i, entry
-
-
-def _kind(value: object) -> str:
-    """``value``'s JSON type, as a person says it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import urlsplit
 
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from sandbox_profiles.records import frozen
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"

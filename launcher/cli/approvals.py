@@ -8,8 +8,8 @@ import sys
 from launcher.cli.approvals_desk import Desk, Question, note, prompt, serve
 from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 
 _KEYS = {"a": APPROVE, "s": APPROVE_SESSION, "d": DENY}
 

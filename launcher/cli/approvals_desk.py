@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.shared import rundir
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 from launcher.transports.approvals_socket import APPROVALS_SOCKET
 
 RESCAN = 1.0  # seconds between looks for sessions started since

@@ -12,8 +12,8 @@ import psutil
 
 from launcher.audit.read import describe, verify
 from launcher.shared import dirs, rundir
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 
 
 def find_log(path: str | None) -> Path:

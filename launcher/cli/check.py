@@ -9,8 +9,8 @@ from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from launcher.relay.gate import NOT_PERMITTED
 from launcher.relay.outputs import Outputs
 from launcher.shared.callers import load_caller_file
-from launcher.shared.errors import UsageError
 from launcher.shared.jsonrpc import loads
+from launcher.shared.user_errors import UsageError
 
 
 def check_call(

@@ -102,7 +102,7 @@ def wrap(
     if not any(c.after != c.before for c in changes):
         unread = [why for _, why in [*files.refused, *files.unsupported]] + config.refused
         if client and unread:  # named, and nothing of it can be wrapped
-            from launcher.shared.errors import UsageError
+            from launcher.shared.user_errors import UsageError
 
             raise UsageError(f"{unread[0]}; nothing written")
         _say("wrap", "nothing to wrap")
@@ -137,7 +137,7 @@ def unwrap(
     from launcher.clients import wrap_records
     from launcher.clients.wrap import select
     from launcher.clients.wrap_files import unwrap as restore
-    from launcher.shared.errors import UsageError
+    from launcher.shared.user_errors import UsageError
 
     user, root = _where("unwrap", project)
     files = select(user, root, client or [], everything)

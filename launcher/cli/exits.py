@@ -21,7 +21,7 @@ def finish(body: Callable[[], int | None], names: Callable[[str], str] | None = 
         print("\nAborted!", file=sys.stderr)
         sys.exit(1)
     except Exception as exc:
-        from launcher.shared.errors import USER_ERRORS, UserError
+        from launcher.shared.user_errors import USER_ERRORS, UserError
 
         if isinstance(exc, OSError) and exc.errno == errno.EPIPE:
             # Nobody reads the output any more: exit quietly, and flush nothing at exit.

@@ -10,7 +10,7 @@ from typing import Any
 
 from launcher.host.oscalls import wide_table_fd
 from launcher.plan.session_plan import RunOptions, ServerPlan, plan_session
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles import seatbelt
 from sandbox_profiles.bwrap import limits_argv, render_explained
 from sandbox_profiles.model import SandboxProfile

@@ -7,8 +7,8 @@ import os
 import time
 
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles import autorun, gitconfig, present
 
 

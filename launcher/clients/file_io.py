@@ -27,9 +27,9 @@ from dataclasses import replace as evolve
 from pathlib import Path
 
 from launcher.host.fdtree import replace_at, write_all
-from launcher.host.nofollow import descend
+from launcher.host.nofollow import SymlinkOnTheWay, descend
 from launcher.host.oscalls import DIR, NEW_FILE
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import is_under
 
@@ -133,25 +133,13 @@ def _descend_project(root: Path, parts: tuple[str, ...], path: Path) -> int | No
     link (Refused names the link; None: one is missing or not a directory)."""
     fd = os.open(root, DIR)
     try:
-        for part in parts:
-            try:
-                st = os.stat(part, dir_fd=fd, follow_symlinks=False)
-            except (FileNotFoundError, NotADirectoryError):
-                os.close(fd)
-                return None
-            if stat.S_ISLNK(st.st_mode):
-                raise Refused(f"{path}: {part} is a symbolic link; {NOT_FOLLOWED}: not read")
-            if not stat.S_ISDIR(st.st_mode):
-                os.close(fd)
-                return None
-            with _still_directories(path):
-                child = os.open(part, DIR, dir_fd=fd)
-            os.close(fd)
-            fd = child
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+        return descend(fd, parts)
+    except SymlinkOnTheWay as exc:
+        raise Refused(
+            f"{path}: {exc.filename} is a symbolic link; {NOT_FOLLOWED}: not read"
+        ) from None
+    except (FileNotFoundError, NotADirectoryError):
+        return None
 
 
 def list_project(root: Path, relative: str) -> list[str]:

@@ -18,7 +18,7 @@ import tomllib
 from typing import Any, cast
 
 from launcher.clients.jsonc import JsoncError, parse
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 
 Path = tuple[str, ...]
 MAX_VALUES = 100_000

@@ -38,8 +38,8 @@ from launcher.clients.text_reads import (
 from launcher.clients.wrap_paths import holds_home, identity
 from launcher.clients.wrap_vars import LeftAlone, translate, unread
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles.records import mutable
 
 __all__ = ["BY_NAME", "CLIENTS", "PROJECT_VARIABLES", "Client"]

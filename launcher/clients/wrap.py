@@ -46,8 +46,8 @@ from launcher.clients.known import (
 from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
 from launcher.clients.wrap_runnable import unrunnable
 from launcher.clients.wrap_tracked import tracked
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles.discover import PackageNotInstalled
 from sandbox_profiles.records import mutable
 
@@ -239,7 +239,7 @@ def config_problem(text: str) -> str | None:
     (None: it would load it): checked with the loader ``run`` uses, every variable the
     text refers to taken as set (the client sets them when it starts an entry)."""
     from launcher.plan.config import load_config
-    from launcher.shared.errors import ConfigError
+    from launcher.shared.user_errors import ConfigError
     from policy.variables import PLACEHOLDER
 
     names = {body.partition(":-")[0] for body in PLACEHOLDER.findall(text)}

@@ -23,7 +23,7 @@ from launcher.clients.jsonc import unwritable
 from launcher.clients.known import ClientFile, Found, user_policy
 from launcher.clients.wrap import Change
 from launcher.clients.wrap_records import sha
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 
 
 def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:

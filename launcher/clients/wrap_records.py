@@ -24,7 +24,8 @@ from typing import Any
 from launcher.clients.file_io import Refused, Source, open_dir, read_user, write_new, write_own
 from launcher.clients.wrap_paths import identity
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
+from policy.json_text import NotJson, parse_json
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -52,10 +53,11 @@ def load() -> list[dict[str, Any]]:
     if source is None:
         return []
     try:
-        data = json.loads(source.text)
-    except json.JSONDecodeError as exc:
+        data = parse_json(source.text)
+    except NotJson as exc:
+        where = f" (line {exc.line}, column {exc.column}: {exc.reason})" if exc.line else ""
         raise UsageError(
-            f"{path}: not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}); move it "
+            f"{path}: not JSON{where}; move it "
             "away to start afresh (the backups it names stay in "
             f"{backups_dir()})"
         ) from None

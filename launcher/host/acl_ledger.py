@@ -23,7 +23,7 @@ from launcher.host import acl
 from launcher.host.fd_walk import Found, walk
 from launcher.host.oscalls import birth_time
 from launcher.shared import dirs
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import is_under
 

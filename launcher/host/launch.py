@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 
 from launcher.host.machine import MACOS, host_facts
 from launcher.host.oscalls import memfd, wide_table_fd
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 from sandbox_profiles.launch import launch_argv, launch_dirs
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.profile import ETC_FILES, SYSTEM_MOUNTS

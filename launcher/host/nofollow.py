@@ -22,6 +22,15 @@ class Unreadable(Exception):
     """A directory that is there cannot be opened or listed (``cannot list it: ...``)."""
 
 
+class SymlinkOnTheWay(NotADirectoryError):
+    """A component on the way down is a symlink, not followed: ``filename`` is that
+    component, ``target`` where the link points (read, never followed)."""
+
+    def __init__(self, part: str, target: str) -> None:
+        super().__init__(errno.ENOTDIR, "a symbolic link (not followed)", part)
+        self.target = target
+
+
 def gone(exc: OSError) -> bool:
     """Whether ``exc``, met on the way down, says the path is not there as a real path: a
     component is missing, is not a directory, or is a symlink (not followed)."""
@@ -32,9 +41,13 @@ def descend(fd: int, parts: Sequence[str], flags: int = DIR, opening_up: bool = 
     """A descriptor of ``parts`` below the directory ``fd``, opened one component at a time
     without following a symlink (the last with ``flags``). ``fd`` is the walk's: closed on
     the way, and when anything fails. ``opening_up``: a directory in the way that its owner
-    made untraversable is given its owner's access back."""
+    made untraversable is given its owner's access back. A symlink where a directory is
+    expected is a :class:`SymlinkOnTheWay` naming it; a part that is not one name (``..``,
+    ``a/b``, whose links would be followed) a ValueError."""
     try:
         for i, part in enumerate(parts):
+            if not part or part in (".", "..") or "/" in part:  # one name, or links are followed
+                raise ValueError(f"not one name of a directory entry: {part!r}")
             want = flags if i == len(parts) - 1 else DIR
             try:
                 child = os.open(part, want, dir_fd=fd)
@@ -44,12 +57,26 @@ def descend(fd: int, parts: Sequence[str], flags: int = DIR, opening_up: bool = 
                 open_up(fd)
                 open_up_child(fd, part)
                 child = os.open(part, want, dir_fd=fd)
+            except NotADirectoryError:
+                _name_link(fd, part)
+                raise
             os.close(fd)
             fd = child
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def _name_link(fd: int, part: str) -> None:
+    """Raise :class:`SymlinkOnTheWay` when ``part`` of the directory ``fd`` is a symlink."""
+    try:
+        st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        target = os.readlink(part, dir_fd=fd) if stat.S_ISLNK(st.st_mode) else None
+    except OSError:
+        return  # changed again: the open's own error says what it found
+    if target is not None:
+        raise SymlinkOnTheWay(part, target) from None
 
 
 def open_chain(root: str, parts: Parts, flags: int = DIR) -> int:

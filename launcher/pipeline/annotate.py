@@ -22,7 +22,7 @@ from launcher.pipeline.compile import (
     write_all,
 )
 from launcher.plan.session_plan import RunOptions, plan_session
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from policy import schema
 from policy.annotations_file import KINDS, file_json
 from policy.heuristic import heuristic_annotation, validate

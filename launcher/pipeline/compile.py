@@ -28,8 +28,8 @@ from launcher.plan import coherence
 from launcher.plan.config_schema import SandboxConfig
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import UsageError
 from policy import schema
 from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
 from policy.decision import StructuralConfig

@@ -14,7 +14,7 @@ from launcher.plan.config import BUNDLED_SOURCE, warn
 from launcher.plan.config_schema import ServerConfig
 from launcher.plan.programs import resolve_command
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 
 _PYTHON = (
     "install ironcurtain with its servers: pip install 'ironcurtain[servers]' "

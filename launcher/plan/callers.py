@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING, Protocol
 
 from launcher.plan.config import CALLER
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
@@ -49,7 +49,7 @@ def _workspace_names_caller_plainly(workspace: str | None) -> None:
     >>> _workspace_names_caller_plainly("/srv/work/${caller}/files")
     >>> _workspace_names_caller_plainly("/srv/work/${caller:-anon}")
     Traceback (most recent call last):
-    launcher.shared.errors.OptionError: ...
+    launcher.shared.user_errors.OptionError: ...
     """
     rest = (workspace or "").replace(CALLER, "")
     if re.search(r"\$\{?\s*caller\b", rest):

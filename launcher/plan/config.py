@@ -4,7 +4,6 @@ the cache), ``${VAR}`` expansion. Its models are in :mod:`launcher.plan.config_s
 from __future__ import annotations
 
 import difflib
-import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -14,8 +13,9 @@ from typing import Any
 
 from launcher.plan.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
 from launcher.shared import dirs
-from launcher.shared.errors import CallerNeeded, ConfigError
+from launcher.shared.user_errors import CallerNeeded, ConfigError
 from policy.cache import ContentCache, encode, rebuild
+from policy.json_text import NotJson, parse_json
 from policy.loader import describe_validation_error, json_path
 from policy.schema import pyd, validate
 from policy.variables import PlaceholderError, placeholder_names
@@ -235,13 +235,9 @@ def _parse(path: Path, cache: Path | None) -> tuple[ConfigFile, list[str]]:
     if known is not None and all(isinstance(path, str) for path in known[1]):
         return known[0], known[1]
     try:
-        data: Any = json.loads(raw.decode("utf-8"), object_pairs_hook=_object)
-    except UnicodeDecodeError as exc:
-        raise ConfigError(file, f"byte {exc.start}", "not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            file, f"line {exc.lineno} column {exc.colno}", f"invalid JSON: {exc.msg}"
-        ) from None
+        data: Any = parse_json(raw, object_pairs_hook=_object)
+    except NotJson as exc:
+        raise ConfigError(file, exc.location, exc.detail) from None
     if not isinstance(data, dict):
         raise ConfigError(file, "$", f"expected an object, found {type(data).__name__}")
     if "mcpServers" not in data and "servers" not in data:

@@ -13,7 +13,7 @@ from pathlib import Path
 from launcher.plan.config import LoadedConfig
 from launcher.plan.config_schema import ServerConfig
 from launcher.shared import dirs
-from launcher.shared.errors import ConfigError
+from launcher.shared.user_errors import ConfigError
 from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
 from policy.egress import Entry
 from policy.errors import PolicyFileError

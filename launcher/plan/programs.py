@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from launcher.plan.config import LoadedConfig
-from launcher.shared.errors import ConfigError
+from launcher.shared.user_errors import ConfigError
 from sandbox_profiles.discover import PackageNotInstalled, npx_roots, resolve_npx, which
 
 

@@ -19,8 +19,8 @@ from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
 from launcher.plan.programs import npx_to_node, resolve_command
 from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
-from launcher.shared.errors import ConfigError, SandboxUnavailable
 from launcher.shared.jsonrpc import HANDSHAKE, ClientSide
+from launcher.shared.user_errors import ConfigError, SandboxUnavailable
 from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.paths import resolve_real_path

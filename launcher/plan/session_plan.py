@@ -37,7 +37,7 @@ from launcher.plan.server_plan import (
 from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, writable_holds
 from launcher.plan.workspace import check_workspace, homes, moved_places, workspace_for
 from launcher.shared import dirs, rundir
-from launcher.shared.errors import OptionError, SandboxRefused, UsageError
+from launcher.shared.user_errors import OptionError, SandboxRefused, UsageError
 from policy import PolicyEngine
 from policy.loader import PolicyFiles
 from policy.paths import resolve_real_path

@@ -11,7 +11,7 @@ import pwd
 
 from launcher.plan.config import CALLER
 from launcher.shared import dirs, rundir
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from policy.paths import resolve_real_path
 from sandbox_profiles.ways import is_under
 from sandbox_profiles.writable_roots import root_problem

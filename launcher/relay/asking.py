@@ -17,6 +17,7 @@ from launcher.relay.gate import NOT_PERMITTED, denial_text
 from launcher.relay.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
 from launcher.relay.seams import Core
 from launcher.relay.stateless import CAPABILITIES
+from launcher.shared.error_codes import DENIED
 from launcher.shared.jsonrpc import (
     STATELESS,
     TOOL,
@@ -71,7 +72,7 @@ class Asking:
         if call.method == TOOL:
             self.send(result(request_id, tool_result(text)))
         else:
-            self.send(error(request_id, -32001, text))
+            self.send(error(request_id, DENIED, text))
 
     def _caller_of(self, request_id: object) -> object:
         """Who sent the client's request ``request_id``, as the transport knows (gateway

@@ -34,10 +34,10 @@ from launcher.audit.log import hashed_arguments
 from launcher.relay.approval import AskClient, asking_with
 from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
 from launcher.relay.seams import Core
+from launcher.shared.error_codes import DENIED, INTERNAL_ERROR, METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import HANDSHAKE, Message, ServerGone
 from policy import Decision
 
-DENIED = -32001
 _UNSET = object()
 # How long a question of a server's may wait for the client (a human answering a form).
 ASK_TIMEOUT = 600.0
@@ -89,7 +89,7 @@ class ServerAsks:
         method = str(message.get("method"))
         request_id = message.get("id")
         if method not in (ELICIT, SAMPLE):
-            _reply(conn, request_id, error=(-32601, f"method not found: {method}"))
+            _reply(conn, request_id, error=(METHOD_NOT_FOUND, f"method not found: {method}"))
             return
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
@@ -118,7 +118,7 @@ class ServerAsks:
         if during is not None:  # the client's request it is asked during: whose it is
             entry["callRequestId"] = during
         if decision.decision == "deny":
-            code = -32601 if decision.rule == "client-capability" else DENIED
+            code = METHOD_NOT_FOUND if decision.rule == "client-capability" else DENIED
             self._finish(entry, "denied", started)
             _reply(
                 conn, request_id, error=(code, f"DENIED (rule: {decision.rule}): {decision.reason}")
@@ -235,17 +235,21 @@ class ServerAsks:
             raise
         except TimeoutError:
             self._finish(entry, "timeout", started)
-            _reply(conn, request_id, error=(-32603, "the client did not answer in time"))
+            _reply(conn, request_id, error=(INTERNAL_ERROR, "the client did not answer in time"))
             return
         except Exception as exc:  # never leave the server without an answer
             self._finish(entry, "error", started)
-            _reply(conn, request_id, error=(-32603, f"the request failed in ironcurtain: {exc}"))
+            _reply(
+                conn,
+                request_id,
+                error=(INTERNAL_ERROR, f"the request failed in ironcurtain: {exc}"),
+            )
             return
         failed = "error" in answer or not isinstance(answer.get("result"), dict)
         self._finish(entry, "error" if failed else "success", started)
         if failed:
             err = answer.get("error")
-            err = err if isinstance(err, dict) else {"code": -32603, "message": "no result"}
+            err = err if isinstance(err, dict) else {"code": INTERNAL_ERROR, "message": "no result"}
             with contextlib.suppress(ServerGone, OSError):
                 conn.reply(request_id, {"error": err})
         else:

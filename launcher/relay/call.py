@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from launcher.audit.log import Prepared
 from launcher.relay.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
+from launcher.shared.error_codes import INVALID_PARAMS
 from launcher.shared.jsonrpc import (
     COMPLETE,
     HANDSHAKE,
@@ -85,11 +86,11 @@ def malformed_answer(method: str, params: Message, request_id: Any) -> Message |
     if method == TOOL and not isinstance(params.get("arguments") or {}, dict):
         return result(request_id, tool_result("DENIED: arguments must be a JSON object"))
     if method == PROMPT and not isinstance(params.get("arguments") or {}, dict):
-        return error(request_id, -32602, "invalid params: arguments must be an object")
+        return error(request_id, INVALID_PARAMS, "invalid params: arguments must be an object")
     if method == COMPLETE and completion_arguments(params) is None:
         text = (
             "invalid params: a completion needs a ref (ref/prompt or ref/resource), an "
             "argument with a string name and value, and context arguments that are strings"
         )
-        return error(request_id, -32602, text)
+        return error(request_id, INVALID_PARAMS, text)
     return None

@@ -24,6 +24,13 @@ from launcher.relay.gate import denial_text
 from launcher.relay.inputs import ServerInputs
 from launcher.relay.seams import Core, Downstream
 from launcher.relay.stateless import asks_for_input, for_server, server_result
+from launcher.shared.error_codes import (
+    DENIED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+)
 from launcher.shared.jsonrpc import (
     BY_URI,
     COMPLETE,
@@ -43,8 +50,11 @@ from launcher.shared.jsonrpc import (
 from policy import Decision
 from policy.models import Annotation
 
-DENIED = -32001  # a request the policy did not let through (not a tool call)
-NOT_FOUND = {PROMPT: -32602, COMPLETE: -32602, **dict.fromkeys(BY_URI, -32002)}
+NOT_FOUND = {
+    PROMPT: INVALID_PARAMS,
+    COMPLETE: INVALID_PARAMS,
+    **dict.fromkeys(BY_URI, RESOURCE_NOT_FOUND),
+}
 CHECKED = (TOOL, PROMPT, COMPLETE, *BY_URI)
 
 
@@ -104,7 +114,9 @@ class CheckedCalls:
         server, name, args = self.core.router.target(method, params)
         subscribing = method in (SUBSCRIBE, UNSUBSCRIBE)
         if server is not None and subscribing and server not in self.core.router.subscribes:
-            self.send(error(request_id, -32601, f"server '{server}' has no subscriptions"))
+            self.send(
+                error(request_id, METHOD_NOT_FOUND, f"server '{server}' has no subscriptions")
+            )
             return
         if server is not None and method == COMPLETE and server not in self.core.router.completes:
             caller = self.core.caller
@@ -207,7 +219,7 @@ class CheckedCalls:
                 return
             self._answer(call, outcome)
         except Exception as exc:  # never take the session down for one call
-            self.send(error(call.request_id, -32603, f"internal error: {exc}"))
+            self.send(error(call.request_id, INTERNAL_ERROR, f"internal error: {exc}"))
 
     def _answer(self, call: Call, outcome: Message | BaseException) -> None:
         server, conn = call.server, call.conn
@@ -277,7 +289,7 @@ class CheckedCalls:
         relayed: Message = {
             **err,
             # A JSON-RPC code is a 32-bit integer; anything else carries the server's data.
-            "code": code if type(code) is int and -(2**31) <= code < 2**31 else -32603,
+            "code": code if type(code) is int and -(2**31) <= code < 2**31 else INTERNAL_ERROR,
             "message": str(err.get("message", "error")),
         }
         relayed = self.core.outputs.error(server, call.method, call.name or "", relayed)
@@ -322,7 +334,7 @@ class CheckedCalls:
             code = NOT_FOUND.get(call.method, DENIED) if missing else DENIED
             self._reply(call, denial, code)
         else:
-            self._reply(call, failure or "ERROR", -32603)
+            self._reply(call, failure or "ERROR", INTERNAL_ERROR)
 
     def _reply(self, call: Call, text: str, code: int) -> None:
         """A tool call's refusal is a tool result (so the model reads it); any other

@@ -26,6 +26,12 @@ from launcher.relay.listens import LISTEN, Listens
 from launcher.relay.notices import Notices
 from launcher.relay.rounds import Rounds, Spent
 from launcher.relay.seams import Core, Upstream
+from launcher.shared.error_codes import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+)
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,
@@ -47,6 +53,11 @@ INSTRUCTIONS = (
 # The client's messages held at most while its servers are opened in its era.
 HELD = 1024
 _NO_UTF8 = "holds a lone surrogate (\\ud800-\\udfff), which has no UTF-8 form"
+
+
+def _invalid(request_id: Any, what: str) -> Message:
+    """The answer to a request that is not one as JSON-RPC has it: ``what`` is wrong."""
+    return error(request_id, INVALID_REQUEST, f"invalid request: {what}")
 
 
 class Relay(Asking, Notices):
@@ -138,10 +149,10 @@ class Relay(Asking, Notices):
         try:
             message = loads(line)
         except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
-            self.send(error(None, -32700, "parse error: not JSON"))
+            self.send(error(None, PARSE_ERROR, "parse error: not JSON"))
             return
         if not isinstance(message, dict):
-            self.send(error(None, -32600, "invalid request: batches are not supported"))
+            self.send(_invalid(None, "batches are not supported"))
             return
         # Nothing the audit log cannot hold reaches a server: a string with no UTF-8 form (a
         # lone surrogate, which a "\ud800" escape gives) is refused here; a call's arguments
@@ -150,11 +161,11 @@ class Relay(Asking, Notices):
         if type(request_id) is not int:
             if type(request_id) not in (str, float, type(None)):
                 if "method" in message:  # true and 1 would share a slot, a list none at all
-                    self.send(error(None, -32600, "invalid request: an id is a string or number"))
+                    self.send(_invalid(None, "an id is a string or number"))
                 return
             if unencodable(request_id):
                 if "method" in message:
-                    self.send(error(None, -32600, f"invalid request: its id {_NO_UTF8}"))
+                    self.send(_invalid(None, f"its id {_NO_UTF8}"))
                 return
         method = message.get("method")
         if method is None:
@@ -175,16 +186,16 @@ class Relay(Asking, Notices):
                 if unencodable(params.get("name")) or (
                     others and unencodable({k: v for k, v in params.items() if k != "arguments"})
                 ):
-                    self.send(error(request_id, -32600, f"invalid request: its params {_NO_UTF8}"))
+                    self.send(_invalid(request_id, f"its params {_NO_UTF8}"))
                     return
             elif unencodable(message):
-                self.send(error(request_id, -32600, f"invalid request: a string in it {_NO_UTF8}"))
+                self.send(_invalid(request_id, f"a string in it {_NO_UTF8}"))
                 return
             self._request(str(method), params, request_id)
         except UnicodeEncodeError:  # from hashing the arguments: nothing was sent
-            self.send(error(request_id, -32600, f"invalid request: an argument {_NO_UTF8}"))
+            self.send(_invalid(request_id, f"an argument {_NO_UTF8}"))
         except Exception as exc:  # never take the session down for one request
-            self.send(error(request_id, -32603, f"internal error: {exc}"))
+            self.send(error(request_id, INTERNAL_ERROR, f"internal error: {exc}"))
 
     def _chose_era(self, line: bytes, method: str, params: Message) -> bool:
         """The client's first request says which era it speaks; a server of both eras is
@@ -210,7 +221,7 @@ class Relay(Asking, Notices):
             rid = message.get("id") if isinstance(message, dict) else None
             if type(rid) in (str, int) and "method" in message:
                 why = "too many requests wait while the servers are opened in the client's era"
-                self.send(error(rid, -32603, why))
+                self.send(error(rid, INTERNAL_ERROR, why))
 
     async def _opened(self, opening: Awaitable[None]) -> None:
         try:
@@ -288,7 +299,7 @@ class Relay(Asking, Notices):
         elif method == "resources/templates/list":
             answer = {"resourceTemplates": router.resource_templates}
         else:
-            self.send(error(request_id, -32601, f"method not found: {method}"))
+            self.send(error(request_id, METHOD_NOT_FOUND, f"method not found: {method}"))
             return
         self.send(result(request_id, answer))
 

@@ -20,8 +20,8 @@ from launcher.relay.caller_places import CallerPlaces
 from launcher.relay.pins import Pins
 from launcher.relay.router import Router
 from launcher.shared.callers import Caller
-from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
+from launcher.shared.user_errors import Names, by_field
 from policy import Decision, PolicyEngine
 from policy.compiled import PATH_ROLES
 from policy.models import Annotation

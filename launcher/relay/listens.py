@@ -23,6 +23,7 @@ from dataclasses import field
 from typing import Any
 
 from launcher.relay.call import Send
+from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST
 from launcher.shared.jsonrpc import FOR_REQUEST, META, SUBSCRIBE, UNSUBSCRIBE, Message
 from sandbox_profiles.records import mutable
 
@@ -79,21 +80,24 @@ class Listens:
         that cannot be taken."""
         wanted = params.get("notifications", {})
         if not isinstance(wanted, dict):
-            return -32602, "invalid params: notifications must be an object"
+            return INVALID_PARAMS, "invalid params: notifications must be an object"
         uris = wanted.get("resourceSubscriptions", [])
         if not isinstance(uris, list) or not all(isinstance(u, str) for u in uris):
-            return -32602, "invalid params: resourceSubscriptions must be a list of URIs"
+            return INVALID_PARAMS, "invalid params: resourceSubscriptions must be a list of URIs"
         if len(uris) > MAX_URIS:
-            return -32602, f"invalid params: at most {MAX_URIS} resourceSubscriptions"
+            return INVALID_PARAMS, f"invalid params: at most {MAX_URIS} resourceSubscriptions"
         if any(not isinstance(wanted.get(k, False), bool) for k in LISTS):
-            return -32602, "invalid params: a list filter must be true or false"
+            return INVALID_PARAMS, "invalid params: a list filter must be true or false"
         if request_id in self._open:
-            return -32600, "invalid request: a listen with that id is open"
+            return INVALID_REQUEST, "invalid request: a listen with that id is open"
         caller = self.caller_of(request_id)
         if sum(1 for other in self._open.values() if other.caller == caller) >= MAX_LISTENS:
-            return -32603, f"at most {MAX_LISTENS} listens of one caller may be open at once"
+            return (
+                INTERNAL_ERROR,
+                f"at most {MAX_LISTENS} listens of one caller may be open at once",
+            )
         if len(self._open) >= MAX_ALL_LISTENS:
-            return -32603, f"at most {MAX_ALL_LISTENS} listens may be open at once"
+            return INTERNAL_ERROR, f"at most {MAX_ALL_LISTENS} listens may be open at once"
         meta = params.get("_meta")
         listen = _Listen(
             request_id,

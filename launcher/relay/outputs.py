@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from launcher.shared.error_codes import INTERNAL_ERROR
 from launcher.shared.jsonrpc import TOOL, Message, loads
 from policy.output import Filtered, OutputPolicy, ToolOutputPolicy
 from policy.secrets import mask_strings
@@ -77,7 +78,7 @@ class Outputs:
         with an output policy a generic one (its text, data and code are the server's to
         fill, and nothing the policy has not seen reaches the client); credentials masked."""
         if method == TOOL and self.policy.for_tool(server, name) is not None:
-            return {"code": -32603, "message": WITHHELD_ERROR}
+            return {"code": INTERNAL_ERROR, "message": WITHHELD_ERROR}
         return self.message(server, err)
 
     def progress(self, server: str, method: str, name: str, message: Message) -> Message | None:

@@ -36,6 +36,7 @@ from dataclasses import field
 
 from launcher.audit.log import hash_value
 from launcher.relay.call import Call, Send
+from launcher.shared.error_codes import INVALID_PARAMS
 from launcher.shared.jsonrpc import PROMPT, READ, TOOL, Message
 from sandbox_profiles.records import frozen, mutable
 
@@ -47,7 +48,7 @@ QUESTION = "question"
 # What a retry carries that belongs to the rounds, not to the request itself.
 ROUND_FIELDS = ("_meta", "inputResponses", "requestState")
 ASKABLE = frozenset({TOOL, PROMPT, READ})
-INVALID_STATE = -32602, "invalid params: invalid or expired requestState"
+INVALID_STATE = INVALID_PARAMS, "invalid params: invalid or expired requestState"
 # Rounds awaiting their retries at once; past it the oldest is let go (its questions
 # withdrawn), so clients that never retry cannot hold more.
 MAX_WAITING = 1024

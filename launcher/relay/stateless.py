@@ -17,6 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.shared.error_codes import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    RESOURCE_NOT_FOUND,
+    UNSUPPORTED_VERSION,
+)
 from launcher.shared.jsonrpc import (
     META,
     META_CAPABILITIES,
@@ -31,8 +37,6 @@ VERSIONS = STATELESS_VERSIONS
 VERSION = META_VERSION
 CAPABILITIES = META_CAPABILITIES
 SERVER_INFO = META_SERVER_INFO
-UNSUPPORTED_VERSION = -32022
-RESOURCE_NOT_FOUND = -32602  # the handshake era's -32002
 # What this era took out of the protocol, answered as methods that do not exist.
 REMOVED = frozenset({"ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe"})
 CACHEABLE = frozenset(
@@ -69,14 +73,14 @@ def refusal(method: str, params: Message) -> tuple[int, str, Any] | None:
         data = {"supported": list(VERSIONS), "requested": requested}
         return UNSUPPORTED_VERSION, "this connection speaks the stateless protocol", data
     if not isinstance(meta, dict) or not isinstance(version, str):
-        return -32602, f"invalid params: _meta must name {VERSION}", None
+        return INVALID_PARAMS, f"invalid params: _meta must name {VERSION}", None
     if version not in VERSIONS:
         data = {"supported": list(VERSIONS), "requested": version}
         return UNSUPPORTED_VERSION, f"unsupported protocol version: {version}", data
     if not isinstance(meta.get(CAPABILITIES), dict):
-        return -32602, f"invalid params: _meta must give {CAPABILITIES} (an object)", None
+        return INVALID_PARAMS, f"invalid params: _meta must give {CAPABILITIES} (an object)", None
     if method in REMOVED:
-        return -32601, f"method not found: {method} (not in protocol {version})", None
+        return METHOD_NOT_FOUND, f"method not found: {method} (not in protocol {version})", None
     return None
 
 
@@ -118,8 +122,8 @@ def answered(message: Message, method: str | None) -> Message:
         body["_meta"] = {**(meta if isinstance(meta, dict) else {}), SERVER_INFO: own_info()}
         return {**message, "result": body}
     err = message.get("error")
-    if isinstance(err, dict) and err.get("code") == -32002:
-        return {**message, "error": {**err, "code": RESOURCE_NOT_FOUND}}
+    if isinstance(err, dict) and err.get("code") == RESOURCE_NOT_FOUND:
+        return {**message, "error": {**err, "code": INVALID_PARAMS}}
     return message
 
 

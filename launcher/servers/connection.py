@@ -23,6 +23,7 @@ from launcher.host.launch import LaunchSpec as LaunchSpec
 from launcher.host.oscalls import pidfd_open
 from launcher.host.proctree import Member, kill, over_limits, process_tree
 from launcher.servers import eras
+from launcher.shared.error_codes import INTERNAL_ERROR
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LINE_LIMIT,
@@ -351,7 +352,7 @@ class ServerConnection:
             return
         else:
             text = f"{method} is not available: no client is connected to ironcurtain yet"
-            outcome = {"error": {"code": -32603, "message": text}}
+            outcome = {"error": {"code": INTERNAL_ERROR, "message": text}}
         with contextlib.suppress(ServerGone, OSError):
             self.reply(message["id"], outcome)
 

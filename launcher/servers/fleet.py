@@ -13,9 +13,9 @@ from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
 from launcher.servers import era_twin
 from launcher.servers.connection import ServerConnection
-from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message, ServerGone
 from launcher.shared.shown import visible
+from launcher.shared.user_errors import StartupError
 
 STARTUP_TIMEOUT = 60.0
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from launcher.plan.session_plan import SessionPlan
 from launcher.shared.callers import Caller
-from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message
+from launcher.shared.user_errors import StartupError
 from launcher.transports.relays import Upstream
 from policy.heuristic import arguments_of, is_flag
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts

@@ -16,7 +16,7 @@ from launcher.host.acl_ledger import AclLedger, replay_stale
 from launcher.plan.config import warn
 from launcher.plan.session_plan import SessionPlan
 from launcher.shared import rundir
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 from sandbox_profiles import write_runtime_files
 from sandbox_profiles.ways import is_under
 

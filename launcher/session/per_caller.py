@@ -23,7 +23,7 @@ from launcher.relay.seams import Upstream
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.session.served import Hosting, Served
 from launcher.shared.callers import Caller
-from launcher.shared.errors import USER_ERRORS, StartupError
+from launcher.shared.user_errors import USER_ERRORS, StartupError
 
 
 class Session(Hosting, Protocol):

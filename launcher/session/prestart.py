@@ -29,7 +29,7 @@ from launcher.host.oscalls import wide_table_fd
 from launcher.plan.session_plan import SessionPlan
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.shared import dirs
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 from launcher.transports.http_socket import listen_http
 from sandbox_profiles.records import mutable
 

@@ -34,8 +34,8 @@ from launcher.servers.widen import Widener
 from launcher.session.report import say
 from launcher.shared import dirs
 from launcher.shared.callers import Caller
-from launcher.shared.errors import Names
 from launcher.shared.jsonrpc import Message
+from launcher.shared.user_errors import Names
 from sandbox_profiles.records import mutable
 
 # What a one-shot instance (one approved call beyond its sandbox) may tell the client.

@@ -19,7 +19,9 @@ import json
 import os
 from collections.abc import Iterable
 
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
+from policy.json_text import NotJson, parse_json
+from policy.json_text import json_kind as _kind
 from policy.permissions import MAX_PERMISSION
 from policy.permissions import name_problem as name_problem  # the rule a name follows
 from sandbox_profiles.records import frozen
@@ -135,12 +137,9 @@ def load_caller_file(path: str, option: str = "caller_file") -> Caller:
     if len(raw) > MAX_FILE:
         raise OptionError(option, path, f"is larger than {MAX_FILE} bytes; expected {EXPECTED}")
     try:
-        data = json.loads(raw.decode("utf-8"))
-    except json.JSONDecodeError as exc:
-        where = f" (line {exc.lineno}, column {exc.colno})"
-        raise OptionError(option, path, f"is not JSON{where}; expected {EXPECTED}") from None
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        where = ""
+        data = parse_json(raw)
+    except NotJson as exc:
+        where = f" (line {exc.line}, column {exc.column})" if exc.line else ""
         raise OptionError(option, path, f"is not JSON{where}; expected {EXPECTED}") from None
     try:
         return caller_of(data)
@@ -175,14 +174,3 @@ def caller_of(data: object) -> Caller:
     if problem is not None:
         raise ValueError(f'its "permissions": {problem}')
     return Caller(data["name"], frozenset(permissions), STATIC)
-
-
-def _kind(value: object) -> str:
-    """``value``'s JSON type, as a person says it."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "list", str: "string", int: "number", float: "number"}.get(
-        type(value), type(value).__name__
-    )

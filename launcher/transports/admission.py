@@ -23,7 +23,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from policy.globs import star_match
 
 Requirement = tuple[str, str]  # a claim's name, and the glob its value must match

@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from launcher import __version__
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from sandbox_profiles.records import frozen, mutable
 
 FETCH_TIMEOUT = 5.0

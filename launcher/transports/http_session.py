@@ -18,6 +18,7 @@ from mcp_types import JSONRPCNotification, JSONRPCRequest, jsonrpc_message_adapt
 from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
+from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_REQUEST, REQUEST_CANCELLED
 from launcher.shared.jsonrpc import Message, error
 from launcher.transports.stateless_http import CALLER, Relayed
 
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from launcher.shared.callers import Caller
 
 IDLE_TIMEOUT = 30 * 60.0
-REQUEST_CANCELLED = -32800  # ends the event stream of a request the client cancelled
 
 Attached = Relayed  # one client session's relay, as the transport sees it
 
@@ -143,7 +143,7 @@ class ClientStream:
             if not (is_request and message.method == "initialize"):
                 if is_request:
                     self._in_flight.add(message.id)
-                    self.deliver(error(message.id, -32600, "initialize first"))
+                    self.deliver(error(message.id, INVALID_REQUEST, "initialize first"))
                 return
             self._initialize = message.id
             try:
@@ -153,7 +153,7 @@ class ClientStream:
                 # request still gets its answer.
                 self.endpoint.forget(self)
                 self._in_flight.add(message.id)
-                self.deliver(error(message.id, -32603, f"cannot start the servers: {exc}"))
+                self.deliver(error(message.id, INTERNAL_ERROR, f"cannot start the servers: {exc}"))
                 return
             self.initialized = True
         if is_request:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import socket
 
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 
 
 def listen_http(port: int) -> socket.socket:

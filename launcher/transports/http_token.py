@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from launcher.shared import dirs
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from sandbox_profiles.records import frozen
 
 ENV = "IRONCURTAIN_HTTP_TOKEN"

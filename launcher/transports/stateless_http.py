@@ -40,6 +40,16 @@ from typing import TYPE_CHECKING, Any
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared import param_headers
+from launcher.shared.error_codes import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_VERSION,
+)
 from launcher.shared.jsonrpc import (
     FOR_REQUEST,
     META_CAPABILITIES,
@@ -58,13 +68,14 @@ __all__ = ["CALLER", "Opener", "Relayed", "StatelessClients", "Upstream"]
 
 # Where a request's caller is kept in its ASGI scope, once its token made one (gateway mode).
 CALLER = "ironcurtain.caller"
-HEADER_MISMATCH = -32020
 LISTEN = "subscriptions/listen"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 STREAM_BACKLOG = 1024  # notifications held for one listen's stream
 CONTINUED = 4096  # callers kept for calls that go on as retries
 # The era's errors about a request's form, answered 400 (a method that is not there, 404).
-BAD_REQUEST = frozenset({HEADER_MISMATCH, -32021, -32022, -32600, -32700})
+BAD_REQUEST = frozenset(
+    {HEADER_MISMATCH, MISSING_CLIENT_CAPABILITY, UNSUPPORTED_VERSION, INVALID_REQUEST, PARSE_ERROR}
+)
 _NAMED = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
 _CHECKED_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
 
@@ -123,7 +134,7 @@ class StatelessClients:
         try:
             message = loads(body)
         except (ValueError, RecursionError):
-            await _answer(send, error(None, -32700, "parse error: not JSON"))
+            await _answer(send, error(None, PARSE_ERROR, "parse error: not JSON"))
             return
         refused = _refused(scope, message)
         if refused is not None:
@@ -171,10 +182,10 @@ class StatelessClients:
         try:
             return await self.relays.take(caller)
         except TooMany as exc:
-            await _answer(send, error(rid, -32603, str(exc)), 503)
+            await _answer(send, error(rid, INTERNAL_ERROR, str(exc)), 503)
             return None
         except Exception as exc:  # the servers cannot be started (now, or again yet)
-            await _answer(send, error(rid, -32603, f"cannot start the servers: {exc}"), 500)
+            await _answer(send, error(rid, INTERNAL_ERROR, f"cannot start the servers: {exc}"), 500)
             return None
 
     def _continue(
@@ -267,7 +278,7 @@ class StatelessClients:
             message = None
         rid = message.get("id") if isinstance(message, dict) else None
         data = {"supported": list(STATELESS_VERSIONS), "requested": version}
-        refused = error(rid, -32022, f"unsupported protocol version: {version}", data)
+        refused = error(rid, UNSUPPORTED_VERSION, f"unsupported protocol version: {version}", data)
         await _answer(send, refused, 400)
 
     async def close(self) -> None:
@@ -366,10 +377,10 @@ def _refused(scope: Scope, message: Any) -> tuple[Message | None, int | None] | 
     of this era to relay; (None, None) for a notification, which is only acknowledged;
     None for a request."""
     if not isinstance(message, dict) or not isinstance(message.get("method"), str):
-        return error(None, -32600, "invalid request: one JSON-RPC message"), None
+        return error(None, INVALID_REQUEST, "invalid request: one JSON-RPC message"), None
     fault = _meta_fault(message) if "id" in message else None
     if fault is not None:  # the era's faults of form are answered 400
-        return error(message.get("id"), -32602, fault), 400
+        return error(message.get("id"), INVALID_PARAMS, fault), 400
     mismatch = _mismatch(scope, message)
     if mismatch is not None:
         return error(message.get("id"), HEADER_MISMATCH, mismatch), None
@@ -377,9 +388,9 @@ def _refused(scope: Scope, message: Any) -> tuple[Message | None, int | None] | 
         return None, None
     rid = message["id"]
     if type(rid) not in (str, int):
-        return error(None, -32600, "invalid request: an id is a string or number"), None
+        return error(None, INVALID_REQUEST, "invalid request: an id is a string or number"), None
     if message["method"] == "initialize":  # not a method of the era
-        return error(rid, -32601, "method not found: initialize"), None
+        return error(rid, METHOD_NOT_FOUND, "method not found: initialize"), None
     return None
 
 
@@ -404,7 +415,7 @@ async def _answer(send: Send, message: Message, status: int | None = None) -> No
     err = message.get("error")
     code = err.get("code") if isinstance(err, dict) else None
     if status is None:
-        status = 404 if code == -32601 else 400 if code in BAD_REQUEST else 200
+        status = 404 if code == METHOD_NOT_FOUND else 400 if code in BAD_REQUEST else 200
     body = json.dumps(message).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

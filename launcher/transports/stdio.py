@@ -24,6 +24,7 @@ import termios
 import threading
 from collections.abc import Callable
 
+from launcher.shared.error_codes import PARSE_ERROR
 from launcher.shared.jsonrpc import LINE_LIMIT, Message, encode, error
 from launcher.shared.lines import LineBuffer, LineProtocol
 
@@ -74,7 +75,7 @@ class StdioTransport:
             self._write(data)
 
     def _oversized(self) -> None:
-        self.deliver(error(None, -32700, "message too large"))
+        self.deliver(error(None, PARSE_ERROR, "message too large"))
 
     def deliver(self, message: Message, related: str | int | None = None) -> None:
         data = encode(message)

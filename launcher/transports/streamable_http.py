@@ -45,6 +45,7 @@ from mcp.server.transport_security import RequestBodyLimitMiddleware
 from starlette.types import Message as AsgiMessage
 from starlette.types import Receive, Scope, Send
 
+from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_REQUEST, SESSION_NOT_FOUND
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
 from launcher.transports.admission import giving_way, parted, party_room
 from launcher.transports.http_bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
@@ -64,6 +65,8 @@ CALLER_REQUESTS = MAX_CONNECTIONS // CALLER_SHARE  # ... and of the requests bei
 PARTY_REQUESTS = MAX_CONNECTIONS - CALLER_REQUESTS  # what one party's callers hold together
 KEEP_ALIVE = 5  # seconds an idle connection is kept open
 ONLY_POST = "a request of the stateless protocol is a POST"
+_SESSION_GONE = "session not found (it ended or expired)"
+_NO_SESSION = "missing Mcp-Session-Id: initialize first"
 
 
 class HttpEndpoint:
@@ -170,7 +173,7 @@ class HttpEndpoint:
             for what, key, most in counted:
                 if self._out.get((what, key), 0) >= most:
                     text = f"too many requests of this {what} at once ({most})"
-                    await _json_error(send, 429, -32603, text)
+                    await _json_error(send, 429, INTERNAL_ERROR, text)
                     return
             for what, key, _ in counted:
                 self._out[what, key] = self._out.get((what, key), 0) + 1
@@ -234,14 +237,14 @@ class HttpEndpoint:
             client = self.sessions.get(sid)
             # A session is its caller's: another caller's token on it finds nothing there.
             if client is None or client.owner != owner(scope.get(CALLER)):
-                await _json_error(send, 404, -32001, "session not found (it ended or expired)")
+                await _json_error(send, 404, SESSION_NOT_FOUND, _SESSION_GONE)
                 return
             await client.serve(scope, receive, send)
             if client.transport.is_terminated:
                 await client.end()
             return
         if scope["method"] != "POST":
-            await _json_error(send, 400, -32600, "missing Mcp-Session-Id: initialize first")
+            await _json_error(send, 400, INVALID_REQUEST, _NO_SESSION)
             return
         caller = owner(scope.get(CALLER))
         if caller is not None:  # gateway mode: no caller takes more than its share
@@ -249,17 +252,19 @@ class HttpEndpoint:
             own = [c for c in self.sessions.values() if c.owner == caller]
             if len(own) >= share and not await self._evict(own):
                 text = f"too many open sessions of this caller ({share})"
-                await _json_error(send, 503, -32603, text)
+                await _json_error(send, 503, INTERNAL_ERROR, text)
                 return
         if caller is not None and not await self._party_room(scope[CALLER]):
             cap = party_room(self.max_sessions)
             text = f"too many open sessions of this caller's party ({cap})"
-            await _json_error(send, 503, -32603, text)
+            await _json_error(send, 503, INTERNAL_ERROR, text)
             return
         if len(self.sessions) >= self.max_sessions and not await self._evict(
             party=party_of(scope.get(CALLER))
         ):
-            await _json_error(send, 503, -32603, f"too many open sessions ({self.max_sessions})")
+            await _json_error(
+                send, 503, INTERNAL_ERROR, f"too many open sessions ({self.max_sessions})"
+            )
             return
         client = ClientStream(self, scope.get(CALLER))
         self.sessions[client.id] = client

@@ -178,7 +178,7 @@ def test_control_the_mount_as_planned_after_the_swap_writes_the_hooks(user: Home
 @pytest.mark.parametrize("kind", ["bind", "ro-bind"])
 def test_a_start_is_refused_when_a_mount_leads_elsewhere(tmp_path: Path, kind: str) -> None:
     from launcher.host.launch import LaunchSpec, leads_now
-    from launcher.shared.errors import StartupError
+    from launcher.shared.user_errors import StartupError
     from sandbox_profiles.model import Mount, SandboxProfile
 
     root = tmp_path / "out"

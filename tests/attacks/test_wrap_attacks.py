@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from launcher.shared.errors import UsageError
+from launcher.shared.user_errors import UsageError
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.paths import BIN, IRONCURTAIN, PROBE

@@ -176,7 +176,7 @@ def test_an_answer_that_stays_malformed_is_reported_and_nothing_written(
 
 @needs_bwrap
 def test_the_output_may_not_overlap_what_the_servers_may_use(env: Home) -> None:
-    from launcher.shared.errors import UsageError
+    from launcher.shared.user_errors import UsageError
 
     workspaces = Path(os.environ["XDG_STATE_HOME"]) / "ironcurtain" / "workspaces"
     with pytest.raises(UsageError, match="overlaps"):

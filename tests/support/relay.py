@@ -20,8 +20,8 @@ from launcher.relay.gate import Gate
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings
 from launcher.shared.callers import Caller
-from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import Message
+from launcher.shared.user_errors import Names, by_field
 from policy import PolicyEngine, schema
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.permissions import parse_permissions

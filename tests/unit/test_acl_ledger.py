@@ -16,7 +16,7 @@ import pytest
 
 from launcher.host import acl
 from launcher.host.acl_ledger import AclLedger, View, ledger_dir, replay_stale
-from launcher.shared.errors import StartupError
+from launcher.shared.user_errors import StartupError
 from tests.support.acls import (
     BOB,
     SANDBOX_UID,

@@ -146,7 +146,7 @@ def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed
 
 def test_an_invalid_annotations_file_is_never_overwritten(tmp_path: Path) -> None:
     from launcher.pipeline.compile import merge_into
-    from launcher.shared.errors import UsageError
+    from launcher.shared.user_errors import UsageError
 
     out = tmp_path / "tool-annotations.json"
     out.write_text('{"servers": {"fs": {"tools": [{"toolName": "x"}]}}}')

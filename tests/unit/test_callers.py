@@ -15,7 +15,7 @@ from launcher.cli.audit import tail_log
 from launcher.plan.callers import check_caller_options
 from launcher.plan.session_plan import RunOptions
 from launcher.shared.callers import STATIC, Caller, load_caller_file
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 
 # What a caller file holds, and what the refusal says about it.
 MALFORMED = [

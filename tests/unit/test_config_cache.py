@@ -14,7 +14,7 @@ import pytest
 from launcher.plan.config import load_config
 from launcher.plan.config_schema import ServerConfig
 from launcher.shared.dirs import bundled_config
-from launcher.shared.errors import ConfigError
+from launcher.shared.user_errors import ConfigError
 
 # Every field the file can hold, in both spellings where it has two, with unknown keys at
 # several depths (each one warned about on a hit as on a miss).

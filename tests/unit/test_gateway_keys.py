@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from launcher.transports import gateway_keys
 from launcher.transports.gateway_auth import Gatekeeper, Refused
 from launcher.transports.gateway_keys import REFETCH_BURST, REFETCH_EVERY, gateway

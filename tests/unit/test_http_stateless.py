@@ -14,6 +14,7 @@ from typing import Any
 import httpx2
 
 from launcher.shared.callers import Caller
+from launcher.shared.error_codes import METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import error, notification, result
 from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream
 from launcher.transports.streamable_http import HttpEndpoint
@@ -56,7 +57,7 @@ class Echoing:
         if name == "hold":
             return
         if name == "missing":
-            self.upstream.deliver(error(message["id"], -32601, "method not found"))
+            self.upstream.deliver(error(message["id"], METHOD_NOT_FOUND, "method not found"))
             return
         if name == "burst":  # a server that reports more progress at once than is held
             for step in range(STREAM_BACKLOG + 10):

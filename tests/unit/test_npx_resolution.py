@@ -13,7 +13,7 @@ from launcher.clients.known import Entry
 from launcher.clients.wrap import launch_problem
 from launcher.plan.config import LoadedConfig
 from launcher.plan.programs import npx_to_node, search_path
-from launcher.shared.errors import ConfigError
+from launcher.shared.user_errors import ConfigError
 
 _CONFIG = LoadedConfig(path=Path("mcp-servers.json"), source="test", servers={}, warnings=())
 _ARGS = ["-y", "@s/srv", "--flag"]

@@ -11,7 +11,7 @@ import pytest
 
 from launcher.cli.run import flag_names
 from launcher.plan.session_plan import RunOptions, plan_session
-from launcher.shared.errors import (
+from launcher.shared.user_errors import (
     ConfigError,
     OptionError,
     SandboxRefused,

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from launcher.audit.telemetry_plan import telemetry_plan
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from tests.support.otlp import (
     PARENT_ID,
     TRACE_ID,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from launcher.plan import workspace
-from launcher.shared.errors import OptionError
+from launcher.shared.user_errors import OptionError
 from sandbox_profiles.writable_roots import root_problem
 
 
