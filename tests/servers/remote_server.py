@@ -1,0 +1,82 @@
+"""A remote MCP server on the ``mcp`` SDK, served over streamable HTTP (or the legacy SSE
+transport) on loopback: what ironcurtain reaches by a ``url``. It records every tool call
+that reaches it (one JSON line each) in the file given, and refuses every request without
+the bearer token given, when one is.
+
+Tools: ``echo`` (says its text and the protocol version its request came in), ``wipe``
+(which a policy denies: its record proves whether it was reached), ``leak`` (answers with a
+credential, which ironcurtain masks).
+
+Usage: ``remote_server.py PORT RECORD [--sse] [--token TOKEN]``
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import Context, MCPServer
+
+# A GitHub personal access token's shape (not a real one).
+LEAKED = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+
+mcp = MCPServer("remote")
+RECORD = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/dev/null")
+
+
+def _record(tool: str, args: dict[str, object]) -> None:
+    with RECORD.open("a") as out:
+        out.write(json.dumps({"tool": tool, "args": args}) + "\n")
+
+
+@mcp.tool()
+def echo(text: str, ctx: Context) -> str:
+    """Say the text back."""
+    _record("echo", {"text": text})
+    return f"echo: {text} ({ctx.protocol_version})"
+
+
+@mcp.tool()
+def wipe(target: str) -> str:
+    """Delete everything at target."""
+    _record("wipe", {"target": target})
+    return f"wiped {target}"
+
+
+@mcp.tool()
+def leak() -> str:
+    """Say the deploy token."""
+    _record("leak", {})
+    return f"the deploy token is {LEAKED}"
+
+
+def _guarded(app: object, token: str) -> object:
+    """``app`` behind a bearer token: 401 for any request without it."""
+
+    async def guarded(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            if given != f"Bearer {token}":
+                await send({"type": "http.response.start", "status": 401,  # type: ignore[operator]
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"no"})  # type: ignore[operator]
+                return
+        await app(scope, receive, send)  # type: ignore[operator]
+
+    return guarded
+
+
+def main() -> None:
+    import uvicorn
+
+    port = int(sys.argv[1])
+    sse = "--sse" in sys.argv
+    app = mcp.sse_app() if sse else mcp.streamable_http_app()
+    if "--token" in sys.argv:
+        app = _guarded(app, sys.argv[sys.argv.index("--token") + 1])  # type: ignore[assignment]
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
