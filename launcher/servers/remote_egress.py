@@ -4,7 +4,8 @@ ironcurtain resolves the server's name itself and connects to the address it che
 lookup answered differently a moment later changes nothing): a name that resolves to a
 loopback, private, link-local, metadata or otherwise special address, or to an address of
 this machine, is refused unless the entry's ``hosts`` pins it to that address; an address
-written in the URL itself is the user's own choice. Only the entry's own host is dialled.
+written in the URL itself, and ``localhost`` (loopback by definition, never looked up), are
+the user's own choice. Only the entry's own host is dialled.
 """
 
 from __future__ import annotations
@@ -106,8 +107,9 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
             name = host.strip("[]").lower()
             if name != target.host:
                 raise EgressRefused(f"{name} is not {target.host}, the server's own host")
-            literal = parse_ip(name) is not None
-            found = [name] if literal else judged(name, await _pinned_or(name, port), target.hosts)
+            found = [name] if parse_ip(name) is not None else await _pinned_or(name, port)
+            if found[0] != name and not _chosen(name):
+                found = judged(name, found, target.hosts)
             last: Exception | None = None
             for address in found:
                 try:
@@ -122,7 +124,15 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
             await self.inner.sleep(seconds)
 
     async def _pinned_or(name: str, port: int) -> list[str]:
-        return [target.hosts[name]] if name in target.hosts else await _resolve(name, port)
+        if name in target.hosts:
+            return [target.hosts[name]]
+        if name == "localhost" or name.endswith(".localhost"):  # loopback by definition
+            return ["127.0.0.1", "::1"]
+        return await _resolve(name, port)
+
+    def _chosen(name: str) -> bool:
+        """A name whose addresses the user chose: pinned, or ``localhost``."""
+        return name in target.hosts or name == "localhost" or name.endswith(".localhost")
 
     class Transport(httpx2.AsyncHTTPTransport):
         def __init__(self) -> None:

@@ -58,8 +58,13 @@ def _guarded(app: object, token: str) -> object:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"").decode()
             if given != f"Bearer {token}":
-                await send({"type": "http.response.start", "status": 401,  # type: ignore[operator]
-                            "headers": [(b"content-type", b"text/plain")]})
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,  # type: ignore[operator]
+                        "headers": [(b"content-type", b"text/plain")],
+                    }
+                )
                 await send({"type": "http.response.body", "body": b"no"})  # type: ignore[operator]
                 return
         await app(scope, receive, send)  # type: ignore[operator]
