@@ -110,7 +110,9 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
     if server.url is None:
         if server.command is None:
             raise ConfigError(
-                file, at(), 'expected "command" (a local server) or "url" (a remote one)'
+                file,
+                at("command"),
+                'Field required: a "command" (a local server) or a "url" (a remote one)',
             )
         for key in ("headers", "hosts"):
             if getattr(server, key):

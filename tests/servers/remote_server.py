@@ -7,7 +7,7 @@ Tools: ``echo`` (says its text and the protocol version its request came in), ``
 (which a policy denies: its record proves whether it was reached), ``leak`` (answers with a
 credential, which ironcurtain masks).
 
-Usage: ``remote_server.py PORT RECORD [--sse] [--token TOKEN]``
+Usage: ``remote_server.py PORT RECORD [--sse] [--token TOKEN] [--any-host]``
 """
 
 from __future__ import annotations
@@ -74,10 +74,21 @@ def _guarded(app: object, token: str) -> object:
 
 def main() -> None:
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
     port = int(sys.argv[1])
     sse = "--sse" in sys.argv
-    app = mcp.sse_app() if sse else mcp.streamable_http_app()
+    # ``--any-host``: a server reached by a name other than its address (its own check of the
+    # Host header off).
+    security = (
+        TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        if "--any-host" in sys.argv
+        else None
+    )
+    if sse:
+        app = mcp.sse_app(transport_security=security)
+    else:
+        app = mcp.streamable_http_app(transport_security=security)
     if "--token" in sys.argv:
         app = _guarded(app, sys.argv[sys.argv.index("--token") + 1])  # type: ignore[assignment]
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
