@@ -374,9 +374,8 @@ def _remote(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
 
 
 def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
-    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false``
-    (or the host cannot sandbox and the caller allowed that); a remote one is reached
-    where it is."""
+    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false`` (or
+    the host cannot sandbox and the caller allowed that); a remote one, reached where it is."""
     if server.remote:
         return _remote(name, server, at)
     command = _command(name, server, at)

@@ -96,6 +96,17 @@ class RemoteConnection(ServerConnection):
             raise ServerGone(self.name, None, self.limit_reason or "it is not connected")
         self._outbox.put_nowait(message)
 
+    def _sse_http(
+        self,
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        """The SSE transport's HTTP client: the same as the other's (its own arguments are
+        the entry's headers and the default timeouts, which that client has already)."""
+        del headers, timeout, auth
+        return self._http()
+
     def _http(self) -> httpx2.AsyncClient:
         client = client_for(self.target)
 
@@ -129,7 +140,7 @@ class RemoteConnection(ServerConnection):
             return sse_client(
                 self.target.url,
                 headers=dict(self.target.headers),
-                httpx_client_factory=lambda **_: self._http(),
+                httpx_client_factory=self._sse_http,
             )
         from mcp.client.streamable_http import streamable_http_client
 
@@ -251,9 +262,14 @@ def _one_line(exc: BaseException) -> str:
             found.append(e)
 
     walk(exc)
-    chosen = next((e for e in found if isinstance(e, EgressRefused)), None)
-    chosen = chosen or next((e for e in found if not isinstance(e, asyncio.CancelledError)), exc)
-    while chosen.__cause__ is not None or (chosen.__context__ is not None and not str(chosen)):
-        chosen = chosen.__cause__ or chosen.__context__  # type: ignore[assignment]
+    refusal = next((e for e in found if isinstance(e, EgressRefused)), None)
+    chosen: BaseException = refusal or next(
+        (e for e in found if not isinstance(e, asyncio.CancelledError)), exc
+    )
+    while True:
+        inner = chosen.__cause__ or (chosen.__context__ if not str(chosen) else None)
+        if inner is None:
+            break
+        chosen = inner
     text = str(chosen) or type(chosen).__name__
     return " ".join(text.split())

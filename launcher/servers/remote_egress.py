@@ -47,11 +47,11 @@ def judged(host: str, addresses: Iterable[str], pins: Mapping[str, str]) -> list
     ['93.184.215.14']
     >>> judged("db.internal", ["10.0.0.5"], {"db.internal": "10.0.0.5"})
     ['10.0.0.5']
-    >>> try:
+    >>> try:  # doctest: +ELLIPSIS
     ...     judged("evil.example", ["8.8.8.8", "169.254.169.254"], {})
     ... except EgressRefused as exc:
     ...     print(exc)
-    evil.example resolves to 169.254.169.254, a cloud metadata address (pin it in "hosts" if it is meant)
+    evil.example resolves to 169.254.169.254, a cloud metadata address (pin it in "hosts" ...
     """
     if host in pins:
         return [pins[host]]

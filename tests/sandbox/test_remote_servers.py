@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from tests.support.probe import PROBE_TOOLS, probe_server_config
 from tests.support.remote import (
     DENY_WIPE,
     REMOTE_TOOLS,
-    Remote,
     free_port,
     remote_args,
     remote_server,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 
@@ -51,23 +52,18 @@ def leak() -> str:
     return f"the deploy token is {LEAKED}"
 
 
-def _guarded(app: object, token: str) -> object:
+def _guarded(app: Any, token: str) -> Any:
     """``app`` behind a bearer token: 401 for any request without it."""
 
-    async def guarded(scope: dict, receive: object, send: object) -> None:  # type: ignore[type-arg]
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             given = dict(scope["headers"]).get(b"authorization", b"").decode()
             if given != f"Bearer {token}":
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,  # type: ignore[operator]
-                        "headers": [(b"content-type", b"text/plain")],
-                    }
-                )
-                await send({"type": "http.response.body", "body": b"no"})  # type: ignore[operator]
+                start = {"type": "http.response.start", "status": 401, "headers": []}
+                await send(start)
+                await send({"type": "http.response.body", "body": b"no"})
                 return
-        await app(scope, receive, send)  # type: ignore[operator]
+        await app(scope, receive, send)
 
     return guarded
 
@@ -85,13 +81,14 @@ def main() -> None:
         if "--any-host" in sys.argv
         else None
     )
-    if sse:
-        app = mcp.sse_app(transport_security=security)
-    else:
-        app = mcp.streamable_http_app(transport_security=security)
+    app: Any = (
+        mcp.sse_app(transport_security=security)
+        if sse
+        else mcp.streamable_http_app(transport_security=security)
+    )
     if "--token" in sys.argv:
-        app = _guarded(app, sys.argv[sys.argv.index("--token") + 1])  # type: ignore[assignment]
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")  # type: ignore[arg-type]
+        app = _guarded(app, sys.argv[sys.argv.index("--token") + 1])
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
 if __name__ == "__main__":

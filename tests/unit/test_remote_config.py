@@ -32,7 +32,7 @@ REFUSED = [
         {"url": URL, "headers": {"Authorization": "Bearer ${T}"}},
         "Authorization",
         "not expanded",
-    ),  # fmt: skip
+    ),
     ("reserved", {"url": URL, "headers": {"Host": "evil.example"}}, "Host", "written by"),
     ("smuggled", {"url": URL, "headers": {"X-A": "b\r\nX-B: c"}}, "X-A", "line break"),
     ("bad-pin", {"url": URL, "hosts": {"mcp.example.com": "nowhere"}}, "hosts", "not an IP"),
@@ -45,8 +45,9 @@ def _load(tmp_path: Path, entry: dict[str, Any]) -> Any:
     return load_config(config, "--config", str(tmp_path / "ws"), env={})
 
 
-@pytest.mark.parametrize(("entry", "where", "what"), [c[1:] for c in REFUSED],
-                         ids=[c[0] for c in REFUSED])  # fmt: skip
+@pytest.mark.parametrize(
+    ("entry", "where", "what"), [c[1:] for c in REFUSED], ids=[c[0] for c in REFUSED]
+)
 def test_a_bad_remote_entry_is_one_error_naming_where(
     tmp_path: Path, entry: dict[str, Any], where: str, what: str
 ) -> None:
@@ -58,8 +59,12 @@ def test_a_bad_remote_entry_is_one_error_naming_where(
 
 
 def test_a_remote_entry_is_unsandboxed_and_keeps_its_pins_and_headers(tmp_path: Path) -> None:
-    entry = {"url": "http://mcp.test:8080/mcp", "hosts": {"mcp.test": "127.0.0.1"},
-             "headers": {"X-Api-Key": "k"}, "type": "http"}  # fmt: skip
+    entry = {
+        "url": "http://mcp.test:8080/mcp",
+        "hosts": {"mcp.test": "127.0.0.1"},
+        "headers": {"X-Api-Key": "k"},
+        "type": "http",
+    }
     server = _load(tmp_path, entry).servers["a"]
     assert server.sandbox is False and not server.sandboxed and server.remote
     target = target_of(server)
@@ -83,7 +88,7 @@ def test_plain_http_only_to_this_machine(tmp_path: Path) -> None:
         "fd00::1",
         "100.64.0.1",
         "::ffff:127.0.0.1",
-    ],  # fmt: skip
+    ],
 )
 def test_a_name_resolving_to_a_special_address_is_refused(address: str) -> None:
     with pytest.raises(EgressRefused, match=f"resolves to {address}"):
