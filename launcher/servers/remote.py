@@ -5,9 +5,9 @@ local one. The era it is spoken to in is chosen as for a local server
 (:mod:`launcher.servers.eras`); each request carries the HTTP headers that era asks for.
 Every address it dials passes :mod:`launcher.servers.remote_egress`.
 
-Where a token provider would plug in: :func:`launcher.servers.remote_egress.client_for`
-makes the HTTP client each connection uses; an ``httpx2.Auth`` given to it there is
-consulted on every request (and on a 401) without the relay knowing.
+A token provider plugs in where :meth:`RemoteConnection._http` makes the HTTP client
+(:func:`launcher.servers.remote_egress.client_for`'s ``auth``): it is consulted on every
+request, and handed every 401, without the relay knowing.
 """
 
 from __future__ import annotations

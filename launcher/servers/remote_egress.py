@@ -144,10 +144,12 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
     return Transport()
 
 
-def client_for(target: RemoteTarget) -> httpx2.AsyncClient:
+def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
     """The HTTP client a remote server is spoken to with: the checked transport, the entry's
     headers, the MCP transports' timeouts (30 s to connect, 300 s between the events of a
-    stream; a call's own timeout is the relay's)."""
+    stream; a call's own timeout is the relay's). ``auth``: what signs each request in (a
+    token provider: it sets the credential on every request and is handed each 401), never
+    the client's own token."""
     import httpx2
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
@@ -156,4 +158,5 @@ def client_for(target: RemoteTarget) -> httpx2.AsyncClient:
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         transport=checked_transport(target),
         trust_env=False,
+        auth=auth,
     )
