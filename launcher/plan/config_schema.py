@@ -230,8 +230,9 @@ class ServerConfig:
     # through the same policy, approvals, audit and masking as a local server, with no sandbox.
     url: Annotated[str | None, pyd.Field(min_length=1)] = None
     # How a remote server is reached: `http` (streamable HTTP, the default for a `url`) or `sse`
-    # (the legacy transport); `stdio` for a local one. Written by the clients that share this file.
-    type: Literal["stdio", "http", "streamable-http", "streamableHttp", "sse"] | None = None
+    # (the legacy transport). Clients that share this file write it on local entries too
+    # (`stdio`), where ironcurtain does not act on it.
+    type: str | None = None
     # HTTP headers sent with every request to a remote server, as written (no `${...}` expansion).
     headers: dict[str, str] = field(default_factory=dict)
     # A remote server's names pinned to addresses: ironcurtain connects there without a lookup, and

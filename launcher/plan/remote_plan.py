@@ -121,8 +121,6 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
                     at(key),
                     f'"{key}" is for a remote server (one with a "url"); this one has a "command"',
                 )
-        if server.type not in (None, "stdio"):
-            raise ConfigError(file, at("type"), f'"{server.type}" needs a "url"')
         return server
     for key, alias in _LOCAL_ONLY:
         if getattr(server, key):
@@ -140,8 +138,12 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
             'of this machine holds it: remove "sandbox" (the policy, approvals, '
             "audit and masking still apply)",
         )
-    if server.type == "stdio":
-        raise ConfigError(file, at("type"), '"stdio" is a local server\'s: this one has a "url"')
+    if server.type is not None and server.type not in _TRANSPORTS:
+        raise ConfigError(
+            file,
+            at("type"),
+            f'"{server.type}" is not how a server with a "url" is reached: "http" or "sse"',
+        )
     _check_url(server, file, at("url"))
     _check_headers(server.headers, file, at)
     return replace(server, sandbox=False, restart=False)

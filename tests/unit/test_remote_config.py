@@ -26,7 +26,7 @@ REFUSED = [
     ("sandbox", {"url": URL, "sandbox": {"network": False}}, "sandbox", "no sandbox"),
     ("args", {"url": URL, "args": ["-v"]}, "args", "local server"),
     ("headers-local", {"command": "x", "headers": {"A": "b"}}, "headers", "remote server"),
-    ("stdio-type", {"url": URL, "type": "stdio"}, "type", "local server"),
+    ("stdio-type", {"url": URL, "type": "stdio"}, "type", '"http" or "sse"'),
     (
         "expansion",
         {"url": URL, "headers": {"Authorization": "Bearer ${T}"}},
@@ -70,6 +70,12 @@ def test_a_remote_entry_is_unsandboxed_and_keeps_its_pins_and_headers(tmp_path: 
     target = target_of(server)
     assert (target.host, target.port, target.transport) == ("mcp.test", 8080, "streamable-http")
     assert target.hosts == {"mcp.test": "127.0.0.1"} and target.headers == {"X-Api-Key": "k"}
+
+
+def test_a_local_entry_keeps_the_type_its_client_wrote(tmp_path: Path) -> None:
+    # A key the clients share: on a local entry it is theirs, whatever they write there.
+    for kind in ("stdio", "local"):
+        assert not _load(tmp_path, {"command": "x", "type": kind}).servers["a"].remote
 
 
 def test_plain_http_only_to_this_machine(tmp_path: Path) -> None:
