@@ -9,6 +9,7 @@ import shlex
 from typing import Any
 
 from launcher.host.oscalls import wide_table_fd
+from launcher.plan.remote_plan import RemoteTarget
 from launcher.plan.session_plan import RunOptions, ServerPlan, plan_session
 from launcher.shared.user_errors import UsageError
 from sandbox_profiles import seatbelt
@@ -58,6 +59,8 @@ def _env_view(profile: SandboxProfile) -> dict[str, str]:
 
 
 def _unsandboxed(server: ServerPlan, fmt: str) -> str:
+    if server.remote is not None:
+        return _remote(server, server.remote, fmt)
     who = pwd.getpwuid(os.getuid()).pw_name
     text = (
         f"server '{server.name}' is UNSANDBOXED (sandbox: false in its config): it runs as "
@@ -66,6 +69,35 @@ def _unsandboxed(server: ServerPlan, fmt: str) -> str:
     if fmt == "json":
         return json.dumps({"server": server.name, "sandboxed": False, "note": text}, indent=2)
     return text
+
+
+def _remote(server: ServerPlan, remote: RemoteTarget, fmt: str) -> str:
+    """A remote server: where it is, how it is reached, the names of the headers sent (never
+    their values), the names pinned."""
+    text = (
+        f"server '{server.name}' is REMOTE and UNSANDBOXED: it runs at {remote.where}, where no "
+        "sandbox of this machine holds it; ironcurtain's policy, approvals, audit and masking "
+        f"apply to every call. Transport: {remote.transport}"
+        + (f"; headers sent: {', '.join(remote.headers)}" if remote.headers else "")
+        + (
+            f"; pinned: {', '.join(f'{k} -> {v}' for k, v in remote.hosts.items())}"
+            if remote.hosts
+            else ""
+        )
+    )
+    if fmt != "json":
+        return text
+    shown = {
+        "server": server.name,
+        "sandboxed": False,
+        "remote": True,
+        "url": remote.where,
+        "transport": remote.transport,
+        "headers": sorted(remote.headers),
+        "hosts": dict(remote.hosts),
+        "note": text,
+    }
+    return json.dumps(shown, indent=2)
 
 
 def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:

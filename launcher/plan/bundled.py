@@ -64,7 +64,7 @@ def installed(
     installed is a UsageError); otherwise every selected server."""
     if source != BUNDLED_SOURCE or asked:
         return selected
-    absent = missing({n: s.command for n, s in selected.items()}, search)
+    absent = missing({n: s.command for n, s in selected.items() if s.command}, search)
     if len(absent) == len(selected):
         raise UsageError(
             "none of the servers of the bundled default config is installed: "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.plan.config_schema import CACHED, UNION_TAGS, ConfigFile, ServerConfig, json_name
+from launcher.plan.remote_plan import checked_remote
 from launcher.shared import dirs
 from launcher.shared.user_errors import CallerNeeded, ConfigError
 from policy.cache import ContentCache, encode, rebuild
@@ -295,6 +296,7 @@ def load_config(
     broken: dict[str, ConfigError] = {}
     per_caller: dict[str, str] = {}
     for name, server in raw.items():
+        server = checked_remote(server, file, (key, name))
         uses: list[str] = []
         try:
             servers[name] = _expand_server(server, (key, name), variables, file, uses)
@@ -319,7 +321,7 @@ def _expand_server(
         return expand(value, variables, at(*parts), file, uses)
 
     update: dict[str, Any] = {
-        "command": one(server.command, "command"),
+        "command": one(server.command, "command") if server.command is not None else None,
         "args": [one(a, "args", i) for i, a in enumerate(server.args)],
         "env": {k: one(v, "env", k) for k, v in server.env.items()},
         "cwd": _expand_path(server.cwd, variables, at("cwd"), file, uses) if server.cwd else None,

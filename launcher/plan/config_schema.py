@@ -223,8 +223,22 @@ class ServerConfig:
 
     # The program to start: a name found on `PATH` (or next to ironcurtain's own Python), or a path.
     # `npx -y PACKAGE` runs the package from npx's cache or a global install, since a sandbox cannot
-    # download it.
-    command: Annotated[str, pyd.Field(min_length=1)]
+    # download it. A remote server has a `url` instead.
+    command: Annotated[str | None, pyd.Field(min_length=1)] = None
+    # A remote server's endpoint (`https://`, or `http://` to this machine only), instead of a
+    # `command`: spoken to over streamable HTTP (or the legacy SSE transport with `"type": "sse"`),
+    # through the same policy, approvals, audit and masking as a local server, with no sandbox.
+    url: Annotated[str | None, pyd.Field(min_length=1)] = None
+    # How a remote server is reached: `http` (streamable HTTP, the default for a `url`) or `sse`
+    # (the legacy transport). Clients that share this file write it on local entries too
+    # (`stdio`), where ironcurtain does not act on it.
+    type: str | None = None
+    # HTTP headers sent with every request to a remote server, as written (no `${...}` expansion).
+    headers: dict[str, str] = field(default_factory=dict)
+    # A remote server's names pinned to addresses: ironcurtain connects there without a lookup, and
+    # a private or loopback address pinned here is allowed, for that name only (a name that
+    # resolves to such an address otherwise is refused).
+    hosts: Annotated[dict[str, str], pyd.AfterValidator(_addresses)] = field(default_factory=dict)
     # Its arguments.
     args: list[str] = field(default_factory=list)
     # Its environment: these variables plus `PATH`, `HOME`, `LANG` and `TERM`, nothing else of
@@ -269,7 +283,11 @@ class ServerConfig:
 
     @property
     def sandboxed(self) -> bool:
-        return self.sandbox is not False
+        return self.sandbox is not False and self.url is None
+
+    @property
+    def remote(self) -> bool:
+        return self.url is not None
 
     @property
     def allowed_domains(self) -> list[str]:

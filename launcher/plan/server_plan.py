@@ -17,6 +17,7 @@ from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
 from launcher.plan.programs import npx_to_node, resolve_command
+from launcher.plan.remote_plan import RemoteTarget, target_of
 from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import HANDSHAKE, ClientSide
@@ -73,6 +74,8 @@ class ServerPlan:
     placeholders: tuple[tuple[str, bool], ...] = ()
     # The directories it is given to work in: what it is told at roots/list.
     roots: tuple[str, ...] = ()
+    # A remote server (a ``url``): where it is and how it is spoken to; nothing is started.
+    remote: RemoteTarget | None = None
 
     @property
     def sandboxed(self) -> bool:
@@ -287,6 +290,7 @@ def limits_of(server: ServerConfig) -> Limits:
 
 def _command(name: str, server: ServerConfig, at: Surroundings) -> str:
     """The server's command found on the search path (or next to this Python)."""
+    assert server.command is not None  # a local server's (the config is checked)
     command = resolve_command(server.command, list(at.search))
     if command is None:
         raise ConfigError(
@@ -362,9 +366,18 @@ def _sandboxed(
     )
 
 
+def _remote(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
+    """The plan of a remote server: no process, no sandbox, no directory of this machine
+    (it is told of no root)."""
+    launch = LaunchSpec(name, [], {}, at.workspace, server.timeout)
+    return ServerPlan(name, server, launch, None, at.workspace, remote=target_of(server))
+
+
 def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
-    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false``
-    (or the host cannot sandbox and the caller allowed that)."""
+    """The plan of server ``name``: sandboxed unless its config says ``sandbox: false`` (or
+    the host cannot sandbox and the caller allowed that); a remote one, reached where it is."""
+    if server.remote:
+        return _remote(name, server, at)
     command = _command(name, server, at)
     cwd = server.cwd or at.workspace
     access, access_reason = workspace_access(at.annotations, name)

@@ -84,6 +84,12 @@ class ServerConnection:
         self.resources: list[Message] = []
         self.resource_templates: list[Message] = []
 
+    def another(
+        self, client: ClientSide, on_notification: NotificationHandler | None
+    ) -> ServerConnection:
+        """Another instance of this server (not started), told ``client`` of its client."""
+        return ServerConnection(self.spec, on_notification, client)
+
     async def start(self, proc: subprocess.Popen[bytes] | None = None) -> None:
         """Start the process (or take over ``proc``, started from this connection's spec and
         not yet spoken to). Its pipes are read by plain protocols (not a subprocess

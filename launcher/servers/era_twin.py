@@ -29,7 +29,7 @@ def made(
     """Another instance of ``conn``'s server (not started), to be opened offering ``era``
     first; made before it is opened so that what stops its server stops it too."""
     side = dataclasses.replace(conn.client_capabilities, era=era)
-    fresh = ServerConnection(conn.spec, on_notification, side)
+    fresh = conn.another(side, on_notification)
     # Slow to answer (a loaded machine, a start that takes its time) is not "does not
     # serve": a server that ignores the question costs its first such client this, once.
     fresh.patience = max(TWIN_PATIENCE, eras.DISCOVER_TIMEOUT + 2 * conn.opened_in)

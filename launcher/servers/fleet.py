@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 from collections.abc import Callable
 
 from launcher.plan.config_schema import RestartConfig
-from launcher.plan.server_plan import client_capabilities
+from launcher.plan.server_plan import ServerPlan, client_capabilities
 from launcher.plan.session_plan import SessionPlan
 from launcher.servers import era_twin
-from launcher.servers.connection import ServerConnection
+from launcher.servers.connection import NotificationHandler, ServerConnection
+from launcher.servers.remote import RemoteConnection, RemoteUnavailable
 from launcher.shared.jsonrpc import Message, ServerGone
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import StartupError
@@ -23,6 +25,14 @@ Notified = Callable[[ServerConnection, Message], None]
 Event = Callable[..., None]  # (event, text, **fields): stderr and the audit log
 
 
+def connection(sp: ServerPlan, on_notification: NotificationHandler) -> ServerConnection:
+    """The connection a server of the plan is spoken to through: a process of its own, or
+    a remote server's HTTP."""
+    if sp.remote is not None:
+        return RemoteConnection(sp.launch, sp.remote, on_notification, client_capabilities(sp))
+    return ServerConnection(sp.launch, on_notification, client_capabilities(sp))
+
+
 class Fleet:
     def __init__(
         self, plan: SessionPlan, on_notification: Notified, halted: dict[str, str] | None = None
@@ -30,9 +40,11 @@ class Fleet:
         self.plan = plan
         self._on_notification = on_notification
         self.servers: dict[str, ServerConnection] = {
-            name: ServerConnection(sp.launch, on_notification, client_capabilities(sp))
-            for name, sp in plan.servers.items()
+            name: connection(sp, on_notification) for name, sp in plan.servers.items()
         }
+        # Remote servers that could not be reached or refused ironcurtain: why, in one line.
+        # The other servers serve; these offer nothing this session.
+        self.unreachable: dict[str, str] = {}
         # Servers the guard stopped (it could not neutralise what their sandbox wrote): why.
         # Shared by every fleet of a session (of a caller, when each has its own plan): a
         # server halted in one is started in none.
@@ -66,7 +78,9 @@ class Fleet:
             return_exceptions=True,
         )
         for conn, outcome in zip(conns, results, strict=True):
-            if isinstance(outcome, BaseException):
+            if isinstance(conn, RemoteConnection) and isinstance(outcome, BaseException):
+                self._unreachable(conn, outcome)
+            elif isinstance(outcome, BaseException):
                 await asyncio.sleep(0.05)  # let the last stderr lines arrive
                 why = "did not answer in time" if isinstance(outcome, TimeoutError) else outcome
                 # The server's lines, each shown on its own line: never a line of its own
@@ -80,6 +94,21 @@ class Fleet:
                     + (f"\n  its last output:\n{tail}" if tail else ""),
                     own_lines=True,
                 )
+
+    def _unreachable(self, conn: RemoteConnection, outcome: BaseException) -> None:
+        """A remote server that did not open: said in one line, its tools offered to no one,
+        its connection closed (the session goes on with the others)."""
+        if isinstance(outcome, RemoteUnavailable):
+            why = str(outcome)
+        elif isinstance(outcome, TimeoutError):
+            why = conn.why_unavailable(TimeoutError("it did not answer in time"))
+        else:
+            why = conn.why_unavailable(outcome)
+        why = visible(why, one_line=True)
+        self.unreachable[conn.name] = why
+        self.halted.setdefault(conn.name, why)
+        conn.tools, conn.prompts, conn.resources, conn.resource_templates = [], [], [], []
+        print(f"ironcurtain: {why}; its tools are not offered this session", file=sys.stderr)
 
     def supervise(self, event: Event, restarted: Callable[[ServerConnection], None]) -> None:
         """Watch the servers whose config asks for restarts."""

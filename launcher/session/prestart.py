@@ -121,6 +121,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
         # Planned for every caller, each caller's servers start when it first calls.
         starting = {} if plan.per_caller else plan.servers
         for name, sp in starting.items():
+            if sp.remote is not None:
+                continue  # reached where it runs, once the session's loop is up
             try:
                 made.procs[name] = sp.launch.spawn()
             except OSError as exc:

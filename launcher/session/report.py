@@ -67,6 +67,8 @@ def has_callers(plan: SessionPlan) -> bool:
 def containment(plan: SessionPlan, name: str) -> str:
     """How a server is contained, in a few words."""
     sp = plan.servers[name]
+    if sp.remote is not None:
+        return f"REMOTE, unsandboxed: {sp.remote.where}"
     if sp.profile is None:
         return "UNSANDBOXED" + (
             f" ({plan.sandbox_problem})"

@@ -187,6 +187,9 @@ class Session(SessionEvents):
             say(warning)
         for mismatch in coherence.check(self.plan):
             say(f"warning: {mismatch}")
+        for name, why in self.fleet.unreachable.items():  # said on stderr as it was found
+            if self.audit is not None:
+                self.audit.write({"event": "server-unreachable", "server": name, "reason": why})
 
     async def _attach_first(self, stack: asyncio.Future[Any] | None) -> None:
         """The first client attached: listening over HTTP once its stack is imported, or on

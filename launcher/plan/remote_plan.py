@@ -1,0 +1,202 @@
+"""A remote server of the config (a ``url`` instead of a ``command``): its entry checked, and
+what a connection to it is made from. No sandbox holds it; everything else of ironcurtain
+(policy, approvals, audit, masking) applies as to a local server."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from urllib.parse import urlsplit
+
+from launcher.plan.config_schema import SandboxConfig, ServerConfig
+from launcher.shared.user_errors import ConfigError
+from sandbox_profiles.records import frozen
+
+STREAMABLE_HTTP = "streamable-http"
+SSE = "sse"
+_TRANSPORTS = {
+    "http": STREAMABLE_HTTP,
+    "streamable-http": STREAMABLE_HTTP,
+    "streamableHttp": STREAMABLE_HTTP,
+    "sse": SSE,
+}
+# Headers the transport itself writes (framing, the protocol's own, the hop's): one given in
+# the config would contradict what the connection says or smuggle another request.
+RESERVED_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Host",
+        "Content-Length",
+        "Content-Type",
+        "Transfer-Encoding",
+        "Connection",
+        "Upgrade",
+        "TE",
+        "Trailer",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "Accept",
+        "Last-Event-ID",
+        "Mcp-Session-Id",
+        "MCP-Protocol-Version",
+        "Mcp-Method",
+        "Mcp-Name",
+    )
+)
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110 tchar)
+_LOCAL_ONLY = (("args", "args"), ("env", "env"), ("cwd", "cwd"))
+
+
+@frozen
+class RemoteTarget:
+    """Where a remote server is and how it is spoken to."""
+
+    url: str
+    host: str  # the URL's host, lower-cased, without brackets
+    port: int
+    transport: str  # STREAMABLE_HTTP or SSE
+    headers: Mapping[str, str]
+    hosts: Mapping[str, str]  # names pinned to addresses
+
+    @property
+    def where(self) -> str:
+        """The endpoint as shown to people: scheme, host, port and path, never a query."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.netloc}{parts.path}"
+
+
+def is_loopback_name(host: str, hosts: Mapping[str, str]) -> bool:
+    """Whether ``host`` (an address, ``localhost``, or a name pinned in ``hosts``) is this
+    machine's loopback.
+
+    >>> is_loopback_name("127.0.0.1", {}), is_loopback_name("localhost", {})
+    (True, True)
+    >>> is_loopback_name("db.internal", {"db.internal": "10.0.0.5"})
+    False
+    """
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(hosts.get(host, host)).is_loopback
+    except ValueError:
+        return False
+
+
+def target_of(server: ServerConfig) -> RemoteTarget:
+    """What a connection to a remote server (checked by :func:`checked_remote`) is made of."""
+    assert server.url is not None
+    parts = urlsplit(server.url)
+    host = (parts.hostname or "").lower()
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    transport = _TRANSPORTS.get(server.type or "http", STREAMABLE_HTTP)
+    pins = {k.lower(): v for k, v in server.hosts.items()}
+    return RemoteTarget(server.url, host, port, transport, dict(server.headers), pins)
+
+
+def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> ServerConfig:
+    """A server entry checked for what kind it is: a local one (``command``) or a remote one
+    (``url``), never both nor neither, with no key of the other kind. A remote entry comes
+    back with ``sandbox: false`` (no sandbox can hold it)."""
+
+    def at(*parts: str) -> str:
+        return "$." + ".".join((*loc, *parts))
+
+    if server.command is not None and server.url is not None:
+        raise ConfigError(
+            file, at("url"), 'a server has a "command" (local) or a "url" (remote), not both'
+        )
+    if server.url is None:
+        if server.command is None:
+            raise ConfigError(
+                file,
+                at("command"),
+                'Field required: a "command" (a local server) or a "url" (a remote one)',
+            )
+        for key in ("headers", "hosts"):
+            if getattr(server, key):
+                raise ConfigError(
+                    file,
+                    at(key),
+                    f'"{key}" is for a remote server (one with a "url"); this one has a "command"',
+                )
+        return server
+    for key, alias in _LOCAL_ONLY:
+        if getattr(server, key):
+            raise ConfigError(
+                file,
+                at(alias),
+                f'"{alias}" is for a local server (one with a '
+                '"command"): a remote one is not started by ironcurtain',
+            )
+    if server.sandbox is not False and server.sandbox != SandboxConfig():
+        raise ConfigError(
+            file,
+            at("sandbox"),
+            "a remote server runs elsewhere, where no sandbox "
+            'of this machine holds it: remove "sandbox" (the policy, approvals, '
+            "audit and masking still apply)",
+        )
+    if server.type is not None and server.type not in _TRANSPORTS:
+        raise ConfigError(
+            file,
+            at("type"),
+            f'"{server.type}" is not how a server with a "url" is reached: "http" or "sse"',
+        )
+    _check_url(server, file, at("url"))
+    _check_headers(server.headers, file, at)
+    return replace(server, sandbox=False, restart=False)
+
+
+def _check_url(server: ServerConfig, file: str, where: str) -> None:
+    assert server.url is not None
+    try:
+        parts = urlsplit(server.url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(file, where, f"{server.url!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ConfigError(
+            file, where, f"{server.url!r}: expected an https:// URL (http:// only to this machine)"
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(
+            file,
+            where,
+            "a URL with a user name or password in it would be shown "
+            'wherever the server is named: give the credential in "headers"',
+        )
+    host = parts.hostname.lower()
+    pins = {k.lower(): v for k, v in server.hosts.items()}
+    if parts.scheme == "http" and not is_loopback_name(host, pins):
+        raise ConfigError(
+            file,
+            where,
+            f"plain http:// to {host} would send every call and its "
+            "answer readable on the way: use https:// (http:// only to this "
+            "machine's loopback)",
+        )
+    if port == 0:
+        raise ConfigError(file, where, f"{server.url!r}: port 0 is not a port")
+
+
+def _check_headers(headers: Mapping[str, str], file: str, at: object) -> None:
+    assert callable(at)
+    for name, value in headers.items():
+        where = at("headers", name)
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(file, where, f"{name!r} is not an HTTP header name")
+        if name.lower() in RESERVED_HEADERS:
+            raise ConfigError(
+                file, where, f'"{name}" is written by the connection itself; it cannot be set here'
+            )
+        if any(c in value for c in "\r\n\0"):
+            raise ConfigError(file, where, "a header value cannot hold a line break or NUL")
+        if "${" in value:
+            raise ConfigError(
+                file,
+                where,
+                "headers are sent as written: ${...} is not expanded "
+                "in them (write the value itself)",
+            )

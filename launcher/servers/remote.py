@@ -1,0 +1,275 @@
+"""One remote MCP server (a ``url``): spoken to over streamable HTTP (or the legacy SSE
+transport) by the ``mcp`` SDK's client transports, with the same surface as a local server's
+connection, so the relay, the gate, approvals, audit and masking treat it as they treat a
+local one. The era it is spoken to in is chosen as for a local server
+(:mod:`launcher.servers.eras`); each request carries the HTTP headers that era asks for.
+Every address it dials passes :mod:`launcher.servers.remote_egress`.
+
+A token provider plugs in where :meth:`RemoteConnection._http` makes the HTTP client
+(:func:`launcher.servers.remote_egress.client_for`'s ``auth``): it is consulted on every
+request, and handed every 401, without the relay knowing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from launcher.host.launch import LaunchSpec
+from launcher.plan.remote_plan import SSE, RemoteTarget
+from launcher.servers.connection import NotificationHandler, ServerConnection
+from launcher.servers.remote_egress import EgressRefused, client_for
+from launcher.shared.jsonrpc import META_VERSION, ClientSide, Message, ServerGone
+
+if TYPE_CHECKING:
+    import subprocess
+
+    import httpx2
+
+# Seconds a stopping connection has to end its session upstream (``DELETE``).
+CLOSE_GRACE = 2.0
+
+
+class RemoteUnavailable(Exception):
+    """A remote server that could not be reached or refused ironcurtain: one line, naming it."""
+
+
+class RemoteConnection(ServerConnection):
+    def __init__(
+        self,
+        spec: LaunchSpec,
+        target: RemoteTarget,
+        on_notification: NotificationHandler | None = None,
+        client: ClientSide | None = None,
+    ) -> None:
+        super().__init__(spec, on_notification, client)
+        self.target = target
+        self._outbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._carrier: asyncio.Task[None] | None = None
+        self._closing = asyncio.Event()
+        self.refused: int | None = None  # the last HTTP status >= 400 it answered with
+        self.failure: str | None = None  # why the connection ended, when it failed
+
+    def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
+        return RemoteConnection(self.spec, self.target, on_notification, client)
+
+    @property
+    def running(self) -> bool:
+        return self._carrier is not None and self.gone is None
+
+    async def start(self, proc: subprocess.Popen[bytes] | None = None) -> None:
+        """Open the transport (nothing is sent until the first request)."""
+        del proc
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._carrier = asyncio.create_task(self._carry(ready))
+        await ready
+
+    async def initialize(self) -> None:
+        """Open the conversation; a server that cannot be reached, or refuses, is
+        :class:`RemoteUnavailable` with one line saying why."""
+        try:
+            await super().initialize()
+        except (RuntimeError, ServerGone) as exc:
+            raise RemoteUnavailable(self.why_unavailable(exc)) from None
+
+    def why_unavailable(self, exc: BaseException | None = None) -> str:
+        """Why this server cannot be used, in one line naming it and where it is."""
+        where = f"remote server '{self.name}' ({self.target.where})"
+        if self.refused in (401, 403):
+            return (
+                f'{where} refused ironcurtain (HTTP {self.refused}): its "headers" carry '
+                "no credential it accepts"
+            )
+        if self.refused is not None:
+            return f"{where} answered HTTP {self.refused}"
+        if self.failure is not None:
+            return f"{where} cannot be reached: {self.failure}"
+        return f"{where} did not open: {exc}"
+
+    # -- the transport -----------------------------------------------------------------------
+
+    def _write(self, message: Message) -> None:
+        if self.gone is not None:
+            raise self.gone
+        if self.limit_reason is not None or self._carrier is None:
+            raise ServerGone(self.name, None, self.limit_reason or "it is not connected")
+        self._outbox.put_nowait(message)
+
+    def _sse_http(
+        self,
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        """The SSE transport's HTTP client: the same as the other's (its own arguments are
+        the entry's headers and the default timeouts, which that client has already)."""
+        del headers, timeout, auth
+        return self._http()
+
+    def _http(self) -> httpx2.AsyncClient:
+        client = client_for(self.target)
+
+        async def seen(response: httpx2.Response) -> None:
+            if response.status_code >= 400 and response.request.method == "POST":
+                self.refused = response.status_code
+
+        client.event_hooks["response"].append(seen)
+        return client
+
+    async def _carry(self, ready: asyncio.Future[None]) -> None:
+        """The transport's whole life: open, carry messages both ways, close."""
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(self._transport(stack))
+                ready.set_result(None)
+                await self._pump(*streams)
+        except BaseException as exc:
+            self.failure = _one_line(exc)
+            if not ready.done():
+                ready.set_result(None)  # the first request fails, naming why
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._ended()
+
+    def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
+        if self.target.transport == SSE:
+            from mcp.client.sse import sse_client
+
+            return sse_client(
+                self.target.url,
+                headers=dict(self.target.headers),
+                httpx_client_factory=self._sse_http,
+            )
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = self._http()
+        stack.push_async_callback(http.aclose)
+        return streamable_http_client(self.target.url, http_client=http)
+
+    async def _pump(self, read: Any, write: Any) -> None:
+        import anyio
+
+        async with anyio.create_task_group() as group:
+
+            async def closing() -> None:
+                await self._closing.wait()
+                group.cancel_scope.cancel()
+
+            async def reading() -> None:
+                async for item in read:
+                    if isinstance(item, Exception):
+                        self._log(f"transport: {_one_line(item)}")
+                        continue
+                    dumped = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
+                    self._dispatch(dumped)
+                group.cancel_scope.cancel()  # the transport closed
+
+            group.start_soon(closing)
+            group.start_soon(reading)
+            while True:
+                message = await self._outbox.get()
+                await write.send(self._framed(message))
+
+    def _framed(self, message: Message) -> Any:
+        """``message`` as the SDK's transport sends it, with the era's HTTP headers."""
+        from mcp.shared.message import ClientMessageMetadata, SessionMessage
+        from mcp_types import jsonrpc_message_adapter
+
+        headers = era_headers(message, self._version())
+        parsed = jsonrpc_message_adapter.validate_python(message, by_name=False)
+        return SessionMessage(parsed, metadata=ClientMessageMetadata(headers=headers or None))
+
+    def _version(self) -> str | None:
+        """The protocol version agreed in the handshake era (None before it, or stateless)."""
+        version = self.initialize_result.get("protocolVersion")
+        return version if isinstance(version, str) and self._envelope is None else None
+
+    def _ended(self) -> None:
+        if self.gone is None:
+            self.gone = ServerGone(self.name, None, self.failure or "its connection was closed")
+        for request_id in list(self._pending):
+            self._complete(request_id, self.gone)
+        self.exited.set()
+
+    def halt(self, reason: str, tree: object = None) -> None:
+        del tree
+        if self.limit_reason is None:
+            self.limit_reason = reason
+            self._log(f"stopped: {reason}")
+            self._closing.set()
+
+    async def stop(self, grace: float = CLOSE_GRACE) -> None:
+        """End the session upstream and close the transport; at most ``grace`` seconds."""
+        carrier = self._carrier
+        if carrier is None:
+            return
+        self._closing.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(carrier), grace)
+        except (TimeoutError, Exception):
+            carrier.cancel()
+            with contextlib.suppress(BaseException):
+                await carrier
+
+
+def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
+    """The HTTP headers a request carries in its era: in the stateless era (the version in
+    its ``_meta``) the version, the method and the name it acts on; in the handshake era,
+    once agreed, the version.
+
+    >>> era_headers({"method": "tools/call", "params": {"name": "t", "_meta": {
+    ...     "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}, None)
+    {'mcp-protocol-version': '2026-07-28', 'mcp-method': 'tools/call', 'mcp-name': 't'}
+    >>> era_headers({"method": "tools/list"}, "2025-11-25")
+    {'mcp-protocol-version': '2025-11-25'}
+    """
+    from mcp.shared.inbound import (
+        MCP_METHOD_HEADER,
+        MCP_NAME_HEADER,
+        MCP_PROTOCOL_VERSION_HEADER,
+        NAME_BEARING_METHODS,
+        encode_header_value,
+    )
+
+    params = message.get("params")
+    params = params if isinstance(params, dict) else {}
+    meta = params.get("_meta")
+    version = meta.get(META_VERSION) if isinstance(meta, dict) else None
+    method = message.get("method")
+    if isinstance(version, str) and isinstance(method, str):
+        headers = {MCP_PROTOCOL_VERSION_HEADER: version, MCP_METHOD_HEADER: method}
+        key = NAME_BEARING_METHODS.get(method)
+        if key is not None and isinstance(params.get(key), str):
+            headers[MCP_NAME_HEADER] = encode_header_value(params[key])
+        return headers
+    if agreed is not None and message.get("method") != "initialize":
+        return {MCP_PROTOCOL_VERSION_HEADER: agreed}
+    return {}
+
+
+def _one_line(exc: BaseException) -> str:
+    """What ended a connection, in one line: the innermost refusal or connection error of an
+    exception group, never a traceback."""
+    found: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            found.append(e)
+
+    walk(exc)
+    refusal = next((e for e in found if isinstance(e, EgressRefused)), None)
+    chosen: BaseException = refusal or next(
+        (e for e in found if not isinstance(e, asyncio.CancelledError)), exc
+    )
+    while True:
+        inner = chosen.__cause__ or (chosen.__context__ if not str(chosen) else None)
+        if inner is None:
+            break
+        chosen = inner
+    text = str(chosen) or type(chosen).__name__
+    return " ".join(text.split())

@@ -1,0 +1,162 @@
+"""Where a connection to a remote server may go: the egress check of every address it dials.
+
+ironcurtain resolves the server's name itself and connects to the address it checked (so a
+lookup answered differently a moment later changes nothing): a name that resolves to a
+loopback, private, link-local, metadata or otherwise special address, or to an address of
+this machine, is refused unless the entry's ``hosts`` pins it to that address; an address
+written in the URL itself, and ``localhost`` (loopback by definition, never looked up), are
+the user's own choice. Only the entry's own host is dialled.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from launcher.plan.remote_plan import RemoteTarget
+from policy.egress import blocked_kind
+from policy.urls import parse_ip
+
+if TYPE_CHECKING:
+    import httpcore2
+    import httpx2
+
+
+class EgressRefused(OSError):
+    """A connection the egress check refused: why, in one line."""
+
+
+def _of_this_machine(address: str) -> bool:
+    """Whether ``address`` is one of this machine's own (only such an address can be bound):
+    a service listening on every address answers there as on loopback."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError:
+            return False
+    return True
+
+
+def judged(host: str, addresses: Iterable[str], pins: Mapping[str, str]) -> list[str]:
+    """The addresses ``host`` may be reached at, of those it resolved to (or its pin);
+    :class:`EgressRefused` when none may.
+
+    >>> judged("mcp.example.com", ["93.184.215.14"], {})
+    ['93.184.215.14']
+    >>> judged("db.internal", ["10.0.0.5"], {"db.internal": "10.0.0.5"})
+    ['10.0.0.5']
+    >>> try:  # doctest: +ELLIPSIS
+    ...     judged("evil.example", ["8.8.8.8", "169.254.169.254"], {})
+    ... except EgressRefused as exc:
+    ...     print(exc)
+    evil.example resolves to 169.254.169.254, a cloud metadata address (pin it in "hosts" ...
+    """
+    if host in pins:
+        return [pins[host]]
+    kept: list[str] = []
+    reasons: list[str] = []
+    for address in addresses:
+        ip = parse_ip(address)
+        kind = "not an address" if ip is None else blocked_kind(ip)
+        if kind is None and _of_this_machine(address):
+            kind = "an address of this machine"
+        if kind is None:
+            kept.append(address)
+        else:
+            reasons.append(f"{host} resolves to {address}, {kind}")
+    if reasons:  # one special answer among public ones is refused too: a rebinding's first step
+        raise EgressRefused(f'{reasons[0]} (pin it in "hosts" if it is meant)')
+    if not kept:
+        raise EgressRefused(f"{host} could not be resolved")
+    return kept
+
+
+async def _resolve(host: str, port: int) -> list[str]:
+    import anyio
+
+    try:
+        found = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        raise EgressRefused(f"{host} could not be resolved: {exc.strerror or exc}") from None
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
+    """An HTTP transport that dials only ``target``'s host, at addresses the egress check
+    let through (TLS still verified against the name, from the system's trust store), and
+    ignores the proxy variables of ironcurtain's environment."""
+    import ssl
+
+    import httpcore2
+    import httpx2
+
+    class Checked(httpcore2.AsyncNetworkBackend):
+        def __init__(self) -> None:
+            self.inner = httpcore2.AnyIOBackend()
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,
+            local_address: str | None = None,
+            socket_options: Iterable[Any] | None = None,
+        ) -> httpcore2.AsyncNetworkStream:
+            name = host.strip("[]").lower()
+            if name != target.host:
+                raise EgressRefused(f"{name} is not {target.host}, the server's own host")
+            found = [name] if parse_ip(name) is not None else await _pinned_or(name, port)
+            if found[0] != name and not _chosen(name):
+                found = judged(name, found, target.hosts)
+            last: Exception | None = None
+            for address in found:
+                try:
+                    return await self.inner.connect_tcp(
+                        address, port, timeout, local_address, socket_options
+                    )
+                except (OSError, httpcore2.ConnectError, httpcore2.ConnectTimeout) as exc:
+                    last = exc
+            raise EgressRefused(f"cannot connect to {name}:{port}: {last}")
+
+        async def sleep(self, seconds: float) -> None:
+            await self.inner.sleep(seconds)
+
+    async def _pinned_or(name: str, port: int) -> list[str]:
+        if name in target.hosts:
+            return [target.hosts[name]]
+        if name == "localhost" or name.endswith(".localhost"):  # loopback by definition
+            return ["127.0.0.1", "::1"]
+        return await _resolve(name, port)
+
+    def _chosen(name: str) -> bool:
+        """A name whose addresses the user chose: pinned, or ``localhost``."""
+        return name in target.hosts or name == "localhost" or name.endswith(".localhost")
+
+    class Transport(httpx2.AsyncHTTPTransport):
+        def __init__(self) -> None:
+            super().__init__(trust_env=False)
+            self._pool = httpcore2.AsyncConnectionPool(
+                ssl_context=ssl.create_default_context(), network_backend=Checked()
+            )
+
+    return Transport()
+
+
+def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+    """The HTTP client a remote server is spoken to with: the checked transport, the entry's
+    headers, the MCP transports' timeouts (30 s to connect, 300 s between the events of a
+    stream; a call's own timeout is the relay's). ``auth``: what signs each request in (a
+    token provider: it sets the credential on every request and is handed each 401), never
+    the client's own token."""
+    import httpx2
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
+
+    return httpx2.AsyncClient(
+        headers=dict(target.headers),
+        timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
+        transport=checked_transport(target),
+        trust_env=False,
+        auth=auth,
+    )
