@@ -28,8 +28,8 @@ from launcher.guard.watch import Guard, GuardFailure
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approving.approval import Approvals
-from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.relay.core import Relay
+from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.servers.egress import EgressProxy
 from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents
