@@ -293,7 +293,7 @@ def _home_entries(home: str, xdg_config: str | None) -> list[str]:
 
 
 # The reason of a file an agent instruction file imports: an approved call may write it, as
-# it may write the instruction file (launcher.relay.grants).
+# it may write the instruction file (launcher.relay.approving.grants).
 INSTRUCTIONS = "always protected: an agent instruction file"
 
 # The reason of every writable root made read-only because a configuration could not be

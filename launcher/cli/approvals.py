@@ -6,7 +6,7 @@ import json
 import sys
 
 from launcher.cli.approvals_desk import Desk, Question, note, prompt, serve
-from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
+from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError

@@ -6,7 +6,7 @@ import json
 
 from launcher.plan import coherence
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
-from launcher.relay.gate import NOT_PERMITTED
+from launcher.relay.gate.decide import NOT_PERMITTED
 from launcher.relay.outputs import Outputs
 from launcher.shared.callers import load_caller_file
 from launcher.shared.jsonrpc import loads

@@ -6,8 +6,8 @@ disagree the user gets a rule that cannot work or a mount that serves nothing:
 - a rule that **allows** a path role within a directory the server's sandbox cannot reach
   that way (every call it allows fails there, with an error the agent cannot act on);
 - a rule that **escalates** a write within a directory the server sees read-only: an
-  approval cannot widen a read-only mount (:mod:`launcher.relay.grants`), so every approval of it
-  fails;
+  approval cannot widen a read-only mount (:mod:`launcher.relay.approving.grants`), so
+  every approval of it fails;
 - an ``allowWrite`` or ``allowRead`` directory of a server whose tools take paths, that no
   rule allows or escalates a path of that kind in: it widens the sandbox for nothing.
 

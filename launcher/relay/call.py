@@ -10,7 +10,7 @@ from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import Prepared
-from launcher.relay.approval import AskClient
+from launcher.relay.approving.approval import AskClient
 from launcher.relay.seams import Downstream, OneShot
 from launcher.shared.error_codes import INVALID_PARAMS
 from launcher.shared.jsonrpc import (

@@ -20,10 +20,10 @@ from typing import Any
 from launcher.audit.log import hashed_arguments
 from launcher.relay.call import Call, ClientLink, malformed_answer
 from launcher.relay.escalation import Escalations, discard
-from launcher.relay.gate import denial_text
-from launcher.relay.inputs import ServerInputs
+from launcher.relay.gate.decide import denial_text
+from launcher.relay.questions.input_bridge import ServerInputs
 from launcher.relay.seams import Core, Downstream
-from launcher.relay.stateless import asks_for_input, for_server, server_result
+from launcher.relay.stateless.era import asks_for_input, for_server, server_result
 from launcher.shared.error_codes import (
     DENIED,
     INTERNAL_ERROR,

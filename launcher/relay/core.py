@@ -5,27 +5,27 @@ It knows no process and no socket: servers are :class:`~launcher.relay.seams.Dow
 client an :class:`~launcher.relay.seams.Upstream`. It answers what it can itself (``initialize``,
 ``ping``, the lists gathered from the servers), relays the servers' notifications
 (:mod:`launcher.relay.notices`) and asks the client what the approvals need
-(:mod:`launcher.relay.asking`).
+(:mod:`launcher.relay.questions.to_client`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 
-from launcher.relay import stateless
-from launcher.relay.asking import Asking
-from launcher.relay.asks import ServerAsks, elicitation_modes
 from launcher.relay.call import ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
-from launcher.relay.inputs import ServerInputs
-from launcher.relay.listens import LISTEN, Listens
 from launcher.relay.notices import Notices
-from launcher.relay.rounds import Rounds, Spent
-from launcher.relay.seams import Core, Upstream
+from launcher.relay.questions.input_bridge import ServerInputs
+from launcher.relay.questions.rounds import Rounds, Spent
+from launcher.relay.questions.server_requests import ServerAsks, elicitation_modes
+from launcher.relay.questions.to_client import ClientQuestions
+from launcher.relay.seams import Core, Downstream, Upstream
+from launcher.relay.stateless import era as stateless
+from launcher.relay.stateless.listens import LISTEN, Listens
+from launcher.shared.callers import Caller
 from launcher.shared.error_codes import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -60,7 +60,7 @@ def _invalid(request_id: Any, what: str) -> Message:
     return error(request_id, INVALID_REQUEST, f"invalid request: {what}")
 
 
-class Relay(Asking, Notices):
+class Relay:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.upstream: Upstream | None = None
@@ -69,27 +69,29 @@ class Relay(Asking, Notices):
         self.initialized = False  # the client has had its initialize answer
         self.era: str | None = None  # the protocol era, once the client's first request says
         self._asked: dict[object, str] = {}  # a stateless client's requests out: their methods
+        # The relay's questions to its client (a server's, and the approvals').
+        self.asking = asking = ClientQuestions(core, self)
         self.calls = CheckedCalls(
             core,
             ClientLink(
                 self.send,
-                self.ask_approval,
-                self._elicits,
-                self._spawn,
+                asking.ask_approval,
+                asking.elicits,
+                self.spawn,
                 lambda: self.era or HANDSHAKE,
-                self._takes,
+                asking.takes,
             ),
         )
         self.asks = ServerAsks(
             core,
-            ask_client=self.ask_client,
-            client_capabilities=self._takes,
-            approve_via=self.ask_approval,
-            client_elicits=self._elicits,
+            ask_client=asking.ask_client,
+            client_capabilities=asking.takes,
+            approve_via=asking.ask_approval,
+            client_elicits=asking.elicits,
             related=self.calls.only_call_at,
-            spawn=self._spawn,
+            spawn=self.spawn,
             era=lambda: self.era or HANDSHAKE,
-            busy=self._busy,
+            busy=asking.busy,
         )
         self.calls.inputs = ServerInputs(self.asks, self.calls)
         # Questions out to a stateless client, asked by answering its request.
@@ -97,21 +99,32 @@ class Relay(Asking, Notices):
             self._deliver,
             self.calls.rebind,
             self.send,
-            self._caller_of,
-            self._lacking,
-            self._refuse_retry,
+            asking.caller_of,
+            asking.lacking,
+            asking.refuse_retry,
         )
         # A stateless client's notification streams (subscriptions/listen).
-        self.listens = Listens(self.send, self.calls.start, self._caller_of)
+        self.listens = Listens(self.send, self.calls.start, asking.caller_of)
         self._tasks: set[asyncio.Task[None]] = set()
-        self._upstream_ids = itertools.count(1)
-        self._upstream_pending: dict[str, asyncio.Future[Message]] = {}
-        self._dropping = False
-        self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
+        # What servers tell the client unasked.
+        self.notices = Notices(core, self)
         # The client's messages held while its servers are opened in its era.
         self._held: list[bytes] | None = None
         core.router.build(core.servers, core.outputs.listed)
-        self._attach()
+        self.notices.attach()
+
+    # -- what servers tell the client, and whom it serves (:mod:`launcher.relay.notices`) --
+
+    def on_server_notification(self, conn: Downstream, message: Message) -> None:
+        self.notices.on_server_notification(conn, message)
+
+    def serve(self, caller: Caller | None) -> None:
+        """Serve ``caller``'s requests (:meth:`Notices.serve`)."""
+        self.notices.serve(caller)
+
+    def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
+        """A server's lists changed (:meth:`Notices.lists_changed`)."""
+        self.notices.lists_changed(method)
 
     # -- upstream --------------------------------------------------------------------------
 
@@ -211,7 +224,7 @@ class Relay(Asking, Notices):
         if opening is None:
             return False
         self._held = [line]
-        self._spawn(self._opened(opening))
+        self.spawn(self._opened(opening))
         return True
 
     def _busy_refusal(self, line: bytes) -> None:
@@ -236,10 +249,7 @@ class Relay(Asking, Notices):
 
     def _client_answer(self, message: Message) -> None:
         """The client's answer to a request of ours (an elicitation), else nothing."""
-        key = message.get("id")
-        future = self._upstream_pending.pop(key, None) if isinstance(key, str) else None
-        if future is not None and not future.done():
-            future.set_result(message)
+        self.asking.answered(message)
 
     def _client_notification(self, method: str, params: Message) -> None:
         if method != "notifications/cancelled":
@@ -329,7 +339,7 @@ class Relay(Asking, Notices):
 
     # -- tasks and stopping ----------------------------------------------------------------
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

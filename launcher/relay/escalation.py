@@ -13,10 +13,10 @@ import asyncio
 from typing import Protocol
 
 from launcher.audit.log import hash_value
-from launcher.relay.approval import Outcome, asking_with
+from launcher.relay.approving.approval import Outcome, asking_with
+from launcher.relay.approving.grants import CannotWiden, Grant, describe, instruction_paths
 from launcher.relay.call import Call, ClientLink
-from launcher.relay.gate import denial_text, label
-from launcher.relay.grants import CannotWiden, Grant, describe, instruction_paths
+from launcher.relay.gate.decide import denial_text, label
 from launcher.relay.seams import Core, OneShot
 from launcher.shared.jsonrpc import TOOL, Message, notification
 from policy import Decision

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, Protocol
 
-from launcher.relay.asks import ServerAsks
 from launcher.relay.call import Call
 from launcher.relay.checked import CheckedCalls
-from launcher.relay.listens import UPDATED, Listens
-from launcher.relay.seams import Core, Downstream
+from launcher.relay.questions.server_requests import ServerAsks
+from launcher.relay.seams import Core, Downstream, Upstream
+from launcher.relay.stateless.listens import UPDATED, Listens
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import STATELESS, Message, notification
 
@@ -35,43 +35,50 @@ LIST_CHANGED = {
 NOTIFICATION_BACKLOG = 16 * 1024 * 1024
 
 
-class Notices:
-    """The relay's part that passes on what servers tell the client unasked (the relay
-    holds what it reads)."""
+class Relayed(Protocol):
+    """What passing notices on reads of the relay: the era its client speaks, whether it
+    has initialized, where its messages go, the calls out and its listens; and a task on
+    its loop."""
 
-    core: Core
     era: str | None
     initialized: bool
-    upstream: Any
+    upstream: Upstream | None
     calls: CheckedCalls
     asks: ServerAsks
     listens: Listens
-    _dropping: bool
-    _refreshing: dict[tuple[str, str], bool]
 
-    def send(self, message: Message, related: str | int | None = None) -> None:
-        raise NotImplementedError
+    def send(self, message: Message, related: str | int | None = None) -> None: ...
 
-    def _spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        raise NotImplementedError
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]: ...
 
-    def _attach(self) -> None:
+
+class Notices:
+    """What servers tell the client unasked, passed on; ``relay``: the relay, as
+    :class:`Relayed`."""
+
+    def __init__(self, core: Core, relay: Relayed) -> None:
+        self.core = core
+        self.relay = relay
+        self._dropping = False
+        self._refreshing: dict[tuple[str, str], bool] = {}  # refreshes: another wanted?
+
+    def attach(self) -> None:
         """The servers' requests of the client come here (a restarted server's too)."""
         for conn in self.core.servers.values():
-            conn.on_request = self.asks.request
+            conn.on_request = self.relay.asks.request
 
     def on_server_notification(self, conn: Downstream, message: Message) -> None:
         method = message.get("method")
         if method == "notifications/cancelled":
             params = message.get("params")
-            self.asks.cancelled(conn, params if isinstance(params, dict) else {})
+            self.relay.asks.cancelled(conn, params if isinstance(params, dict) else {})
         elif method in FORWARDED_NOTIFICATIONS:
-            if self.era == STATELESS:
+            if self.relay.era == STATELESS:
                 if method == UPDATED:  # to the listens that watch it
-                    self.listens.notify(self.core.outputs.message(conn.name, message))
+                    self.relay.listens.notify(self.core.outputs.message(conn.name, message))
                 if method != "notifications/progress":
                     return  # only what belongs to a request or a listen reaches it
-            elif not self.initialized:
+            elif not self.relay.initialized:
                 return  # nothing reaches the client before its initialize answer
             related = None
             if method == "notifications/progress":
@@ -88,7 +95,7 @@ class Notices:
                 if shown is None:
                     return  # nothing of it may be shown
                 message = shown
-            upstream = self.upstream
+            upstream = self.relay.upstream
             if upstream is not None and upstream.backlog() > NOTIFICATION_BACKLOG:
                 # The client is not reading: a server's progress and log messages are
                 # dropped rather than held without limit (answers are never dropped).
@@ -102,7 +109,7 @@ class Notices:
             self._dropping = False
             if related is None:
                 message = self.core.outputs.message(conn.name, message)
-            self.send(message, related)
+            self.relay.send(message, related)
         elif isinstance(method, str) and method in LIST_CHANGED:
             # One refresh per server and list at a time; changes meanwhile make one more.
             key = (conn.name, LIST_CHANGED[method])
@@ -110,13 +117,15 @@ class Notices:
                 self._refreshing[key] = True
                 return
             self._refreshing[key] = False
-            self._spawn(self._refresh(conn, key[1], method))
+            self.relay.spawn(self._refresh(conn, key[1], method))
 
     def _progress_of(self, conn: Downstream, message: Message) -> Call | None:
         """The call of this server still out that a progress notification is about."""
         params = message.get("params")
         token = params.get("progressToken") if isinstance(params, dict) else None
-        return self.calls.progress.get((conn.name, token)) if type(token) in (str, int) else None
+        return (
+            self.relay.calls.progress.get((conn.name, token)) if type(token) in (str, int) else None
+        )
 
     async def _refresh(self, conn: Downstream, kind: str, method: str) -> None:
         key = (conn.name, kind)
@@ -151,12 +160,12 @@ class Notices:
 
     def lists_changed(self, method: str = "notifications/tools/list_changed") -> None:
         """A server's lists changed (or a restarted server replaced one): routes anew."""
-        self._attach()
+        self.attach()
         self.core.router.build(self.core.servers, self.core.outputs.listed)
-        if self.initialized:
-            self.send(notification(method))
-        elif self.era == STATELESS:
-            self.listens.notify(notification(method))
+        if self.relay.initialized:
+            self.relay.send(notification(method))
+        elif self.relay.era == STATELESS:
+            self.relay.listens.notify(notification(method))
 
 
 def _after(message: Message, offset: int) -> Message:

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 
 from launcher.audit.log import AuditLog
 from launcher.audit.telemetry import Telemetry
-from launcher.relay.gate import Gate
-from launcher.relay.grants import Grant
+from launcher.relay.approving.grants import Grant
+from launcher.relay.gate.decide import Gate
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Listing, Router
 from launcher.shared.callers import Caller
@@ -120,7 +120,7 @@ class Widening(Protocol):
 
     def grants(self, server: str, tool: str, arguments: Mapping[str, object]) -> list[Grant]:
         """What the call needs beyond the standing sandbox (empty: nothing); raises
-        :class:`launcher.relay.grants.CannotWiden` when no approval could give it."""
+        :class:`launcher.relay.approving.grants.CannotWiden` when no approval could give it."""
         ...
 
     async def start(

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from launcher.relay.asks import elicitation_modes
+from launcher.relay.questions.server_requests import elicitation_modes
 from launcher.shared.jsonrpc import (
     HANDSHAKE,
     LATEST_PROTOCOL,

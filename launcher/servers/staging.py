@@ -43,7 +43,7 @@ from launcher.host.fdtree import (
     walk,
 )
 from launcher.host.oscalls import DIR, NEW_FILE, READ_FILE, rename_noreplace
-from launcher.relay.grants import CannotWiden, Grant
+from launcher.relay.approving.grants import CannotWiden, Grant
 
 # A file (a directory's files together) larger than this is not copied into a one-shot
 # sandbox (the call fails instead), nor a file the call left larger back out of it.

@@ -32,7 +32,7 @@ from launcher.host.machine import PLATFORM
 from launcher.plan.server_plan import client_capabilities
 from launcher.plan.session_plan import SessionPlan
 from launcher.plan.workspace import homes, moved_places
-from launcher.relay.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
+from launcher.relay.approving.grants import SYSTEM_PLACES, CannotWiden, Grant, plan_grants
 from launcher.relay.seams import Carried
 from launcher.servers.connection import ServerConnection
 from launcher.servers.eras import REFUSED_PATIENCE

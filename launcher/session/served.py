@@ -20,11 +20,11 @@ from launcher.plan.caller_plan import own_dirs
 from launcher.plan.config import CALLER
 from launcher.plan.server_plan import ServerPlan
 from launcher.plan.session_plan import SessionPlan
-from launcher.relay.approval import Approvals
-from launcher.relay.breaker import CircuitBreaker
-from launcher.relay.caller_places import CallerPlaces
+from launcher.relay.approving.approval import Approvals
 from launcher.relay.core import Relay
-from launcher.relay.gate import Gate, label
+from launcher.relay.gate.breaker import CircuitBreaker
+from launcher.relay.gate.caller_places import CallerPlaces
+from launcher.relay.gate.decide import Gate, label
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Router
 from launcher.relay.seams import Carried, Core, ServerSettings, Upstream

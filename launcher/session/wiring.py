@@ -7,7 +7,7 @@ egress proxies and the approvals socket start, the servers are initialised and l
 (:mod:`launcher.servers.fleet`), and a client transport (:mod:`launcher.transports.stdio` or
 :mod:`launcher.transports.streamable_http`) is joined to the relay core
 (:mod:`launcher.relay.core`), which checks every request through one gate
-(:mod:`launcher.relay.gate`). Everything stops on end of input, SIGINT or SIGTERM; the
+(:mod:`launcher.relay.gate.decide`). Everything stops on end of input, SIGINT or SIGTERM; the
 guard then sweeps the writable roots once more.
 """
 
@@ -27,9 +27,9 @@ from launcher.audit.telemetry import Telemetry
 from launcher.guard.watch import Guard, GuardFailure
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
-from launcher.relay.approval import Approvals
-from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.approving.approval import Approvals
 from launcher.relay.core import Relay
+from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.servers.egress import EgressProxy
 from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents

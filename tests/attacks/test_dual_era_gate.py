@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 
-from launcher.relay.approval import DENY
+from launcher.relay.approving.approval import DENY
 from tests.support.asking import SAMPLE, Human
 from tests.support.audit import audit_entries
 from tests.support.dual import dual_args

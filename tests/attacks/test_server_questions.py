@@ -12,7 +12,7 @@ import subprocess
 import threading
 from typing import Any
 
-from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY, approval_message
+from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY, approval_message
 from launcher.shared.shown import visible
 from policy import Decision
 from tests.support.asking import (

@@ -12,7 +12,7 @@ import pytest
 
 from launcher.host.fdtree import TooLarge
 from launcher.host.oscalls import rename_noreplace
-from launcher.relay.grants import CannotWiden, Grant
+from launcher.relay.approving.grants import CannotWiden, Grant
 from launcher.servers import staging
 from launcher.servers.staging import Stage
 

@@ -257,7 +257,7 @@ def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None
 def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
     # A path whose right-to-left override would show "exe.txt" as "txt.exe", and content
     # holding a C1 control, a zero-width space and a line separator.
-    from launcher.relay.approval import approval_message
+    from launcher.relay.approving.approval import approval_message
     from policy.decision import Decision
 
     arguments: dict[str, object] = {
@@ -272,7 +272,7 @@ def test_the_question_shows_what_would_act_on_a_screen_as_escapes() -> None:
 
 
 def test_a_servers_request_is_asked_as_the_servers_and_a_name_keeps_to_its_line() -> None:
-    from launcher.relay.approval import approval_message
+    from launcher.relay.approving.approval import approval_message
     from policy.decision import Decision
 
     decision = Decision("escalate", "client-requests", "a human approves sampling")
@@ -294,7 +294,7 @@ def test_a_tool_approved_for_the_session_never_covers_a_servers_request() -> Non
     """A server names a tool after its own request (``sampling/createMessage``): the agent's
     call to it, approved for the session, must not let the server's sampling request with
     the same content through unasked."""
-    from launcher.relay.approval import APPROVE_SESSION, Approvals
+    from launcher.relay.approving.approval import APPROVE_SESSION, Approvals
     from policy.decision import Decision
 
     asked: list[str] = []

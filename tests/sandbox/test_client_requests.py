@@ -17,7 +17,7 @@ from typing import Any
 import mcp_types as types
 from mcp.shared.exceptions import MCPError
 
-from launcher.relay.approval import APPROVE, DENY
+from launcher.relay.approving.approval import APPROVE, DENY
 from tests.support.audit import audit_entries as entries
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap

@@ -483,7 +483,7 @@ def test_where_sandboxes_have_no_mounts_an_approval_cannot_widen(
 ) -> None:
     # Seatbelt (macOS) has no mounts to stand a staging tree on: refused before asking.
     from launcher.plan.session_plan import RunOptions, plan_session
-    from launcher.relay.grants import CannotWiden
+    from launcher.relay.approving.grants import CannotWiden
     from launcher.servers.widen import Widener
 
     for name, value in user.env.items():

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from launcher.relay.approval import APPROVE
+from launcher.relay.approving.approval import APPROVE
 from tests.support.client import Client, Message
 from tests.support.home import Home
 from tests.support.paths import IRONCURTAIN, TESTS

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.audit.log import AuditLog
-from launcher.relay.approval import APPROVE, Approvals
-from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.approving.approval import APPROVE, Approvals
 from launcher.relay.core import Relay
-from launcher.relay.gate import Gate
+from launcher.relay.gate.breaker import CircuitBreaker
+from launcher.relay.gate.decide import Gate
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings
 from launcher.shared.callers import Caller

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.relay.grants import (
+from launcher.relay.approving.grants import (
     SYSTEM_PLACES,
     CannotWiden,
     Grant,

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from launcher.relay.approval import Approvals
-from launcher.relay.breaker import CircuitBreaker
+from launcher.relay.approving.approval import Approvals
+from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.session import served
 from launcher.session.served import Kept, KeptCallers
 from launcher.shared.callers import Caller

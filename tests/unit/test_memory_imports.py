@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.relay.grants import plan_grants
+from launcher.relay.approving.grants import plan_grants
 from sandbox_profiles.gitconfig import UnreadableConfig
 from sandbox_profiles.memory_imports import imported
 from sandbox_profiles.model import Mount, SandboxProfile

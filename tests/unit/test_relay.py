@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 
 import launcher
-from launcher.relay.approval import APPROVE, APPROVE_SESSION, DENY
-from launcher.relay.asking import WITHDRAWN
-from launcher.relay.asks import MAX_OPEN
-from launcher.relay.pins import Pins
+from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY
+from launcher.relay.gate.pins import Pins
+from launcher.relay.questions.server_requests import MAX_OPEN
+from launcher.relay.questions.to_client import WITHDRAWN
 from launcher.shared.jsonrpc import Message, ServerGone
 from tests.support.relay import (
     TIMEOUT,

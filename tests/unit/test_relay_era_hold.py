@@ -9,7 +9,7 @@ import asyncio
 from pathlib import Path
 
 from launcher.relay.core import HELD
-from launcher.relay.stateless import CAPABILITIES, VERSION
+from launcher.relay.stateless.era import CAPABILITIES, VERSION
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from launcher.relay.inputs import MAX_ROUNDS
-from launcher.relay.rounds import APPROVAL
-from launcher.relay.stateless import CAPABILITIES, VERSION
+from launcher.relay.questions.input_bridge import MAX_ROUNDS
+from launcher.relay.questions.rounds import APPROVAL
+from launcher.relay.stateless.era import CAPABILITIES, VERSION
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
 

@@ -9,8 +9,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from launcher.relay.listens import ACKNOWLEDGED, SUBSCRIPTION_ID
-from launcher.relay.stateless import CAPABILITIES, VERSION
+from launcher.relay.stateless.era import CAPABILITIES, VERSION
+from launcher.relay.stateless.listens import ACKNOWLEDGED, SUBSCRIPTION_ID
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
 

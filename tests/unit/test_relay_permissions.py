@@ -247,7 +247,7 @@ def test_without_a_permissions_file_a_caller_is_refused_nothing(tmp_path: Path) 
 
 
 def test_an_approval_for_the_session_does_not_outlast_the_permission(tmp_path: Path) -> None:
-    from launcher.relay.approval import APPROVE_SESSION
+    from launcher.relay.approving.approval import APPROVE_SESSION
 
     h = _build(tmp_path, WRITER, answer=APPROVE_SESSION)
     private = str(h.ws / "private" / "key.txt")  # escalated: a human approves it for the session

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from launcher.relay.rounds import APPROVAL, QUESTION
-from launcher.relay.stateless import CAPABILITIES, VERSION
+from launcher.relay.questions.rounds import APPROVAL, QUESTION
+from launcher.relay.stateless.era import CAPABILITIES, VERSION
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
 
@@ -404,7 +404,7 @@ def test_one_caller_that_never_retries_cannot_push_out_anothers_question(
 ) -> None:
     # Gateway mode, one relay for every caller: bob opens more escalated calls than may
     # wait at once and never retries; alice's approval, asked first, still takes her retry.
-    from launcher.relay import rounds
+    from launcher.relay.questions import rounds
 
     monkeypatch.setattr(rounds, "MAX_WAITING", 16)
     h = stateless(tmp_path)

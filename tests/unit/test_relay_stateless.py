@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launcher.relay.approval import APPROVE
-from launcher.relay.stateless import CAPABILITIES, SERVER_INFO, VERSION
+from launcher.relay.approving.approval import APPROVE
+from launcher.relay.stateless.era import CAPABILITIES, SERVER_INFO, VERSION
 from launcher.shared.jsonrpc import Message
 from tests.support.relay import Harness, build, run
 

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from launcher.audit.log import AuditLog, argument_hashes
-from launcher.relay.breaker import CircuitBreaker
-from launcher.relay.caller_places import CallerPlaces
-from launcher.relay.pins import Pins
+from launcher.relay.gate.breaker import CircuitBreaker
+from launcher.relay.gate.caller_places import CallerPlaces
+from launcher.relay.gate.pins import Pins
 from launcher.relay.router import Router
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
@@ -31,7 +31,7 @@ from policy.urls import file_uri_path
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its plan
-    from launcher.relay.approval import Approvals
+    from launcher.relay.approving.approval import Approvals
 
 
 _SHOWN_KEPT = 256  # filtered listings kept per router build (distinct sets of permissions)

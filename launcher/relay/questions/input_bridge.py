@@ -1,12 +1,12 @@
 """A stateless-era server's questions: a call answered ``"resultType": "input_required"``
-(multi round-trip requests) is not passed on as it is. ironcurtain answers each input request
-itself, as it would the same request a handshake-era server sent on its own
-(:class:`launcher.relay.asks.ServerAsks`: ``clientRequests``, the client's capabilities, the
-form marked as the server's, a sampling request approved first, the audit), asking the
-client in the client's own era; ``roots/list`` with what the server's sandbox holds. Then it
-sends the server the same call again with the answers and the server's ``requestState``,
-exactly as given, which never leaves ironcurtain: no client sees a server's state, so none
-can replay it, alter it or carry it to another server.
+(multi round-trip requests) is not passed on as it is. ironcurtain answers each input
+request itself, as it would the same request a handshake-era server sent on its own
+(:class:`launcher.relay.questions.server_requests.ServerAsks`: ``clientRequests``, the
+client's capabilities, the form marked as the server's, a sampling request approved first,
+the audit), asking the client in the client's own era; ``roots/list`` with what the server's
+sandbox holds. Then it sends the server the same call again with the answers and the
+server's ``requestState``, exactly as given, which never leaves ironcurtain: no client sees
+a server's state, so none can replay it, alter it or carry it to another server.
 
 A question ironcurtain refuses, or the client does not answer, ends the call with an error
 (the server is not retried with answers it did not get); a server that asks more than
@@ -22,9 +22,9 @@ import json
 from dataclasses import field
 from typing import Protocol
 
-from launcher.relay.asks import ServerAsks
 from launcher.relay.call import Call
-from launcher.relay.rounds import Keyed
+from launcher.relay.questions.rounds import Keyed
+from launcher.relay.questions.server_requests import ServerAsks
 from launcher.shared.jsonrpc import PROMPT, READ, STATELESS, TOOL, Message
 from sandbox_profiles.records import mutable
 

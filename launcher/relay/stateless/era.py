@@ -9,8 +9,8 @@ resource that does not exist is ``-32602``. A connection speaks one era: the fir
 decides (``initialize``, or a request in this era's form).
 
 A server's own questions, and ironcurtain's approvals, reach such a client as the answer to
-the request they are asked during (:mod:`launcher.relay.rounds`); a question during a request
-that cannot be answered that way is refused as for a client that cannot be asked.
+the request they are asked during (:mod:`launcher.relay.questions.rounds`); a question
+during a request that cannot be answered that way is refused as for a client that cannot be asked.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ relayed through one path (``ping`` and ``roots/list`` a server connection answer
 - **Elicitation** reaches the client when the client declared the mode asked for (``form``,
   the default, or ``url``) and the server's ``clientRequests.elicitation`` is ``allow``. It
   is marked as the server's, its strings shown as escapes, and a link is relayed only to a
-  host the server's egress allows (:mod:`launcher.relay.questions`).
+  host the server's egress allows (:mod:`launcher.relay.questions.made_safe`).
 - **Sampling** reaches the client when it declared ``sampling`` and the server's
   ``clientRequests.sampling`` lets it: ``allow``, or ``ask`` (a human approves each first,
   through the approval channels, shown the whole request as the client's model would get
@@ -12,14 +12,14 @@ relayed through one path (``ping`` and ``roots/list`` a server connection answer
   so any context it added would be every server's.
 - Anything else a server asks is answered "method not found".
 
-What the client gets is made once (:func:`launcher.relay.questions.forwarded`, after the server's
-credentials are masked): the human approving a sampling request is shown that, it is what
-is sent, and "approve for this session" covers only a request whose forwarded content is the
-same. Each is audited like a call (server, method, the request's fields hashed, the
-decision, the outcome); the client's answer goes back to the server as it came. A server
-that cancels its request has the question withdrawn from the client. A server has at most
-``MAX_OPEN`` of them open at once (more are refused, so it cannot bury the human in
-questions), and an id it is already using is refused.
+What the client gets is made once (:func:`launcher.relay.questions.made_safe.forwarded`,
+after the server's credentials are masked): the human approving a sampling request is shown
+that, it is what is sent, and "approve for this session" covers only a request whose
+forwarded content is the same. Each is audited like a call (server, method, the request's
+fields hashed, the decision, the outcome); the client's answer goes back to the server as it
+came. A server that cancels its request has the question withdrawn from the client. A server
+has at most ``MAX_OPEN`` of them open at once (more are refused, so it cannot bury the human
+in questions), and an id it is already using is refused.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from launcher.audit.log import hashed_arguments
-from launcher.relay.approval import AskClient, asking_with
-from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
+from launcher.relay.approving.approval import AskClient, asking_with
+from launcher.relay.questions.made_safe import ELICIT, SAMPLE, Refused, forwarded
 from launcher.relay.seams import Core
 from launcher.shared.error_codes import DENIED, INTERNAL_ERROR, METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import HANDSHAKE, Message, ServerGone
