@@ -1,6 +1,6 @@
 """Egress decisions: may a sandboxed server open a connection to host:port?
 
-Plain data in, a reason out; the proxy in ``launcher/servers/egress.py`` does the sockets. The order
+Plain data in, a reason out; the proxy in ``launcher/servers/egress_proxy.py`` does the sockets. The order
 is fixed: ``deniedDomains``, then ``allowedDomains`` (with optional ``:port`` scoping), both
 before any DNS lookup; then the addresses a name resolves to are refused when they are
 loopback, link-local, private, CGNAT, multicast, reserved, cloud metadata or in a
