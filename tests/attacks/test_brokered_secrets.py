@@ -66,11 +66,12 @@ def _calls(https: int, plain: int, brokered: bool) -> list[tuple[str, dict[str, 
     ]
 
 
-def _attack(user: Home, tmp_path: Path, brokered: bool) -> dict[str, Any]:
+def _attack(user: Home, tmp_path: Path, brokered: bool, pin: bool = True) -> dict[str, Any]:
     """One session of the hostile probe: what it saw, what each host received, the audit."""
     ca, chain = make_authority(tmp_path, NAMES)
     user.env["MY_TOKEN"] = VALUE
-    user.env["SSL_CERT_FILE"] = str(ca)  # the upstream's CA, pinned for ironcurtain
+    if pin:
+        user.env["SSL_CERT_FILE"] = str(ca)  # the upstream's CA, pinned for ironcurtain
     config = user.root / "probe.json"
     policy = write_raw_policy(user.root / "policy")
     audit = user.root / "audit.jsonl"
@@ -147,3 +148,14 @@ def test_control_the_same_attacks_leak_the_value_when_it_is_in_the_environment(
     assert VALUE in got["plain"][0].whole()  # another allowed host, over plain HTTP
     assert VALUE in _at(got["seen"], "/body")[0].whole()
     assert VALUE in _at(got["seen"], "/query")[0].whole()
+
+
+@needs_bwrap
+def test_an_upstream_the_host_does_not_trust_never_gets_the_value(
+    user: Home, tmp_path: Path
+) -> None:
+    # The same secret's host, its CA not pinned: the proxy refuses to hand it the value.
+    got = _attack(user, tmp_path, brokered=True, pin=False)
+    assert got["texts"][0].startswith("FAILED 502") and "did not verify" in got["texts"][0]
+    assert not [s for s in got["seen"] if VALUE in s.whole()]
+    assert VALUE not in got["audit"]
