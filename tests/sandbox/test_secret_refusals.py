@@ -76,3 +76,18 @@ def test_an_unreadable_key_file_is_one_clear_error(user: Home, tmp_path: Path) -
 def test_an_unsandboxed_server_cannot_have_brokered_secrets(user: Home) -> None:
     message = _refused(user, {"from": "env:SET_TOKEN", "hosts": ["api.example.com"]}, False)
     assert "runs unsandboxed" in message
+
+
+def test_profile_says_which_variables_are_brokered_and_never_the_value(user: Home) -> None:
+    server = probe_server_config(True)
+    server["sandbox"]["network"] = {"allowedDomains": ["api.example.com"]}
+    server["secrets"] = {"API_TOKEN": {"from": "env:SET_TOKEN", "hosts": ["api.example.com"]}}
+    config = user.root / "mcp-servers.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    user.env["SET_TOKEN"] = VALUE
+    for fmt in ("bwrap", "json"):
+        done = ironcurtain(user, "profile", "probe", "--config", str(config), "--format", fmt)
+        assert done.returncode == 0, done.stderr
+        assert VALUE not in done.stdout + done.stderr
+        assert "brokered: a sentinel; the value goes only to api.example.com" in done.stdout
+        assert "/run/ironcurtain/ca.pem" in done.stdout
