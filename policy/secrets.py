@@ -42,7 +42,7 @@ azure-storage-key  detect-secrets:AzureStorageKey       none known
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
@@ -213,6 +213,26 @@ def mask_strings(value: Any, found: list[str]) -> Any:
         masked, kinds = seen[text]
         found.extend(kinds)
         return masked
+
+    return _walk(value, change)
+
+
+def mask_known(value: Any, known: Sequence[tuple[str, str]], found: list[str]) -> Any:
+    """``value`` (JSON) with each of ``known``'s values (name, value: a secret from the
+    config) replaced by a marker naming it; the same object when none is there.
+
+    >>> mask_known({"t": "token=s3cr3t-value!"}, [("API_TOKEN", "s3cr3t-value!")], [])
+    {'t': 'token=[secret masked: API_TOKEN]'}
+    """
+    if not known:
+        return value
+
+    def change(text: str) -> str:
+        for name, secret in known:
+            if secret in text:
+                found.append(name)
+                text = text.replace(secret, marker(name))
+        return text
 
     return _walk(value, change)
 

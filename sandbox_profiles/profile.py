@@ -47,6 +47,17 @@ SANDBOX_HOME = "/tmp/home"
 EGRESS_SOCKET = "/run/ironcurtain/egress.sock"
 PROXY_PORT = 3128
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")
+# A server with brokered secrets trusts its egress proxy's certificate authority besides the
+# system's: the bundle holding both is shown here, over the system's own bundles, and named
+# by the variables TLS libraries read.
+CA_BUNDLE = "/run/ironcurtain/ca.pem"
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
+SYSTEM_BUNDLES = (
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+    "/etc/ssl/ca-bundle.pem",
+    "/etc/ssl/cert.pem",
+)
 NOT_THERE_YET = "denyRead (not there yet)"
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 WorkspaceAccess = Literal["write", "read", "none"]
@@ -92,6 +103,9 @@ class ProfileRequest:
     # Directories no program directory may be, or hold (the home, ~/.local, ironcurtain's
     # state...), with what each is: host facts from the launcher. See discover.hidden_reason.
     never_shown: Mapping[str, str] = field(default_factory=dict)
+    # The host file of the CA bundle a server with brokered secrets trusts (the system's
+    # authorities and its egress proxy's), written by the launcher before it starts.
+    ca_bundle: str | None = None
 
 
 def workspace_mount(req: ProfileRequest) -> Mount | None:
@@ -156,7 +170,21 @@ def sandbox_env(req: ProfileRequest, command_dir: str) -> dict[str, str]:
         for name in ("NO_PROXY", "no_proxy"):
             env.pop(name, None)
         env["NODE_USE_ENV_PROXY"] = "1"
+    if req.ca_bundle:
+        for name in CA_VARIABLES:
+            env[name] = CA_BUNDLE
     return env
+
+
+def _ca_mounts(req: ProfileRequest, mounts: list[Mount]) -> None:
+    """The bundle trusting the egress proxy's authority, where TLS libraries look."""
+    if not req.ca_bundle:
+        return
+    reason = "the CA bundle: the system's authorities and the egress proxy's (brokered secrets)"
+    mounts.append(Mount("ro-bind", CA_BUNDLE, req.ca_bundle, reason))
+    for path in SYSTEM_BUNDLES:
+        if os.path.isfile(path) and not os.path.islink(path):
+            mounts.append(Mount("ro-bind", path, req.ca_bundle, reason))
 
 
 def first_missing(path: str) -> str:
@@ -211,6 +239,7 @@ def _base_mounts(req: ProfileRequest, mounts: list[Mount]) -> None:
                     f"generated /etc/{name}: only the sandbox's own user, no host accounts",
                 )
             )
+    _ca_mounts(req, mounts)
     mounts.append(Mount("proc", "/proc", reason="a fresh /proc: only the sandbox's processes"))
     mounts.append(Mount("dev", "/dev", reason="a minimal /dev: null, zero, random, tty"))
     mounts.append(Mount("tmpfs", "/dev/shm", reason="private shared memory", mode=0o1777))

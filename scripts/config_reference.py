@@ -59,6 +59,13 @@ EXAMPLES: dict[tuple[str, str], object] = {
     ("ServerConfig", "client_requests"): {"sampling": "deny"},
     ("ServerConfig", "mask_secrets"): False,
     ("ServerConfig", "era"): "stateless",
+    ("ServerConfig", "secrets"): {
+        "GITHUB_TOKEN": {"from": "env:GITHUB_TOKEN", "hosts": ["api.github.com"]}
+    },
+    ("SecretConfig", "from_"): "file:~/.config/tokens/github",
+    ("SecretConfig", "hosts"): ["api.github.com", "uploads.github.com"],
+    ("SecretConfig", "as_"): "env",
+    ("SecretConfig", "body"): True,
     ("SandboxConfig", "filesystem"): {"allowRead": ["~/reference"]},
     ("SandboxConfig", "network"): {"allowedDomains": ["pypi.org"]},
     ("SandboxConfig", "limits"): {"memory": "8G", "processes": False},

@@ -53,9 +53,19 @@ def show_profile(name: str, fmt: str, opts: RunOptions) -> str:
     return _as_bwrap(server, profile)
 
 
-def _env_view(profile: SandboxProfile) -> dict[str, str]:
-    """Declared values are shown as ``(declared)``: they may be secrets."""
-    return {k: (v if k in _SHOWN_ENV else "(declared)") for k, v in profile.env.items()}
+def _env_view(server: ServerPlan, profile: SandboxProfile) -> dict[str, str]:
+    """Declared values are shown as ``(declared)``: they may be secrets. A brokered secret's
+    variable says so, and where its value goes."""
+    brokered = {
+        b.variable: "(brokered: a sentinel; the value goes only to "
+        + ", ".join(f"{h}:{p}" if p else h for h, p in b.hosts)
+        + ")"
+        for b in server.secrets
+    }
+    return {
+        k: brokered.get(k) or (v if k in _SHOWN_ENV else "(declared)")
+        for k, v in profile.env.items()
+    }
 
 
 def _unsandboxed(server: ServerPlan, fmt: str) -> str:
@@ -107,7 +117,7 @@ def _as_json(server: ServerPlan, profile: SandboxProfile) -> dict[str, Any]:
         "sandboxed": True,
         "argv": list(profile.argv),
         "cwd": profile.cwd,
-        "env": _env_view(profile),
+        "env": _env_view(server, profile),
         "namespaces": [ns for ns in profile.namespaces if not (profile.run_as and ns == "user")],
         "runAs": {"uid": profile.run_as[0], "gid": profile.run_as[1]} if profile.run_as else None,
         "network": profile.network,
@@ -183,7 +193,7 @@ def _as_bwrap(server: ServerPlan, profile: SandboxProfile) -> str:
         text = shlex.join(chunk)
         lines.append(f"  {text:<{width}}  # {reason}" if reason else f"  {text}")
     lines.append("# environment (passed to bwrap's own environment, never on an argv):")
-    lines += [f"#   {k}={v}" for k, v in _env_view(profile).items()]
+    lines += [f"#   {k}={v}" for k, v in _env_view(server, profile).items()]
     if table:
         lines.append(
             "# TABLE: a descriptor (/dev/null) numbered 1023 or more, so the server's"

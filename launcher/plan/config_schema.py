@@ -216,6 +216,26 @@ class ClientRequestsConfig:
 
 
 @frozen(kw_only=True)
+class SecretConfig:
+    """One of ``secrets``: a credential the server uses without ever holding it."""
+
+    __pydantic_config__ = _LENIENT
+
+    # Where ironcurtain reads the value: `env:NAME` (a variable of ironcurtain's own environment) or
+    # `file:PATH` (a file's content, one trailing newline dropped). `keyring:` is refused: no OS
+    # keyring library is installed with ironcurtain.
+    from_: Annotated[str, pyd.Field(pattern=r"^(env|file|keyring):.+")]
+    # The hosts (`name` or `name:port`, each within `allowedDomains`) the value is sent to: the
+    # egress proxy opens TLS for these alone and puts the value in place of the sentinel there.
+    hosts: Annotated[list[str], pyd.Field(min_length=1)]
+    # How the server is handed the sentinel: `env`, as the variable named by this secret's key.
+    as_: Literal["env"] = "env"
+    # `true`: the sentinel is also replaced in request bodies sent to `hosts` (else a body
+    # holding it is refused). Headers (`Bearer`, `Basic`, any other) always are.
+    body: bool = False
+
+
+@frozen(kw_only=True)
 class ServerConfig:
     """One server of the config: how to start it and what its sandbox holds."""
 
@@ -266,6 +286,9 @@ class ServerConfig:
     client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
     # Credentials in what the server sends the client are masked (policy.secrets).
     mask_secrets: bool = True
+    # Credentials the server uses but never holds, by the variable it finds a sentinel in (the
+    # egress proxy swaps the sentinel for the value on the way to the secret's hosts).
+    secrets: dict[str, SecretConfig] = field(default_factory=dict)
     # The protocol era the server is spoken to in, when set: `handshake` offers `initialize`
     # first, which every server of that era takes, and turns to the stateless era (2026-07-28)
     # only when the server refuses it; `stateless` asks `server/discover` first and speaks the
@@ -331,6 +354,7 @@ CACHED = (
     LimitsConfig,
     RestartConfig,
     ClientRequestsConfig,
+    SecretConfig,
 )
 
 

@@ -18,6 +18,7 @@ from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
 from launcher.plan.programs import npx_to_node, resolve_command
 from launcher.plan.remote_plan import RemoteTarget, target_of
+from launcher.plan.secrets_plan import Brokered, plan_secrets
 from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import HANDSHAKE, ClientSide
@@ -76,6 +77,9 @@ class ServerPlan:
     roots: tuple[str, ...] = ()
     # A remote server (a ``url``): where it is and how it is spoken to; nothing is started.
     remote: RemoteTarget | None = None
+    # Its brokered secrets, and where the CA bundle its sandbox trusts is written.
+    secrets: tuple[Brokered, ...] = ()
+    ca_bundle: str | None = None
 
     @property
     def sandboxed(self) -> bool:
@@ -321,6 +325,7 @@ def _sandboxed(
     cwd: str,
     fs: FilesystemSandbox,
     egress: EgressRules | None,
+    brokered: tuple[Brokered, ...] = (),
 ) -> ServerPlan:
     """The plan of a server run in its sandbox: its profile, refused when the program
     needs a directory never shown or limits with no prlimit, and how it is launched."""
@@ -363,6 +368,8 @@ def _sandboxed(
         egress=egress,
         egress_socket=request.egress_socket,
         roots=_roots(at.workspace, request.workspace_access, fs),
+        secrets=brokered,
+        ca_bundle=request.ca_bundle,
     )
 
 
@@ -395,6 +402,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         access, access_reason = "write", "allowWrite names it"
     egress = egress_rules(server) if sandboxed else None
     egress_socket = os.path.join(at.runtime_dir, f"egress-{name}.sock") if egress else None
+    brokered = _brokered(name, server, at, sandboxed)
     program_files: list[str] = []
     if sandboxed and os.path.basename(command) == "npx":
         command, args = npx_to_node(command, args, list(at.search), at.config, name)
@@ -405,7 +413,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         name=name,
         command_path=command,
         args=args,
-        env=server.env,
+        env={**server.env, **{b.variable: b.sentinel for b in brokered}},
         workspace=at.workspace,
         cwd=server.cwd,
         workspace_access=access,
@@ -429,10 +437,20 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         limits=limits_of(server),
         seccomp=at.seccomp_bpf is not None or at.display_only,
         never_shown=at.never_shown,
+        ca_bundle=os.path.join(at.runtime_dir, f"ca-{name}.pem") if brokered else None,
     )
     if sandboxed:
-        return _sandboxed(name, server, at, request, cwd, fs, egress)
+        return _sandboxed(name, server, at, request, cwd, fs, egress, brokered)
     return _unsandboxed(name, server, at, request, cwd)
+
+
+def _brokered(
+    name: str, server: ServerConfig, at: Surroundings, sandboxed: bool
+) -> tuple[Brokered, ...]:
+    """The server's brokered secrets, read and checked (its sandbox holds their sentinels)."""
+    where = f"$.{at.config.key}.{name}"
+    rules = egress_rules(server)
+    return plan_secrets(str(at.config.path), where, server.env, server.secrets, rules, sandboxed)
 
 
 def _roots(workspace: str, access: WorkspaceAccess, fs: FilesystemSandbox) -> tuple[str, ...]:

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.shared.error_codes import INTERNAL_ERROR
 from launcher.shared.jsonrpc import TOOL, Message, loads
 from policy.output import Filtered, OutputPolicy, ToolOutputPolicy
-from policy.secrets import mask_strings
+from policy.secrets import mask_known, mask_strings
 
 UNFILTERABLE = (
     "[removed by the output policy: content that is not a JSON object or array cannot be "
@@ -47,9 +47,16 @@ RESULT_KEYS = frozenset({"content", "structuredContent", "isError"})
 
 
 class Outputs:
-    def __init__(self, policy: OutputPolicy, mask_secrets: Mapping[str, bool]) -> None:
+    def __init__(
+        self,
+        policy: OutputPolicy,
+        mask_secrets: Mapping[str, bool],
+        known: Sequence[tuple[str, str]] = (),
+    ) -> None:
         self.policy = policy
         self.mask_secrets = mask_secrets  # per server; absent: on
+        # The config's secrets (name, value): masked from every server, whatever it says.
+        self.known = tuple(known)
 
     def answer(
         self, server: str, method: str, name: str, answer: Message
@@ -64,6 +71,7 @@ class Outputs:
         found: list[str] = []
         if self.mask_secrets.get(server, True):
             answer = mask_strings(answer, found)
+        answer = mask_known(answer, self.known, found)
         record: Message = {}
         if counts.masked:
             record["fieldsMasked"] = counts.masked
@@ -99,21 +107,23 @@ class Outputs:
 
     def message(self, server: str, message: Message) -> Message:
         """A notification or a request from ``server``, credentials masked."""
-        if not self.mask_secrets.get(server, True):
-            return message
         found: list[str] = []
-        masked: Message = mask_strings(message, found)
+        if self.mask_secrets.get(server, True):
+            message = mask_strings(message, found)
+        masked: Message = mask_known(message, self.known, found)
         return masked
 
     def listed(self, server: str, items: list[Message]) -> list[Message]:
         """What ``server`` lists (tools, prompts, resources, templates) as the client is
         to see it: credentials masked everywhere but in a ``name``, which routes calls."""
-        if not self.mask_secrets.get(server, True):
+        on = self.mask_secrets.get(server, True)
+        if not on and not self.known:
             return items
         found: list[str] = []
         shown = []
         for item in items:
-            masked = mask_strings(item, found)
+            masked = mask_strings(item, found) if on else item
+            masked = mask_known(masked, self.known, found)
             if masked is not item and "name" in item:
                 masked = {**masked, "name": item["name"]}
             shown.append(masked)

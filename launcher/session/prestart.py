@@ -26,6 +26,7 @@ from dataclasses import field
 from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardError
 from launcher.host.oscalls import wide_table_fd
+from launcher.host.session_ca import SessionCA, write_bundle
 from launcher.plan.session_plan import SessionPlan
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.shared import dirs
@@ -58,6 +59,8 @@ class Prestarted:
     listeners: dict[str, socket.socket] = field(default_factory=dict)  # egress, by server
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     http: socket.socket | None = None  # --http: bound and listening on 127.0.0.1
+    # The session CA of each server with brokered secrets (its bundle written for its sandbox).
+    authorities: dict[str, SessionCA] = field(default_factory=dict)
 
     def drop_unadopted(self) -> None:
         """Stop the servers and close the sockets the session has not taken over (the
@@ -118,6 +121,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
         for name, sp in plan.servers.items():
             if sp.egress is not None and sp.egress_socket is not None:
                 made.listeners[name] = _listen(name, sp.egress_socket)
+            if sp.secrets and sp.ca_bundle is not None:
+                made.authorities[name] = _authority(name, sp.ca_bundle)
         # Planned for every caller, each caller's servers start when it first calls.
         starting = {} if plan.per_caller else plan.servers
         for name, sp in starting.items():
@@ -152,6 +157,19 @@ def _guard(plan: SessionPlan) -> Guard | None:
             guard.close()
         raise StartupError(f"cannot watch the workspace for protected files: {exc}") from None
     return guard
+
+
+def _authority(server: str, bundle: str) -> SessionCA:
+    """A CA of its own for a server with brokered secrets, written into the bundle its
+    sandbox trusts (bound in as it starts)."""
+    ca = SessionCA(server)
+    try:
+        write_bundle(ca, bundle)
+    except OSError as exc:
+        raise StartupError(
+            f"cannot write the CA bundle for '{server}' at {bundle}: {exc.strerror}"
+        ) from None
+    return ca
 
 
 def _listen(server: str, path: str) -> socket.socket:

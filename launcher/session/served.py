@@ -231,6 +231,7 @@ class Served:
             outputs=Outputs(
                 plan.policy.output,
                 {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
+                [(b.variable, b.value) for sp in plan.servers.values() for b in sp.secrets],
             ),
             widen=Widener(plan, self._one_shot_notified, lambda: session.guard),
             telemetry=session.telemetry,

@@ -25,12 +25,14 @@ from typing import TYPE_CHECKING, Any
 from launcher.audit.log import AuditLog
 from launcher.audit.telemetry import Telemetry
 from launcher.guard.watch import Guard, GuardFailure
+from launcher.host.session_ca import SessionCA
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approving.approval import Approvals
 from launcher.relay.core import Relay
 from launcher.relay.gate.breaker import CircuitBreaker
-from launcher.servers.egress import EgressProxy
+from launcher.servers.broker import Broker
+from launcher.servers.egress_proxy import EgressProxy
 from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents
 from launcher.session.hostfiles import HostFiles
@@ -224,7 +226,7 @@ class Session(SessionEvents):
             self.guard.on_quarantine = self._quarantined
             self.guard.on_failure = self._guard_failed
         await self.fleet.adopt(started.procs)
-        await self._start_egress(started.listeners)
+        await self._start_egress(started.listeners, started.authorities)
 
     async def _start_while_client_waits(self) -> bool:
         """Start the servers, unless the client on stdin goes away first (closes its input
@@ -316,13 +318,17 @@ class Session(SessionEvents):
             raise
         return served
 
-    async def _start_egress(self, listening: dict[str, socket.socket]) -> None:
+    async def _start_egress(
+        self, listening: dict[str, socket.socket], authorities: dict[str, SessionCA]
+    ) -> None:
         """Start each server's egress proxy on its socket, ``listening`` already (taken out
         of the dict: from then on the proxy closes it)."""
         for name, sp in self.plan.servers.items():
             if sp.egress is None or sp.egress_socket is None:
                 continue
-            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused)
+            ca = authorities.get(name)
+            broker = Broker(sp.secrets, ca) if sp.secrets and ca is not None else None
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused, broker)
             try:
                 await proxy.start(listening.pop(name, None))
             except OSError as exc:

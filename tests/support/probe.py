@@ -27,6 +27,7 @@ PROBE_TOOLS = {
     "connect_tcp": ["host", "port"],
     "connect_unix": ["path"],
     "http_get": ["url"],
+    "http_send": ["url", "headers", "body", "basic", "insecure"],
     "udp_send": ["host", "port"],
     "resolve": ["name"],
     "send_signal": ["pid"],

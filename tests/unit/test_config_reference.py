@@ -20,7 +20,7 @@ import pytest
 
 from launcher.plan import config_schema
 from launcher.plan.config import find_config, load_config
-from launcher.plan.config_schema import ServerConfig, json_name
+from launcher.plan.config_schema import SecretConfig, ServerConfig, json_name
 from policy.schema import validate
 from tests.support.paths import REPO
 
@@ -84,6 +84,8 @@ def test_the_field_examples_validate() -> None:
             data = {json_name(field.name): script.EXAMPLES[cls.__name__, field.name]}
             if cls is ServerConfig and field.name != "command":
                 data["command"] = "x"
+            if cls is SecretConfig:  # its other required fields
+                data = {"from": "env:X", "hosts": ["h"], **data}
             validate(cls, data)
 
 

@@ -21,6 +21,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import NoReturn
 from urllib.parse import SplitResult, urlsplit
 
+from launcher.servers.broker import Broker, BrokerRefusal
 from policy.egress import EgressRules, check_address, check_host
 from policy.urls import split_host_port
 from sandbox_profiles.records import frozen
@@ -109,14 +110,23 @@ def _plain_request(
 
 
 async def _send_body(
-    reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter, remaining: int
+    reader: asyncio.StreamReader,
+    up_writer: asyncio.StreamWriter,
+    remaining: int,
+    check: Callable[[bytes, str, int], None],
+    host: str,
+    port: int,
 ) -> None:
     """The body as it comes, a piece at a time: the trusted process never holds more than
-    one piece of it, whatever length the server announces."""
+    one piece of it, whatever length the server announces. Each piece is ``check``ed with
+    the end of the one before (a sentinel cut in two is seen whole) before it is sent."""
+    tail = b""
     while remaining:
         piece = await reader.read(min(remaining, 65536))
         if not piece:
             raise asyncio.IncompleteReadError(b"", remaining)
+        check(tail + piece, host, port)
+        tail = piece[-64:]
         up_writer.write(piece)
         await up_writer.drain()
         remaining -= len(piece)
@@ -130,8 +140,10 @@ class EgressProxy:
         rules: EgressRules,
         socket_path: str,
         on_refusal: Callable[[Refusal], None],
+        broker: Broker | None = None,
     ) -> None:
         self.server = server
+        self.broker = broker  # its brokered secrets: TLS opened for their hosts alone
         self.rules = rules
         self.socket_path = socket_path
         self.on_refusal = on_refusal
@@ -219,9 +231,13 @@ class EgressProxy:
             upstream = await self._open(host, port)
             writer.write(f"{version} 200 Connection Established\r\n\r\n".encode())
             await writer.drain()
-            await _pipe(reader, writer, *upstream)
+            if self.broker is not None and self.broker.terminates(host, port):
+                await self._brokered(reader, writer, host, port, upstream)
+            else:
+                await _pipe(reader, writer, *upstream)
             return
         url, host, port, length = _plain_request(target, headers)
+        self._no_sentinel(head, host, port)
         up_reader, up_writer = await self._open(host, port)
         path = url.path or "/"
         if url.query:
@@ -229,7 +245,7 @@ class EgressProxy:
         kept = [(k, v) for k, v in headers if k.strip().lower() not in _HOP_HEADERS]
         out = [f"{method} {path} {version}", *(f"{k}:{v}" for k, v in kept), "Connection: close"]
         up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
-        await _send_body(reader, up_writer, int(length))
+        await _send_body(reader, up_writer, int(length), self._no_sentinel, host, port)
         # One request per connection: nothing more is read from the client, so a second
         # request to another host cannot ride on this checked connection.
         await _copy(up_reader, writer)
@@ -272,6 +288,31 @@ class EgressProxy:
             except (OSError, TimeoutError) as exc:
                 last = exc
         raise _Refused(502, f"cannot connect to {host}:{port}: {last}", host, port)
+
+    async def _brokered(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        port: int,
+        upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    ) -> None:
+        """A CONNECT to a brokered secret's host: its one request, through the broker."""
+        assert self.broker is not None
+        try:
+            await self.broker.relay(reader, writer, host, port, *upstream)
+        except BrokerRefusal as exc:
+            raise _Refused(exc.status, exc.reason, host, port) from None
+        finally:
+            upstream[1].close()
+
+    def _no_sentinel(self, data: bytes, host: str, port: int) -> None:
+        """Refuse what carries a brokered secret's sentinel where it is not swapped."""
+        if self.broker is not None:
+            secret = self.broker.carried(data)
+            if secret is not None:
+                why = f"{secret.variable}'s sentinel in a plain request to {host}: not allowed"
+                self._refuse(host, port, why)
 
     def _refuse(self, host: str, port: int, reason: str, status: int = 403) -> NoReturn:
         raise _Refused(status, reason, host, port)

@@ -1,0 +1,184 @@
+"""Brokered secrets in the egress proxy: a server holds a sentinel, and the proxy puts the
+value in its place only in a request to one of the secret's hosts, over TLS the proxy opens
+itself (a certificate of the server's session CA) and makes again to the real host, which
+is verified against this machine's trust store.
+
+The value goes in request headers (an ``Authorization: Bearer``, inside ``Basic``
+credentials decoded and encoded again, any other header) and, where the secret says so,
+the body. A sentinel anywhere else (the URL, a body the secret does not allow, a request to
+another host, a plain-HTTP request) is refused. One request per brokered connection: the
+answer says ``Connection: close``. What the host answers has the value replaced by the
+sentinel again in its head."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import re
+import ssl
+from collections.abc import Sequence
+
+from launcher.host.session_ca import SessionCA
+from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
+
+HEAD_LIMIT = 64 * 1024
+HEAD_TIMEOUT = 15.0
+# The largest body a brokered request may have: it is read whole, checked, then sent.
+BODY_LIMIT = 16 * 1024 * 1024
+_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade"}
+_BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
+
+
+class BrokerRefusal(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Broker:
+    """One server's brokered secrets, its session CA, and how upstreams are verified."""
+
+    def __init__(self, secrets: Sequence[Brokered], ca: SessionCA) -> None:
+        self.secrets = tuple(secrets)
+        self.ca = ca
+        # This machine's trust store (OpenSSL's: SSL_CERT_FILE / SSL_CERT_DIR in
+        # ironcurtain's own environment add to or replace it).
+        self.upstream = ssl.create_default_context()
+        self.upstream.set_alpn_protocols(["http/1.1"])
+
+    def terminates(self, host: str, port: int) -> bool:
+        return any(s.goes_to(host, port) for s in self.secrets)
+
+    def carried(self, data: bytes) -> Brokered | None:
+        """The secret whose sentinel ``data`` holds (None: none)."""
+        if SENTINEL_PREFIX.encode() not in data:
+            return None
+        return next((s for s in self.secrets if s.sentinel.encode() in data), None)
+
+    async def relay(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        host: str,
+        port: int,
+        up_reader: asyncio.StreamReader,
+        up_writer: asyncio.StreamWriter,
+    ) -> None:
+        """One request of a CONNECT to ``host``: TLS opened on both sides, the request
+        checked and its sentinels swapped, the answer relayed."""
+        await writer.start_tls(self.ca.server_context(host))
+        try:
+            await up_writer.start_tls(self.upstream, server_hostname=host)
+        except ssl.SSLError as exc:
+            why = getattr(exc, "verify_message", None) or exc.reason or str(exc)
+            raise BrokerRefusal(502, f"{host}'s certificate did not verify: {why}") from None
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        except asyncio.LimitOverrunError:
+            raise BrokerRefusal(431, "request head too large") from None
+        out, length = rewrite_head(head, self.secrets, host, port)
+        if length > BODY_LIMIT:
+            raise BrokerRefusal(413, f"a brokered request's body is at most {BODY_LIMIT} bytes")
+        body = await reader.readexactly(length) if length else b""
+        new_body = rewrite_body(body, self.secrets, host, port)
+        if new_body is not body:
+            out = _with_length(out, len(new_body))
+        up_writer.write(out + new_body)
+        await up_writer.drain()
+        await self._answer(up_reader, writer)
+
+    async def _answer(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The host's answer: its head with each value put back as its sentinel, then the
+        rest as it comes."""
+        head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+        for secret in self.secrets:
+            head = head.replace(secret.value.encode(), secret.sentinel.encode())
+        writer.write(head)
+        while data := await up_reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+
+
+def _swap(text: str, secrets: Sequence[Brokered], host: str, port: int, place: str) -> str:
+    """``text`` with each sentinel that may go to ``host`` in ``place`` swapped for its
+    value; refused when one may not."""
+    if SENTINEL_PREFIX not in text:
+        return text
+    for secret in secrets:
+        if secret.sentinel not in text:
+            continue
+        if not secret.goes_to(host, port):
+            raise BrokerRefusal(403, f"{secret.variable}'s sentinel sent to {host}, not its host")
+        if place == "url" or (place == "body" and not secret.body):
+            raise BrokerRefusal(403, f"{secret.variable}'s sentinel in the {place}: not allowed")
+        text = text.replace(secret.sentinel, secret.value.encode().decode("latin-1"))
+    if SENTINEL_PREFIX in text:
+        raise BrokerRefusal(403, f"an unknown sentinel in the {place}")
+    return text
+
+
+def _header(name: str, value: str, secrets: Sequence[Brokered], host: str, port: int) -> str:
+    """A header's value with its sentinels swapped, inside ``Basic`` credentials too."""
+    basic = _BASIC.fullmatch(value) if name in ("authorization", "proxy-authorization") else None
+    if basic is not None:
+        try:
+            decoded = base64.b64decode(basic.group(2), validate=True).decode("latin-1")
+        except (binascii.Error, ValueError):
+            decoded = ""
+        if SENTINEL_PREFIX in decoded:
+            swapped = _swap(decoded, secrets, host, port, "header")
+            encoded = base64.b64encode(swapped.encode("latin-1")).decode("ascii")
+            return basic.group(1) + encoded + basic.group(3)
+    return _swap(value, secrets, host, port, "header")
+
+
+def rewrite_head(
+    head: bytes, secrets: Sequence[Brokered], host: str, port: int
+) -> tuple[bytes, int]:
+    """A brokered request's head as it is sent on (sentinels swapped, hop headers
+    dropped, ``Connection: close``), and its body's length; refused as it must be."""
+    if len(head) > HEAD_LIMIT:
+        raise BrokerRefusal(431, "request head too large")
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not lines[0].isprintable():
+        raise BrokerRefusal(400, "not an HTTP/1.x request")
+    _swap(parts[1], secrets, host, port, "url")
+    out = [lines[0]]
+    length = 0
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(":")
+        key = name.strip().lower()
+        if not sep or SENTINEL_PREFIX in name:
+            raise BrokerRefusal(400, "a malformed header line")
+        if key in _HOP:
+            continue
+        if key == "transfer-encoding":
+            raise BrokerRefusal(411, "chunked request bodies are not brokered; send Content-Length")
+        if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
+            raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
+        if key == "content-length":
+            if not (value.strip().isascii() and value.strip().isdecimal()):
+                raise BrokerRefusal(400, "bad Content-Length")
+            length = int(value.strip())
+        out.append(f"{name}:{_header(key, value, secrets, host, port)}")
+    out.append("Connection: close")
+    return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length
+
+
+def rewrite_body(body: bytes, secrets: Sequence[Brokered], host: str, port: int) -> bytes:
+    """The body with its sentinels swapped where the secret allows it (the same object
+    when it holds none); refused otherwise."""
+    if SENTINEL_PREFIX.encode() not in body:
+        return body
+    return _swap(body.decode("latin-1"), secrets, host, port, "body").encode("latin-1")
+
+
+def _with_length(head: bytes, length: int) -> bytes:
+    lines = head.decode("latin-1").split("\r\n")
+    kept = [ln for ln in lines if ln.partition(":")[0].strip().lower() != "content-length"]
+    return "\r\n".join([*kept[:-2], f"Content-Length: {length}", "", ""]).encode("latin-1")

@@ -1,0 +1,84 @@
+"""How a brokered request is rewritten on its way to the secret's host (the pure part of
+``launcher.servers.broker``): where the value goes, where a sentinel is refused."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from launcher.plan.secrets_plan import Brokered, new_sentinel
+from launcher.servers.broker import BrokerRefusal, rewrite_body, rewrite_head
+
+GH = Brokered("GH_TOKEN", new_sentinel(), "gh-value-1", (("api.github.com", None),))
+NPM = Brokered("NPM_TOKEN", new_sentinel(), "npm-välue-2", (("registry.npmjs.org", 443),), True)
+BOTH = (GH, NPM)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def _head(*headers: str, target: str = "/x") -> bytes:
+    return ("\r\n".join([f"GET {target} HTTP/1.1", *headers]) + "\r\n\r\n").encode("latin-1")
+
+
+def test_bearer_basic_and_custom_headers_carry_the_value() -> None:
+    basic = base64.b64encode(f"me:{GH.sentinel}".encode()).decode()
+    out, length = rewrite_head(
+        _head(
+            "Host: api.github.com",
+            f"Authorization: Bearer {GH.sentinel}",
+            f"X-Token: {GH.sentinel}",
+            f"Proxy-Authorization: Basic {basic}",
+            "Content-Length: 3",
+        ),
+        BOTH,
+        "api.github.com",
+        443,
+    )
+    text = out.decode("latin-1")
+    assert "Authorization: Bearer gh-value-1" in text and "X-Token: gh-value-1" in text
+    assert "Proxy-Authorization" not in text  # a hop header, never sent on
+    assert GH.sentinel not in text and length == 3 and text.endswith("Connection: close\r\n\r\n")
+    basic_out = rewrite_head(_head(f"Authorization: Basic {basic}"), BOTH, "api.github.com", 443)
+    encoded = basic_out[0].decode().split("Basic ")[1].split("\r\n")[0]
+    assert base64.b64decode(encoded) == b"me:gh-value-1"
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (_head(f"Authorization: Bearer {NPM.sentinel}"), "NPM_TOKEN's sentinel sent to"),
+        (
+            _head("Authorization: Basic " + _b64(f"u:{NPM.sentinel}")),
+            "NPM_TOKEN's sentinel sent to",
+        ),
+        (_head(target=f"/?t={GH.sentinel}"), "in the url"),
+        (_head("Host: evil.example"), "Host header"),
+        (_head("Transfer-Encoding: chunked"), "chunked"),
+        (_head("X: ironcurtain-sentinel-0000"), "unknown sentinel"),
+    ],
+)
+def test_a_sentinel_elsewhere_is_refused(head: bytes, said: str) -> None:
+    with pytest.raises(BrokerRefusal, match=said):
+        rewrite_head(head, BOTH, "api.github.com", 443)
+
+
+def test_the_body_carries_the_value_only_where_the_secret_says_so() -> None:
+    body = f'{{"token": "{NPM.sentinel}"}}'.encode()
+    out = rewrite_body(body, BOTH, "registry.npmjs.org", 443)
+    assert out == '{"token": "npm-välue-2"}'.encode()
+    with pytest.raises(BrokerRefusal, match="GH_TOKEN's sentinel in the body"):
+        rewrite_body(GH.sentinel.encode(), BOTH, "api.github.com", 443)
+    plain = b"nothing to see"
+    assert rewrite_body(plain, BOTH, "api.github.com", 443) is plain
+
+
+def test_a_port_named_with_the_host_is_the_only_one() -> None:
+    with pytest.raises(BrokerRefusal, match=r"sent to registry\.npmjs\.org"):
+        rewrite_head(_head(f"X: {NPM.sentinel}"), BOTH, "registry.npmjs.org", 8443)
+
+
+def test_the_value_is_never_in_a_secrets_repr() -> None:
+    assert "gh-value-1" not in repr(GH)
