@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_profiles import hardlinks
 from sandbox_profiles.gitconfig import UnreadableConfig
 from sandbox_profiles.hardlinks import other_names
 
@@ -42,7 +41,7 @@ def _listed(monkeypatch: pytest.MonkeyPatch, refuse: str | None = None) -> list[
         listed.append(path)
         return real(path)
 
-    monkeypatch.setattr(hardlinks.os, "scandir", scandir)
+    monkeypatch.setattr(os, "scandir", scandir)
     return listed
 
 
