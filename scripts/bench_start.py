@@ -23,9 +23,15 @@ from sandbox_profiles.profile import write_runtime_files
 from tests.support.client import Client
 
 
-def _spawn(argv: list[str], env: dict[str, str], cwd: str, fds: list[int] | None = None) -> Client:
+def _spawn(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str,
+    fds: list[int] | None = None,
+    stderr: int | None = subprocess.DEVNULL,
+) -> Client:
     """Start a server and send it `initialize` (its id: 0), not waiting for the answer."""
-    client = Client.spawn(argv, env, cwd, pass_fds=fds or [], new_session=True)
+    client = Client.spawn(argv, env, cwd, pass_fds=fds or [], new_session=True, stderr=stderr)
     client.start_initialize(client="bench")
     return client
 
@@ -213,11 +219,26 @@ def bench_ready(quick: bool) -> str:
 
 def _wrapped_all_ready(scratch: Scratch, env: dict[str, str], names: list[str]) -> float:
     """One `ironcurtain run --server X` per server, all started at once (a client starting
-    the entries `ironcurtain wrap` made); the time until the slowest answered."""
+    the entries `ironcurtain wrap` made); the time until the slowest answered. As root each
+    run opens its workspace to the sandbox's user and two sessions may not open overlapping
+    roots at once (the second is refused), so there each run gets a workspace of its own."""
+    own = os.geteuid() == 0
     started = time.perf_counter()
-    clients = [_spawn(scratch.run_argv("--server", name), env, scratch.ws) for name in names]
-    for client in clients:
-        client.answer(0)
+    clients = []
+    for name in names:
+        ws = os.path.join(scratch.root, f"ws-{name}") if own else scratch.ws
+        os.makedirs(ws, exist_ok=True)
+        argv = scratch.run_argv("--server", name, workspace=ws)
+        with open(os.path.join(scratch.root, f"wrapped-{name}.err"), "wb") as said:
+            clients.append(_spawn(argv, env, ws, stderr=said.fileno()))
+    for name, client in zip(names, clients, strict=True):
+        try:
+            client.answer(0)
+        except EOFError:
+            with open(os.path.join(scratch.root, f"wrapped-{name}.err")) as said:
+                raise RuntimeError(
+                    f"`ironcurtain run --server {name}` did not start:\n{said.read()}"
+                ) from None
     slowest = time.perf_counter() - started
     for client in clients:
         client.close(timeout=5)

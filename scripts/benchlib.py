@@ -274,14 +274,15 @@ class Scratch:
             "XDG_CONFIG_HOME": os.path.join(self.root, "config"),
         }
 
-    def run_argv(self, *extra: str) -> list[str]:
-        """``ironcurtain run`` on this scratch home, its circuit breaker out of the way (the
-        same call thousands of times is the benchmark here, not a stuck agent)."""
+    def run_argv(self, *extra: str, workspace: str | None = None) -> list[str]:
+        """``ironcurtain run`` on this scratch home (``workspace``: another than its own),
+        its circuit breaker out of the way (the same call thousands of times is the
+        benchmark here, not a stuck agent)."""
         return [
             os.path.join(BIN, "ironcurtain"),
             "run",
             "--workspace",
-            self.ws,
+            workspace or self.ws,
             "--audit-log",
             os.path.join(self.root, "audit.jsonl"),
             "--max-identical-calls",

@@ -116,10 +116,18 @@ def _read_all(fd: int) -> bytes:
 @contextlib.contextmanager
 def _locked(directory: Path) -> Iterator[None]:
     """The ledger directory, made if need be and locked against every other start (whether
-    it is there); removed on the way out when it holds no record any more."""
+    it is there); removed on the way out when it holds no record any more. Another start
+    may remove it while this one makes or opens it: then it is made again."""
     while True:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue  # removed by the start that held the lock, once empty
+        except FileExistsError:
+            if os.path.lexists(directory) and not os.path.isdir(directory):
+                raise  # something else by that name: never waited for
+            continue  # there, then removed by the start that held the lock
         fcntl.flock(fd, fcntl.LOCK_EX)
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():

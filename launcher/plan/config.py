@@ -3,10 +3,9 @@ the cache), ``${VAR}`` expansion. Its models are in :mod:`launcher.plan.config_s
 
 from __future__ import annotations
 
-import difflib
 import os
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -125,6 +124,14 @@ _NARROWING = {
 }
 
 
+def _close_matches(key: str, known: Sequence[str]) -> list[str]:
+    """The known key nearest ``key``, if one is near (difflib loaded only for a key that is
+    not known: a config without mistakes never needs it)."""
+    import difflib
+
+    return difflib.get_close_matches(key, known, n=1)
+
+
 def _misplaced_narrowing(key: str) -> str | None:
     """Where server-entry key ``key`` (not a known one) belongs when it is one of
     :data:`_NARROWING` misspelt or written too high (None: it is not).
@@ -134,7 +141,7 @@ def _misplaced_narrowing(key: str) -> str | None:
     """
     folded = {k.lower(): k for k in _NARROWING}
     own = [k for k, place in _NARROWING.items() if k == place]  # misspelt, not only misplaced
-    near = difflib.get_close_matches(key, own, n=1)
+    near = _close_matches(key, own)
     match = near[0] if near else folded.get(key.lower().replace("_", "").replace("-", ""))
     return None if match is None else _NARROWING[match]
 
@@ -180,7 +187,7 @@ def _refuse_unknown(file: str, loc: tuple[str | int, ...], known: list[str]) -> 
     c.json: $.mcpServers.a.sandbox.denyReed: unknown key "denyReed": did you mean "denyRead"?
     """
     key = str(loc[-1])
-    near = difflib.get_close_matches(key, known, n=1)
+    near = _close_matches(key, known)
     hint = f'did you mean "{near[0]}"?' if near else "known keys: " + ", ".join(known)
     return ConfigError(file, json_path(loc), f'unknown key "{key}": {hint}')
 

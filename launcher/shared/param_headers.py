@@ -23,7 +23,6 @@ import binascii
 import math
 import re
 from collections.abc import Iterator, Sequence
-from decimal import Decimal, InvalidOperation
 
 PREFIX = "mcp-param-"
 MARK = "x-mcp-header"
@@ -169,6 +168,10 @@ def agrees(header: str, body: object) -> bool:
     if isinstance(body, int | float):
         if not _DECIMAL.fullmatch(header):
             return math.isfinite(body) and header == str(body)
+        # Loaded here: only a stateless HTTP call with a number in a header compares one,
+        # and the module (its C part) is not on the way to a session's first answer.
+        from decimal import Decimal, InvalidOperation
+
         try:
             return Decimal(header) == Decimal(body if isinstance(body, int) else repr(body))
         except (InvalidOperation, ValueError):
