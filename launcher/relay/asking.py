@@ -13,7 +13,7 @@ from typing import Any
 
 from launcher.relay.asks import elicitation_modes
 from launcher.relay.call import Call
-from launcher.relay.gate import NOT_PERMITTED, denial_text
+from launcher.relay.gate import denial_text
 from launcher.relay.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
 from launcher.relay.seams import Core
 from launcher.relay.stateless import CAPABILITIES
@@ -26,6 +26,7 @@ from launcher.shared.jsonrpc import (
     result,
     tool_result,
 )
+from policy.access import NOT_PERMITTED
 
 # Why a question to the client is withdrawn before its time is up.
 WITHDRAWN = "no longer needed: the request it was asked for was cancelled"
