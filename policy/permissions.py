@@ -8,7 +8,7 @@ The operator says it, per server and tool (or prompt), with ``*`` globs on both:
 
 Every entry that matches is required (``crm/get_customer`` above needs ``crm:read`` and
 ``crm:use``); what no entry matches requires nothing. Permissions are written as a caller's
-are (:func:`launcher.shared.callers.permissions_problem`: visible ASCII, no spaces).
+are (:func:`launcher.shared.caller_identity.permissions_problem`: visible ASCII, no spaces).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def parse_permissions(data: Any, where: str) -> Permissions:
     """
     expected = 'expected {"tools": [...], "prompts": [...]} (both optional) and nothing else'
     if not isinstance(data, dict):
-        raise PolicyFileError(where, "$", f"holds a JSON {_kind(data)}; {expected}")
+        raise PolicyFileError(where, "$", f"holds a JSON {json_kind(data)}; {expected}")
     unknown = [k for k in data if k not in KINDS]
     if unknown:
         raise PolicyFileError(where, "$", f"unknown key {json.dumps(unknown[0])}; {expected}")
@@ -136,7 +136,9 @@ def parse_permissions(data: Any, where: str) -> Permissions:
     for kind, key in KINDS.items():
         entries = data.get(kind, [])
         if not isinstance(entries, list):
-            raise PolicyFileError(where, f"$.{kind}", f"holds a JSON {_kind(entries)}, not a list")
+            raise PolicyFileError(
+                where, f"$.{kind}", f"holds a JSON {json_kind(entries)}, not a list"
+            )
         lists[kind] = tuple(_entry(e, f"$.{kind}[{i}]", key, where) for i, e in enumerate(entries))
     return Permissions(lists["tools"], lists["prompts"])
 
@@ -144,7 +146,7 @@ def parse_permissions(data: Any, where: str) -> Permissions:
 def _entry(entry: Any, at: str, key: str, where: str) -> Requirement:
     shape = f'expected {{"server": GLOB, "{key}": GLOB, "required": [PERMISSION, ...]}}'
     if not isinstance(entry, dict):
-        raise PolicyFileError(where, at, f"holds a JSON {_kind(entry)}; {shape}")
+        raise PolicyFileError(where, at, f"holds a JSON {json_kind(entry)}; {shape}")
     unknown = [k for k in entry if k not in ("server", key, "required")]
     if unknown:
         raise PolicyFileError(where, at, f"unknown key {json.dumps(unknown[0])}; {shape}")
@@ -158,7 +160,7 @@ def _entry(entry: Any, at: str, key: str, where: str) -> Requirement:
     if "required" not in entry:
         raise PolicyFileError(where, at, f'has no "required"; {shape}')
     if not isinstance(required, list):
-        found = _kind(required)
+        found = json_kind(required)
         raise PolicyFileError(where, f"{at}.required", f"holds a JSON {found}, not a list")
     for i, permission in enumerate(required):
         problem = name_problem(permission)
@@ -237,8 +239,12 @@ def _entries(permissions: Permissions) -> Iterable[tuple[str, int, Requirement]]
             yield kind, i, entry
 
 
-def _kind(value: object) -> str:
-    """``value``'s JSON type, as a person says it."""
+def json_kind(value: object) -> str:
+    """``value``'s JSON type, as a person says it (in what a file's mistake is called).
+
+    >>> [json_kind(v) for v in (None, True, {}, [], "", 1, 1.5)]
+    ['null', 'boolean', 'object', 'list', 'string', 'number', 'number']
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -7,7 +7,7 @@ import json
 from launcher.plan import coherence
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from launcher.relay.outputs import Outputs
-from launcher.shared.callers import load_caller_file
+from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.errors import UsageError
 from launcher.shared.jsonrpc import loads
 from policy.access import CALL_TOOL, caller_access

@@ -25,13 +25,14 @@ from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.paths import resolve_real_path
 from policy.roles import get_path_roles
-from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, hidden_reason
 from sandbox_profiles.launch import launch_cwd
-from sandbox_profiles.model import Limits
+from sandbox_profiles.model import Limits, SandboxProfile
 from sandbox_profiles.present import FAIL_CLOSED
 from sandbox_profiles.profile import (
+    ProfileRequest,
     WorkspaceAccess,
+    build_profile,
     guarded_paths,
     placeholders,
     sandbox_env,

@@ -35,7 +35,7 @@ from launcher.relay.approval import AskClient, asking_with
 from launcher.relay.questions import ELICIT, SAMPLE, Refused, forwarded
 from launcher.relay.seams import Core
 from launcher.shared.jsonrpc import HANDSHAKE, Message, ServerGone
-from policy import Decision
+from policy.decision import Decision
 
 DENIED = -32001
 _UNSET = object()

@@ -40,7 +40,7 @@ from launcher.shared.jsonrpc import (
     result,
     tool_result,
 )
-from policy import Decision
+from policy.decision import Decision
 from policy.models import Annotation
 
 DENIED = -32001  # a request the policy did not let through (not a tool call)

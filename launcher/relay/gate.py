@@ -19,7 +19,7 @@ from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.caller_places import CallerPlaces
 from launcher.relay.pins import Pins
 from launcher.relay.router import Router
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.errors import Names, by_field
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from policy.access import NOT_PERMITTED, caller_access

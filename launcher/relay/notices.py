@@ -18,7 +18,7 @@ from launcher.relay.call import Call
 from launcher.relay.checked import CheckedCalls
 from launcher.relay.listens import UPDATED, Listens
 from launcher.relay.seams import Core, Downstream
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import STATELESS, Message, notification
 
 FORWARDED_NOTIFICATIONS = (

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launcher.plan.session_plan import SessionPlan
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message
 from launcher.transports.relays import Upstream

@@ -20,7 +20,7 @@ from launcher.plan.session_plan import RunOptions, plan_session
 from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.gate import Gate
-from launcher.shared.callers import STATIC, Caller
+from launcher.shared.caller_identity import STATIC, Caller
 from launcher.shared.jsonrpc import TOOL
 from policy.access import Access
 from policy.loader import bundled_policy_dir

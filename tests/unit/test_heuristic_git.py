@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, schema
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
 from policy.heuristic import arguments_of, heuristic_annotation, is_flag, validate
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 

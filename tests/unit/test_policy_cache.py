@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from policy import load_policy_dir
 from policy.cache import KEEP, ContentCache, decode, encode
 from policy.errors import PolicyFileError
-from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir
+from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir, load_policy_dir
 from policy.models import PathCondition
 
 # Every kind of entry and condition the files can hold, optional parts given and left out.

@@ -32,7 +32,8 @@ def env(user: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
 
 def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) -> None:
     """Handwritten scenarios are ground truth: the judge cannot wave them through."""
-    from policy import PolicyEngine, load_policy_dir
+    from policy.engine import PolicyEngine
+    from policy.loader import load_policy_dir
     from policy.models import CompiledPolicyFile
     from policy.scenarios import applicable
     from policy.verifier import scenario_tree, verify
