@@ -1,12 +1,12 @@
 """Egress decisions: may a sandboxed server open a connection to host:port?
 
-Plain data in, a reason out; the proxy in ``launcher/servers/egress.py`` does the sockets. The order
-is fixed: ``deniedDomains``, then ``allowedDomains`` (with optional ``:port`` scoping), both
-before any DNS lookup; then the addresses a name resolves to are refused when they are
-loopback, link-local, private, CGNAT, multicast, reserved, cloud metadata or in a
-special-purpose IPv6 range (the IPv4 address inside NAT64, 6to4, Teredo or a mapped address
-is judged itself), unless the allowlist names that exact address with a port, or ``hosts``
-pins the name to it (the user's explicit choice, for that name only).
+Plain data in, a reason out; the proxy in ``launcher/servers/egress_proxy.py`` does the
+sockets. The order is fixed: ``deniedDomains``, then ``allowedDomains`` (with optional
+``:port`` scoping), both before any DNS lookup; then the addresses a name resolves to are
+refused when they are loopback, link-local, private, CGNAT, multicast, reserved, cloud
+metadata or in a special-purpose IPv6 range (the IPv4 address inside NAT64, 6to4, Teredo or
+a mapped address is judged itself), unless the allowlist names that exact address with a
+port, or ``hosts`` pins the name to it (the user's explicit choice, for that name only).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 
 from benchlib import print_medians  # noqa: E402
 
-from launcher.servers.egress import EgressProxy  # noqa: E402
+from launcher.servers.egress_proxy import EgressProxy  # noqa: E402
 from policy.egress import EgressRules  # noqa: E402
 
 BIG = os.urandom(1 << 20) * 32  # 32 MiB

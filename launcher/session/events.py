@@ -8,7 +8,7 @@ import os
 
 from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardFailure, Quarantined
-from launcher.servers.egress import Refusal
+from launcher.servers.egress_proxy import Refusal
 from launcher.session.report import say
 from launcher.session.served import Served
 

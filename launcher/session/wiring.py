@@ -30,7 +30,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approval import Approvals
 from launcher.relay.breaker import CircuitBreaker
 from launcher.relay.core import Relay
-from launcher.servers.egress import EgressProxy
+from launcher.servers.egress_proxy import EgressProxy
 from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents
 from launcher.session.hostfiles import HostFiles

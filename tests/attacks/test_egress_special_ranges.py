@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from launcher.servers import egress
-from launcher.servers.egress import EgressProxy, Refusal
+from launcher.servers import egress_proxy as egress
+from launcher.servers.egress_proxy import EgressProxy, Refusal
 from policy.egress import EgressRules
 
 DNS = {

@@ -277,8 +277,8 @@ def test_a_caller_condition_that_is_no_list_of_names_is_named(
 
 
 def test_a_scenario_may_name_its_caller_and_the_verifier_runs_it_as_that_caller() -> None:
-    from policy.scenarios import Scenario
-    from policy.verifier import execute
+    from policy.pipeline.scenarios import Scenario
+    from policy.pipeline.verifier import execute
 
     args = {"path": "/srv/data"}
     scenarios = [
