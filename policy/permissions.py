@@ -8,7 +8,7 @@ The operator says it, per server and tool (or prompt), with ``*`` globs on both:
 
 Every entry that matches is required (``crm/get_customer`` above needs ``crm:read`` and
 ``crm:use``); what no entry matches requires nothing. Permissions are written as a caller's
-are (:func:`launcher.shared.callers.permissions_problem`: visible ASCII, no spaces).
+are (:func:`launcher.shared.caller_identity.permissions_problem`: visible ASCII, no spaces).
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from typing import Any
 
 from policy.errors import PolicyFileError
 from policy.globs import star_match
-from policy.json_text import NotJson, parse_json
-from policy.json_text import json_kind as _kind
+from policy.json_text import NotJson, json_kind, parse_json
 from sandbox_profiles.records import frozen, mutable
 
 PERMISSIONS_FILE = "permissions.json"
@@ -124,7 +123,7 @@ def parse_permissions(data: Any, where: str) -> Permissions:
     """
     expected = 'expected {"tools": [...], "prompts": [...]} (both optional) and nothing else'
     if not isinstance(data, dict):
-        raise PolicyFileError(where, "$", f"holds a JSON {_kind(data)}; {expected}")
+        raise PolicyFileError(where, "$", f"holds a JSON {json_kind(data)}; {expected}")
     unknown = [k for k in data if k not in KINDS]
     if unknown:
         raise PolicyFileError(where, "$", f"unknown key {json.dumps(unknown[0])}; {expected}")
@@ -132,7 +131,9 @@ def parse_permissions(data: Any, where: str) -> Permissions:
     for kind, key in KINDS.items():
         entries = data.get(kind, [])
         if not isinstance(entries, list):
-            raise PolicyFileError(where, f"$.{kind}", f"holds a JSON {_kind(entries)}, not a list")
+            raise PolicyFileError(
+                where, f"$.{kind}", f"holds a JSON {json_kind(entries)}, not a list"
+            )
         lists[kind] = tuple(_entry(e, f"$.{kind}[{i}]", key, where) for i, e in enumerate(entries))
     return Permissions(lists["tools"], lists["prompts"])
 
@@ -140,7 +141,7 @@ def parse_permissions(data: Any, where: str) -> Permissions:
 def _entry(entry: Any, at: str, key: str, where: str) -> Requirement:
     shape = f'expected {{"server": GLOB, "{key}": GLOB, "required": [PERMISSION, ...]}}'
     if not isinstance(entry, dict):
-        raise PolicyFileError(where, at, f"holds a JSON {_kind(entry)}; {shape}")
+        raise PolicyFileError(where, at, f"holds a JSON {json_kind(entry)}; {shape}")
     unknown = [k for k in entry if k not in ("server", key, "required")]
     if unknown:
         raise PolicyFileError(where, at, f"unknown key {json.dumps(unknown[0])}; {shape}")
@@ -154,7 +155,7 @@ def _entry(entry: Any, at: str, key: str, where: str) -> Requirement:
     if "required" not in entry:
         raise PolicyFileError(where, at, f'has no "required"; {shape}')
     if not isinstance(required, list):
-        found = _kind(required)
+        found = json_kind(required)
         raise PolicyFileError(where, f"{at}.required", f"holds a JSON {found}, not a list")
     for i, permission in enumerate(required):
         problem = name_problem(permission)

@@ -1,14 +1,5 @@
-"""OS isolation: one profile model and its renderings."""
+"""OS isolation: one profile model (``sandbox_profiles.model``) and its renderings.
 
-from sandbox_profiles.bwrap import render as render_bwrap
-from sandbox_profiles.model import Mount, SandboxProfile
-from sandbox_profiles.profile import ProfileRequest, build_profile, write_runtime_files
-
-__all__ = [
-    "Mount",
-    "ProfileRequest",
-    "SandboxProfile",
-    "build_profile",
-    "render_bwrap",
-    "write_runtime_files",
-]
+Import what you need from its module (``sandbox_profiles.profile``, ``.bwrap``...): this
+package imports nothing, so loading one small module loads only what that module needs.
+"""

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx2
 
-from policy.llm import AnthropicLLM
+from policy.pipeline.llm import AnthropicLLM
 
 RECORDINGS = Path(__file__).parent / "data" / "llm"
 

@@ -281,8 +281,8 @@ def annotate_tools(
 ) -> None:
     """Start servers in their sandboxes, list their tools and annotate them (with the LLM,
     or --heuristic without one)."""
-    from launcher.pipeline.annotate import annotate_tools as run_annotate
-    from launcher.pipeline.compile import LLMOptions
+    from launcher.authoring.annotate import annotate_tools as run_annotate
+    from launcher.authoring.compile import LLMOptions
 
     llm = LLMOptions(model, api_key, base_url, force)
     code = run_annotate(tuple(server or ()), all_servers, heuristic, output, config, llm)
@@ -308,8 +308,8 @@ def compile_policy(
     force: ForceOpt = False,
 ) -> None:
     """Compile the constitution into a verified policy (annotations, rules, scenarios)."""
-    from launcher.pipeline.compile import CompileOptions, LLMOptions
-    from launcher.pipeline.compile import compile_policy as run_compile
+    from launcher.authoring.compile import CompileOptions, LLMOptions
+    from launcher.authoring.compile import compile_policy as run_compile
 
     llm = LLMOptions(model, api_key, base_url, force)
     opts = CompileOptions(config=config, servers=tuple(server or ()), output=output, llm=llm)

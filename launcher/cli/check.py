@@ -6,11 +6,11 @@ import json
 
 from launcher.plan import coherence
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
-from launcher.relay.gate.decide import NOT_PERMITTED
 from launcher.relay.outputs import Outputs
-from launcher.shared.callers import load_caller_file
+from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.jsonrpc import loads
 from launcher.shared.user_errors import UsageError
+from policy.access import CALL_TOOL, caller_access
 
 
 def check_call(
@@ -43,11 +43,11 @@ def check_call(
     caller = load_caller_file(caller_file, "caller_file") if caller_file is not None else None
     engine = plan.engine
     required = sorted(engine.permissions.required("tools", server, tool))
-    missing = (
-        engine.permissions.missing("tools", server, tool, caller.permissions) if caller else []
-    )
-    if missing:  # as the gate decides it: before the policy is asked
-        decision, transport = NOT_PERMITTED, args
+    held = caller.permissions if caller else None
+    access = caller_access(engine.permissions, CALL_TOOL, server, tool, held)
+    missing = access.missing
+    if access.refusal is not None:  # as the gate decides it: before the policy is asked
+        decision, transport = access.refusal, args
     else:
         who = caller.name if caller else None
         decision, transport = engine.decide(

@@ -69,7 +69,7 @@ def ensure_user_policy() -> str | None:
     target = user_policy()
     if target.is_dir():
         return None
-    from policy import bundled_policy_dir
+    from policy.loader import bundled_policy_dir
 
     shutil.copytree(bundled_policy_dir(), target, ignore=shutil.ignore_patterns("__*", "*.py*"))
     return f"made {target} from the bundled policy"

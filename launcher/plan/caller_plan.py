@@ -13,7 +13,7 @@ from launcher.host.machine import sandbox_identity
 from launcher.plan.config import CALLER
 from launcher.plan.session_plan import SessionPlan, plan_from
 from launcher.plan.workspace import check_workspace, leads_elsewhere, workspace_for
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.user_errors import ConfigError
 from policy.loader import json_path
 

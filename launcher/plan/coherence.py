@@ -22,8 +22,8 @@ from collections.abc import Iterable
 
 from launcher.plan.server_plan import ServerPlan
 from launcher.plan.session_plan import SessionPlan
-from policy import PolicyEngine
 from policy.compiled import Rule
+from policy.engine import PolicyEngine
 from policy.models import ToolAnnotation
 from sandbox_profiles.records import frozen
 from sandbox_profiles.ways import deepest_mount, is_under

@@ -14,10 +14,11 @@ from launcher.plan.config import LoadedConfig
 from launcher.plan.config_schema import ServerConfig
 from launcher.shared import dirs
 from launcher.shared.user_errors import ConfigError
-from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.decision import StructuralConfig
 from policy.egress import Entry
+from policy.engine import PolicyEngine
 from policy.errors import PolicyFileError
-from policy.loader import PolicyFiles, check_placeholders
+from policy.loader import PolicyFiles, bundled_policy_dir, check_placeholders, load_policy_dir
 from policy.output import OUTPUT_POLICY_FILE
 from policy.paths import resolve_real_path
 

@@ -27,13 +27,14 @@ from policy.egress import EgressRules
 from policy.models import ToolAnnotationsFile
 from policy.paths import resolve_real_path
 from policy.roles import get_path_roles
-from sandbox_profiles import ProfileRequest, SandboxProfile, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, hidden_reason
 from sandbox_profiles.launch import launch_cwd
-from sandbox_profiles.model import Limits
+from sandbox_profiles.model import Limits, SandboxProfile
 from sandbox_profiles.present import FAIL_CLOSED
 from sandbox_profiles.profile import (
+    ProfileRequest,
     WorkspaceAccess,
+    build_profile,
     guarded_paths,
     placeholders,
     sandbox_env,
@@ -387,19 +388,13 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         return _remote(name, server, at)
     command = _command(name, server, at)
     cwd = server.cwd or at.workspace
-    access, access_reason = workspace_access(at.annotations, name)
     sandboxed = server.sandboxed and at.can_sandbox
     args = list(server.args)
     fs = server.sandbox.filesystem if server.sandbox else FilesystemSandbox()
     if sandboxed:
         _keep_runtime_out(name, fs, at)
         _keep_links_from_secrets(name, fs, at)
-    if at.read_only:  # what it may write is shown to it read-only
-        fs = replace(fs, allow_read=[*fs.allow_read, *fs.allow_write], allow_write=[])
-        if access == "write":
-            access, access_reason = "read", "started only to list its tools: nothing writable"
-    if at.workspace in fs.allow_write:
-        access, access_reason = "write", "allowWrite names it"
+    fs, access, access_reason = _workspace_access(name, fs, at)
     egress = egress_rules(server) if sandboxed else None
     egress_socket = os.path.join(at.runtime_dir, f"egress-{name}.sock") if egress else None
     brokered = _brokered(name, server, at, sandboxed)
@@ -442,6 +437,21 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
     if sandboxed:
         return _sandboxed(name, server, at, request, cwd, fs, egress, brokered)
     return _unsandboxed(name, server, at, request, cwd)
+
+
+def _workspace_access(
+    name: str, fs: FilesystemSandbox, at: Surroundings
+) -> tuple[FilesystemSandbox, WorkspaceAccess, str]:
+    """What the server may do in the workspace, and why; started only to list its tools,
+    what it may write is shown to it read-only."""
+    access, access_reason = workspace_access(at.annotations, name)
+    if at.read_only:
+        fs = replace(fs, allow_read=[*fs.allow_read, *fs.allow_write], allow_write=[])
+        if access == "write":
+            access, access_reason = "read", "started only to list its tools: nothing writable"
+    if at.workspace in fs.allow_write:
+        access, access_reason = "write", "allowWrite names it"
+    return fs, access, access_reason
 
 
 def _brokered(

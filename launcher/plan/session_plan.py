@@ -22,7 +22,7 @@ from launcher.host.machine import (
     seccomp_filter,
 )
 from launcher.plan import bundled
-from launcher.plan.callers import check_caller_options, plan_callers
+from launcher.plan.caller_sources import check_caller_options, plan_callers
 from launcher.plan.config import CALLER, LoadedConfig, load_and_warn
 from launcher.plan.config_schema import ServerConfig
 from launcher.plan.policy_plan import build_engine, check_output_servers, load_policy
@@ -38,14 +38,14 @@ from launcher.plan.state_places import STATE_DIRS, state_protected, uncovered, w
 from launcher.plan.workspace import check_workspace, homes, moved_places, workspace_for
 from launcher.shared import dirs, rundir
 from launcher.shared.user_errors import OptionError, SandboxRefused, UsageError
-from policy import PolicyEngine
+from policy.engine import PolicyEngine
 from policy.loader import PolicyFiles
 from policy.paths import resolve_real_path
 from policy.permissions import PERMISSIONS_FILE, check_servers
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
     from launcher.transports.gateway_keys import Gateway
     from launcher.transports.http_token import Token
 

@@ -1,7 +1,7 @@
 """Where a session's servers work: the workspace given, or one of ironcurtain's own, and
 the places it must never be. A workspace given as ``/srv/work/${caller}`` is each caller's
 own: ``${caller}`` stands for the caller's name made safe for a path
-(:func:`launcher.shared.callers.path_name`)."""
+(:func:`launcher.shared.caller_identity.path_name`)."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from launcher.shared.jsonrpc import (
     result,
     tool_result,
 )
-from policy import Decision
+from policy.decision import Decision
 from policy.models import Annotation
 
 NOT_FOUND = {

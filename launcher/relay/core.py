@@ -25,7 +25,7 @@ from launcher.relay.questions.to_client import ClientQuestions
 from launcher.relay.seams import Core, Downstream, Upstream
 from launcher.relay.stateless import era as stateless
 from launcher.relay.stateless.listens import LISTEN, Listens
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.error_codes import (
     INTERNAL_ERROR,
     INVALID_REQUEST,

@@ -19,7 +19,7 @@ from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate.decide import denial_text, label
 from launcher.relay.seams import Core, OneShot
 from launcher.shared.jsonrpc import TOOL, Message, notification
-from policy import Decision
+from policy.decision import Decision
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0

@@ -18,7 +18,7 @@ from launcher.relay.checked import CheckedCalls
 from launcher.relay.questions.server_requests import ServerAsks
 from launcher.relay.seams import Core, Downstream, Upstream
 from launcher.relay.stateless.listens import UPDATED, Listens
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import STATELESS, Message, notification
 
 FORWARDED_NOTIFICATIONS = (

@@ -22,7 +22,7 @@ from launcher.relay.approving.grants import Grant
 from launcher.relay.gate.decide import Gate
 from launcher.relay.outputs import Outputs
 from launcher.relay.router import Listing, Router
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message, OnDone
 from policy.output import OutputPolicy
 from sandbox_profiles.records import frozen, mutable

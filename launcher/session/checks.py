@@ -9,13 +9,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from launcher.plan.session_plan import SessionPlan
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import StartupError
 from launcher.transports.relays import Upstream
-from policy.heuristic import arguments_of, is_flag
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 from policy.permissions import PERMISSIONS_FILE, unmatched
+from policy.pipeline.heuristic import arguments_of, is_flag
 from policy.roles import get_path_roles
 
 

@@ -17,7 +17,7 @@ from launcher.plan.config import warn
 from launcher.plan.session_plan import SessionPlan
 from launcher.shared import rundir
 from launcher.shared.user_errors import StartupError
-from sandbox_profiles import write_runtime_files
+from sandbox_profiles.profile import write_runtime_files
 from sandbox_profiles.ways import is_under
 
 # What a server may do at a path, by the kind of the mount that decides what the path is.

@@ -22,7 +22,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.relay.seams import Upstream
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.session.served import Hosting, Served
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.user_errors import USER_ERRORS, StartupError
 
 

@@ -33,7 +33,7 @@ from launcher.servers.fleet import Fleet
 from launcher.servers.widen import Widener
 from launcher.session.report import say
 from launcher.shared import dirs
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names
 from sandbox_profiles.records import mutable

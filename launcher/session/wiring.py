@@ -40,7 +40,7 @@ from launcher.session.per_caller import CallerPlans
 from launcher.session.prestart import Prestarted, prestart
 from launcher.session.report import say, say_lines, startup_report
 from launcher.session.served import Kept, KeptCallers, Served
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names, StartupError, by_field
 from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket

@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.types import Scope, Send
 
-from launcher.shared.callers import Caller, name_problem, permissions_problem
+from launcher.shared.caller_identity import Caller, name_problem, permissions_problem
 from launcher.transports.admission import party, unmet
 from launcher.transports.gateway_keys import REFETCH_EVERY, Gateway, same_keys
 from launcher.transports.http_token import bearer

@@ -23,7 +23,7 @@ from launcher.shared.jsonrpc import Message, error
 from launcher.transports.stateless_http import CALLER, Relayed
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
 
 IDLE_TIMEOUT = 30 * 60.0
 

@@ -17,7 +17,7 @@ from launcher.transports.admission import giving_way, parted, party_room
 from sandbox_profiles.records import mutable
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
 
 RETRY_AFTER = 5.0  # seconds a failed start of the servers is answered without trying again
 IDLE_TIMEOUT = 30 * 60.0  # seconds a caller's servers are kept with no request from it

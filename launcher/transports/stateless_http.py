@@ -62,7 +62,7 @@ from launcher.shared.jsonrpc import (
 from launcher.transports.relays import CallerRelays, Held, Opener, Relayed, TooMany, Upstream
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
 
 __all__ = ["CALLER", "Opener", "Relayed", "StatelessClients", "Upstream"]
 

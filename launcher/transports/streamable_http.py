@@ -55,7 +55,7 @@ from launcher.transports.http_token import bearer
 from launcher.transports.stateless_http import CALLER, Opener, StatelessClients
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
     from launcher.transports.gateway_auth import Gatekeeper
 
 BODY_LIMIT = 64 * 1024 * 1024

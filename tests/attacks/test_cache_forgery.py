@@ -20,9 +20,8 @@ from launcher.host.seccomp_cache import cache_slot
 from launcher.plan import session_plan as plan_module
 from launcher.plan.config import content_cache, load_config
 from launcher.plan.session_plan import RunOptions, plan_session
-from policy import load_policy_dir
 from policy.cache import ContentCache
-from policy.loader import ANNOTATIONS_FILE, POLICY_FILE
+from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, load_policy_dir
 from tests.support.cli import ironcurtain
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap

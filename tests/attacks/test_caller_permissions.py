@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from launcher.relay.stateless.era import CAPABILITIES, VERSION
-from launcher.shared.callers import STATIC, Caller
+from launcher.shared.caller_identity import STATIC, Caller
 from policy.permissions import Permissions
 from tests.support.relay import RULES, Harness, build, run
 

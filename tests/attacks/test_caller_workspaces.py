@@ -16,7 +16,7 @@ import pytest
 from launcher.guard.places import inside
 from launcher.plan.caller_plan import plan_for_caller
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from tests.support.home import Home, in_process, make_home
 from tests.support.idp import AUDIENCE, identity_provider
 from tests.support.marks import needs_bwrap

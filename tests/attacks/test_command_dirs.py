@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox_profiles import ProfileRequest, build_profile
 from sandbox_profiles.discover import NeedsHiddenDirectory, program_dirs
 from sandbox_profiles.model import Mount
+from sandbox_profiles.profile import ProfileRequest, build_profile
 from tests.support.cli import ironcurtain
 from tests.support.home import Home, make_home
 from tests.support.marks import needs_bwrap

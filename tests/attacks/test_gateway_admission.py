@@ -24,7 +24,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.transports import gateway_keys, http_session, streamable_http
 from launcher.transports.gateway_auth import Gatekeeper, Refused
 from launcher.transports.gateway_keys import REFRESH_AFTER, gateway

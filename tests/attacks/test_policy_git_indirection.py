@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
 from policy.gitrepo import git_locations, parse_config
+from policy.loader import bundled_policy_dir, load_policy_dir
 from policy.paths import UnknownLocationError
 
 GIT_ENV = {

@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY, approval_message
 from launcher.shared.shown import visible
-from policy import Decision
+from policy.decision import Decision
 from tests.support.asking import (
     ELICIT,
     SAMPLE,

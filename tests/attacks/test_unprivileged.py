@@ -41,7 +41,8 @@ echo "$HOST_SECRET"
 
 RUNNER = """
 import os, subprocess, sys
-from sandbox_profiles import ProfileRequest, build_profile, render_bwrap, write_runtime_files
+from sandbox_profiles.profile import ProfileRequest, build_profile, write_runtime_files
+from sandbox_profiles.bwrap import render as render_bwrap
 ws, runtime, script = sys.argv[1:4]
 write_runtime_files(runtime, os.getuid(), os.getgid())
 request = ProfileRequest(name="probe", command_path="/bin/sh", args=["-c", script], env={},

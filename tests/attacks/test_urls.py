@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, schema
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
 from policy.gitremotes import resolve_git_remote
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.urls import domain_matches, extract_domain, extract_git_domain

@@ -321,7 +321,7 @@ def test_a_callers_own_place_is_judged_as_every_writable_root(
     # the hook lefthook installs) would write where git's hook manager looks.
     from launcher.plan.caller_plan import plan_for_caller
     from launcher.plan.session_plan import RunOptions, plan_session
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
     from launcher.shared.user_errors import ConfigError, OptionError
     from tests.support.home import in_process, make_home
     from tests.support.idp import AUDIENCE, identity_provider

@@ -58,7 +58,7 @@ def test_the_bundled_annotations_cover_every_path_argument_of_the_live_tools(
 
     from launcher.plan.session_plan import RunOptions, plan_session
     from launcher.session.wiring import Session
-    from policy.heuristic import validate
+    from policy.pipeline.heuristic import validate
 
     os.environ["XDG_STATE_HOME"] = str(user.state)
     try:

@@ -18,7 +18,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from policy import bundled_policy_dir
+from policy.loader import bundled_policy_dir
 from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain
 from tests.support.home import Home

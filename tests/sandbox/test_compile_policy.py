@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from launcher.pipeline.compile import CompileOptions, Progress, compile_policy
-from policy.llm import CachedLLM
+from launcher.authoring.compile import CompileOptions, Progress, compile_policy
 from policy.loader import bundled_policy_dir
-from policy.scenarios import HANDWRITTEN
+from policy.pipeline.llm import CachedLLM
+from policy.pipeline.scenarios import HANDWRITTEN
 from tests.llm_replay import Replay
 from tests.support.cli import ironcurtain
 from tests.support.home import Home, in_process
@@ -139,7 +139,7 @@ def test_a_wrong_rule_fails_verification_and_nothing_is_overwritten(
 
 @needs_bwrap
 def test_annotate_tools_with_the_llm_and_a_malformed_first_answer(env: Home) -> None:
-    from launcher.pipeline.annotate import annotate_tools
+    from launcher.authoring.annotate import annotate_tools
 
     out = env.root / "annotations.json"
     replay = Replay("malformed", "bundled")
@@ -162,7 +162,7 @@ def test_annotate_tools_with_the_llm_and_a_malformed_first_answer(env: Home) -> 
 def test_an_answer_that_stays_malformed_is_reported_and_nothing_written(
     env: Home, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from launcher.pipeline.annotate import annotate_tools
+    from launcher.authoring.annotate import annotate_tools
 
     out = env.root / "annotations.json"
     replay = Replay("garbage")

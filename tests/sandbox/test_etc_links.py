@@ -15,7 +15,7 @@ import pytest
 
 from launcher.host.oscalls import memfd
 from launcher.plan.session_plan import RunOptions, plan_session
-from sandbox_profiles import write_runtime_files
+from sandbox_profiles.profile import write_runtime_files
 from tests.support.home import make_home
 from tests.support.marks import needs_bwrap
 

@@ -86,14 +86,14 @@ def design_rules(workspace: str) -> list[dict[str, Any]]:
 
 def heuristic_annotation_of(tool: str) -> dict[str, Any]:
     """The heuristic's draft of one tool."""
-    from policy.heuristic import heuristic_annotation
+    from policy.pipeline.heuristic import heuristic_annotation
 
     return heuristic_annotation("git", git_server_tools()[tool])
 
 
 def heuristic_drafts(overrides: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """The heuristic's draft of every tool, with ``overrides`` (tool -> keys) laid over."""
-    from policy.heuristic import heuristic_annotation
+    from policy.pipeline.heuristic import heuristic_annotation
 
     drafts = [heuristic_annotation("git", tool) for tool in git_server_tools().values()]
     for draft in drafts:

@@ -19,10 +19,11 @@ from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.relay.gate.decide import Gate
 from launcher.relay.router import Router
 from launcher.relay.seams import Core, ServerSettings
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names, by_field
-from policy import PolicyEngine, schema
+from policy import schema
+from policy.engine import PolicyEngine
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.permissions import parse_permissions
 from tests.support.downstream import FakeServer

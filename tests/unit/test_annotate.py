@@ -32,7 +32,7 @@ READ_PROMPT = {"name": "explain_file", "arguments": [{"name": "file", "required"
 
 
 def test_the_heuristic_annotates_prompts_and_the_validator_checks_them() -> None:
-    from policy.heuristic import heuristic_annotation, validate
+    from policy.pipeline.heuristic import heuristic_annotation, validate
 
     draft = heuristic_annotation("fetch", FETCH_PROMPT, "prompt")
     assert draft["promptName"] == "fetch" and "toolName" not in draft
@@ -53,7 +53,7 @@ def test_the_heuristic_annotates_prompts_and_the_validator_checks_them() -> None
 
 
 def test_the_llm_answer_must_annotate_every_prompt() -> None:
-    from policy.llm_annotator import AnnotatorAnswer, annotator_prompt, problems_of
+    from policy.pipeline.llm_annotator import AnnotatorAnswer, annotator_prompt, problems_of
 
     tool = {"name": "fetch", "inputSchema": {"properties": {"url": {"type": "string"}}}}
     annotated_tool = {"toolName": "fetch", "effect": "read", "sideEffects": True,
@@ -86,15 +86,15 @@ def _listing(*prompts: dict) -> dict:  # type: ignore[type-arg]
 
 
 def _drafts(listing: dict) -> dict:  # type: ignore[type-arg]
-    from launcher.pipeline.annotate import heuristic_drafts
+    from launcher.authoring.annotate import heuristic_drafts
 
     return heuristic_drafts(listing)
 
 
 def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed() -> None:
     from policy import schema
-    from policy.annotations_file import file_json, merge_annotations
     from policy.models import ToolAnnotationsFile
+    from policy.pipeline.annotations_file import file_json, merge_annotations
 
     first = merge_annotations(None, _drafts(_listing(READ_PROMPT)), _listing(READ_PROMPT))
     assert first.file.reviewed is False
@@ -145,7 +145,7 @@ def test_the_writer_keeps_reviewed_entries_replaces_drafts_and_says_what_changed
 
 
 def test_an_invalid_annotations_file_is_never_overwritten(tmp_path: Path) -> None:
-    from launcher.pipeline.compile import merge_into
+    from launcher.authoring.compile import merge_into
     from launcher.shared.user_errors import UsageError
 
     out = tmp_path / "tool-annotations.json"

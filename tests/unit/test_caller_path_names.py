@@ -9,7 +9,7 @@ import os
 import re
 from pathlib import Path
 
-from launcher.shared.callers import MAX_NAME, MAX_PATH_NAME, name_problem, path_name
+from launcher.shared.caller_identity import MAX_NAME, MAX_PATH_NAME, name_problem, path_name
 
 # Characters that have tripped path encodings: separators, the escape character itself and
 # what it looks like escaped, dots, case, and what an identity provider puts in a subject.

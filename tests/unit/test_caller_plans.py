@@ -16,7 +16,7 @@ from launcher.plan.caller_plan import plan_for_caller
 from launcher.plan.config import CALLER, load_config
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_from, plan_session
 from launcher.plan.workspace import workspace_for
-from launcher.shared.callers import Caller, path_name
+from launcher.shared.caller_identity import Caller, path_name
 from launcher.shared.user_errors import CallerNeeded, ConfigError, OptionError
 from tests.support.home import Home, in_process, make_home
 from tests.support.marks import needs_bwrap

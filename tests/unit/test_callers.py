@@ -12,9 +12,9 @@ import pytest
 from launcher.audit.log import AuditLog
 from launcher.audit.read import verify
 from launcher.cli.audit import tail_log
-from launcher.plan.callers import check_caller_options
+from launcher.plan.caller_sources import check_caller_options
 from launcher.plan.session_plan import RunOptions
-from launcher.shared.callers import STATIC, Caller, load_caller_file
+from launcher.shared.caller_identity import STATIC, Caller, load_caller_file
 from launcher.shared.user_errors import OptionError
 
 # What a caller file holds, and what the refusal says about it.

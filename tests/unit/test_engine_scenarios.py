@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, bundled_policy_dir, load_policy_dir, schema
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
+from policy.loader import bundled_policy_dir, load_policy_dir
 from policy.models import ServerAnnotations, ToolAnnotation, ToolAnnotationsFile
 
 

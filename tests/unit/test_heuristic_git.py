@@ -14,9 +14,11 @@ from typing import Any
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, schema
-from policy.heuristic import arguments_of, heuristic_annotation, is_flag, validate
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
+from policy.pipeline.heuristic import arguments_of, heuristic_annotation, is_flag, validate
 
 LISTING = Path(__file__).parents[1] / "data" / "servers" / "cyanheads-git-mcp-server-2.15.3.json"
 TOOLS: dict[str, dict[str, Any]] = {

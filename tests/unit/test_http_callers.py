@@ -14,7 +14,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
 from launcher.transports import relays, streamable_http
 from launcher.transports.gateway_auth import Gatekeeper

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
 from launcher.transports.gateway_auth import Gatekeeper
 from launcher.transports.gateway_keys import gateway

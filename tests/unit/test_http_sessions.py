@@ -11,7 +11,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
 from launcher.transports import http_bounds
 from launcher.transports.http_session import ClientStream

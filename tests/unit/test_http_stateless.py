@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx2
 
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.error_codes import METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import error, notification, result
 from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream

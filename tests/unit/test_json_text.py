@@ -12,7 +12,7 @@ import pytest
 
 from launcher.clients import wrap_records
 from launcher.plan.config import load_config
-from launcher.shared.callers import load_caller_file
+from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.user_errors import USER_ERRORS
 from policy.loader import load_json_model
 from policy.models import ToolAnnotationsFile

@@ -11,7 +11,7 @@ from launcher.relay.approving.approval import Approvals
 from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.session import served
 from launcher.session.served import Kept, KeptCallers
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 
 
 def _callers() -> KeptCallers:

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from launcher.shared.callers import permissions_problem
-from policy import PolicyEngine, PolicyFileError, schema
+from launcher.shared.caller_identity import permissions_problem
+from policy import schema
+from policy.engine import PolicyEngine
+from policy.errors import PolicyFileError
 from policy.loader import load_policy_dir
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.permissions import (
@@ -156,7 +158,7 @@ def test_a_permission_is_written_as_a_callers_permissions_are(permission: str) -
 
 
 def test_the_policy_directory_loads_it(tmp_path: Path) -> None:
-    from policy import bundled_policy_dir
+    from policy.loader import bundled_policy_dir
 
     for name in ("tool-annotations.json", "compiled-policy.json"):
         (tmp_path / name).write_bytes((bundled_policy_dir() / name).read_bytes())
@@ -262,7 +264,7 @@ def test_without_callers_in_the_rules_the_caller_changes_nothing() -> None:
 def test_a_caller_condition_that_is_no_list_of_names_is_named(
     tmp_path: Path, caller: Any, says: str
 ) -> None:
-    from policy import bundled_policy_dir
+    from policy.loader import bundled_policy_dir
 
     (tmp_path / "tool-annotations.json").write_bytes(
         (bundled_policy_dir() / "tool-annotations.json").read_bytes()
@@ -275,8 +277,8 @@ def test_a_caller_condition_that_is_no_list_of_names_is_named(
 
 
 def test_a_scenario_may_name_its_caller_and_the_verifier_runs_it_as_that_caller() -> None:
-    from policy.scenarios import Scenario
-    from policy.verifier import execute
+    from policy.pipeline.scenarios import Scenario
+    from policy.pipeline.verifier import execute
 
     args = {"path": "/srv/data"}
     scenarios = [
@@ -312,7 +314,7 @@ def test_the_start_report_says_when_permissions_are_checked_against_no_one() -> 
 
 
 def test_check_previews_a_call_as_a_callers(user: Any) -> None:
-    from policy import bundled_policy_dir
+    from policy.loader import bundled_policy_dir
     from tests.support.cli import ironcurtain
 
     policy = user.root / "policy"

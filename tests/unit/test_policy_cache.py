@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from policy import load_policy_dir
 from policy.cache import KEEP, ContentCache, decode, encode
 from policy.errors import PolicyFileError
-from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir
+from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, bundled_policy_dir, load_policy_dir
 from policy.models import PathCondition
 
 # Every kind of entry and condition the files can hold, optional parts given and left out.
@@ -109,7 +108,7 @@ def test_a_cached_policy_is_the_validated_one(tmp_path: Path, which: str) -> Non
 def test_a_start_that_hits_imports_no_pydantic(tmp_path: Path) -> None:
     directory, cache = _policy(tmp_path / "p"), tmp_path / "cache"
     script = (
-        "import sys; from pathlib import Path; from policy import load_policy_dir; "
+        "import sys; from pathlib import Path; from policy.loader import load_policy_dir; "
         f"load_policy_dir(Path({str(directory)!r}), cache=Path({str(cache)!r})); "
         "print('pydantic' in sys.modules)"
     )

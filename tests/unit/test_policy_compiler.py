@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from launcher.pipeline.compile import Progress
+from launcher.authoring.compile import Progress
 from policy import schema
-from policy.llm import LLMError, ask
 from policy.loader import bundled_policy_dir
-from policy.scenarios import HANDWRITTEN
+from policy.pipeline.llm import LLMError, ask
+from policy.pipeline.scenarios import HANDWRITTEN
 from tests.llm_replay import Replay
 from tests.support.cli import ironcurtain
 from tests.support.home import Home, in_process
@@ -32,10 +32,11 @@ def env(user: Home, monkeypatch: pytest.MonkeyPatch) -> Home:
 
 def test_a_handwritten_failure_fails_even_when_the_judge_says_pass(env: Home) -> None:
     """Handwritten scenarios are ground truth: the judge cannot wave them through."""
-    from policy import PolicyEngine, load_policy_dir
+    from policy.engine import PolicyEngine
+    from policy.loader import load_policy_dir
     from policy.models import CompiledPolicyFile
-    from policy.scenarios import applicable
-    from policy.verifier import scenario_tree, verify
+    from policy.pipeline.scenarios import applicable
+    from policy.pipeline.verifier import scenario_tree, verify
 
     files = load_policy_dir(BUNDLED)
     wrong = json.loads((TESTS / "data" / "llm" / "wrong-rule" / "compile.json").read_text())
@@ -94,9 +95,9 @@ def test_ask_feeds_back_what_was_wrong_and_gives_up_after_a_bound() -> None:
 
 
 def test_compiled_rules_may_not_do_the_engines_structural_work() -> None:
-    from policy.compiler import structural_problems
     from policy.decision import StructuralConfig
     from policy.models import CompiledRule
+    from policy.pipeline.compiler import structural_problems
 
     structural = StructuralConfig(
         protected={"/conf/policy": "the policy directory"},

@@ -11,8 +11,11 @@ from typing import Any
 
 import pytest
 
-from policy import PolicyEngine, PolicyFileError, StructuralConfig, load_policy_dir, schema
-from policy.loader import bundled_policy_dir
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
+from policy.errors import PolicyFileError
+from policy.loader import bundled_policy_dir, load_policy_dir
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 
 

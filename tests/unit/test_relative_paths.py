@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
-from policy import PolicyEngine, StructuralConfig, load_policy_dir, schema
-from policy.annotations_file import merge_annotations
-from policy.heuristic import heuristic_annotation, validate
+from policy import schema
+from policy.decision import StructuralConfig
+from policy.engine import PolicyEngine
+from policy.loader import load_policy_dir
 from policy.models import ServerAnnotations, ToolAnnotation, ToolAnnotationsFile
+from policy.pipeline.annotations_file import merge_annotations
+from policy.pipeline.heuristic import heuristic_annotation, validate
 from tests.support.gitserver import git_server_tools, heuristic_drafts, write_design_policy
 
 TOOLS = git_server_tools()

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from launcher.shared.callers import STATIC, Caller
+from launcher.shared.caller_identity import STATIC, Caller
 from tests.support.relay import RULES, Harness, build, run, tool_listing
 
 NOT_PERMITTED = "DENIED (rule: caller-permissions): operation not permitted"

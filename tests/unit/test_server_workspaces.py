@@ -29,7 +29,7 @@ def _config(user: Home, fs: dict[str, Any], other: bool = True) -> Path:
 
 def _policy(user: Home) -> Path:
     """The bundled policy, with the filesystem server's annotations under "plain" too."""
-    from policy import bundled_policy_dir
+    from policy.loader import bundled_policy_dir
 
     policy = user.root / "policy"
     policy.mkdir(exist_ok=True)

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from launcher.audit.log import hash_value
 from launcher.shared.jsonrpc import Message
 from launcher.shared.shown import visible
-from policy import Decision
+from policy.decision import Decision
 from sandbox_profiles.records import frozen, mutable
 
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"

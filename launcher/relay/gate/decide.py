@@ -19,11 +19,13 @@ from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.relay.gate.caller_places import CallerPlaces
 from launcher.relay.gate.pins import Pins
 from launcher.relay.router import Router
-from launcher.shared.callers import Caller
+from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
 from launcher.shared.user_errors import Names, by_field
-from policy import Decision, PolicyEngine
+from policy.access import NOT_PERMITTED, caller_access
 from policy.compiled import PATH_ROLES
+from policy.decision import Decision
+from policy.engine import PolicyEngine
 from policy.models import Annotation
 from policy.paths import canonical_path, iter_strings
 from policy.prepare import prepare_tool_args
@@ -48,10 +50,6 @@ class Checked:
     hashes: dict[str, str]
     # The permissions the caller lacked (for the audit entry only: never told the client).
     missing: tuple[str, ...] = ()
-
-
-# What a caller without a required permission is told: nothing of what it lacks.
-NOT_PERMITTED = Decision("deny", "caller-permissions", "operation not permitted")
 
 
 def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
@@ -120,11 +118,11 @@ class Gate:
         are the client's (a resource's ``{"uri"}``; a completion's ``{argument: value}``
         with ``name`` the prompt or URI template completed); ``caller``: who asks (None: no
         caller source, one local user)."""
-        if caller is not None and server is not None and self.engine.permissions:
-            missing = self.missing(method, server, name, caller)
-            if missing:
-                forward = dict(args)
-                return Checked(NOT_PERMITTED, forward, argument_hashes(forward), tuple(missing))
+        held = caller.permissions if caller is not None else None
+        access = caller_access(self.engine.permissions, method, server, name, held)
+        if not access.permitted:
+            forward = dict(args)
+            return Checked(NOT_PERMITTED, forward, argument_hashes(forward), access.missing)
         who = caller.name if caller is not None else None
         decision, forward = self._policy(method, server, name, args, cwd, who)
         if decision.decision != "deny" and server is not None:
@@ -206,15 +204,8 @@ class Gate:
     def missing(self, method: str, server: str, name: str, caller: Caller) -> list[str]:
         """What ``caller`` lacks of what ``permissions.json`` requires for a request (a
         completion of a prompt's argument needs what the prompt needs: it reveals it)."""
-        if method == TOOL:
-            kind = "tools"
-        elif method == PROMPT:
-            kind = "prompts"
-        elif method == COMPLETE and name.startswith("ref/prompt "):
-            kind, name = "prompts", name.removeprefix("ref/prompt ")
-        else:
-            return []
-        return self.engine.permissions.missing(kind, server, name, caller.permissions)
+        permissions = self.engine.permissions
+        return list(caller_access(permissions, method, server, name, caller.permissions).missing)
 
     def _policy(
         self,
@@ -289,12 +280,15 @@ class Gate:
         key = (tools, caller.permissions)
         shown = router.shown.get(key)
         if shown is None:
-            routes, kind = (router.tools, "tools") if tools else (router.prompts, "prompts")
+            routes, called = (router.tools, TOOL) if tools else (router.prompts, PROMPT)
             shown = []
             for item in exposed:
                 # By the route a call of this name takes (what the gate then checks).
                 route = routes.get(str(item.get("name")))
-                if route and not permissions.missing(kind, *route, caller.permissions):
+                if (
+                    route
+                    and caller_access(permissions, called, *route, caller.permissions).permitted
+                ):
                     shown.append(item)
             if len(router.shown) >= _SHOWN_KEPT:
                 router.shown.clear()

@@ -36,7 +36,7 @@ from launcher.relay.questions.made_safe import ELICIT, SAMPLE, Refused, forwarde
 from launcher.relay.seams import Core
 from launcher.shared.error_codes import DENIED, INTERNAL_ERROR, METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import HANDSHAKE, Message, ServerGone
-from policy import Decision
+from policy.decision import Decision
 
 _UNSET = object()
 # How long a question of a server's may wait for the client (a human answering a form).

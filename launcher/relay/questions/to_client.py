@@ -12,7 +12,7 @@ import itertools
 from typing import Protocol
 
 from launcher.relay.call import Call
-from launcher.relay.gate.decide import NOT_PERMITTED, denial_text
+from launcher.relay.gate.decide import denial_text
 from launcher.relay.questions.rounds import APPROVAL, OWN, QUESTION, Keyed, Rounds, Spent
 from launcher.relay.questions.server_requests import elicitation_modes
 from launcher.relay.seams import Core, Upstream
@@ -27,6 +27,7 @@ from launcher.shared.jsonrpc import (
     result,
     tool_result,
 )
+from policy.access import NOT_PERMITTED
 
 # Why a question to the client is withdrawn before its time is up.
 WITHDRAWN = "no longer needed: the request it was asked for was cancelled"

@@ -12,7 +12,7 @@ from launcher.plan.config import CALLER
 from launcher.shared.user_errors import OptionError
 
 if TYPE_CHECKING:
-    from launcher.shared.callers import Caller
+    from launcher.shared.caller_identity import Caller
     from launcher.transports.gateway_keys import Gateway
 
 
@@ -113,7 +113,7 @@ def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
     """The static caller (a caller file), or the gateway's verifier with its keys fetched
     (raises :class:`OptionError` naming the setting when they cannot be)."""
     if opts.caller_file is not None:
-        from launcher.shared.callers import load_caller_file
+        from launcher.shared.caller_identity import load_caller_file
 
         return load_caller_file(opts.caller_file, "caller_file"), None
     if opts.oidc_issuer is None or opts.oidc_audience is None:

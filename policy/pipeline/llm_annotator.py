@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy import schema
-from policy.heuristic import arguments_of, relative_paths, validate
-from policy.llm import LLM, ask
 from policy.models import Effect, PromptAnnotation, ServerAnnotations, ToolAnnotation
+from policy.pipeline.heuristic import arguments_of, relative_paths, validate
+from policy.pipeline.llm import LLM, ask
 from policy.roles import ArgumentRole, build_role_descriptions
 
 SYSTEM = (

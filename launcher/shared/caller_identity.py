@@ -20,8 +20,7 @@ import os
 from collections.abc import Iterable
 
 from launcher.shared.user_errors import OptionError
-from policy.json_text import NotJson, parse_json
-from policy.json_text import json_kind as _kind
+from policy.json_text import NotJson, json_kind, parse_json
 from policy.permissions import MAX_PERMISSION
 from policy.permissions import name_problem as name_problem  # the rule a name follows
 from sandbox_profiles.records import frozen
@@ -158,7 +157,7 @@ def caller_of(data: object) -> Caller:
     ValueError: has the unknown key "role"
     """
     if not isinstance(data, dict):
-        raise ValueError(f"holds a JSON {_kind(data)}, not an object")
+        raise ValueError(f"holds a JSON {json_kind(data)}, not an object")
     unknown = [k for k in data if k not in _FILE_KEYS]
     if unknown:
         raise ValueError(f"has the unknown key {json.dumps(unknown[0])}")
@@ -169,7 +168,7 @@ def caller_of(data: object) -> Caller:
         raise ValueError(f'its "name" {problem}')
     permissions = data.get("permissions", [])
     if not isinstance(permissions, list):
-        raise ValueError(f'its "permissions" is a JSON {_kind(permissions)}, not a list')
+        raise ValueError(f'its "permissions" is a JSON {json_kind(permissions)}, not a list')
     problem = permissions_problem(permissions)
     if problem is not None:
         raise ValueError(f'its "permissions": {problem}')

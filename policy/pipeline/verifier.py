@@ -21,9 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policy import schema
 from policy.engine import PolicyEngine
-from policy.llm import LLM, ask
 from policy.models import CompiledRule
-from policy.scenarios import Scenario
+from policy.pipeline.llm import LLM, ask
+from policy.pipeline.scenarios import Scenario
 from policy.variables import PlaceholderError, expand
 from sandbox_profiles.records import frozen, mutable
 

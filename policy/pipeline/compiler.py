@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from policy import schema
 from policy.decision import StructuralConfig
-from policy.llm import LLM, ask
 from policy.models import CompiledRule, PromptAnnotation, ToolAnnotation
 from policy.paths import canonical_path, is_under
+from policy.pipeline.llm import LLM, ask
 from policy.variables import PlaceholderError, expand
 
 SYSTEM = (

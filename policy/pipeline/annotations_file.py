@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from policy import schema
-from policy.heuristic import NAME_KEYS, validate
 from policy.loader import load_json_model
 from policy.models import Annotation, ServerAnnotations, ToolAnnotationsFile
+from policy.pipeline.heuristic import NAME_KEYS, validate
 from sandbox_profiles.records import mutable
 
 # Each kind of entry: the key of its list in a server's entry.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from launcher.pipeline.compile import (
+from launcher.authoring.compile import (
     Listings,
     LLMOptions,
     Progress,
@@ -24,10 +24,10 @@ from launcher.pipeline.compile import (
 from launcher.plan.session_plan import RunOptions, plan_session
 from launcher.shared.user_errors import UsageError
 from policy import schema
-from policy.annotations_file import KINDS, file_json
-from policy.heuristic import heuristic_annotation, validate
-from policy.llm import LLM, LLMError
 from policy.models import ServerAnnotations
+from policy.pipeline.annotations_file import KINDS, file_json
+from policy.pipeline.heuristic import heuristic_annotation, validate
+from policy.pipeline.llm import LLM, LLMError
 
 
 def annotate_tools(

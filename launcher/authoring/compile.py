@@ -31,20 +31,20 @@ from launcher.shared import dirs
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError
 from policy import schema
-from policy.annotations_file import Merged, file_json, merge_annotations, read_annotations
 from policy.decision import StructuralConfig
 from policy.engine import PolicyEngine
 from policy.errors import PolicyFileError
-from policy.llm import DEFAULT_MODEL, LLM, AnthropicLLM, CachedLLM, LLMError
 from policy.loader import bundled_policy_dir
 from policy.models import CompiledPolicyFile, CompiledRule, ServerAnnotations
 from policy.paths import canonical_path, is_under
+from policy.pipeline.annotations_file import Merged, file_json, merge_annotations, read_annotations
+from policy.pipeline.llm import DEFAULT_MODEL, LLM, AnthropicLLM, CachedLLM, LLMError
 from policy.variables import expand
 from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
-    from policy.scenarios import Scenario
-    from policy.verifier import Verification
+    from policy.pipeline.scenarios import Scenario
+    from policy.pipeline.verifier import Verification
 
 USER_CONSTITUTION = "constitution-user.md"
 # The settings are named as ``{field}``: the command layer says them as its users know them.
@@ -139,7 +139,7 @@ def collect_listings(plan: SessionPlan, progress: Progress) -> Listings:
 
 
 def annotate_all(llm: LLM, listings: Listings, progress: Progress) -> dict[str, ServerAnnotations]:
-    from policy.llm_annotator import annotate_server
+    from policy.pipeline.llm_annotator import annotate_server
 
     result = {}
     for server, listed in listings.items():
@@ -246,7 +246,7 @@ def _verified(
     progress: Progress,
 ) -> Verification:
     """The rules run on the scenarios by an engine of them in a scratch tree, and judged."""
-    from policy.verifier import scenario_tree, verify
+    from policy.pipeline.verifier import scenario_tree, verify
 
     structural = plan.engine.structural
     domains = {n: list(sp.config.allowed_domains) for n, sp in plan.servers.items()}
@@ -330,8 +330,8 @@ def _say_written(
 def compile_policy(
     opts: CompileOptions, llm: LLM | None = None, progress: Progress | None = None
 ) -> int:
-    from policy.compiler import compile_constitution
-    from policy.scenarios import HANDWRITTEN, applicable, generate_scenarios
+    from policy.pipeline.compiler import compile_constitution
+    from policy.pipeline.scenarios import HANDWRITTEN, applicable, generate_scenarios
 
     progress = progress or Progress()
     llm = llm or make_llm(opts.llm, "compile-policy")

@@ -16,8 +16,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy import schema
-from policy.llm import LLM, ask
 from policy.models import DecisionKind, ToolAnnotation
+from policy.pipeline.llm import LLM, ask
 
 SYSTEM = (
     "You write test cases for a security policy: concrete tool calls and the decision the "
