@@ -238,7 +238,7 @@ def profile(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Print the exact sandbox profile a server would get, with the reason for each part."""
-    from launcher.cli.profile import show_profile
+    from launcher.cli.explain_sandbox import show_profile
     from launcher.plan.session_plan import RunOptions
 
     opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
