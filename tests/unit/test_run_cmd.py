@@ -177,3 +177,37 @@ def test_the_executable_answers_as_typer_does(tmp_path: Path, argv: list[str]) -
     assert ours.stderr == typers.stderr.replace("python -m launcher.cli.app", "ironcurtain")
     assert ours.stderr.strip() and not ours.stdout
     assert "Traceback" not in ours.stderr
+
+
+READ_A_LINE = """
+import sys
+from launcher.cli.run import read_run
+assert read_run(["run", "--server", "time", "--http", "0"], {}) is not None
+THEN
+watched = ("typer", "launcher.plan.session_plan")
+print(sorted(name for name in watched if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("then", "loaded"),
+    [
+        ("", []),
+        # the controls: the typer app loads typer, the planner is seen when loaded
+        ("import launcher.cli.app", ["typer"]),
+        ("import launcher.plan.session_plan", ["launcher.plan.session_plan"]),
+    ],
+)
+def test_reading_a_run_line_loads_neither_typer_nor_the_planner(
+    then: str, loaded: list[str]
+) -> None:
+    """The options are read from the table without typer (the start-up promise), and without
+    the planner, which the session start loads next."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_A_LINE.replace("THEN", then)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == repr(loaded)
