@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +27,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         needs = {m.kwargs.get("needs") for m in item.iter_markers("sandbox")}
         if "bwrap" in needs:
             item.add_marker(pytest.mark.skipif(missing, reason="bubblewrap not installed"))
+
+
+@pytest.fixture(autouse=True)
+def _close_relay_logs() -> Iterator[None]:
+    """The audit logs of the relay harnesses a test built are closed after it."""
+    yield
+    relay = sys.modules.get("tests.support.relay")
+    while relay is not None and relay.OPEN_LOGS:
+        relay.OPEN_LOGS.pop().close()
 
 
 @pytest.fixture

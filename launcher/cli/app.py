@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, Any
 
 # Pydantic looks for plugins in every installed distribution's entry points when it builds
 # the first model: a scan at every start that ironcurtain's own models never need.
@@ -14,19 +16,18 @@ import typer
 
 from launcher.cli import audit_commands, clients
 from launcher.cli.exits import finish
-from launcher.cli.run import flag_names
+from launcher.cli.run_flags import BY_FIELD, RUN_FLAGS, default, field_type, flag_names, kind
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    help="Run MCP servers in OS sandboxes behind a policy proxy.",
-)
 
-ConfigOpt = Annotated[str | None, typer.Option("--config", help="mcp-servers.json to use.")]
-PolicyOpt = Annotated[
-    str | None, typer.Option("--policy-dir", help="Directory with the compiled policy.")
-]
+def _option(field: str) -> Any:
+    """The typer option of ``run``'s option for the RunOptions field ``field``."""
+    return typer.Option(BY_FIELD[field].flag, help=BY_FIELD[field].help)
+
+
+# The options other commands share with `run`.
+ConfigOpt = Annotated[str | None, _option("config")]
+PolicyOpt = Annotated[str | None, _option("policy_dir")]
+WorkspaceOpt = Annotated[str | None, _option("workspace")]
 ModelOpt = Annotated[
     str | None,
     typer.Option("--model", help="LLM model (default $IRONCURTAIN_MODEL, else a Claude model)."),
@@ -41,193 +42,39 @@ BaseUrlOpt = Annotated[
 ForceOpt = Annotated[
     bool, typer.Option("--force", help="Ask the LLM again even where its answer is cached.")
 ]
-WorkspaceOpt = Annotated[
-    str | None,
-    typer.Option("--workspace", help="Workspace directory (default: a new one per session)."),
-]
 
 
-# The options of `run`.
-ServerOpt = Annotated[
-    list[str] | None, typer.Option("--server", help="Start only this server (repeatable).")
-]
-AuditLogOpt = Annotated[str | None, typer.Option("--audit-log", help="Audit log path.")]
-AllowUnsandboxedOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-unsandboxed", help="If this machine cannot sandbox, run servers without it."
-    ),
-]
-AllowNoSeccompOpt = Annotated[
-    bool,
-    typer.Option(
-        "--allow-no-seccomp",
-        help="If no seccomp filter can be built here, sandbox servers without it.",
-    ),
-]
-AuditArgsOpt = Annotated[
-    str,
-    typer.Option(
-        "--audit-args",
-        help="hashed (default) or clear: arguments in the audit log in clear text "
-        "(fields annotated as PII stay hashed).",
-    ),
-]
-ApprovalOpt = Annotated[
-    str,
-    typer.Option(
-        "--approval",
-        help="Who answers escalations: auto (the client by MCP elicitation when it can, "
-        "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
-        "or deny.",
-    ),
-]
-ApprovalTimeoutOpt = Annotated[
-    float,
-    typer.Option("--approval-timeout", help="Seconds to wait for an answer, then deny."),
-]
-MaxIdenticalCallsOpt = Annotated[
-    int,
-    typer.Option(
-        "--max-identical-calls",
-        help="Refuse the same call (server, tool, arguments) past this many times a "
-        "minute; 0 turns the circuit breaker off.",
-    ),
-]
-AcceptToolChangesOpt = Annotated[
-    bool,
-    typer.Option(
-        "--accept-tool-changes",
-        help="Trust the servers' tools as they are now (re-pin their descriptions and "
-        "schemas); otherwise changed tools are escalated.",
-    ),
-]
-HttpOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--http",
-        help="Serve streamable HTTP on 127.0.0.1:PORT (0: any free port) instead of "
-        "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
-    ),
-]
-HttpTokenFileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--http-token-file",
-        help="Read the --http bearer token from this owner-only file (else "
-        "$IRONCURTAIN_HTTP_TOKEN, else the one kept in the state directory).",
-    ),
-]
-CallerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--caller",
-        help='The caller of every request on stdio: a JSON file {"name": "billing-agent", '
-        '"permissions": ["crm:read"]}.',
-    ),
-]
-OidcIssuerOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--oidc-issuer",
-        help="With --http: take no bearer token but each caller's JWT from this identity "
-        "provider (https, or http on a loopback address); needs --oidc-audience.",
-    ),
-]
-OidcAudienceOpt = Annotated[
-    str | None,
-    typer.Option("--oidc-audience", help="The audience (aud) the JWTs must be issued for."),
-]
-OidcJwksUrlOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--oidc-jwks-url",
-        help="The provider's key set (default: jwks_uri of its discovery document; "
-        "file:// accepted).",
-    ),
-]
-PermissionsClaimOpt = Annotated[
-    str,
-    typer.Option(
-        "--permissions-claim",
-        help="The claim that holds a caller's permissions: a space-separated string or a "
-        "list of strings.",
-    ),
-]
-OidcRequireOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--oidc-require",
-        help="With --oidc-issuer: CLAIM=GLOB a token's claims must match to make a caller "
-        "(repeatable, all must match; a list claim matches if any element does; * globs). "
-        "Without it, every subject the issuer signs for the audience is a caller.",
-    ),
-]
-MaxClientsOpt = Annotated[
-    int,
-    typer.Option(
-        "--max-clients",
-        help="With --http: how many sessions, and in gateway mode callers, are served at "
-        "once (each with servers of its own); the one idle longest makes room.",
-    ),
-]
+def _run_parameters() -> list[inspect.Parameter]:
+    """The parameters of the ``run`` command, one for each of its options: named by the
+    RunOptions field, of the field's type and default (a repeatable option's as a list)."""
+    parameters = []
+    for option in RUN_FLAGS:
+        hint, value = field_type(option.field), default(option.field)
+        if kind(option.flag) == "many":
+            hint, value = list[str] | None, None
+        parameters.append(
+            inspect.Parameter(
+                option.field,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=value,
+                annotation=Annotated[hint, _option(option.field)],
+            )
+        )
+    return parameters
 
 
-@app.command()
-def run(
-    config: ConfigOpt = None,
-    policy_dir: PolicyOpt = None,
-    workspace: WorkspaceOpt = None,
-    server: ServerOpt = None,
-    audit_log: AuditLogOpt = None,
-    allow_unsandboxed: AllowUnsandboxedOpt = False,
-    allow_no_seccomp: AllowNoSeccompOpt = False,
-    audit_args: AuditArgsOpt = "hashed",
-    approval: ApprovalOpt = "auto",
-    approval_timeout: ApprovalTimeoutOpt = 120.0,
-    max_identical_calls: MaxIdenticalCallsOpt = 30,
-    accept_tool_changes: AcceptToolChangesOpt = False,
-    http: HttpOpt = None,
-    http_token_file: HttpTokenFileOpt = None,
-    caller: CallerOpt = None,
-    oidc_issuer: OidcIssuerOpt = None,
-    oidc_audience: OidcAudienceOpt = None,
-    oidc_jwks_url: OidcJwksUrlOpt = None,
-    permissions_claim: PermissionsClaimOpt = "scope",
-    oidc_require: OidcRequireOpt = None,
-    max_clients: MaxClientsOpt = 16,
-) -> None:
+def run(**given: Any) -> None:
     """Start every enabled server in its sandbox and serve one MCP endpoint on stdio."""
     from launcher.cli.run import start
-    from launcher.plan.session_plan import RunOptions
+    from launcher.cli.run_flags import run_options
 
-    opts = RunOptions(
-        config=config,
-        policy_dir=policy_dir,
-        workspace=workspace,
-        servers=tuple(server or ()),
-        audit_log=audit_log,
-        allow_unsandboxed=allow_unsandboxed,
-        allow_no_seccomp=allow_no_seccomp,
-        audit_args=audit_args,
-        approval=approval,
-        approval_timeout=approval_timeout,
-        max_identical_calls=max_identical_calls,
-        accept_tool_changes=accept_tool_changes,
-        http_port=http,
-        http_token_file=http_token_file,
-        caller_file=caller,
-        oidc_issuer=oidc_issuer,
-        oidc_audience=oidc_audience,
-        oidc_jwks_url=oidc_jwks_url,
-        permissions_claim=permissions_claim,
-        oidc_require=tuple(oidc_require or ()),
-        max_clients=max_clients,
-    )
-    raise typer.Exit(start(opts))
+    raise typer.Exit(start(run_options(given)))
 
 
-@app.command()
+# What typer reads for run's options (its parameters are the table's).
+setattr(run, "__signature__", inspect.Signature(_run_parameters()))  # noqa: B010
+
+
 def profile(
     name: Annotated[str, typer.Argument(help="Server name as in the config.")],
     fmt: Annotated[
@@ -238,14 +85,13 @@ def profile(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Print the exact sandbox profile a server would get, with the reason for each part."""
-    from launcher.cli.profile import show_profile
-    from launcher.plan.session_plan import RunOptions
+    from launcher.cli.explain_sandbox import show_profile
+    from launcher.plan.run_options import RunOptions
 
     opts = RunOptions(config=config, policy_dir=policy_dir, workspace=workspace)
     print(show_profile(name, fmt, opts))
 
 
-@app.command()
 def approvals(
     session: Annotated[
         str | None,
@@ -260,7 +106,6 @@ def approvals(
     raise typer.Exit(attach(session))
 
 
-@app.command("annotate-tools")
 def annotate_tools(
     server: Annotated[
         list[str] | None, typer.Option("--server", help="Annotate this server (repeatable).")
@@ -289,7 +134,6 @@ def annotate_tools(
     raise typer.Exit(code)
 
 
-@app.command("compile-policy")
 def compile_policy(
     server: Annotated[
         list[str] | None,
@@ -317,7 +161,6 @@ def compile_policy(
     raise typer.Exit(code)
 
 
-@app.command()
 def doctor() -> None:
     """Can this machine sandbox? One line per check; non-zero exit when it cannot."""
     from launcher.cli.doctor import run_checks
@@ -325,7 +168,6 @@ def doctor() -> None:
     raise typer.Exit(run_checks())
 
 
-@app.command()
 def scan(
     directories: Annotated[list[str], typer.Argument(help="Directories to sweep.")],
     fix: Annotated[
@@ -339,7 +181,6 @@ def scan(
     raise typer.Exit(run_scan(directories, fix))
 
 
-@app.command()
 def check(
     server: Annotated[str, typer.Argument(help="Server name as in the config.")],
     tool: Annotated[str, typer.Argument(help="Tool name (unprefixed).")],
@@ -372,12 +213,45 @@ def check(
     print(check_call(server, tool, args, config, policy_dir, workspace, output, caller))
 
 
-clients.register(app)
-audit_commands.register(app)
+# Every command, by name, in the order `--help` lists them.
+COMMANDS: dict[str, Callable[..., None]] = {
+    "run": run,
+    "profile": profile,
+    "approvals": approvals,
+    "annotate-tools": annotate_tools,
+    "compile-policy": compile_policy,
+    "doctor": doctor,
+    "scan": scan,
+    "check": check,
+    "clients": clients.clients,
+    "wrap": clients.wrap,
+    "unwrap": clients.unwrap,
+    "http-token": clients.http_token_command,
+}
+# The groups of commands (``ironcurtain audit verify``), by name: their help and commands.
+GROUPS: dict[str, tuple[str, dict[str, Callable[..., None]]]] = {
+    "audit": (
+        "Check or follow an audit log (default: the newest one).",
+        {"verify": audit_commands.verify, "tail": audit_commands.tail},
+    ),
+}
+
+
+def _typer(commands: dict[str, Callable[..., None]], **settings: Any) -> typer.Typer:
+    """A typer app of ``commands``."""
+    made = typer.Typer(pretty_exceptions_enable=False, **settings)
+    for name, callback in commands.items():
+        made.command(name)(callback)
+    return made
 
 
 def _group() -> None:
     """Run MCP servers in OS sandboxes behind a policy proxy."""
+
+
+app = _typer(COMMANDS, add_completion=False, no_args_is_help=True, help=_group.__doc__)
+for _name, (_help, _commands) in GROUPS.items():
+    app.add_typer(_typer(_commands, no_args_is_help=True, help=_help), name=_name)
 
 
 def command_app(argv: list[str]) -> typer.Typer:
@@ -386,16 +260,11 @@ def command_app(argv: list[str]) -> typer.Typer:
     top-level command named in full only that command is built, with the same options,
     help and errors. Anything else (no command, ``--help``, a typo, ``audit ...``) gets
     the whole app."""
-    if len(argv) < 2:
+    if len(argv) < 2 or argv[1] not in COMMANDS:
         return app
-    for info in app.registered_commands:
-        assert info.callback is not None
-        if (info.name or info.callback.__name__.lower().replace("_", "-")) == argv[1]:
-            one = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
-            one.callback()(_group)  # a group, so the command is still named on the line
-            one.registered_commands = [info]
-            return one
-    return app
+    one = _typer({argv[1]: COMMANDS[argv[1]]}, add_completion=False)
+    one.callback()(_group)  # a group, so the command is still named on the line
+    return one
 
 
 def dispatch(argv: list[str]) -> None:

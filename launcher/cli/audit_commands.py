@@ -1,4 +1,4 @@
-"""``ironcurtain audit verify|tail``: the commands, added to the app; what they do is
+"""``ironcurtain audit verify|tail``: the commands; what they do is
 :mod:`launcher.cli.audit`'s, loaded only when one runs."""
 
 from __future__ import annotations
@@ -12,31 +12,22 @@ AuditPath = Annotated[
 ]
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``audit`` group to ``app``."""
-    audit_app = typer.Typer(
-        no_args_is_help=True, help="Check or follow an audit log (default: the newest one)."
-    )
+def verify(path: AuditPath = None) -> None:
+    """Check the hash chain; name the first line that was edited, removed, added or moved."""
+    from launcher.cli.audit import verify_log
 
-    @audit_app.command("verify")
-    def audit_verify(path: AuditPath = None) -> None:
-        """Check the hash chain; name the first line that was edited, removed, added or moved."""
-        from launcher.cli.audit import verify_log
+    raise typer.Exit(verify_log(path))
 
-        raise typer.Exit(verify_log(path))
 
-    @audit_app.command("tail")
-    def audit_tail(
-        path: AuditPath = None,
-        lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
-        follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
-        caller: Annotated[
-            str | None, typer.Option("--caller", help="Only the entries of the caller NAME.")
-        ] = None,
-    ) -> None:
-        """Show the last entries readably; with -f, keep printing new ones."""
-        from launcher.cli.audit import tail_log
+def tail(
+    path: AuditPath = None,
+    lines: Annotated[int, typer.Option("-n", "--lines", help="How many lines first.")] = 20,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep following.")] = False,
+    caller: Annotated[
+        str | None, typer.Option("--caller", help="Only the entries of the caller NAME.")
+    ] = None,
+) -> None:
+    """Show the last entries readably; with -f, keep printing new ones."""
+    from launcher.cli.audit import tail_log
 
-        tail_log(path, lines, follow, caller)
-
-    app.add_typer(audit_app, name="audit")
+    tail_log(path, lines, follow, caller)

@@ -178,14 +178,6 @@ def http_token_command(
     print(value)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the commands to ``app``."""
-    app.command()(clients)
-    app.command()(wrap)
-    app.command()(unwrap)
-    app.command("http-token")(http_token_command)
-
-
 def annotate_new(changes: Sequence[Change], held: Mapping[str, str]) -> list[str]:
     """Heuristic drafts for the wrapped servers the user policy has no annotations of, so
     the constitution's role-based rules apply to them at once: each is started in its

@@ -14,7 +14,8 @@ def main() -> NoReturn:
     # Pydantic looks for plugins in every installed distribution's entry points when it
     # builds the first model: a scan at every start that ironcurtain's own models never need.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    from launcher.cli.run import flag_names, read_run, start
+    from launcher.cli.run import read_run, start
+    from launcher.cli.run_flags import flag_names
 
     opts = read_run(sys.argv[1:], os.environ)
     if opts is None:

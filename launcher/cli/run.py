@@ -12,62 +12,23 @@ give:
   most 18 before and after the point).
 
 Anything else (``--help``, a typo, a missing value, ``--http -1``, a shell-completion
-request) goes to typer, which answers it as it always does. ``tests/unit/test_run_cmd.py``
-checks that the table below is the ``run`` command's own options, and that typer reads
-every command line accepted here into the same options.
+request) goes to typer, which answers it as it always does. The options are
+:mod:`launcher.cli.run_flags`'s, the same table typer's ``run`` command is built from;
+``tests/unit/test_run_cmd.py`` checks that typer reads every command line accepted here
+into the same options.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from launcher.cli.run_flags import BY_FLAG, flag_names, kind, run_options
+
 if TYPE_CHECKING:
-    from launcher.plan.session_plan import RunOptions
-
-# Each option of `run`: its RunOptions field, and what it takes.
-#   str: a word; int, float: a number; many: a word, the option repeatable; flag: nothing.
-RUN_OPTIONS: dict[str, tuple[str, str]] = {
-    "--config": ("config", "str"),
-    "--policy-dir": ("policy_dir", "str"),
-    "--workspace": ("workspace", "str"),
-    "--server": ("servers", "many"),
-    "--audit-log": ("audit_log", "str"),
-    "--allow-unsandboxed": ("allow_unsandboxed", "flag"),
-    "--allow-no-seccomp": ("allow_no_seccomp", "flag"),
-    "--audit-args": ("audit_args", "str"),
-    "--approval": ("approval", "str"),
-    "--approval-timeout": ("approval_timeout", "float"),
-    "--max-identical-calls": ("max_identical_calls", "int"),
-    "--accept-tool-changes": ("accept_tool_changes", "flag"),
-    "--http": ("http_port", "int"),
-    "--http-token-file": ("http_token_file", "str"),
-    "--caller": ("caller_file", "str"),
-    "--oidc-issuer": ("oidc_issuer", "str"),
-    "--oidc-audience": ("oidc_audience", "str"),
-    "--oidc-jwks-url": ("oidc_jwks_url", "str"),
-    "--permissions-claim": ("permissions_claim", "str"),
-    "--oidc-require": ("oidc_require", "many"),
-    "--max-clients": ("max_clients", "int"),
-}
-
-# How the command line names each setting the library's errors name by its field: run's
-# options (the fields of RunOptions), then the other commands' own.
-FLAGS = {field: flag for flag, (field, _) in RUN_OPTIONS.items()} | {
-    "all_servers": "--all",
-    "api_key": "--api-key",
-    "base_url": "--base-url",
-    "clients": "--client",
-    "everything": "--all",
-    "model": "--model",
-    "output": "--output",
-    "project": "--project",
-}
-# The commands that take a server as an argument, not with --server: an error names the
-# server after the command (``check nope: no such server``).
-SERVER_ARGUMENT = ("check", "profile")
+    from launcher.plan.run_options import RunOptions
 
 _NUMBER = {"int": re.compile(r"[0-9]{1,18}"), "float": re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")}
 
@@ -82,11 +43,10 @@ def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | No
     words = iter(args[1:])
     for word in words:
         name, eq, attached = word.partition("=")
-        known = RUN_OPTIONS.get(name)
-        if known is None:
+        if name not in BY_FLAG:
             return None
-        field, kind = known
-        if kind == "flag":
+        field, takes = BY_FLAG[name].field, kind(name)
+        if takes == "flag":
             if eq or field in fields:
                 return None
             fields[field] = True
@@ -94,35 +54,23 @@ def read_run(args: Sequence[str], environ: Mapping[str, str]) -> RunOptions | No
         value = attached if eq else next(words, None)
         if value is None or value.startswith("-"):
             return None
-        if kind == "many":
+        if takes == "many":
             many.setdefault(field, []).append(value)
         elif field in fields:
             return None
-        elif kind in _NUMBER:
-            if not _NUMBER[kind].fullmatch(value):
+        elif takes in _NUMBER:
+            if not _NUMBER[takes].fullmatch(value):
                 return None
-            fields[field] = int(value) if kind == "int" else float(value)
+            fields[field] = int(value) if takes == "int" else float(value)
         else:
             fields[field] = value
-    from launcher.plan.session_plan import RunOptions
-
-    repeated = {field: tuple(values) for field, values in many.items()}
-    return RunOptions(**repeated, **fields)  # type: ignore[arg-type]
+    return run_options(many | fields)
 
 
 def _completion(name: str) -> bool:
     """Whether ``name`` is the variable a shell sets to ask for completions
     (``_IRONCURTAIN_COMPLETE``): typer answers that."""
     return name.startswith("_") and name.endswith("_COMPLETE")
-
-
-def flag_names(argv: Sequence[str]) -> Callable[[str], str]:
-    """How an error of the command line ``argv`` (``ironcurtain COMMAND ...``) names a
-    setting: as the command line does (``--audit-args``, not ``audit_args``); a server
-    selection, in a command that takes the server as an argument, by the command."""
-    command = argv[1] if len(argv) > 1 else ""
-    servers = command if command in SERVER_ARGUMENT else FLAGS["servers"]
-    return lambda setting: servers if setting == "servers" else FLAGS.get(setting, setting)
 
 
 def start(opts: RunOptions) -> int:

@@ -151,6 +151,11 @@ class Harness:
         return [e for e in map(json.loads, text.splitlines()) if "event" not in e]
 
 
+# The audit logs of the harnesses built in the running test: closed after it
+# (tests/conftest.py), not left to the garbage collector.
+OPEN_LOGS: list[AuditLog] = []
+
+
 def build(
     tmp: Path,
     *,
@@ -175,6 +180,7 @@ def build(
         permissions=parse_permissions(permissions or {}, "permissions.json"),
     )
     audit = AuditLog(str(tmp / "audit.jsonl"), "relay-test")
+    OPEN_LOGS.append(audit)
     said: list[str] = []
     gate = Gate(
         engine,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from launcher.cli.run import flag_names
+from launcher.cli.run_flags import flag_names
 from launcher.plan.caller_plan import plan_for_caller
 from launcher.plan.config import CALLER, load_config
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_from, plan_session

@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.cli.run import flag_names
+from launcher.cli.run_flags import flag_names
 from launcher.plan.session_plan import RunOptions, plan_session
 from launcher.shared.user_errors import (
     ConfigError,

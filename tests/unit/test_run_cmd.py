@@ -15,8 +15,9 @@ import typer
 
 from launcher.cli import app
 from launcher.cli import run as run_cmd_module
-from launcher.cli.run import RUN_OPTIONS, read_run
-from launcher.plan.session_plan import RunOptions
+from launcher.cli.run import read_run
+from launcher.cli.run_flags import BY_FLAG, NOT_FLAGS, RUN_FLAGS, Kind, kind
+from launcher.plan.run_options import RunOptions
 
 EXECUTABLE = os.path.join(os.path.dirname(sys.executable), "ironcurtain")
 
@@ -37,22 +38,29 @@ def typer_reads(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> RunOptions:
     return seen[0]
 
 
-def test_the_table_is_the_run_commands_own_options() -> None:
+def test_the_run_command_takes_the_tables_options() -> None:
     command = cast(Any, typer.main.get_command(app.app)).commands["run"]
-    kinds = {}
+    kinds: dict[str, Kind] = {}
     for param in command.params:
         assert param.param_type_name == "option", param.name  # no argument
         assert len(param.opts) == 1 and not param.secondary_opts, param.opts
         if param.is_flag:
-            kind = "flag"
+            kinds[param.opts[0]] = "flag"
         elif param.multiple:
             assert param.type.name == "str"
-            kind = "many"
+            kinds[param.opts[0]] = "many"
         else:
-            kind = param.type.name
-        kinds[param.opts[0]] = kind
-    assert kinds == {flag: kind for flag, (_, kind) in RUN_OPTIONS.items()}
-    assert {field for field, _ in RUN_OPTIONS.values()} <= set(RunOptions.__dataclass_fields__)
+            kinds[param.opts[0]] = param.type.name
+    assert kinds == {option.flag: kind(option.flag) for option in RUN_FLAGS}
+
+
+def test_every_setting_of_a_session_is_an_option_or_said_not_to_be() -> None:
+    """A field added to RunOptions is given a flag, or named as one no command line sets."""
+    fields = set(RunOptions.__dataclass_fields__)
+    flagged = [option.field for option in RUN_FLAGS]
+    assert len(set(flagged)) == len(flagged) == len(BY_FLAG)
+    assert set(flagged) | NOT_FLAGS == fields
+    assert not set(flagged) & NOT_FLAGS
 
 
 WORDS = {
@@ -66,25 +74,26 @@ WORDS = {
 def lines() -> list[list[str]]:
     """Every option alone in both spellings, then 300 random lines (a fixed seed)."""
     out: list[list[str]] = [["run"]]
-    for flag, (_, kind) in RUN_OPTIONS.items():
-        if kind == "flag":
+    for option in RUN_FLAGS:
+        flag, takes = option.flag, kind(option.flag)
+        if takes == "flag":
             out.append(["run", flag])
             continue
-        for word in WORDS[kind]:
+        for word in WORDS[takes]:
             out.append(["run", flag, word])
             out.append(["run", f"{flag}={word}"])
     rng = random.Random(18)
     for _ in range(300):
         line = ["run"]
-        for flag in rng.sample(list(RUN_OPTIONS), rng.randint(1, len(RUN_OPTIONS))):
-            kind = RUN_OPTIONS[flag][1]
-            for _ in range(rng.randint(1, 3) if kind == "many" else 1):
-                if kind == "flag":
+        for flag in rng.sample(list(BY_FLAG), rng.randint(1, len(BY_FLAG))):
+            takes = kind(flag)
+            for _ in range(rng.randint(1, 3) if takes == "many" else 1):
+                if takes == "flag":
                     line.append(flag)
                 elif rng.random() < 0.5:
-                    line += [flag, rng.choice(WORDS[kind])]
+                    line += [flag, rng.choice(WORDS[takes])]
                 else:
-                    line.append(f"{flag}={rng.choice(WORDS[kind])}")
+                    line.append(f"{flag}={rng.choice(WORDS[takes])}")
         out.append(line)
     return out
 
@@ -168,3 +177,37 @@ def test_the_executable_answers_as_typer_does(tmp_path: Path, argv: list[str]) -
     assert ours.stderr == typers.stderr.replace("python -m launcher.cli.app", "ironcurtain")
     assert ours.stderr.strip() and not ours.stdout
     assert "Traceback" not in ours.stderr
+
+
+READ_A_LINE = """
+import sys
+from launcher.cli.run import read_run
+assert read_run(["run", "--server", "time", "--http", "0"], {}) is not None
+THEN
+watched = ("typer", "launcher.plan.session_plan")
+print(sorted(name for name in watched if name in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("then", "loaded"),
+    [
+        ("", []),
+        # the controls: the typer app loads typer, the planner is seen when loaded
+        ("import launcher.cli.app", ["typer"]),
+        ("import launcher.plan.session_plan", ["launcher.plan.session_plan"]),
+    ],
+)
+def test_reading_a_run_line_loads_neither_typer_nor_the_planner(
+    then: str, loaded: list[str]
+) -> None:
+    """The options are read from the table without typer (the start-up promise), and without
+    the planner, which the session start loads next."""
+    done = subprocess.run(
+        [sys.executable, "-c", READ_A_LINE.replace("THEN", then)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert done.stdout.strip() == repr(loaded)
