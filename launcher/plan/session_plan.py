@@ -46,8 +46,8 @@ from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
-    from launcher.transports.gateway_keys import Gateway
-    from launcher.transports.http_token import Token
+    from launcher.transports.http.bearer_token import Token
+    from launcher.transports.http.gateway.keys import Gateway
 
 __all__ = [
     "RunOptions",
@@ -75,7 +75,7 @@ class RunOptions:
     accept_tool_changes: bool = False  # re-pin every server's tools at start
     http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
     http_token_file: str | None = (
-        None  # where its bearer token is (else launcher.transports.http_token)
+        None  # where its bearer token is (else launcher.transports.http.bearer_token)
     )
     caller_file: str | None = None  # the caller of every request over stdio
     oidc_issuer: str | None = None  # with http_port: callers by their identity provider's JWT
@@ -198,7 +198,7 @@ def _importable(module: str) -> bool:
 
 
 def _http_token(token_file: str | None) -> Token:
-    from launcher.transports.http_token import resolve
+    from launcher.transports.http.bearer_token import resolve
 
     return resolve(token_file)
 

@@ -12,7 +12,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.shared.callers import Caller
 from launcher.shared.errors import StartupError
 from launcher.shared.jsonrpc import Message
-from launcher.transports.relays import Upstream
+from launcher.transports.http.caller_relays import Upstream
 from policy.heuristic import arguments_of, is_flag
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 from policy.permissions import PERMISSIONS_FILE, unmatched

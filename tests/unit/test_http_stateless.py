@@ -15,8 +15,8 @@ import httpx2
 
 from launcher.shared.callers import Caller
 from launcher.shared.jsonrpc import error, notification, result
-from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http.endpoint import HttpEndpoint
+from launcher.transports.http.stateless_requests import STREAM_BACKLOG, StatelessClients, Upstream
 
 TOKEN = "t" * 32
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
 from launcher.shared.jsonrpc import Message, error
-from launcher.transports.stateless_http import CALLER, Relayed
+from launcher.transports.http.stateless_requests import CALLER, Relayed
 
 if TYPE_CHECKING:
     from launcher.shared.callers import Caller
