@@ -12,8 +12,8 @@ import time
 
 from benchlib import HttpPeer, Scratch, compare
 
-from launcher.transports.gateway_auth import Gatekeeper, verify
-from launcher.transports.gateway_keys import gateway
+from launcher.transports.http.gateway.gatekeeper import Gatekeeper, verify
+from launcher.transports.http.gateway.keys import gateway
 from tests.support.idp import AUDIENCE, Key, identity_provider
 
 

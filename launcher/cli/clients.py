@@ -1,6 +1,7 @@
 """The commands about the clients' side: ``ironcurtain clients``, ``wrap`` and ``unwrap``
-(the work is in :mod:`launcher.clients.known`, :mod:`launcher.clients.wrap` and
-:mod:`launcher.clients.wrap_files`), and ``http-token`` (:mod:`launcher.transports.http_token`)."""
+(the work is in :mod:`launcher.clients.catalogue.known`, :mod:`launcher.clients.wrap.changes`
+and :mod:`launcher.clients.wrap.apply`), and ``http-token``
+(:mod:`launcher.transports.http.bearer_token`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
-    from launcher.clients.wrap import Change
+    from launcher.clients.wrap.changes import Change
 
 ClientsOpt = Annotated[
     list[str] | None,
@@ -32,7 +33,7 @@ ProjectOpt = Annotated[
 def _where(command: str, project: str | None) -> tuple[Path, Path | None]:
     """The home directory and the project whose files to read (never the home, nor a
     directory holding it: said when the directory it runs in is one)."""
-    from launcher.clients.known import home, project_root
+    from launcher.clients.catalogue.known import home, project_root
 
     user = home()
     root, note = project_root(user, project, os.getcwd())
@@ -60,8 +61,8 @@ def clients(
 ) -> None:
     """List the MCP clients configured on this machine (user files, and this project's),
     each with its servers and whether they run through ironcurtain, and why not."""
-    from launcher.clients.known import found
-    from launcher.clients.wrap import describe
+    from launcher.clients.catalogue.known import found
+    from launcher.clients.wrap.changes import describe
 
     user, root = _where("clients", project)
     text, unprotected, _ = describe(found(user, root))
@@ -89,9 +90,9 @@ def wrap(
     """Run the clients' stdio servers through ironcurtain: each definition moves into
     ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
     under the same name (backups first; `ironcurtain unwrap` restores)."""
-    from launcher.clients.wrap import diff, plan_wrap, select
-    from launcher.clients.wrap_annotate import later_command
-    from launcher.clients.wrap_files import apply_wrap, ensure_user_policy
+    from launcher.clients.wrap.annotation_runs import later_command
+    from launcher.clients.wrap.apply import apply_wrap, ensure_user_policy
+    from launcher.clients.wrap.changes import diff, plan_wrap, select
 
     user, root = _where("wrap", project)
     files = select(user, root, client or [], everything)
@@ -134,15 +135,15 @@ def unwrap(
     """Restore the clients' files as they were before `ironcurtain wrap`: exactly, or, in
     a file changed elsewhere since, the wrapped entries only; what cannot be restored is
     said (its backup named) and the rest is done."""
-    from launcher.clients import wrap_records
-    from launcher.clients.wrap import select
-    from launcher.clients.wrap_files import unwrap as restore
+    from launcher.clients.wrap import backups
+    from launcher.clients.wrap.apply import unwrap as restore
+    from launcher.clients.wrap.changes import select
     from launcher.shared.user_errors import UsageError
 
     user, root = _where("unwrap", project)
     files = select(user, root, client or [], everything)
     said, problems = restore(files)
-    others = wrap_records.unmatched(wrap_records.load(), [f.source for f in files.files])
+    others = backups.unmatched(backups.load(), [f.source for f in files.files])
     nothing = "nothing to unwrap"
     if others:
         nothing += (
@@ -163,18 +164,18 @@ def http_token_command(
 ) -> None:
     """Print the bearer token `ironcurtain run --http` expects (made on first use, kept
     owner-only in the state directory), or replace it with --rotate."""
-    from launcher.transports import http_token
+    from launcher.transports.http import bearer_token
 
-    path = http_token.default_path()
+    path = bearer_token.default_path()
     if rotate:
-        value = http_token.make(path)
+        value = bearer_token.make(path)
         print(
             f"ironcurtain: a new token is in {path}; running sessions keep the old one until "
             "they stop",
             file=sys.stderr,
         )
     else:
-        value = http_token.resolve(None, env={}).value
+        value = bearer_token.resolve(None, env={}).value
     print(value)
 
 
@@ -183,8 +184,8 @@ def annotate_new(changes: Sequence[Change], held: Mapping[str, str]) -> list[str
     the constitution's role-based rules apply to them at once: each is started in its
     sandbox once, on its own, to list its tools. What fails is said with the command to
     run later; the others are annotated."""
-    from launcher.clients.known import user_policy
-    from launcher.clients.wrap_annotate import annotate_each
+    from launcher.clients.catalogue.known import user_policy
+    from launcher.clients.wrap.annotation_runs import annotate_each
     from policy.loader import load_policy_dir
 
     known = load_policy_dir(user_policy()).annotations.servers

@@ -30,9 +30,9 @@ from collections.abc import Callable, Iterable, Sequence
 from launcher.guard.gitmade import GitMade
 from launcher.guard.places import Places, inside, outermost
 from launcher.guard.quarantine import QuarantineDir, QuarantineError
-from launcher.guard.records import GuardError as GuardError
-from launcher.guard.records import GuardFailure as GuardFailure
-from launcher.guard.records import Quarantined as Quarantined
+from launcher.guard.reports import GuardError as GuardError
+from launcher.guard.reports import GuardFailure as GuardFailure
+from launcher.guard.reports import Quarantined as Quarantined
 from launcher.guard.sweep import Unhandled, sweep_root
 from launcher.host import nofollow
 from launcher.host.nofollow import Parts

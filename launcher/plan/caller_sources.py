@@ -13,7 +13,7 @@ from launcher.shared.user_errors import OptionError
 
 if TYPE_CHECKING:
     from launcher.shared.caller_identity import Caller
-    from launcher.transports.gateway_keys import Gateway
+    from launcher.transports.http.gateway.keys import Gateway
 
 
 class RunOptions(Protocol):
@@ -96,7 +96,7 @@ def check_caller_options(opts: RunOptions) -> None:
         )
     _workspace_names_caller_plainly(opts.workspace)
     if opts.oidc_require:
-        from launcher.transports.admission import requirement
+        from launcher.transports.http.gateway.admission import requirement
 
         for text in opts.oidc_require:
             requirement(text)
@@ -118,8 +118,8 @@ def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
         return load_caller_file(opts.caller_file, "caller_file"), None
     if opts.oidc_issuer is None or opts.oidc_audience is None:
         return None, None
-    from launcher.transports.admission import requirement
-    from launcher.transports.gateway_keys import gateway
+    from launcher.transports.http.gateway.admission import requirement
+    from launcher.transports.http.gateway.keys import gateway
 
     required = tuple(requirement(text) for text in opts.oidc_require)
     return None, gateway(

@@ -25,7 +25,7 @@ class RunOptions:
     accept_tool_changes: bool = False  # re-pin every server's tools at start
     http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
     http_token_file: str | None = (
-        None  # where its bearer token is (else launcher.transports.http_token)
+        None  # where its bearer token is (else launcher.transports.http.bearer_token)
     )
     caller_file: str | None = None  # the caller of every request over stdio
     oidc_issuer: str | None = None  # with http_port: callers by their identity provider's JWT

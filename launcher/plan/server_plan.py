@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from launcher.host.launch import LaunchSpec, leads_now
+from launcher.host.launch_spec import LaunchSpec, leads_now
 from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig

@@ -47,8 +47,8 @@ from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     from launcher.shared.caller_identity import Caller
-    from launcher.transports.gateway_keys import Gateway
-    from launcher.transports.http_token import Token
+    from launcher.transports.http.bearer_token import Token
+    from launcher.transports.http.gateway.keys import Gateway
 
 __all__ = [
     "RunOptions",
@@ -161,7 +161,7 @@ def _importable(module: str) -> bool:
 
 
 def _http_token(token_file: str | None) -> Token:
-    from launcher.transports.http_token import resolve
+    from launcher.transports.http.bearer_token import resolve
 
     return resolve(token_file)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from launcher.host.launch import LaunchSpec as LaunchSpec
+from launcher.host.launch_spec import LaunchSpec as LaunchSpec
 from launcher.host.oscalls import pidfd_open
 from launcher.host.proctree import Member, kill, over_limits, process_tree
 from launcher.servers import eras

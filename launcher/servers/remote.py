@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.remote_plan import SSE, RemoteTarget
 from launcher.servers.connection import NotificationHandler, ServerConnection
 from launcher.servers.remote_egress import EgressRefused, client_for

@@ -12,7 +12,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import StartupError
-from launcher.transports.relays import Upstream
+from launcher.transports.http.caller_relays import Upstream
 from policy.output import OUTPUT_POLICY_FILE, schema_conflicts
 from policy.permissions import PERMISSIONS_FILE, unmatched
 from policy.pipeline.heuristic import arguments_of, is_flag

@@ -31,7 +31,7 @@ from launcher.plan.session_plan import SessionPlan
 from launcher.session.hostfiles import HostFiles, writable_roots
 from launcher.shared import dirs
 from launcher.shared.user_errors import StartupError
-from launcher.transports.http_socket import listen_http
+from launcher.transports.http.listener import listen_http
 from sandbox_profiles.records import mutable
 
 

@@ -5,7 +5,7 @@ may write, the egress sockets listen and the servers start in their sandboxes, a
 the event loop exists (:mod:`launcher.session.prestart`); then the session takes them over, the
 egress proxies and the approvals socket start, the servers are initialised and listed
 (:mod:`launcher.servers.fleet`), and a client transport (:mod:`launcher.transports.stdio` or
-:mod:`launcher.transports.streamable_http`) is joined to the relay core
+:mod:`launcher.transports.http.endpoint`) is joined to the relay core
 (:mod:`launcher.relay.core`), which checks every request through one gate
 (:mod:`launcher.relay.gate.decide`). Everything stops on end of input, SIGINT or SIGTERM; the
 guard then sweeps the writable roots once more.
@@ -50,8 +50,8 @@ from launcher.transports.stdio import StdioTransport, client_gone
 SETTLE_EVERY = 1.0
 
 if TYPE_CHECKING:
-    from launcher.transports.stateless_http import Upstream as HttpUpstream
-    from launcher.transports.streamable_http import HttpEndpoint
+    from launcher.transports.http.endpoint import HttpEndpoint
+    from launcher.transports.http.stateless_requests import Upstream as HttpUpstream
 
 
 class Session(SessionEvents):
@@ -131,7 +131,7 @@ class Session(SessionEvents):
             # The HTTP stack takes about half a second to import: done while servers start.
             stack = (
                 asyncio.get_running_loop().run_in_executor(
-                    None, importlib.import_module, "launcher.transports.streamable_http"
+                    None, importlib.import_module, "launcher.transports.http.endpoint"
                 )
                 if self.plan.http_port is not None
                 else None
@@ -249,12 +249,12 @@ class Session(SessionEvents):
         return True
 
     async def _listen(self, port: int) -> None:
-        from launcher.transports.streamable_http import HttpEndpoint  # only over HTTP
+        from launcher.transports.http.endpoint import HttpEndpoint  # only over HTTP
 
         assert self._started is not None
         gatekeeper = None
         if self.plan.gateway is not None:
-            from launcher.transports.gateway_auth import Gatekeeper
+            from launcher.transports.http.gateway.gatekeeper import Gatekeeper
 
             gatekeeper = Gatekeeper(self.plan.gateway, say, self._not_admitted)
         token = self.plan.http_token.value if self.plan.http_token is not None else None

@@ -1,3 +1,3 @@
-"""How clients reach the session: stdio, streamable HTTP and its bounds and token, the
-approvals socket.
+"""How clients reach the session: stdio, streamable HTTP (:mod:`.http`, with gateway mode's
+callers), the approvals socket.
 """

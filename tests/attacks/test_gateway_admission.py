@@ -25,11 +25,13 @@ import httpx2
 import pytest
 
 from launcher.shared.caller_identity import Caller
-from launcher.transports import gateway_keys, http_session, streamable_http
-from launcher.transports.gateway_auth import Gatekeeper, Refused
-from launcher.transports.gateway_keys import REFRESH_AFTER, gateway
-from launcher.transports.stateless_http import Upstream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http import client_stream
+from launcher.transports.http import endpoint as http_endpoint
+from launcher.transports.http.endpoint import HttpEndpoint
+from launcher.transports.http.gateway import keys as gateway_keys
+from launcher.transports.http.gateway.gatekeeper import Gatekeeper, Refused
+from launcher.transports.http.gateway.keys import REFRESH_AFTER, gateway
+from launcher.transports.http.stateless_requests import Upstream
 from tests.support.audit import audit_entries
 from tests.support.home import Home
 from tests.support.http import serving
@@ -178,7 +180,7 @@ def test_a_key_replaced_under_its_kid_is_not_honoured_past_the_next_fetch(
 ) -> None:
     if compared == "control-kids":  # as before: a key set compared by its kids alone
         monkeypatch.setattr(
-            "launcher.transports.gateway_auth.same_keys", lambda a, b: set(a) == set(b)
+            "launcher.transports.http.gateway.gatekeeper.same_keys", lambda a, b: set(a) == set(b)
         )
     out: dict[str, str] = {}
 
@@ -248,26 +250,26 @@ def test_a_session_in_its_initialize_is_never_the_oldest_idle(
     read: a loaded machine) when a second client's initialize needs its room."""
     if not protected:  # as before: a session counted idle whatever it is doing
         monkeypatch.setattr(
-            http_session.ClientStream,
+            client_stream.ClientStream,
             "started",
             property(lambda self: True, lambda self, value: None),
             raising=False,
         )
     got: dict[str, Any] = {}
     said: list[str] = []
-    opening = http_session.ClientStream.open
+    opening = client_stream.ClientStream.open
 
     async def main() -> None:
         slow = asyncio.Event()
-        first: list[http_session.ClientStream] = []
+        first: list[client_stream.ClientStream] = []
 
-        async def open_slowly(client: http_session.ClientStream) -> None:
+        async def open_slowly(client: client_stream.ClientStream) -> None:
             if not first:
                 first.append(client)
                 await slow.wait()
             await opening(client)
 
-        monkeypatch.setattr(http_session.ClientStream, "open", open_slowly)
+        monkeypatch.setattr(client_stream.ClientStream, "open", open_slowly)
 
         async def opener(upstream: Upstream, caller: Caller | None) -> CallerRelay:
             return CallerRelay(upstream, [])
@@ -389,7 +391,7 @@ def test_fresh_subjects_of_one_party_cannot_take_another_partys_sessions(parties
 def test_a_partys_requests_together_leave_room_for_others(
     parties: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(streamable_http, "PARTY_REQUESTS", 3)  # instead of 192
+    monkeypatch.setattr(http_endpoint, "PARTY_REQUESTS", 3)  # instead of 192
     got: dict[str, Any] = {}
 
     async def work(http: httpx2.AsyncClient, url: str, idp: Provider, _: Any) -> None:

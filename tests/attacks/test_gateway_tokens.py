@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import jwt
 import pytest
 
-from launcher.transports.gateway_auth import LEEWAY, Refused, verify
-from launcher.transports.gateway_keys import Gateway, gateway
+from launcher.transports.http.gateway.gatekeeper import LEEWAY, Refused, verify
+from launcher.transports.http.gateway.keys import Gateway, gateway
 from tests.support.idp import AUDIENCE, Key, Provider, identity_provider
 
 

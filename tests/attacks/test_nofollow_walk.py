@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.clients.file_io import Refused, list_project, read_project
+from launcher.clients.files.file_io import Refused, list_project, read_project
 from launcher.host.nofollow import SymlinkOnTheWay, descend, entries, open_chain
 from launcher.host.oscalls import DIR, READ_FILE
 

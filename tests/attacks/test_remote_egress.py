@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.remote_plan import RemoteTarget
 from launcher.servers import remote_egress
 from launcher.servers.remote import RemoteConnection, RemoteUnavailable

@@ -177,7 +177,7 @@ def test_control_the_mount_as_planned_after_the_swap_writes_the_hooks(user: Home
 
 @pytest.mark.parametrize("kind", ["bind", "ro-bind"])
 def test_a_start_is_refused_when_a_mount_leads_elsewhere(tmp_path: Path, kind: str) -> None:
-    from launcher.host.launch import LaunchSpec, leads_now
+    from launcher.host.launch_spec import LaunchSpec, leads_now
     from launcher.shared.user_errors import StartupError
     from sandbox_profiles.model import Mount, SandboxProfile
 
@@ -416,7 +416,7 @@ def test_a_root_swapped_after_the_check_is_not_what_bwrap_mounts(
     # The last instant: the root is swapped for a link to .git/hooks after the start was
     # checked, before bwrap mounts it. Mounted from the descriptor checked, what the server
     # writes lands in the directory judged. The control (by path, as before): in the hooks.
-    from launcher.host.launch import leads_now, pin_mounts
+    from launcher.host.launch_spec import leads_now, pin_mounts
     from sandbox_profiles.model import Mount, SandboxProfile
 
     out, hooks = tmp_path / "out", tmp_path / ".git" / "hooks"

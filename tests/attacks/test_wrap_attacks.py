@@ -249,8 +249,8 @@ def test_a_project_file_swapped_between_reading_and_writing_is_not_written(
     user: Home, monkeypatch: pytest.MonkeyPatch, swap: object
 ) -> None:
     # Between wrap's reading and its writing the project puts a link where its file was.
-    from launcher.clients.wrap import plan_wrap, select
-    from launcher.clients.wrap_files import apply_wrap
+    from launcher.clients.wrap.apply import apply_wrap
+    from launcher.clients.wrap.changes import plan_wrap, select
 
     user.enter(monkeypatch)
     _secret_user_file(user)

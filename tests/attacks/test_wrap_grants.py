@@ -297,7 +297,7 @@ def test_a_long_string_is_read_in_memory_proportional_to_it(tmp_path: Path) -> N
     path = tmp_path / "big.json"
     path.write_text('{"mcpServers": {"a": {"command": "x"}}, "pad": "' + "A" * 20_000_000 + '"}')
     code = (
-        "import sys; from launcher.clients.jsonc import parse; "
+        "import sys; from launcher.clients.files.jsonc import parse; "
         f"print(len(parse(open({str(path)!r}).read()).value['pad']))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

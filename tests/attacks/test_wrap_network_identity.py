@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from launcher.clients.wrap_network import network_for
+from launcher.clients.wrap.network import network_for
 from tests.support.home import Home
 from tests.support.paths import BIN, IRONCURTAIN
 

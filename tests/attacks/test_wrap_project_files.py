@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.clients.jsonc import parse
-from launcher.clients.known import found
-from launcher.clients.table import CLIENTS, Client, listed_in, syntax_of
-from launcher.clients.wrap import plan_wrap, select
+from launcher.clients.catalogue.known import found
+from launcher.clients.catalogue.table import CLIENTS, Client, listed_in, syntax_of
+from launcher.clients.files.jsonc import parse
+from launcher.clients.wrap.changes import plan_wrap, select
 from tests.support.home import Home, in_process
 from tests.support.paths import BIN
 
@@ -164,7 +164,7 @@ def test_the_users_own_file_read_from_the_home_is_never_a_projects(
 ) -> None:
     # Run in the home, ~/.kiro/settings/mcp.json is also "the project ~'s" file: read as
     # that, its server would get the home (and ~/.ssh) as its workspace.
-    from launcher.clients.known import project_root
+    from launcher.clients.catalogue.known import project_root
 
     in_process(user, monkeypatch)
     user.enter(monkeypatch)

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from launcher.session.prestart import prestart
 from launcher.session.wiring import Session

@@ -18,7 +18,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from ruamel.yaml import YAML
 
-from launcher.clients.jsonc import parse
+from launcher.clients.files.jsonc import parse
 from tests.support.audit import audit_entries
 from tests.support.cli import ironcurtain
 from tests.support.home import Home

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.clients.table import CLIENTS
+from launcher.clients.catalogue.table import CLIENTS
 from sandbox_profiles import autorun
 
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from launcher.clients.formats import load, plain, servers_at
-from launcher.clients.known import Found, found
-from launcher.clients.table import BY_NAME, CLIENTS, listed_in, syntax_of
-from launcher.clients.wrap import describe, plan_wrap, select, status
-from launcher.clients.wrap_files import apply_wrap, unwrap
+from launcher.clients.catalogue.known import Found, found
+from launcher.clients.catalogue.table import BY_NAME, CLIENTS, listed_in, syntax_of
+from launcher.clients.files.formats import load, plain, servers_at
+from launcher.clients.wrap.apply import apply_wrap, unwrap
+from launcher.clients.wrap.changes import describe, plan_wrap, select, status
 from tests.support.client_files import FILES, NEW, ClientFile
 from tests.support.home import Home, in_process
 from tests.support.paths import IRONCURTAIN
@@ -240,7 +240,7 @@ def test_wrap_never_writes_a_file_that_reads_differently_beyond_the_entry(
 ) -> None:
     # Whatever the format's editor does, the file is read back before it is written: an
     # edit that changed another setting (here the model goose uses) is never written.
-    from launcher.clients import formats
+    from launcher.clients.files import formats
 
     case = next(c for c in NEW if c.client == "goose")
     project = _place(user, monkeypatch, case)
@@ -300,7 +300,7 @@ def test_unwrap_of_a_file_changed_since_puts_back_only_entries_still_as_wrapped(
 def test_a_new_clients_variables_keep_their_meaning(
     client: str, given: str, becomes: str | None
 ) -> None:
-    from launcher.clients.wrap_vars import LeftAlone, translate
+    from launcher.clients.catalogue.var_syntax import LeftAlone, translate
 
     if becomes is None:
         with pytest.raises(LeftAlone):
@@ -310,7 +310,7 @@ def test_a_new_clients_variables_keep_their_meaning(
 
 
 def test_a_crlf_yaml_entry_keeps_its_line_ends_and_comments() -> None:
-    from launcher.clients.formats import replace
+    from launcher.clients.files.formats import replace
 
     text = (
         "extensions:\r\n  fs:\r\n    name: fs   # the name\r\n    type: stdio\r\n"

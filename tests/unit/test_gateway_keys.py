@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from launcher.shared.user_errors import OptionError
-from launcher.transports import gateway_keys
-from launcher.transports.gateway_auth import Gatekeeper, Refused
-from launcher.transports.gateway_keys import REFETCH_BURST, REFETCH_EVERY, gateway
+from launcher.transports.http.gateway import keys as gateway_keys
+from launcher.transports.http.gateway.gatekeeper import Gatekeeper, Refused
+from launcher.transports.http.gateway.keys import REFETCH_BURST, REFETCH_EVERY, gateway
 from tests.support.idp import AUDIENCE, Key, Provider, identity_provider
 
 

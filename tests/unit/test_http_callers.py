@@ -16,12 +16,13 @@ import pytest
 
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports import relays, streamable_http
-from launcher.transports.gateway_auth import Gatekeeper
-from launcher.transports.gateway_keys import gateway
-from launcher.transports.relays import CallerRelays, TooMany
-from launcher.transports.stateless_http import StatelessClients, Upstream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http import caller_relays
+from launcher.transports.http import endpoint as http_endpoint
+from launcher.transports.http.caller_relays import CallerRelays, TooMany
+from launcher.transports.http.endpoint import HttpEndpoint
+from launcher.transports.http.gateway.gatekeeper import Gatekeeper
+from launcher.transports.http.gateway.keys import gateway
+from launcher.transports.http.stateless_requests import StatelessClients, Upstream
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.unit.test_http_gateway import handshake, stateless
 
@@ -165,8 +166,8 @@ def test_when_every_caller_has_a_request_out_a_new_one_is_told_to_come_back() ->
 def test_a_caller_unused_for_the_idle_time_has_its_relay_closed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.2)
-    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.1)
+    monkeypatch.setattr(caller_relays, "IDLE_TIMEOUT", 0.2)
+    monkeypatch.setattr(caller_relays, "SWEEP_EVERY", 0.1)
     got: dict[str, Any] = {}
 
     async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
@@ -300,8 +301,8 @@ class SlowClosing(CallerRelay):
 def test_the_idle_sweep_never_ends_a_relay_a_caller_opened_again_meanwhile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.3)
-    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.1)
+    monkeypatch.setattr(caller_relays, "IDLE_TIMEOUT", 0.3)
+    monkeypatch.setattr(caller_relays, "SWEEP_EVERY", 0.1)
     opened: list[CallerRelay] = []
 
     def caller(name: str) -> Caller:
@@ -333,8 +334,8 @@ def test_the_idle_sweep_never_ends_a_relay_a_caller_opened_again_meanwhile(
 def test_without_a_caller_source_the_one_relay_serves_the_whole_session(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(relays, "IDLE_TIMEOUT", 0.1)
-    monkeypatch.setattr(relays, "SWEEP_EVERY", 0.05)
+    monkeypatch.setattr(caller_relays, "IDLE_TIMEOUT", 0.1)
+    monkeypatch.setattr(caller_relays, "SWEEP_EVERY", 0.05)
     opened: list[CallerRelay] = []
 
     async def main() -> None:
@@ -360,7 +361,7 @@ def test_one_caller_holds_at_most_a_quarter_of_the_requests_being_served() -> No
         mallory = idp.token("mallory")
         held = [
             asyncio.ensure_future(http.post(url, **stateless(mallory, "hold")))
-            for _ in range(streamable_http.CALLER_REQUESTS)
+            for _ in range(http_endpoint.CALLER_REQUESTS)
         ]
         await asyncio.sleep(1.0)
         got["one more"] = await http.post(url, **stateless(mallory))
@@ -373,7 +374,7 @@ def test_one_caller_holds_at_most_a_quarter_of_the_requests_being_served() -> No
     serve(work, limits=limits)
     assert got["one more"].status_code == 429
     assert got["one more"].json()["error"]["message"] == (
-        f"too many requests of this caller at once ({streamable_http.CALLER_REQUESTS})"
+        f"too many requests of this caller at once ({http_endpoint.CALLER_REQUESTS})"
     )
     assert who(got["alice"]) == "alice"
 

@@ -15,10 +15,10 @@ import httpx2
 
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports.gateway_auth import Gatekeeper
-from launcher.transports.gateway_keys import gateway
-from launcher.transports.stateless_http import Upstream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http.endpoint import HttpEndpoint
+from launcher.transports.http.gateway.gatekeeper import Gatekeeper
+from launcher.transports.http.gateway.keys import gateway
+from launcher.transports.http.stateless_requests import Upstream
 from tests.support.idp import AUDIENCE, Key, Provider, identity_provider
 
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

@@ -13,9 +13,9 @@ import pytest
 
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import result
-from launcher.transports import http_bounds
-from launcher.transports.http_session import ClientStream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http import bounds
+from launcher.transports.http.client_stream import ClientStream
+from launcher.transports.http.endpoint import HttpEndpoint
 
 TOKEN = "t" * 32
 HEAD = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json",
@@ -170,7 +170,7 @@ def test_a_head_trickled_a_line_at_a_time_does_not_hold_a_connection(
 ) -> None:
     # No token is needed to connect: whoever trickles header lines must not keep the
     # launcher's descriptors; a whole request on another connection is served meanwhile.
-    monkeypatch.setattr(http_bounds, "HEAD_TIMEOUT", 0.5)
+    monkeypatch.setattr(bounds, "HEAD_TIMEOUT", 0.5)
     found: dict[str, Any] = {}
 
     async def scenario() -> None:
@@ -205,7 +205,7 @@ def test_idle_connections_beyond_the_bound_keep_nobody_out(
 ) -> None:
     # Whoever holds as many connections as the bound, sending nothing, keeps nobody out: a
     # new connection ends the one idle longest, and the client with the token is served.
-    monkeypatch.setattr(http_bounds, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(bounds, "MAX_CONNECTIONS", 4)
     found: dict[str, Any] = {}
 
     async def scenario() -> None:

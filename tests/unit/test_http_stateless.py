@@ -16,8 +16,8 @@ import httpx2
 from launcher.shared.caller_identity import Caller
 from launcher.shared.error_codes import METHOD_NOT_FOUND
 from launcher.shared.jsonrpc import error, notification, result
-from launcher.transports.stateless_http import STREAM_BACKLOG, StatelessClients, Upstream
-from launcher.transports.streamable_http import HttpEndpoint
+from launcher.transports.http.endpoint import HttpEndpoint
+from launcher.transports.http.stateless_requests import STREAM_BACKLOG, StatelessClients, Upstream
 
 TOKEN = "t" * 32
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",

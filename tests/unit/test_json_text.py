@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.clients import wrap_records
+from launcher.clients.wrap import backups as wrap_records
 from launcher.plan.config import load_config
 from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.user_errors import USER_ERRORS

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.clients.known import Entry
-from launcher.clients.wrap import launch_problem
+from launcher.clients.catalogue.known import Entry
+from launcher.clients.wrap.changes import launch_problem
 from launcher.plan.config import LoadedConfig
 from launcher.plan.programs import npx_to_node, search_path
 from launcher.shared.user_errors import ConfigError

@@ -19,7 +19,7 @@ from launcher.shared.user_errors import (
     StartupError,
     UsageError,
 )
-from launcher.transports.http_socket import listen_http
+from launcher.transports.http.listener import listen_http
 
 
 @pytest.mark.parametrize(

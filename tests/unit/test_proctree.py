@@ -130,7 +130,7 @@ def test_a_reaped_server_is_never_looked_at_or_killed_by_its_pid(
     # group id) to any new process: halting or stopping it then touches nothing.
     import asyncio
 
-    from launcher.host.launch import LaunchSpec
+    from launcher.host.launch_spec import LaunchSpec
     from launcher.servers import connection
 
     touched: list[str] = []

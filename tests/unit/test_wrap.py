@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.clients.jsonc import parse
+from launcher.clients.files.jsonc import parse
 from tests.support.home import Home
 from tests.support.paths import IRONCURTAIN, TESTS
 

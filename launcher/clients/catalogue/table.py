@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from launcher.clients.entry_shape import COPILOT, GOOSE, NAMED, OPENCODE, STANDARD, Shape
+from launcher.clients.catalogue.entry_shape import COPILOT, GOOSE, NAMED, OPENCODE, STANDARD, Shape
 from sandbox_profiles.records import frozen
 
 
@@ -31,7 +31,7 @@ class Client:
     # In its TOML or YAML files, the servers are a list of entries each with its "name"
     # (else an object of entries by name).
     listed: bool = False
-    # The variables it fills in an entry's values (launcher.clients.wrap_vars): none,
+    # The variables it fills in an entry's values (launcher.clients.catalogue.var_syntax): none,
     # claude, copilot, kiro, gemini, vscode, windsurf, opencode or shell.
     variables: str = "none"
     # Where it fills them: "all" (every value) or "env" (only its env values; the

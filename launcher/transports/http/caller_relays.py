@@ -3,7 +3,7 @@ them, or in gateway mode one for each caller, opened with its first request, end
 has made none for ``IDLE_TIMEOUT`` seconds or when room is needed for another caller (at
 most ``max_callers`` at once, the one idle longest going first; never one with a request
 out; and only of the newcomer's own party, or of a party holding more than its fair share,
-:func:`launcher.transports.admission.giving_way`)."""
+:func:`launcher.transports.http.gateway.admission.giving_way`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from launcher.shared.jsonrpc import Message
-from launcher.transports.admission import giving_way, parted, party_room
+from launcher.transports.http.gateway.admission import giving_way, parted, party_room
 from sandbox_profiles.records import mutable
 
 if TYPE_CHECKING:

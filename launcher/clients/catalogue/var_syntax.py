@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from launcher.clients.table import Client
+from launcher.clients.catalogue.table import Client
 
 WORKSPACE = "${workspace}"
 # As ironcurtain's config reads a reference (policy.variables.PLACEHOLDER).
@@ -67,7 +67,7 @@ def unread(client: Client, value: str) -> str | None:
     """Why ``client`` would not take ``value`` as written (it fills in what looks like a
     variable in it, or runs a command for it); None when it takes it as it is.
 
-    >>> from launcher.clients.known import BY_NAME
+    >>> from launcher.clients.catalogue.known import BY_NAME
     >>> unread(BY_NAME["opencode"], "/home/u/work/..{env:U}")
     "'/home/u/work/..{env:U}': opencode fills in what looks like a variable in it"
     >>> unread(BY_NAME["opencode"], "/home/u/work") is None
@@ -87,7 +87,7 @@ def translate(client: Client, value: str, env: bool = False) -> tuple[str, list[
     ``client`` makes of it, and the names of the environment variables it refers to.
     :class:`LeftAlone` when it cannot be said.
 
-    >>> from launcher.clients.known import BY_NAME
+    >>> from launcher.clients.catalogue.known import BY_NAME
     >>> translate(BY_NAME["vscode"], "${env:TOKEN}")
     ('${TOKEN}', ['TOKEN'])
     >>> translate(BY_NAME["vscode"], "${workspaceFolder}/src")

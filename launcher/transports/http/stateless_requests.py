@@ -3,7 +3,7 @@
 session, and is answered on its own response (``application/json``).
 
 Such requests are served by one relay over one set of the session's servers, opened with
-the first; in gateway mode, one for each caller (:mod:`launcher.transports.relays`).
+the first; in gateway mode, one for each caller (:mod:`launcher.transports.http.caller_relays`).
 Nothing a client says lives between its requests, so any instance of ironcurtain behind a
 load balancer could answer the next one. The client's request ids are replaced by
 ironcurtain's own on the way in (two clients may both send id 1) and given back on the way
@@ -59,7 +59,14 @@ from launcher.shared.jsonrpc import (
     error,
     loads,
 )
-from launcher.transports.relays import CallerRelays, Held, Opener, Relayed, TooMany, Upstream
+from launcher.transports.http.caller_relays import (
+    CallerRelays,
+    Held,
+    Opener,
+    Relayed,
+    TooMany,
+    Upstream,
+)
 
 if TYPE_CHECKING:
     from launcher.shared.caller_identity import Caller

@@ -20,9 +20,9 @@ import os
 import re
 from pathlib import Path
 
-from launcher.clients.file_io import Source
-from launcher.clients.table import BY_NAME, Client
-from launcher.clients.wrap_paths import holds_home
+from launcher.clients.catalogue.table import BY_NAME, Client
+from launcher.clients.files.file_io import Source
+from launcher.clients.files.path_identity import holds_home
 
 PROJECT_YAML_MAX = 64 * 1024
 _OPENCODE_FILLED = re.compile(r"\{(?:env|file):([^}]*)\}")

@@ -21,8 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.file_io import Refused, Source, open_dir, read_user, write_new, write_own
-from launcher.clients.wrap_paths import identity
+from launcher.clients.files.file_io import (
+    Refused,
+    Source,
+    open_dir,
+    read_user,
+    write_new,
+    write_own,
+)
+from launcher.clients.files.path_identity import identity
 from launcher.shared import dirs
 from launcher.shared.user_errors import UsageError
 from policy.json_text import NotJson, parse_json

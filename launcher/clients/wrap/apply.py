@@ -1,8 +1,8 @@
 """What ``wrap`` writes and ``unwrap`` restores: each client file backed up (the bytes that
 were read, in a new owner-only file), then written atomically with its mode kept (a link's
-target, so the link stays one; :mod:`launcher.clients.file_io`), and recorded after each file
+target, so the link stays one; :mod:`launcher.clients.files.file_io`), and recorded after each file
 (its digest before and after, and each wrapped entry's value before and after:
-:mod:`launcher.clients.wrap_records`). ``unwrap`` restores a file exactly when it still holds what
+:mod:`launcher.clients.wrap.backups`). ``unwrap`` restores a file exactly when it still holds what
 wrap wrote; when it changed elsewhere (a client rewrites its file as it runs), it puts back
 the wrapped entries that still hold what wrap wrote and keeps the rest as it is now; what it
 cannot restore it says, and still does the rest. The user policy is made from the bundled
@@ -16,13 +16,13 @@ import shutil
 from collections.abc import Sequence
 from typing import Any
 
-from launcher.clients import wrap_records
-from launcher.clients.file_io import Source, read_user, writable, write, write_own
-from launcher.clients.formats import NotEditable, entry_at, replace
-from launcher.clients.jsonc import unwritable
-from launcher.clients.known import ClientFile, Found, user_policy
-from launcher.clients.wrap import Change
-from launcher.clients.wrap_records import sha
+from launcher.clients.catalogue.known import ClientFile, Found, user_policy
+from launcher.clients.files.file_io import Source, read_user, writable, write, write_own
+from launcher.clients.files.formats import NotEditable, entry_at, replace
+from launcher.clients.files.jsonc import unwritable
+from launcher.clients.wrap import backups
+from launcher.clients.wrap.backups import sha
+from launcher.clients.wrap.changes import Change
 from launcher.shared.user_errors import UsageError
 
 
@@ -30,7 +30,7 @@ def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
     """Back up, write, record (after each file); the lines to tell the user. Every file
     must still be the one that was read, and may be written, or nothing is written."""
     said: list[str] = []
-    records = wrap_records.load()
+    records = backups.load()
     todo = [c for c in changes if c.after != c.before]
     for change in todo:
         assert change.source is not None  # a client's file is always read first
@@ -50,15 +50,15 @@ def apply_wrap(changes: Sequence[Change], config: Change) -> list[str]:
         said.append(f"moved their definitions to {config.path}")
     for change in todo:
         assert change.source is not None
-        backup = wrap_records.backup(change.source)
+        backup = backups.backup(change.source)
         write(change.source, change.after)
         records.append({
             "path": str(change.path), "real": str(change.source.real), "backup": backup,
             "before": sha(change.before), "after": sha(change.after), "servers": change.servers,
             "entries": change.entries,
         })  # fmt: skip
-        wrap_records.save(records)
-        where = wrap_records.backups_dir() / backup
+        backups.save(records)
+        where = backups.backups_dir() / backup
         said.append(f"wrapped {', '.join(change.servers)} in {change.path} (backup: {where})")
     return said
 
@@ -82,13 +82,13 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
     the file kept as it is now. A record names its file by path and real path, and is
     matched by either, or by the identity of its directory (the home reached by another
     path is the same home). What was done, and what could not be (the rest is done)."""
-    records = wrap_records.load()
+    records = backups.load()
     said: list[str] = []
     # A file that cannot be read (a project's, which may be hostile) stops nothing else.
     problems = [f"{why}: not restored" for _, why in files.refused]
     for f in {str(f.path): f for f in files.files}.values():
         source = f.source
-        for record in reversed([r for r in records if wrap_records.names(r, f.source)]):
+        for record in reversed([r for r in records if backups.names(r, f.source)]):
             try:
                 source, line, left = _restore(f, source, record)
             except UsageError as exc:
@@ -98,13 +98,13 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
                 record["entries"] = left
             else:
                 records.remove(record)
-            wrap_records.save(records)  # at once: the next run sees what was done
+            backups.save(records)  # at once: the next run sees what was done
             said.append(line)
             if left:
                 names = ", ".join(e["name"] for e in left)
                 problems.append(
                     f"{f.path}: {names} changed since ironcurtain wrapped them; not restored "
-                    f"(the original is kept in {wrap_records.backups_dir() / record['backup']})"
+                    f"(the original is kept in {backups.backups_dir() / record['backup']})"
                 )
                 break
     return said, problems
@@ -116,8 +116,8 @@ def _restore(
     """One record undone in ``f``'s file: what is there now, what to say, and the entries
     that could not be put back."""
     servers = ", ".join(record["servers"])
-    kept = wrap_records.backups_dir() / record["backup"]
-    original = wrap_records.read_backup(record["backup"])
+    kept = backups.backups_dir() / record["backup"]
+    original = backups.read_backup(record["backup"])
     if sha(original) != record["before"]:
         raise UsageError(f"{kept}: the backup of {f.path} is not what it was; not restored")
     if sha(source.text) == record["after"]:

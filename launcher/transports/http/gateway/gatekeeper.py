@@ -25,9 +25,9 @@ from typing import Any
 from starlette.types import Scope, Send
 
 from launcher.shared.caller_identity import Caller, name_problem, permissions_problem
-from launcher.transports.admission import party, unmet
-from launcher.transports.gateway_keys import REFETCH_EVERY, Gateway, same_keys
-from launcher.transports.http_token import bearer
+from launcher.transports.http.bearer_token import bearer
+from launcher.transports.http.gateway.admission import party, unmet
+from launcher.transports.http.gateway.keys import REFETCH_EVERY, Gateway, same_keys
 
 ALGORITHMS = (
     *("RS256", "RS384", "RS512"),

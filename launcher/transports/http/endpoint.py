@@ -11,8 +11,8 @@ at:
 - ``Host`` names this loopback address and port (421 otherwise), and an ``Origin``, when
   sent, does too (403): a web page that rebinds a DNS name to 127.0.0.1 is refused;
 - ``Authorization: Bearer TOKEN`` (401): there is no unauthenticated endpoint; in gateway
-  mode the token is the caller's JWT (:mod:`launcher.transports.gateway_auth`), the request
-  is its caller's, and a session serves only the caller that opened it (404 to another);
+  mode the token is the caller's JWT (:mod:`launcher.transports.http.gateway.gatekeeper`), the
+  request is its caller's, and a session serves only the caller that opened it (404 to another);
 - the path is ``/mcp`` (404), the method POST, GET or DELETE (405);
 - ``MCP-Protocol-Version``, when sent, is one this endpoint speaks (400);
 - the body is at most ``BODY_LIMIT`` bytes (413), a session id is known (404).
@@ -47,16 +47,16 @@ from starlette.types import Receive, Scope, Send
 
 from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_REQUEST, SESSION_NOT_FOUND
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
-from launcher.transports.admission import giving_way, parted, party_room
-from launcher.transports.http_bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
-from launcher.transports.http_session import Attached, ClientStream, owner
-from launcher.transports.http_socket import listen_http
-from launcher.transports.http_token import bearer
-from launcher.transports.stateless_http import CALLER, Opener, StatelessClients
+from launcher.transports.http.bearer_token import bearer
+from launcher.transports.http.bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
+from launcher.transports.http.client_stream import Attached, ClientStream, owner
+from launcher.transports.http.gateway.admission import giving_way, parted, party_room
+from launcher.transports.http.listener import listen_http
+from launcher.transports.http.stateless_requests import CALLER, Opener, StatelessClients
 
 if TYPE_CHECKING:
     from launcher.shared.caller_identity import Caller
-    from launcher.transports.gateway_auth import Gatekeeper
+    from launcher.transports.http.gateway.gatekeeper import Gatekeeper
 
 BODY_LIMIT = 64 * 1024 * 1024
 MAX_SESSIONS = 16  # each has its own servers

@@ -1,7 +1,8 @@
-"""The MCP clients configured on this machine (:mod:`launcher.clients.table` says where each
-keeps its servers): each file found read once, as what it is, and what each entry starts.
+"""The MCP clients configured on this machine (:mod:`launcher.clients.catalogue.table` says
+where each keeps its servers): each file found read once, as what it is, and what each entry
+starts.
 
-Each file is read once, as what it is (:mod:`launcher.clients.file_io` says how): the home
+Each file is read once, as what it is (:mod:`launcher.clients.files.file_io` says how): the home
 directory, or one holding it, is never a project, and a project's file that is one of the
 user's is the user's. An entry counts as running through ironcurtain only when it is
 exactly what ``wrap`` writes (:func:`not_protected` says why another is not).
@@ -18,10 +19,8 @@ from dataclasses import field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.entry_shape import odd_key, shape_problem, started
-from launcher.clients.file_io import Refused, Source, list_project, read_project, read_user
-from launcher.clients.formats import load, servers_at
-from launcher.clients.table import (
+from launcher.clients.catalogue.entry_shape import odd_key, shape_problem, started
+from launcher.clients.catalogue.table import (
     BY_NAME,
     CLIENTS,
     PROJECT_VARIABLES,
@@ -29,14 +28,16 @@ from launcher.clients.table import (
     listed_in,
     syntax_of,
 )
-from launcher.clients.text_reads import (
+from launcher.clients.catalogue.text_reads import (
     PROJECT_YAML_MAX,
     fills_text,
     loaded_above,
     read_otherwise,
 )
-from launcher.clients.wrap_paths import holds_home, identity
-from launcher.clients.wrap_vars import LeftAlone, translate, unread
+from launcher.clients.catalogue.var_syntax import LeftAlone, translate, unread
+from launcher.clients.files.file_io import Refused, Source, list_project, read_project, read_user
+from launcher.clients.files.formats import load, servers_at
+from launcher.clients.files.path_identity import holds_home, identity
 from launcher.shared import dirs
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError

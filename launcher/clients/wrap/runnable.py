@@ -20,7 +20,7 @@ import os
 import re
 from pathlib import Path
 
-from launcher.clients.known import ClientFile, Entry
+from launcher.clients.catalogue.known import ClientFile, Entry
 
 CONTAINER_RUNNERS = frozenset({"docker", "podman", "nerdctl", "finch", "docker-compose"})
 # Programs that run the script named by their first argument that is not an option.

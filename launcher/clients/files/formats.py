@@ -1,6 +1,6 @@
 """A client file's servers read, and one entry replaced, in the file's own format, with every
 other byte kept where the format's editor allows: JSON and JSONC by the in-place editor of
-:mod:`launcher.clients.jsonc` (only the entry's text changes), TOML with tomlkit and YAML
+:mod:`launcher.clients.files.jsonc` (only the entry's text changes), TOML with tomlkit and YAML
 with ruamel.yaml's round trip (the entry's keys set in place: comments, the entry's other
 keys, the rest of the file kept). Servers are an object of entries by name, or (``listed``:
 Continue's YAML, Mistral Vibe's TOML) a list of entries each with its ``name``.
@@ -17,7 +17,7 @@ import json
 import tomllib
 from typing import Any, cast
 
-from launcher.clients.jsonc import JsoncError, parse
+from launcher.clients.files.jsonc import JsoncError, parse
 from launcher.shared.user_errors import UsageError
 
 Path = tuple[str, ...]

@@ -5,12 +5,12 @@ clients they use, run through ironcurtain under the same names.
 points the client's entry at ``ironcurtain run --config USER_CONFIG --policy-dir
 USER_POLICY --server NAME`` (one server: its tool names stay as the client knows them).
 Only the entry's value changes in the client's file; comments and layout stay. The moved
-definition is made by :mod:`launcher.clients.wrap_define` (which paths become mounts, which
+definition is made by :mod:`launcher.clients.wrap.definition` (which paths become mounts, which
 variables it may refer to); an entry with a key that could change what the client starts,
 or a name ironcurtain's config refuses, is left alone and said so, and the new config is
 checked with the loader ``run`` uses before anything is written. Every file changed is
 backed up first and written atomically; what was written is recorded, so ``unwrap`` can
-put it back (:mod:`launcher.clients.wrap_files`).
+put it back (:mod:`launcher.clients.wrap.apply`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.entry_shape import odd_key, shape_problem, wrapped
-from launcher.clients.file_io import Refused, Source, read_user
-from launcher.clients.formats import NotEditable, plain, replace
-from launcher.clients.jsonc import JsoncError, parse, unwritable
-from launcher.clients.known import (
+from launcher.clients.catalogue.entry_shape import odd_key, shape_problem, wrapped
+from launcher.clients.catalogue.known import (
     BY_NAME,
     CLIENTS,
     ClientFile,
@@ -43,9 +40,12 @@ from launcher.clients.known import (
     user_config,
     workspace_of,
 )
-from launcher.clients.wrap_define import LeftAlone, moved_definition, references_environment
-from launcher.clients.wrap_runnable import unrunnable
-from launcher.clients.wrap_tracked import tracked
+from launcher.clients.files.file_io import Refused, Source, read_user
+from launcher.clients.files.formats import NotEditable, plain, replace
+from launcher.clients.files.jsonc import JsoncError, parse, unwritable
+from launcher.clients.wrap.definition import LeftAlone, moved_definition, references_environment
+from launcher.clients.wrap.runnable import unrunnable
+from launcher.clients.wrap.tracked import tracked
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError
 from sandbox_profiles.discover import PackageNotInstalled
@@ -91,7 +91,7 @@ def describe(files: Found) -> tuple[str, int, int]:
     """The clients' servers, one line each, for ``ironcurtain clients`` (what the files
     name shown as escapes where it could act on a terminal), closed by how many are not
     protected; and that count and the number of servers."""
-    from launcher.clients.wrap_annotate import annotated_servers
+    from launcher.clients.wrap.annotation_runs import annotated_servers
 
     lines: list[str] = []
     total = unprotected = bare = 0
@@ -144,7 +144,7 @@ def describe(files: Found) -> tuple[str, int, int]:
 def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[bool, str]:
     """Whether an entry runs through ironcurtain, and what it starts, said for a person
     (``annotated``: the servers the user policy has annotations of, None: unknown)."""
-    from launcher.clients.wrap_annotate import later_command
+    from launcher.clients.wrap.annotation_runs import later_command
 
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
@@ -438,7 +438,7 @@ def read_alike(f: ClientFile, e: Entry, definition: dict[str, Any], kept: dict[s
 
 def _as_text(f: ClientFile, kept: dict[str, str]) -> dict[str, str]:
     """The values of ``kept`` the client passes as they are written (no variable in them)."""
-    from launcher.clients.wrap_vars import translate
+    from launcher.clients.catalogue.var_syntax import translate
 
     out: dict[str, str] = {}
     for name, value in kept.items():

@@ -19,7 +19,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from launcher.clients.known import ironcurtain_exe, user_config, user_policy
+from launcher.clients.catalogue.known import ironcurtain_exe, user_config, user_policy
 from policy.variables import PLACEHOLDER
 
 PLACEHOLDER_VALUE = "ironcurtain-listing-placeholder"

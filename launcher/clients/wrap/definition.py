@@ -1,10 +1,10 @@
 """The definition ``wrap`` moves into ironcurtain's user config for one client entry: its
 command, arguments, environment and working directory, and the mounts its sandbox gets from
-its own path arguments (:mod:`launcher.clients.wrap_paths` says which may be mounts).
+its own path arguments (:mod:`launcher.clients.wrap.mounts` says which may be mounts).
 
-Each value is first said in ironcurtain's form (:mod:`launcher.clients.wrap_vars`: what its
-client fills from the environment becomes ``${NAME}``; what it passes as text must stay
-text, or the entry is left alone).
+Each value is first said in ironcurtain's form (:mod:`launcher.clients.catalogue.var_syntax`:
+what its client fills from the environment becomes ``${NAME}``; what it passes as text must
+stay text, or the entry is left alone).
 
 A project's entry is the project's to shape. ``ironcurtain run`` fills every ``${NAME}`` of
 a definition from its own environment, so a project's entry keeps references only as whole
@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from launcher.clients.known import (
+from launcher.clients.catalogue.known import (
     PROJECT_VARIABLES,
     ClientFile,
     Entry,
@@ -35,10 +35,11 @@ from launcher.clients.known import (
     user_policy,
     workspace_of,
 )
-from launcher.clients.wrap_network import network_for
-from launcher.clients.wrap_paths import NEVER_WRITABLE, identity, refusal, within
-from launcher.clients.wrap_runnable import relative, script_index
-from launcher.clients.wrap_vars import WORKSPACE, LeftAlone, translate, unread
+from launcher.clients.catalogue.var_syntax import WORKSPACE, LeftAlone, translate, unread
+from launcher.clients.files.path_identity import identity, within
+from launcher.clients.wrap.mounts import NEVER_WRITABLE, refusal
+from launcher.clients.wrap.network import network_for
+from launcher.clients.wrap.runnable import relative, script_index
 from sandbox_profiles.writable_roots import root_problem
 
 __all__ = ["LeftAlone", "moved_definition", "references_environment"]

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_REQUEST, REQUEST_CANCELLED
 from launcher.shared.jsonrpc import Message, error
-from launcher.transports.stateless_http import CALLER, Relayed
+from launcher.transports.http.stateless_requests import CALLER, Relayed
 
 if TYPE_CHECKING:
     from launcher.shared.caller_identity import Caller
