@@ -59,6 +59,8 @@ def test_bearer_basic_and_custom_headers_carry_the_value() -> None:
         (_head("Transfer-Encoding: chunked"), "chunked"),
         (_head("X: ironcurtain-sentinel-0000"), "unknown sentinel"),
     ],
+    # Named, not shown: the sentinels are new each run, and every worker must collect the same.
+    ids=["bearer", "basic", "url", "host-header", "chunked", "unknown-sentinel"],
 )
 def test_a_sentinel_elsewhere_is_refused(head: bytes, said: str) -> None:
     with pytest.raises(BrokerRefusal, match=said):
