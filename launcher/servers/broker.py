@@ -8,7 +8,7 @@ credentials decoded and encoded again, any other header) and, where the secret s
 the body. A sentinel anywhere else (the URL, a body the secret does not allow, a request to
 another host, a plain-HTTP request) is refused. One request per brokered connection: the
 answer says ``Connection: close``. What the host answers has the value replaced by the
-sentinel again in its head."""
+sentinel again, in its head and its body."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import base64
 import binascii
 import re
 import ssl
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
@@ -26,9 +26,12 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 # The largest body a brokered request may have: it is read whole, checked, then sent.
 BODY_LIMIT = 16 * 1024 * 1024
-# Not sent on: hop-by-hop, and ``Expect`` (the broker has the whole body before it sends
-# the head, and answers a client's ``100-continue`` itself).
-_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade", "expect"}
+# Not sent on: hop-by-hop; ``Expect`` (the broker has the whole body before it sends the
+# head, and answers a client's ``100-continue`` itself); ``Accept-Encoding`` (the answer is
+# asked for as ``identity``: a compressed one could hide the value from the broker).
+_HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade", "te"}
+_HOP |= {"expect", "accept-encoding"}
+_FRAMING = (b"content-length", b"transfer-encoding", b"connection")
 _BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
 # A header name is a token; its value holds no control character but a tab. Anything else
 # (a bare LF, a folded line, a space before the colon) is a line a lenient host may split or
@@ -98,21 +101,102 @@ class Broker:
             out = _with_length(out, len(new_body))
         up_writer.write(out + new_body)
         await up_writer.drain()
-        await self._answer(up_reader, writer)
+        await self._answer(up_reader, writer, head.split(b" ", 1)[0])
 
-    async def _answer(self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """The host's answer: its head (and each interim ``1xx`` head before it) with each
-        value put back as its sentinel, then the rest as it comes."""
+    async def _answer(
+        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: bytes
+    ) -> None:
+        """The host's answer with each value put back as its sentinel: in its head (and
+        each interim ``1xx`` head before it) and in its body, read out of its framing
+        (a value cut across chunks is seen whole) and sent on delimited by the close."""
+        mask = _Devalue(self.secrets)
         while True:
-            head = await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-            for secret in self.secrets:
-                head = head.replace(secret.value.encode(), secret.sentinel.encode())
-            writer.write(head)
+            head = mask.whole(
+                await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
+            )
             if not _INTERIM.match(head):
                 break
-        while data := await up_reader.read(65536):
-            writer.write(data)
+            writer.write(head)
+        fields = _fields(head)
+        if method == b"HEAD" or head[9:12] in (b"204", b"304"):
+            writer.write(head)
+            return
+        coding = fields.get(b"content-encoding", b"identity").strip().lower()
+        if coding not in (b"", b"identity"):
+            why = f"{coding.decode('latin-1')}, which the broker cannot check for the value"
+            raise BrokerRefusal(502, f"the host's answer is encoded as {why}")
+        lines = head.split(b"\r\n")[:-2]
+        kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _FRAMING]
+        writer.write(b"\r\n".join([*kept, b"Connection: close", b"", b""]))
+        async for piece in _body(up_reader, fields):
+            writer.write(mask.feed(piece))
             await writer.drain()
+        writer.write(mask.feed(b"", end=True))
+
+
+class _Devalue:
+    """A stream with each secret's value put back as its sentinel, though a value come
+    cut across pieces: the bytes that could begin one are held until the next piece."""
+
+    def __init__(self, secrets: Sequence[Brokered]) -> None:
+        self.pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets]
+        self.keep = max((len(v) for v, _ in self.pairs), default=1) - 1
+        self.held = b""
+
+    def whole(self, data: bytes) -> bytes:
+        for value, sentinel in self.pairs:
+            data = data.replace(value, sentinel)
+        return data
+
+    def feed(self, data: bytes, end: bool = False) -> bytes:
+        data = self.whole(self.held + data)
+        cut = len(data) if end else max(len(data) - self.keep, 0)
+        self.held = data[cut:]
+        return data[:cut]
+
+
+def _fields(head: bytes) -> dict[bytes, bytes]:
+    """An answer head's fields by lower-cased name (the last of each)."""
+    out: dict[bytes, bytes] = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+async def _body(reader: asyncio.StreamReader, fields: dict[bytes, bytes]) -> AsyncIterator[bytes]:
+    """An answer's body out of its framing (chunked, a length, or until the close), in
+    pieces; its trailers are not sent on."""
+    if b"chunked" in fields.get(b"transfer-encoding", b"").lower():
+        while size := _chunk_size(await reader.readuntil(b"\r\n")):
+            async for piece in _exactly(reader, size):
+                yield piece
+            await reader.readexactly(2)
+        return
+    if b"content-length" in fields:
+        async for piece in _exactly(reader, _chunk_size(fields[b"content-length"], 10)):
+            yield piece
+        return
+    while piece := await reader.read(65536):
+        yield piece
+
+
+async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+    while size > 0:
+        piece = await reader.read(min(size, 65536))
+        if not piece:
+            raise asyncio.IncompleteReadError(b"", size)
+        size -= len(piece)
+        yield piece
+
+
+def _chunk_size(line: bytes, base: int = 16) -> int:
+    text = line.split(b";", 1)[0].strip()
+    digits = b"0123456789abcdefABCDEF"[: 10 if base == 10 else 22]
+    if not text or text.strip(digits) or len(text) > 16:
+        raise BrokerRefusal(502, "the host's answer is malformed (its framing)")
+    return int(text, base)
 
 
 def _swap(text: str, secrets: Sequence[Brokered], host: str, port: int, place: str) -> str:
@@ -191,7 +275,7 @@ def rewrite_head(
         out.append(f"{name}:{_header(key, value, secrets, host, port)}")
     if not hosts:
         out.append(f"Host: {host}" if port == 443 else f"Host: {host}:{port}")
-    out.append("Connection: close")
+    out += ["Accept-Encoding: identity", "Connection: close"]
     return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length or 0
 
 

@@ -13,6 +13,7 @@ the same bytes leak."""
 from __future__ import annotations
 
 import asyncio
+import gzip
 import re
 import ssl
 from collections.abc import Callable
@@ -259,3 +260,89 @@ def test_control_the_same_bytes_leak_when_the_server_holds_the_value(
     request = _request(name, held=VALUE)
     seen, upstream, _ = exchange(tmp_path, request, ATTACKS[name][1], brokered=False)
     assert leaked_elsewhere(upstream) or VALUE.encode() in seen
+
+
+# -- the value coming back in the body of its host's answer --------------------------------
+
+
+def _authorization(raw: bytes) -> bytes:
+    said = re.search(rb"(?im)^authorization:\s*bearer\s+(\S+)", raw)
+    return said.group(1) if said else b"-"
+
+
+def _page(body: bytes, *fields: bytes) -> bytes:
+    head = [b"HTTP/1.1 200 OK", *fields, b"Content-Length: %d" % len(body), b"", b""]
+    return b"\r\n".join(head) + body
+
+
+def echoing(raw: bytes) -> bytes:
+    """An API that says back the credential it got, in its body."""
+    return _page(b'{"you sent": "' + _authorization(raw) + b'"}')
+
+
+def echoing_in_chunks(raw: bytes) -> bytes:
+    """The same, chunked, the value cut in two by the chunks."""
+    said = _authorization(raw)
+    half = len(said) // 2
+    pieces = [b"you sent ", said[:half], said[half:], b"."]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces)
+    head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + chunks + b"0\r\nX-Trailer: " + said + b"\r\n\r\n"
+
+
+def echoing_compressed_when_asked(raw: bytes) -> bytes:
+    """The same, gzip'd when the request accepts it."""
+    if re.search(rb"(?im)^accept-encoding:.*gzip", raw):
+        body = gzip.compress(b"you sent " + _authorization(raw))
+        return _page(body, b"Content-Encoding: gzip")
+    return echoing(raw)
+
+
+def echoing_compressed_always(raw: bytes) -> bytes:
+    return _page(gzip.compress(b"you sent " + _authorization(raw)), b"Content-Encoding: gzip")
+
+
+def readable(seen: bytes) -> bytes:
+    """What the server can read of an answer: its body ungzipped where it says gzip."""
+    head, _, body = seen.partition(b"\r\n\r\n")
+    if re.search(rb"(?im)^content-encoding:\s*gzip", head):
+        body = gzip.decompress(body)
+    return head + b"\r\n\r\n" + body
+
+
+ANSWERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
+    "in the body": (echoing, ""),
+    "in the body, cut across two chunks (and in a trailer)": (echoing_in_chunks, ""),
+    "in a gzip'd body the server asked for": (echoing_compressed_when_asked, "gzip"),
+    "in a gzip'd body the server did not ask for": (echoing_compressed_always, ""),
+}
+
+
+def _echo_request(accept: str) -> bytes:
+    head = f"GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{AUTH}\r\n"
+    if accept:
+        head += f"Accept-Encoding: {accept}\r\n"
+    return (head + "\r\n").encode()
+
+
+@pytest.mark.parametrize("name", list(ANSWERS))
+def test_the_server_never_reads_the_value_in_its_hosts_answer(tmp_path: Path, name: str) -> None:
+    answer, accept = ANSWERS[name]
+    seen, upstream, refusals = exchange(tmp_path, _echo_request(accept), answer)
+    assert VALUE.encode() in upstream.received[0]  # the host got it, and said it back
+    assert VALUE.encode() not in readable(seen)
+    if answer is echoing_compressed_always:  # what the broker cannot read is not passed on
+        assert seen.startswith(b"HTTP/1.1 502 ") and b"encoded as gzip" in seen
+        assert [r for r in refusals if "encoded as gzip" in r.reason]
+    else:
+        assert SENTINEL.encode() in readable(seen) and not refusals
+
+
+@pytest.mark.parametrize("name", list(ANSWERS))
+def test_control_the_answer_hands_the_value_to_a_server_that_sent_it(
+    tmp_path: Path, name: str
+) -> None:
+    answer, accept = ANSWERS[name]
+    request = _echo_request(accept).replace(SENTINEL.encode(), VALUE.encode())
+    seen, _, _ = exchange(tmp_path, request, answer, brokered=False)
+    assert VALUE.encode() in readable(seen).replace(b"\r\n", b"").replace(b"\n", b"")

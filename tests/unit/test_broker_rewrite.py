@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from launcher.plan.secrets_plan import Brokered, new_sentinel
-from launcher.servers.broker import BrokerRefusal, rewrite_body, rewrite_head
+from launcher.servers.broker import BrokerRefusal, _Devalue, rewrite_body, rewrite_head
 
 GH = Brokered("GH_TOKEN", new_sentinel(), "gh-value-1", (("api.github.com", None),))
 NPM = Brokered("NPM_TOKEN", new_sentinel(), "npm-välue-2", (("registry.npmjs.org", 443),), True)
@@ -110,3 +110,11 @@ def test_the_host_header_is_the_secrets_host_and_expect_is_not_sent_on() -> None
         _head(target="*").replace(b"GET", b"OPTIONS"), BOTH, "api.github.com", 8443
     )
     assert b"\r\nHost: api.github.com:8443\r\n" in options
+
+
+def test_a_value_cut_anywhere_across_pieces_goes_back_as_its_sentinel() -> None:
+    text = b"<<" + GH.value.encode() + b">>" + NPM.value.encode()
+    for cut in range(len(text) + 1):
+        mask = _Devalue(BOTH)
+        out = mask.feed(text[:cut]) + mask.feed(text[cut:]) + mask.feed(b"", end=True)
+        assert out == b"<<" + GH.sentinel.encode() + b">>" + NPM.sentinel.encode()
