@@ -101,15 +101,19 @@ class Broker:
             out = _with_length(out, len(new_body))
         up_writer.write(out + new_body)
         await up_writer.drain()
-        await self._answer(up_reader, writer, head.split(b" ", 1)[0])
+        mask = _Devalue(self.secrets, _basic_forms(out, self.secrets))
+        await self._answer(up_reader, writer, head.split(b" ", 1)[0], mask)
 
     async def _answer(
-        self, up_reader: asyncio.StreamReader, writer: asyncio.StreamWriter, method: bytes
+        self,
+        up_reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        method: bytes,
+        mask: _Devalue,
     ) -> None:
         """The host's answer with each value put back as its sentinel: in its head (and
         each interim ``1xx`` head before it) and in its body, read out of its framing
         (a value cut across chunks is seen whole) and sent on delimited by the close."""
-        mask = _Devalue(self.secrets)
         while True:
             head = mask.whole(
                 await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
@@ -138,8 +142,10 @@ class _Devalue:
     """A stream with each secret's value put back as its sentinel, though a value come
     cut across pieces: the bytes that could begin one are held until the next piece."""
 
-    def __init__(self, secrets: Sequence[Brokered]) -> None:
-        self.pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets]
+    def __init__(
+        self, secrets: Sequence[Brokered], more: Sequence[tuple[bytes, bytes]] = ()
+    ) -> None:
+        self.pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets] + list(more)
         self.keep = max((len(v) for v, _ in self.pairs), default=1) - 1
         self.held = b""
 
@@ -153,6 +159,22 @@ class _Devalue:
         cut = len(data) if end else max(len(data) - self.keep, 0)
         self.held = data[cut:]
         return data[:cut]
+
+
+def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, bytes]]:
+    """Each ``Basic`` credential of a brokered request's head that holds a value, paired
+    with the form the server wrote (its sentinel in the value's place): a host that says
+    the credential back as it got it says it back as the server sent it."""
+    pairs: list[tuple[bytes, bytes]] = []
+    for token in re.findall(rb"(?im)^[^:\r\n]*:\s*basic\s+([A-Za-z0-9+/]+=*)", head):
+        try:
+            decoded = base64.b64decode(token, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        devalued = _Devalue(secrets).whole(decoded)
+        if devalued != decoded:
+            pairs.append((token, base64.b64encode(devalued)))
+    return pairs
 
 
 def _fields(head: bytes) -> dict[bytes, bytes]:

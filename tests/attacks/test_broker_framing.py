@@ -13,6 +13,9 @@ the same bytes leak."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
+import contextlib
 import gzip
 import re
 import ssl
@@ -302,24 +305,38 @@ def echoing_compressed_always(raw: bytes) -> bytes:
     return _page(gzip.compress(b"you sent " + _authorization(raw)), b"Content-Encoding: gzip")
 
 
+def echoing_the_header(raw: bytes) -> bytes:
+    """An API that says back the ``Authorization`` header it got, as it got it."""
+    said = re.search(rb"(?im)^authorization:\s*(.+?)\r?$", raw)
+    header = said.group(1) if said else b"-"
+    return _page(b"you sent " + header, b"X-You-Sent: " + header)
+
+
 def readable(seen: bytes) -> bytes:
-    """What the server can read of an answer: its body ungzipped where it says gzip."""
+    """What the server can read of an answer: its body ungzipped where it says gzip, and
+    each base64 word in it decoded."""
     head, _, body = seen.partition(b"\r\n\r\n")
     if re.search(rb"(?im)^content-encoding:\s*gzip", head):
         body = gzip.decompress(body)
-    return head + b"\r\n\r\n" + body
+    text = head + b"\r\n\r\n" + body
+    for word in re.findall(rb"[A-Za-z0-9+/]{8,}=*", text):
+        with contextlib.suppress(binascii.Error, ValueError):
+            text += b"\n" + base64.b64decode(word, validate=True)
+    return text
 
 
+BASIC = "Authorization: Basic " + base64.b64encode(f"me:{SENTINEL}".encode()).decode()
 ANSWERS: dict[str, tuple[Callable[[bytes], bytes], str]] = {
     "in the body": (echoing, ""),
     "in the body, cut across two chunks (and in a trailer)": (echoing_in_chunks, ""),
     "in a gzip'd body the server asked for": (echoing_compressed_when_asked, "gzip"),
     "in a gzip'd body the server did not ask for": (echoing_compressed_always, ""),
+    "in Basic credentials said back as they came": (echoing_the_header, ""),
 }
 
 
-def _echo_request(accept: str) -> bytes:
-    head = f"GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{AUTH}\r\n"
+def _echo_request(accept: str, basic: bool = False) -> bytes:
+    head = f"GET /echo HTTP/1.1\r\nHost: {HOST}\r\n{BASIC if basic else AUTH}\r\n"
     if accept:
         head += f"Accept-Encoding: {accept}\r\n"
     return (head + "\r\n").encode()
@@ -328,8 +345,9 @@ def _echo_request(accept: str) -> bytes:
 @pytest.mark.parametrize("name", list(ANSWERS))
 def test_the_server_never_reads_the_value_in_its_hosts_answer(tmp_path: Path, name: str) -> None:
     answer, accept = ANSWERS[name]
-    seen, upstream, refusals = exchange(tmp_path, _echo_request(accept), answer)
-    assert VALUE.encode() in upstream.received[0]  # the host got it, and said it back
+    request = _echo_request(accept, basic=answer is echoing_the_header)
+    seen, upstream, refusals = exchange(tmp_path, request, answer)
+    assert VALUE.encode() in readable(upstream.received[0])  # the host got it, said it back
     assert VALUE.encode() not in readable(seen)
     if answer is echoing_compressed_always:  # what the broker cannot read is not passed on
         assert seen.startswith(b"HTTP/1.1 502 ") and b"encoded as gzip" in seen
@@ -343,6 +361,9 @@ def test_control_the_answer_hands_the_value_to_a_server_that_sent_it(
     tmp_path: Path, name: str
 ) -> None:
     answer, accept = ANSWERS[name]
-    request = _echo_request(accept).replace(SENTINEL.encode(), VALUE.encode())
+    request = _echo_request(accept, basic=answer is echoing_the_header)
+    held = "Authorization: Basic " + base64.b64encode(f"me:{VALUE}".encode()).decode()
+    request = request.replace(BASIC.encode(), held.encode())
+    request = request.replace(SENTINEL.encode(), VALUE.encode())
     seen, _, _ = exchange(tmp_path, request, answer, brokered=False)
     assert VALUE.encode() in readable(seen).replace(b"\r\n", b"").replace(b"\n", b"")
