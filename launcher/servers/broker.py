@@ -145,7 +145,9 @@ class _Devalue:
     def __init__(
         self, secrets: Sequence[Brokered], more: Sequence[tuple[bytes, bytes]] = ()
     ) -> None:
-        self.pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets] + list(more)
+        pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets] + list(more)
+        # The longest first: a value holding another whole goes back whole.
+        self.pairs = sorted(pairs, key=lambda pair: -len(pair[0]))
         self.keep = max((len(v) for v, _ in self.pairs), default=1) - 1
         self.held = b""
 
@@ -278,7 +280,12 @@ def rewrite_head(
             continue
         name, sep, value = line.partition(":")
         key = name.lower()
-        if not sep or not _NAME.fullmatch(name) or _CONTROL.search(value):
+        if (
+            not sep
+            or not _NAME.fullmatch(name)
+            or _CONTROL.search(value)
+            or SENTINEL_PREFIX in name
+        ):
             raise BrokerRefusal(400, "a malformed header line")
         if key in _HOP:
             continue

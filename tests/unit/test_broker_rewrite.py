@@ -118,3 +118,15 @@ def test_a_value_cut_anywhere_across_pieces_goes_back_as_its_sentinel() -> None:
         mask = _Devalue(BOTH)
         out = mask.feed(text[:cut]) + mask.feed(text[cut:]) + mask.feed(b"", end=True)
         assert out == b"<<" + GH.sentinel.encode() + b">>" + NPM.sentinel.encode()
+
+
+def test_a_value_holding_another_goes_back_whole() -> None:
+    short = Brokered("SHORT", new_sentinel(), "tok-1", (("a.example", None),))
+    long = Brokered("LONG", new_sentinel(), "tok-1-and-more", (("b.example", None),))
+    out = _Devalue((short, long)).feed(b"tok-1-and-more tok-1", end=True)
+    assert out == f"{long.sentinel} {short.sentinel}".encode()
+
+
+def test_a_sentinel_as_a_header_name_is_refused() -> None:
+    with pytest.raises(BrokerRefusal, match="malformed header line"):
+        rewrite_head(_head(f"{GH.sentinel}: x"), BOTH, "api.github.com", 443)
