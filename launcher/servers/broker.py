@@ -139,7 +139,7 @@ class Broker:
 
 
 class _Devalue:
-    """A stream with each secret's value put back as its sentinel, though a value come
+    """A stream with each secret's value put back as its sentinel, even a value that comes
     cut across pieces: the bytes that could begin one are held until the next piece."""
 
     def __init__(
