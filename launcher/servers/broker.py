@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 import re
 import ssl
 from collections.abc import AsyncIterator, Sequence
+from urllib.parse import quote, quote_plus
 
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
@@ -145,7 +147,8 @@ class _Devalue:
     def __init__(
         self, secrets: Sequence[Brokered], more: Sequence[tuple[bytes, bytes]] = ()
     ) -> None:
-        pairs = [(s.value.encode(), s.sentinel.encode()) for s in secrets] + list(more)
+        pairs = [(form, s.sentinel.encode()) for s in secrets for form in _forms(s.value)]
+        pairs += more
         # The longest first: a value holding another whole goes back whole.
         self.pairs = sorted(pairs, key=lambda pair: -len(pair[0]))
         self.keep = max((len(v) for v, _ in self.pairs), default=1) - 1
@@ -161,6 +164,18 @@ class _Devalue:
         cut = len(data) if end else max(len(data) - self.keep, 0)
         self.held = data[cut:]
         return data[:cut]
+
+
+def _forms(value: str) -> set[bytes]:
+    """``value`` as a host may say it back: as it is, percent-encoded (upper- or lower-case
+    hex, ``/`` kept or not, a space as ``+``) and escaped in a JSON string (non-ASCII as
+    ``\\u`` or not, ``/`` as ``\\/`` or not)."""
+    encoded = {quote(value, safe=""), quote(value, safe="/"), quote_plus(value, safe="")}
+    encoded |= {re.sub("%[0-9A-F]{2}", lambda m: m.group().lower(), e) for e in encoded}
+    escaped = {json.dumps(value, ensure_ascii=ascii)[1:-1] for ascii in (False, True)}
+    escaped |= {e.replace("/", "\\/") for e in escaped}
+    texts = {value, *escaped, *encoded}
+    return {text.encode() for text in texts}
 
 
 def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, bytes]]:

@@ -17,11 +17,12 @@ import base64
 import binascii
 import contextlib
 import gzip
+import json
 import re
 import ssl
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import pytest
 
@@ -120,6 +121,7 @@ def exchange(
     request: bytes,
     answer: Callable[[bytes], bytes] = reflecting,
     brokered: bool = True,
+    value: str = VALUE,
 ) -> tuple[bytes, Upstream, list[Refusal]]:
     """``request`` written raw inside a brokered connection to the secret's host: what the
     server read back, what the host got, the proxy's refusals. Not ``brokered``: the proxy
@@ -127,7 +129,7 @@ def exchange(
     ca_file, chain = make_authority(tmp_path, [HOST])
     upstream = Upstream(answer)
     refusals: list[Refusal] = []
-    secret = Brokered("API_TOKEN", SENTINEL, VALUE, ((HOST, None),), True)
+    secret = Brokered("API_TOKEN", SENTINEL, value, ((HOST, None),), True)
 
     async def scenario() -> bytes:
         host_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -367,3 +369,37 @@ def test_control_the_answer_hands_the_value_to_a_server_that_sent_it(
     request = request.replace(SENTINEL.encode(), VALUE.encode())
     seen, _, _ = exchange(tmp_path, request, answer, brokered=False)
     assert VALUE.encode() in readable(seen).replace(b"\r\n", b"").replace(b"\n", b"")
+
+
+# -- the value said back encoded: percent-encoded in a redirect, escaped in JSON ----------
+
+SPECIAL = 's3cr3t/Välue+for=the"api~7f3a'
+
+
+def redirecting(raw: bytes) -> bytes:
+    """A host that puts the credential in a redirect's query and a JSON body."""
+    said = _authorization(raw).decode()
+    body = json.dumps({"token": said}).replace("/", "\\/").encode()
+    return _page(body, b"Location: /done?token=" + quote(said, safe="").encode())
+
+
+def _decoded(seen: bytes) -> bytes:
+    """``seen`` with its percent-encoding and JSON escapes undone, as a server would."""
+    unescaped = seen.replace(b"\\/", b"/").replace(b'\\"', b'"')
+    unescaped = re.sub(rb"\\u([0-9a-f]{4})", lambda m: chr(int(m.group(1), 16)).encode(), unescaped)
+    return seen + b"\n" + unescaped + b"\n" + unquote_to_bytes(seen)
+
+
+def test_the_value_said_back_encoded_goes_back_as_the_sentinel(tmp_path: Path) -> None:
+    seen, upstream, refusals = exchange(tmp_path, _echo_request(""), redirecting, value=SPECIAL)
+    assert SPECIAL.encode() in upstream.received[0] and not refusals
+    assert SPECIAL.encode() not in _decoded(seen)
+    assert b"Location: /done?token=" + SENTINEL.encode() in seen
+
+
+def test_control_the_value_said_back_encoded_reaches_a_server_that_sent_it(
+    tmp_path: Path,
+) -> None:
+    request = _echo_request("").replace(SENTINEL.encode(), SPECIAL.encode())
+    seen, _, _ = exchange(tmp_path, request, redirecting, brokered=False, value=SPECIAL)
+    assert SPECIAL.encode() in _decoded(seen)

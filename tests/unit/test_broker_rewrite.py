@@ -130,3 +130,16 @@ def test_a_value_holding_another_goes_back_whole() -> None:
 def test_a_sentinel_as_a_header_name_is_refused() -> None:
     with pytest.raises(BrokerRefusal, match="malformed header line"):
         rewrite_head(_head(f"{GH.sentinel}: x"), BOTH, "api.github.com", 443)
+
+
+def test_a_value_said_back_encoded_goes_back_as_its_sentinel() -> None:
+    odd = Brokered("ODD", new_sentinel(), 'a/b+c=d é"x', (("a.example", None),))
+    said = [
+        b"a%2Fb%2Bc%3Dd%20%C3%A9%22x",  # every reserved character encoded
+        b"a/b%2bc%3dd%20%c3%a9%22x",  # "/" kept, lower-case hex
+        b"a%2Fb%2Bc%3Dd+%C3%A9%22x",  # a space as "+"
+        b'a\\/b+c=d \\u00e9\\"x',  # a JSON string, ASCII only, "/" escaped
+        'a/b+c=d é\\"x'.encode(),  # a JSON string
+    ]
+    for text in said:
+        assert _Devalue((odd,)).feed(b"<" + text + b">", end=True) == f"<{odd.sentinel}>".encode()
