@@ -227,6 +227,9 @@ def mask_known(value: Any, known: Sequence[tuple[str, str]], found: list[str]) -
     if not known:
         return value
 
+    # The longest first: a value holding another whole is masked whole, not cut around it.
+    known = sorted(known, key=lambda pair: -len(pair[1]))
+
     def change(text: str) -> str:
         for name, secret in known:
             if secret in text:

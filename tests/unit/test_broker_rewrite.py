@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from launcher.plan.secrets_plan import Brokered, new_sentinel
-from launcher.servers.broker import BrokerRefusal, rewrite_body, rewrite_head
+from launcher.servers.broker import BrokerRefusal, _Devalue, rewrite_body, rewrite_head
 
 GH = Brokered("GH_TOKEN", new_sentinel(), "gh-value-1", (("api.github.com", None),))
 NPM = Brokered("NPM_TOKEN", new_sentinel(), "npm-välue-2", (("registry.npmjs.org", 443),), True)
@@ -84,3 +84,64 @@ def test_a_port_named_with_the_host_is_the_only_one() -> None:
 
 def test_the_value_is_never_in_a_secrets_repr() -> None:
     assert "gh-value-1" not in repr(GH)
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        (_head(target="https://evil.example/x"), "target is a path"),
+        (_head(target="evil.example:443"), "target is a path"),
+        (_head(target="*"), "target is a path"),  # only OPTIONS asks for *
+        (_head("Host: api.github.com", "Host: api.github.com"), "more than one Host"),
+        (_head("X-A: a\nHost: evil.example"), "malformed header line"),  # a bare LF
+        (_head("X-A: a", " folded: on"), "malformed header line"),  # obs-fold
+        (_head("Host : evil.example"), "malformed header line"),  # a space before the colon
+        (_head("X-A: a\x00b"), "malformed header line"),
+        (_head("Content-Length: 0", "Content-Length: 5"), "repeated Content-Length"),
+    ],
+)
+def test_framing_a_host_could_read_otherwise_is_refused(head: bytes, said: str) -> None:
+    with pytest.raises(BrokerRefusal, match=said):
+        rewrite_head(head, BOTH, "api.github.com", 443)
+
+
+def test_the_host_header_is_the_secrets_host_and_expect_is_not_sent_on() -> None:
+    out, _ = rewrite_head(_head("Expect: 100-continue", "X-A: a\tb"), BOTH, "api.github.com", 443)
+    assert b"Expect" not in out and b"X-A: a\tb" in out and b"\r\nHost: api.github.com\r\n" in out
+    options, _ = rewrite_head(
+        _head(target="*").replace(b"GET", b"OPTIONS"), BOTH, "api.github.com", 8443
+    )
+    assert b"\r\nHost: api.github.com:8443\r\n" in options
+
+
+def test_a_value_cut_anywhere_across_pieces_goes_back_as_its_sentinel() -> None:
+    text = b"<<" + GH.value.encode() + b">>" + NPM.value.encode()
+    for cut in range(len(text) + 1):
+        mask = _Devalue(BOTH)
+        out = mask.feed(text[:cut]) + mask.feed(text[cut:]) + mask.feed(b"", end=True)
+        assert out == b"<<" + GH.sentinel.encode() + b">>" + NPM.sentinel.encode()
+
+
+def test_a_value_holding_another_goes_back_whole() -> None:
+    short = Brokered("SHORT", new_sentinel(), "tok-1", (("a.example", None),))
+    long = Brokered("LONG", new_sentinel(), "tok-1-and-more", (("b.example", None),))
+    out = _Devalue((short, long)).feed(b"tok-1-and-more tok-1", end=True)
+    assert out == f"{long.sentinel} {short.sentinel}".encode()
+
+
+def test_a_sentinel_as_a_header_name_is_refused() -> None:
+    with pytest.raises(BrokerRefusal, match="malformed header line"):
+        rewrite_head(_head(f"{GH.sentinel}: x"), BOTH, "api.github.com", 443)
+
+
+def test_a_value_said_back_encoded_goes_back_as_its_sentinel() -> None:
+    odd = Brokered("ODD", new_sentinel(), 'a/b+c=d é"x', (("a.example", None),))
+    said = [
+        b"a%2Fb%2Bc%3Dd%20%C3%A9%22x",  # every reserved character encoded
+        b"a/b%2bc%3dd%20%c3%a9%22x",  # "/" kept, lower-case hex
+        b"a%2Fb%2Bc%3Dd+%C3%A9%22x",  # a space as "+"
+        b'a\\/b+c=d \\u00e9\\"x',  # a JSON string, ASCII only, "/" escaped
+        'a/b+c=d é\\"x'.encode(),  # a JSON string
+    ]
+    for text in said:
+        assert _Devalue((odd,)).feed(b"<" + text + b">", end=True) == f"<{odd.sentinel}>".encode()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from policy.secrets import DETECTORS, mask_strings, mask_text
+from policy.secrets import DETECTORS, mask_known, mask_strings, mask_text
 
 B64 = "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"
 KEY_BODY = "\n".join(["MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7" + "x" * 12] * 3)
@@ -127,3 +127,12 @@ def test_a_long_hostile_text_is_read_once() -> None:
     # Many key-like lines and edges with nothing between them: linear, not quadratic.
     hostile = ("A" * 64 + "\n-----END RSA PRIVATE KEY-----\n") * 20_000
     assert "A" * 64 not in mask_text(hostile)
+
+
+def test_a_known_value_holding_another_is_masked_whole() -> None:
+    # Masking the shorter first would leave the longer one's rest (its "-and-more") in view.
+    known = [("SHORT", "tok-1"), ("LONG", "tok-1-and-more")]
+    found: list[str] = []
+    out = mask_known({"t": "tok-1-and-more and tok-1"}, known, found)
+    assert out == {"t": "[secret masked: LONG] and [secret masked: SHORT]"}
+    assert sorted(found) == ["LONG", "SHORT"]
