@@ -13,7 +13,10 @@ request, and handed every 401, without the relay knowing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.host.launch_spec import LaunchSpec
@@ -29,6 +32,9 @@ if TYPE_CHECKING:
 
 # Seconds a stopping connection has to end its session upstream (``DELETE``).
 CLOSE_GRACE = 2.0
+# The shortest part of a header value hidden in what the server sends (a shorter one is no
+# credential, and hiding it would mangle ordinary text).
+SHORTEST_HIDDEN = 8
 
 
 class RemoteUnavailable(Exception):
@@ -50,6 +56,9 @@ class RemoteConnection(ServerConnection):
         self._closing = asyncio.Event()
         self.refused: int | None = None  # the last HTTP status >= 400 it answered with
         self.failure: str | None = None  # why the connection ended, when it failed
+        # The entry's header values (its credentials), each with what stands in for it in
+        # anything the server sends and in every line about the connection.
+        self._hidden = hidden_values(target.headers)
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
         return RemoteConnection(self.spec, self.target, on_notification, client)
@@ -85,7 +94,25 @@ class RemoteConnection(ServerConnection):
             return f"{where} answered HTTP {self.refused}"
         if self.failure is not None:
             return f"{where} cannot be reached: {self.failure}"
-        return f"{where} did not open: {exc}"
+        return f"{where} did not open: {self.hide(str(exc))}"
+
+    def hide(self, value: Any) -> Any:
+        """``value`` (a message, or a line) with every header value of the entry in it
+        replaced by a marker naming the header: whatever the server sends back (a tool that
+        reflects its request, an error quoting the token it refused) carries no credential
+        of ironcurtain's on to the client, the audit log or the terminal."""
+        if not self._hidden:
+            return value
+        if isinstance(value, str):
+            for secret, marker in self._hidden.items():
+                if secret in value:
+                    value = value.replace(secret, marker)
+            return value
+        if isinstance(value, dict):
+            return {self.hide(k): self.hide(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.hide(item) for item in value]
+        return value
 
     # -- the transport -----------------------------------------------------------------------
 
@@ -125,7 +152,7 @@ class RemoteConnection(ServerConnection):
                 ready.set_result(None)
                 await self._pump(*streams)
         except BaseException as exc:
-            self.failure = _one_line(exc)
+            self.failure = self.hide(_one_line(exc))
             if not ready.done():
                 ready.set_result(None)  # the first request fails, naming why
             if isinstance(exc, asyncio.CancelledError):
@@ -160,10 +187,10 @@ class RemoteConnection(ServerConnection):
             async def reading() -> None:
                 async for item in read:
                     if isinstance(item, Exception):
-                        self._log(f"transport: {_one_line(item)}")
+                        self._log(f"transport: {self.hide(_one_line(item))}")
                         continue
                     dumped = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-                    self._dispatch(dumped)
+                    self._dispatch(self.hide(dumped))
                 group.cancel_scope.cancel()  # the transport closed
 
             group.start_soon(closing)
@@ -212,6 +239,33 @@ class RemoteConnection(ServerConnection):
             carrier.cancel()
             with contextlib.suppress(BaseException):
                 await carrier
+
+
+def hidden_values(headers: Mapping[str, str]) -> dict[str, str]:
+    """What of ``headers`` is hidden wherever the server's messages carry it, longest first
+    (a value is replaced before a part of it), each with its marker: the whole value, the
+    credential after an authorization scheme (``Bearer X``: ``X``), and a ``Basic``
+    credential decoded (``user:password``, and the password), each of at least
+    ``SHORTEST_HIDDEN`` characters.
+
+    >>> hidden_values({"Authorization": "Basic bWU6czNjcjN0LXRva2Vu"})  # doctest: +ELLIPSIS
+    {'Basic bWU6czNjcjN0LXRva2Vu': '[secret masked: "Authorization" header]', ...}
+    """
+    found: dict[str, str] = {}
+    for name, value in headers.items():
+        marker = f'[secret masked: "{name}" header]'
+        scheme, _, credential = value.strip().partition(" ")
+        parts = [value.strip(), credential.strip()]
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credential.strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                decoded = ""
+            parts += [decoded, decoded.partition(":")[2]]
+        for part in parts:
+            if len(part) >= SHORTEST_HIDDEN:
+                found.setdefault(part, marker)
+    return dict(sorted(found.items(), key=lambda item: -len(item[0])))
 
 
 def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
