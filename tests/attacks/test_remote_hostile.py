@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from launcher.host.launch import LaunchSpec
-from launcher.plan.remote_plan import RemoteTarget
+from launcher.plan.config import load_config
+from launcher.plan.remote_plan import RemoteTarget, target_of
 from launcher.servers import remote, remote_egress
-from launcher.servers.remote import RemoteConnection
+from launcher.servers.remote import RemoteConnection, RemoteUnavailable
 from launcher.shared.jsonrpc import TOOL, Message
+from launcher.shared.user_errors import ConfigError
 from tests.support.hostile_remote import FLOOD_END, Hostile, hostile_remote
 
 TOKEN = "s3cr3t-upstream-token-8f2a"
@@ -68,6 +72,49 @@ def test_control_without_the_masking_the_server_hands_it_back(
     with hostile_remote() as at:
         _, handed = _called(_target(at, {"Authorization": f"Bearer {TOKEN}"}), "whoami")
     assert TOKEN in repr(handed)
+
+
+def _said_of(tmp_path: Path, at: Hostile, value: str) -> str:
+    """Everything said of an entry whose ``Authorization`` header is ``value``: the config's
+    refusal, or the tools it lists, or the line saying why it could not be opened."""
+    config = tmp_path / "c.json"
+    entry = {"url": at.url, "headers": {"Authorization": value}}
+    config.write_text(json.dumps({"mcpServers": {"far": entry}}))
+    try:
+        server = load_config(config, "--config", str(tmp_path), env={}).servers["far"]
+    except ConfigError as refused:
+        return str(refused)
+
+    async def scenario() -> str:
+        conn = RemoteConnection(LaunchSpec("far", [], {}, "/", None), target_of(server))
+        try:
+            await conn.start()
+            await conn.initialize()
+            return repr(await conn.list_tools())
+        except RemoteUnavailable as unavailable:
+            return str(unavailable)
+        finally:
+            await conn.stop()
+
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "value", [f"Bearer {TOKEN}\x0bx", f" Bearer {TOKEN}", f"Bearer {TOKEN}\x7f"]
+)
+def test_a_header_value_http_cannot_carry_is_never_repeated(tmp_path: Path, value: str) -> None:
+    # The HTTP layer refuses such a value when it sends it, in an error quoting it whole.
+    with hostile_remote() as at:
+        said = _said_of(tmp_path, at, value)
+    assert "$.mcpServers.far.headers.Authorization" in said
+    assert TOKEN not in said
+
+
+def test_control_a_header_value_http_carries_is_sent(tmp_path: Path) -> None:
+    with hostile_remote() as at:
+        said = _said_of(tmp_path, at, f"Bearer {TOKEN}")
+        assert at.seen.headers[-1]["Authorization"] == f"Bearer {TOKEN}"
+    assert "whoami" in said
 
 
 def _flooded(limit: int | None, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
