@@ -38,6 +38,7 @@ RESERVED_HEADERS = frozenset(
         "Keep-Alive",
         "Proxy-Connection",
         "Accept",
+        "Accept-Encoding",
         "Last-Event-ID",
         "Mcp-Session-Id",
         "MCP-Protocol-Version",

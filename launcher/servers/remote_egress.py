@@ -143,8 +143,8 @@ def _checked_backend(target: RemoteTarget) -> httpcore2.AsyncNetworkBackend:
 def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
     """An HTTP transport that dials only ``target``'s host, at addresses the egress check
     let through (TLS still verified against the name, from the system's trust store),
-    ignores the proxy variables of ironcurtain's environment, and reads an answer that is
-    not an event stream up to ``ANSWER_LIMIT`` bytes."""
+    ignores the proxy variables of ironcurtain's environment, reads an answer that is not an
+    event stream up to ``ANSWER_LIMIT`` bytes, and no compressed answer at all."""
     import ssl
 
     import httpcore2
@@ -159,12 +159,34 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
             response = await super().handle_async_request(request)
+            if ANSWER_LIMIT is None:
+                return response
+            coding = response.headers.get("content-encoding", "identity").strip().lower()
             kind = response.headers.get("content-type", "").lower()
-            if ANSWER_LIMIT is not None and not kind.startswith("text/event-stream"):
+            if coding != "identity":
+                response.stream = _refused(response.stream, f"its answer is compressed ({coding})")
+            elif not kind.startswith("text/event-stream"):
                 response.stream = _bounded(response.stream, ANSWER_LIMIT)
             return response
 
     return Transport()
+
+
+def _refused(stream: Any, why: str) -> Any:
+    """``stream`` (a response body) that fails before it gives a byte: an answer whose size
+    cannot be known from the bytes read (a compressed one: a few kilobytes may inflate to
+    gigabytes), asked for without compression and sent compressed all the same."""
+    import httpx2
+
+    class Refused(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            raise httpx2.StreamError(f"{why}, though ironcurtain asked for it uncompressed")
+            yield b""  # pragma: no cover (an async generator)
+
+        async def aclose(self) -> None:
+            await stream.aclose()
+
+    return Refused()
 
 
 def _bounded(stream: Any, limit: int) -> Any:
@@ -198,7 +220,8 @@ def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     return httpx2.AsyncClient(
-        headers=dict(target.headers),
+        # Uncompressed: what is read is what is held (see ``checked_transport``).
+        headers={**target.headers, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         transport=checked_transport(target),
         trust_env=False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from launcher.servers import remote, remote_egress
 from launcher.servers.remote import RemoteConnection, RemoteUnavailable
 from launcher.shared.jsonrpc import TOOL, Message
 from launcher.shared.user_errors import ConfigError
-from tests.support.hostile_remote import FLOOD_END, Hostile, hostile_remote
+from tests.support.hostile_remote import BOMB, FLOOD_END, Hostile, hostile_remote
 
 TOKEN = "s3cr3t-upstream-token-8f2a"
 
@@ -133,3 +134,26 @@ def test_an_answer_that_never_ends_is_cut_at_the_limit(monkeypatch: pytest.Monke
 def test_control_without_the_limit_all_of_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
     _, sent = _flooded(None, monkeypatch)
     assert sent == FLOOD_END
+
+
+def _bombed(limit: int | None, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
+    """The answer to the ``bomb`` call, and the most memory held while it was read."""
+    monkeypatch.setattr(remote_egress, "ANSWER_LIMIT", limit, raising=False)
+    with hostile_remote() as at:
+        tracemalloc.start()
+        try:
+            answer, _ = _called(_target(at, {}), "bomb")
+            return answer, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+
+def test_a_small_answer_that_inflates_is_not_inflated(monkeypatch: pytest.MonkeyPatch) -> None:
+    answer, peak = _bombed(remote_egress.ANSWER_LIMIT, monkeypatch)
+    assert "error" in answer and "compressed" in str(answer["error"])
+    assert peak < BOMB // 3
+
+
+def test_control_without_the_check_it_is_inflated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    _, peak = _bombed(None, monkeypatch)
+    assert peak > BOMB
