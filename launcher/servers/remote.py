@@ -18,6 +18,7 @@ import binascii
 import contextlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.remote_plan import SSE, RemoteTarget
@@ -58,7 +59,7 @@ class RemoteConnection(ServerConnection):
         self.failure: str | None = None  # why the connection ended, when it failed
         # The entry's header values (its credentials), each with what stands in for it in
         # anything the server sends and in every line about the connection.
-        self._hidden = hidden_values(target.headers)
+        self._hidden = hidden_values(target.headers, urlsplit(target.url).query)
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
         return RemoteConnection(self.spec, self.target, on_notification, client)
@@ -241,12 +242,13 @@ class RemoteConnection(ServerConnection):
                 await carrier
 
 
-def hidden_values(headers: Mapping[str, str]) -> dict[str, str]:
-    """What of ``headers`` is hidden wherever the server's messages carry it, longest first
-    (a value is replaced before a part of it), each with its marker: the whole value, the
-    credential after an authorization scheme (``Bearer X``: ``X``), and a ``Basic``
-    credential decoded (``user:password``, and the password), each of at least
-    ``SHORTEST_HIDDEN`` characters.
+def hidden_values(headers: Mapping[str, str], query: str = "") -> dict[str, str]:
+    """What of ``headers`` (and of the URL's ``query``, where some services put their key)
+    is hidden wherever the server's messages carry it, longest first (a value is replaced
+    before a part of it), each with its marker: the whole value, the credential after an
+    authorization scheme (``Bearer X``: ``X``), a ``Basic`` credential decoded
+    (``user:password``, and the password), the query and each of its values, each of at
+    least ``SHORTEST_HIDDEN`` characters.
 
     >>> hidden_values({"Authorization": "Basic bWU6czNjcjN0LXRva2Vu"})  # doctest: +ELLIPSIS
     {'Basic bWU6czNjcjN0LXRva2Vu': '[secret masked: "Authorization" header]', ...}
@@ -265,6 +267,10 @@ def hidden_values(headers: Mapping[str, str]) -> dict[str, str]:
         for part in parts:
             if len(part) >= SHORTEST_HIDDEN:
                 found.setdefault(part, marker)
+    in_query = [query, *(v for pair in parse_qsl(query) for v in pair)]
+    for part in in_query:
+        if len(part) >= SHORTEST_HIDDEN:
+            found.setdefault(part, "[secret masked: the URL's query]")
     return dict(sorted(found.items(), key=lambda item: -len(item[0])))
 
 

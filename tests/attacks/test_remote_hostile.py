@@ -69,10 +69,32 @@ def test_a_header_credential_the_server_sends_back_never_reaches_the_client(
 def test_control_without_the_masking_the_server_hands_it_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(remote, "hidden_values", lambda headers: {})
+    monkeypatch.setattr(remote, "hidden_values", lambda headers, query="": {})
     with hostile_remote() as at:
         _, handed = _called(_target(at, {"Authorization": f"Bearer {TOKEN}"}), "whoami")
     assert TOKEN in repr(handed)
+
+
+def test_a_key_in_the_url_is_never_repeated_in_what_is_said() -> None:
+    # The legacy SSE transport's refusal quotes the whole URL, query and all.
+    with hostile_remote() as at:
+        said = _unavailable(f"{at.url}?key={TOKEN}", at)
+    assert "remote server 'far'" in said and "405" in said
+    assert TOKEN not in said
+
+
+def test_control_without_the_hiding_the_key_is_repeated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(remote, "hidden_values", lambda headers, query="": {})
+    with hostile_remote() as at:
+        assert TOKEN in _unavailable(f"{at.url}?key={TOKEN}", at)
+
+
+def _unavailable(url: str, at: Hostile) -> str:
+    """Why a connection over the legacy SSE transport to ``url`` could not be opened."""
+    target = RemoteTarget(url, "127.0.0.1", at.port, "sse", {}, {})
+    with pytest.raises(RemoteUnavailable) as unavailable:
+        _called(target, "whoami")
+    return str(unavailable.value)
 
 
 def _said_of(tmp_path: Path, at: Hostile, value: str) -> str:
