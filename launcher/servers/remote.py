@@ -16,6 +16,9 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import logging
+import sys
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
@@ -36,6 +39,36 @@ CLOSE_GRACE = 2.0
 # The shortest part of a header value hidden in what the server sends (a shorter one is no
 # credential, and hiding it would mangle ordinary text).
 SHORTEST_HIDDEN = 8
+
+
+# The connections open now: what each hides is hidden in the SDK's log lines too.
+_OPEN: weakref.WeakSet[RemoteConnection] = weakref.WeakSet()
+
+
+class _SdkLines(logging.Handler):
+    """The ``mcp`` SDK client transports' warnings and errors, as one line each on stderr
+    with every open remote connection's credentials hidden: never a traceback, and never
+    the server's answer (which the SDK quotes when it cannot parse it) as it came."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from launcher.shared.shown import visible
+
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {record.exc_info[1]}"
+        for conn in list(_OPEN):
+            text = conn.hide(text)
+        line = visible(" ".join(text.split()), one_line=True)
+        print(f"ironcurtain: remote: {line}", file=sys.stderr, flush=True)
+
+
+def _sdk_lines() -> None:
+    """Route the SDK client's log to :class:`_SdkLines` (once; not on to any other handler)."""
+    log = logging.getLogger("mcp.client")
+    if not any(isinstance(h, _SdkLines) for h in log.handlers):
+        log.addHandler(_SdkLines(logging.WARNING))
+        log.setLevel(logging.WARNING)
+        log.propagate = False
 
 
 class RemoteUnavailable(Exception):
@@ -71,6 +104,8 @@ class RemoteConnection(ServerConnection):
     async def start(self, proc: subprocess.Popen[bytes] | None = None) -> None:
         """Open the transport (nothing is sent until the first request)."""
         del proc
+        _sdk_lines()
+        _OPEN.add(self)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._carrier = asyncio.create_task(self._carry(ready))
         await ready

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from launcher.servers.remote import RemoteConnection, RemoteUnavailable
 from launcher.shared.jsonrpc import TOOL, Message
 from launcher.shared.user_errors import ConfigError
 from tests.support.hostile_remote import BOMB, FLOOD_END, Hostile, hostile_remote
+from tests.support.paths import TESTS
 
 TOKEN = "s3cr3t-upstream-token-8f2a"
 
@@ -64,6 +67,40 @@ def test_a_header_credential_the_server_sends_back_never_reaches_the_client(
         assert at.seen.headers[-1]["Authorization"] == header  # it was sent upstream
     assert TOKEN not in repr(handed)
     assert '"Authorization" header' in repr(answer)  # said masked, not silently dropped
+
+
+# One call of ``garbled`` in a process of its own, whose stderr is what ironcurtain's would be.
+GARBLED = """
+import sys
+from launcher.plan.remote_plan import RemoteTarget
+from launcher.servers import remote
+from tests.attacks.test_remote_hostile import _called
+url, port, token, protection = sys.argv[1:]
+if protection == "off":
+    remote._sdk_lines = lambda: None
+target = RemoteTarget(url, "127.0.0.1", int(port), "streamable-http", {"Authorization": token}, {})
+answer, handed = _called(target, "garbled")
+print(repr(answer), repr(handed))
+"""
+
+
+def _garbled(protection: str) -> subprocess.CompletedProcess[str]:
+    with hostile_remote() as at:
+        argv = [sys.executable, "-c", GARBLED, at.url, str(at.port), f"Bearer {TOKEN}", protection]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=TESTS.parent)
+
+
+def test_a_header_credential_in_an_answer_the_sdk_cannot_parse_is_not_logged() -> None:
+    # The SDK logs the unparsable answer, quoted, with its traceback.
+    done = _garbled("on")
+    assert done.returncode == 0, done.stderr
+    assert TOKEN not in done.stderr + done.stdout and "Traceback" not in done.stderr
+    assert "ironcurtain: remote: Error parsing JSON response" in done.stderr
+
+
+def test_control_the_sdk_logs_the_answer_as_it_came() -> None:
+    done = _garbled("off")
+    assert TOKEN in done.stderr and "Traceback" in done.stderr
 
 
 def test_control_without_the_masking_the_server_hands_it_back(
