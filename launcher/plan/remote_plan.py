@@ -76,8 +76,10 @@ def is_loopback_name(host: str, hosts: Mapping[str, str]) -> bool:
     (True, True)
     >>> is_loopback_name("db.internal", {"db.internal": "10.0.0.5"})
     False
+    >>> is_loopback_name("localhost", {"localhost": "10.0.0.5"})  # where it is dialled
+    False
     """
-    if host == "localhost" or host.endswith(".localhost"):
+    if host not in hosts and (host == "localhost" or host.endswith(".localhost")):
         return True
     try:
         return ipaddress.ip_address(hosts.get(host, host)).is_loopback
