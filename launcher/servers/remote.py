@@ -145,10 +145,15 @@ class RemoteConnection(ServerConnection):
                     value = value.replace(secret, marker)
             return value
         if isinstance(value, dict):
-            return {self.hide(k): self.hide(v) for k, v in value.items()}
+            pairs = [(self.hide(k), self.hide(v)) for k, v in value.items()]
+            same = all(
+                a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)
+            )
+            return value if same else dict(pairs)
         if isinstance(value, list):
-            return [self.hide(item) for item in value]
-        return value
+            items = [self.hide(item) for item in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        return value  # unchanged, the same object: nothing is copied on the common path
 
     # -- the transport -----------------------------------------------------------------------
 
