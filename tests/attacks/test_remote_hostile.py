@@ -22,8 +22,11 @@ from launcher.servers import remote, remote_egress
 from launcher.servers.remote import RemoteConnection, RemoteUnavailable
 from launcher.shared.jsonrpc import TOOL, Message
 from launcher.shared.user_errors import ConfigError
+from tests.support.home import Home
 from tests.support.hostile_remote import BOMB, FLOOD_END, Hostile, hostile_remote
 from tests.support.paths import TESTS
+from tests.support.remote import remote_args
+from tests.support.sdk import connect
 
 TOKEN = "s3cr3t-upstream-token-8f2a"
 
@@ -67,6 +70,30 @@ def test_a_header_credential_the_server_sends_back_never_reaches_the_client(
         assert at.seen.headers[-1]["Authorization"] == header  # it was sent upstream
     assert TOKEN not in repr(handed)
     assert '"Authorization" header' in repr(answer)  # said masked, not silently dropped
+
+
+def test_through_a_whole_session_the_client_never_sees_the_credential(user: Home) -> None:
+    # ironcurtain run between a real SDK client and the hostile server: the answer, the
+    # error, the audit log.
+    entry = {"url": "", "headers": {"Authorization": f"Bearer {TOKEN}"}}
+    got: list[str] = []
+    with hostile_remote() as at:
+        entry["url"] = at.url
+        args = remote_args(user, {"far": entry}, {"far": {"whoami": [], "whoerr": []}})
+
+        async def scenario() -> None:
+            async with connect(user, *args) as session:
+                answer = await session.call_tool("far__whoami", {})
+                got.append(answer.model_dump_json())
+                try:
+                    got.append((await session.call_tool("far__whoerr", {})).model_dump_json())
+                except Exception as refused:  # a JSON-RPC error is raised by the SDK client
+                    got.append(str(refused))
+
+        asyncio.run(scenario())
+        assert at.seen.headers[-1]["Authorization"] == f"Bearer {TOKEN}"  # sent, and said back
+    assert len(got) == 2 and all("[secret masked: " in text for text in got)
+    assert TOKEN not in "".join(got) + (user.root / "audit.jsonl").read_text()
 
 
 # One call of ``garbled`` in a process of its own, whose stderr is what ironcurtain's would be.
