@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from launcher.host.launch import LaunchSpec
+from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.config import load_config
 from launcher.plan.remote_plan import RemoteTarget, target_of
 from launcher.servers import remote, remote_egress
