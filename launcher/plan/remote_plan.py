@@ -38,6 +38,7 @@ RESERVED_HEADERS = frozenset(
         "Keep-Alive",
         "Proxy-Connection",
         "Accept",
+        "Accept-Encoding",
         "Last-Event-ID",
         "Mcp-Session-Id",
         "MCP-Protocol-Version",
@@ -75,8 +76,10 @@ def is_loopback_name(host: str, hosts: Mapping[str, str]) -> bool:
     (True, True)
     >>> is_loopback_name("db.internal", {"db.internal": "10.0.0.5"})
     False
+    >>> is_loopback_name("localhost", {"localhost": "10.0.0.5"})  # where it is dialled
+    False
     """
-    if host == "localhost" or host.endswith(".localhost"):
+    if host not in hosts and (host == "localhost" or host.endswith(".localhost")):
         return True
     try:
         return ipaddress.ip_address(hosts.get(host, host)).is_loopback
@@ -181,6 +184,25 @@ def _check_url(server: ServerConfig, file: str, where: str) -> None:
         raise ConfigError(file, where, f"{server.url!r}: port 0 is not a port")
 
 
+def _field_value_fault(value: str) -> str | None:
+    """What makes ``value`` no HTTP field value as it is sent (visible ASCII, spaces and tabs
+    only inside), said without repeating it; None when it is one. The HTTP layer refuses
+    such a value only when it sends it, in an error that quotes it whole.
+
+    >>> _field_value_fault("Bearer abc"), _field_value_fault("Bearer abc\x0b")
+    (None, 'a control character')
+    """
+    if any(c in value for c in "\r\n\0"):
+        return "a line break or NUL"
+    if any(ord(c) > 0x7E for c in value):
+        return "a character outside visible ASCII"
+    if any(ord(c) < 0x20 and c != "\t" for c in value):
+        return "a control character"
+    if value != value.strip(" \t"):
+        return "a space or tab at its start or end"
+    return None
+
+
 def _check_headers(headers: Mapping[str, str], file: str, at: object) -> None:
     assert callable(at)
     for name, value in headers.items():
@@ -191,8 +213,9 @@ def _check_headers(headers: Mapping[str, str], file: str, at: object) -> None:
             raise ConfigError(
                 file, where, f'"{name}" is written by the connection itself; it cannot be set here'
             )
-        if any(c in value for c in "\r\n\0"):
-            raise ConfigError(file, where, "a header value cannot hold a line break or NUL")
+        wrong = _field_value_fault(value)
+        if wrong is not None:
+            raise ConfigError(file, where, f"a header value cannot hold {wrong}")
         if "${" in value:
             raise ConfigError(
                 file,

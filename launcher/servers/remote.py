@@ -13,8 +13,15 @@ request, and handed every 401, without the relay knowing.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import logging
+import sys
+import weakref
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlsplit
 
 from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.remote_plan import SSE, RemoteTarget
@@ -29,6 +36,39 @@ if TYPE_CHECKING:
 
 # Seconds a stopping connection has to end its session upstream (``DELETE``).
 CLOSE_GRACE = 2.0
+# The shortest part of a header value hidden in what the server sends (a shorter one is no
+# credential, and hiding it would mangle ordinary text).
+SHORTEST_HIDDEN = 8
+
+
+# The connections open now: what each hides is hidden in the SDK's log lines too.
+_OPEN: weakref.WeakSet[RemoteConnection] = weakref.WeakSet()
+
+
+class _SdkLines(logging.Handler):
+    """The ``mcp`` SDK client transports' warnings and errors, as one line each on stderr
+    with every open remote connection's credentials hidden: never a traceback, and never
+    the server's answer (which the SDK quotes when it cannot parse it) as it came."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from launcher.shared.shown import visible
+
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {record.exc_info[1]}"
+        for conn in list(_OPEN):
+            text = conn.hide(text)
+        line = visible(" ".join(text.split()), one_line=True)
+        print(f"ironcurtain: remote: {line}", file=sys.stderr, flush=True)
+
+
+def _sdk_lines() -> None:
+    """Route the SDK client's log to :class:`_SdkLines` (once; not on to any other handler)."""
+    log = logging.getLogger("mcp.client")
+    if not any(isinstance(h, _SdkLines) for h in log.handlers):
+        log.addHandler(_SdkLines(logging.WARNING))
+        log.setLevel(logging.WARNING)
+        log.propagate = False
 
 
 class RemoteUnavailable(Exception):
@@ -50,6 +90,9 @@ class RemoteConnection(ServerConnection):
         self._closing = asyncio.Event()
         self.refused: int | None = None  # the last HTTP status >= 400 it answered with
         self.failure: str | None = None  # why the connection ended, when it failed
+        # The entry's header values (its credentials), each with what stands in for it in
+        # anything the server sends and in every line about the connection.
+        self._hidden = hidden_values(target.headers, urlsplit(target.url).query)
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
         return RemoteConnection(self.spec, self.target, on_notification, client)
@@ -61,6 +104,8 @@ class RemoteConnection(ServerConnection):
     async def start(self, proc: subprocess.Popen[bytes] | None = None) -> None:
         """Open the transport (nothing is sent until the first request)."""
         del proc
+        _sdk_lines()
+        _OPEN.add(self)
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._carrier = asyncio.create_task(self._carry(ready))
         await ready
@@ -85,7 +130,30 @@ class RemoteConnection(ServerConnection):
             return f"{where} answered HTTP {self.refused}"
         if self.failure is not None:
             return f"{where} cannot be reached: {self.failure}"
-        return f"{where} did not open: {exc}"
+        return f"{where} did not open: {self.hide(str(exc))}"
+
+    def hide(self, value: Any) -> Any:
+        """``value`` (a message, or a line) with every header value of the entry in it
+        replaced by a marker naming the header: whatever the server sends back (a tool that
+        reflects its request, an error quoting the token it refused) carries no credential
+        of ironcurtain's on to the client, the audit log or the terminal."""
+        if not self._hidden:
+            return value
+        if isinstance(value, str):
+            for secret, marker in self._hidden.items():
+                if secret in value:
+                    value = value.replace(secret, marker)
+            return value
+        if isinstance(value, dict):
+            pairs = [(self.hide(k), self.hide(v)) for k, v in value.items()]
+            same = all(
+                a is k and b is v for (a, b), (k, v) in zip(pairs, value.items(), strict=True)
+            )
+            return value if same else dict(pairs)
+        if isinstance(value, list):
+            items = [self.hide(item) for item in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        return value  # unchanged, the same object: nothing is copied on the common path
 
     # -- the transport -----------------------------------------------------------------------
 
@@ -125,7 +193,7 @@ class RemoteConnection(ServerConnection):
                 ready.set_result(None)
                 await self._pump(*streams)
         except BaseException as exc:
-            self.failure = _one_line(exc)
+            self.failure = self.hide(_one_line(exc))
             if not ready.done():
                 ready.set_result(None)  # the first request fails, naming why
             if isinstance(exc, asyncio.CancelledError):
@@ -160,10 +228,10 @@ class RemoteConnection(ServerConnection):
             async def reading() -> None:
                 async for item in read:
                     if isinstance(item, Exception):
-                        self._log(f"transport: {_one_line(item)}")
+                        self._log(f"transport: {self.hide(_one_line(item))}")
                         continue
                     dumped = item.message.model_dump(by_alias=True, mode="json", exclude_unset=True)
-                    self._dispatch(dumped)
+                    self._dispatch(self.hide(dumped))
                 group.cancel_scope.cancel()  # the transport closed
 
             group.start_soon(closing)
@@ -212,6 +280,38 @@ class RemoteConnection(ServerConnection):
             carrier.cancel()
             with contextlib.suppress(BaseException):
                 await carrier
+
+
+def hidden_values(headers: Mapping[str, str], query: str = "") -> dict[str, str]:
+    """What of ``headers`` (and of the URL's ``query``, where some services put their key)
+    is hidden wherever the server's messages carry it, longest first (a value is replaced
+    before a part of it), each with its marker: the whole value, the credential after an
+    authorization scheme (``Bearer X``: ``X``), a ``Basic`` credential decoded
+    (``user:password``, and the password), the query and each of its values, each of at
+    least ``SHORTEST_HIDDEN`` characters.
+
+    >>> hidden_values({"Authorization": "Basic bWU6czNjcjN0LXRva2Vu"})  # doctest: +ELLIPSIS
+    {'Basic bWU6czNjcjN0LXRva2Vu': '[secret masked: "Authorization" header]', ...}
+    """
+    found: dict[str, str] = {}
+    for name, value in headers.items():
+        marker = f'[secret masked: "{name}" header]'
+        scheme, _, credential = value.strip().partition(" ")
+        parts = [value.strip(), credential.strip()]
+        if scheme.lower() == "basic":
+            try:
+                decoded = base64.b64decode(credential.strip(), validate=True).decode()
+            except (binascii.Error, UnicodeDecodeError):
+                decoded = ""
+            parts += [decoded, decoded.partition(":")[2]]
+        for part in parts:
+            if len(part) >= SHORTEST_HIDDEN:
+                found.setdefault(part, marker)
+    in_query = [query, *(v for pair in parse_qsl(query) for v in pair)]
+    for part in in_query:
+        if len(part) >= SHORTEST_HIDDEN:
+            found.setdefault(part, "[secret masked: the URL's query]")
+    return dict(sorted(found.items(), key=lambda item: -len(item[0])))
 
 
 def era_headers(message: Message, agreed: str | None) -> dict[str, str]:

@@ -11,16 +11,23 @@ the user's own choice. Only the entry's own host is dialled.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan.remote_plan import RemoteTarget
+from launcher.shared.jsonrpc import LINE_LIMIT
 from policy.egress import blocked_kind
 from policy.urls import parse_ip
 
 if TYPE_CHECKING:
     import httpcore2
     import httpx2
+
+
+# Bytes of one answer that is not an event stream (a JSON body) read at most: the same bound
+# as a local server's line. An event stream is read event by event, each bounded by the
+# transport's own limit, and may go on for the session.
+ANSWER_LIMIT: int | None = LINE_LIMIT
 
 
 class EgressRefused(OSError):
@@ -83,14 +90,10 @@ async def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
-def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
-    """An HTTP transport that dials only ``target``'s host, at addresses the egress check
-    let through (TLS still verified against the name, from the system's trust store), and
-    ignores the proxy variables of ironcurtain's environment."""
-    import ssl
-
+def _checked_backend(target: RemoteTarget) -> httpcore2.AsyncNetworkBackend:
+    """A network backend that dials only ``target``'s host, at addresses the egress check
+    let through."""
     import httpcore2
-    import httpx2
 
     class Checked(httpcore2.AsyncNetworkBackend):
         def __init__(self) -> None:
@@ -134,14 +137,77 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
         """A name whose addresses the user chose: pinned, or ``localhost``."""
         return name in target.hosts or name == "localhost" or name.endswith(".localhost")
 
+    return Checked()
+
+
+def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
+    """An HTTP transport that dials only ``target``'s host, at addresses the egress check
+    let through (TLS still verified against the name, from the system's trust store),
+    ignores the proxy variables of ironcurtain's environment, reads an answer that is not an
+    event stream up to ``ANSWER_LIMIT`` bytes, and no compressed answer at all."""
+    import ssl
+
+    import httpcore2
+    import httpx2
+
     class Transport(httpx2.AsyncHTTPTransport):
         def __init__(self) -> None:
             super().__init__(trust_env=False)
             self._pool = httpcore2.AsyncConnectionPool(
-                ssl_context=ssl.create_default_context(), network_backend=Checked()
+                ssl_context=ssl.create_default_context(), network_backend=_checked_backend(target)
             )
 
+        async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+            response = await super().handle_async_request(request)
+            if ANSWER_LIMIT is None:
+                return response
+            coding = response.headers.get("content-encoding", "identity").strip().lower()
+            kind = response.headers.get("content-type", "").lower()
+            if coding != "identity":
+                response.stream = _refused(response.stream, f"its answer is compressed ({coding})")
+            elif not kind.startswith("text/event-stream"):
+                response.stream = _bounded(response.stream, ANSWER_LIMIT)
+            return response
+
     return Transport()
+
+
+def _refused(stream: Any, why: str) -> Any:
+    """``stream`` (a response body) that fails before it gives a byte: an answer whose size
+    cannot be known from the bytes read (a compressed one: a few kilobytes may inflate to
+    gigabytes), asked for without compression and sent compressed all the same."""
+    import httpx2
+
+    class Refused(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            raise httpx2.StreamError(f"{why}, though ironcurtain asked for it uncompressed")
+            yield b""  # pragma: no cover (an async generator)
+
+        async def aclose(self) -> None:
+            await stream.aclose()
+
+    return Refused()
+
+
+def _bounded(stream: Any, limit: int) -> Any:
+    """``stream`` (a response body) that fails once it has given more than ``limit`` bytes:
+    an answer that does not end (or is too large to hold) ends the request it answers, not
+    ironcurtain's memory."""
+    import httpx2
+
+    class Bounded(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            given = 0
+            async for part in stream:
+                given += len(part)
+                if given > limit:
+                    raise httpx2.StreamError(f"its answer is over {limit // 2**20} MiB")
+                yield part
+
+        async def aclose(self) -> None:
+            await stream.aclose()
+
+    return Bounded()
 
 
 def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
@@ -154,7 +220,8 @@ def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     return httpx2.AsyncClient(
-        headers=dict(target.headers),
+        # Uncompressed: what is read is what is held (see ``checked_transport``).
+        headers={**target.headers, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
         transport=checked_transport(target),
         trust_env=False,

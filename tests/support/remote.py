@@ -74,6 +74,8 @@ def remote_server(where: Path, *flags: str) -> Iterator[Remote]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 def remote_args(

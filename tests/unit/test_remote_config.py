@@ -21,6 +21,12 @@ REFUSED = [
     ("both", {"command": "x", "url": URL}, "$.mcpServers.a.url", "not both"),
     ("neither", {"args": []}, "$.mcpServers.a.command", '"url" (a remote one)'),
     ("plain-http-out", {"url": "http://mcp.example.com/mcp"}, "url", "use https://"),
+    (
+        "plain-http-pinned-away",  # localhost, pinned elsewhere: dialled there in clear
+        {"url": "http://localhost:8080/mcp", "hosts": {"localhost": "10.0.0.5"}},
+        "url",
+        "use https://",
+    ),
     ("not-a-url", {"url": "ftp://mcp.example.com/"}, "url", "expected an https:// URL"),
     ("password-in-url", {"url": "https://u:pw@mcp.example.com/"}, "url", '"headers"'),
     ("sandbox", {"url": URL, "sandbox": {"network": False}}, "sandbox", "no sandbox"),
@@ -81,6 +87,9 @@ def test_a_local_entry_keeps_the_type_its_client_wrote(tmp_path: Path) -> None:
 def test_plain_http_only_to_this_machine(tmp_path: Path) -> None:
     for url in ("http://127.0.0.1:9/mcp", "http://localhost:9/mcp", "http://[::1]:9/mcp"):
         assert _load(tmp_path, {"url": url}).servers["a"].remote
+    # The control of a name pinned away from loopback: pinned to loopback, it stays allowed.
+    pinned = {"url": "http://localhost:9/mcp", "hosts": {"localhost": "127.0.0.2"}}
+    assert _load(tmp_path, pinned).servers["a"].remote
 
 
 @pytest.mark.parametrize(
