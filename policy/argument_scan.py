@@ -64,6 +64,7 @@ class ArgumentScan:
 
     detectors: frozenset[str]
     forms: tuple[tuple[str, str, str], ...]
+    shortest: int  # the shortest text that may hold a finding
 
     @classmethod
     def of(cls, known: Iterable[tuple[str, str]], skip: Iterable[str] = ()) -> ArgumentScan:
@@ -77,15 +78,10 @@ class ArgumentScan:
         skipped = set(skip)
         detectors = frozenset(d.kind for d in DETECTORS if d.kind not in skipped)
         forms = () if CONFIGURED in skipped else tuple(_forms(known))
-        return cls(detectors, forms)
-
-    @property
-    def shortest(self) -> int:
-        """The shortest text that may hold a finding."""
-        lengths = [len(text) for _, _, text in self.forms]
-        if self.detectors:
+        lengths = [len(text) for _, _, text in forms]
+        if detectors:
             lengths.append(SHORTEST_MATCH)
-        return min(lengths, default=1 << 62)
+        return cls(detectors, forms, min(lengths, default=1 << 62))
 
 
 def _forms(known: Iterable[tuple[str, str]]) -> Iterator[tuple[str, str, str]]:
@@ -135,7 +131,13 @@ def scan_arguments(arguments: Mapping[str, object], scan: ArgumentScan) -> tuple
     shortest = scan.shortest
     found: list[Finding] = []
     for top, value in arguments.items():
-        for where, text in _strings(str(top), value):
+        if isinstance(value, str):  # the common case, without the walk
+            strings: Iterable[tuple[str, str]] = ((str(top), value),)
+        elif isinstance(value, (dict, list, tuple)):
+            strings = _strings(str(top), value)
+        else:
+            continue
+        for where, text in strings:
             if len(text) < shortest:
                 continue
             detector = _in_text(text, scan)
@@ -161,7 +163,7 @@ def _strings(top: str, value: object) -> Iterator[tuple[str, str]]:
                 named = key if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) else None
                 pending.append((_step(where, named or f"<key {index}>"), inner))
             stack.extend(reversed(pending))
-        elif isinstance(item, list | tuple):
+        elif isinstance(item, (list, tuple)):
             stack.extend((f"{where}[{i}]", inner) for i, inner in reversed(list(enumerate(item))))
 
 
