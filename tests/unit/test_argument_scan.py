@@ -10,11 +10,15 @@ import base64
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 
+from launcher.plan.config_schema import ArgumentScanConfig, ServerConfig
 from launcher.relay.approving.approval import APPROVE
+from launcher.session.report import argument_scan
 from policy.argument_scan import ArgumentScan, scan_arguments
 from tests.support.relay import Harness, build, run
 
@@ -191,3 +195,19 @@ def test_control_with_the_scan_off_it_is_sent_unasked(tmp_path: Path, method: st
     run(lambda: h.request(*_params(h, method)))  # type: ignore[arg-type,return-value]
     assert h.client.elicitations == []
     assert h.fs.methods == [method]
+
+
+def test_what_is_scanned_is_said_at_start() -> None:
+    def plan(**scans: object) -> Any:
+        servers = {
+            name: SimpleNamespace(config=ServerConfig(command="x", scan_arguments=scan))  # type: ignore[arg-type]
+            for name, scan in scans.items()
+        }
+        return SimpleNamespace(servers=servers)
+
+    assert argument_scan(plan(a=True)) == "credentials in arguments escalated"
+    both = plan(a=False, b=ArgumentScanConfig(skip=["jwt", "configured-secret"]), c=True)
+    assert argument_scan(both) == (
+        "credentials in arguments escalated (off for: a; b skips jwt, configured-secret)"
+    )
+    assert "NOT looked for" in argument_scan(plan(a=False))
