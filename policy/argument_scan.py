@@ -28,9 +28,11 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from urllib.parse import unquote
 
+from policy.decision import Decision
 from policy.secrets import DETECTORS, mask_text
 from sandbox_profiles.records import frozen
 
+SECRET_RULE = "secret-in-arguments"
 # What an opt-out names for the configured secrets' values (all of them).
 CONFIGURED = "configured-secret"
 DETECTOR_NAMES = (*(d.kind for d in DETECTORS), CONFIGURED)
@@ -145,6 +147,22 @@ def scan_arguments(arguments: Mapping[str, object], scan: ArgumentScan) -> tuple
                 found.append(Finding(where, detector, str(top)))
                 break
     return tuple(found)
+
+
+def escalated(found: Sequence[Finding], decision: Decision) -> Decision:
+    """``decision`` for a request whose arguments hold ``found``: a human must approve
+    sending them (never silently forwarded; with no one to ask, the request is not made);
+    what the policy said besides is kept in the reason.
+
+    >>> escalated([Finding("t", "jwt", "t")], Decision("allow", "r", "ok")).reason
+    "argument 't' holds a credential (jwt); a human must approve sending it to the server"
+    """
+    if not found or decision.decision == "deny":
+        return decision
+    also = f"; and {decision.rule}: {decision.reason}" if decision.decision != "allow" else ""
+    said = "; ".join(finding.said() for finding in found)
+    reason = f"{said}; a human must approve sending it to the server{also}"
+    return Decision("escalate", SECRET_RULE, reason)
 
 
 def _strings(top: str, value: object) -> Iterator[tuple[str, str]]:

@@ -11,6 +11,8 @@ from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.jsonrpc import loads
 from launcher.shared.user_errors import UsageError
 from policy.access import CALL_TOOL, caller_access
+from policy.argument_scan import ArgumentScan, escalated, scan_arguments
+from policy.decision import Decision
 
 
 def check_call(
@@ -53,6 +55,7 @@ def check_call(
         decision, transport = engine.decide(
             server, tool, args, cwd=plan.servers[server].cwd, caller=who
         )
+        decision = _scanned(plan, server, transport, decision)
     ws = plan.workspace
     lines = [
         f"decision:  {decision.decision}",
@@ -73,6 +76,19 @@ def check_call(
         lines += preview_output(plan, server, tool, output)
     lines += [f"warning:   {mismatch}" for mismatch in coherence.check(plan)]
     return "\n".join(lines)
+
+
+def _scanned(
+    plan: SessionPlan, server: str, transport: dict[str, object], decision: Decision
+) -> Decision:
+    """``decision`` as the gate makes it of arguments that hold a credential (the values
+    known are this server's own secrets: the others are not planned here)."""
+    sp = plan.servers[server]
+    skips = sp.config.argument_scan_skips
+    if skips is None:
+        return decision
+    known = [(b.variable, b.value) for b in sp.secrets]
+    return escalated(scan_arguments(transport, ArgumentScan.of(known, skips)), decision)
 
 
 def preview_output(plan: SessionPlan, server: str, tool: str, sample_json: str) -> list[str]:

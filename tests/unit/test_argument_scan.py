@@ -20,6 +20,8 @@ from launcher.plan.config_schema import ArgumentScanConfig, ServerConfig
 from launcher.relay.approving.approval import APPROVE
 from launcher.session.report import argument_scan
 from policy.argument_scan import ArgumentScan, scan_arguments
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
 from tests.support.relay import Harness, build, run
 
 VALUE = "pa55/word+with=reserved&chars"
@@ -211,3 +213,22 @@ def test_what_is_scanned_is_said_at_start() -> None:
         "credentials in arguments escalated (off for: a; b skips jwt, configured-secret)"
     )
     assert "NOT looked for" in argument_scan(plan(a=False))
+
+
+@pytest.mark.parametrize("scan", [True, False])
+def test_check_previews_the_escalation_as_the_gate_makes_it(user: Home, scan: bool) -> None:
+    ws = user.ws()
+    server = {"command": "mcp-server-filesystem", "args": ["${workspace}"]}
+    config = user.root / "mcp-servers.json"
+    config.write_text(json.dumps({"mcpServers": {"filesystem": {**server, "scanArguments": scan}}}))
+    arguments = {"path": "notes.txt", "content": f"token {GITHUB_TOKEN}"}
+    done = ironcurtain(
+        user, "check", "filesystem", "write_file", "--config", str(config),
+        "--workspace", str(ws), "--args", json.dumps(arguments),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    if scan:
+        assert "rule:      secret-in-arguments" in done.stdout
+        assert "argument 'content' holds a credential (github-token)" in done.stdout
+    else:  # the control: the policy's own decision
+        assert "decision:  allow" in done.stdout

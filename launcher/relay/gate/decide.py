@@ -24,7 +24,7 @@ from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, READ, TOOL, Message
 from launcher.shared.user_errors import Names, by_field
 from policy.access import NOT_PERMITTED, caller_access
-from policy.argument_scan import ArgumentScan, Finding, scan_arguments
+from policy.argument_scan import ArgumentScan, Finding, escalated, scan_arguments
 from policy.compiled import PATH_ROLES
 from policy.decision import Decision
 from policy.engine import PolicyEngine
@@ -42,7 +42,6 @@ _SHOWN_KEPT = 256  # filtered listings kept per router build (distinct sets of p
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 _URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
 SCANNED = frozenset({TOOL, PROMPT, READ})  # the requests whose arguments are scanned
-SECRET_RULE = "secret-in-arguments"
 
 
 @frozen(slots=True)
@@ -138,8 +137,7 @@ class Gate:
             decision = self._theirs(method, server, name, args, cwd) or decision
         scan = self.scans.get(server) if server is not None and method in SCANNED else None
         found = scan_arguments(forward, scan) if scan is not None else ()
-        if found and decision.decision != "deny":
-            decision = _holds_secrets(found, decision)
+        decision = escalated(found, decision)
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
             what = "tool" if method == TOOL else "prompt"
@@ -353,16 +351,6 @@ def _pinned_only(tools: list[Message], pins: Pins) -> list[Message]:
     """The tools as pinned: a changed or new one keeps its old pin (or none)."""
     same = set(pins.pinned) - set(pins.changed(tools))
     return [t for t in tools if str(t.get("name", "")) in same]
-
-
-def _holds_secrets(found: tuple[Finding, ...], decision: Decision) -> Decision:
-    """Credentials in the arguments: a human must approve sending them (never silently
-    forwarded; with no one to ask, the request is not made)."""
-    also = f"; and {decision.rule}: {decision.reason}" if decision.decision != "allow" else ""
-    said = "; ".join(finding.said() for finding in found)
-    return Decision(
-        "escalate", SECRET_RULE, f"{said}; a human must approve sending it to the server{also}"
-    )
 
 
 def _unknown(kind: str, name: str) -> Decision:
