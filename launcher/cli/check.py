@@ -52,10 +52,7 @@ def check_call(
         decision, transport = access.refusal, args
     else:
         who = caller.name if caller else None
-        decision, transport = engine.decide(
-            server, tool, args, cwd=plan.servers[server].cwd, caller=who
-        )
-        decision = _scanned(plan, server, transport, decision)
+        decision, transport = _decided(plan, server, tool, args, who)
     ws = plan.workspace
     lines = [
         f"decision:  {decision.decision}",
@@ -78,17 +75,20 @@ def check_call(
     return "\n".join(lines)
 
 
-def _scanned(
-    plan: SessionPlan, server: str, transport: dict[str, object], decision: Decision
-) -> Decision:
-    """``decision`` as the gate makes it of arguments that hold a credential (the values
-    known are this server's own secrets: the others are not planned here)."""
+def _decided(
+    plan: SessionPlan, server: str, tool: str, args: dict[str, object], caller: str | None
+) -> tuple[Decision, dict[str, object]]:
+    """The policy's decision and the arguments it forwards, escalated as the gate escalates
+    arguments that hold a credential (the values known are this server's own secrets: the
+    others are not planned here)."""
     sp = plan.servers[server]
+    decision, transport = plan.engine.decide(server, tool, args, cwd=sp.cwd, caller=caller)
     skips = sp.config.argument_scan_skips
     if skips is None:
-        return decision
+        return decision, transport
     known = [(b.variable, b.value) for b in sp.secrets]
-    return escalated(scan_arguments(transport, ArgumentScan.of(known, skips)), decision)
+    found = scan_arguments(transport, ArgumentScan.of(known, skips))
+    return escalated(found, decision), transport
 
 
 def preview_output(plan: SessionPlan, server: str, tool: str, sample_json: str) -> list[str]:

@@ -130,13 +130,13 @@ class Gate:
         access = caller_access(self.engine.permissions, method, server, name, held)
         if not access.permitted:
             forward = dict(args)
-            return Checked(NOT_PERMITTED, forward, argument_hashes(forward), access.missing)
+            found = self.secrets(method, server, forward)  # kept out of the audit even so
+            return Checked(NOT_PERMITTED, forward, argument_hashes(forward), access.missing, found)
         who = caller.name if caller is not None else None
         decision, forward = self._policy(method, server, name, args, cwd, who)
         if decision.decision != "deny" and server is not None:
             decision = self._theirs(method, server, name, args, cwd) or decision
-        scan = self.scans.get(server) if server is not None and method in SCANNED else None
-        found = scan_arguments(forward, scan) if scan is not None else ()
+        found = self.secrets(method, server, forward)
         decision = escalated(found, decision)
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
@@ -169,6 +169,14 @@ class Gate:
                 f"the audit log cannot be written ({self.audit.error}), so no call is allowed",
             )
         return Checked(decision, forward, hashes, secrets=found)
+
+    def secrets(
+        self, method: str, server: str | None, forward: Mapping[str, object]
+    ) -> tuple[Finding, ...]:
+        """The credentials in a request's arguments, as they go to the server (none when
+        its method is not scanned or its server's config turns the scan off)."""
+        scan = self.scans.get(server) if server is not None and method in SCANNED else None
+        return scan_arguments(forward, scan) if scan is not None else ()
 
     def _theirs(
         self, method: str, server: str, name: str, args: Mapping[str, object], cwd: str
