@@ -57,15 +57,22 @@ class Detector:
     kind: str
     marker: str | re.Pattern[str]  # what every match contains
     pattern: re.Pattern[str]
+    # A character every match holds, looked for first (one memchr: far cheaper than a
+    # marker's search, and most texts lack ``_`` or ``-``).
+    needs: str = ""
 
     def may_be_in(self, text: str) -> bool:
+        if self.needs and self.needs not in text:
+            return False
         if isinstance(self.marker, str):
             return self.marker in text
         return self.marker.search(text) is not None
 
 
-def _detector(kind: str, marker: str, pattern: str, literal: bool = True) -> Detector:
-    return Detector(kind, marker if literal else re.compile(marker), re.compile(pattern))
+def _detector(
+    kind: str, marker: str, pattern: str, literal: bool = True, needs: str = ""
+) -> Detector:
+    return Detector(kind, marker if literal else re.compile(marker), re.compile(pattern), needs)
 
 
 DETECTORS: tuple[Detector, ...] = (
@@ -74,6 +81,7 @@ DETECTORS: tuple[Detector, ...] = (
         "PRIVATE KEY",
         r"-----BEGIN[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----"
         r"[\s\S]{64,}?-----END[ A-Z0-9_-]{0,100}PRIVATE KEY(?: BLOCK)?-----",
+        needs="-",
     ),
     _detector(
         "aws-access-key-id",
@@ -87,35 +95,42 @@ DETECTORS: tuple[Detector, ...] = (
         "gh(?:[pousr]|ithub_pat)_",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,255}|github_pat_[A-Za-z0-9_]{82})\b",
         literal=False,
+        needs="_",
     ),
-    _detector("gitlab-token", "glpat-", r"\bglpat-[A-Za-z0-9_-]{20,}\b"),
-    _detector("slack-token", "xox", r"\bxox[abposr]-[0-9A-Za-z-]{10,}\b"),
+    _detector("gitlab-token", "glpat-", r"\bglpat-[A-Za-z0-9_-]{20,}\b", needs="-"),
+    _detector("slack-token", "xox", r"\bxox[abposr]-[0-9A-Za-z-]{10,}\b", needs="-"),
     _detector(
         "stripe-key",
         "_(?:live|test)_",
         r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{24,}\b",
         literal=False,
+        needs="_",
     ),
     _detector("google-api-key", "AIza", r"\bAIza[0-9A-Za-z_-]{35}(?![0-9A-Za-z_-])"),
     _detector(
         "openai-api-key",
         "T3BlbkFJ",
         r"\bsk-(?:[a-z]+-)?[A-Za-z0-9_-]{20,}T3BlbkFJ[A-Za-z0-9_-]{20,}(?![A-Za-z0-9_-])",
+        needs="-",
     ),
     _detector(
         "anthropic-api-key",
         "sk-ant-",
         r"\bsk-ant-(?:api03|admin01)-[A-Za-z0-9_-]{93}AA(?![A-Za-z0-9_-])",
+        needs="-",
     ),
-    _detector("npm-token", "npm_", r"\bnpm_[A-Za-z0-9]{36}\b"),
-    _detector("pypi-token", "pypi-AgEIcHlwaS5vcmc", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}"),
-    _detector("huggingface-token", "hf_", r"\bhf_[A-Za-z]{34}\b"),
+    _detector("npm-token", "npm_", r"\bnpm_[A-Za-z0-9]{36}\b", needs="_"),
+    _detector(
+        "pypi-token", "pypi-AgEIcHlwaS5vcmc", r"\bpypi-AgEIcHlwaS5vcmc[A-Za-z0-9_-]{50,}", needs="-"
+    ),
+    _detector("huggingface-token", "hf_", r"\bhf_[A-Za-z]{34}\b", needs="_"),
     _detector(
         "jwt",
         "eyJ",
         r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}(?![A-Za-z0-9_-])",
+        needs=".",
     ),
-    _detector("azure-storage-key", "AccountKey=", r"AccountKey=[A-Za-z0-9+/]{86}==?"),
+    _detector("azure-storage-key", "AccountKey=", r"AccountKey=[A-Za-z0-9+/]{86}==?", needs="="),
 )
 
 

@@ -58,6 +58,8 @@ EXAMPLES: dict[tuple[str, str], object] = {
     ("ServerConfig", "restart"): True,
     ("ServerConfig", "client_requests"): {"sampling": "deny"},
     ("ServerConfig", "mask_secrets"): False,
+    ("ServerConfig", "scan_arguments"): {"skip": ["jwt"]},
+    ("ArgumentScanConfig", "skip"): ["jwt", "configured-secret"],
     ("ServerConfig", "era"): "stateless",
     ("ServerConfig", "secrets"): {
         "GITHUB_TOKEN": {"from": "env:GITHUB_TOKEN", "hosts": ["api.github.com"]}
@@ -94,6 +96,7 @@ VALIDATORS = {
     "_lifted": "`null` or `false` lifts it",
     "_addresses": "each value an IP address",
     "_names": "each name letters, digits, `.`, `-` or `_`",
+    "_detectors": "each a detector's name, or `configured-secret`",
 }
 
 HEAD = """\

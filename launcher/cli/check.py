@@ -11,6 +11,8 @@ from launcher.shared.caller_identity import load_caller_file
 from launcher.shared.jsonrpc import loads
 from launcher.shared.user_errors import UsageError
 from policy.access import CALL_TOOL, caller_access
+from policy.argument_scan import ArgumentScan, escalated, scan_arguments
+from policy.decision import Decision
 
 
 def check_call(
@@ -50,9 +52,7 @@ def check_call(
         decision, transport = access.refusal, args
     else:
         who = caller.name if caller else None
-        decision, transport = engine.decide(
-            server, tool, args, cwd=plan.servers[server].cwd, caller=who
-        )
+        decision, transport = _decided(plan, server, tool, args, who)
     ws = plan.workspace
     lines = [
         f"decision:  {decision.decision}",
@@ -73,6 +73,22 @@ def check_call(
         lines += preview_output(plan, server, tool, output)
     lines += [f"warning:   {mismatch}" for mismatch in coherence.check(plan)]
     return "\n".join(lines)
+
+
+def _decided(
+    plan: SessionPlan, server: str, tool: str, args: dict[str, object], caller: str | None
+) -> tuple[Decision, dict[str, object]]:
+    """The policy's decision and the arguments it forwards, escalated as the gate escalates
+    arguments that hold a credential (the values known are this server's own secrets: the
+    others are not planned here)."""
+    sp = plan.servers[server]
+    decision, transport = plan.engine.decide(server, tool, args, cwd=sp.cwd, caller=caller)
+    skips = sp.config.argument_scan_skips
+    if skips is None:
+        return decision, transport
+    known = [(b.variable, b.value) for b in sp.secrets]
+    found = scan_arguments(transport, ArgumentScan.of(known, skips))
+    return escalated(found, decision), transport
 
 
 def preview_output(plan: SessionPlan, server: str, tool: str, sample_json: str) -> list[str]:

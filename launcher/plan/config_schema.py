@@ -9,6 +9,7 @@ import re
 from dataclasses import field
 from typing import Annotated, Literal
 
+from policy.argument_scan import DETECTOR_NAMES
 from policy.schema import pyd
 from sandbox_profiles.records import frozen
 
@@ -235,6 +236,26 @@ class SecretConfig:
     body: bool = False
 
 
+def _detectors(value: list[str]) -> list[str]:
+    for name in value:
+        if name not in DETECTOR_NAMES:
+            raise ValueError(f"{name!r} is not a detector (one of: {', '.join(DETECTOR_NAMES)})")
+    return value
+
+
+@frozen(kw_only=True)
+class ArgumentScanConfig:
+    """``scanArguments`` as an object: the scan of what the agent sends the server, with
+    detectors left out for known false positives."""
+
+    __pydantic_config__ = _LENIENT
+
+    # Detectors not run on this server's arguments: a detector's name (`jwt`,
+    # `aws-access-key-id`...: the table in docs/secrets.md), or `configured-secret` for the
+    # values of the config's `secrets`.
+    skip: Annotated[list[str], pyd.AfterValidator(_detectors)] = field(default_factory=list)
+
+
 @frozen(kw_only=True)
 class ServerConfig:
     """One server of the config: how to start it and what its sandbox holds."""
@@ -286,6 +307,11 @@ class ServerConfig:
     client_requests: ClientRequestsConfig = field(default_factory=ClientRequestsConfig)
     # Credentials in what the server sends the client are masked (policy.secrets).
     mask_secrets: bool = True
+    # Credentials in what the agent sends the server (the arguments of a tool call, a prompt or a
+    # resource read: a detector's match, or the value of any of the config's `secrets`, plain or
+    # encoded) escalate the request to a human, and without one it is not made. `false` turns the
+    # scan off for this server; an object leaves some detectors out.
+    scan_arguments: ArgumentScanConfig | bool = True
     # Credentials the server uses but never holds, by the variable it finds a sentinel in (the
     # egress proxy swaps the sentinel for the value on the way to the secret's hosts).
     secrets: dict[str, SecretConfig] = field(default_factory=dict)
@@ -303,6 +329,13 @@ class ServerConfig:
         if self.restart is True:
             return RestartConfig()
         return self.restart or None
+
+    @property
+    def argument_scan_skips(self) -> list[str] | None:
+        """The detectors left out of the scan of its arguments (None: no scan at all)."""
+        if self.scan_arguments is False:
+            return None
+        return [] if self.scan_arguments is True else list(self.scan_arguments.skip)
 
     @property
     def sandboxed(self) -> bool:
@@ -355,7 +388,10 @@ CACHED = (
     RestartConfig,
     ClientRequestsConfig,
     SecretConfig,
+    ArgumentScanConfig,
 )
 
 
-UNION_TAGS = frozenset({"SandboxConfig", "NetworkSandbox", "RestartConfig", "LimitsConfig"})
+UNION_TAGS = frozenset(
+    {"SandboxConfig", "NetworkSandbox", "RestartConfig", "LimitsConfig", "ArgumentScanConfig"}
+)

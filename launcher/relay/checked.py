@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from launcher.audit.log import hashed_arguments
@@ -47,6 +48,7 @@ from launcher.shared.jsonrpc import (
     result,
     tool_result,
 )
+from policy.argument_scan import Finding
 from policy.decision import Decision
 from policy.models import Annotation
 
@@ -130,7 +132,7 @@ class CheckedCalls:
         decision = checked.decision
         conn = self.core.servers.get(server) if server else None
         call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
-        call.entry = self._entry(call, decision, checked.hashes)
+        call.entry = self._entry(call, decision, checked.hashes, checked.secrets)
         if checked.missing:  # what the caller lacked: the audit's to know, not the client's
             call.entry["policy"]["missing"] = list(checked.missing)
         if decision.decision == "escalate" and conn is not None and server is not None:
@@ -360,20 +362,27 @@ class CheckedCalls:
         if one_shot is not None:  # nothing of a cancelled call is carried over
             self._spawn(discard(one_shot))
 
-    def _entry(self, call: Call, decision: Decision, hashes: dict[str, str]) -> dict[str, Any]:
+    def _entry(
+        self, call: Call, decision: Decision, hashes: dict[str, str], secrets: Sequence[Finding]
+    ) -> dict[str, Any]:
+        """The call's audit entry; an argument that holds a credential is hashed even where
+        arguments are written in clear, and the entry names where each is and what found it."""
         server, era = call.server, self.link.era()
+        hidden = [*self._pii(call), *(finding.top for finding in secrets)]
+        found = [{"argument": f.argument, "detector": f.detector} for f in secrets]
         return {
             "requestId": call.request_id,
             "method": call.method,
             "server": server,
             "tool": call.name,
             "arguments": hashed_arguments(
-                call.arguments, self.core.audit_args_clear, self._pii(call), hashes
+                call.arguments, self.core.audit_args_clear, hidden, hashes
             ),
             "policy": {
                 "decision": decision.decision,
                 "rule": decision.rule,
                 "reason": decision.reason,
+                **({"secretsInArguments": found} if found else {}),
             },
             "escalation": None,
             "sandboxed": bool(server and self.core.settings[server].sandboxed),

@@ -117,6 +117,21 @@ def output_filters(plan: SessionPlan) -> str:
     return text + (f"; output policy for {', '.join(tools)}" if tools else "")
 
 
+def argument_scan(plan: SessionPlan) -> str:
+    """What is looked for in what the agent sends, in a few words: where it is off, and
+    the detectors each server leaves out."""
+    off = [name for name, sp in plan.servers.items() if sp.config.argument_scan_skips is None]
+    if plan.servers and len(off) == len(plan.servers):
+        return "credentials in arguments NOT looked for (scanArguments: false)"
+    text = "credentials in arguments escalated"
+    notes = [f"off for: {', '.join(off)}"] if off else []
+    for name, sp in plan.servers.items():
+        skips = sp.config.argument_scan_skips
+        if skips:
+            notes.append(f"{name} skips {', '.join(skips)}")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
 def permissions_note(plan: SessionPlan) -> str:
     """What ``permissions.json`` holds, said after the policy directory ('' when nothing),
     and that nothing is checked against it when the session knows no callers."""
@@ -236,6 +251,7 @@ def startup_report(
         f"  config:     {plan.config.path} ({plan.config.source})",
         f"  policy:     {plan.policy.directory}{permissions_note(plan)}",
         f"  output:     {output_filters(plan)}",
+        f"  arguments:  {argument_scan(plan)}",
         f"  approvals:  {approval_channels(plan.approval, plan.session_id, has_callers(plan))}",
     ]
     if plan.caller is not None:

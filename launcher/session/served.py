@@ -36,6 +36,7 @@ from launcher.shared import dirs
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names
+from policy.argument_scan import ArgumentScan
 from sandbox_profiles.records import mutable
 
 # What a one-shot instance (one approved call beyond its sandbox) may tell the client.
@@ -213,6 +214,7 @@ class Served:
             plan.accept_tool_changes,
             say,
             session.names,
+            argument_scans(plan),
         )
         for name, conn in fleet.servers.items():
             gate.pin(name, conn.tools, conn.prompts, at_start=at_start)
@@ -231,7 +233,7 @@ class Served:
             outputs=Outputs(
                 plan.policy.output,
                 {name: sp.config.mask_secrets for name, sp in plan.servers.items()},
-                [(b.variable, b.value) for sp in plan.servers.values() for b in sp.secrets],
+                known_secrets(plan),
             ),
             widen=Widener(plan, self._one_shot_notified, lambda: session.guard),
             telemetry=session.telemetry,
@@ -272,6 +274,24 @@ def caller_places(base: SessionPlan, plan: SessionPlan, caller: Caller) -> Calle
     own = [plan.workspace] if CALLER in base.workspace else []
     own += [path for _, _, path, _ in dirs_]
     return CallerPlaces.of(own, templates, CALLER, caller.path_name)
+
+
+def known_secrets(plan: SessionPlan) -> list[tuple[str, str]]:
+    """The values of the config's secrets, by name: masked in what every server sends,
+    looked for in what the agent sends every server."""
+    return [(b.variable, b.value) for sp in plan.servers.values() for b in sp.secrets]
+
+
+def argument_scans(plan: SessionPlan) -> dict[str, ArgumentScan]:
+    """What each server's arguments are scanned for (a server whose config turns the scan
+    off is absent)."""
+    known = known_secrets(plan)
+    scans: dict[str, ArgumentScan] = {}
+    for name, sp in plan.servers.items():
+        skips = sp.config.argument_scan_skips
+        if skips is not None:
+            scans[name] = ArgumentScan.of(known, skips)
+    return scans
 
 
 def relay_settings(sp: ServerPlan) -> ServerSettings:

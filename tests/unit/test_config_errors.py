@@ -122,6 +122,20 @@ CASES = [
     ),
     ("not-an-object", "[]", (), "$", "expected an object"),
     (
+        "unknown-detector-skipped",
+        json.dumps({"mcpServers": {"a": {**GOOD_SERVER, "scanArguments": {"skip": ["jtw"]}}}}),
+        (),
+        "$.mcpServers.a.scanArguments.skip",
+        "'jtw' is not a detector",
+    ),
+    (
+        "scan-object-typo",
+        json.dumps({"mcpServers": {"a": {**GOOD_SERVER, "scanArguments": {"skp": ["jwt"]}}}}),
+        (),
+        "$.mcpServers.a.scanArguments.skp",
+        'unknown key "skp"',
+    ),
+    (
         "servers-key-vscode",
         json.dumps({"servers": {"a": {"args": []}}}),
         (),

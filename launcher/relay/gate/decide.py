@@ -2,10 +2,11 @@
 
 In order: the caller's permissions (a caller without what ``permissions.json`` requires of
 a tool or prompt is refused, and nothing else is asked), the policy engine (by method: a
-tool call, a prompt, a resource read, a completion), the tool pins (a tool that changed
-since it was pinned is escalated), the circuit breaker (the same request too often is
-denied) and the audit log's health (no request while it cannot be written). An escalation
-is then put to a human through the approvals; nothing else waits.
+tool call, a prompt, a resource read, a completion), the credentials in the arguments of a
+tool call, prompt or resource read (escalated: :mod:`policy.argument_scan`), the tool pins
+(a tool that changed since it was pinned is escalated), the circuit breaker (the same
+request too often is denied) and the audit log's health (no request while it cannot be
+written). An escalation is then put to a human through the approvals; nothing else waits.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ from launcher.relay.gate.caller_places import CallerPlaces
 from launcher.relay.gate.pins import Pins
 from launcher.relay.router import Router
 from launcher.shared.caller_identity import Caller
-from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, TOOL, Message
+from launcher.shared.jsonrpc import BY_URI, COMPLETE, PROMPT, READ, TOOL, Message
 from launcher.shared.user_errors import Names, by_field
 from policy.access import NOT_PERMITTED, caller_access
+from policy.argument_scan import ArgumentScan, Finding, escalated, scan_arguments
 from policy.compiled import PATH_ROLES
 from policy.decision import Decision
 from policy.engine import PolicyEngine
@@ -39,6 +41,7 @@ if TYPE_CHECKING:  # the approvals (asyncio) load with the session, not with its
 _SHOWN_KEPT = 256  # filtered listings kept per router build (distinct sets of permissions)
 _TEMPLATE_VARIABLE = re.compile(r"\{([+#./;?&]?)([^}]*)\}")
 _URI_SPECIAL = re.compile(r"[?#%\x00-\x1f\x7f]")
+SCANNED = frozenset({TOOL, PROMPT, READ})  # the requests whose arguments are scanned
 
 
 @frozen(slots=True)
@@ -50,6 +53,8 @@ class Checked:
     hashes: dict[str, str]
     # The permissions the caller lacked (for the audit entry only: never told the client).
     missing: tuple[str, ...] = ()
+    # The credentials found in the arguments (where and by what, never the value).
+    secrets: tuple[Finding, ...] = ()
 
 
 def expand_template(uri_template: str, values: Mapping[str, object]) -> str:
@@ -86,9 +91,11 @@ class Gate:
         accept_tool_changes: bool = False,
         say: Callable[[str], None] = print,
         names: Names = by_field,
+        scans: Mapping[str, ArgumentScan] | None = None,
     ) -> None:
         """``say``: a line for the person running the session; ``names``: how that person
-        calls a setting (the command layer's words for it)."""
+        calls a setting (the command layer's words for it); ``scans``: what each server's
+        arguments are scanned for (a server absent: not scanned)."""
         self.engine = engine
         self.breaker = breaker
         self.audit = audit
@@ -97,6 +104,7 @@ class Gate:
         self.accept_tool_changes = accept_tool_changes
         self.say = say
         self.names = names
+        self.scans = dict(scans or {})
         # Per server, the tools and prompts (by method and name) that differ from their pins.
         self.changed: dict[str, dict[tuple[str, str], str]] = {}
         self._pins: dict[str, Pins] = {}
@@ -122,11 +130,14 @@ class Gate:
         access = caller_access(self.engine.permissions, method, server, name, held)
         if not access.permitted:
             forward = dict(args)
-            return Checked(NOT_PERMITTED, forward, argument_hashes(forward), access.missing)
+            found = self.secrets(method, server, forward)  # kept out of the audit even so
+            return Checked(NOT_PERMITTED, forward, argument_hashes(forward), access.missing, found)
         who = caller.name if caller is not None else None
         decision, forward = self._policy(method, server, name, args, cwd, who)
         if decision.decision != "deny" and server is not None:
             decision = self._theirs(method, server, name, args, cwd) or decision
+        found = self.secrets(method, server, forward)
+        decision = escalated(found, decision)
         changed = self.changed.get(server, {}).get((method, name)) if server else None
         if changed and decision.decision != "deny":
             what = "tool" if method == TOOL else "prompt"
@@ -157,7 +168,15 @@ class Gate:
                 "audit-log-unwritable",
                 f"the audit log cannot be written ({self.audit.error}), so no call is allowed",
             )
-        return Checked(decision, forward, hashes)
+        return Checked(decision, forward, hashes, secrets=found)
+
+    def secrets(
+        self, method: str, server: str | None, forward: Mapping[str, object]
+    ) -> tuple[Finding, ...]:
+        """The credentials in a request's arguments, as they go to the server (none when
+        its method is not scanned or its server's config turns the scan off)."""
+        scan = self.scans.get(server) if server is not None and method in SCANNED else None
+        return scan_arguments(forward, scan) if scan is not None else ()
 
     def _theirs(
         self, method: str, server: str, name: str, args: Mapping[str, object], cwd: str
