@@ -37,8 +37,8 @@ from tests.support.home import Home
 from tests.support.http import serving
 from tests.support.idp import AUDIENCE, Key, Provider, identity_provider
 from tests.support.marks import needs_bwrap
-from tests.unit.test_http_callers import CallerRelay, who
-from tests.unit.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.gateway.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.test_http_callers import CallerRelay, who
 
 OWNER = ("repository_owner", "*")
 TOKEN = "a-static-token-" + "x" * 20  # each owner a party of its own
