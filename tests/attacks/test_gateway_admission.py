@@ -326,7 +326,7 @@ def test_the_gateway_starts_nothing_for_a_token_it_does_not_admit(
             answer = httpx2.post(served.url, **stateless(evil, "list_directory"), timeout=30)
             said = "".join(served.stderr)
             alice = idp.token("alice", repository_owner="acme")
-            served_alice = httpx2.post(served.url, **stateless(alice, "list_directory"))
+            served_alice = httpx2.post(served.url, **stateless(alice, "list_directory"), timeout=60)
             made = sorted(p.name for p in work.iterdir())  # removed at the end, when empty
     assert served_alice.status_code == 200, served_alice.text
     if not required:  # the control: the token alone made mallory a caller, with a workspace
