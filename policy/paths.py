@@ -52,7 +52,7 @@ def resolve_real_path(path: str, cwd: str | None = None) -> str:
     component (following links, dangling ones too) and appends the missing rest as it is.
     On Linux the kernel resolves the common cases first, in three system calls and no
     Python loop: an existing path, or a new name in an existing directory (a call's
-    destination). ``tests/unit/test_paths.py`` checks the result against the tier-by-tier
+    destination). ``tests/unit/policy/test_paths.py`` checks the result against the tier-by-tier
     reading over a table of links, loops and missing paths.
 
     >>> resolve_real_path("/tmp/../tmp/x")

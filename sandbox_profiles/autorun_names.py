@@ -252,7 +252,8 @@ _EDITORS = "{Code,Code - Insiders,Cursor,Windsurf,VSCodium,Trae}"
 _APP_DIRS = "{.config,Library/Application Support}"
 # The user-level files of the MCP clients wrap knows (launcher/clients/catalogue/table.py), as
 # places relative to a home, matched below any directory: a writable root may hold a home's copy.
-# tests/unit/test_catalogue_clients.py walks the client table to keep the two in step.
+# tests/unit/sandbox_profiles/test_catalogue_clients.py walks the client table to keep the two
+# in step.
 CLIENT_USER_NAMES: tuple[Row, ...] = (
     (
         ".claude.json",

@@ -14,7 +14,7 @@ give:
 Anything else (``--help``, a typo, a missing value, ``--http -1``, a shell-completion
 request) goes to typer, which answers it as it always does. The options are
 :mod:`launcher.cli.run_flags`'s, the same table typer's ``run`` command is built from;
-``tests/unit/test_run_cmd.py`` checks that typer reads every command line accepted here
+``tests/unit/cli/test_run_cmd.py`` checks that typer reads every command line accepted here
 into the same options.
 """
 

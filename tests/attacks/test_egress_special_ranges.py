@@ -5,7 +5,7 @@ Each is refused before any connection, with the address inside named, and report
 every other refusal (the session writes these to stderr and the audit log). The controls: a
 name resolving to NAT64 of a public address is let through to the connection, and so is a
 NAT64 address the user pinned with ``hosts``. (The whole table:
-``tests/unit/test_egress_ipv6.py``.)"""
+``tests/unit/policy/test_egress_ipv6.py``.)"""
 
 from __future__ import annotations
 

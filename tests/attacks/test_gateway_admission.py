@@ -37,8 +37,8 @@ from tests.support.home import Home
 from tests.support.http import serving
 from tests.support.idp import AUDIENCE, Key, Provider, identity_provider
 from tests.support.marks import needs_bwrap
-from tests.unit.test_http_callers import CallerRelay, who
-from tests.unit.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.gateway.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.test_http_callers import CallerRelay, who
 
 OWNER = ("repository_owner", "*")
 TOKEN = "a-static-token-" + "x" * 20  # each owner a party of its own
@@ -326,7 +326,7 @@ def test_the_gateway_starts_nothing_for_a_token_it_does_not_admit(
             answer = httpx2.post(served.url, **stateless(evil, "list_directory"), timeout=30)
             said = "".join(served.stderr)
             alice = idp.token("alice", repository_owner="acme")
-            served_alice = httpx2.post(served.url, **stateless(alice, "list_directory"))
+            served_alice = httpx2.post(served.url, **stateless(alice, "list_directory"), timeout=60)
             made = sorted(p.name for p in work.iterdir())  # removed at the end, when empty
     assert served_alice.status_code == 200, served_alice.text
     if not required:  # the control: the token alone made mallory a caller, with a workspace

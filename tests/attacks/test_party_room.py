@@ -21,8 +21,8 @@ import pytest
 
 from tests.attacks.test_gateway_admission import OWNER, serve
 from tests.support.idp import Provider
-from tests.unit.test_http_callers import who
-from tests.unit.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.gateway.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.test_http_callers import who
 
 
 @pytest.mark.parametrize("parties", [True, False], ids=["per-party", "control-one-party"])

@@ -1,7 +1,7 @@
 """The offline policy pipeline end to end: the real reference servers started in
 their sandboxes, the real ``anthropic`` client, its HTTP transport replaying recorded
 answers (tests/llm_replay.py), the real engine in the verifier. (Its parts in process:
-``tests/unit/test_policy_compiler.py``.)"""
+``tests/unit/policy/pipeline/test_policy_compiler.py``.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Network egress from the sandbox: the real ``mcp-server-fetch`` and the probe inside it,
 with a loopback web server standing in for the internet (``sandbox.network.hosts`` pins the
 test names to it), and a socket a read-only grant would still let a server connect to. (The
-decision table and the proxy in process: ``tests/unit/test_egress_proxy.py``.)"""
+decision table and the proxy in process: ``tests/unit/servers/test_egress_proxy.py``.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The sandbox's /etc files as the host has them: a link into a system root the sandbox
 shows stays a link (programs read the time zone's name from /etc/localtime's target, and
 without it search every zone file for the same bytes); anything else is its content.
-(Decided on a fake filesystem: ``tests/unit/test_etc_binds.py``.)"""
+(Decided on a fake filesystem: ``tests/unit/sandbox_profiles/test_etc_binds.py``.)"""
 
 from __future__ import annotations
 

@@ -3,7 +3,8 @@ server opening its files does not stall while Linux grows a table its threads sh
 grace period each time: the Node filesystem server started 20-30 ms slower sandboxed than
 bare). The descriptor that sizes it is never the server's: a sandboxed server gets the
 table through ``bwrap --sync-fd`` without the descriptor itself, an unsandboxed one through
-the launcher's own table. (The descriptor itself, in process: ``tests/unit/test_wide_table.py``.)"""
+the launcher's own table. (The descriptor itself, in process:
+``tests/unit/host/test_wide_table.py``.)"""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A server configured as ``npx -y PACKAGE``, as client configs name them: run from npx's
 cache with node, never downloaded, the real filesystem server answering in its sandbox.
-(Finding the package in npx's cache: ``tests/unit/test_discover.py``.)"""
+(Finding the package in npx's cache: ``tests/unit/sandbox_profiles/test_discover.py``.)"""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ each server's sandbox: a command not on the PATH, an npx package that is not ins
 grant holding where sessions keep their sockets, and an audit log it cannot open. Each is
 one clear error and leaves nothing behind; each needs a bwrap able to sandbox (without one,
 the session is refused before any of this). (The errors found before: the config, the
-policy and the options, ``tests/unit/test_config_errors.py``.)"""
+policy and the options, ``tests/unit/plan/test_config_errors.py``.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The probe that tells, as a session starts, whether bwrap can sandbox here
 (``launcher.host.machine.SandboxProbe``), with the real bwrap: ended at every moment of its
 start, it leaves nothing running and never hangs. (The probe with a fake bwrap:
-``tests/unit/test_plan_errors.py``.)"""
+``tests/unit/cli/test_plan_errors.py``.)"""
 
 from __future__ import annotations
 

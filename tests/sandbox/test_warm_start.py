@@ -1,7 +1,8 @@
 """A warm start: ``ironcurtain run`` over stdio (planning, the spawn of the real time server
 in its sandbox, the relay, a listing), its config and policy unchanged since the last start,
 never imports pydantic; the first start validates them and keeps them. (The kept config and
-policy themselves: ``tests/unit/test_config_cache.py`` and ``tests/unit/test_policy_cache.py``.)"""
+policy themselves: ``tests/unit/plan/test_config_cache.py`` and
+``tests/unit/policy/test_policy_cache.py``.)"""
 
 from __future__ import annotations
 

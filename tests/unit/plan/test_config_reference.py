@@ -1,7 +1,7 @@
 """The configuration reference (docs/configuration.md) is the schema's, and the docs' links lead
 somewhere: the reference is what scripts/config_reference.py writes now, every field of every
 schema class is in it, its examples validate, the lookup order it states is the code's; every
-relative link of README.md and docs/ names a file (and a heading) that exists."""
+relative link of README.md, CONTRIBUTING.md and docs/ names a file (and a heading) that exists."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from tests.support.paths import REPO
 
 TOP = REPO
 SCRIPT = TOP / "scripts" / "config_reference.py"
-DOCS = [TOP / "README.md", *sorted((TOP / "docs").glob("*.md"))]
+DOCS = [TOP / "README.md", TOP / "CONTRIBUTING.md", *sorted((TOP / "docs").glob("*.md"))]
 
 
 def _script() -> ModuleType:

@@ -19,8 +19,9 @@ from policy.decision import StructuralConfig
 from policy.engine import PolicyEngine
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
 from policy.pipeline.heuristic import arguments_of, heuristic_annotation, is_flag, validate
+from tests.support.paths import TESTS
 
-LISTING = Path(__file__).parents[1] / "data" / "servers" / "cyanheads-git-mcp-server-2.15.3.json"
+LISTING = TESTS / "data" / "servers" / "cyanheads-git-mcp-server-2.15.3.json"
 TOOLS: dict[str, dict[str, Any]] = {
     t["name"]: t for t in json.loads(LISTING.read_text(encoding="utf-8"))["tools"]
 }

@@ -24,7 +24,7 @@ from launcher.transports.http.gateway.gatekeeper import Gatekeeper
 from launcher.transports.http.gateway.keys import gateway
 from launcher.transports.http.stateless_requests import StatelessClients, Upstream
 from tests.support.idp import AUDIENCE, Provider, identity_provider
-from tests.unit.test_http_gateway import handshake, stateless
+from tests.unit.transports.http.gateway.test_http_gateway import handshake, stateless
 
 
 class CallerRelay:
