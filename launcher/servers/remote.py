@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.host.launch import LaunchSpec
@@ -50,6 +51,7 @@ class RemoteConnection(ServerConnection):
         self._closing = asyncio.Event()
         self.refused: int | None = None  # the last HTTP status >= 400 it answered with
         self.failure: str | None = None  # why the connection ended, when it failed
+        self.login: Any = None  # the login that signs its requests in (remote_auth), if any
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
         return RemoteConnection(self.spec, self.target, on_notification, client)
@@ -77,9 +79,17 @@ class RemoteConnection(ServerConnection):
         """Why this server cannot be used, in one line naming it and where it is."""
         where = f"remote server '{self.name}' ({self.target.where})"
         if self.refused in (401, 403):
+            if _authorization(self.target.headers):
+                return (
+                    f'{where} refused ironcurtain (HTTP {self.refused}): its "headers" carry '
+                    "no credential it accepts"
+                )
+            from launcher.servers import remote_auth
+
+            why = (self.login and self.login.needed) or remote_auth.missing(self.name, self.target)
             return (
-                f'{where} refused ironcurtain (HTTP {self.refused}): its "headers" carry '
-                "no credential it accepts"
+                f"{where} refused ironcurtain (HTTP {self.refused}): {why}; "
+                f"run `{remote_auth.login_command(self.name)}`"
             )
         if self.refused is not None:
             return f"{where} answered HTTP {self.refused}"
@@ -108,7 +118,14 @@ class RemoteConnection(ServerConnection):
         return self._http()
 
     def _http(self) -> httpx2.AsyncClient:
-        client = client_for(self.target)
+        """The HTTP client of the server: its requests signed in by the server's login, when
+        one is kept for it (and the entry's headers carry no ``Authorization`` of their own)."""
+        if self.login is None and not _authorization(self.target.headers):
+            from launcher.servers import remote_auth
+
+            self.login = remote_auth.login_for(self.name, self.target)
+        also = self.login.hosts() if self.login is not None else ()
+        client = client_for(self.target, auth=self.login, also=also)
 
         async def seen(response: httpx2.Response) -> None:
             if response.status_code >= 400 and response.request.method == "POST":
@@ -247,6 +264,11 @@ def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
     if agreed is not None and message.get("method") != "initialize":
         return {MCP_PROTOCOL_VERSION_HEADER: agreed}
     return {}
+
+
+def _authorization(headers: Mapping[str, str]) -> bool:
+    """Whether an entry's own headers carry a credential (then no login is used)."""
+    return any(name.lower() == "authorization" for name in headers)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -11,7 +11,7 @@ the user's own choice. Only the entry's own host is dialled.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan.remote_plan import RemoteTarget
@@ -25,6 +25,17 @@ if TYPE_CHECKING:
 
 class EgressRefused(OSError):
     """A connection the egress check refused: why, in one line."""
+
+
+class _EveryHost:
+    """Any host at all (each still judged by the egress check): what a login may dial, to
+    reach the authorization server the remote server names."""
+
+    def __contains__(self, host: object) -> bool:
+        return True
+
+
+EVERY_HOST: Container[str] = _EveryHost()
 
 
 def _of_this_machine(address: str) -> bool:
@@ -83,8 +94,10 @@ async def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
-def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
-    """An HTTP transport that dials only ``target``'s host, at addresses the egress check
+def checked_transport(
+    target: RemoteTarget, also: Container[str] = ()
+) -> httpx2.AsyncBaseTransport:
+    """An HTTP transport that dials only ``target``'s host (and the hosts in ``also``), at addresses the egress check
     let through (TLS still verified against the name, from the system's trust store), and
     ignores the proxy variables of ironcurtain's environment."""
     import ssl
@@ -105,7 +118,7 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
             socket_options: Iterable[Any] | None = None,
         ) -> httpcore2.AsyncNetworkStream:
             name = host.strip("[]").lower()
-            if name != target.host:
+            if name != target.host and name not in also:
                 raise EgressRefused(f"{name} is not {target.host}, the server's own host")
             found = [name] if parse_ip(name) is not None else await _pinned_or(name, port)
             if found[0] != name and not _chosen(name):
@@ -144,19 +157,22 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
     return Transport()
 
 
-def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+def client_for(
+    target: RemoteTarget, auth: httpx2.Auth | None = None, also: Container[str] = ()
+) -> httpx2.AsyncClient:
     """The HTTP client a remote server is spoken to with: the checked transport, the entry's
     headers, the MCP transports' timeouts (30 s to connect, 300 s between the events of a
     stream; a call's own timeout is the relay's). ``auth``: what signs each request in (a
     token provider: it sets the credential on every request and is handed each 401), never
-    the client's own token."""
+    the client's own token. ``also``: the other hosts it may dial (an authorization
+    server's), each judged as the server's own."""
     import httpx2
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
     return httpx2.AsyncClient(
         headers=dict(target.headers),
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=checked_transport(target),
+        transport=checked_transport(target, also),
         trust_env=False,
         auth=auth,
     )
