@@ -30,7 +30,8 @@ def _target(server: str, config: str | None) -> RemoteTarget:
     remote = plan.servers[server].remote
     if remote is None:
         raise UsageError(
-            f"server '{server}' is a local server (a command): only a remote one (a url) is logged in to"
+            f"server '{server}' is a local server (a command): "
+            "only a remote one (a url) is logged in to"
         )
     return remote
 

@@ -88,7 +88,9 @@ class StoredLogin(OAuthClientProvider):
     def __init__(self, login: Login, store: TokenStore) -> None:
         client = OAuthClientInformationFull.model_validate(login["client"])
         wanted = client.model_dump(include=set(OAuthClientMetadata.model_fields))
-        super().__init__(login["url"], OAuthClientMetadata.model_validate(wanted), _KeptTokens(self))
+        super().__init__(
+            login["url"], OAuthClientMetadata.model_validate(wanted), _KeptTokens(self)
+        )
         self.login = login
         self.store = store
         self.needed: str | None = None  # why the login cannot be used, once it cannot
@@ -196,13 +198,14 @@ class StoredLogin(OAuthClientProvider):
         self.needed = self.needed or "it refused the login's token even after a refresh"
 
     def _refresh_request(self) -> httpx2.Request | None:
-        if not self.context.can_refresh_token():
+        tokens, client = self.context.current_tokens, self.context.client_info
+        if tokens is None or tokens.refresh_token is None or client is None:
             self.needed = "its login has expired and holds no refresh token"
             return None
         data = {
             "grant_type": "refresh_token",
-            "refresh_token": self.context.current_tokens.refresh_token,  # type: ignore[union-attr]
-            "client_id": self.context.client_info.client_id,  # type: ignore[union-attr]
+            "refresh_token": tokens.refresh_token,
+            "client_id": client.client_id or "",
             "resource": self.context.get_resource_url(),  # RFC 8707: always, to its server
         }
         headers = {"Content-Type": "application/x-www-form-urlencoded"}

@@ -94,12 +94,10 @@ async def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
-def checked_transport(
-    target: RemoteTarget, also: Container[str] = ()
-) -> httpx2.AsyncBaseTransport:
-    """An HTTP transport that dials only ``target``'s host (and the hosts in ``also``), at addresses the egress check
-    let through (TLS still verified against the name, from the system's trust store), and
-    ignores the proxy variables of ironcurtain's environment."""
+def checked_transport(target: RemoteTarget, also: Container[str] = ()) -> httpx2.AsyncBaseTransport:
+    """An HTTP transport that dials only ``target``'s host (and those in ``also``) at the
+    addresses the egress check let through (TLS verified against the name, from the system's
+    trust store), ignoring the proxy variables of ironcurtain's environment."""
     import ssl
 
     import httpcore2

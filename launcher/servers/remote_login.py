@@ -47,7 +47,13 @@ CLIENT_NAME = "ironcurtain"
 # The protocol version the login's opening request is made in (any server answers it; what
 # counts is its 401 and, after the login, that it takes the token).
 OPENING_VERSION = "2025-11-25"
-_FAILURES = (OAuthFlowError, OAuthRegistrationError, OAuthTokenError, EgressRefused, httpx2.HTTPError)
+_FAILURES = (
+    OAuthFlowError,
+    OAuthRegistrationError,
+    OAuthTokenError,
+    EgressRefused,
+    httpx2.HTTPError,
+)
 
 
 class LoginFailed(Exception):
@@ -63,7 +69,7 @@ class _Receiver:
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 if parts.path != CALLBACK_PATH or not ({"code", "error"} & query.keys()):
@@ -77,7 +83,7 @@ class _Receiver:
                 self.wfile.write(body)
                 loop.call_soon_threadsafe(receiver.take, query)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 del format, args  # the query holds the code: never logged
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -155,7 +161,9 @@ async def log_in(
     if kept.tokens is None or kept.client is None:
         raise LoginFailed(f"{where} asked for no login (it answered HTTP {status} unsigned)")
     if status in (401, 403):
-        raise LoginFailed(f"{where} refused the token its authorization server issued (HTTP {status})")
+        raise LoginFailed(
+            f"{where} refused the token its authorization server issued (HTTP {status})"
+        )
     login: Login = {
         "server": server,
         "caller": caller,
@@ -194,7 +202,9 @@ def _provider(
         if "error" in query:
             said = query.get("error_description") or query["error"]
             raise OAuthFlowError(f"the authorization server refused: {said}")
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+        return AuthorizationCodeResult(
+            code=query["code"], state=query.get("state"), iss=query.get("iss")
+        )
 
     return OAuthClientProvider(target.url, metadata, kept, redirect, callback)
 
@@ -206,7 +216,9 @@ async def _knock(target: RemoteTarget, provider: OAuthClientProvider) -> int:
 
     async with client_for(target, auth=provider, also=EVERY_HOST) as http:
         if target.transport == SSE:
-            async with http.stream("GET", target.url, headers={"Accept": "text/event-stream"}) as answer:
+            async with http.stream(
+                "GET", target.url, headers={"Accept": "text/event-stream"}
+            ) as answer:
                 return answer.status_code
         opening = {
             "jsonrpc": "2.0",

@@ -6,6 +6,7 @@ SDK's stdio client."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,12 +36,14 @@ def far(user: Home) -> Iterator[OAuthRemote]:
 
 def _config(user: Home, url: str) -> Path:
     config = user.root / "c.json"
-    config.write_text('{"mcpServers": {"far": {"url": "%s"}}}' % url)
+    config.write_text(json.dumps({"mcpServers": {"far": {"url": url}}}))
     return config
 
 
 def _login(user: Home, far: OAuthRemote) -> Any:
-    done = ironcurtain(approving(user), "auth", "login", "far", "--config", str(_config(user, far.url)))
+    done = ironcurtain(
+        approving(user), "auth", "login", "far", "--config", str(_config(user, far.url))
+    )
     return done
 
 

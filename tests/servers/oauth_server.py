@@ -26,6 +26,7 @@ from mcp.server.auth.provider import (
     AccessToken,
     AuthorizationCode,
     AuthorizationParams,
+    IdentityAssertionParams,
     RefreshToken,
     TokenError,
     construct_redirect_uri,
@@ -62,7 +63,9 @@ class Provider:
         assert client_info.client_id is not None
         self.clients[client_info.client_id] = client_info
 
-    async def authorize(self, client: OAuthClientInformationFull, params: AuthorizationParams) -> str:
+    async def authorize(
+        self, client: OAuthClientInformationFull, params: AuthorizationParams
+    ) -> str:
         code = secrets.token_urlsafe(16)
         self.codes[code] = AuthorizationCode(
             code=code,
@@ -74,31 +77,43 @@ class Provider:
             redirect_uri_provided_explicitly=params.redirect_uri_provided_explicitly,
             resource=params.resource,
         )
-        return construct_redirect_uri(str(params.redirect_uri), code=code, state=params.state, iss=ISSUER)
+        return construct_redirect_uri(
+            str(params.redirect_uri), code=code, state=params.state, iss=ISSUER
+        )
 
     async def load_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: str
     ) -> AuthorizationCode | None:
         return self.codes.get(authorization_code)
 
-    def _issue(self, grant: str, client_id: str, scopes: list[str], resource: str | None) -> OAuthToken:
+    def _issue(
+        self, grant: str, client_id: str, scopes: list[str], resource: str | None
+    ) -> OAuthToken:
         access, refresh = f"at-{secrets.token_hex(16)}", f"rt-{secrets.token_hex(16)}"
         expires = int(time.time()) + LIFETIME
         self.access[access] = AccessToken(
             token=access, client_id=client_id, scopes=scopes, expires_at=expires, resource=resource
         )
-        self.refresh[refresh] = RefreshToken(token=refresh, client_id=client_id, scopes=scopes, resource=resource)
+        self.refresh[refresh] = RefreshToken(
+            token=refresh, client_id=client_id, scopes=scopes, resource=resource
+        )
         _record(grant=grant, access=access, refresh=refresh, resource=resource)
-        return OAuthToken(access_token=access, expires_in=LIFETIME, scope=" ".join(scopes), refresh_token=refresh)
+        return OAuthToken(
+            access_token=access, expires_in=LIFETIME, scope=" ".join(scopes), refresh_token=refresh
+        )
 
     async def exchange_authorization_code(
         self, client: OAuthClientInformationFull, authorization_code: AuthorizationCode
     ) -> OAuthToken:
         del self.codes[authorization_code.code]
         scopes = authorization_code.scopes
-        return self._issue("authorization_code", client.client_id or "", scopes, authorization_code.resource)
+        return self._issue(
+            "authorization_code", client.client_id or "", scopes, authorization_code.resource
+        )
 
-    async def load_refresh_token(self, client: OAuthClientInformationFull, refresh_token: str) -> RefreshToken | None:
+    async def load_refresh_token(
+        self, client: OAuthClientInformationFull, refresh_token: str
+    ) -> RefreshToken | None:
         return self.refresh.get(refresh_token)
 
     async def exchange_refresh_token(
@@ -117,6 +132,11 @@ class Provider:
         if found is None or (found.expires_at is not None and found.expires_at < time.time()):
             return None
         return found
+
+    async def exchange_identity_assertion(
+        self, client: OAuthClientInformationFull, params: IdentityAssertionParams
+    ) -> OAuthToken:
+        raise TokenError("unsupported_grant_type", "not this grant")
 
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
         self.access.pop(token.token, None)
