@@ -87,7 +87,7 @@ class StoredLogin(OAuthClientProvider):
 
     def __init__(self, login: Login, store: TokenStore) -> None:
         client = OAuthClientInformationFull.model_validate(login["client"])
-        wanted = client.model_dump(include=set(OAuthClientMetadata.model_fields))
+        wanted = client.model_dump(include=set(OAuthClientMetadata.model_fields), exclude_none=True)
         super().__init__(
             login["url"], OAuthClientMetadata.model_validate(wanted), _KeptTokens(self)
         )
