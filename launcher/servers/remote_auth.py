@@ -27,6 +27,12 @@ from urllib.parse import urlsplit
 import anyio
 import httpx2
 from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.utils import (
+    create_oauth_metadata_request,
+    extract_resource_metadata_from_www_auth,
+    handle_protected_resource_response,
+    issuers_match,
+)
 from mcp.shared.auth import (
     OAuthClientInformationFull,
     OAuthClientMetadata,
@@ -178,7 +184,7 @@ class StoredLogin(OAuthClientProvider):
         """Sign ``request``; refresh first when the token is about to expire, and once more
         when the server refuses it. No refusal is turned into anything but itself."""
         refused: str | None = None
-        for _attempt in range(2):
+        for attempt in range(2):
             async with self.context.lock:
                 if self._stale(refused) and self.needed is None:
                     async with self._shared():
@@ -195,7 +201,31 @@ class StoredLogin(OAuthClientProvider):
             if response.status_code != 401:
                 return
             refused = sent
+            named = self._metadata_named(response) if attempt == 0 else None
+            if named is not None:
+                moved = self._moved(await handle_protected_resource_response((yield named)))
+                self.needed = moved or self.needed
         self.needed = self.needed or "it refused the login's token even after a refresh"
+
+    def _metadata_named(self, refusal: httpx2.Response) -> httpx2.Request | None:
+        """The request for the protected-resource metadata a refusal names, when it is on the
+        server's own host (the only host it is asked of)."""
+        named = extract_resource_metadata_from_www_auth(refusal)
+        own = urlsplit(self.login["url"]).hostname
+        if named is None or urlsplit(named).hostname != own:
+            return None
+        return create_oauth_metadata_request(named)
+
+    def _moved(self, metadata: ProtectedResourceMetadata | None) -> str | None:
+        """Why the login no longer fits, when the server now names another authorization
+        server than the one that issued it (a session never follows it: a login does)."""
+        issuer = self.login.get("issuer")
+        if metadata is None or not metadata.authorization_servers or issuer is None:
+            return None
+        named = str(metadata.authorization_servers[0])
+        if issuers_match(named, issuer):
+            return None
+        return f"it now names another authorization server ({named}; the login is from {issuer})"
 
     def _refresh_request(self) -> httpx2.Request | None:
         tokens, client = self.context.current_tokens, self.context.client_info

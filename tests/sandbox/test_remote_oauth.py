@@ -152,3 +152,27 @@ def test_an_expired_refresh_says_what_to_run(user: Home) -> None:
     assert len(lines) == 1, lines
     assert "refused to refresh the login" in lines[0]
     assert "run `ironcurtain auth login far`" in lines[0]
+
+
+@pytest.mark.parametrize("moved", [True, False])
+def test_a_server_that_moved_to_another_authorization_server(user: Home, moved: bool) -> None:
+    """The server now names another authorization server: the session neither follows it
+    nor hands it anything; one line says so and what to run. The control: the same server,
+    still its own authorization server, takes the login."""
+    before, after = user.root / "before", user.root / "after"
+    before.mkdir()
+    after.mkdir()
+    port = free_port()
+    other = f"http://127.0.0.1:{free_port()}"
+    with oauth_server(before, port, 3600) as first:
+        assert _login(user, first).returncode == 0
+        if not moved:
+            names, lines = _listed_and_said(user, _far_and_probe(user, first))
+            assert "far__echo" in names and lines == []
+            return
+    with oauth_server(after, port, 3600, moved_to=other) as again:
+        names, lines = _listed_and_said(user, _far_and_probe(user, again))
+    assert "far__echo" not in names and any(n.startswith("probe__") for n in names)
+    assert len(lines) == 1, lines
+    assert f"it now names another authorization server ({other}" in lines[0]
+    assert "run `ironcurtain auth login far`" in lines[0]

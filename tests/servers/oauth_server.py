@@ -9,7 +9,8 @@ the code, the state and the ``iss`` (RFC 9207). It writes one JSON line per even
 record file: each token issued (``grant``, ``access``, ``refresh``, ``resource``), each tool
 call (``tool``, ``args``) and the bearer token it came with.
 
-Usage: ``oauth_server.py PORT RECORD LIFETIME``
+Usage: ``oauth_server.py PORT RECORD LIFETIME [MOVED_TO]``; with ``MOVED_TO`` (an issuer URL)
+the server names that authorization server instead and has none of its own.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ RECORD = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/dev/null")
 LIFETIME = int(sys.argv[3]) if len(sys.argv) > 3 else 3600
 ISSUER = f"http://127.0.0.1:{PORT}"
 RESOURCE = f"{ISSUER}/mcp"
+MOVED_TO = sys.argv[4] if len(sys.argv) > 4 else None
 
 
 def _record(**event: Any) -> None:
@@ -143,17 +145,40 @@ class Provider:
         self.refresh.pop(token.token, None)
 
 
-mcp = MCPServer(
-    "oauth-remote",
-    auth_server_provider=Provider(),
-    auth=AuthSettings(
-        issuer_url=ISSUER,
-        resource_server_url=RESOURCE,
-        validate_token_resource=True,
-        client_registration_options=ClientRegistrationOptions(enabled=True, valid_scopes=["mcp"]),
-        required_scopes=["mcp"],
-    ),
-)
+class Nobody:
+    """A resource server's token check that accepts no token at all."""
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        return None
+
+
+def _server() -> MCPServer:
+    """The server and its own authorization server; or, given ``MOVED_TO``, the server
+    alone, naming that other authorization server (and taking no token of the old one's)."""
+    if MOVED_TO is not None:
+        return MCPServer(
+            "oauth-remote",
+            token_verifier=Nobody(),
+            auth=AuthSettings(
+                issuer_url=MOVED_TO, resource_server_url=RESOURCE, validate_token_resource=True
+            ),
+        )
+    return MCPServer(
+        "oauth-remote",
+        auth_server_provider=Provider(),
+        auth=AuthSettings(
+            issuer_url=ISSUER,
+            resource_server_url=RESOURCE,
+            validate_token_resource=True,
+            client_registration_options=ClientRegistrationOptions(
+                enabled=True, valid_scopes=["mcp"]
+            ),
+            required_scopes=["mcp"],
+        ),
+    )
+
+
+mcp = _server()
 
 
 @mcp.tool()

@@ -51,12 +51,16 @@ class OAuthRemote:
 
 
 @contextmanager
-def oauth_server(record_dir: Path, port: int, lifetime: int) -> Iterator[OAuthRemote]:
+def oauth_server(
+    record_dir: Path, port: int, lifetime: int, moved_to: str | None = None
+) -> Iterator[OAuthRemote]:
     """The server on ``port`` until the block ends; it records into ``record_dir`` (keep
-    that outside the user's home and state: the record holds tokens in clear)."""
+    that outside the user's home and state: the record holds tokens in clear). With
+    ``moved_to``, it names that authorization server instead of its own."""
     record = record_dir / f"oauth-{port}.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), str(port), str(record), str(lifetime)],
+        [sys.executable, str(SERVER), str(port), str(record), str(lifetime)]
+        + ([moved_to] if moved_to else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
