@@ -26,7 +26,12 @@ def _failed(text: str) -> int:
 
 
 def _target(server: str, config: str | None) -> RemoteTarget:
-    plan = plan_session(RunOptions(config=config, servers=(server,), display_only=True))
+    try:
+        plan = plan_session(RunOptions(config=config, servers=(server,), display_only=True))
+    except UsageError as exc:
+        if exc.option != "servers":
+            raise
+        raise UsageError(f"server '{server}': {exc.text}") from None
     remote = plan.servers[server].remote
     if remote is None:
         raise UsageError(

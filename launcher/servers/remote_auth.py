@@ -186,10 +186,10 @@ class StoredLogin(OAuthClientProvider):
         refused: str | None = None
         for attempt in range(2):
             async with self.context.lock:
-                if self._stale(refused) and self.needed is None:
+                if self._stale(refused):
                     async with self._shared():
                         self._adopt_stored()
-                        if self._stale(refused):
+                        if self._stale(refused) and self.needed is None:
                             refresh = self._refresh_request()
                             if refresh is not None:
                                 answer = yield refresh

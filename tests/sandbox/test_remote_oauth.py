@@ -176,3 +176,23 @@ def test_a_server_that_moved_to_another_authorization_server(user: Home, moved: 
     assert len(lines) == 1, lines
     assert f"it now names another authorization server ({other}" in lines[0]
     assert "run `ironcurtain auth login far`" in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("server", "said"),
+    [
+        ("nosuch", "server 'nosuch': no such server in"),
+        ("git", "server 'git' is a local server (a command)"),
+    ],
+)
+def test_a_login_to_what_is_no_remote_server_is_one_line(
+    user: Home, server: str, said: str
+) -> None:
+    config = user.root / "c.json"
+    entries = {"far": {"url": "https://mcp.example.com/mcp"}, "git": {"command": "true"}}
+    config.write_text(json.dumps({"mcpServers": entries}))
+    done = ironcurtain(user, "auth", "login", server, "--config", str(config))
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"ironcurtain: error: {said}"), done.stderr
+    assert not (user.state / "ironcurtain" / "logins").exists()
