@@ -231,6 +231,17 @@ class RemoteConnection(ServerConnection):
                 await carrier
 
 
+def import_client_stack() -> None:
+    """Import what a remote connection speaks with (the ``mcp`` SDK's client transports and
+    its OAuth client), in this thread, now. The SDK's client and server packages import each
+    other: imported in two threads at once (the HTTP endpoint's stack is imported in another
+    while servers start), each thread can find the other's module half made."""
+    import importlib
+
+    for module in ("mcp.client.streamable_http", "mcp.client.sse", "launcher.servers.remote_auth"):
+        importlib.import_module(module)
+
+
 def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
     """The HTTP headers a request carries in its era: in the stateless era (the version in
     its ``_meta``) the version, the method and the name it acts on; in the handshake era,

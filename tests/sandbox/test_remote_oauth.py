@@ -16,6 +16,8 @@ import pytest
 
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
+from tests.support.http import TOKEN as HTTP_TOKEN
+from tests.support.http import http_session, serving
 from tests.support.oauth import OAuthRemote, approving, files_holding, oauth_server
 from tests.support.probe import PROBE_TOOLS, probe_server_config
 from tests.support.remote import free_port, remote_args
@@ -219,3 +221,33 @@ def test_a_forged_answer_to_the_login_is_refused(
     assert "the login failed" in lines[-1] and said in lines[-1]
     assert far.grants() == []  # the code was never exchanged
     assert ironcurtain(user, "auth", "status", "far").returncode == 1
+
+
+@pytest.mark.parametrize("through", [True, False])
+def test_the_clients_own_token_never_goes_upstream(
+    user: Home, far: OAuthRemote, through: bool
+) -> None:
+    """A client of ``run --http`` sends its bearer token to ironcurtain: what reaches the
+    remote server is the login's token, never the client's. The control: the same client
+    straight at the server, whose every Authorization header is recorded, shows its token
+    there."""
+    assert _login(user, far).returncode == 0
+
+    async def scenario(url: str) -> None:
+        try:
+            async with http_session(url) as session:
+                assert await call(session, "far__echo", {"text": "via"}) == (False, "echo: via")
+        except Exception:
+            if through:
+                raise
+
+    if through:
+        with serving(user, *remote_args(user, {"far": {"url": far.url}}, TOOLS)) as served:
+            asyncio.run(scenario(served.url))
+        assert [c["args"]["text"] for c in far.calls()] == ["via"]
+    else:
+        asyncio.run(scenario(far.url))  # refused: the server takes no such token
+    seen = far.seen()
+    assert any(HTTP_TOKEN in header for header in seen) != through
+    if through:
+        assert {h.removeprefix("Bearer ") for h in seen} <= {g["access"] for g in far.grants()}

@@ -7,7 +7,8 @@ bound to the resource they were asked for and live ``LIFETIME`` seconds.
 The authorization endpoint approves at once (a person who says yes), redirecting back with
 the code, the state and the ``iss`` (RFC 9207). It writes one JSON line per event to the
 record file: each token issued (``grant``, ``access``, ``refresh``, ``resource``), each tool
-call (``tool``, ``args``) and the bearer token it came with.
+call (``tool``, ``args``) and the bearer token it came with, and the ``Authorization`` header
+of every request (``seen``).
 
 Usage: ``oauth_server.py PORT RECORD LIFETIME [MOVED_TO]``; with ``MOVED_TO`` (an issuer URL)
 the server names that authorization server instead and has none of its own.
@@ -189,10 +190,25 @@ def echo(text: str) -> str:
     return f"echo: {text}"
 
 
+def _seeing(app: Any) -> Any:
+    """``app``, recording the ``Authorization`` header of every request that reaches it
+    (``seen``), taken or not."""
+
+    async def seeing(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization")
+            if given is not None:
+                _record(seen=given.decode(errors="replace"), path=scope["path"])
+        await app(scope, receive, send)
+
+    return seeing
+
+
 def main() -> None:
     import uvicorn
 
-    uvicorn.run(mcp.streamable_http_app(), host="127.0.0.1", port=PORT, log_level="warning")
+    app = _seeing(mcp.streamable_http_app())
+    uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -45,6 +45,10 @@ class OAuthRemote:
     def calls(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "tool" in e]
 
+    def seen(self) -> list[str]:
+        """The ``Authorization`` header of every request that reached it."""
+        return [e["seen"] for e in self.events() if "seen" in e]
+
     def tokens(self) -> set[str]:
         """Every token it issued."""
         return {t for e in self.grants() for t in (e["access"], e["refresh"])}
