@@ -14,7 +14,7 @@ os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
 import typer
 
-from launcher.cli import audit_commands, clients
+from launcher.cli import audit_commands, auth_commands, clients
 from launcher.cli.exits import finish
 from launcher.cli.run_flags import BY_FIELD, RUN_FLAGS, default, field_type, flag_names, kind
 
@@ -233,6 +233,14 @@ GROUPS: dict[str, tuple[str, dict[str, Callable[..., None]]]] = {
     "audit": (
         "Check or follow an audit log (default: the newest one).",
         {"verify": audit_commands.verify, "tail": audit_commands.tail},
+    ),
+    "auth": (
+        "Log in to remote servers, see the logins kept, forget one.",
+        {
+            "login": auth_commands.login,
+            "status": auth_commands.status,
+            "logout": auth_commands.logout,
+        },
     ),
 }
 

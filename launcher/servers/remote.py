@@ -93,6 +93,7 @@ class RemoteConnection(ServerConnection):
         # The entry's header values (its credentials), each with what stands in for it in
         # anything the server sends and in every line about the connection.
         self._hidden = hidden_values(target.headers, urlsplit(target.url).query)
+        self.login: Any = None  # the login that signs its requests in (remote_auth), if any
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
         return RemoteConnection(self.spec, self.target, on_notification, client)
@@ -122,9 +123,17 @@ class RemoteConnection(ServerConnection):
         """Why this server cannot be used, in one line naming it and where it is."""
         where = f"remote server '{self.name}' ({self.target.where})"
         if self.refused in (401, 403):
+            if _authorization(self.target.headers):
+                return (
+                    f'{where} refused ironcurtain (HTTP {self.refused}): its "headers" carry '
+                    "no credential it accepts"
+                )
+            from launcher.servers import remote_auth
+
+            why = (self.login and self.login.needed) or remote_auth.missing(self.name, self.target)
             return (
-                f'{where} refused ironcurtain (HTTP {self.refused}): its "headers" carry '
-                "no credential it accepts"
+                f"{where} refused ironcurtain (HTTP {self.refused}): {why}; "
+                f"run `{remote_auth.login_command(self.name)}`"
             )
         if self.refused is not None:
             return f"{where} answered HTTP {self.refused}"
@@ -176,7 +185,14 @@ class RemoteConnection(ServerConnection):
         return self._http()
 
     def _http(self) -> httpx2.AsyncClient:
-        client = client_for(self.target)
+        """The HTTP client of the server: its requests signed in by the server's login, when
+        one is kept for it (and the entry's headers carry no ``Authorization`` of their own)."""
+        if self.login is None and not _authorization(self.target.headers):
+            from launcher.servers import remote_auth
+
+            self.login = remote_auth.login_for(self.name, self.target)
+        also = self.login.hosts() if self.login is not None else ()
+        client = client_for(self.target, auth=self.login, also=also)
 
         async def seen(response: httpx2.Response) -> None:
             if response.status_code >= 400 and response.request.method == "POST":
@@ -314,6 +330,17 @@ def hidden_values(headers: Mapping[str, str], query: str = "") -> dict[str, str]
     return dict(sorted(found.items(), key=lambda item: -len(item[0])))
 
 
+def import_client_stack() -> None:
+    """Import what a remote connection speaks with (the ``mcp`` SDK's client transports and
+    its OAuth client), in this thread, now. The SDK's client and server packages import each
+    other: imported in two threads at once (the HTTP endpoint's stack is imported in another
+    while servers start), each thread can find the other's module half made."""
+    import importlib
+
+    for module in ("mcp.client.streamable_http", "mcp.client.sse", "launcher.servers.remote_auth"):
+        importlib.import_module(module)
+
+
 def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
     """The HTTP headers a request carries in its era: in the stateless era (the version in
     its ``_meta``) the version, the method and the name it acts on; in the handshake era,
@@ -347,6 +374,11 @@ def era_headers(message: Message, agreed: str | None) -> dict[str, str]:
     if agreed is not None and message.get("method") != "initialize":
         return {MCP_PROTOCOL_VERSION_HEADER: agreed}
     return {}
+
+
+def _authorization(headers: Mapping[str, str]) -> bool:
+    """Whether an entry's own headers carry a credential (then no login is used)."""
+    return any(name.lower() == "authorization" for name in headers)
 
 
 def _one_line(exc: BaseException) -> str:

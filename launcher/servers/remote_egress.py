@@ -11,7 +11,7 @@ the user's own choice. Only the entry's own host is dialled.
 from __future__ import annotations
 
 import socket
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan.remote_plan import RemoteTarget
@@ -32,6 +32,17 @@ ANSWER_LIMIT: int | None = LINE_LIMIT
 
 class EgressRefused(OSError):
     """A connection the egress check refused: why, in one line."""
+
+
+class _EveryHost:
+    """Any host at all (each still judged by the egress check): what a login may dial, to
+    reach the authorization server the remote server names."""
+
+    def __contains__(self, host: object) -> bool:
+        return True
+
+
+EVERY_HOST: Container[str] = _EveryHost()
 
 
 def _of_this_machine(address: str) -> bool:
@@ -90,9 +101,11 @@ async def _resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
-def _checked_backend(target: RemoteTarget) -> httpcore2.AsyncNetworkBackend:
-    """A network backend that dials only ``target``'s host, at addresses the egress check
-    let through."""
+def _checked_backend(
+    target: RemoteTarget, also: Container[str] = ()
+) -> httpcore2.AsyncNetworkBackend:
+    """A network backend that dials only ``target``'s host (and those in ``also``), at
+    addresses the egress check let through."""
     import httpcore2
 
     class Checked(httpcore2.AsyncNetworkBackend):
@@ -108,7 +121,7 @@ def _checked_backend(target: RemoteTarget) -> httpcore2.AsyncNetworkBackend:
             socket_options: Iterable[Any] | None = None,
         ) -> httpcore2.AsyncNetworkStream:
             name = host.strip("[]").lower()
-            if name != target.host:
+            if name != target.host and name not in also:
                 raise EgressRefused(f"{name} is not {target.host}, the server's own host")
             found = [name] if parse_ip(name) is not None else await _pinned_or(name, port)
             if found[0] != name and not _chosen(name):
@@ -140,10 +153,10 @@ def _checked_backend(target: RemoteTarget) -> httpcore2.AsyncNetworkBackend:
     return Checked()
 
 
-def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
-    """An HTTP transport that dials only ``target``'s host, at addresses the egress check
-    let through (TLS still verified against the name, from the system's trust store),
-    ignores the proxy variables of ironcurtain's environment, reads an answer that is not an
+def checked_transport(target: RemoteTarget, also: Container[str] = ()) -> httpx2.AsyncBaseTransport:
+    """An HTTP transport that dials only ``target``'s host (and those in ``also``), at
+    addresses the egress check let through (TLS still verified against the name, from the
+    system's trust store), ignores the proxy variables of ironcurtain's environment, reads an answer that is not an
     event stream up to ``ANSWER_LIMIT`` bytes, and no compressed answer at all."""
     import ssl
 
@@ -154,7 +167,8 @@ def checked_transport(target: RemoteTarget) -> httpx2.AsyncBaseTransport:
         def __init__(self) -> None:
             super().__init__(trust_env=False)
             self._pool = httpcore2.AsyncConnectionPool(
-                ssl_context=ssl.create_default_context(), network_backend=_checked_backend(target)
+                ssl_context=ssl.create_default_context(),
+                network_backend=_checked_backend(target, also),
             )
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
@@ -210,12 +224,15 @@ def _bounded(stream: Any, limit: int) -> Any:
     return Bounded()
 
 
-def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.AsyncClient:
+def client_for(
+    target: RemoteTarget, auth: httpx2.Auth | None = None, also: Container[str] = ()
+) -> httpx2.AsyncClient:
     """The HTTP client a remote server is spoken to with: the checked transport, the entry's
     headers, the MCP transports' timeouts (30 s to connect, 300 s between the events of a
     stream; a call's own timeout is the relay's). ``auth``: what signs each request in (a
     token provider: it sets the credential on every request and is handed each 401), never
-    the client's own token."""
+    the client's own token. ``also``: the other hosts it may dial (an authorization
+    server's), each judged as the server's own."""
     import httpx2
     from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT
 
@@ -223,7 +240,7 @@ def client_for(target: RemoteTarget, auth: httpx2.Auth | None = None) -> httpx2.
         # Uncompressed: what is read is what is held (see ``checked_transport``).
         headers={**target.headers, "Accept-Encoding": "identity"},
         timeout=httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT),
-        transport=checked_transport(target),
+        transport=checked_transport(target, also),
         trust_env=False,
         auth=auth,
     )

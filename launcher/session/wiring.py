@@ -33,6 +33,7 @@ from launcher.relay.core import Relay
 from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.servers.broker import Broker
 from launcher.servers.egress_proxy import EgressProxy
+from launcher.servers.remote import import_client_stack
 from launcher.session.checks import audit_stamp, check_output_tools, unguarded_resources
 from launcher.session.events import SessionEvents
 from launcher.session.hostfiles import HostFiles
@@ -128,6 +129,10 @@ class Session(SessionEvents):
                 started = self._started = prestart(self.plan)
             await self._take_over(started)
             await self._open_terminals()
+            if self.plan.http_port is not None and any(
+                server.remote is not None for server in self.plan.servers.values()
+            ):
+                import_client_stack()  # before the HTTP stack's import starts in another thread
             # The HTTP stack takes about half a second to import: done while servers start.
             stack = (
                 asyncio.get_running_loop().run_in_executor(

@@ -1,0 +1,38 @@
+"""``ironcurtain auth login|status|logout``: the commands; what they do is
+:mod:`launcher.cli.logins`'s, loaded only when one runs."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+ServerArg = Annotated[str, typer.Argument(help="A remote server's name, as in the config.")]
+ConfigOpt = Annotated[
+    str | None, typer.Option("--config", help="mcp-servers.json (default: the usual lookup).")
+]
+
+
+def login(server: ServerArg, config: ConfigOpt = None) -> None:
+    """Log in to a remote server through your browser; the login is kept encrypted."""
+    from launcher.cli.logins import log_in
+
+    raise typer.Exit(log_in(server, config))
+
+
+def status(
+    server: Annotated[
+        str | None, typer.Argument(help="Only this server (default: every login kept).")
+    ] = None,
+) -> None:
+    """Who is logged in where: expiry and scopes, never a token."""
+    from launcher.cli.logins import show_status
+
+    raise typer.Exit(show_status(server))
+
+
+def logout(server: ServerArg) -> None:
+    """Forget the login kept for a remote server."""
+    from launcher.cli.logins import log_out
+
+    raise typer.Exit(log_out(server))
