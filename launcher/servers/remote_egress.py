@@ -156,8 +156,9 @@ def _checked_backend(
 def checked_transport(target: RemoteTarget, also: Container[str] = ()) -> httpx2.AsyncBaseTransport:
     """An HTTP transport that dials only ``target``'s host (and those in ``also``), at
     addresses the egress check let through (TLS still verified against the name, from the
-    system's trust store), ignores the proxy variables of ironcurtain's environment, reads an answer that is not an
-    event stream up to ``ANSWER_LIMIT`` bytes, and no compressed answer at all."""
+    system's trust store), ignores the proxy variables of ironcurtain's environment, reads
+    an answer that is not an event stream up to ``ANSWER_LIMIT`` bytes, and no compressed
+    answer at all."""
     import ssl
 
     import httpcore2
