@@ -40,6 +40,10 @@ def _server(https: int, plain: int, brokered: bool) -> dict[str, Any]:
     }
     if brokered:
         server["secrets"] = {"API_TOKEN": {"from": "env:MY_TOKEN", "hosts": ["api.test"]}}
+        # The last call asks the server to search what it can read for the value itself, so
+        # the value is in its arguments: the argument scan (attacked on its own elsewhere)
+        # would stop that call before the server could look.
+        server["scanArguments"] = {"skip": ["configured-secret"]}
     else:
         server["env"]["API_TOKEN"] = VALUE
     return server
