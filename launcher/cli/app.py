@@ -99,8 +99,19 @@ def approvals(
             "--session", help="Only this session (default: every running session of yours)."
         ),
     ] = None,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Answer on a local web page (127.0.0.1, a new token in the address printed).",
+        ),
+    ] = False,
 ) -> None:
     """Answer the escalations of your running sessions (or one) one by one."""
+    if web:
+        from launcher.cli.approvals_web import serve_web
+
+        raise typer.Exit(serve_web(session))
     from launcher.cli.approvals import attach
 
     raise typer.Exit(attach(session))
