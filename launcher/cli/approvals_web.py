@@ -38,6 +38,8 @@ def serve_web(session: str | None) -> int:
             f"no approvals socket for session {session} in {rundir.bases()[0]}: "
             "is `ironcurtain run` running (with --approval auto or socket) as this user?"
         )
+    if not board.links:
+        board.note(f"no session running in {rundir.bases()[0]} yet; waiting for one")
     sock = listen_http(0)
 
     def announce(url: str) -> None:
