@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
@@ -15,9 +16,13 @@ def _say(text: str) -> None:
     print(f"ironcurtain approvals: {visible(text, one_line=True)}", file=sys.stderr, flush=True)
 
 
-def serve_web(session: str | None) -> int:
+def serve_web(
+    session: str | None, webhook: str | None = None, webhook_secret_file: str | None = None
+) -> int:
     """Serve the approvals page for ``session``, else for every running session of this
-    user's (those started later too), until interrupted."""
+    user's (those started later too), until interrupted; each question announced to
+    ``webhook``, signed with the secret in ``webhook_secret_file``."""
+    secret = _webhook_secret(webhook, webhook_secret_file)
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -51,5 +56,36 @@ def serve_web(session: str | None) -> int:
             else f"the page answers session {session} (Ctrl-C stops)"
         )
 
-    serve_page(board, sock, announce)
+    hook = None
+    if webhook is not None and secret is not None:
+        from launcher.transports.approvals_webhook import Webhook
+
+        page = f"http://127.0.0.1:{sock.getsockname()[1]}/"
+        hook = Webhook(webhook, secret, page, board.note)
+        board.announce = hook.announce
+    try:
+        serve_page(board, sock, announce)
+    finally:
+        if hook is not None:
+            hook.stop()
     return 0
+
+
+def _webhook_secret(webhook: str | None, secret_file: str | None) -> str | None:
+    """The webhook's shared secret (None: no webhook); a :class:`UsageError` when one is
+    given without the other, or the URL or the file is wrong."""
+    if webhook is None and secret_file is None:
+        return None
+    if webhook is None or secret_file is None:
+        raise UsageError(
+            "--webhook and --webhook-secret-file go together: the webhook's announcements are "
+            "signed with the secret in that file"
+        )
+    from launcher.transports.approvals_webhook import check_url
+    from launcher.transports.http.bearer_token import read_secret
+
+    try:
+        check_url(webhook)
+        return read_secret(Path(secret_file), "webhook_secret_file")
+    except UsageError as exc:  # the library names its settings; here they are flags
+        raise UsageError(exc.said(lambda field: "--" + field.replace("_", "-"))) from None

@@ -9,6 +9,7 @@ import selectors
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,9 @@ class Board(Sessions):
         self.recent: collections.deque[Decided] = collections.deque(maxlen=RECENT)
         self.notes: collections.deque[str] = collections.deque(maxlen=NOTES)
         self.stopping = False
+        # Told of each new question (the session's id, the question), from the sockets'
+        # thread: it must not wait (the webhook queues it).
+        self.announce: Callable[[str, dict[str, Any]], None] | None = None
         self._answers: list[tuple[str, str, str]] = []
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -140,6 +144,8 @@ class Board(Sessions):
         with self.lock:
             self.pending[(link.session, message["id"])] = (link, pending)
         self._changed()
+        if self.announce is not None:
+            self.announce(link.session, message)
 
     def closed(self, link: Link, qid: object) -> None:
         with self.lock:

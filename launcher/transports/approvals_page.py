@@ -132,13 +132,9 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
         )
 
     async def answer(request: Request) -> Response:
-        body = b""
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > MAX_FORM:
-                return _hardened(PlainTextResponse("refused: form too large", 413), "")
-        parsed = urllib.parse.parse_qs(body.decode(errors="replace"), max_num_fields=8)
-        form = {key: values[0] for key, values in parsed.items()}
+        form = await _form(request)
+        if form is None:
+            return _hardened(PlainTextResponse("refused: form too large", 413), "")
         refused = guard.form_refusal(request, form)
         if refused is not None:
             return _hardened(refused, "")
@@ -146,20 +142,7 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
         return _hardened(RedirectResponse("/", 303), "")
 
     async def events(request: Request) -> Response:
-        async def stream() -> AsyncIterator[str]:
-            seen, quiet = -1, 0.0
-            while not board.stopping:
-                version = board.snapshot()[0]
-                if version != seen:
-                    seen, quiet = version, 0.0
-                    yield f"event: board\ndata: {version}\n\n"
-                elif quiet >= KEEPALIVE:
-                    quiet = 0.0
-                    yield ": still here\n\n"
-                await asyncio.sleep(EVENT_POLL)
-                quiet += EVENT_POLL
-
-        return _hardened(StreamingResponse(stream(), media_type="text/event-stream"), "")
+        return _hardened(StreamingResponse(_changes(board), media_type="text/event-stream"), "")
 
     return Starlette(
         routes=[
@@ -169,6 +152,37 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
             Route("/answer", guarded(answer), methods=["POST"]),
         ]
     )
+
+
+async def _form(request: Request) -> dict[str, str] | None:
+    """The urlencoded form of ``request`` (each field's first value); None when too large
+    (or of too many fields)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM:
+            return None
+    try:
+        parsed = urllib.parse.parse_qs(body.decode(errors="replace"), max_num_fields=8)
+    except ValueError:
+        return None
+    return {key: values[0] for key, values in parsed.items()}
+
+
+async def _changes(board: Board) -> AsyncIterator[str]:
+    """Server-sent events: ``board`` each time what it shows changed (the page then fetches
+    it), a comment after a long quiet; until the page stops."""
+    seen, quiet = -1, 0.0
+    while not board.stopping:
+        version = board.snapshot()[0]
+        if version != seen:
+            seen, quiet = version, 0.0
+            yield f"event: board\ndata: {version}\n\n"
+        elif quiet >= KEEPALIVE:
+            quiet = 0.0
+            yield ": still here\n\n"
+        await asyncio.sleep(EVENT_POLL)
+        quiet += EVENT_POLL
 
 
 def serve_page(board: Board, sock: socket.socket, announce: Callable[[str], None]) -> None:
