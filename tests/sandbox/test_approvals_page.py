@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -122,7 +123,7 @@ async def _opened(browser: Browser, url: str) -> Page:
 
 
 def test_a_question_is_answered_on_the_page_and_foreign_requests_answer_nothing(
-    user: Home,
+    user: Home, run_dir: Path
 ) -> None:
     args, _, _ = probe_session(user, first=[ASK])
 
@@ -194,7 +195,7 @@ PAYLOAD = (
 )
 
 
-def test_arguments_holding_markup_show_as_text_and_run_nothing(user: Home) -> None:
+def test_arguments_holding_markup_show_as_text_and_run_nothing(user: Home, run_dir: Path) -> None:
     args, _, _ = probe_session(user, first=[ASK])
 
     async def scenario() -> None:

@@ -168,7 +168,9 @@ def _asked_and_approved(
 
 
 @needs_bwrap
-def test_each_question_is_announced_signed_and_answered_on_the_page(user: Home) -> None:
+def test_each_question_is_announced_signed_and_answered_on_the_page(
+    user: Home, run_dir: Path
+) -> None:
     out, got, base = _asked_and_approved(user)
     assert out[0] is False and "ESCALATION" not in out[1], out
     # The first attempt failed (500) and the same announcement came again, signed anew.
@@ -188,7 +190,7 @@ def test_each_question_is_announced_signed_and_answered_on_the_page(user: Home) 
 
 
 @needs_bwrap
-def test_a_receiver_that_never_answers_holds_up_no_question(user: Home) -> None:
+def test_a_receiver_that_never_answers_holds_up_no_question(user: Home, run_dir: Path) -> None:
     # The receiver takes the announcement and hangs; the question is on the page and its
     # approval completes the call meanwhile, long before the webhook has made all its tries
     # (5 s each): the announcing never waited in the way of the answer.
