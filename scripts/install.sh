@@ -3,7 +3,8 @@
 #   scripts/install.sh          ironcurtain (with --http) + mcp-server-git/-time/-fetch + the npm filesystem server
 #   scripts/install.sh --dev    the same plus the test and lint tools, and the real MCP clients
 #                               the tests drive (.venv/test-clients)
-# System packages (bubblewrap, libseccomp2, util-linux, git, node; acl, direnv, vim, gdb with --dev)
+# System packages (bubblewrap, libseccomp2, util-linux, git, node; acl, direnv, vim, gdb, chromium
+# with --dev)
 # are installed with apt-get when run as root, otherwise the missing ones are named and the
 # script stops.
 set -euo pipefail
@@ -30,6 +31,8 @@ if [ "$extras" = test ]; then
   command -v direnv >/dev/null || missing+=(direnv)
   command -v vim >/dev/null || missing+=(vim)
   command -v gdb >/dev/null || missing+=(gdb)
+  # The approvals page is tested in a real browser: Debian's chromium.
+  command -v chromium >/dev/null || missing+=(chromium)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -99,8 +99,34 @@ def approvals(
             "--session", help="Only this session (default: every running session of yours)."
         ),
     ] = None,
+    web: Annotated[
+        bool,
+        typer.Option(
+            "--web",
+            help="Answer on a local web page (127.0.0.1, a new token in the address printed).",
+        ),
+    ] = False,
+    webhook: Annotated[
+        str | None,
+        typer.Option("--webhook", help="With --web: announce each question to this URL."),
+    ] = None,
+    webhook_secret_file: Annotated[
+        str | None,
+        typer.Option(
+            "--webhook-secret-file",
+            help="The shared secret the webhook's POSTs are signed with (HMAC-SHA256).",
+        ),
+    ] = None,
 ) -> None:
     """Answer the escalations of your running sessions (or one) one by one."""
+    if web:
+        from launcher.cli.approvals_web import serve_web
+
+        raise typer.Exit(serve_web(session, webhook, webhook_secret_file))
+    if webhook is not None or webhook_secret_file is not None:
+        from launcher.shared.user_errors import UsageError
+
+        raise UsageError("--webhook announces questions of the page: use it with --web")
     from launcher.cli.approvals import attach
 
     raise typer.Exit(attach(session))

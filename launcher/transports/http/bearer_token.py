@@ -130,3 +130,10 @@ def _problem(value: str) -> str | None:
     if not value.isprintable() or any(c.isspace() for c in value):
         return "holds white space or control characters"
     return None
+
+
+def read_secret(path: Path, option: str) -> str:
+    """A secret kept in the file ``path`` as a token is (owner-only, a regular file of this
+    user's, one printable word of at least :data:`MIN_LENGTH` characters), given by the
+    setting ``option``; a :class:`UsageError` naming what is wrong with it."""
+    return _read(path, option)
