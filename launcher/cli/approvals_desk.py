@@ -13,7 +13,7 @@ from typing import Any
 
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError
-from launcher.transports.approvals_client import RESCAN, Link, Sessions
+from launcher.transports.approvals.client import RESCAN, Link, Sessions
 
 
 @dataclass(eq=False)

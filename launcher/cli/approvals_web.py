@@ -30,8 +30,8 @@ def serve_web(
         raise UsageError(
             "the approvals page needs the http extra: pip install 'ironcurtain[http]'"
         ) from None
-    from launcher.transports.approvals_board import Board
-    from launcher.transports.approvals_page import serve_page
+    from launcher.transports.approvals.board import Board
+    from launcher.transports.approvals.page import serve_page
 
     answers = {"approve": APPROVE, "session": APPROVE_SESSION, "deny": DENY}
     board = Board(session, answers)
@@ -58,7 +58,7 @@ def serve_web(
 
     hook = None
     if webhook is not None and secret is not None:
-        from launcher.transports.approvals_webhook import Webhook
+        from launcher.transports.approvals.webhook import Webhook
 
         page = f"http://127.0.0.1:{sock.getsockname()[1]}/"
         hook = Webhook(webhook, secret, page, board.note)
@@ -81,7 +81,7 @@ def _webhook_secret(webhook: str | None, secret_file: str | None) -> str | None:
             "--webhook and --webhook-secret-file go together: the webhook's announcements are "
             "signed with the secret in that file"
         )
-    from launcher.transports.approvals_webhook import check_url
+    from launcher.transports.approvals.webhook import check_url
     from launcher.transports.http.bearer_token import read_secret
 
     try:

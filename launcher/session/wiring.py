@@ -44,7 +44,7 @@ from launcher.session.served import Kept, KeptCallers, Served
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names, StartupError, by_field
-from launcher.transports.approvals_socket import APPROVALS_SOCKET, ApprovalsSocket
+from launcher.transports.approvals.session_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
 
 # Seconds between settles of the guard when no event wakes it.

@@ -220,7 +220,7 @@ def test_approvals_for_a_session_not_running_says_so(user: Home) -> None:
 
 
 def test_a_terminal_answer_to_an_old_question_is_ignored(tmp_path: Path) -> None:
-    from launcher.transports.approvals_socket import ApprovalsSocket
+    from launcher.transports.approvals.session_socket import ApprovalsSocket
 
     async def scenario() -> None:
         terminals = ApprovalsSocket(str(tmp_path / "a.sock"))

@@ -21,7 +21,7 @@ from launcher.plan.session_plan import RunOptions, SessionPlan, plan_session
 from launcher.session.prestart import prestart
 from launcher.session.wiring import Session
 from launcher.shared.user_errors import StartupError
-from launcher.transports.approvals_socket import ApprovalsSocket
+from launcher.transports.approvals.session_socket import ApprovalsSocket
 from tests.support.client import Client
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap

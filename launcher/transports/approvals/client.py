@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.shared import rundir
-from launcher.transports.approvals_socket import APPROVALS_SOCKET
+from launcher.transports.approvals.session_socket import APPROVALS_SOCKET
 
 RESCAN = 1.0  # seconds between looks for sessions started since
 MAX_LINE = 16 * 2**20  # bytes of one message from a session; a longer one drops it

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.transports.approvals_client import RESCAN, Link, Sessions
+from launcher.transports.approvals.client import RESCAN, Link, Sessions
 
 RECENT = 50  # decisions kept for the page
 NOTES = 20  # lines about the sessions kept for the page

@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from launcher.transports.approvals_board import Board
-from launcher.transports.approvals_page_html import board_html, page
+from launcher.transports.approvals.board import Board
+from launcher.transports.approvals.page_html import board_html, page
 
 COOKIE = "ironcurtain-approvals"
 MAX_FORM = 4096  # bytes of an answer's form

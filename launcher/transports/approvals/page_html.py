@@ -9,7 +9,7 @@ import time
 from html import escape
 from typing import Any
 
-from launcher.transports.approvals_board import Decided, Pending
+from launcher.transports.approvals.board import Decided, Pending
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
