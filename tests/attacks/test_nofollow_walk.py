@@ -161,14 +161,28 @@ def _outcomes(read: object, count: int = SWAPS) -> set[str]:
     return seen
 
 
+def _until_read(read: object, rounds: int = 20) -> set[str]:
+    """``_outcomes`` of ``read`` gathered until one read got the real file (``{}``), at most
+    ``rounds`` times: on a loaded machine every read of a round may meet the link. What is
+    asserted of the secret holds for every read of every round."""
+    seen = _outcomes(read)
+    for _ in range(rounds):
+        if "{}" in seen:
+            break
+        seen |= _outcomes(read)
+    return seen
+
+
 def test_a_directory_swapped_for_a_link_while_walked(scene: tuple[Path, Path]) -> None:
     project, mine = scene
     (project / ".vscode" / "secret").write_text("{}")
     (project / "swap").symlink_to(mine)
     with _swapping(project, ".vscode", "swap"):
         ordinary = _outcomes(lambda: (project / ".vscode" / "secret").read_text())
-        kept = _outcomes(lambda: _read(project, (".vscode", "secret")))
-        wrap = _outcomes(lambda: s.text if (s := read_project(project, ".vscode/mcp.json")) else "")
+        kept = _until_read(lambda: _read(project, (".vscode", "secret")))
+        wrap = _until_read(
+            lambda: s.text if (s := read_project(project, ".vscode/mcp.json")) else ""
+        )
     assert SECRET in ordinary  # control: the race is won
     assert SECRET not in kept and "{}" in kept, kept
     assert SECRET not in wrap and "{}" in wrap, wrap
@@ -180,8 +194,10 @@ def test_the_file_swapped_for_a_link_while_read(scene: tuple[Path, Path]) -> Non
     (inner / "swap").symlink_to(mine / "mcp.json")
     with _swapping(inner, "mcp.json", "swap"):
         ordinary = _outcomes(lambda: (inner / "mcp.json").read_text())
-        kept = _outcomes(lambda: _read(project, (".vscode", "mcp.json")))
-        wrap = _outcomes(lambda: s.text if (s := read_project(project, ".vscode/mcp.json")) else "")
+        kept = _until_read(lambda: _read(project, (".vscode", "mcp.json")))
+        wrap = _until_read(
+            lambda: s.text if (s := read_project(project, ".vscode/mcp.json")) else ""
+        )
     assert SECRET in ordinary  # control: the race is won
     assert SECRET not in kept and "{}" in kept, kept
     assert SECRET not in wrap and "{}" in wrap, wrap

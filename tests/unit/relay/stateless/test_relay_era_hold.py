@@ -90,7 +90,7 @@ def test_what_cannot_be_held_is_refused_and_a_failed_opening_serves_as_before(
         over = [m for m in answered(h) if m["id"] in (HELD + 1, HELD + 2)]
         assert [m["error"]["code"] for m in over] == [-32603, -32603]
         opened.set()
-        assert await h.answer(HELD) is not None  # served by the servers as they were
+        assert await h.answer(HELD, wait=15) is not None  # served by the servers as they were
         assert len(h.fs.requests) == HELD
 
     run(work)
