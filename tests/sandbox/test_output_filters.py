@@ -77,9 +77,14 @@ def test_with_the_detectors_off_for_that_server_the_key_reaches_the_agent(user: 
     assert "output" not in audit_entries(user.root / "audit-False.jsonl")[-1]
 
 
-def _probe_args(user: Home, output_policy: dict[str, Any] | None) -> list[str]:
+def _probe_args(
+    user: Home, output_policy: dict[str, Any] | None, scan_arguments: bool = True
+) -> list[str]:
     config = user.root / "probe.json"
-    config.write_text(json.dumps({"mcpServers": {"probe": probe_server_config(True)}}))
+    server = probe_server_config(True)
+    if not scan_arguments:
+        server["scanArguments"] = False
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
     policy = write_raw_policy(user.root / "policy")
     if output_policy is not None:
         (policy / "output-policy.json").write_text(json.dumps(output_policy))
@@ -140,7 +145,10 @@ def test_a_servers_question_carries_no_credential(user: Home) -> None:
         return types.ElicitResult(action="decline")
 
     async def scenario() -> None:
-        async with connect(user, *_probe_args(user, None), elicitation=elicit) as session:
+        # The agent's own argument holds the key: the argument scan (attacked on its own
+        # elsewhere) would stop the call before the server could ask; here the server asks.
+        args = _probe_args(user, None, scan_arguments=False)
+        async with connect(user, *args, elicitation=elicit) as session:
             await call(session, "ask_user", {"question": f"Is {AWS_KEY} your key?"})
 
     asyncio.run(scenario())
