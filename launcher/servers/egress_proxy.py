@@ -270,7 +270,7 @@ class EgressProxy:
             reasons: list[str] = []
             for address in resolved:
                 reason = check_address(self.rules, address, port)
-                if reason is None and _of_this_machine(address):
+                if reason is None and of_this_machine(address):
                     # A service listening on every address answers there as on loopback.
                     reason = f"{host} resolves to {address}, an address of this machine"
                 if reason is None:
@@ -318,7 +318,7 @@ class EgressProxy:
         raise _Refused(status, reason, host, port)
 
 
-def _of_this_machine(address: str) -> bool:
+def of_this_machine(address: str) -> bool:
     """Whether ``address`` is one of this machine's own: only such an address can be bound
     (with ``net.ipv4.ip_nonlocal_bind`` set, any can, and every one is refused)."""
     family = socket.AF_INET6 if ":" in address else socket.AF_INET

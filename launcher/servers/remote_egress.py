@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Container, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from launcher.plan.remote_plan import RemoteTarget
+from launcher.servers.egress_proxy import of_this_machine
 from launcher.shared.jsonrpc import LINE_LIMIT
 from policy.egress import blocked_kind
 from policy.urls import parse_ip
@@ -45,18 +46,6 @@ class _EveryHost:
 EVERY_HOST: Container[str] = _EveryHost()
 
 
-def _of_this_machine(address: str) -> bool:
-    """Whether ``address`` is one of this machine's own (only such an address can be bound):
-    a service listening on every address answers there as on loopback."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((address, 0))
-        except OSError:
-            return False
-    return True
-
-
 def judged(host: str, addresses: Iterable[str], pins: Mapping[str, str]) -> list[str]:
     """The addresses ``host`` may be reached at, of those it resolved to (or its pin);
     :class:`EgressRefused` when none may.
@@ -78,7 +67,7 @@ def judged(host: str, addresses: Iterable[str], pins: Mapping[str, str]) -> list
     for address in addresses:
         ip = parse_ip(address)
         kind = "not an address" if ip is None else blocked_kind(ip)
-        if kind is None and _of_this_machine(address):
+        if kind is None and of_this_machine(address):
             kind = "an address of this machine"
         if kind is None:
             kept.append(address)
