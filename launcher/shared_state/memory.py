@@ -23,7 +23,6 @@ class MemoryState:
     >>> state.grant("alice", "fs/write_file", "h1")
     >>> state.granted("alice", "fs/write_file", "h1"), state.granted("bob", "fs/write_file", "h1")
     (True, False)
-    False
     """
 
     where = "in this process"

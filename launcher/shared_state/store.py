@@ -66,7 +66,7 @@ def scope_of(key: tuple[str, ...] | None) -> str:
     hashed; ``-`` for the session's one user.
 
     >>> scope_of(None), scope_of(("https://id.example", "alice"))[:12]
-    ('-', 'c-4b1a5b8ec1')
+    ('-', 'c-8860d8b1c8')
     """
     if key is None:
         return "-"
