@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
+# Debian puts haproxy in /usr/sbin, which an ordinary user's PATH may not hold.
+HAPROXY = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin:/sbin")
 needs_redis = pytest.mark.skipif(
     shutil.which("redis-server") is None, reason="redis-server is not installed"
 )
-needs_haproxy = pytest.mark.skipif(
-    shutil.which("haproxy") is None, reason="haproxy is not installed"
-)
+needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy is not installed")
 WAIT = 60.0  # seconds a service may take to come up on a loaded machine
 
 
@@ -107,7 +107,9 @@ def haproxy(where: Path, ports: Sequence[int]) -> Iterator[str]:
         "backend instances\n    balance roundrobin\n    http-send-name-header Host\n" + servers
     )
     proc = subprocess.Popen(
-        ["haproxy", "-db", "-f", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [str(HAPROXY), "-db", "-f", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         deadline = time.monotonic() + WAIT
