@@ -5,6 +5,7 @@ losing Redis fails closed. Each promise has its control: the same instances with
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -194,3 +195,47 @@ def test_redis_lost_escalations_denied_approvals_not_taken_said_once_nothing_cra
     assert [len(lines) for lines in said] == [1, 1], said
     assert "lost (" in said[0][0] and "escalations are denied" in said[0][0]
     assert sorted(e for _, e in where(audits, "env_value")) == ["state-unavailable"] * 4
+
+
+def test_a_shared_round_takes_no_other_callers_no_other_request_no_other_deployment(
+    user: Home, idp: Provider, redis: Redis
+) -> None:
+    """The variants after the round taken over: what another instance takes is that very
+    request of that caller, sealed by this deployment, once; and the instance that asked
+    records where it was answered."""
+    token = idp.token("alice")
+    with redis_server() as elsewhere, ExitStack() as stack:
+        _, served, audits = stack.enter_context(
+            instances(user, idp, 2, redis.url, "--approval-timeout", "5")
+        )
+        other_policy = write_raw_policy(user.root / "other-policy", first=[ASK])
+        other_args = run_args(write_probe_config(user), other_policy, user.ws("ws-other"),
+                              user.root / "audit-other.jsonl")  # fmt: skip
+        foreign = stack.enter_context(serving(user, *other_args, "--server", "probe",
+            "--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE, "--approval", "elicit",
+            "--state", elsewhere.url))  # fmt: skip
+        asked = post(served[0].url, token, 1, ENV_CALL)["result"]
+        state = asked["requestState"]
+        retry = {**ENV_CALL, "inputResponses": SESSION, "requestState": state}
+        attempts = {
+            "another caller": post(served[1].url, idp.token("mallory"), 2, retry),
+            "other arguments": post(
+                served[1].url, token, 3, {**retry, "arguments": {"name": "PATH"}}
+            ),
+            "another deployment": post(foreign.url, token, 4, retry),
+        }
+        for what, answer in attempts.items():
+            assert answer.get("error", {}).get("code") == -32602, what
+        assert calls(user, 2) == [] and probe_calls(user.ws("ws-other")) == []
+        done = post(served[1].url, token, 5, retry)  # still whole: alice's, on instance 1
+        assert done["result"]["content"][0]["text"] == "/tmp/home"
+        # The instance that asked lets its copy go once its question times out, saying where
+        # it was answered (waited for, not timed: a loaded machine takes what it takes).
+        deadline = time.monotonic() + 300
+        while not entries(audits[0], "env_value") and time.monotonic() < deadline:
+            assert served[0].proc.poll() is None
+            time.sleep(0.1)
+        (first,) = entries(audits[0], "env_value")
+    assert first["escalation"] == "answered-elsewhere" and first["result"] == "denied"
+    assert where(audits, "env_value") == [(0, "answered-elsewhere"), (1, "approved-for-session")]
+    assert len(calls(user, 2)) == 1

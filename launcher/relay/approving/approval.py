@@ -66,6 +66,11 @@ def asking_with(ask: AskClient, related: object) -> Requester:
     return asking
 
 
+class AnsweredElsewhere(TimeoutError):
+    """No answer came here: the client answered on another instance of the gateway, which
+    took the call over (so this copy of it is not run)."""
+
+
 @frozen
 class Outcome:
     approved: bool
@@ -228,6 +233,8 @@ class Approvals:
         }
         try:
             reply = await ask("elicitation/create", params, self.timeout)
+        except AnsweredElsewhere:
+            return Outcome(False, "answered-elsewhere", "answered on another instance")
         except TimeoutError:
             return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
         except Exception as exc:  # a failed channel is a deny, with the reason

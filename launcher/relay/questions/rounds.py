@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import field
 
 from launcher.audit.log import hash_value
+from launcher.relay.approving.approval import AnsweredElsewhere
 from launcher.relay.call import Call, Send
 from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_PARAMS
 from launcher.shared.jsonrpc import PROMPT, READ, TOOL, Message
@@ -172,6 +173,8 @@ class Rounds:
             parked.questions.pop(key, None)
             if not parked.open():
                 self._parked.pop(parked.handle, None)
+            if self._taken_elsewhere(parked.handle):
+                raise AnsweredElsewhere(method) from None
             raise
         # Withdrawn (by its server, or because the call ended): the state still takes the
         # retry until it expires, which the call goes on as (or gets its answer).
@@ -228,6 +231,16 @@ class Rounds:
             self._put(parked)
         # Else every question is answered, or was withdrawn: the call goes on as the retry.
         return None
+
+    def _taken_elsewhere(self, handle: str) -> bool:
+        """Whether the round's retry was taken by another instance (its handle is used,
+        and not here: a retry taken here would have answered the question)."""
+        if self.shared is None or not handle:
+            return False
+        try:
+            return not self.shared.first_use(f"round:{handle}", 60)
+        except StateLost:
+            return False
 
     def _fits(self, claims: Message, method: str, params: Message, request_id: object) -> bool:
         """Whether sealed ``claims`` are of this request, of this caller, and not past."""
