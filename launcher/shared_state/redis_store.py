@@ -13,7 +13,6 @@ Redis: a store that stops answering holds a call that long, not for ever."""
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -27,20 +26,25 @@ T = TypeVar("T")
 PREFIX = "ironcurtain:"
 TIMEOUT = 2.0  # seconds a Redis command may take, connecting included
 
-# Count one event of KEYS[1] unless ARGV[2] fell within the last ARGV[3] seconds (now: ARGV[1]).
+# Count one event of KEYS[1] unless ARGV[1] fell within the last ARGV[2] seconds (by the
+# Redis server's clock, the one clock every instance shares); ARGV[3]: this event's name.
 _COUNT = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1] - ARGV[3])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[1], ARGV[4])
-redis.call('PEXPIRE', KEYS[1], math.ceil(ARGV[3] * 1000))
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], now, ARGV[3])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[2]) * 1000))
 return 1
 """
-# Enter ARGV[2] into KEYS[1] unless ARGV[3] are in (lapsed entries out first; now: ARGV[1]).
+# Enter ARGV[1] into KEYS[1] for ARGV[3] seconds unless ARGV[2] are in (lapsed ones out).
 _ENTER = """
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then return 0 end
-redis.call('ZADD', KEYS[1], ARGV[1] + ARGV[4], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], math.ceil(ARGV[4] * 1000))
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('PEXPIRE', KEYS[1], math.ceil(tonumber(ARGV[3]) * 1000))
 return 1
 """
 
@@ -177,12 +181,11 @@ class RedisState:
         self._do(lambda: self._client.delete(self._grants(scope, group)))
 
     def count(self, key: str, limit: int, window: float) -> bool:
-        member = f"{time.time():.6f}:{secrets.token_hex(4)}"
-        args: list[str | float] = [f"{time.time():.6f}", limit, window, member]
+        args: list[str | float] = [limit, window, secrets.token_hex(8)]
         return bool(self._do(lambda: self._count(keys=[f"{PREFIX}count:{key}"], args=args)))
 
     def enter(self, key: str, token: str, most: int) -> bool:
-        args: list[str | float] = [f"{time.time():.6f}", token, most, LEASE]
+        args: list[str | float] = [token, most, LEASE]
         return bool(self._do(lambda: self._enter(keys=[f"{PREFIX}in:{key}"], args=args)))
 
     def leave(self, key: str, token: str) -> None:
