@@ -29,12 +29,29 @@ WAIT = 60.0  # seconds a service may take to come up on a loaded machine
 class Redis:
     url: str
     socket: Path
-    proc: subprocess.Popen[bytes]
+    proc: subprocess.Popen[bytes] | None = None
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
+        if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=30)
+
+    def start(self) -> None:
+        """Started (again) on its socket, once it answers."""
+        self.proc = subprocess.Popen(
+            [
+                *("redis-server", "--port", "0", "--unixsocket", str(self.socket)),
+                *("--unixsocketperm", "700", "--save", "", "--appendonly", "no"),
+                *("--dir", str(self.socket.parent)),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + WAIT
+        while not _ping(self.socket):
+            assert self.proc.poll() is None, "redis-server exited"
+            assert time.monotonic() < deadline, "redis-server did not come up"
+            time.sleep(0.05)
 
 
 def _ping(path: Path) -> bool:
@@ -53,33 +70,9 @@ def redis_server() -> Iterator[Redis]:
     """``redis-server`` on a unix socket in a directory of its own, short enough for a
     socket's path (no TCP port, nothing saved)."""
     where = Path(tempfile.mkdtemp(prefix="ic-redis-", dir="/tmp"))
-    path = where / "redis.sock"
-    proc = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            "0",
-            "--unixsocket",
-            str(path),
-            "--unixsocketperm",
-            "700",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(where),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    server = Redis(f"unix://{path}", path, proc)
+    server = Redis(f"unix://{where / 'redis.sock'}", where / "redis.sock")
     try:
-        deadline = time.monotonic() + WAIT
-        while not _ping(path):
-            assert proc.poll() is None, "redis-server exited"
-            assert time.monotonic() < deadline, "redis-server did not come up"
-            time.sleep(0.05)
+        server.start()
         yield server
     finally:
         server.stop()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import signal
 from collections.abc import Iterator
 from typing import Any
 
@@ -127,7 +128,27 @@ def test_a_lost_redis_raises_is_said_once_and_said_back() -> None:
                 store.granted("alice", "g", "i")
         with pytest.raises(StateLost):
             store.count("k", 3, 60)
-    assert len(said) == 1 and "lost" in said[0] and "escalations are denied" in said[0]
+        assert len(said) == 1 and "lost" in said[0] and "escalations are denied" in said[0]
+        server.start()  # back, empty: what was granted before is gone, nothing is granted
+        assert not store.granted("alice", "g", "i")
+        assert said[1:] == [f"shared state {server.url} is back"]
+    store.close()
+
+
+def test_a_redis_that_stops_answering_is_lost_not_waited_for() -> None:
+    """A Redis that hangs (stopped, not gone) holds an operation for its timeout, then
+    counts as lost: the operation raises, and the loss is said."""
+    said: list[str] = []
+    with redis_server() as server:
+        store = connect(server.url, said.append)
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)
+        try:
+            with pytest.raises(StateLost):
+                store.first_use("round:h", 60)
+        finally:
+            server.proc.send_signal(signal.SIGCONT)
+        assert len(said) == 1 and "lost" in said[0]
     store.close()
 
 
