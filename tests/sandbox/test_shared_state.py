@@ -192,6 +192,9 @@ def test_redis_lost_escalations_denied_approvals_not_taken_said_once_nothing_cra
         for s in served
         if s.proc.stderr
     ]
+    for s in served:
+        if s.proc.stderr:
+            s.proc.stderr.close()
     assert [len(lines) for lines in said] == [1, 1], said
     assert "lost (" in said[0][0] and "escalations are denied" in said[0][0]
     assert sorted(e for _, e in where(audits, "env_value")) == ["state-unavailable"] * 4
