@@ -36,6 +36,9 @@
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
           through a minimal proxy on the mcp SDK's classes (scripts/sdk_proxy.py)
+  shared  per call over HTTP behind HAProxy, two instances sharing their state in Redis
+          (--state) vs one instance alone; and how soon an approval written by one
+          instance is read by another
 
 A and B alternate call by call (start by start), after a warm-up; read the ratios and the
 added times, not the absolute ones: this machine is noisy.
@@ -59,6 +62,7 @@ import bench_callers as crowds
 import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
+import bench_shared as shareds
 import bench_start as starting
 import bench_telemetry as telemetries
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms
@@ -76,6 +80,7 @@ GOALS = {
     "gateway": "<= 0.05 ms added per call (keys cached)",
     "callers": "p99 <= 2x one caller's with 20 at once; <= 5 MB per caller",
     "telemetry": "export never holds a call (background batches)",
+    "shared": "<= 1.2x per call, two instances + Redis vs one alone; an approval seen <= 100 ms",
 }
 results: dict[str, str] = {}
 
@@ -348,6 +353,10 @@ def bench_telemetry(quick: bool) -> None:
     results["telemetry"] = telemetries.bench_telemetry(quick)
 
 
+def bench_shared(quick: bool) -> None:
+    results["shared"] = shareds.bench_shared(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -361,6 +370,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "gateway": bench_gateway,
     "callers": bench_callers,
     "telemetry": bench_telemetry,
+    "shared": bench_shared,
 }
 
 

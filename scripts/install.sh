@@ -33,6 +33,9 @@ if [ "$extras" = test ]; then
   command -v gdb >/dev/null || missing+=(gdb)
   # The approvals page is tested in a real browser: Debian's chromium.
   command -v chromium >/dev/null || missing+=(chromium)
+  # Several instances sharing their state: a real Redis and a real load balancer.
+  command -v redis-server >/dev/null || missing+=(redis-server)
+  command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ] || missing+=(haproxy)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -29,6 +29,7 @@ from launcher.cli.run_flags import BY_FLAG, flag_names, kind, run_options
 
 if TYPE_CHECKING:
     from launcher.plan.run_options import RunOptions
+    from launcher.shared_state.redis_store import RedisState
 
 _NUMBER = {"int": re.compile(r"[0-9]{1,18}"), "float": re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")}
 
@@ -73,6 +74,27 @@ def _completion(name: str) -> bool:
     return name.startswith("_") and name.endswith("_COMPLETE")
 
 
+def _shared_state(url: str | None) -> RedisState | None:
+    """The shared state ``--state`` names, reached before anything starts (None: this
+    instance's own); one that cannot be reached stops the session."""
+    if url is None:
+        return None
+    from launcher.session.report import say
+    from launcher.shared.user_errors import OptionError
+    from launcher.shared_state.redis_store import connect, shown
+    from launcher.shared_state.store import StateLost
+
+    try:
+        state = connect(url, say)
+    except StateLost as lost:
+        raise OptionError("state", shown(url), f"cannot be reached: {lost}") from None
+    say(
+        f"shared state: {state.where} (approvals for the session, the circuit breaker's and "
+        "the callers' counts, the key that seals question rounds)"
+    )
+    return state
+
+
 def start(opts: RunOptions) -> int:
     """Plan the session, start its servers, serve until it ends; its exit status."""
     from launcher.plan.session_plan import plan_session
@@ -109,6 +131,7 @@ def start(opts: RunOptions) -> int:
             f"ironcurtain: WARNING: sandboxes have NO SYSTEM-CALL FILTER: {plan.seccomp_problem}",
             file=sys.stderr,
         )
+    state = _shared_state(opts.state)
     # The servers start now, and the event loop and the relay load while they do.
     started = prestart(plan)
     try:
@@ -116,7 +139,7 @@ def start(opts: RunOptions) -> int:
 
         from launcher.session.wiring import Session
 
-        session = Session(plan, started, flag_names(["ironcurtain", "run"]))
+        session = Session(plan, started, flag_names(["ironcurtain", "run"]), state=state)
     except BaseException:
         started.abandon()
         raise

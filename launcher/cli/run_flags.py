@@ -122,6 +122,14 @@ RUN_FLAGS: tuple[Flag, ...] = (
         "With --http: how many sessions, and in gateway mode callers, are served at "
         "once (each with servers of its own); the one idle longest makes room.",
     ),
+    Flag(
+        "--state",
+        "state",
+        "With --http: share approvals for the session, the breaker's and the callers' "
+        "counts and the key that seals question rounds with the other instances, in "
+        "Redis (redis://HOST:PORT/DB, rediss://..., unix:///PATH); default: this "
+        "instance's own.",
+    ),
 )
 BY_FLAG = {option.flag: option for option in RUN_FLAGS}
 BY_FIELD = {option.field: option for option in RUN_FLAGS}

@@ -35,6 +35,9 @@ class RunOptions:
     # With oidc_issuer: CLAIM=GLOB each admitted token's claims must match.
     oidc_require: tuple[str, ...] = ()
     max_clients: int = 16  # over HTTP: sessions (and callers) served at once, each own servers
+    # Over HTTP: where instances of one gateway share their state (redis://...); None: in
+    # this process, this instance's own.
+    state: str | None = None
     # Plan to show, not to run (no probes, nothing refused).
     display_only: bool = False
     # No callers, yet ${caller} is kept as it is (as in a plan for every caller): for

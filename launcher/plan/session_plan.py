@@ -150,8 +150,31 @@ def check_options(opts: RunOptions) -> None:
             "max_clients", opts.max_clients, f"expected a number from 1 to {MAX_CLIENTS}"
         )
     check_caller_options(opts)
+    if opts.state is not None:
+        _check_state(opts)
     if not opts.approval_timeout > 0:
         raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
+
+
+def _check_state(opts: RunOptions) -> None:
+    """``--state``: a Redis URL, over HTTP, with its client installed."""
+    from launcher.shared_state.redis_store import BadStateURL, check_url, shown
+
+    url = opts.state or ""
+    if opts.http_port is None:
+        raise OptionError(
+            "state", shown(url), "is only used with {http_port}", mentions=("http_port",)
+        )
+    try:
+        check_url(url)
+    except BadStateURL as bad:
+        raise OptionError("state", shown(url), str(bad)) from None
+    if not _importable("redis"):
+        raise OptionError(
+            "state",
+            shown(url),
+            "needs the Redis client, which is not installed: pip install 'ironcurtain[redis]'",
+        )
 
 
 def _importable(module: str) -> bool:

@@ -73,6 +73,9 @@ class Call:
     # clients that chose the same token (one relay serves every stateless client over
     # HTTP) never hear each other's progress.
     token: str | None = None
+    # The client's answer to its approval question, given before it was asked here: a
+    # retry of a round another instance of the gateway began (None: none given).
+    given: Message | None = None
 
     def progress_token(self) -> str | int | None:
         """The client's progress token for this call, if it sent one."""

@@ -105,9 +105,12 @@ class CheckedCalls:
         for call in list(self._calls.values()):
             self._cancel(call, "the session is stopping")
 
-    def start(self, method: str, params: Message, request_id: Any) -> None:
+    def start(
+        self, method: str, params: Message, request_id: Any, given: Message | None = None
+    ) -> None:
         """Decided, audited and forwarded in the callback that read it; the answer is
-        relayed in the callback that reads it (:meth:`answered`)."""
+        relayed in the callback that reads it (:meth:`answered`). ``given``: the client's
+        answer to the approval question of a round another instance began."""
         started = time.perf_counter()
         malformed = malformed_answer(method, params, request_id)
         if malformed is not None:
@@ -132,6 +135,7 @@ class CheckedCalls:
         decision = checked.decision
         conn = self.core.servers.get(server) if server else None
         call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
+        call.given = given
         call.entry = self._entry(call, decision, checked.hashes, checked.secrets)
         if checked.missing:  # what the caller lacked: the audit's to know, not the client's
             call.entry["policy"]["missing"] = list(checked.missing)

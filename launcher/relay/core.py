@@ -19,7 +19,7 @@ from launcher.relay.call import ClientLink
 from launcher.relay.checked import CHECKED, CheckedCalls
 from launcher.relay.notices import Notices
 from launcher.relay.questions.input_bridge import ServerInputs
-from launcher.relay.questions.rounds import Rounds, Spent
+from launcher.relay.questions.rounds import Rounds, Spent, TakeOver
 from launcher.relay.questions.server_requests import ServerAsks, elicitation_modes
 from launcher.relay.questions.to_client import ClientQuestions
 from launcher.relay.seams import Core, Downstream, Upstream
@@ -102,6 +102,7 @@ class Relay:
             asking.caller_of,
             asking.lacking,
             asking.refuse_retry,
+            shared=core.state,
         )
         # A stateless client's notification streams (subscriptions/listen).
         self.listens = Listens(self.send, self.calls.start, asking.caller_of)
@@ -274,9 +275,7 @@ class Relay:
                 return
             self._asked[request_id] = method
             if "requestState" in params:  # a retry, with the answers to a question
-                not_taken = self.rounds.resume(method, params, request_id)
-                if not_taken is not None:
-                    self.send(error(request_id, *not_taken))
+                self._retry(method, params, request_id)
                 return
             if method == "server/discover":
                 found = stateless.discover(router.capabilities(), INSTRUCTIONS)
@@ -312,6 +311,15 @@ class Relay:
             self.send(error(request_id, METHOD_NOT_FOUND, f"method not found: {method}"))
             return
         self.send(result(request_id, answer))
+
+    def _retry(self, method: str, params: Message, request_id: Any) -> None:
+        """A stateless client's retry: its call goes on, or (its round begun on another
+        instance) is checked from the start here, or it is refused."""
+        not_taken = self.rounds.resume(method, params, request_id)
+        if isinstance(not_taken, TakeOver):
+            self.calls.start(method, not_taken.params, request_id, not_taken.answer)
+        elif not_taken is not None:
+            self.send(error(request_id, *not_taken))
 
     def _set_level(self, params: Message) -> None:
         """The client's log level goes to every server that logs (their answers are not

@@ -10,10 +10,10 @@ The checked path (:mod:`launcher.relay.checked`) hands a call here and gets it b
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from typing import Any, Protocol
 
 from launcher.audit.log import hash_value
-from launcher.relay.approving.approval import Outcome, asking_with
+from launcher.relay.approving.approval import Outcome, Requester, asking_with
 from launcher.relay.approving.grants import CannotWiden, Grant, describe, instruction_paths
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate.decide import denial_text, label
@@ -98,7 +98,7 @@ class Escalations:
                 call.arguments,
                 decision,
                 self.client_elicits(call),
-                asking_with(self.ask, call),
+                asking_with(self.ask, call) if call.given is None else _given(call.given),
                 describe(call.server, grants) if grants else "",
                 beyond_own=self._beyond_own(call, grants),
             )
@@ -269,6 +269,20 @@ class Escalations:
             self.ends.end(call, "error", failure=f"ERROR: {failure}")
             return
         self.ends.answered(call, outcome)
+
+
+def _given(answer: Message) -> Requester:
+    """What the approval question is answered with when its answer came with the request:
+    ``answer`` (the client gave it to a round another instance began, for this very
+    request), once; a question after it is not answered here, and denies."""
+    left = [answer]
+
+    async def asking(method: str, params: dict[str, Any], timeout: float) -> Message:
+        if method != "elicitation/create" or not left:
+            raise RuntimeError("the client's answer was given already")
+        return {"jsonrpc": "2.0", "id": 0, "result": left.pop()}
+
+    return asking
 
 
 async def discard(one_shot: OneShot) -> None:

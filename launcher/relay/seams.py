@@ -24,6 +24,7 @@ from launcher.relay.outputs import Outputs
 from launcher.relay.router import Listing, Router
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message, OnDone
+from launcher.shared_state.store import SharedState
 from policy.output import OutputPolicy
 from sandbox_profiles.records import frozen, mutable
 
@@ -178,3 +179,6 @@ class Core:
     # The relay's client speaks this era: what is to be awaited before its first request
     # is served (servers of both eras opened in it), or None when nothing is.
     speak: Callable[[str], Awaitable[None] | None] = lambda era: None
+    # What instances of one gateway share: the key question rounds are sealed with, and
+    # their handles' single use (None: this relay's own key).
+    state: SharedState | None = None

@@ -36,6 +36,7 @@ from launcher.shared import dirs
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names
+from launcher.shared_state.store import SharedState
 from policy.argument_scan import ArgumentScan
 from sandbox_profiles.records import mutable
 
@@ -54,6 +55,7 @@ class Hosting(Protocol):
     halted: dict[str, str]
     served: list[Served]
     telemetry: Telemetry | None  # where each call is exported (None: nowhere)
+    state: SharedState | None  # what instances of one gateway share (None: nothing)
 
     @property
     def guard(self) -> Carried | None:
@@ -207,7 +209,7 @@ class Served:
         assert session.audit is not None
         gate = Gate(
             plan.engine,
-            CircuitBreaker(plan.max_identical_calls),
+            CircuitBreaker(plan.max_identical_calls, shared=session.state),
             session.audit,
             session.approvals,
             os.path.join(str(dirs.state_dir()), "pins"),
@@ -238,6 +240,7 @@ class Served:
             widen=Widener(plan, self._one_shot_notified, lambda: session.guard),
             telemetry=session.telemetry,
             speak=self._speak,
+            state=session.state,
         )
         return Relay(core)
 

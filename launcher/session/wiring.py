@@ -44,6 +44,7 @@ from launcher.session.served import Kept, KeptCallers, Served
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names, StartupError, by_field
+from launcher.shared_state.store import SharedState, scope_of
 from launcher.transports.approvals.session_socket import APPROVALS_SOCKET, ApprovalsSocket
 from launcher.transports.stdio import StdioTransport, client_gone
 
@@ -57,11 +58,17 @@ if TYPE_CHECKING:
 
 class Session(SessionEvents):
     def __init__(
-        self, plan: SessionPlan, started: Prestarted | None = None, names: Names = by_field
+        self,
+        plan: SessionPlan,
+        started: Prestarted | None = None,
+        names: Names = by_field,
+        state: SharedState | None = None,
     ) -> None:
         """``started``: the servers, started before the event loop (None: :meth:`run` starts
-        them); ``names``: how the person running the session calls a setting."""
+        them); ``names``: how the person running the session calls a setting; ``state``:
+        what it shares with other instances (None: nothing, its own kept here)."""
         self.plan = plan
+        self.state = state
         self.names = names
         self._started = started
         # Servers the guard stopped (it could not neutralise what their sandbox wrote), and
@@ -86,12 +93,13 @@ class Session(SessionEvents):
             plan.approval_timeout,
             self.terminals,
             callers=plan.caller is not None or plan.gateway is not None,
+            shared=state,
         )
         # What is kept of each caller: approvals for the session, its circuit breaker.
         self.kept = KeptCallers(
             lambda caller: Kept(
-                self.approvals.for_caller(caller.audited),
-                CircuitBreaker(plan.max_identical_calls),
+                self.approvals.for_caller(caller.audited, scope_of(caller.key)),
+                CircuitBreaker(plan.max_identical_calls, shared=state, scope=scope_of(caller.key)),
             )
         )
         self.relay: Relay | None = None
@@ -264,7 +272,7 @@ class Session(SessionEvents):
             gatekeeper = Gatekeeper(self.plan.gateway, say, self._not_admitted)
         token = self.plan.http_token.value if self.plan.http_token is not None else None
         self.http = HttpEndpoint(
-            port, token, self._open_client, say, gatekeeper, self.plan.max_clients
+            port, token, self._open_client, say, gatekeeper, self.plan.max_clients, self.state
         )
         # The socket was bound before any server started (a port that cannot be had stops
         # the session before anything does); the endpoint owns it from here.

@@ -22,6 +22,7 @@ from launcher.relay.seams import Core, ServerSettings
 from launcher.shared.caller_identity import Caller
 from launcher.shared.jsonrpc import Message
 from launcher.shared.user_errors import Names, by_field
+from launcher.shared_state.store import SharedState
 from policy import schema
 from policy.engine import PolicyEngine
 from policy.models import CompiledPolicyFile, ToolAnnotationsFile
@@ -168,8 +169,10 @@ def build(
     rules: dict[str, Any] = RULES,
     permissions: dict[str, Any] | None = None,
     caller: Caller | None = None,
+    state: SharedState | None = None,
 ) -> Harness:
-    """``permissions``: a ``permissions.json``; ``caller``: whose requests the relay serves."""
+    """``permissions``: a ``permissions.json``; ``caller``: whose requests the relay serves;
+    ``state``: what it shares with other instances (None: nothing)."""
     ws = tmp / "ws"
     (ws / "private").mkdir(parents=True, exist_ok=True)
     annotations = {"servers": {name: annotations_of(name) for name in servers}}
@@ -186,7 +189,7 @@ def build(
         engine,
         CircuitBreaker(breaker),
         audit,
-        Approvals(approval, 2.0),
+        Approvals(approval, 2.0, shared=state),
         str(tmp / "pins"),
         say=said.append,
         names=names,
@@ -211,7 +214,9 @@ def build(
         gate.pin(name, fake.tools, fake.prompts, at_start=True)
     settings = {name: ServerSettings(str(ws), TIMEOUT, True) for name in servers}
     router = Router(len(servers) > 1)
-    core = Core(fakes, settings, gate, audit, router, str(ws), say=said.append, caller=caller)
+    core = Core(
+        fakes, settings, gate, audit, router, str(ws), say=said.append, caller=caller, state=state
+    )
     relay = Relay(core)
     client = Client(answer, relay=relay)
     relay.upstream = client

@@ -12,7 +12,10 @@ widen a sandbox onto the host, or reach any other path, is denied without asking
 channel, no answer within the timeout, or anything but an approval means deny. An approval
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
-canonical arguments) that later identical calls match without asking again.
+canonical arguments) that later identical calls match without asking again. With a shared
+state (several instances of one gateway), the entry is kept there, so it holds on every
+instance; while that state cannot be reached, no escalation is asked (each is denied) and
+no approval for the session is taken.
 
 A server's own request of the client (sampling) is asked the same way, worded as the
 server's, never as a call the agent makes: the human is shown the whole request as it will
@@ -31,6 +34,7 @@ from typing import Any, Protocol
 from launcher.audit.log import hash_value
 from launcher.shared.jsonrpc import Message
 from launcher.shared.shown import visible
+from launcher.shared_state.store import SharedState, StateLost
 from policy.decision import Decision
 from sandbox_profiles.records import frozen, mutable
 
@@ -60,6 +64,11 @@ def asking_with(ask: AskClient, related: object) -> Requester:
         return ask(method, params, timeout, related)
 
     return asking
+
+
+class AnsweredElsewhere(TimeoutError):
+    """No answer came here: the client answered on another instance of the gateway, which
+    took the call over (so this copy of it is not run)."""
 
 
 @frozen
@@ -92,11 +101,25 @@ class Approvals:
     caller: dict[str, str] | None = None
     # The session has callers: the party whose call it is is not the operator.
     callers: bool = False
+    # Where instances of one gateway keep what is approved for the session (None: here,
+    # in session_whitelist), and whose it is there (a caller's key, hashed).
+    shared: SharedState | None = None
+    scope: str = "-"
+    # Tools whose approvals were forgotten here while the shared state could not say so.
+    _forgotten: set[tuple[str, str]] = field(default_factory=set)
 
-    def for_caller(self, caller: dict[str, str]) -> Approvals:
+    def for_caller(self, caller: dict[str, str], scope: str = "-") -> Approvals:
         """Approvals asked the same way, for ``caller``'s calls only: what it is approved for
-        the session is its own."""
-        return Approvals(self.mode, self.timeout, self.terminals, caller=caller, callers=True)
+        the session is its own (``scope``: whose, in the shared state)."""
+        return Approvals(
+            self.mode,
+            self.timeout,
+            self.terminals,
+            caller=caller,
+            callers=True,
+            shared=self.shared,
+            scope=scope,
+        )
 
     def forget(self, server: str, tool: str) -> None:
         """What was approved for the session for ``tool`` of ``server`` no longer counts
@@ -104,6 +127,30 @@ class Approvals:
         self.session_whitelist = {
             key for key in self.session_whitelist if key[:2] != (server, tool)
         }
+        if self.shared is not None:
+            self._forgotten.add((server, tool))  # until the shared state has forgotten too
+            try:
+                self.shared.revoke(self.scope, f"{server}\0{tool}")
+            except StateLost:
+                return
+            self._forgotten.discard((server, tool))
+
+    def _whitelisted(self, key: tuple[str, str, str]) -> bool:
+        """Whether ``key`` was approved for the session (StateLost: cannot be known)."""
+        if self.shared is None:
+            return key in self.session_whitelist
+        if key[:2] in self._forgotten:
+            self.forget(*key[:2])
+            if key[:2] in self._forgotten:
+                raise StateLost("what changed could not be forgotten there")
+        return self.shared.granted(self.scope, f"{key[0]}\0{key[1]}", key[2])
+
+    def _whitelist(self, key: tuple[str, str, str]) -> None:
+        """Approved for the session (StateLost: not taken)."""
+        if self.shared is None:
+            self.session_whitelist.add(key)
+        else:
+            self.shared.grant(self.scope, f"{key[0]}\0{key[1]}", key[2])
 
     def channel(self, client_elicits: bool) -> str | None:
         """Who is asked: the client (``elicit``), the attached terminal (``socket``), or no
@@ -135,8 +182,11 @@ class Approvals:
         not the caller's own (empty: none), which a caller's client is never asked to give."""
         # A server's own request is never the same entry as a tool of the same name.
         key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
-        if key in self.session_whitelist:
-            return Outcome(True, "session-whitelist")
+        try:
+            if self._whitelisted(key):
+                return Outcome(True, "session-whitelist")
+        except StateLost as lost:
+            return _unavailable(lost)
         channel = self.channel(client_elicits)
         if channel is None:
             return Outcome(False, "no-approval-channel")
@@ -183,6 +233,8 @@ class Approvals:
         }
         try:
             reply = await ask("elicitation/create", params, self.timeout)
+        except AnsweredElsewhere:
+            return Outcome(False, "answered-elsewhere", "answered on another instance")
         except TimeoutError:
             return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
         except Exception as exc:  # a failed channel is a deny, with the reason
@@ -208,9 +260,20 @@ class Approvals:
         if answer == APPROVE:
             return Outcome(True, "approved")
         if answer == APPROVE_SESSION:
-            self.session_whitelist.add(key)
+            try:
+                self._whitelist(key)
+            except StateLost as lost:
+                return _unavailable(lost)
             return Outcome(True, "approved-for-session")
         return Outcome(False, "denied", f"the user answered {said}")
+
+
+def _unavailable(lost: StateLost) -> Outcome:
+    """Denied: what is approved for the session is kept in a shared state that cannot be
+    reached (an approval would not be taken)."""
+    return Outcome(
+        False, "state-unavailable", f"the shared state of approvals cannot be reached ({lost})"
+    )
 
 
 def approval_message(

@@ -16,6 +16,14 @@ relay makes at start (HMAC-SHA256). A retry whose state was altered, has expired
 used already, or that is not the same request of the same caller, is refused (``-32602``)
 and reaches nothing: the state of one call cannot carry another's answers, and an answer
 given for one call is used by that call once.
+
+Instances of one gateway that share a state (``--state``) seal with the key they share and
+mark each handle used there, so a round begun on one instance may be answered on another:
+when the only question open is ironcurtain's own (an approval), the instance the retry
+reaches takes the call over (:class:`TakeOver`): it is checked again from the start there,
+and the answer in the retry answers its approval question; a handle is still used once,
+by one instance. A round with a server's question stays with the instance whose server
+asked it (another refuses its retry).
 A retry without the answer asked for is asked again. A call that ends while its retry is
 awaited (its server answered it, or withdrew its question) keeps its answer for the retry,
 or goes on as the retry without one: a retry is always answered once.
@@ -35,9 +43,11 @@ from collections.abc import Callable
 from dataclasses import field
 
 from launcher.audit.log import hash_value
+from launcher.relay.approving.approval import AnsweredElsewhere
 from launcher.relay.call import Call, Send
-from launcher.shared.error_codes import INVALID_PARAMS
+from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_PARAMS
 from launcher.shared.jsonrpc import PROMPT, READ, TOOL, Message
+from launcher.shared_state.store import SharedState, StateLost
 from sandbox_profiles.records import frozen, mutable
 
 INPUT_REQUIRED = "input_required"
@@ -49,6 +59,7 @@ QUESTION = "question"
 ROUND_FIELDS = ("_meta", "inputResponses", "requestState")
 ASKABLE = frozenset({TOOL, PROMPT, READ})
 INVALID_STATE = INVALID_PARAMS, "invalid params: invalid or expired requestState"
+STATE_LOST = INTERNAL_ERROR, "the shared state cannot be reached to take this requestState"
 # Rounds awaiting their retries at once; past it the oldest is let go (its questions
 # withdrawn), so clients that never retry cannot hold more.
 MAX_WAITING = 1024
@@ -62,6 +73,15 @@ class Spent:
 
     request_id: object
     handle: str
+
+
+@frozen
+class TakeOver:
+    """A retry of a round another instance began, taken over here: ``params``, the request
+    to check from the start; ``answer``, the client's answer to the approval question."""
+
+    params: Message
+    answer: Message | None
 
 
 @mutable
@@ -106,9 +126,17 @@ class Rounds:
     # go on); and how a retry it may not make is refused (the call, the retry's id, that).
     lacking: Callable[[Call], list[str]] = lambda call: []
     refuse: Callable[[Call, object, list[str]], None] = lambda call, request_id, missing: None
+    # Shared with the other instances of one gateway: the sealing key and single use.
+    shared: SharedState | None = None
     _key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
     _parked: dict[str, _Parked] = field(default_factory=dict)
     _gathering: dict[int, _Parked] = field(default_factory=dict)  # by id(call), this turn
+
+    def __post_init__(self) -> None:
+        if self.shared is not None and not self.shared.shared:
+            self.shared = None
+        if self.shared is not None:
+            self._key = self.shared.sealing_key()  # read when the store was reached at start
 
     @staticmethod
     def can_ask(call: Call | None) -> bool:
@@ -145,6 +173,8 @@ class Rounds:
             parked.questions.pop(key, None)
             if not parked.open():
                 self._parked.pop(parked.handle, None)
+            if self._taken_elsewhere(parked.handle):
+                raise AnsweredElsewhere(method) from None
             raise
         # Withdrawn (by its server, or because the call ended): the state still takes the
         # retry until it expires, which the call goes on as (or gets its answer).
@@ -164,27 +194,28 @@ class Rounds:
         for _, future in parked.open().values():
             future.cancel()
 
-    def resume(self, method: str, params: Message, request_id: object) -> tuple[int, str] | None:
+    def resume(
+        self, method: str, params: Message, request_id: object
+    ) -> tuple[int, str] | TakeOver | None:
         """A retry (a request with ``requestState``): the waiting call goes on as it, with
-        the client's answers. The error to answer it with when it is not a retry this relay
-        can take."""
+        the client's answers; or, begun on another instance, is taken over here. The error
+        to answer it with when it is not a retry this relay can take."""
         self._sweep()
         claims = self._open(params.get("requestState"))
-        parked = self._parked.get(claims.get("h", "")) if claims is not None else None
-        if (
-            claims is None
-            or parked is None
-            or claims.get("x", 0) < time.time()
-            or claims.get("m") != method
-            or parked.call.method != method
-            or hash_value(_request(params)) != parked.digest
-            or claims.get("c") != _hashed(self.caller_of(request_id))
-        ):
+        if claims is None or not self._fits(claims, method, params, request_id):
+            return INVALID_STATE
+        parked = self._parked.get(claims.get("h", ""))
+        if parked is None:
+            return self._take_over(claims, params)
+        if parked.call.method != method or hash_value(_request(params)) != parked.digest:
             return INVALID_STATE
         missing = self.lacking(parked.call)
         if missing:  # its token no longer carries what the call needs: the call waits on
             self.refuse(parked.call, request_id, missing)
             return None
+        used = self._use(parked.handle, parked.expires)
+        if used is not None:
+            return used
         del self._parked[parked.handle]  # single use
         if parked.ended is not None:  # the call ended meanwhile: its answer, to the retry
             self.reply({**parked.ended, "id": request_id})
@@ -200,6 +231,49 @@ class Rounds:
             self._put(parked)
         # Else every question is answered, or was withdrawn: the call goes on as the retry.
         return None
+
+    def _taken_elsewhere(self, handle: str) -> bool:
+        """Whether the round's retry was taken by another instance (its handle is used,
+        and not here: a retry taken here would have answered the question)."""
+        if self.shared is None or not handle:
+            return False
+        try:
+            return not self.shared.first_use(f"round:{handle}", 60)
+        except StateLost:
+            return False
+
+    def _fits(self, claims: Message, method: str, params: Message, request_id: object) -> bool:
+        """Whether sealed ``claims`` are of this request, of this caller, and not past."""
+        return (
+            claims.get("x", 0) >= time.time()
+            and claims.get("m") == method
+            and claims.get("d") == hash_value(_request(params))
+            and claims.get("c") == _hashed(self.caller_of(request_id))
+        )
+
+    def _use(self, handle: str, expires: float) -> tuple[int, str] | None:
+        """The handle's single use, among the instances (the error when it was used, or
+        cannot be known to be unused)."""
+        if self.shared is None:
+            return None
+        try:
+            first = self.shared.first_use(f"round:{handle}", expires - time.time() + 1)
+        except StateLost:
+            return STATE_LOST
+        return None if first else INVALID_STATE
+
+    def _take_over(self, claims: Message, params: Message) -> tuple[int, str] | TakeOver:
+        """A retry of a round another instance began (sealed with the key they share): the
+        call, to be checked here from the start, with the answer to its approval."""
+        if self.shared is None or not claims.get("p"):
+            return INVALID_STATE  # not ours, or a server's question waits at its instance
+        used = self._use(str(claims.get("h")), float(claims.get("x", 0)))
+        if used is not None:
+            return used
+        responses = params.get("inputResponses")
+        answer = responses.get(APPROVAL) if isinstance(responses, dict) else None
+        again = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
+        return TakeOver(again, answer if isinstance(answer, dict) else None)
 
     def waiting(self) -> bool:
         """Whether a question's retry is still awaited (its state not expired)."""
@@ -229,7 +303,9 @@ class Rounds:
         parked.handle = secrets.token_urlsafe(16)
         parked.rounds += 1
         self._parked[parked.handle] = parked
-        claims = {"h": parked.handle, "m": call.method, "x": parked.expires}
+        claims = {"h": parked.handle, "m": call.method, "x": parked.expires, "d": parked.digest}
+        if set(parked.open()) == {APPROVAL}:  # only its approval: any instance may take it
+            claims["p"] = 1
         if parked.caller is not None:
             claims["c"] = parked.caller
         answered = call.request_id

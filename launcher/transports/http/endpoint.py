@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
+import secrets
 import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -47,6 +49,7 @@ from starlette.types import Receive, Scope, Send
 
 from launcher.shared.error_codes import INTERNAL_ERROR, INVALID_REQUEST, SESSION_NOT_FOUND
 from launcher.shared.jsonrpc import PROTOCOL_VERSIONS, STATELESS_VERSIONS, error
+from launcher.shared_state.store import SharedState, StateLost
 from launcher.transports.http.bearer_token import bearer
 from launcher.transports.http.bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
 from launcher.transports.http.client_stream import Attached, ClientStream, owner
@@ -78,11 +81,14 @@ class HttpEndpoint:
         say: Callable[[str], None],
         gatekeeper: Gatekeeper | None = None,
         max_sessions: int = MAX_SESSIONS,
+        state: SharedState | None = None,
     ):
         """``token``: the bearer token every request sends; or, with ``gatekeeper`` (gateway
         mode), each request's caller is who its JWT names, and no token is taken;
         ``max_sessions``: sessions open at once (and, in gateway mode, callers whose
-        requests of the stateless protocol are served at once)."""
+        requests of the stateless protocol are served at once); ``state``: where the
+        callers' requests are counted with other instances' (None: here alone)."""
+        self.state = state
         self.port = port
         self.token = token
         self.gatekeeper = gatekeeper
@@ -170,22 +176,45 @@ class HttpEndpoint:
                 ("caller", "\0".join(caller.key), CALLER_REQUESTS),
                 ("party", caller.party, PARTY_REQUESTS),
             ]
-            for what, key, most in counted:
-                if self._out.get((what, key), 0) >= most:
-                    text = f"too many requests of this {what} at once ({most})"
-                    await _json_error(send, 429, INTERNAL_ERROR, text)
-                    return
-            for what, key, _ in counted:
-                self._out[what, key] = self._out.get((what, key), 0) + 1
+            refused, give_back = self._places(counted)
+            if refused is not None:
+                await _json_error(send, 429, INTERNAL_ERROR, refused)
+                return
             try:
                 await self._limited(scope, receive, send)
             finally:
-                for what, key, _ in counted:
-                    self._out[what, key] -= 1
-                    if not self._out[what, key]:
-                        del self._out[what, key]
+                give_back()
             return
         await self._limited(scope, receive, send)
+
+    def _places(self, counted: list[tuple[str, str, int]]) -> tuple[str | None, Callable[[], None]]:
+        """A place for one request among those of its caller and of its party (``counted``:
+        what, whose, how many at most): why there is none, or how to give it back. Counted
+        with the other instances when they share a state (here alone while it is lost)."""
+        if self.state is not None and self.state.shared:
+            shared, token, taken = self.state, secrets.token_hex(8), list[str]()
+            try:
+                for what, key, most in counted:
+                    name = f"{what}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+                    if not shared.enter(name, token, most):
+                        _leave(shared, taken, token)
+                        return f"too many requests of this {what} at once ({most})", _nothing
+                    taken.append(name)
+                return None, lambda: _leave(shared, taken, token)
+            except StateLost:
+                _leave(shared, taken, token)
+        for what, key, most in counted:
+            if self._out.get((what, key), 0) >= most:
+                return f"too many requests of this {what} at once ({most})", _nothing
+        for what, key, _ in counted:
+            self._out[what, key] = self._out.get((what, key), 0) + 1
+        return None, lambda: self._give_back(counted)
+
+    def _give_back(self, counted: list[tuple[str, str, int]]) -> None:
+        for what, key, _ in counted:
+            self._out[what, key] -= 1
+            if not self._out[what, key]:
+                del self._out[what, key]
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
         """Why this request may not be served, from its head alone."""
@@ -346,3 +375,16 @@ async def _json_error(send: Send, status: int, code: int, text: str) -> None:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _nothing() -> None:
+    return None
+
+
+def _leave(state: SharedState, names: list[str], token: str) -> None:
+    """``token``'s places of ``names`` given back (a store lost meanwhile lets them lapse)."""
+    for name in names:
+        try:
+            state.leave(name, token)
+        except StateLost:
+            return
