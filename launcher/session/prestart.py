@@ -25,6 +25,7 @@ from dataclasses import field
 
 from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardError
+from launcher.host.no_dumps import keep_from_dumps
 from launcher.host.oscalls import wide_table_fd
 from launcher.host.session_ca import SessionCA, write_bundle
 from launcher.plan.session_plan import SessionPlan
@@ -106,6 +107,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
     On any failure what was made is undone and :class:`StartupError` says what failed."""
     raise_descriptor_limit()
     wide_table_fd()  # now, while this process has one thread
+    if any(sp.secrets or sp.remote is not None for sp in plan.servers.values()):
+        keep_from_dumps()  # it holds secrets' values, or will hold a remote server's token
     files = HostFiles(plan)
     try:
         audit = files.prepare()
