@@ -125,7 +125,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
             if sp.egress is not None and sp.egress_socket is not None:
                 made.listeners[name] = _listen(name, sp.egress_socket)
             if sp.secrets and sp.ca_bundle is not None:
-                made.authorities[name] = _authority(name, sp.ca_bundle)
+                hosts = sorted({host for b in sp.secrets for host, _ in b.hosts})
+                made.authorities[name] = _authority(name, sp.ca_bundle, hosts)
         # Planned for every caller, each caller's servers start when it first calls.
         starting = {} if plan.per_caller else plan.servers
         for name, sp in starting.items():
@@ -162,10 +163,10 @@ def _guard(plan: SessionPlan) -> Guard | None:
     return guard
 
 
-def _authority(server: str, bundle: str) -> SessionCA:
-    """A CA of its own for a server with brokered secrets, written into the bundle its
-    sandbox trusts (bound in as it starts)."""
-    ca = SessionCA(server)
+def _authority(server: str, bundle: str, hosts: list[str]) -> SessionCA:
+    """A CA of its own for a server with brokered secrets, valid for its secrets' hosts
+    alone, written into the bundle its sandbox trusts (bound in as it starts)."""
+    ca = SessionCA(server, hosts)
     try:
         write_bundle(ca, bundle)
     except OSError as exc:
