@@ -231,3 +231,18 @@ def test_wraps_own_copies_are_owner_only_even_from_a_readable_client_file(user: 
         if path.is_file() and key in path.read_text(errors="replace"):
             assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
     assert os.path.exists(client)
+
+
+@needs_bwrap
+def test_a_brokered_server_is_annotated_with_a_placeholder_for_its_unset_secret(
+    user: Home,
+) -> None:
+    # The client fills the token from its own environment; wrap runs where it is not set:
+    # the server is still listed (its secret read from a placeholder for that run only).
+    _user_file(user, _entry(user, {TOKEN: "${" + TOKEN + "}"}))
+    done = _cli(user, user.root, "wrap", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    assert "secrets" in _config(user)[1]["github"]
+    assert f"github: listed with a placeholder for {TOKEN}" in done.stderr, done.stderr
+    annotations = user.config / "ironcurtain" / "policy" / "tool-annotations.json"
+    assert json.loads(annotations.read_text())["servers"]["github"]["tools"]
