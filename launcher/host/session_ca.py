@@ -10,13 +10,47 @@ import datetime
 import os
 import ssl
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 LIFETIME = datetime.timedelta(days=2)
 
 
+def name_constraints(hosts: Sequence[str]) -> Any:
+    """The names a CA made for ``hosts`` may vouch for: those hosts (and names under them,
+    as RFC 5280 reads a DNS constraint), the addresses among them, no other address."""
+    import ipaddress
+
+    from cryptography import x509
+
+    names: list[Any] = []
+    addresses: list[Any] = []
+    for host in hosts:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            names.append(x509.DNSName(host))
+            continue
+        addresses.append(x509.IPAddress(ipaddress.ip_network(address)))
+    # No address among them: every address is excluded (a DNS constraint alone leaves
+    # addresses unconstrained).
+    excluded = (
+        None
+        if addresses
+        else [
+            x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
+            x509.IPAddress(ipaddress.ip_network("::/0")),
+        ]
+    )
+    return x509.NameConstraints(permitted_subtrees=names + addresses, excluded_subtrees=excluded)
+
+
 class SessionCA:
-    def __init__(self, server: str) -> None:
+    """``hosts``: the only names its certificates are valid for, to any client that
+    checks name constraints (OpenSSL does): a leaf for another name, however it came to be
+    signed, is refused. None: unconstrained."""
+
+    def __init__(self, server: str, hosts: Sequence[str] | None = None) -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -28,7 +62,7 @@ class SessionCA:
         )
         now = datetime.datetime.now(datetime.UTC)
         self._name = name
-        self.cert = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(name)
             .issuer_name(name)
@@ -41,8 +75,10 @@ class SessionCA:
                 x509.KeyUsage(False, False, False, False, False, True, True, False, False),
                 critical=True,
             )
-            .sign(self._key, hashes.SHA256())
         )
+        if hosts is not None:
+            builder = builder.add_extension(name_constraints(hosts), critical=True)
+        self.cert = builder.sign(self._key, hashes.SHA256())
         self._contexts: dict[str, ssl.SSLContext] = {}
 
     def pem(self) -> bytes:

@@ -101,9 +101,13 @@ def plan_secrets(
 ) -> tuple[Brokered, ...]:
     """Each of a server's ``secrets`` (``configured``, from its config at JSON path
     ``where``) read and checked, with its sentinel."""
+    from launcher.host.no_dumps import keep_from_dumps
     from launcher.plan.config_schema import SecretConfig
 
     env = os.environ if env is None else env
+    if configured:
+        # No core file of this process, nor another of its user, ever reads the values.
+        keep_from_dumps()
     out: list[Brokered] = []
     for variable, spec in configured.items():
         assert isinstance(spec, SecretConfig)

@@ -25,6 +25,7 @@ from dataclasses import field
 
 from launcher.audit.log import AuditLog
 from launcher.guard.watch import Guard, GuardError
+from launcher.host.no_dumps import keep_from_dumps
 from launcher.host.oscalls import wide_table_fd
 from launcher.host.session_ca import SessionCA, write_bundle
 from launcher.plan.session_plan import SessionPlan
@@ -106,6 +107,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
     On any failure what was made is undone and :class:`StartupError` says what failed."""
     raise_descriptor_limit()
     wide_table_fd()  # now, while this process has one thread
+    if any(sp.secrets or sp.remote is not None for sp in plan.servers.values()):
+        keep_from_dumps()  # it holds secrets' values, or will hold a remote server's token
     files = HostFiles(plan)
     try:
         audit = files.prepare()
@@ -122,7 +125,8 @@ def prestart(plan: SessionPlan) -> Prestarted:
             if sp.egress is not None and sp.egress_socket is not None:
                 made.listeners[name] = _listen(name, sp.egress_socket)
             if sp.secrets and sp.ca_bundle is not None:
-                made.authorities[name] = _authority(name, sp.ca_bundle)
+                hosts = sorted({host for b in sp.secrets for host, _ in b.hosts})
+                made.authorities[name] = _authority(name, sp.ca_bundle, hosts)
         # Planned for every caller, each caller's servers start when it first calls.
         starting = {} if plan.per_caller else plan.servers
         for name, sp in starting.items():
@@ -159,10 +163,10 @@ def _guard(plan: SessionPlan) -> Guard | None:
     return guard
 
 
-def _authority(server: str, bundle: str) -> SessionCA:
-    """A CA of its own for a server with brokered secrets, written into the bundle its
-    sandbox trusts (bound in as it starts)."""
-    ca = SessionCA(server)
+def _authority(server: str, bundle: str, hosts: list[str]) -> SessionCA:
+    """A CA of its own for a server with brokered secrets, valid for its secrets' hosts
+    alone, written into the bundle its sandbox trusts (bound in as it starts)."""
+    ca = SessionCA(server, hosts)
     try:
         write_bundle(ca, bundle)
     except OSError as exc:

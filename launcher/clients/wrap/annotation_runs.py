@@ -53,8 +53,11 @@ def annotated_servers() -> set[str] | None:
 
 def _unset(definition: Mapping[str, Any], env: Mapping[str, str]) -> list[str]:
     """The variables ``definition`` refers to without a default that ``env`` lacks."""
+    from launcher.clients.wrap.secret_env import secret_sources
+
     text = json.dumps(definition)
     names = [body for body in PLACEHOLDER.findall(text) if ":-" not in body]
+    names += secret_sources(definition)  # a brokered secret's value, read from env:NAME
     return sorted({n for n in names if n not in _OWN and not env.get(n)})
 
 

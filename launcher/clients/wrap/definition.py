@@ -38,8 +38,9 @@ from launcher.clients.catalogue.known import (
 from launcher.clients.catalogue.var_syntax import WORKSPACE, LeftAlone, translate, unread
 from launcher.clients.files.path_identity import identity, within
 from launcher.clients.wrap.mounts import NEVER_WRITABLE, refusal
-from launcher.clients.wrap.network import network_for
+from launcher.clients.wrap.network import network_for, package_of
 from launcher.clients.wrap.runnable import relative, script_index
+from launcher.clients.wrap.secret_env import broker, credential_value
 from sandbox_profiles.writable_roots import root_problem
 
 __all__ = ["LeftAlone", "moved_definition", "references_environment"]
@@ -195,8 +196,9 @@ def _environment(
     received: list[str] = []
     asked: list[str] = []
     for name, given in e.env.items():
-        if secret_name(name):
-            # The client fills it, as before: the definition only passes it on.
+        if secret_name(name) or credential_value(given):
+            # The client fills it, as before: the definition only passes it on (or names it
+            # as the source of a brokered secret).
             kept[name] = given
             env[name] = "${" + name + "}"
             continue
@@ -337,12 +339,33 @@ def moved_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str,
     notes += [said] if said else []
     if any(sandbox.values()):
         definition["sandbox"] = {k: v for k, v in sandbox.items() if v}
-    if kept:
-        notes.append(
-            f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
-            "ironcurtain); the moved definition refers to them as ${NAME}"
-        )
+    _broker(f, e, definition, kept, notes)
     return definition, kept, notes
+
+
+def _broker(
+    f: ClientFile, e: Entry, definition: dict[str, Any], kept: dict[str, str], notes: list[str]
+) -> None:
+    """Make the secrets of ``kept`` wrap may broker ``secrets`` of ``definition`` (no longer
+    in its env), and say what becomes of each."""
+    if not kept:
+        return
+    network = (definition.get("sandbox") or {}).get("network")
+    refused = "wrap brokers no secret of a project's entry" if projects(f) else None
+    package = package_of(definition["command"], definition["args"])
+    secrets, said = broker(e.name, package, network, e.env, kept, refused)
+    for variable in secrets:
+        del definition["env"][variable]
+    if secrets:
+        definition["secrets"] = secrets
+        if not definition["env"]:
+            del definition["env"]
+    notes += said
+    notes.append(
+        f"{e.name}: {', '.join(sorted(kept))} stay in {f.path} (the client passes them to "
+        "ironcurtain); the moved definition names them only (${NAME}, or a brokered "
+        "secret's from env:NAME), never holding a value"
+    )
 
 
 def references_environment(f: ClientFile, definition: dict[str, Any]) -> list[str]:
