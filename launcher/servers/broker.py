@@ -6,9 +6,13 @@ is verified against this machine's trust store.
 The value goes in request headers (an ``Authorization: Bearer``, inside ``Basic``
 credentials decoded and encoded again, any other header) and, where the secret says so,
 the body. A sentinel anywhere else (the URL, a body the secret does not allow, a request to
-another host, a plain-HTTP request) is refused. One request per brokered connection: the
-answer says ``Connection: close``. What the host answers has the value replaced by the
-sentinel again, in its head and its body."""
+another host, a plain-HTTP request) is refused. A brokered connection carries as many
+requests as the server sends (HTTP/1.1 persistent connections on both sides), each read,
+checked and swapped on its own and sent to the host only once the answer before it is
+whole, so no request rides on another's framing. A chunked request body is read out of its
+chunks (bounded), checked, and sent on with a length. What the host answers has the value
+replaced by the sentinel again, in its head and its body (sent on chunked: the sentinel
+and the value differ in length)."""
 
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ import binascii
 import json
 import re
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import NamedTuple
 from urllib.parse import quote, quote_plus
 
 from launcher.host.session_ca import SessionCA
@@ -26,14 +31,19 @@ from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
 
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
-# The largest body a brokered request may have: it is read whole, checked, then sent.
+# How long a kept-alive brokered connection may wait for its next request.
+IDLE_TIMEOUT = 60.0
+# The largest body a brokered request may have (chunked or not): it is read whole, checked,
+# then sent.
 BODY_LIMIT = 16 * 1024 * 1024
 # Not sent on: hop-by-hop; ``Expect`` (the broker has the whole body before it sends the
 # head, and answers a client's ``100-continue`` itself); ``Accept-Encoding`` (the answer is
 # asked for as ``identity``: a compressed one could hide the value from the broker).
 _HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "upgrade", "te"}
 _HOP |= {"expect", "accept-encoding"}
-_FRAMING = (b"content-length", b"transfer-encoding", b"connection")
+# Not said back to the server: the connection to the host is the broker's own.
+_HOP_OUT = (b"connection", b"keep-alive")
+_FRAMING = (b"content-length", b"transfer-encoding", b"connection", b"keep-alive")
 _BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
 # A header name is a token; its value holds no control character but a tab. Anything else
 # (a bare LF, a folded line, a space before the colon) is a line a lenient host may split or
@@ -42,6 +52,19 @@ _NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 _CONTINUE = re.compile(rb"(?im)^expect[ \t]*:[ \t]*100-continue[ \t]*\r?$")
 _INTERIM = re.compile(rb"HTTP/1\.\d 1(?!01)\d\d[ \r]")
+# A chunk's size line: hex digits alone, then any extension of printable characters.
+_CHUNK = re.compile(rb"([0-9A-Fa-f]{1,16})(;[\x20-\x7e\t]*)?\r\n")
+
+Upstream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Head(NamedTuple):
+    """A brokered request's head as it is sent on, and how its body is framed."""
+
+    out: bytes  # without a Content-Length (the relay puts the body's own)
+    length: int | None  # its Content-Length (None: none given)
+    chunked: bool  # its body comes in chunks
+    close: bool  # the server asked for the connection to end after this request
 
 
 class BrokerRefusal(Exception):
@@ -77,45 +100,59 @@ class Broker:
         writer: asyncio.StreamWriter,
         host: str,
         port: int,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
+        upstream: Upstream,
+        reopen: Callable[[], Awaitable[Upstream]],
     ) -> None:
-        """One request of a CONNECT to ``host``: TLS opened on both sides, the request
-        checked and its sentinels swapped, the answer relayed."""
+        """The requests of a CONNECT to ``host``: TLS opened on both sides, each request
+        checked and its sentinels swapped, sent to the host once the answer before it is
+        whole, its answer relayed; until either side ends the connection. A host that
+        closed an idle connection is connected to again (``reopen``)."""
         await writer.start_tls(self.ca.server_context(host))
+        opened = [upstream]
         try:
-            await up_writer.start_tls(self.upstream, server_hostname=host)
+            up = await self._secure(upstream, host)
+            timeout = HEAD_TIMEOUT
+            while (head := await _next_head(reader, timeout)) is not None:
+                request = rewrite_head(head, self.secrets, host, port)
+                body = await _request_body(reader, writer, head, request)
+                new_body = rewrite_body(body, self.secrets, host, port)
+                out = request.out
+                if request.length is not None or request.chunked:
+                    out = _with_length(out, len(new_body))
+                if up[0].at_eof():  # the host ended the idle connection
+                    opened.append(await reopen())
+                    up = await self._secure(opened[-1], host)
+                up[1].write(out + new_body)
+                await up[1].drain()
+                mask = _Devalue(self.secrets, _basic_forms(out, self.secrets))
+                if not await self._answer(up[0], writer, head, mask, request.close):
+                    return
+                timeout = IDLE_TIMEOUT
+        finally:
+            for _, up_writer in opened:
+                up_writer.close()
+
+    async def _secure(self, upstream: Upstream, host: str) -> Upstream:
+        """``upstream`` with TLS opened to ``host``, its certificate verified."""
+        try:
+            await upstream[1].start_tls(self.upstream, server_hostname=host)
         except ssl.SSLError as exc:
             why = getattr(exc, "verify_message", None) or exc.reason or str(exc)
             raise BrokerRefusal(502, f"{host}'s certificate did not verify: {why}") from None
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-        except asyncio.LimitOverrunError:
-            raise BrokerRefusal(431, "request head too large") from None
-        out, length = rewrite_head(head, self.secrets, host, port)
-        if length > BODY_LIMIT:
-            raise BrokerRefusal(413, f"a brokered request's body is at most {BODY_LIMIT} bytes")
-        if length and _CONTINUE.search(head):
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = await reader.readexactly(length) if length else b""
-        new_body = rewrite_body(body, self.secrets, host, port)
-        if new_body is not body:
-            out = _with_length(out, len(new_body))
-        up_writer.write(out + new_body)
-        await up_writer.drain()
-        mask = _Devalue(self.secrets, _basic_forms(out, self.secrets))
-        await self._answer(up_reader, writer, head.split(b" ", 1)[0], mask)
+        return upstream
 
     async def _answer(
         self,
         up_reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        method: bytes,
+        request: bytes,
         mask: _Devalue,
-    ) -> None:
+        close: bool,
+    ) -> bool:
         """The host's answer with each value put back as its sentinel: in its head (and
         each interim ``1xx`` head before it) and in its body, read out of its framing
-        (a value cut across chunks is seen whole) and sent on delimited by the close."""
+        (a value cut across chunks is seen whole) and sent on chunked (to an HTTP/1.0
+        server: delimited by the close). Whether the connection goes on."""
         while True:
             head = mask.whole(
                 await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
@@ -124,20 +161,93 @@ class Broker:
                 break
             writer.write(head)
         fields = _fields(head)
-        if method == b"HEAD" or head[9:12] in (b"204", b"304"):
-            writer.write(head)
-            return
+        tokens = fields.get(b"connection", b"").lower().replace(b" ", b"").split(b",")
+        close = close or b"close" in tokens or not head.startswith(b"HTTP/1.1 ")
+        lines = head.split(b"\r\n")[:-2]
+        if request.startswith(b"HEAD ") or head[9:12] in (b"204", b"304"):
+            kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _HOP_OUT]
+            writer.write(b"\r\n".join([*kept, *_closing(close), b"", b""]))
+            return not close
         coding = fields.get(b"content-encoding", b"identity").strip().lower()
         if coding not in (b"", b"identity"):
             why = f"{coding.decode('latin-1')}, which the broker cannot check for the value"
             raise BrokerRefusal(502, f"the host's answer is encoded as {why}")
-        lines = head.split(b"\r\n")[:-2]
+        delimited = b"chunked" in fields.get(b"transfer-encoding", b"").lower()
+        delimited = delimited or b"content-length" in fields
+        close = close or not delimited
+        chunked = b" HTTP/1.1\r\n" in request.split(b"\r\n", 1)[0] + b"\r\n"
         kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _FRAMING]
-        writer.write(b"\r\n".join([*kept, b"Connection: close", b"", b""]))
+        framing = [b"Transfer-Encoding: chunked"] if chunked else []
+        writer.write(b"\r\n".join([*kept, *framing, *_closing(close or not chunked), b"", b""]))
         async for piece in _body(up_reader, fields):
-            writer.write(mask.feed(piece))
+            _send(writer, mask.feed(piece), chunked)
             await writer.drain()
-        writer.write(mask.feed(b"", end=True))
+        _send(writer, mask.feed(b"", end=True), chunked)
+        if chunked:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return not close and chunked
+
+
+def _closing(close: bool) -> list[bytes]:
+    return [b"Connection: close"] if close else []
+
+
+def _send(writer: asyncio.StreamWriter, data: bytes, chunked: bool) -> None:
+    """``data`` as one chunk (nothing when it is empty: an empty chunk is the last)."""
+    if data:
+        writer.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+
+
+async def _next_head(reader: asyncio.StreamReader, timeout: float) -> bytes | None:
+    """The next request's head (None: the server ended the connection between requests)."""
+    try:
+        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+    except asyncio.LimitOverrunError:
+        raise BrokerRefusal(431, "request head too large") from None
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial.strip():
+            raise
+        return None
+
+
+async def _request_body(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, request: Head
+) -> bytes:
+    """A request's body, whole: ``Content-Length`` bytes, or its chunks' data joined."""
+    if (request.length or 0) > BODY_LIMIT:
+        raise BrokerRefusal(413, f"a brokered request's body is at most {BODY_LIMIT} bytes")
+    if (request.length or request.chunked) and _CONTINUE.search(head):
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    if request.chunked:
+        return await read_chunked(reader)
+    return await reader.readexactly(request.length) if request.length else b""
+
+
+async def read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body's data, read strictly (a size line of hex digits and CRLF, each
+    chunk's data followed by CRLF, at most ``BODY_LIMIT`` bytes); its trailers are read
+    and dropped (they are not sent on)."""
+    body = bytearray()
+    while True:
+        line = await reader.readuntil(b"\r\n")
+        size = _CHUNK.fullmatch(line)
+        if size is None:
+            raise BrokerRefusal(400, "a malformed chunk size line in a chunked body")
+        length = int(size.group(1), 16)
+        if not length:
+            break
+        if len(body) + length > BODY_LIMIT:
+            raise BrokerRefusal(413, f"a brokered request's body is at most {BODY_LIMIT} bytes")
+        body += await reader.readexactly(length)
+        if await reader.readexactly(2) != b"\r\n":
+            raise BrokerRefusal(400, "a chunk's data longer than its size in a chunked body")
+    said = 0
+    while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+        said += len(line)
+        if said > HEAD_LIMIT or b"\n" in line[:-1]:
+            raise BrokerRefusal(400, "a chunked body's trailers are malformed")
+    return bytes(body)
 
 
 class _Devalue:
@@ -271,25 +381,17 @@ def _header(name: str, value: str, secrets: Sequence[Brokered], host: str, port:
     return _swap(value, secrets, host, port, "header")
 
 
-def rewrite_head(
-    head: bytes, secrets: Sequence[Brokered], host: str, port: int
-) -> tuple[bytes, int]:
-    """A brokered request's head as it is sent on (sentinels swapped, hop headers
-    dropped, ``Connection: close``), and its body's length; refused as it must be."""
+def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int) -> Head:
+    """A brokered request's head as it is sent on (sentinels swapped, hop and framing
+    headers dropped) and how its body is framed; refused as it must be: anything a host
+    could frame or route otherwise than the broker read it (two lengths, a length and
+    chunks, a coding other than ``chunked``, a second ``Host``, a malformed line)."""
     if len(head) > HEAD_LIMIT:
         raise BrokerRefusal(431, "request head too large")
     lines = head.decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1.") or not lines[0].isprintable():
-        raise BrokerRefusal(400, "not an HTTP/1.x request")
-    _swap(parts[1], secrets, host, port, "url")
-    if not (parts[1].startswith("/") or (parts[1] == "*" and parts[0] == "OPTIONS")):
-        # An absolute or authority target names a host of its own, which the host's front
-        # end may route by (over the Host header): only a path is sent on.
-        raise BrokerRefusal(400, f"a brokered request's target is a path on {host}, nothing else")
+    version = _request_line(lines[0], secrets, host, port)
     out = [lines[0]]
-    length: int | None = None
-    hosts = 0
+    fields: dict[str, list[str]] = {}
     for line in lines[1:]:
         if not line:
             continue
@@ -302,25 +404,46 @@ def rewrite_head(
             or SENTINEL_PREFIX in name
         ):
             raise BrokerRefusal(400, "a malformed header line")
-        if key in _HOP:
+        fields.setdefault(key, []).append(value.strip())
+        if key in _HOP or key in ("content-length", "transfer-encoding"):
             continue
-        if key == "transfer-encoding":
-            raise BrokerRefusal(411, "chunked request bodies are not brokered; send Content-Length")
-        if key == "host":
-            hosts += 1
-            if value.strip().lower() not in (host, f"{host}:{port}"):
-                raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
-            if hosts > 1:
-                raise BrokerRefusal(400, "more than one Host header")
-        if key == "content-length":
-            if length is not None or not (value.strip().isascii() and value.strip().isdecimal()):
-                raise BrokerRefusal(400, "bad or repeated Content-Length")
-            length = int(value.strip())
+        if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
+            raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
         out.append(f"{name}:{_header(key, value, secrets, host, port)}")
-    if not hosts:
+    length, chunked = _framing(fields)
+    connection = ",".join(fields.get("connection", [])).lower().replace(" ", "").split(",")
+    close = version != "HTTP/1.1" or "close" in connection
+    if not fields.get("host"):
         out.append(f"Host: {host}" if port == 443 else f"Host: {host}:{port}")
-    out += ["Accept-Encoding: identity", "Connection: close"]
-    return ("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length or 0
+    out += ["Accept-Encoding: identity", *(["Connection: close"] if close else [])]
+    return Head(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length, chunked, close)
+
+
+def _request_line(line: str, secrets: Sequence[Brokered], host: str, port: int) -> str:
+    """The HTTP version of a brokered request line; refused unless it asks for a path."""
+    parts = line.split(" ")
+    if len(parts) != 3 or parts[2] not in ("HTTP/1.1", "HTTP/1.0") or not line.isprintable():
+        raise BrokerRefusal(400, "not an HTTP/1.x request")
+    _swap(parts[1], secrets, host, port, "url")
+    if not (parts[1].startswith("/") or (parts[1] == "*" and parts[0] == "OPTIONS")):
+        # An absolute or authority target names a host of its own, which the host's front
+        # end may route by (over the Host header): only a path is sent on.
+        raise BrokerRefusal(400, f"a brokered request's target is a path on {host}, nothing else")
+    return parts[2]
+
+
+def _framing(fields: dict[str, list[str]]) -> tuple[int | None, bool]:
+    """(its Content-Length, whether it is chunked) of a request with these header values."""
+    if len(fields.get("host", [])) > 1:
+        raise BrokerRefusal(400, "more than one Host header")
+    lengths, codings = fields.get("content-length", []), fields.get("transfer-encoding", [])
+    if lengths and codings:
+        raise BrokerRefusal(400, "both Content-Length and Transfer-Encoding")
+    if len(codings) > 1 or (codings and codings[0].lower() != "chunked"):
+        raise BrokerRefusal(400, "a Transfer-Encoding other than one plain chunked")
+    if len(lengths) > 1 or not all(v.isascii() and v.isdecimal() for v in lengths):
+        raise BrokerRefusal(400, "bad or repeated Content-Length")
+    return (int(lengths[0]) if lengths else None), bool(codings)
 
 
 def rewrite_body(body: bytes, secrets: Sequence[Brokered], host: str, port: int) -> bytes:
