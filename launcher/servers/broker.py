@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import json
 import re
 import ssl
@@ -48,8 +49,8 @@ _BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
 # A header name is a token; its value holds no control character but a tab. Anything else
 # (a bare LF, a folded line, a space before the colon) is a line a lenient host may split or
 # join differently than the broker read it: a second Host, a Transfer-Encoding it never saw.
-_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_LINES = re.compile(r"(?:[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*\r\n)*\r\n")
+_NAMES = re.compile(r"^[^:]*", re.MULTILINE)
 _CONTINUE = re.compile(rb"(?im)^expect[ \t]*:[ \t]*100-continue[ \t]*\r?$")
 _INTERIM = re.compile(rb"HTTP/1\.\d 1(?!01)\d\d[ \r]")
 # A chunk's size line: hex digits alone, then any extension of printable characters.
@@ -80,6 +81,9 @@ class Broker:
     def __init__(self, secrets: Sequence[Brokered], ca: SessionCA) -> None:
         self.secrets = tuple(secrets)
         self.ca = ca
+        # Every host the proxy opens TLS for, named in one certificate: a host's first
+        # connection does not wait for a certificate of its own to be made.
+        self.names = tuple(sorted({name for s in self.secrets for name, _ in s.hosts}))
         # This machine's trust store (OpenSSL's: SSL_CERT_FILE / SSL_CERT_DIR in
         # ironcurtain's own environment add to or replace it).
         self.upstream = ssl.create_default_context()
@@ -107,7 +111,7 @@ class Broker:
         checked and its sentinels swapped, sent to the host once the answer before it is
         whole, its answer relayed; until either side ends the connection. A host that
         closed an idle connection is connected to again (``reopen``)."""
-        await writer.start_tls(self.ca.server_context(host))
+        await writer.start_tls(self.ca.server_context(*self.names))
         opened = [upstream]
         try:
             up = await self._secure(upstream, host)
@@ -154,9 +158,8 @@ class Broker:
         (a value cut across chunks is seen whole) and sent on chunked (to an HTTP/1.0
         server: delimited by the close). Whether the connection goes on."""
         while True:
-            head = mask.whole(
-                await asyncio.wait_for(up_reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT)
-            )
+            async with asyncio.timeout(HEAD_TIMEOUT):
+                head = mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
             if not _INTERIM.match(head):
                 break
             writer.write(head)
@@ -178,13 +181,16 @@ class Broker:
         chunked = b" HTTP/1.1\r\n" in request.split(b"\r\n", 1)[0] + b"\r\n"
         kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _FRAMING]
         framing = [b"Transfer-Encoding: chunked"] if chunked else []
-        writer.write(b"\r\n".join([*kept, *framing, *_closing(close or not chunked), b"", b""]))
-        async for piece in _body(up_reader, fields):
-            _send(writer, mask.feed(piece), chunked)
+        pending = b"\r\n".join([*kept, *framing, *_closing(close or not chunked), b"", b""])
+        # Written as it comes, but each write whole: the head with the first piece, the
+        # last piece with the end (one write, one wake-up of the server, for a small answer).
+        last = False
+        async for piece, last in _body(up_reader, fields):
+            writer.write(pending + _framed(mask.feed(piece, end=last), chunked, last))
+            pending = b""
             await writer.drain()
-        _send(writer, mask.feed(b"", end=True), chunked)
-        if chunked:
-            writer.write(b"0\r\n\r\n")
+        if not last:
+            writer.write(pending + _framed(mask.feed(b"", end=True), chunked, True))
         await writer.drain()
         return not close and chunked
 
@@ -193,16 +199,20 @@ def _closing(close: bool) -> list[bytes]:
     return [b"Connection: close"] if close else []
 
 
-def _send(writer: asyncio.StreamWriter, data: bytes, chunked: bool) -> None:
-    """``data`` as one chunk (nothing when it is empty: an empty chunk is the last)."""
-    if data:
-        writer.write(b"%x\r\n%s\r\n" % (len(data), data) if chunked else data)
+def _framed(data: bytes, chunked: bool, last: bool) -> bytes:
+    """``data`` as a chunk (none when it is empty: an empty chunk is the last), and the
+    last chunk after it when ``last``."""
+    if not chunked:
+        return data
+    framed = b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+    return framed + b"0\r\n\r\n" if last else framed
 
 
 async def _next_head(reader: asyncio.StreamReader, timeout: float) -> bytes | None:
     """The next request's head (None: the server ended the connection between requests)."""
     try:
-        return await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout)
+        async with asyncio.timeout(timeout):
+            return await reader.readuntil(b"\r\n\r\n")
     except asyncio.LimitOverrunError:
         raise BrokerRefusal(431, "request head too large") from None
     except asyncio.IncompleteReadError as exc:
@@ -257,11 +267,7 @@ class _Devalue:
     def __init__(
         self, secrets: Sequence[Brokered], more: Sequence[tuple[bytes, bytes]] = ()
     ) -> None:
-        pairs = [(form, s.sentinel.encode()) for s in secrets for form in _forms(s.value)]
-        pairs += more
-        # The longest first: a value holding another whole goes back whole.
-        self.pairs = sorted(pairs, key=lambda pair: -len(pair[0]))
-        self.keep = max((len(v) for v, _ in self.pairs), default=1) - 1
+        self.pairs, self.keep = _pairs(tuple(secrets), tuple(more))
         self.held = b""
 
     def whole(self, data: bytes) -> bytes:
@@ -276,7 +282,20 @@ class _Devalue:
         return data[:cut]
 
 
-def _forms(value: str) -> set[bytes]:
+@functools.lru_cache(maxsize=64)
+def _pairs(
+    secrets: tuple[Brokered, ...], more: tuple[tuple[bytes, bytes], ...]
+) -> tuple[tuple[tuple[bytes, bytes], ...], int]:
+    """Each form of each value with its sentinel, the longest first (a value holding
+    another whole goes back whole), and how many bytes of a piece to hold back."""
+    pairs = [(form, s.sentinel.encode()) for s in secrets for form in _forms(s.value)]
+    pairs += more
+    ordered = tuple(sorted(pairs, key=lambda pair: -len(pair[0])))
+    return ordered, max((len(v) for v, _ in ordered), default=1) - 1
+
+
+@functools.lru_cache(maxsize=256)
+def _forms(value: str) -> frozenset[bytes]:
     """``value`` as a host may say it back: as it is, percent-encoded (upper- or lower-case
     hex, ``/`` kept or not, a space as ``+``) and escaped in a JSON string (non-ASCII as
     ``\\u`` or not, ``/`` as ``\\/`` or not)."""
@@ -285,7 +304,7 @@ def _forms(value: str) -> set[bytes]:
     escaped = {json.dumps(value, ensure_ascii=ascii)[1:-1] for ascii in (False, True)}
     escaped |= {e.replace("/", "\\/") for e in escaped}
     texts = {value, *escaped, *encoded}
-    return {text.encode() for text in texts}
+    return frozenset(text.encode() for text in texts)
 
 
 def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, bytes]]:
@@ -314,30 +333,32 @@ def _fields(head: bytes) -> dict[bytes, bytes]:
     return out
 
 
-async def _body(reader: asyncio.StreamReader, fields: dict[bytes, bytes]) -> AsyncIterator[bytes]:
+async def _body(
+    reader: asyncio.StreamReader, fields: dict[bytes, bytes]
+) -> AsyncIterator[tuple[bytes, bool]]:
     """An answer's body out of its framing (chunked, a length, or until the close), in
-    pieces; its trailers are not sent on."""
+    pieces, each with whether it is known to be the last; its trailers are not sent on."""
     if b"chunked" in fields.get(b"transfer-encoding", b"").lower():
         while size := _chunk_size(await reader.readuntil(b"\r\n")):
-            async for piece in _exactly(reader, size):
-                yield piece
+            async for piece, _ in _exactly(reader, size):
+                yield piece, False
             await reader.readexactly(2)
         return
     if b"content-length" in fields:
-        async for piece in _exactly(reader, _chunk_size(fields[b"content-length"], 10)):
-            yield piece
+        async for pair in _exactly(reader, _chunk_size(fields[b"content-length"], 10)):
+            yield pair
         return
     while piece := await reader.read(65536):
-        yield piece
+        yield piece, False
 
 
-async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[bytes]:
+async def _exactly(reader: asyncio.StreamReader, size: int) -> AsyncIterator[tuple[bytes, bool]]:
     while size > 0:
         piece = await reader.read(min(size, 65536))
         if not piece:
             raise asyncio.IncompleteReadError(b"", size)
         size -= len(piece)
-        yield piece
+        yield piece, size == 0
 
 
 def _chunk_size(line: bytes, base: int = 16) -> int:
@@ -388,28 +409,26 @@ def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int)
     chunks, a coding other than ``chunked``, a second ``Host``, a malformed line)."""
     if len(head) > HEAD_LIMIT:
         raise BrokerRefusal(431, "request head too large")
-    lines = head.decode("latin-1").split("\r\n")
-    version = _request_line(lines[0], secrets, host, port)
-    out = [lines[0]]
+    text = head.decode("latin-1")
+    first, _, rest = text.partition("\r\n")
+    version = _request_line(first, secrets, host, port)
+    if not _LINES.fullmatch(rest) or (
+        SENTINEL_PREFIX in rest and any(SENTINEL_PREFIX in n for n in _NAMES.findall(rest))
+    ):
+        raise BrokerRefusal(400, "a malformed header line")
+    out = [first]
     fields: dict[str, list[str]] = {}
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
+    for line in rest[:-4].split("\r\n") if rest != "\r\n" else ():
+        name, _, value = line.partition(":")
         key = name.lower()
-        if (
-            not sep
-            or not _NAME.fullmatch(name)
-            or _CONTROL.search(value)
-            or SENTINEL_PREFIX in name
-        ):
-            raise BrokerRefusal(400, "a malformed header line")
         fields.setdefault(key, []).append(value.strip())
         if key in _HOP or key in ("content-length", "transfer-encoding"):
             continue
         if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
             raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
-        out.append(f"{name}:{_header(key, value, secrets, host, port)}")
+        if SENTINEL_PREFIX in value or key == "authorization":  # Basic: base64'd
+            value = _header(key, value, secrets, host, port)
+        out.append(f"{name}:{value}")
     length, chunked = _framing(fields)
     connection = ",".join(fields.get("connection", [])).lower().replace(" ", "").split(",")
     close = version != "HTTP/1.1" or "close" in connection
