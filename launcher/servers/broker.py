@@ -312,6 +312,8 @@ def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, 
     with the form the server wrote (its sentinel in the value's place): a host that says
     the credential back as it got it says it back as the server sent it."""
     pairs: list[tuple[bytes, bytes]] = []
+    if b"basic" not in head.lower():
+        return pairs
     for token in re.findall(rb"(?im)^[^:\r\n]*:\s*basic\s+([A-Za-z0-9+/]+=*)", head):
         try:
             decoded = base64.b64decode(token, validate=True)
@@ -345,7 +347,11 @@ async def _body(
             await reader.readexactly(2)
         return
     if b"content-length" in fields:
-        async for pair in _exactly(reader, _chunk_size(fields[b"content-length"], 10)):
+        size = _chunk_size(fields[b"content-length"], 10)
+        if size <= 65536:  # the common small answer: one read, one piece
+            yield await reader.readexactly(size), True
+            return
+        async for pair in _exactly(reader, size):
             yield pair
         return
     while piece := await reader.read(65536):
