@@ -374,3 +374,25 @@ def test_a_chunked_body_over_the_limit_is_refused(tmp_path: Path) -> None:
     run = exchange(tmp_path, [(head + f"{BODY_LIMIT + 1:x}\r\n").encode()])
     assert not run.host.requests
     assert run.seen.startswith(b"HTTP/1.1 413 ")
+
+
+def test_a_sentinel_in_a_chunked_bodys_trailer_goes_nowhere(tmp_path: Path) -> None:
+    head = f"POST /upload HTTP/1.1\r\nHost: {HOST}\r\nTransfer-Encoding: chunked\r\n"
+    trailer = f"5\r\nhello\r\n0\r\nX-Token: {SENTINEL}\r\n\r\n"
+    run = exchange(tmp_path, [(head + "Connection: close\r\n\r\n" + trailer).encode()])
+    (request,) = run.host.requests
+    assert request.endswith(b"\r\n\r\nhello") and b"X-Token" not in request
+    assert SENTINEL.encode() not in request and VALUE.encode() not in request
+
+
+def test_a_later_request_is_held_to_the_secrets_rules_like_the_first(tmp_path: Path) -> None:
+    # The second request on the kept connection puts the sentinel in its URL, then in a
+    # body the secret does not allow: each refused, the first served.
+    for second, said in (
+        (f"GET /?token={SENTINEL} HTTP/1.1\r\nHost: {HOST}\r\n\r\n", "in the url"),
+        (_post(f"Content-Length: {len(SENTINEL)}", SENTINEL), "in the body"),
+    ):
+        run = exchange(tmp_path, [(GOOD + second).encode()], body=False)
+        assert [r for r in run.refusals if said in r.reason], run.refusals
+        assert len(run.host.requests) == 1 and b"/first" in run.host.requests[0]
+        assert b" 403 " in run.seen
