@@ -44,6 +44,8 @@ _HOP = {"proxy-connection", "proxy-authorization", "connection", "keep-alive", "
 _HOP |= {"expect", "accept-encoding"}
 # Not said back to the server: the connection to the host is the broker's own.
 _HOP_OUT = (b"connection", b"keep-alive")
+# Methods a request may be sent again with, when a kept connection closed before its answer.
+_IDEMPOTENT = (b"GET ", b"HEAD ", b"OPTIONS ", b"PUT ", b"DELETE ")
 _FRAMING = (b"content-length", b"transfer-encoding", b"connection", b"keep-alive")
 _BASIC = re.compile(r"(\s*basic\s+)(\S+)(\s*)", re.IGNORECASE)
 # A header name is a token; its value holds no control character but a tab. Anything else
@@ -110,11 +112,12 @@ class Broker:
         """The requests of a CONNECT to ``host``: TLS opened on both sides, each request
         checked and its sentinels swapped, sent to the host once the answer before it is
         whole, its answer relayed; until either side ends the connection. A host that
-        closed an idle connection is connected to again (``reopen``)."""
+        closed a kept connection is connected to again (``reopen``), and a request it
+        closed without answering on one is sent again there when sending twice is safe."""
         await writer.start_tls(self.ca.server_context(*self.names))
-        opened = [upstream]
+        link = _Link(upstream, reopen, host, self._secure)
         try:
-            up = await self._secure(upstream, host)
+            await link.secure()
             timeout = HEAD_TIMEOUT
             while (head := await _next_head(reader, timeout)) is not None:
                 request = rewrite_head(head, self.secrets, host, port)
@@ -123,18 +126,22 @@ class Broker:
                 out = request.out
                 if request.length is not None or request.chunked:
                     out = _with_length(out, len(new_body))
-                if up[0].at_eof():  # the host ended the idle connection
-                    opened.append(await reopen())
-                    up = await self._secure(opened[-1], host)
-                up[1].write(out + new_body)
-                await up[1].drain()
                 mask = _Devalue(self.secrets, _basic_forms(out, self.secrets))
-                if not await self._answer(up[0], writer, head, mask, request.close):
+                for again in (False, True):
+                    up_reader = await link.send(out + new_body, fresh=again)
+                    try:
+                        keep = await self._answer(up_reader, writer, head, mask, request.close)
+                    except _Unanswered:
+                        if again or not link.reused or not head.startswith(_IDEMPOTENT):
+                            raise BrokerRefusal(502, f"{host} closed without answering") from None
+                        continue
+                    break
+                if not keep:
                     return
+                link.reused = True
                 timeout = IDLE_TIMEOUT
         finally:
-            for _, up_writer in opened:
-                up_writer.close()
+            link.close()
 
     async def _secure(self, upstream: Upstream, host: str) -> Upstream:
         """``upstream`` with TLS opened to ``host``, its certificate verified."""
@@ -157,12 +164,11 @@ class Broker:
         each interim ``1xx`` head before it) and in its body, read out of its framing
         (a value cut across chunks is seen whole) and sent on chunked (to an HTTP/1.0
         server: delimited by the close). Whether the connection goes on."""
-        while True:
+        head = await _answer_head(up_reader, mask)
+        while _INTERIM.match(head):
+            writer.write(head)
             async with asyncio.timeout(HEAD_TIMEOUT):
                 head = mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
-            if not _INTERIM.match(head):
-                break
-            writer.write(head)
         fields = _fields(head)
         tokens = fields.get(b"connection", b"").lower().replace(b" ", b"").split(b",")
         close = close or b"close" in tokens or not head.startswith(b"HTTP/1.1 ")
@@ -193,6 +199,54 @@ class Broker:
             writer.write(pending + _framed(mask.feed(b"", end=True), chunked, True))
         await writer.drain()
         return not close and chunked
+
+
+class _Unanswered(Exception):
+    """The host closed the connection before a byte of its answer."""
+
+
+async def _answer_head(up_reader: asyncio.StreamReader, mask: _Devalue) -> bytes:
+    """The first head of the host's answer, its values put back as their sentinels."""
+    try:
+        async with asyncio.timeout(HEAD_TIMEOUT):
+            return mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
+    except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
+        if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
+            raise
+        raise _Unanswered from None
+
+
+class _Link:
+    """The connection to the host, made again when the host has closed it."""
+
+    def __init__(
+        self,
+        first: Upstream,
+        reopen: Callable[[], Awaitable[Upstream]],
+        host: str,
+        secure: Callable[[Upstream, str], Awaitable[Upstream]],
+    ) -> None:
+        self.opened = [first]
+        self.reopen, self.host, self._secure = reopen, host, secure
+        self.reused = False  # an answer has come on it before
+
+    async def secure(self) -> None:
+        await self._secure(self.opened[-1], self.host)
+
+    async def send(self, data: bytes, fresh: bool = False) -> asyncio.StreamReader:
+        """``data`` sent to the host (on a new connection when it closed this one, or when
+        ``fresh``); the reader its answer comes on."""
+        if fresh or self.opened[-1][0].at_eof():
+            self.opened.append(await self.reopen())
+            await self.secure()
+            self.reused = False
+        self.opened[-1][1].write(data)
+        await self.opened[-1][1].drain()
+        return self.opened[-1][0]
+
+    def close(self) -> None:
+        for _, up_writer in self.opened:
+            up_writer.close()
 
 
 def _closing(close: bool) -> list[bytes]:

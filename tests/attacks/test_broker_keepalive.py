@@ -41,6 +41,7 @@ class KeptAlive:
     connection after one answer without saying so (as a host ends an idle one)."""
 
     drop: bool = False
+    silent_second: bool = False  # it closes on the second request without answering it
     streams: list[bytes] = field(default_factory=list)
     requests: list[bytes] = field(default_factory=list)
     ended: asyncio.Event = field(default_factory=asyncio.Event)
@@ -53,6 +54,8 @@ class KeptAlive:
                 request = await _one_request(reader)
                 self.streams[index] += request
                 self.requests.append(request)
+                if self.silent_second and self.streams[index].count(b" HTTP/1.") == 2:
+                    break
                 closing = bool(re.search(rb"(?im)^connection:\s*close|HTTP/1\.0\r\n", request))
                 writer.write(_answer(request, closing))
                 await writer.drain()
@@ -300,6 +303,38 @@ def test_a_host_that_ended_the_idle_connection_is_connected_to_again(tmp_path: P
     assert len(run.host.streams) == 2 and len(run.host.requests) == 2
     assert all(f"Bearer {VALUE}".encode() in r for r in run.host.requests)
     assert VALUE.encode() not in run.seen and not run.refusals
+
+
+def test_pipelined_requests_to_a_host_that_closes_after_each_answer_are_all_answered(
+    tmp_path: Path,
+) -> None:
+    # The host closes each connection after one answer without saying so; the second and
+    # third requests are already waiting: each goes on a new connection (sent again when
+    # the old one closed under it: GET is safe to send twice).
+    host = KeptAlive(drop=True)
+    writes = [_get("/1") + _get("/2") + _get("/3", "Connection: close")]
+    run = exchange(tmp_path, writes, host=host)
+    paths = [a.split(b"path=")[1].split(b" ")[0] for a in answers(run.seen)]
+    assert paths == [b"/1", b"/2", b"/3"] and not run.refusals
+    assert all(f"Bearer {VALUE}".encode() in r for r in run.host.requests)
+
+
+def test_a_request_the_host_closed_on_is_sent_again_only_when_that_is_safe(
+    tmp_path: Path,
+) -> None:
+    # The host reads the second request on each connection and closes without answering:
+    # a GET is sent again on a new connection; a POST (not safe to send twice) is refused.
+    run = exchange(
+        tmp_path, [_get("/1") + _get("/2", "Connection: close")], host=KeptAlive(silent_second=True)
+    )
+    paths = [a.split(b"path=")[1].split(b" ")[0] for a in answers(run.seen)]
+    assert paths == [b"/1", b"/2"] and len(run.host.streams) == 2 and not run.refusals
+    post = _post(f"{AUTH}\r\nConnection: close\r\nContent-Length: 2", "ok").encode()
+    run = exchange(tmp_path, [_get("/1") + post], host=KeptAlive(silent_second=True))
+    assert [r for r in run.host.requests if r.startswith(b"POST ")] == [run.host.requests[1]]
+    assert len(run.host.streams) == 1
+    assert [r for r in run.refusals if "closed without answering" in r.reason]
+    assert b"HTTP/1.1 502 " in run.seen
 
 
 # -- chunked request bodies ------------------------------------------------------------------
