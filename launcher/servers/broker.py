@@ -263,10 +263,14 @@ def _framed(data: bytes, chunked: bool, last: bool) -> bytes:
 
 
 async def _next_head(reader: asyncio.StreamReader, timeout: float) -> bytes | None:
-    """The next request's head (None: the server ended the connection between requests)."""
+    """The next request's head (None: the server ended the connection between requests);
+    empty lines before it (some clients end a body with one) are passed over."""
     try:
         async with asyncio.timeout(timeout):
-            return await reader.readuntil(b"\r\n\r\n")
+            head = await reader.readuntil(b"\r\n\r\n")
+            while head.startswith(b"\r\n"):
+                head = head[2:] or await reader.readuntil(b"\r\n\r\n")
+            return head
     except asyncio.LimitOverrunError:
         raise BrokerRefusal(431, "request head too large") from None
     except asyncio.IncompleteReadError as exc:

@@ -285,7 +285,7 @@ def _get(path: str, *more: str) -> bytes:
 
 
 def test_many_requests_go_on_one_connection_each_with_the_value_swapped(tmp_path: Path) -> None:
-    pipelined = _get("/1") + _get("/2")
+    pipelined = _get("/1") + b"\r\n" + _get("/2")  # an empty line between is passed over
     run = exchange(tmp_path, [pipelined, _get("/3"), _get("/4", "Connection: close")])
     assert len(run.host.streams) == 1 and len(run.host.requests) == 4
     for request in run.host.requests:
