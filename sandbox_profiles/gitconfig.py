@@ -271,9 +271,9 @@ def git_config_paths(config_file: str, home: str, worktrees: Sequence[str]) -> l
     merge drivers, ``!`` aliases...), relative to each repository's top ``worktrees``
     (git runs them there); ``~`` is ``home``.
 
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
-    >>> _ = open(c, "w").write("[core]\\n hooksPath = .githooks\\n fsmonitor = tools/fsm x")
+    >>> _ = pathlib.Path(c).write_text("[core]\\n hooksPath = .githooks\\n fsmonitor = tools/fsm x")
     >>> [p[len(d):] for p in git_config_paths(c, "/h", [d + "/wt"])]
     ['/wt/.githooks', '/wt/tools/fsm']
     """
@@ -296,9 +296,9 @@ def git_config_includes(config_file: str, home: str) -> list[str]:
     """The files a git configuration file includes (``include.path``, ``includeIf.*.path``,
     whatever the condition), which git reads as configuration in their turn.
 
-    >>> import tempfile, os
-    >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
-    >>> _ = open(c, "w").write('[include]\\n path = a.cfg\\n[includeIf "gitdir:x"]\\n path = ~/b')
+    >>> import tempfile, os, pathlib
+    >>> d = tempfile.mkdtemp(); c = pathlib.Path(d, "config")
+    >>> _ = c.write_text('[include]\\n path = a.cfg\\n[includeIf "gitdir:x"]\\n path = ~/b')
     >>> [p.replace(d, "D") for p in git_config_includes(c, "/h")]
     ['D/a.cfg', '/h/b']
     """
@@ -327,9 +327,9 @@ def read_config(config_file: str) -> str:
     that cannot be read whole here (no permission, not a regular file, too large): git, or
     the user's git later, may well read it.
 
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> d = tempfile.mkdtemp(); c = os.path.join(d, "config")
-    >>> _ = open(c, "wb").write(b"\\xef\\xbb\\xbf[core]\\n\\thooksPath = h\\xff")
+    >>> _ = pathlib.Path(c).write_bytes(b"\\xef\\xbb\\xbf[core]\\n\\thooksPath = h\\xff")
     >>> list(git_config_entries(read_config(c))) == [("core.hookspath", "h\\udcff")]
     True
     """

@@ -55,9 +55,9 @@ def lefthook_paths(config_file: str, home: str) -> list[str]:
     configurations it uses) makes lefthook or its hook read or run. A glob in ``extends``
     gives the folder it searches (whatever comes to match there later counts too).
 
-    >>> import tempfile, os
+    >>> import tempfile, os, pathlib
     >>> d = tempfile.mkdtemp(); c = os.path.join(d, "lefthook.yml")
-    >>> _ = open(c, "w").write("Source_Dir: 'tools/hk' # scripts\\nextends: [cfg/*.yml]\\n")
+    >>> _ = pathlib.Path(c).write_text("Source_Dir: 'tools/hk' # scripts\\nextends: [cfg/*.yml]\\n")
     >>> sorted(p[len(d):] for p in lefthook_paths(c, "/h"))
     ['/cfg', '/tools/hk']
     """

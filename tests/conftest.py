@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.support.home import Home, make_home
+from tests.support.marks import needs_installed
 from tests.support.web import serving_pages
 
 if TYPE_CHECKING:
@@ -26,16 +27,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.sandbox)
         needs = {m.kwargs.get("needs") for m in item.iter_markers("sandbox")}
         if "bwrap" in needs:
-            item.add_marker(pytest.mark.skipif(missing, reason="bubblewrap not installed"))
+            item.add_marker(needs_installed(missing, "bubblewrap not installed"))
 
 
 @pytest.fixture(autouse=True)
-def _close_relay_logs() -> Iterator[None]:
-    """The audit logs of the relay harnesses a test built are closed after it."""
+def _close_what_a_test_opened() -> Iterator[None]:
+    """The audit logs of the relay harnesses a test built, and the clients it started, are
+    closed after it."""
+    client = sys.modules.get("tests.support.client")
+    held = {id(c) for c in client.SPAWNED} if client is not None else set()
     yield
     relay = sys.modules.get("tests.support.relay")
     while relay is not None and relay.OPEN_LOGS:
         relay.OPEN_LOGS.pop().close()
+    client = sys.modules.get("tests.support.client")
+    if client is not None:
+        client.release_since(held)
 
 
 @pytest.fixture

@@ -29,6 +29,7 @@ from sandbox_profiles.records import frozen
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 CONNECT_TIMEOUT = 10.0
+CLOSE_WAIT = 1.0  # seconds a closing client connection is given to flush
 # Connections one server may hold open through its proxy at once; more are closed as they
 # come, so a server cannot exhaust the trusted process's descriptors (each holds two).
 MAX_CONNECTIONS = 128
@@ -204,6 +205,9 @@ class EgressProxy:
             await self._answer(writer, _Refused(400, f"malformed request ({exc!r})"))
         finally:
             writer.close()
+            # Closed before the loop can end: a stopped proxy leaves no socket behind.
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT)
             if task is not None:
                 self._tasks.discard(task)
 
@@ -229,12 +233,15 @@ class EgressProxy:
         if method == "CONNECT":
             host, port = _split_authority(target, 443)
             upstream = await self._open(host, port)
-            writer.write(f"{version} 200 Connection Established\r\n\r\n".encode())
-            await writer.drain()
-            if self.broker is not None and self.broker.terminates(host, port):
-                await self._brokered(reader, writer, host, port, upstream)
-            else:
-                await _pipe(reader, writer, *upstream)
+            try:
+                writer.write(f"{version} 200 Connection Established\r\n\r\n".encode())
+                await writer.drain()
+                if self.broker is not None and self.broker.terminates(host, port):
+                    await self._brokered(reader, writer, host, port, upstream)
+                else:
+                    await _pipe(reader, writer, *upstream)
+            finally:
+                upstream[1].close()
             return
         url, host, port, length = _plain_request(target, headers)
         self._no_sentinel(head, host, port)
@@ -244,12 +251,14 @@ class EgressProxy:
             path += "?" + url.query
         kept = [(k, v) for k, v in headers if k.strip().lower() not in _HOP_HEADERS]
         out = [f"{method} {path} {version}", *(f"{k}:{v}" for k, v in kept), "Connection: close"]
-        up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
-        await _send_body(reader, up_writer, int(length), self._no_sentinel, host, port)
-        # One request per connection: nothing more is read from the client, so a second
-        # request to another host cannot ride on this checked connection.
-        await _copy(up_reader, writer)
-        up_writer.close()
+        try:
+            up_writer.write(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"))
+            await _send_body(reader, up_writer, int(length), self._no_sentinel, host, port)
+            # One request per connection: nothing more is read from the client, so a second
+            # request to another host cannot ride on this checked connection.
+            await _copy(up_reader, writer)
+        finally:
+            up_writer.close()
 
     async def _open(
         self, host: str, port: int

@@ -24,12 +24,12 @@ from policy.cache import ContentCache
 from policy.loader import ANNOTATIONS_FILE, POLICY_FILE, load_policy_dir
 from tests.support.cli import ironcurtain
 from tests.support.home import make_home
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.probe import probe_server_config, run_probe, write_raw_policy
 
 # A program that allows every system call: BPF_RET | BPF_K, SECCOMP_RET_ALLOW.
 ALLOW_ALL = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)
-no_libseccomp = pytest.mark.skipif(cache_slot(Path("/nonexistent")) is None, reason="no libseccomp")
+no_libseccomp = needs_installed(cache_slot(Path("/nonexistent")) is None, "no libseccomp")
 
 
 def _plant_at_start(server: dict[str, Any], base: Path, rel: str, content: str) -> dict[str, Any]:

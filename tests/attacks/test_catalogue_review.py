@@ -26,7 +26,7 @@ import pytest
 from tests.support.autorun_attacks import REVIEW_ATTACK_IDS
 from tests.support.home import Home, make_home
 from tests.support.lefthook import user_git
-from tests.support.marks import needs_bwrap
+from tests.support.marks import lacks, needs_bwrap
 from tests.support.probe import probe_server_config, run_probe
 
 pytestmark = needs_bwrap
@@ -215,7 +215,7 @@ def bare(tmp_path_factory: pytest.TempPathFactory) -> Outcome:
 def _tool_for(attack: str) -> None:
     tool = {"vim-plugin": "vim", "gdbinit": "gdb"}.get(attack)
     if tool and not shutil.which(tool):
-        pytest.skip(f"{tool} is not installed: the attack needs the real tool")
+        lacks(f"{tool} is not installed: the attack needs the real tool")
 
 
 @pytest.mark.parametrize("attack", MARKED)

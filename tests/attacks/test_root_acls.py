@@ -33,7 +33,7 @@ from tests.support.acls import (
 )
 from tests.support.client import Client
 from tests.support.home import Home
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_server_config, write_raw_policy
 
@@ -41,9 +41,10 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 pytestmark = [
     needs_bwrap,
     needs_acl_tools,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON),
-        reason="root mode: needs root (servers then run as uid 65534), setpriv, /usr/bin/python3",
+    pytest.mark.skipif(os.geteuid() != 0, reason="root mode: needs root (servers run as 65534)"),
+    needs_installed(
+        shutil.which("setpriv") is None or not os.path.exists(SYSTEM_PYTHON),
+        "root mode needs setpriv (util-linux) and /usr/bin/python3",
     ),
 ]
 

@@ -22,7 +22,7 @@ import pytest
 from tests.support.acls import SECRET, getfacl, names_sandbox, needs_acl_tools, user_tree
 from tests.support.client import Client
 from tests.support.home import Home
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import probe_server_config, write_raw_policy
 
@@ -30,10 +30,8 @@ HOST_SECRET = "HOST-ONLY-51c9"
 pytestmark = [
     needs_bwrap,
     needs_acl_tools,
-    pytest.mark.skipif(
-        os.geteuid() != 0 or shutil.which("setpriv") is None,
-        reason="root mode: needs root (servers then run as uid 65534) and setpriv",
-    ),
+    pytest.mark.skipif(os.geteuid() != 0, reason="root mode: needs root (servers run as 65534)"),
+    needs_installed(shutil.which("setpriv") is None, "root mode needs setpriv (util-linux)"),
 ]
 
 

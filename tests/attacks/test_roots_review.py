@@ -25,7 +25,7 @@ import pytest
 
 from tests.support.client import Client
 from tests.support.home import Home
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.paths import IRONCURTAIN
 
 PY = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -259,9 +259,9 @@ def _direnv_exec(env: dict[str, str], mine: Path) -> None:
     assert done.returncode == 0, done.stderr
 
 
-needs_direnv = pytest.mark.skipif(
+needs_direnv = needs_installed(
     subprocess.run(["sh", "-c", "command -v direnv"], capture_output=True).returncode != 0,
-    reason="direnv is not installed",
+    "direnv is not installed",
 )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.marks import needs_installed
 from tests.support.paths import REPO
 
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -21,12 +22,12 @@ NOBODY = 65534
 
 pytestmark = [
     pytest.mark.sandbox,
-    pytest.mark.skipif(
-        os.geteuid() != 0
-        or not shutil.which("setpriv")
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root (to drop to uid 65534)"),
+    needs_installed(
+        not shutil.which("setpriv")
         or not shutil.which("bwrap")
         or not os.path.exists(SYSTEM_PYTHON),
-        reason="needs root (to drop to uid 65534), setpriv, bwrap and /usr/bin/python3",
+        "needs setpriv, bwrap and /usr/bin/python3",
     ),
 ]
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.support.cli import ironcurtain
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.paths import BIN, IRONCURTAIN
 from tests.support.real_clients import (
     Machine,
@@ -36,7 +36,7 @@ from tests.support.web import serving_pages
 
 pytestmark = [
     needs_bwrap,
-    pytest.mark.skipif(not installed(), reason="scripts/install.sh --dev installs the clients"),
+    needs_installed(not installed(), "scripts/install.sh --dev installs the clients"),
 ]
 SERVERS = ("filesystem", "git", "fetch")
 PAGES = "pages.test"

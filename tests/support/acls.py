@@ -7,15 +7,15 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.support.marks import lacks, needs_installed
 
 SANDBOX_UID = 65534
 BOB = 4242  # a user the owner gave limited access to
 SECRET = "TOPSECRET-7f3a"
 
-needs_acl_tools = pytest.mark.skipif(
+needs_acl_tools = needs_installed(
     shutil.which("getfacl") is None or shutil.which("setfacl") is None,
-    reason="needs getfacl and setfacl (Debian's acl package)",
+    "needs getfacl and setfacl (Debian's acl package)",
 )
 
 
@@ -39,7 +39,7 @@ def user_tree(root: Path) -> Path:
     try:
         setfacl("-m", f"u:{BOB}:rw-,m::r--", str(root / "shared.txt"))
     except subprocess.CalledProcessError as exc:
-        pytest.skip(f"no ACLs on this filesystem: {exc.stderr.strip()}")
+        lacks(f"no ACLs on this filesystem: {exc.stderr.strip()}")
     setfacl("-d", "-m", f"u:{BOB}:r-x", str(root / "sub"))
     (root / "sub" / "inherited.txt").write_text("inherited")  # bob's entry passed on
     return root

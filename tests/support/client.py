@@ -12,11 +12,14 @@ import select
 import signal
 import subprocess
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 Message = dict[str, Any]
 PROTOCOL = "2025-11-25"
+SPAWNED: weakref.WeakSet[Client] = weakref.WeakSet()
+"""Every client started, so what a test left open is closed after it (``release``)."""
 
 
 class Client:
@@ -32,6 +35,7 @@ class Client:
         self._stdout = proc.stdout.fileno()
         self._buffer = bytearray()
         self._ids = itertools.count()
+        SPAWNED.add(self)
 
     @classmethod
     def spawn(
@@ -207,6 +211,29 @@ class Client:
         except ProcessLookupError:
             return
         self.proc.kill()
+
+    def release(self) -> None:
+        """Its process killed if still running, reaped, and every pipe to it closed."""
+        self.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def __del__(self) -> None:
+        # A client dropped without release (a loop's previous one): its pipes are not left
+        # to the garbage collector, which would only warn.
+        if hasattr(self, "proc"):
+            self.release()
+
+
+def release_since(held: set[int]) -> None:
+    """Every client started since ``held`` (the ``id``s of those alive then) released: a
+    test's end, what it read is read by now; a longer-lived fixture's clients are left."""
+    for client in list(SPAWNED):
+        if id(client) not in held:
+            SPAWNED.discard(client)
+            client.release()
 
 
 def _not_json(name: str) -> object:

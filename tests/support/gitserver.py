@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.marks import needs_installed
 from tests.support.paths import REPO, TESTS
 
 GIT_SERVER = REPO / ".venv" / "git-mcp-server" / "node_modules" / ".bin" / "git-mcp-server"
@@ -20,8 +21,8 @@ GIT_SERVER_SCRIPT = (
 )  # fmt: skip
 LISTING = TESTS / "data" / "servers" / "cyanheads-git-mcp-server-2.15.3.json"
 
-needs_git_server = pytest.mark.skipif(
-    not GIT_SERVER.exists(), reason="@cyanheads/git-mcp-server is not installed (install.sh --dev)"
+needs_git_server = needs_installed(
+    not GIT_SERVER.exists(), "@cyanheads/git-mcp-server is not installed (install.sh --dev)"
 )
 
 

@@ -38,3 +38,4 @@ def serving_pages() -> Iterator[tuple[int, list[str]]]:
         yield server.server_address[1], hits
     finally:
         server.shutdown()
+        server.server_close()

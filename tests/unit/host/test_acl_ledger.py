@@ -120,8 +120,8 @@ def _session(tree: Path, how: str) -> subprocess.Popen[str]:
 
 def test_a_killed_session_is_undone_at_the_next_start(tree: Path) -> None:
     before = getfacl(tree)
-    proc = _session(tree, "kill")
-    assert proc.wait() == -signal.SIGKILL
+    with _session(tree, "kill") as proc:
+        assert proc.wait() == -signal.SIGKILL
     assert names_sandbox(getfacl(tree)[str(tree / "secrets.txt")])  # left behind
     replay_stale()
     after = getfacl(tree)

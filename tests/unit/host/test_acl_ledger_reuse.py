@@ -10,11 +10,10 @@ import os
 import stat
 from pathlib import Path
 
-import pytest
-
 from launcher.host.acl_ledger import undo
 from launcher.host.oscalls import birth_time
 from tests.support.acls import SANDBOX_UID
+from tests.support.marks import lacks
 
 SETUID_PROGRAM = [0o4755, None, None]  # what the record says the deleted file was
 
@@ -33,7 +32,7 @@ def test_a_reused_inode_number_is_not_the_recorded_file(tmp_path: Path) -> None:
     made.chmod(0o755)
     born = birth_time(str(made))
     if born is None:
-        pytest.skip("this filesystem does not record when a file was made")
+        lacks("this filesystem does not record when a file was made")
     undo(_record(tree, made, born - 1_000_000_000))  # the deleted file was made earlier
     assert stat.S_IMODE(made.stat().st_mode) == 0o755
     # CONTROL: the file the record was made of is put back as the record says.

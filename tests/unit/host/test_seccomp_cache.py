@@ -18,11 +18,12 @@ import pytest
 from launcher.host import seccomp_cache
 from launcher.host.seccomp_cache import cache_slot, compiled_filter
 from sandbox_profiles.seccomp import compile_filter
+from tests.support.marks import needs_installed
 
 # A program that allows every system call: BPF_RET | BPF_K, SECCOMP_RET_ALLOW.
 ALLOW_ALL = struct.pack("=HBBI", 0x06, 0, 0, 0x7FFF0000)
 
-pytestmark = pytest.mark.skipif(cache_slot(Path("/nonexistent")) is None, reason="no libseccomp")
+pytestmark = needs_installed(cache_slot(Path("/nonexistent")) is None, "no libseccomp")
 
 
 def _entries(cache: Path) -> list[Path]:

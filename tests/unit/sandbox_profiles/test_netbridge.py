@@ -91,7 +91,7 @@ def bridge(
         yield port, proc, sock
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        proc.communicate()  # reaped, its pipes closed
         upstream.shutdown()
         upstream.server_close()
 
@@ -182,7 +182,8 @@ def test_only_the_socket_module_is_loaded_before_the_server_starts(tmp_path: Pat
     assert run.wait(timeout=30) == 0
     os.killpg(run.pid, signal.SIGKILL)
     assert run.stderr is not None
-    stderr = run.stderr.read()
+    with run.stderr:
+        stderr = run.stderr.read()
 
     def modules(stderr: str) -> set[str]:
         return {line.rsplit("|", 1)[1].strip() for line in stderr.splitlines() if "|" in line}

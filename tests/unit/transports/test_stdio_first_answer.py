@@ -34,20 +34,20 @@ def test_a_long_answer_to_a_request_waiting_at_start_reaches_a_slow_reader_whole
     direct path to a stdout the pipe transport had already made non-blocking: the write
     failed past the pipe's capacity (``BlockingIOError``) and the client got a line cut off
     mid-message, then nothing (a client waiting for it waits for ever)."""
-    child = subprocess.Popen(
+    with subprocess.Popen(
         [sys.executable, "-c", CHILD],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-    )
-    assert child.stdin and child.stdout and child.stderr
-    child.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}\n')
-    child.stdin.flush()
-    said = child.stderr.readline()  # "delivered", or the first line of the traceback
-    out = child.stdout.read()
-    rest = child.stderr.read()
-    child.stdin.close()
-    assert child.wait(timeout=30) == 0, (said + rest).decode()
+    ) as child:
+        assert child.stdin and child.stdout and child.stderr
+        child.stdin.write(b'{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}\n')
+        child.stdin.flush()
+        said = child.stderr.readline()  # "delivered", or the first line of the traceback
+        out = child.stdout.read()
+        rest = child.stderr.read()
+        child.stdin.close()
+        assert child.wait(timeout=30) == 0, (said + rest).decode()
     assert said == b"delivered\n", (said + rest).decode()
     lines = out.splitlines()
     assert len(lines) == 1
