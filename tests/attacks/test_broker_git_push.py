@@ -20,16 +20,15 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pytest
-
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import Brokered, new_sentinel
 from launcher.servers.broker import Broker
 from launcher.servers.egress_proxy import EgressProxy, Refusal
 from policy.egress import EgressRules
+from tests.support.marks import needs_installed
 from tests.support.tls_upstream import make_authority
 
-pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+pytestmark = needs_installed(shutil.which("git") is None, "needs git (apt-get install git)")
 
 VALUE = "ghp_s3cr3tValueForTheGitHost7f3a9c1e5d2b"
 HOST = "git.test"
