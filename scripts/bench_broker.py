@@ -201,8 +201,8 @@ def bench_broker(quick: bool) -> str:
         finally:
             setup.close()
     return (
-        f"{ratio:.2f}x per request kept alive (+{med * 1000:.3f} ms); "
-        f"first connection +{first * 1000:.2f} ms"
+        f"{ratio:.2f}x per request kept alive ({med * 1000:+.3f} ms); "
+        f"first connection {first * 1000:+.2f} ms"
     )
 
 
