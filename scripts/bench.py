@@ -32,6 +32,10 @@
   telemetry per call over stdio, calls not exported vs each exported as an OpenTelemetry
           span and counters (OTEL_EXPORTER_OTLP_ENDPOINT: a receiver on loopback); and
           recording one call in process
+  broker  a request to a brokered secret's host (TLS opened by the proxy, the secret put
+          in) vs the same request through the plain CONNECT tunnel, kept alive; and a new
+          host's first connection the two ways (scripts/bench_broker.py)
+  arguments scanning 1 KiB of a call's arguments for credentials vs no scan, in process
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -58,6 +62,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 
+import bench_broker as brokers
 import bench_callers as crowds
 import bench_gateway as gateways
 import bench_peers as peers
@@ -81,6 +86,8 @@ GOALS = {
     "callers": "p99 <= 2x one caller's with 20 at once; <= 5 MB per caller",
     "telemetry": "export never holds a call (background batches)",
     "shared": "<= 1.2x per call, two instances + Redis vs one alone; an approval seen <= 100 ms",
+    "broker": "<= 1.3x per request kept alive; a new host's first connection <= 5 ms more",
+    "arguments": "<= 0.02 ms added for 1 KiB of arguments",
 }
 results: dict[str, str] = {}
 
@@ -357,6 +364,14 @@ def bench_shared(quick: bool) -> None:
     results["shared"] = shareds.bench_shared(quick)
 
 
+def bench_broker(quick: bool) -> None:
+    results["broker"] = brokers.bench_broker(quick)
+
+
+def bench_arguments(quick: bool) -> None:
+    results["arguments"] = brokers.bench_arguments(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -371,6 +386,8 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "callers": bench_callers,
     "telemetry": bench_telemetry,
     "shared": bench_shared,
+    "broker": bench_broker,
+    "arguments": bench_arguments,
 }
 
 

@@ -79,20 +79,22 @@ class SessionCA:
         if hosts is not None:
             builder = builder.add_extension(name_constraints(hosts), critical=True)
         self.cert = builder.sign(self._key, hashes.SHA256())
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: dict[tuple[str, ...], ssl.SSLContext] = {}
 
     def pem(self) -> bytes:
         from cryptography.hazmat.primitives.serialization import Encoding
 
         return self.cert.public_bytes(Encoding.PEM)
 
-    def server_context(self, host: str) -> ssl.SSLContext:
-        """A TLS server context presenting a certificate for ``host`` this CA signed."""
-        if host not in self._contexts:
-            self._contexts[host] = self._make_context(host)
-        return self._contexts[host]
+    def server_context(self, *hosts: str) -> ssl.SSLContext:
+        """A TLS server context presenting a certificate this CA signed for ``hosts``
+        (one certificate for all of them: made once, whichever is asked for first)."""
+        names = tuple(sorted(set(hosts)))
+        if names not in self._contexts:
+            self._contexts[names] = self._make_context(names)
+        return self._contexts[names]
 
-    def _make_context(self, host: str) -> ssl.SSLContext:
+    def _make_context(self, hosts: tuple[str, ...]) -> ssl.SSLContext:
         import ipaddress
 
         from cryptography import x509
@@ -101,19 +103,21 @@ class SessionCA:
 
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
-        try:
-            alt: Any = x509.IPAddress(ipaddress.ip_address(host))
-        except ValueError:
-            alt = x509.DNSName(host)
+        alt: list[Any] = []
+        for host in hosts:
+            try:
+                alt.append(x509.IPAddress(ipaddress.ip_address(host)))
+            except ValueError:
+                alt.append(x509.DNSName(host))
         cert = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, host)]))
+            .subject_name(x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, hosts[0])]))
             .issuer_name(self._name)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + LIFETIME)
-            .add_extension(x509.SubjectAlternativeName([alt]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False

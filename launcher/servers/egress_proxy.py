@@ -306,10 +306,12 @@ class EgressProxy:
         port: int,
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     ) -> None:
-        """A CONNECT to a brokered secret's host: its one request, through the broker."""
+        """A CONNECT to a brokered secret's host: its requests, through the broker (which
+        connects again, checked as the first, when the host ends an idle connection)."""
         assert self.broker is not None
         try:
-            await self.broker.relay(reader, writer, host, port, *upstream)
+            reopen = functools.partial(self._open, host, port)
+            await self.broker.relay(reader, writer, host, port, upstream, reopen)
         except BrokerRefusal as exc:
             raise _Refused(exc.status, exc.reason, host, port) from None
         finally:

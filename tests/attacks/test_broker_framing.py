@@ -57,7 +57,9 @@ class Upstream:
             pass
         self.received.append(data)
         try:
-            writer.write(self.answer(data))
+            # One request per connection, said as HTTP/1.1 says it.
+            closing = b"HTTP/1.1 200 OK\r\nConnection: close\r\n"
+            writer.write(self.answer(data).replace(b"HTTP/1.1 200 OK\r\n", closing))
             await writer.drain()
         finally:
             writer.close()
@@ -318,6 +320,8 @@ def readable(seen: bytes) -> bytes:
     """What the server can read of an answer: its body ungzipped where it says gzip, and
     each base64 word in it decoded."""
     head, _, body = seen.partition(b"\r\n\r\n")
+    if re.search(rb"(?im)^transfer-encoding:\s*chunked", head):
+        body = _dechunked(body)
     if re.search(rb"(?im)^content-encoding:\s*gzip", head):
         body = gzip.decompress(body)
     text = head + b"\r\n\r\n" + body
@@ -325,6 +329,15 @@ def readable(seen: bytes) -> bytes:
         with contextlib.suppress(binascii.Error, ValueError):
             text += b"\n" + base64.b64decode(word, validate=True)
     return text
+
+
+def _dechunked(body: bytes) -> bytes:
+    """A chunked body's data."""
+    data = b""
+    while (size := int(body.split(b"\r\n", 1)[0], 16)) != 0:
+        start = body.index(b"\r\n") + 2
+        data, body = data + body[start : start + size], body[start + size + 2 :]
+    return data
 
 
 BASIC = "Authorization: Basic " + base64.b64encode(f"me:{SENTINEL}".encode()).decode()

@@ -25,7 +25,7 @@ def _head(*headers: str, target: str = "/x") -> bytes:
 
 def test_bearer_basic_and_custom_headers_carry_the_value() -> None:
     basic = base64.b64encode(f"me:{GH.sentinel}".encode()).decode()
-    out, length = rewrite_head(
+    out, length, chunked, close = rewrite_head(
         _head(
             "Host: api.github.com",
             f"Authorization: Bearer {GH.sentinel}",
@@ -40,7 +40,9 @@ def test_bearer_basic_and_custom_headers_carry_the_value() -> None:
     text = out.decode("latin-1")
     assert "Authorization: Bearer gh-value-1" in text and "X-Token: gh-value-1" in text
     assert "Proxy-Authorization" not in text  # a hop header, never sent on
-    assert GH.sentinel not in text and length == 3 and text.endswith("Connection: close\r\n\r\n")
+    assert GH.sentinel not in text and (length, chunked, close) == (3, False, False)
+    assert "Content-Length" not in text  # the relay puts the body's own
+    assert text.endswith("Accept-Encoding: identity\r\n\r\n")
     basic_out = rewrite_head(_head(f"Authorization: Basic {basic}"), BOTH, "api.github.com", 443)
     encoded = basic_out[0].decode().split("Basic ")[1].split("\r\n")[0]
     assert base64.b64decode(encoded) == b"me:gh-value-1"
@@ -56,11 +58,10 @@ def test_bearer_basic_and_custom_headers_carry_the_value() -> None:
         ),
         (_head(target=f"/?t={GH.sentinel}"), "in the url"),
         (_head("Host: evil.example"), "Host header"),
-        (_head("Transfer-Encoding: chunked"), "chunked"),
         (_head("X: ironcurtain-sentinel-0000"), "unknown sentinel"),
     ],
     # Named, not shown: the sentinels are new each run, and every worker must collect the same.
-    ids=["bearer", "basic", "url", "host-header", "chunked", "unknown-sentinel"],
+    ids=["bearer", "basic", "url", "host-header", "unknown-sentinel"],
 )
 def test_a_sentinel_elsewhere_is_refused(head: bytes, said: str) -> None:
     with pytest.raises(BrokerRefusal, match=said):
@@ -98,6 +99,16 @@ def test_the_value_is_never_in_a_secrets_repr() -> None:
         (_head("Host : evil.example"), "malformed header line"),  # a space before the colon
         (_head("X-A: a\x00b"), "malformed header line"),
         (_head("Content-Length: 0", "Content-Length: 5"), "repeated Content-Length"),
+        (_head("Content-Length: 5", "Content-Length: 5"), "repeated Content-Length"),
+        (_head("Content-Length: +5"), "bad or repeated Content-Length"),
+        (_head("Content-Length: 5", "Transfer-Encoding: chunked"), "both Content-Length"),
+        (_head("Transfer-Encoding: chunked", "Content-Length: 5"), "both Content-Length"),
+        (_head("Transfer-Encoding: chunked", "Transfer-Encoding: chunked"), "other than one"),
+        (_head("Transfer-Encoding: chunked, identity"), "other than one"),
+        (_head("Transfer-Encoding: gzip, chunked"), "other than one"),
+        (_head("Transfer-Encoding: xchunked"), "other than one"),
+        (_head("X-A: a", " Transfer-Encoding: chunked"), "malformed header line"),
+        (_head("Transfer-Encoding:\x0bchunked"), "malformed header line"),
     ],
 )
 def test_framing_a_host_could_read_otherwise_is_refused(head: bytes, said: str) -> None:
@@ -106,12 +117,24 @@ def test_framing_a_host_could_read_otherwise_is_refused(head: bytes, said: str) 
 
 
 def test_the_host_header_is_the_secrets_host_and_expect_is_not_sent_on() -> None:
-    out, _ = rewrite_head(_head("Expect: 100-continue", "X-A: a\tb"), BOTH, "api.github.com", 443)
+    out = rewrite_head(_head("Expect: 100-continue", "X-A: a\tb"), BOTH, "api.github.com", 443).out
     assert b"Expect" not in out and b"X-A: a\tb" in out and b"\r\nHost: api.github.com\r\n" in out
-    options, _ = rewrite_head(
+    options = rewrite_head(
         _head(target="*").replace(b"GET", b"OPTIONS"), BOTH, "api.github.com", 8443
-    )
+    ).out
     assert b"\r\nHost: api.github.com:8443\r\n" in options
+
+
+def test_chunked_and_persistent_framing_is_read_as_the_host_reads_it() -> None:
+    chunked = rewrite_head(_head("Transfer-Encoding: Chunked"), BOTH, "api.github.com", 443)
+    assert chunked.chunked and chunked.length is None and b"Transfer-Encoding" not in chunked.out
+    for said in ("Connection: close", "Connection: keep-alive, Close"):
+        closing = rewrite_head(_head(said), BOTH, "api.github.com", 443)
+        assert closing.close and closing.out.endswith(b"Connection: close\r\n\r\n")
+    old = rewrite_head(_head().replace(b"HTTP/1.1", b"HTTP/1.0"), BOTH, "api.github.com", 443)
+    assert old.close  # HTTP/1.0: one request
+    with pytest.raises(BrokerRefusal, match=r"not an HTTP/1\.x request"):
+        rewrite_head(_head().replace(b"HTTP/1.1", b"HTTP/1.2"), BOTH, "api.github.com", 443)
 
 
 def test_a_value_cut_anywhere_across_pieces_goes_back_as_its_sentinel() -> None:
