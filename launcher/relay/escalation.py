@@ -20,6 +20,7 @@ from launcher.relay.gate.decide import denial_text, label
 from launcher.relay.seams import Core, OneShot
 from launcher.shared.jsonrpc import TOOL, Message, notification
 from policy.decision import Decision
+from policy.patterns import CallShape, Pattern, call_shape, offered
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0
@@ -89,6 +90,7 @@ class Escalations:
         grants = self._grants_or_end(call, decision)
         if grants is None:
             return
+        shape = self._shape(call, decision)
         token = call.progress_token()
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
@@ -101,6 +103,8 @@ class Escalations:
                 asking_with(self.ask, call),
                 describe(call.server, grants) if grants else "",
                 beyond_own=self._beyond_own(call, grants),
+                shape=shape,
+                offers=self._offers(shape),
             )
         except asyncio.CancelledError:
             ends.finish(call, "cancelled")  # by the client, or at stop
@@ -149,6 +153,8 @@ class Escalations:
                 "tool": named,
                 "arguments": hash_value(call.arguments),
             }
+        if outcome.pattern is not None:  # the pattern given, or the one that answered
+            call.entry["pattern"] = outcome.pattern
         if outcome.approved and grants:
             try:
                 for_session = outcome.escalation in ("approved-for-session", "session-whitelist")
@@ -190,6 +196,37 @@ class Escalations:
             paths += [path for _, path in named]
         places = self.core.gate.places
         return places.beyond_own(paths) if places is not None else next(iter(paths), "")
+
+    def _shape(self, call: Call, decision: Decision) -> CallShape | None:
+        """The call as pattern approvals judge it (None: a request no pattern answers: not
+        a tool call, or one of a tool with no annotation)."""
+        if call.method != TOOL or call.server is None or call.name is None:
+            return None
+        engine = self.core.gate.engine
+        annotation = engine.get_annotation(call.server, call.name)
+        if annotation is None:
+            return None
+        cwd = self.core.settings[call.server].cwd
+        return call_shape(call.server, call.name, decision.rule, annotation, call.arguments, cwd)
+
+    def _offers(self, shape: CallShape | None) -> list[Pattern]:
+        """The patterns the question may offer: none whose directory is, or lies in, a
+        protected place, a system directory, or (with callers) another caller's place."""
+        if shape is None:
+            return []
+        structural = self.core.gate.engine.structural
+        places = self.core.gate.places
+
+        def refused(directory: str) -> str | None:
+            if structural.protected_label(directory, removing=True):
+                return "it is or holds a protected place"
+            if structural.system_root(directory) is not None:
+                return "it is in a system directory"
+            if places is not None and places.others(directory):
+                return "it is another caller's place"
+            return None
+
+        return offered(shape, refused)
 
     def _grants(self, call: Call) -> list[Grant]:
         """What an approval of ``call`` would have to give beyond its server's sandbox."""

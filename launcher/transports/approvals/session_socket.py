@@ -8,7 +8,7 @@ import contextlib
 import itertools
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
@@ -23,7 +23,14 @@ class ApprovalsSocket:
     request it is and what it asks, in words) for every question open now or later, and
     ``{"type": "closed", "id"}`` once it is answered anywhere or given up. From a terminal:
     ``{"type": "answer", "id", "answer"}``. The first answer counts; an answer to an
-    unknown (old) id is ignored.
+    unknown (old) id is ignored. A question may offer patterns (``"patterns": [{"answer",
+    "text"}]``): answering with one's ``answer`` gives that pattern.
+
+    The pattern approvals in force are listed (``{"type": "patterns"}`` answered with
+    ``{"type": "patterns", "patterns": [...]}``) and revoked (``{"type": "revoke", "id"}``
+    answered with ``{"type": "revoked", "id", "pattern"}``, ``pattern`` null when there was
+    none) by :attr:`control`; a connection that asks either is a lister, not a terminal:
+    no question is put to it from then on.
     """
 
     def __init__(self, path: str, servers: Sequence[str] = ()) -> None:
@@ -33,6 +40,8 @@ class ApprovalsSocket:
         self._writers: set[asyncio.StreamWriter] = set()
         self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
         self._ids = itertools.count(1)
+        # Answers a lister's request (the session sets it); None: patterns are not kept.
+        self.control: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def attached(self) -> bool:
@@ -71,6 +80,14 @@ class ApprovalsSocket:
             except (OSError, RuntimeError):
                 self._writers.discard(writer)
 
+    def _controlled(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.control is None:
+            return {"type": "error", "error": "this session keeps no pattern approvals"}
+        try:
+            return self.control(request)
+        except Exception as exc:  # the lister is told; the session goes on
+            return {"type": "error", "error": str(exc)}
+
     async def _terminal(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._writers.add(writer)
         try:
@@ -81,6 +98,10 @@ class ApprovalsSocket:
                 try:
                     answer = json.loads(line)
                 except (ValueError, RecursionError):
+                    continue
+                if isinstance(answer, dict) and answer.get("type") in ("patterns", "revoke"):
+                    self._writers.discard(writer)  # a lister: asked nothing
+                    writer.write(json.dumps(self._controlled(answer)).encode() + b"\n")
                     continue
                 if not isinstance(answer, dict) or answer.get("type") != "answer":
                     continue
