@@ -16,11 +16,12 @@ from typing import Any
 
 from mcp import ClientSession
 
+from tests.sandbox.test_approvals_page import ASK, _browser, _opened, _page_server
 from tests.support.audit import audit_entries
-from tests.support.cli import IRONCURTAIN
 from tests.support.home import Home
 from tests.support.marks import needs_bwrap
-from tests.support.paths import BUNDLED_POLICY
+from tests.support.paths import BUNDLED_POLICY, IRONCURTAIN
+from tests.support.probe import probe_session
 from tests.support.sdk import answer_asked, attached_terminal, call, connect, leave
 
 pytestmark = needs_bwrap
@@ -158,3 +159,40 @@ def test_list_with_no_session_running_says_so(user: Home, run_dir: Path) -> None
     revoking = _approvals(user, "--revoke", "p-00000000")
     assert revoking.returncode == 2 and "Traceback" not in revoking.stderr
     assert os.path.isdir(run_dir)
+
+
+def test_a_tool_pattern_chosen_on_the_page_answers_the_next_calls(
+    user: Home, run_dir: Path
+) -> None:
+    args, _, audit = probe_session(user, first=[ASK])
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with (
+            connect(user, *args) as client,
+            _page_server(user) as (url, _),
+            _browser() as browser,
+        ):
+            page = await _opened(browser, url)
+            asked = asyncio.create_task(call(client, "probe__env_value", {"name": "HOME"}))
+            question = page.locator(".question")
+            await question.wait_for(timeout=60_000)
+            button = page.locator(".pattern button")
+            out["button"] = await button.inner_text()
+            await button.click()
+            out["first"] = await asyncio.wait_for(asked, 60)
+            # Another name: the pattern answers it, nobody is asked.
+            out["second"] = await asyncio.wait_for(
+                call(client, "probe__env_value", {"name": "LANG"}), 60
+            )
+            out["listed"] = await asyncio.to_thread(_approvals, user, "--list")
+
+    asyncio.run(scenario())
+    assert out["button"] == (
+        "Approve for this session all calls of env_value on server 'probe' escalated by rule "
+        "ask-before-env, with any arguments (none of them names a path or a URL)"
+    )
+    assert out["first"][0] is False and out["second"][0] is False, out
+    assert "env_value on server 'probe'" in out["listed"].stdout
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    assert [e["escalation"] for e in calls] == ["approved-pattern", "pattern"]
