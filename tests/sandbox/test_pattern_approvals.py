@@ -16,6 +16,8 @@ from typing import Any
 
 from mcp import ClientSession
 
+from policy.models import ToolAnnotation
+from policy.patterns import Pattern, call_shape, covers
 from tests.sandbox.test_approvals_page import ASK, _browser, _opened, _page_server
 from tests.support.audit import audit_entries
 from tests.support.home import Home
@@ -58,6 +60,19 @@ def _policy_denying(user: Home, denied: Path) -> Path:
     compiled["rules"] = [deny, *compiled["rules"]]
     (directory / "compiled-policy.json").write_text(json.dumps(compiled))
     return directory
+
+
+def _annotation() -> ToolAnnotation:
+    """The bundled annotation of the filesystem server's ``write_file``."""
+    servers = json.loads((BUNDLED_POLICY / "tool-annotations.json").read_text())["servers"]
+    (tool,) = [t for t in servers["filesystem"]["tools"] if t["toolName"] == "write_file"]
+    return ToolAnnotation(
+        tool_name="write_file",
+        server_name="filesystem",
+        effect=tool["effect"],
+        side_effects=tool["sideEffects"],
+        args=tool["args"],
+    )
 
 
 def _approvals(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
@@ -129,6 +144,12 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
     assert not (b / "escaped.txt").exists() and not (b / "linked.txt").exists()
     failed, text = out["denied"]
     assert failed and "deny-secret-dir" in text and not (denied_dir / "x.txt").exists()
+    # Control: the pattern given covers that write; only the policy's deny, decided before
+    # anyone is asked, stops it.
+    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
+    _, arguments = _write(denied_dir / "x.txt")
+    shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
+    assert covers(given, shape)
     assert out["list"].returncode == 0 and f"under {a}" in out["list"].stdout
     assert out["revoke"].returncode == 0 and "revoked p-" in out["revoke"].stdout
     assert out["again"].returncode == 2 and "no running session" in out["again"].stderr
