@@ -10,11 +10,19 @@ The checked path (:mod:`launcher.relay.checked`) hands a call here and gets it b
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Protocol
 
 from launcher.audit.log import hash_value
 from launcher.relay.approving.approval import Outcome, asking_with
-from launcher.relay.approving.grants import CannotWiden, Grant, describe, instruction_paths
+from launcher.relay.approving.grants import (
+    CannotWiden,
+    Grant,
+    describe,
+    instruction_paths,
+    runs_on_host,
+    steers_an_agent,
+)
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate.decide import denial_text, label
 from launcher.relay.seams import Core, OneShot
@@ -199,7 +207,9 @@ class Escalations:
 
     def _shape(self, call: Call, decision: Decision) -> CallShape | None:
         """The call as pattern approvals judge it (None: a request no pattern answers: not
-        a tool call, or one of a tool with no annotation)."""
+        a tool call, one of a tool with no annotation, or one naming a file host tools load
+        or run, or an agent's instruction file: each such call is put to the human, who is
+        warned of it)."""
         if call.method != TOOL or call.server is None or call.name is None:
             return None
         engine = self.core.gate.engine
@@ -207,7 +217,10 @@ class Escalations:
         if annotation is None:
             return None
         cwd = self.core.settings[call.server].cwd
-        return call_shape(call.server, call.name, decision.rule, annotation, call.arguments, cwd)
+        shape = call_shape(call.server, call.name, decision.rule, annotation, call.arguments, cwd)
+        if any(_loaded_or_steering(path) for path in shape.paths):
+            return None
+        return shape
 
     def _offers(self, shape: CallShape | None) -> list[Pattern]:
         """The patterns the question may offer: none whose directory is, or lies in, a
@@ -306,6 +319,11 @@ class Escalations:
             self.ends.end(call, "error", failure=f"ERROR: {failure}")
             return
         self.ends.answered(call, outcome)
+
+
+def _loaded_or_steering(path: str) -> bool:
+    """Whether ``path`` is a file host tools load or run, or an agent instruction file."""
+    return runs_on_host(path, os.path.isdir(path)) is not None or steers_an_agent(path)
 
 
 async def discard(one_shot: OneShot) -> None:

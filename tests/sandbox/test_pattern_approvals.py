@@ -118,6 +118,8 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
             # The agent's next tries, each put to the human (who denies them).
             out["dotdot"] = await _asked_and_denied(s, terminal, f"{a}/../b/escaped.txt")
             out["link"] = await _asked_and_denied(s, terminal, a / "out" / "linked.txt")
+            # A file host tools run, under the directory: asked, with the warning.
+            out["envrc"] = await _asked_and_denied(s, terminal, a / ".envrc")
             # A deny rule under the approved directory is decided before any pattern.
             out["denied"] = await call(s, *_write(denied_dir / "x.txt"))
             listing = await asyncio.to_thread(_approvals, user, "--list")
@@ -137,16 +139,21 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
     ) in offer
     assert out["first"][0] is False and out["second"][0] is False, out
     assert (a / "one.txt").read_text() == (a / "deeper.txt").read_text() == "written"
-    for trick in ("dotdot", "link"):
+    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
+    for trick in ("dotdot", "link", "envrc"):
         (failed, text), shown = out[trick]
         assert failed and "ESCALATION DENIED" in text, text
         assert "needs your approval" in shown
     assert not (b / "escaped.txt").exists() and not (b / "linked.txt").exists()
+    assert not (a / ".envrc").exists() and "beware" in out["envrc"][1]
+    assert "[p1]" not in out["envrc"][1]  # and no pattern is offered for it
+    # Control: the directory pattern covers that write by its path alone.
+    _, envrc = _write(a / ".envrc")
+    assert covers(given, call_shape("filesystem", "write_file", RULE, _annotation(), envrc, "/"))
     failed, text = out["denied"]
     assert failed and "deny-secret-dir" in text and not (denied_dir / "x.txt").exists()
     # Control: the pattern given covers that write; only the policy's deny, decided before
     # anyone is asked, stops it.
-    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
     _, arguments = _write(denied_dir / "x.txt")
     shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
     assert covers(given, shape)
@@ -163,15 +170,16 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
         "pattern",
         "denied",
         "denied",
+        "denied",
         None,  # denied by the rule: never escalated
         "denied",
     ]
-    given = calls[0]["pattern"]
-    assert calls[1]["pattern"] == {"id": given["id"]}
-    assert given["kind"] == "directory" and given["value"].startswith("sha256:")
+    audited = calls[0]["pattern"]
+    assert calls[1]["pattern"] == {"id": audited["id"]}
+    assert audited["kind"] == "directory" and audited["value"].startswith("sha256:")
     (revoked,) = [e for e in entries if e.get("event") == "pattern-revoked"]
-    assert revoked["pattern"]["id"] == given["id"]
-    assert str(a) not in json.dumps(revoked) + json.dumps(given)
+    assert revoked["pattern"]["id"] == audited["id"]
+    assert str(a) not in json.dumps(revoked) + json.dumps(audited)
 
 
 def test_list_with_no_session_running_says_so(user: Home, run_dir: Path) -> None:
