@@ -206,6 +206,12 @@ class Escalations:
         return places.beyond_own(paths) if places is not None else next(iter(paths), "")
 
     def _shape(self, call: Call, decision: Decision) -> CallShape | None:
+        try:
+            return self._judged_shape(call, decision)
+        except Exception:  # what cannot be judged is asked, never answered by a pattern
+            return None
+
+    def _judged_shape(self, call: Call, decision: Decision) -> CallShape | None:
         """The call as pattern approvals judge it (None: a request no pattern answers: not
         a tool call, one of a tool with no annotation, or one naming a file host tools load
         or run, or an agent's instruction file: each such call is put to the human, who is
