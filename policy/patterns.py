@@ -10,7 +10,8 @@ rule that escalated the call:
 - ``domain``: calls whose every URL is an ``http``/``https`` URL on exactly one host (no
   subdomain, no user information, nothing a URL parser could read two ways);
 - ``tool``: calls with any arguments, for a tool whose arguments are all of one role class
-  that changes nothing on the host (reads, URLs, or none naming a resource).
+  that changes nothing on the host and reaches no host but this one (reads, or none naming
+  a resource).
 
 A pattern only ever answers a question: what the policy denies (a ``deny`` rule, a
 structural invariant) is decided before anyone is asked, so no pattern reaches it. A
@@ -44,11 +45,12 @@ _CLASS_OF: dict[str, str] = {
     "commit-message": "opaque",
     "none": "opaque",
 }
-# Classes a tool pattern may cover: nothing on the host is changed through them.
-_TOOL_CLASSES = frozenset({"read", "url", "opaque"})
+# Classes a tool pattern may cover: nothing on the host is changed through them. (A tool
+# that writes is offered its directory instead, one that fetches its host: "any URL" would
+# be every host at once.)
+_TOOL_CLASSES = frozenset({"read", "opaque"})
 _CLASS_WORDS = {
     "read": "the paths it names are read",
-    "url": "the URLs it names are fetched",
     "opaque": "none of them names a path or a URL",
 }
 # A URL a domain pattern can judge: scheme, then a host of ASCII letters, digits, '-' and

@@ -139,9 +139,9 @@ def test_no_directory_pattern_over_a_refused_place_or_the_root(places: tuple[Pat
 
 
 def test_a_domain_pattern_covers_that_host_only() -> None:
-    (pattern, tool) = offered(_fetch("https://example.com/a"), _none)
+    # A fetch tool is offered its host, never "any URL" (every host at once).
+    (pattern,) = offered(_fetch("https://example.com/a"), _none)
     assert pattern.kind == "domain" and pattern.value == "example.com"
-    assert tool.kind == "tool" and tool.value == "url"
     assert covers(pattern, _fetch("https://EXAMPLE.com:8443/other?q=1"))
     assert covers(pattern, _fetch("http://example.com"))
 
@@ -165,7 +165,7 @@ URL_TRICKS = {
 
 @pytest.mark.parametrize("url", list(URL_TRICKS.values()), ids=list(URL_TRICKS))
 def test_a_domain_pattern_is_not_used_by_a_url_trick(url: str) -> None:
-    (pattern, _) = offered(_fetch("https://example.com/"), _none)
+    (pattern,) = offered(_fetch("https://example.com/"), _none)
     assert not covers(pattern, _fetch(url))
     assert strict_host(url) in (
         None,
@@ -202,7 +202,7 @@ def test_a_url_with_two_hosts_offers_no_domain() -> None:
         "web", "fetch", "ask-fetch", FETCH,
         {"url": ["https://example.com/", "https://other.org/"]}, "/",
     )  # fmt: skip
-    assert [p.kind for p in offered(two, _none)] == ["tool"]
+    assert offered(two, _none) == []
 
 
 def test_a_tool_pattern_only_for_a_class_that_changes_nothing(places: tuple[Path, Path]) -> None:
