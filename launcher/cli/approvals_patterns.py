@@ -70,8 +70,8 @@ def list_patterns(session: str | None) -> int:
         if answer is None or answer.get("type") != "patterns":
             continue
         for entry in answer.get("patterns") or []:
-            owner = str(entry.get("owner") or "")
-            whose = " caller " + " (".join(reversed(owner.split("\0", 1))) + ")" if owner else ""
+            issuer, _, name = str(entry.get("owner") or "").partition("\0")
+            whose = f"  caller {name} ({issuer})" if issuer or name else ""
             line = (
                 f"{entry.get('id')}  session {session_of(path)}{whose}  given "
                 f"{entry.get('givenAt')}: {entry.get('text')}"

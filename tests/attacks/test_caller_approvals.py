@@ -300,7 +300,8 @@ def test_a_pattern_given_for_one_caller_never_answers_another(user: Home, idp: P
     assert "bob" in out["bob-shown"] and out["bob"][0] is True
     assert "ESCALATION DENIED" in out["bob"][1] and not (notes / "bob-1").exists()
     assert out["seen"] == []  # no caller's client was asked anything
-    assert "caller alice" in out["list"] and f"under {notes.resolve()}" in out["list"]
+    assert f"caller alice ({idp.issuer})" in out["list"]
+    assert f"under {notes.resolve()}" in out["list"]
     calls = [e for e in audit_entries(user.root / "audit.jsonl") if e.get("tool")]
     assert [(e["caller"]["name"], e["escalation"]) for e in calls] == [
         ("alice", "approved-pattern"),
