@@ -11,12 +11,12 @@ from launcher.shared import rundir
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import UsageError
 from launcher.transports.approvals.client import MAX_LINE, connect, session_of
-from launcher.transports.approvals.session_socket import APPROVALS_SOCKET
+from launcher.transports.approvals.session_socket import PATTERNS_SOCKET
 
 
 def _sockets(session: str | None) -> list[str]:
     if session is not None:
-        found = rundir.find(session, APPROVALS_SOCKET)
+        found = rundir.find(session, PATTERNS_SOCKET)
         if not found:
             raise UsageError(
                 f"no approvals socket for session {session} in {rundir.bases()[0]}: "
@@ -24,7 +24,7 @@ def _sockets(session: str | None) -> list[str]:
             )
         return found
     return [
-        path for d in rundir.serving() if os.path.exists(path := os.path.join(d, APPROVALS_SOCKET))
+        path for d in rundir.serving() if os.path.exists(path := os.path.join(d, PATTERNS_SOCKET))
     ]
 
 

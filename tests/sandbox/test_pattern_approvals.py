@@ -122,6 +122,8 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
             out["envrc"] = await _asked_and_denied(s, terminal, a / ".envrc")
             # A deny rule under the approved directory is decided before any pattern.
             out["denied"] = await call(s, *_write(denied_dir / "x.txt"))
+            (sock,) = run_dir.glob("*/patterns.sock")
+            out["mode"] = sock.stat().st_mode & 0o777
             listing = await asyncio.to_thread(_approvals, user, "--list")
             out["list"] = listing
             pid = re.search(r"^(p-[0-9a-f]+) ", listing.stdout, re.M)
@@ -157,6 +159,7 @@ def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
     _, arguments = _write(denied_dir / "x.txt")
     shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
     assert covers(given, shape)
+    assert out["mode"] == 0o600  # the lister's socket is its owner's alone
     assert out["list"].returncode == 0 and f"under {a}" in out["list"].stdout
     assert out["revoke"].returncode == 0 and "revoked p-" in out["revoke"].stdout
     assert out["again"].returncode == 2 and "no running session" in out["again"].stderr

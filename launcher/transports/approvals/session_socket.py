@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
+PATTERNS_SOCKET = "patterns.sock"  # beside it: where pattern approvals are listed and revoked
 
 
 class ApprovalsSocket:
@@ -26,17 +27,19 @@ class ApprovalsSocket:
     unknown (old) id is ignored. A question may offer patterns (``"patterns": [{"answer",
     "text"}]``): answering with one's ``answer`` gives that pattern.
 
-    The pattern approvals in force are listed (``{"type": "patterns"}`` answered with
-    ``{"type": "patterns", "patterns": [...]}``) and revoked (``{"type": "revoke", "id"}``
-    answered with ``{"type": "revoked", "id", "pattern"}``, ``pattern`` null when there was
-    none) by :attr:`control`; a connection that asks either is a lister, not a terminal:
-    no question is put to it from then on.
+    Beside it, on a socket of its own (:data:`PATTERNS_SOCKET`, so that a lister never
+    counts as an attached terminal), the pattern approvals in force are listed
+    (``{"type": "patterns"}`` answered with ``{"type": "patterns", "patterns": [...]}``) and
+    revoked (``{"type": "revoke", "id"}`` answered with ``{"type": "revoked", "id",
+    "pattern"}``, ``pattern`` null when there was none) by :attr:`control`.
     """
 
     def __init__(self, path: str, servers: Sequence[str] = ()) -> None:
         self.path = path
         self._hello = json.dumps({"type": "attached", "servers": list(servers)}).encode() + b"\n"
         self._server: asyncio.AbstractServer | None = None
+        self._listers: asyncio.AbstractServer | None = None
+        self.patterns_path = os.path.join(os.path.dirname(path), PATTERNS_SOCKET)
         self._writers: set[asyncio.StreamWriter] = set()
         self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
         self._ids = itertools.count(1)
@@ -50,14 +53,18 @@ class ApprovalsSocket:
     async def start(self) -> None:
         self._server = await asyncio.start_unix_server(self._terminal, path=self.path)
         os.chmod(self.path, 0o600)
+        self._listers = await asyncio.start_unix_server(self._lister, path=self.patterns_path)
+        os.chmod(self.patterns_path, 0o600)
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._listers):
+            if server is not None:
+                server.close()
         for writer in list(self._writers):
             writer.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        for path in (self.path, self.patterns_path):
+            with contextlib.suppress(OSError):
+                os.unlink(path)
 
     async def ask(self, question: dict[str, Any], timeout: float) -> str:
         """The answer to ``question`` (TimeoutError when none comes in time)."""
@@ -80,6 +87,21 @@ class ApprovalsSocket:
             except (OSError, RuntimeError):
                 self._writers.discard(writer)
 
+    async def _lister(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A lister of pattern approvals: each request line answered on one line."""
+        try:
+            while line := await reader.readline():
+                try:
+                    request = json.loads(line)
+                except (ValueError, RecursionError):
+                    continue
+                if isinstance(request, dict) and request.get("type") in ("patterns", "revoke"):
+                    writer.write(json.dumps(self._controlled(request)).encode() + b"\n")
+        except (OSError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
     def _controlled(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.control is None:
             return {"type": "error", "error": "this session keeps no pattern approvals"}
@@ -98,10 +120,6 @@ class ApprovalsSocket:
                 try:
                     answer = json.loads(line)
                 except (ValueError, RecursionError):
-                    continue
-                if isinstance(answer, dict) and answer.get("type") in ("patterns", "revoke"):
-                    self._writers.discard(writer)  # a lister: asked nothing
-                    writer.write(json.dumps(self._controlled(answer)).encode() + b"\n")
                     continue
                 if not isinstance(answer, dict) or answer.get("type") != "answer":
                     continue
