@@ -149,3 +149,25 @@ def test_the_audit_keeps_a_patterns_directory_as_its_hash(tmp_path: Path) -> Non
     assert outcome.escalation == "approved-pattern" and outcome.pattern is not None
     assert "customer-acme" not in repr(outcome.pattern)
     assert str(outcome.pattern["value"]).startswith("sha256:")
+
+
+def test_a_client_asked_by_elicitation_can_never_give_a_pattern() -> None:
+    asked: list[dict[str, Any]] = []
+
+    async def client(method: str, params: dict[str, Any], timeout: float) -> dict[str, Any]:
+        asked.append(params)
+        return {"result": {"action": "accept", "content": {"answer": f"{PATTERN}1"}}}
+
+    approvals = Approvals("auto", 5, None)
+    shape = _shape("HOME")
+    outcome = asyncio.run(
+        approvals.decide(
+            "probe", "env_value", {"name": "HOME"}, ASK, True, client,
+            shape=shape, offers=offered(shape, lambda d: None),
+        )
+    )  # fmt: skip
+    assert (outcome.approved, outcome.escalation) == (False, "denied")
+    assert approvals.patterns.listed() == []
+    # The client was offered no pattern: its form has the three answers only.
+    answers = asked[0]["requestedSchema"]["properties"]["answer"]["enum"]
+    assert answers == ["approve", "approve for this session", "deny"]
