@@ -131,7 +131,8 @@ def approvals(
     if listing or revoke is not None:
         from launcher.cli.approvals_patterns import list_patterns, revoke_pattern
 
-        if web or (listing and revoke is not None):
+        webbed = web or webhook is not None or webhook_secret_file is not None
+        if webbed or (listing and revoke is not None):
             from launcher.shared.user_errors import UsageError
 
             raise UsageError("--list, --revoke and --web are each a command of their own")
