@@ -191,6 +191,10 @@ def test_list_with_no_session_running_says_so(user: Home, run_dir: Path) -> None
     revoking = _approvals(user, "--revoke", "p-00000000")
     assert revoking.returncode == 2 and "Traceback" not in revoking.stderr
     assert os.path.isdir(run_dir)
+    for wrong in (["--list", "--revoke", "p-1"], ["--list", "--web"], ["--revoke", "p-1", "--web"]):
+        refused = _approvals(user, *wrong)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, wrong
+        assert "each a command of their own" in refused.stderr
 
 
 def test_a_tool_pattern_chosen_on_the_page_answers_the_next_calls(
