@@ -117,8 +117,28 @@ def approvals(
             help="The shared secret the webhook's POSTs are signed with (HMAC-SHA256).",
         ),
     ] = None,
+    listing: Annotated[
+        bool,
+        typer.Option("--list", help="List the pattern approvals in force, with their ids."),
+    ] = False,
+    revoke: Annotated[
+        str | None,
+        typer.Option("--revoke", help="Take back the pattern approval with this id."),
+    ] = None,
 ) -> None:
-    """Answer the escalations of your running sessions (or one) one by one."""
+    """Answer the escalations of your running sessions (or one) one by one; list or revoke
+    the pattern approvals given."""
+    if listing or revoke is not None:
+        from launcher.cli.approvals_patterns import list_patterns, revoke_pattern
+
+        webbed = web or webhook is not None or webhook_secret_file is not None
+        if webbed or (listing and revoke is not None):
+            from launcher.shared.user_errors import UsageError
+
+            raise UsageError("--list, --revoke and --web are each a command of their own")
+        raise typer.Exit(
+            list_patterns(session) if listing else revoke_pattern(revoke or "", session)
+        )
     if web:
         from launcher.cli.approvals_web import serve_web
 

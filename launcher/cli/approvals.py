@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 
-from launcher.cli.approvals_desk import Desk, Question, note, prompt, serve
+from launcher.cli.approvals_desk import Desk, Question, note, pattern_choices, prompt, serve
 from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY
 from launcher.shared import rundir
 from launcher.shared.shown import visible
@@ -38,6 +38,10 @@ def _ask(question: Question) -> None:
         + f"  {rule}\n"
         + (f"  {visible(str(message['grant']), one_line=True)}\n" if message.get("grant") else "")
         + f"  arguments: {visible(args)}"
+        + "".join(
+            f"\n  [{key}] approve for this session all {visible(text, one_line=True)}"
+            for key, _, text in pattern_choices(message)
+        )
     )
     print(text, flush=True)  # what would act on the terminal shown as escapes
     prompt()

@@ -86,13 +86,31 @@ class Desk(Sessions):
         shown = self.shown
         if shown is None:
             return
-        choice = line.strip().lower()[:1]
-        if choice not in keys:
+        said = _pattern_chosen(line, shown.message) or keys.get(line.strip().lower()[:1])
+        if said is None:
             prompt()
             return
         self.shown = None
-        if self.answer(shown.link, shown.message["id"], keys[choice]):
-            print(f"  -> {keys[choice]}", flush=True)
+        if self.answer(shown.link, shown.message["id"], said):
+            print(f"  -> {visible(said, one_line=True)}", flush=True)
+
+
+def pattern_choices(message: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The patterns a question offers: what to type (``p1``...), the answer it sends, and
+    the pattern's exact words."""
+    offered = message.get("patterns")
+    if not isinstance(offered, list):
+        return []
+    return [
+        (f"p{n}", str(p.get("answer")), str(p.get("text")))
+        for n, p in enumerate(offered, 1)
+        if isinstance(p, dict)
+    ]
+
+
+def _pattern_chosen(line: str, message: dict[str, Any]) -> str | None:
+    typed = line.strip().lower()
+    return next((answer for key, answer, _ in pattern_choices(message) if key == typed), None)
 
 
 def prompt() -> None:

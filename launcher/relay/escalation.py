@@ -10,16 +10,25 @@ The checked path (:mod:`launcher.relay.checked`) hands a call here and gets it b
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any, Protocol
 
 from launcher.audit.log import hash_value
 from launcher.relay.approving.approval import Outcome, Requester, asking_with
-from launcher.relay.approving.grants import CannotWiden, Grant, describe, instruction_paths
+from launcher.relay.approving.grants import (
+    CannotWiden,
+    Grant,
+    describe,
+    instruction_paths,
+    runs_on_host,
+    steers_an_agent,
+)
 from launcher.relay.call import Call, ClientLink
 from launcher.relay.gate.decide import denial_text, label
 from launcher.relay.seams import Core, OneShot
 from launcher.shared.jsonrpc import TOOL, Message, notification
 from policy.decision import Decision
+from policy.patterns import CallShape, Pattern, call_shape, offered
 
 # While a human decides, a call with a progress token hears this often that it is alive.
 KEEPALIVE_SECONDS = 10.0
@@ -89,6 +98,7 @@ class Escalations:
         grants = self._grants_or_end(call, decision)
         if grants is None:
             return
+        shape = self._shape(call, decision)
         token = call.progress_token()
         alive = self._spawn(self._keep_alive(call, token)) if token is not None else None
         try:
@@ -101,6 +111,8 @@ class Escalations:
                 asking_with(self.ask, call) if call.given is None else _given(call.given),
                 describe(call.server, grants) if grants else "",
                 beyond_own=self._beyond_own(call, grants),
+                shape=shape,
+                offers=self._offers(shape),
             )
         except asyncio.CancelledError:
             ends.finish(call, "cancelled")  # by the client, or at stop
@@ -149,6 +161,8 @@ class Escalations:
                 "tool": named,
                 "arguments": hash_value(call.arguments),
             }
+        if outcome.pattern is not None:  # the pattern given, or the one that answered
+            call.entry["pattern"] = outcome.pattern
         if outcome.approved and grants:
             try:
                 for_session = outcome.escalation in ("approved-for-session", "session-whitelist")
@@ -190,6 +204,48 @@ class Escalations:
             paths += [path for _, path in named]
         places = self.core.gate.places
         return places.beyond_own(paths) if places is not None else next(iter(paths), "")
+
+    def _shape(self, call: Call, decision: Decision) -> CallShape | None:
+        try:
+            return self._judged_shape(call, decision)
+        except Exception:  # what cannot be judged is asked, never answered by a pattern
+            return None
+
+    def _judged_shape(self, call: Call, decision: Decision) -> CallShape | None:
+        """The call as pattern approvals judge it (None: a request no pattern answers: not
+        a tool call, one of a tool with no annotation, or one naming a file host tools load
+        or run, or an agent's instruction file: each such call is put to the human, who is
+        warned of it)."""
+        if call.method != TOOL or call.server is None or call.name is None:
+            return None
+        engine = self.core.gate.engine
+        annotation = engine.get_annotation(call.server, call.name)
+        if annotation is None:
+            return None
+        cwd = self.core.settings[call.server].cwd
+        shape = call_shape(call.server, call.name, decision.rule, annotation, call.arguments, cwd)
+        if any(_loaded_or_steering(path) for path in shape.paths):
+            return None
+        return shape
+
+    def _offers(self, shape: CallShape | None) -> list[Pattern]:
+        """The patterns the question may offer: none whose directory is, or lies in, a
+        protected place, a system directory, or (with callers) another caller's place."""
+        if shape is None:
+            return []
+        structural = self.core.gate.engine.structural
+        places = self.core.gate.places
+
+        def refused(directory: str) -> str | None:
+            if structural.protected_label(directory, removing=True):
+                return "it is or holds a protected place"
+            if structural.system_root(directory) is not None:
+                return "it is in a system directory"
+            if places is not None and places.others(directory):
+                return "it is another caller's place"
+            return None
+
+        return offered(shape, refused)
 
     def _grants(self, call: Call) -> list[Grant]:
         """What an approval of ``call`` would have to give beyond its server's sandbox."""
@@ -283,6 +339,11 @@ def _given(answer: Message) -> Requester:
         return {"jsonrpc": "2.0", "id": 0, "result": left.pop()}
 
     return asking
+
+
+def _loaded_or_steering(path: str) -> bool:
+    """Whether ``path`` is a file host tools load or run, or an agent instruction file."""
+    return runs_on_host(path, os.path.isdir(path)) is not None or steers_an_agent(path)
 
 
 async def discard(one_shot: OneShot) -> None:

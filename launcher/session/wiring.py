@@ -29,6 +29,7 @@ from launcher.host.session_ca import SessionCA
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approving.approval import Approvals
+from launcher.relay.approving.patterns import lister
 from launcher.relay.core import Relay
 from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.servers.broker import Broker
@@ -180,10 +181,16 @@ class Session(SessionEvents):
 
     async def _open_terminals(self) -> None:
         if self.terminals is not None:
+            self.terminals.control = lister(self.approvals.patterns, self._record)
             try:
                 await self.terminals.start()
             except OSError as exc:
                 raise StartupError(f"cannot open the approvals socket: {exc}") from None
+
+    def _record(self, entry: dict[str, object]) -> None:
+        """An event of the session's approvals (a pattern revoked), in the audit log."""
+        if self.audit is not None:
+            self.audit.write(entry)
 
     def _warn_at_start(self) -> None:
         """What the plan leaves unguarded or incoherent, said once the servers are up."""

@@ -258,3 +258,53 @@ def test_a_caller_files_client_is_not_asked_either(user: Home) -> None:
     failed, text = asyncio.run(scenario())
     assert failed and text.startswith("ESCALATION REQUIRED"), text
     assert seen == [] and bashrc.read_text() == BASHRC
+
+
+def test_a_pattern_given_for_one_caller_never_answers_another(user: Home, idp: Provider) -> None:
+    notes = user.root / "notes"
+    notes.mkdir()
+    out: dict[str, Any] = {}
+
+    def write(name: str) -> tuple[str, dict[str, Any]]:
+        return "write_file", {"path": str(notes / name), "content": "x\n"}
+
+    async def scenario(url: str, session_id: str) -> None:
+        answer, seen = answering()
+        async with (
+            http_session(url, idp.token("alice"), **_elicits(answer)) as alice,
+            http_session(url, idp.token("bob"), **_elicits(answer)) as bob,
+        ):
+            terminal = await _attached(user, session_id)
+            assert terminal.stdout
+            asked = asyncio.ensure_future(answer_asked(terminal, b"p1"))
+            out["alice1"] = await call(alice, *write("alice-1"))
+            out["offer"] = await asked
+            out["alice2"] = await call(alice, *write("alice-2"))  # the pattern: not asked
+            asked = asyncio.ensure_future(answer_asked(terminal, b"d"))
+            out["bob"] = await call(bob, *write("bob-1"))
+            out["bob-shown"] = await asked
+            listing = await asyncio.create_subprocess_exec(
+                IRONCURTAIN, "approvals", "--list", env=user.env, stdout=asyncio.subprocess.PIPE
+            )
+            out["list"] = (await listing.communicate())[0].decode()
+            out["seen"] = seen
+        terminal.terminate()
+        await terminal.wait()
+
+    with serving(user, *_args(user, idp)) as served:
+        said = "".join(served.stderr)
+        asyncio.run(scenario(served.url, said.split("ironcurtain: session ")[1].split()[0]))
+    assert "[p1] approve for this session all calls of write_file" in out["offer"]
+    assert out["alice1"][0] is False and out["alice2"][0] is False, out
+    # Bob's write under the same directory was put to the operator, who denied it.
+    assert "bob" in out["bob-shown"] and out["bob"][0] is True
+    assert "ESCALATION DENIED" in out["bob"][1] and not (notes / "bob-1").exists()
+    assert out["seen"] == []  # no caller's client was asked anything
+    assert f"caller alice ({idp.issuer})" in out["list"]
+    assert f"under {notes.resolve()}" in out["list"]
+    calls = [e for e in audit_entries(user.root / "audit.jsonl") if e.get("tool")]
+    assert [(e["caller"]["name"], e["escalation"]) for e in calls] == [
+        ("alice", "approved-pattern"),
+        ("alice", "pattern"),
+        ("bob", "denied"),
+    ]

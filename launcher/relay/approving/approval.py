@@ -27,18 +27,22 @@ the client never does (each of its lines starts with ``[server 'name']``).
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import hash_value
+from launcher.relay.approving.patterns import LocalPatterns, PatternStore, owner_of
 from launcher.shared.jsonrpc import Message
 from launcher.shared.shown import visible
 from launcher.shared_state.store import SharedState, StateLost
 from policy.decision import Decision
+from policy.patterns import CallShape, Pattern
 from sandbox_profiles.records import frozen, mutable
 
 APPROVE, APPROVE_SESSION, DENY = "approve", "approve for this session", "deny"
+# The answer choosing the question's n-th offered pattern (from 1): f"{PATTERN}{n}".
+PATTERN = "approve the pattern "
 
 # What a server's own request (not a tool call) is kept as in the session whitelist.
 SERVER_REQUEST = "server request: "
@@ -76,6 +80,7 @@ class Outcome:
     approved: bool
     escalation: str  # what the audit log records
     detail: str = ""  # for the client when denied
+    pattern: dict[str, object] | None = None  # the pattern given or used (the audit's)
 
 
 class Terminals(Protocol):
@@ -107,10 +112,13 @@ class Approvals:
     scope: str = "-"
     # Tools whose approvals were forgotten here while the shared state could not say so.
     _forgotten: set[tuple[str, str]] = field(default_factory=set)
+    # The patterns given in the session (every caller's: each answers its owner's only).
+    patterns: PatternStore = field(default_factory=LocalPatterns)
 
     def for_caller(self, caller: dict[str, str], scope: str = "-") -> Approvals:
         """Approvals asked the same way, for ``caller``'s calls only: what it is approved for
-        the session is its own (``scope``: whose, in the shared state)."""
+        the session, and the patterns it is given, are its own (``scope``: whose, in the
+        shared state)."""
         return Approvals(
             self.mode,
             self.timeout,
@@ -119,14 +127,21 @@ class Approvals:
             callers=True,
             shared=self.shared,
             scope=scope,
+            patterns=self.patterns,
         )
 
+    @property
+    def owner(self) -> str:
+        """Whose patterns answer these calls."""
+        return owner_of(self.caller)
+
     def forget(self, server: str, tool: str) -> None:
-        """What was approved for the session for ``tool`` of ``server`` no longer counts
-        (it changed since)."""
+        """What was approved for the session for ``tool`` of ``server``, by call or by
+        pattern, no longer counts (it changed since)."""
         self.session_whitelist = {
             key for key in self.session_whitelist if key[:2] != (server, tool)
         }
+        self.patterns.forget(server, tool)
         if self.shared is not None:
             self._forgotten.add((server, tool))  # until the shared state has forgotten too
             try:
@@ -174,12 +189,16 @@ class Approvals:
         grant: str = "",
         by_server: bool = False,
         beyond_own: str = "",
+        shape: CallShape | None = None,
+        offers: Sequence[Pattern] = (),
     ) -> Outcome:
         """``grant``: what approving gives the call beyond its server's sandbox, said in
         the question (empty: nothing); ``by_server``: the request is the server's own of the
         client (``tool`` its method, ``arguments`` all of it as it will be sent);
         ``beyond_own``: a path approving would reach beyond the server's sandbox, or that is
-        not the caller's own (empty: none), which a caller's client is never asked to give."""
+        not the caller's own (empty: none), which a caller's client is never asked to give;
+        ``shape``: the call as patterns judge it (None: no pattern answers it); ``offers``:
+        the patterns the question may offer (the operator's channels alone offer them)."""
         # A server's own request is never the same entry as a tool of the same name.
         key = (server, f"{SERVER_REQUEST}{tool}" if by_server else tool, hash_value(arguments))
         try:
@@ -187,6 +206,9 @@ class Approvals:
                 return Outcome(True, "session-whitelist")
         except StateLost as lost:
             return _unavailable(lost)
+        given = self.patterns.find(self.owner, shape) if shape is not None else None
+        if given is not None:
+            return Outcome(True, "pattern", pattern={"id": given.pid})
         channel = self.channel(client_elicits)
         if channel is None:
             return Outcome(False, "no-approval-channel")
@@ -207,8 +229,9 @@ class Approvals:
                 "question": visible(_asked(server, tool, by_server)),
                 **({"grant": grant} if grant else {}),
                 **({"caller": self.caller} if self.caller else {}),
+                **({"patterns": _offered(offers)} if offers else {}),
             }
-            return await self._at_terminal(key, question)
+            return await self._at_terminal(key, question, offers)
         message = approval_message(server, tool, arguments, decision, grant, by_server)
         return await self._by_elicitation(key, ask, message, by_server)
 
@@ -247,13 +270,26 @@ class Approvals:
         action = result.get("action") or ("error" if "error" in reply else "?")
         return self._outcome(key, answer, str(answer or action))
 
-    async def _at_terminal(self, key: tuple[str, str, str], question: dict[str, Any]) -> Outcome:
-        """``question`` asked at the attached terminal."""
+    async def _at_terminal(
+        self, key: tuple[str, str, str], question: dict[str, Any], offers: Sequence[Pattern]
+    ) -> Outcome:
+        """``question`` asked at the attached terminal (or the page), which may choose one of
+        the patterns ``offers``."""
         assert self.terminals is not None
         try:
             said = await self.terminals.ask(question, self.timeout)
         except TimeoutError:
             return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
+        chosen = _chosen(said, offers)
+        if chosen is not None:
+            given = self.patterns.give(self.owner, chosen)
+            # The directory or host is an argument's: the audit log keeps its hash only.
+            record: dict[str, object] = {
+                "id": given.pid,
+                "kind": chosen.kind,
+                "value": hash_value(chosen.value),
+            }
+            return Outcome(True, "approved-pattern", pattern=record)
         return self._outcome(key, said, said)
 
     def _outcome(self, key: tuple[str, str, str], answer: object, said: str) -> Outcome:
@@ -274,6 +310,19 @@ def _unavailable(lost: StateLost) -> Outcome:
     return Outcome(
         False, "state-unavailable", f"the shared state of approvals cannot be reached ({lost})"
     )
+
+
+def _offered(offers: Sequence[Pattern]) -> list[dict[str, str]]:
+    """The patterns a question offers: the answer choosing each, and its exact words."""
+    return [{"answer": f"{PATTERN}{n}", "text": visible(p.text())} for n, p in enumerate(offers, 1)]
+
+
+def _chosen(said: str, offers: Sequence[Pattern]) -> Pattern | None:
+    """The offered pattern the answer ``said`` chooses (None: it chooses none)."""
+    for n, pattern in enumerate(offers, 1):
+        if said == f"{PATTERN}{n}":
+            return pattern
+    return None
 
 
 def approval_message(

@@ -35,6 +35,19 @@ class Decided:
     when: float
 
 
+def said(message: dict[str, Any], answer: str, answers: dict[str, str]) -> str | None:
+    """What the session is sent for the page's ``answer`` to ``message``: one of
+    ``answers``, or ``pattern<n>``, the n-th pattern the question offers (None: neither)."""
+    if answer in answers:
+        return answers[answer]
+    offered = message.get("patterns")
+    if answer.startswith("pattern") and answer[7:].isdigit() and isinstance(offered, list):
+        n = int(answer[7:])
+        if 1 <= n <= len(offered) and isinstance(offered[n - 1], dict):
+            return str(offered[n - 1].get("answer"))
+    return None
+
+
 class Board(Sessions):
     """Every running session of this user's (``only``: that one), for the page;
     ``answers``: each answer the page offers (its form value) and what the session is sent."""
@@ -71,11 +84,10 @@ class Board(Sessions):
 
     def give(self, session: str, qid: str, answer: str) -> bool:
         """Queue ``answer`` (a key of ``answers``) to ``session``'s question ``qid``;
-        False when no such question is open."""
-        if answer not in self.answers:
-            return False
+        False when no such question is open (or it offers no such answer)."""
         with self.lock:
-            if (session, qid) not in self.pending:
+            entry = self.pending.get((session, qid))
+            if entry is None or said(entry[1].message, answer, self.answers) is None:
                 return False
             self._answers.append((session, qid, answer))
         self._wake_w.send(b"x")
@@ -121,9 +133,9 @@ class Board(Sessions):
             if entry is None:
                 continue  # closed meanwhile
             link, pending = entry
-            said = self.answers[answer]
-            sent = self.answer(link, qid, said)
-            self._changed(pending, said if sent else "not taken: session gone")
+            sent_text = said(pending.message, answer, self.answers) or ""
+            sent = self.answer(link, qid, sent_text)
+            self._changed(pending, sent_text if sent else "not taken: session gone")
 
     def _changed(self, gone: Pending | None = None, outcome: str = "") -> None:
         with self.lock:

@@ -36,7 +36,7 @@ def session_of(path: str) -> str:
     return os.path.basename(os.path.dirname(path)).removeprefix(rundir.PREFIX)
 
 
-def _connect(path: str) -> socket.socket:
+def connect(path: str) -> socket.socket:
     """A connection to the socket ``path`` whose listening process is this user's
     (OSError otherwise, TimeoutError when it takes no connection in time)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -119,7 +119,7 @@ class Sessions:
 
     def attach(self, path: str) -> None:
         try:
-            sock = _connect(path)
+            sock = connect(path)
         except TimeoutError:
             self.given_up.add(path)
             self.note(f"not attaching to {path}: it takes no connection")

@@ -101,6 +101,14 @@ def _question(p: Pending, csrf: str) -> str:
         '<button name="answer" value="session">Approve for this session</button>'
         '<button name="answer" value="deny">Deny</button>'
     )
+    offered = m.get("patterns") if isinstance(m.get("patterns"), list) else []
+    assert isinstance(offered, list)
+    buttons += "".join(
+        f'<div class="pattern"><button name="answer" value="pattern{n}">'
+        f"Approve for this session all {escape(str(p.get('text')))}</button></div>"
+        for n, p in enumerate(offered, 1)
+        if isinstance(p, dict)
+    )
     return (
         f'<div class="question" data-session="{escape(p.session)}" data-id="{escape(p.qid)}">'
         f"<dl>{listed}<dt>arguments (canonical)</dt><dd><pre>{escape(args)}</pre></dd></dl>"

@@ -1,0 +1,234 @@
+"""Pattern approvals end to end: the real filesystem server in bwrap behind the real relay,
+an agent (a real MCP client that cannot elicit) with allowed calls only, and the operator's
+real ``ironcurtain approvals`` terminal that is shown the pattern and chooses it; then
+``ironcurtain approvals --list`` and ``--revoke``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession
+
+from policy.models import ToolAnnotation
+from policy.patterns import Pattern, call_shape, covers
+from tests.sandbox.test_approvals_page import ASK, _browser, _opened, _page_server
+from tests.support.audit import audit_entries
+from tests.support.home import Home
+from tests.support.marks import needs_bwrap
+from tests.support.paths import BUNDLED_POLICY, IRONCURTAIN
+from tests.support.probe import probe_session
+from tests.support.sdk import answer_asked, attached_terminal, call, connect, leave
+
+pytestmark = needs_bwrap
+
+RULE = "escalate-write-elsewhere"  # the bundled policy's, for a write outside the workspace
+
+
+def _places(user: Home) -> tuple[Path, Path, Path, Path]:
+    """The workspace, a directory ``a`` outside it (holding a link ``out`` to its sibling
+    ``b``), ``b``, and the audit log."""
+    notes = user.root / "notes"
+    a, b = notes / "a", notes / "b"
+    a.mkdir(parents=True)
+    b.mkdir()
+    (a / "secret").mkdir()
+    (a / "out").symlink_to(b)
+    return user.ws(), a.resolve(), b.resolve(), user.root / "audit.jsonl"
+
+
+def _policy_denying(user: Home, denied: Path) -> Path:
+    """The bundled policy with a first rule denying any write under ``denied``."""
+    directory = user.root / "policy"
+    directory.mkdir()
+    shutil.copy(BUNDLED_POLICY / "tool-annotations.json", directory)
+    compiled = json.loads((BUNDLED_POLICY / "compiled-policy.json").read_text())
+    deny = {
+        "name": "deny-secret-dir",
+        "description": "nothing is written to the secret directory",
+        "principle": "Containment",
+        "if": {"paths": {"roles": ["write-path"], "within": str(denied)}},
+        "then": "deny",
+        "reason": "the secret directory is never written",
+    }
+    compiled["rules"] = [deny, *compiled["rules"]]
+    (directory / "compiled-policy.json").write_text(json.dumps(compiled))
+    return directory
+
+
+def _annotation() -> ToolAnnotation:
+    """The bundled annotation of the filesystem server's ``write_file``."""
+    servers = json.loads((BUNDLED_POLICY / "tool-annotations.json").read_text())["servers"]
+    (tool,) = [t for t in servers["filesystem"]["tools"] if t["toolName"] == "write_file"]
+    return ToolAnnotation(
+        tool_name="write_file",
+        server_name="filesystem",
+        effect=tool["effect"],
+        side_effects=tool["sideEffects"],
+        args=tool["args"],
+    )
+
+
+def _approvals(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [IRONCURTAIN, "approvals", *args],
+        env=user.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _write(path: Path | str) -> tuple[str, dict[str, Any]]:
+    return "write_file", {"path": str(path), "content": "written"}
+
+
+async def _asked_and_denied(
+    s: ClientSession, terminal: asyncio.subprocess.Process, path: Path | str
+) -> tuple[tuple[bool, str], str]:
+    """Write ``path``: it must be put to the terminal, which denies it."""
+    asked = asyncio.create_task(call(s, *_write(path)))
+    shown = await answer_asked(terminal, b"d")
+    return await asked, shown
+
+
+def test_a_directory_pattern_holds_within_bounds_and_is_revocable(
+    user: Home, run_dir: Path
+) -> None:
+    ws, a, b, audit = _places(user)
+    denied_dir = a / "secret"
+    policy = _policy_denying(user, denied_dir)
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, "--policy-dir", str(policy)) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *_write(a / "one.txt")))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            # Under the pattern: not asked (the terminal is shown nothing more).
+            out["second"] = await call(s, *_write(a / "deeper.txt"))
+            # The agent's next tries, each put to the human (who denies them).
+            out["dotdot"] = await _asked_and_denied(s, terminal, f"{a}/../b/escaped.txt")
+            out["link"] = await _asked_and_denied(s, terminal, a / "out" / "linked.txt")
+            # A file host tools run, under the directory: asked, with the warning.
+            out["envrc"] = await _asked_and_denied(s, terminal, a / ".envrc")
+            # A deny rule under the approved directory is decided before any pattern.
+            out["denied"] = await call(s, *_write(denied_dir / "x.txt"))
+            (sock,) = run_dir.glob("*/patterns.sock")
+            out["mode"] = sock.stat().st_mode & 0o777
+            listing = await asyncio.to_thread(_approvals, user, "--list")
+            out["list"] = listing
+            pid = re.search(r"^(p-[0-9a-f]+) ", listing.stdout, re.M)
+            assert pid, listing.stdout + listing.stderr
+            out["revoke"] = await asyncio.to_thread(_approvals, user, "--revoke", pid[1])
+            out["again"] = await asyncio.to_thread(_approvals, user, "--revoke", pid[1])
+            out["after"] = await _asked_and_denied(s, terminal, a / "after.txt")
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    offer = out["offer"]
+    assert (
+        f"[p1] approve for this session all calls of write_file on server 'filesystem' "
+        f"escalated by rule {RULE} whose every path is under {a} (reads and writes there)"
+    ) in offer
+    assert out["first"][0] is False and out["second"][0] is False, out
+    assert (a / "one.txt").read_text() == (a / "deeper.txt").read_text() == "written"
+    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
+    for trick in ("dotdot", "link", "envrc"):
+        (failed, text), shown = out[trick]
+        assert failed and "ESCALATION DENIED" in text, text
+        assert "needs your approval" in shown
+    assert not (b / "escaped.txt").exists() and not (b / "linked.txt").exists()
+    assert not (a / ".envrc").exists() and "beware" in out["envrc"][1]
+    assert "[p1]" not in out["envrc"][1]  # and no pattern is offered for it
+    # Control: the directory pattern covers that write by its path alone.
+    _, envrc = _write(a / ".envrc")
+    assert covers(given, call_shape("filesystem", "write_file", RULE, _annotation(), envrc, "/"))
+    failed, text = out["denied"]
+    assert failed and "deny-secret-dir" in text and not (denied_dir / "x.txt").exists()
+    # Control: the pattern given covers that write; only the policy's deny, decided before
+    # anyone is asked, stops it.
+    _, arguments = _write(denied_dir / "x.txt")
+    shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
+    assert covers(given, shape)
+    assert out["mode"] == 0o600  # the lister's socket is its owner's alone
+    assert out["list"].returncode == 0 and f"under {a}" in out["list"].stdout
+    assert out["revoke"].returncode == 0 and "revoked p-" in out["revoke"].stdout
+    assert out["again"].returncode == 2 and "no running session" in out["again"].stderr
+    assert "Traceback" not in out["again"].stderr
+    (failed, text), _ = out["after"]
+    assert failed and not (a / "after.txt").exists()
+    entries = audit_entries(audit)
+    calls = [e for e in entries if "event" not in e]
+    assert [e.get("escalation") for e in calls] == [
+        "approved-pattern",
+        "pattern",
+        "denied",
+        "denied",
+        "denied",
+        None,  # denied by the rule: never escalated
+        "denied",
+    ]
+    audited = calls[0]["pattern"]
+    assert calls[1]["pattern"] == {"id": audited["id"]}
+    assert audited["kind"] == "directory" and audited["value"].startswith("sha256:")
+    (revoked,) = [e for e in entries if e.get("event") == "pattern-revoked"]
+    assert revoked["pattern"]["id"] == audited["id"]
+    assert str(a) not in json.dumps(revoked) + json.dumps(audited)
+
+
+def test_list_with_no_session_running_says_so(user: Home, run_dir: Path) -> None:
+    listing = _approvals(user, "--list")
+    assert listing.returncode == 0 and "no pattern approvals in force" in listing.stdout
+    revoking = _approvals(user, "--revoke", "p-00000000")
+    assert revoking.returncode == 2 and "Traceback" not in revoking.stderr
+    assert os.path.isdir(run_dir)
+    for wrong in (["--list", "--revoke", "p-1"], ["--list", "--web"], ["--revoke", "p-1", "--web"]):
+        refused = _approvals(user, *wrong)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, wrong
+        assert "each a command of their own" in refused.stderr
+
+
+def test_a_tool_pattern_chosen_on_the_page_answers_the_next_calls(
+    user: Home, run_dir: Path
+) -> None:
+    args, _, audit = probe_session(user, first=[ASK])
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with (
+            connect(user, *args) as client,
+            _page_server(user) as (url, _),
+            _browser() as browser,
+        ):
+            page = await _opened(browser, url)
+            asked = asyncio.create_task(call(client, "probe__env_value", {"name": "HOME"}))
+            question = page.locator(".question")
+            await question.wait_for(timeout=60_000)
+            button = page.locator(".pattern button")
+            out["button"] = await button.inner_text()
+            await button.click()
+            out["first"] = await asyncio.wait_for(asked, 60)
+            # Another name: the pattern answers it, nobody is asked.
+            out["second"] = await asyncio.wait_for(
+                call(client, "probe__env_value", {"name": "LANG"}), 60
+            )
+            out["listed"] = await asyncio.to_thread(_approvals, user, "--list")
+
+    asyncio.run(scenario())
+    assert out["button"] == (
+        "Approve for this session all calls of env_value on server 'probe' escalated by rule "
+        "ask-before-env, with any arguments (none of them names a path or a URL)"
+    )
+    assert out["first"][0] is False and out["second"][0] is False, out
+    assert "env_value on server 'probe'" in out["listed"].stdout
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    assert [e["escalation"] for e in calls] == ["approved-pattern", "pattern"]
