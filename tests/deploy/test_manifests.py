@@ -31,6 +31,8 @@ from tests.deploy.manifests import (
 )
 
 SANDBOXED = ("ironcurtain", "gateway")  # the Deployment and container that start bwrap
+# ... and its init container that checks the node can sandbox (it starts bwrap too)
+CHECKS = ("ironcurtain", "doctor")
 
 
 def _schema_problems(docs: list[Doc]) -> list[str]:
@@ -149,7 +151,7 @@ def _reference_problems(docs: list[Doc], secret: Doc) -> list[str]:
                 for item in volume["configMap"].get("items", []):
                     if item["key"] not in data:
                         problems.append(f"{name}: volume {volume['name']}: no key {item['key']}")
-        for c in spec["containers"]:
+        for c in (*spec.get("initContainers", []), *spec["containers"]):
             env = {v["name"] for v in c.get("env", [])}
             for var in c.get("env", []):
                 for kind, store in (("configMapKeyRef", maps), ("secretKeyRef", secrets)):
@@ -308,8 +310,8 @@ def _promise_problems(docs: list[Doc]) -> list[str]:
                 # A sandbox is shown /etc and the system's trees read-only: a secret is
                 # given in the environment, which no server inherits, never as a file.
                 problems.append(f"{name}: a {'/'.join(sorted(kinds))} volume ({volume['name']})")
-        for c in pod["containers"]:
-            sandboxed = (name, c["name"]) == SANDBOXED
+        for c in (*pod.get("initContainers", []), *pod["containers"]):
+            sandboxed = (name, c["name"]) in (SANDBOXED, CHECKS)
             problems += _container_problems(f"{name}/{c['name']}", pod, c, sandboxed)
     return problems
 
@@ -376,3 +378,5 @@ def test_only_the_gateway_container_has_its_sandbox_weakenings() -> None:
     assert context["seccompProfile"] == {"type": "Unconfined"}
     assert context["appArmorProfile"] == {"type": "Unconfined"}
     assert _GATEWAY_POD(resources())["hostUsers"] is False
+    (doctor,) = _GATEWAY_POD(resources())["initContainers"]
+    assert doctor["args"] == ["doctor"] and doctor["securityContext"] == context

@@ -101,6 +101,10 @@ class Pod:
         argv[argv.index("--http") + 1] = str(self.gateway_port)
         return [IRONCURTAIN, *argv, *more], {**self.user.env, **env}
 
+    def doctor_argv(self) -> tuple[list[str], dict[str, str]]:
+        (spec,) = self.deployment["spec"]["template"]["spec"]["initContainers"]
+        return [IRONCURTAIN, *spec["args"]], self.user.env
+
     def proxy_argv(self) -> tuple[list[str], dict[str, str]]:
         spec = container(self.deployment, "proxy")
         env = env_of(spec, self.configmap, self.secret)
@@ -158,6 +162,9 @@ def running(pod: Pod, *more: str) -> Iterator[subprocess.Popen[str]]:
     until /healthz says the pod is ready; the gateway's process is given to the test."""
     if "--state" not in BY_FLAG:
         pytest.skip("this checkout's gateway has no --state option (shared state) yet")
+    argv, env = pod.doctor_argv()  # the init container: can this node sandbox?
+    checked = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     with ExitStack() as stack:
         redis = _popen(pod.redis_argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         stack.callback(_stop, redis)
