@@ -9,6 +9,7 @@ a manifest broken the way it guards against."""
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -380,3 +381,50 @@ def test_only_the_gateway_container_has_its_sandbox_weakenings() -> None:
     assert _GATEWAY_POD(resources())["hostUsers"] is False
     (doctor,) = _GATEWAY_POD(resources())["initContainers"]
     assert doctor["args"] == ["doctor"] and doctor["securityContext"] == context
+
+
+# The image and the pods agree: the user, the home the volume covers, the programs run.
+
+CONTAINERFILE = ROOT.parent / "Containerfile"
+
+
+def _image_problems(containerfile: str, docs: list[Doc]) -> list[str]:
+    problems = []
+    user = re.search(r"^USER (\d+):(\d+)$", containerfile, re.MULTILINE)
+    home = re.search(r"HOME=(\S+)", containerfile)
+    extras = re.search(r"/opt/ironcurtain/src\[([a-z,]+)\]", containerfile)
+    packages = re.search(r"--no-install-recommends \\\n((?:.*\\\n)*.*)\n", containerfile)
+    deployment = find(docs, "Deployment", SANDBOXED[0])
+    pod = deployment["spec"]["template"]["spec"]
+    context = pod["securityContext"]
+    if not user or (int(user[1]), int(user[2])) != (context["runAsUser"], context["runAsGroup"]):
+        problems.append("the image's USER is not the pod's runAsUser:runAsGroup")
+    mounts = {m["mountPath"] for m in _gateway(deployment)["volumeMounts"]}
+    if not home or home[1] not in mounts:
+        problems.append("the image's HOME is not a volume of the gateway (a read-only root)")
+    installed = set(packages[1].replace("\\", " ").split()) if packages else set()
+    if container(deployment, "proxy")["command"][0] not in installed:
+        problems.append("the proxy's program is not installed in the image")
+    needed = {"http"} | ({"redis"} if "--state" in _gateway(deployment)["args"] else set())
+    if not extras or needed - set(extras[1].split(",")):
+        problems.append(f"the image lacks the extras {sorted(needed)} the gateway's options need")
+    return problems
+
+
+def test_the_image_is_what_the_pods_expect() -> None:
+    assert _image_problems(CONTAINERFILE.read_text(), resources()) == []
+
+
+DRIFTED = {
+    "another-user": ("USER 10001:10001", "USER 1000:1000"),
+    "home-elsewhere": ("HOME=/home/ironcurtain", "HOME=/var/lib/ironcurtain"),
+    "no-haproxy": (" haproxy \\", " \\"),
+    "no-redis-extra": ("telemetry,redis]", "telemetry]"),
+}
+
+
+@pytest.mark.parametrize("drift", DRIFTED.values(), ids=list(DRIFTED))
+def test_an_image_that_drifted_from_the_pods_is_caught(drift: tuple[str, str]) -> None:
+    text = CONTAINERFILE.read_text()
+    assert drift[0] in text
+    assert _image_problems(text.replace(drift[0], drift[1]), resources())
