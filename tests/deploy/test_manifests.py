@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import copy
 import re
+import shutil
+import subprocess
 from collections.abc import Callable
 from typing import Any
 
 import kubernetes_validate
 import pytest
+from ruamel.yaml import YAML
 
 from launcher.cli.run_flags import BY_FLAG
 from tests.deploy.manifests import (
@@ -428,3 +431,22 @@ def test_an_image_that_drifted_from_the_pods_is_caught(drift: tuple[str, str]) -
     text = CONTAINERFILE.read_text()
     assert drift[0] in text
     assert _image_problems(text.replace(drift[0], drift[1]), resources())
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="needs kubectl (its built-in kustomize)")
+def test_what_kustomize_renders_is_what_is_checked_here() -> None:
+    """``kubectl kustomize`` (offline) renders the same objects, with the image named in
+    kustomization.yaml, and they are valid too."""
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(ROOT)], capture_output=True, text=True, timeout=120
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [d for d in YAML(typ="safe", pure=True).load_all(rendered.stdout) if d]
+    assert sorted((d["kind"], d["metadata"]["name"]) for d in docs) == sorted(
+        (d["kind"], d["metadata"]["name"]) for d in resources()
+    )
+    assert _schema_problems(docs) == []
+    (image,) = kustomization()["images"]
+    wanted = f"{image['newName']}:{image['newTag']}"
+    gateway = find(docs, "Deployment", SANDBOXED[0])["spec"]["template"]["spec"]
+    assert {c["image"] for c in (*gateway["initContainers"], *gateway["containers"])} == {wanted}
