@@ -44,9 +44,14 @@ from tests.support.probe import probe_server_config, write_raw_policy
 from tests.support.ready import serving_url
 from tests.support.sdk import call
 
+# Where the proxy's program is looked for: Debian puts haproxy in /usr/sbin, which an
+# ordinary user's PATH may not hold.
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 pytestmark = [
     needs_bwrap,
-    pytest.mark.skipif(not shutil.which("haproxy"), reason="needs haproxy (Debian package)"),
+    pytest.mark.skipif(
+        not shutil.which("haproxy", path=SYSTEM_PATH), reason="needs haproxy (Debian package)"
+    ),
     pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server"),
 ]
 PASSWORD = "a-redis-password-" + "p" * 24
@@ -111,7 +116,7 @@ class Pod:
         env |= {"PROXY_ADDR": "127.0.0.1", "PROXY_PORT": str(self.front)}
         env["GATEWAY_PORT"] = str(self.gateway_port)
         argv = _mount([*spec["command"], *spec.get("args", [])], "/etc/ironcurtain", self.files)
-        return argv, {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", **env}
+        return argv, {"PATH": SYSTEM_PATH, **env}
 
     def redis_argv(self) -> list[str]:
         spec = container(self.redis, "redis")
