@@ -267,3 +267,54 @@ def test_a_hostile_server_finds_no_redis_password(user: Home, idp: Provider) -> 
         secret, planted = asyncio.run(finding())
     assert planted.startswith("OK found"), planted  # the control: it finds what it is given
     assert secret == "FAILED: not found"
+
+
+def _answers(port: int) -> bool:
+    """Whether something on 127.0.0.1:``port`` answers, from outside any sandbox."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+        conn.sendall(b"GET / HTTP/1.0\r\n\r\n")  # Redis, too, answers it (an error)
+        return bool(conn.recv(64))
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["sandboxed", "control-unsandboxed"])
+def test_a_networked_hostile_server_reaches_nothing_of_the_pod(
+    user: Home, idp: Provider, sandboxed: bool
+) -> None:
+    """A server allowed every public name tries what the pod holds on its addresses: Redis
+    (the shared state: approvals), the gateway's own port and its front, directly and through
+    its egress proxy. In a cluster Redis is a Service's private address, refused the same way.
+    The control: the same server unsandboxed reaches each of them."""
+    pod = Pod(user, idp)
+    server = probe_server_config(sandboxed)
+    if sandboxed:
+        server["sandbox"]["network"] = {"allowedDomains": ["*"]}
+    (pod.files / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(user.root / "policy")
+    ports = {"redis": pod.redis_port, "gateway": pod.gateway_port, "front": pod.front}
+    with running(pod, "--policy-dir", str(policy), "--server", "probe"):
+        assert all(_answers(port) for port in ports.values())  # each is there
+
+        async def trying() -> dict[str, str]:
+            token = idp.token("alice", groups=["mcp-agents"])
+            tried: dict[str, str] = {}
+            async with http_session(pod.url, token) as session:
+                for what, port in ports.items():
+                    for host in ("127.0.0.1", "localhost"):
+                        direct = {"host": host, "port": port}
+                        tried[f"{what} {host} direct"] = (
+                            await call(session, "connect_tcp", direct)
+                        )[1]
+                        if sandboxed:
+                            proxied = {"url": f"http://{host}:{port}/"}
+                            tried[f"{what} {host} proxied"] = (
+                                await call(session, "http_get", proxied)
+                            )[1]
+            return tried
+
+        tried = asyncio.run(trying())
+    # Reached: the probe connected (it then waits 2 s for a banner these services do not
+    # send: "timed out"). On loopback a connection is accepted or refused at once, never
+    # left to time out; the egress proxy answers a refusal.
+    reached = {k for k, v in tried.items() if v.startswith("OK") or v == "FAILED: timed out"}
+    assert reached == (set() if sandboxed else set(tried)), tried
+    assert len(tried) == (12 if sandboxed else 6)
