@@ -13,11 +13,18 @@ ConfigOpt = Annotated[
 ]
 
 
-def login(server: ServerArg, config: ConfigOpt = None) -> None:
+def login(
+    server: ServerArg,
+    config: ConfigOpt = None,
+    wait: Annotated[
+        float,
+        typer.Option("--wait", min=1, help="Seconds to wait for the browser's answer."),
+    ] = 300.0,
+) -> None:
     """Log in to a remote server through your browser; the login is kept encrypted."""
     from launcher.cli.logins import log_in
 
-    raise typer.Exit(log_in(server, config))
+    raise typer.Exit(log_in(server, config, wait))
 
 
 def status(

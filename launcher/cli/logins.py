@@ -41,13 +41,13 @@ def _target(server: str, config: str | None) -> RemoteTarget:
     return remote
 
 
-def log_in(server: str, config: str | None) -> int:
+def log_in(server: str, config: str | None, wait: float) -> int:
     from launcher.servers.remote_login import LoginFailed
     from launcher.servers.remote_login import log_in as logging_in
 
     target = _target(server, config)
     try:
-        login = asyncio.run(logging_in(server, target, _say))
+        login = asyncio.run(logging_in(server, target, _say, wait=wait))
     except (LoginFailed, StoreError) as exc:
         return _failed(str(exc))
     print(f"Logged in to '{server}' ({target.where}): {_described(login)}")

@@ -202,23 +202,23 @@ def test_a_login_to_what_is_no_remote_server_is_one_line(
 
 @pytest.mark.parametrize(
     ("tamper", "said"),
-    [
-        ("state=forged-state", "State parameter mismatch"),
-        ("iss=https://evil.example", "iss mismatch: https://evil.example"),
-    ],
+    [("iss=https://evil.example", "iss mismatch: https://evil.example")],
+    ids=["iss"],
 )
 def test_a_forged_answer_to_the_login_is_refused(
     user: Home, far: OAuthRemote, tamper: str, said: str
 ) -> None:
-    """The browser brings back an answer whose ``state`` is not the one sent, or whose
-    ``iss`` names another authorization server (a mix-up): no code is exchanged, nothing
-    is kept. The control, the same answer untampered, is the login of the tests above."""
+    """The browser brings back an answer whose ``iss`` names another authorization server (a
+    mix-up): no code is exchanged, nothing is kept. The control, the same answer untampered,
+    is the login of the tests above. (An answer with another ``state`` is waited past:
+    tests/attacks/test_oauth_login_attacks.py.)"""
     user.env["TAMPER"] = tamper
     done = _login(user, far)
     assert done.returncode == 1, done.stdout
     lines = done.stderr.splitlines()
     assert lines[-1].startswith("ironcurtain: error: remote server 'far'"), done.stderr
     assert "the login failed" in lines[-1] and said in lines[-1]
+    assert "Traceback" not in done.stderr
     assert far.grants() == []  # the code was never exchanged
     assert ironcurtain(user, "auth", "status", "far").returncode == 1
 

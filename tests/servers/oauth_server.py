@@ -17,6 +17,7 @@ the server names that authorization server instead and has none of its own.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -40,7 +41,9 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 RECORD = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/dev/null")
 LIFETIME = int(sys.argv[3]) if len(sys.argv) > 3 else 3600
-ISSUER = f"http://127.0.0.1:{PORT}"
+# The name it is reached by (``$OAUTH_HOST``, default 127.0.0.1): its issuer and resource.
+HOST = os.environ.get("OAUTH_HOST", "127.0.0.1")
+ISSUER = f"http://{HOST}:{PORT}"
 RESOURCE = f"{ISSUER}/mcp"
 MOVED_TO = sys.argv[4] if len(sys.argv) > 4 else None
 

@@ -5,6 +5,7 @@ approves a login (tests/servers/approving_browser.py)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -30,9 +31,11 @@ class OAuthRemote:
     port: int
     record: Path
 
+    host: str = "127.0.0.1"
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://{self.host}:{self.port}/mcp"
 
     def events(self) -> list[dict[str, Any]]:
         if not self.record.exists():
@@ -56,7 +59,11 @@ class OAuthRemote:
 
 @contextmanager
 def oauth_server(
-    record_dir: Path, port: int, lifetime: int, moved_to: str | None = None
+    record_dir: Path,
+    port: int,
+    lifetime: int,
+    moved_to: str | None = None,
+    host: str = "127.0.0.1",
 ) -> Iterator[OAuthRemote]:
     """The server on ``port`` until the block ends; it records into ``record_dir`` (keep
     that outside the user's home and state: the record holds tokens in clear). With
@@ -67,6 +74,7 @@ def oauth_server(
         + ([moved_to] if moved_to else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, "OAUTH_HOST": host},
     )
     try:
         deadline = time.monotonic() + 30
@@ -78,7 +86,7 @@ def oauth_server(
                 err = proc.stderr.read().decode() if proc.stderr else ""
                 raise RuntimeError(f"the OAuth server did not start: {err}")
             time.sleep(0.05)
-        yield OAuthRemote(port, record)
+        yield OAuthRemote(port, record, host)
     finally:
         proc.terminate()
         try:
