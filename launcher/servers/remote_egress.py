@@ -7,7 +7,7 @@ this machine, is refused unless the entry's ``hosts`` pins it to that address; a
 written in the entry's URL itself, and ``localhost`` there (loopback by definition, never
 looked up), are the user's own choice. Only the entry's own host is dialled, and those of the
 authorization server a login goes through: a host the server names (an address or
-``localhost`` included) is judged like any name, and is sent none of the entry's headers.
+``localhost`` included) is judged like any name.
 """
 
 from __future__ import annotations
@@ -171,9 +171,6 @@ def checked_transport(target: RemoteTarget, also: Container[str] = ()) -> httpx2
             )
 
         async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-            if (request.url.host or "").lower() != target.host:
-                for name in target.headers:  # the entry's credentials are its server's alone
-                    request.headers.pop(name, None)
             response = await super().handle_async_request(request)
             if ANSWER_LIMIT is None:
                 return response

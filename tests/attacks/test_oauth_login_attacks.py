@@ -215,3 +215,17 @@ def test_a_forged_state_alone_is_waited_past_until_the_wait_ends(
     assert not Path(user.state / "ironcurtain" / "logins").exists() or (
         ironcurtain(user, "auth", "status", "far").returncode == 1
     )
+
+
+def test_the_entrys_headers_go_to_its_own_host_only(
+    user: Home, remote: Listener, victim: Listener
+) -> None:
+    """The entry's headers (a team key, say) are the server's: the authorization server it
+    names, elsewhere, is sent none of them (the OAuth client's own requests carry only what
+    it puts in them). The control: the server's own host gets them."""
+    url = _hostile_remote(remote, f"http://as.internal:{victim.port}")
+    headers = {"X-Team-Key": "k-team-1234"}
+    _login(user, url, hosts={"as.internal": "127.0.0.1"}, headers=headers)
+    assert victim.requests and remote.requests
+    assert remote.requests[0]["headers"].get("X-Team-Key") == "k-team-1234"
+    assert not any("k-team-1234" in json.dumps(r) for r in victim.requests)
