@@ -5,6 +5,7 @@ ever printed."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -47,7 +48,11 @@ def log_in(server: str, config: str | None, wait: float) -> int:
 
     target = _target(server, config)
     try:
-        login = asyncio.run(logging_in(server, target, _say, wait=wait))
+        secret = target.auth.secret(os.environ)
+    except ValueError as exc:
+        raise UsageError(f"server '{server}': auth.clientSecret: {exc}") from None
+    try:
+        login = asyncio.run(logging_in(server, target, _say, wait=wait, secret=secret))
     except (LoginFailed, StoreError) as exc:
         return _failed(str(exc))
     print(f"Logged in to '{server}' ({target.where}): {_described(login)}")

@@ -38,8 +38,9 @@ from mcp.shared.auth import (
     OAuthMetadata,
     OAuthToken,
 )
+from pydantic import AnyUrl
 
-from launcher.plan.remote_plan import SSE, RemoteTarget, is_loopback_name
+from launcher.plan.remote_plan import SSE, RemoteAuth, RemoteTarget, is_loopback_name
 from launcher.servers.remote_auth import expiry
 from launcher.servers.remote_egress import EVERY_HOST, EgressRefused, client_for
 from launcher.servers.token_store import Login, TokenStore
@@ -173,13 +174,17 @@ async def log_in(
     caller: str | None = None,
     store: TokenStore | None = None,
     wait: float = LOGIN_TIMEOUT,
+    secret: str | None = None,
 ) -> Login:
     """Log in to ``server`` through the person's browser (who has ``wait`` seconds to
-    approve) and keep the login."""
+    approve) and keep the login. The client is the entry's ``auth``: a pre-registered one
+    (with ``secret``, its client secret, read by the caller), a client ID metadata document,
+    or, failing both, one that registers itself."""
     store = store or TokenStore()
     where = f"remote server '{server}' ({target.where})"
     kept = _Collected()
     with _Receiver(asyncio.get_running_loop(), say) as receiver, _sdk_quiet():
+        kept.client = pre_registered(target.auth, receiver.redirect_uri, secret)
         provider = _provider(target, receiver, kept, say, wait)
         try:
             status = await _knock(target, provider)
@@ -248,6 +253,38 @@ def plain_endpoint(metadata: OAuthMetadata | None, target: RemoteTarget) -> str 
     return None
 
 
+def pre_registered(
+    auth: RemoteAuth, redirect_uri: str, secret: str | None
+) -> OAuthClientInformationFull | None:
+    """The pre-registered client of ``auth`` (None when it names none: a metadata document's
+    URL, or no client at all). With a secret, it authenticates to the token endpoint with
+    HTTP Basic; a public client sends its ID alone."""
+    if auth.client_id is None or auth.metadata_document:
+        return None
+    return OAuthClientInformationFull(
+        client_id=auth.client_id,
+        client_secret=secret,
+        client_name=CLIENT_NAME,
+        redirect_uris=[AnyUrl(redirect_uri)],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        scope=" ".join(auth.scopes) or None,
+    )
+
+
+class _Scoped(OAuthClientMetadata):
+    """The client's metadata, whose scope stays the one the config names (when it names
+    one) whatever the server's challenge or metadata suggests."""
+
+    fixed_scope: str | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "scope" and self.fixed_scope is not None:
+            value = self.fixed_scope
+        super().__setattr__(name, value)
+
+
 def _provider(
     target: RemoteTarget,
     receiver: _Receiver,
@@ -255,15 +292,19 @@ def _provider(
     say: Callable[[str], None],
     wait: float,
 ) -> OAuthClientProvider:
-    metadata = OAuthClientMetadata.model_validate(
+    scope = " ".join(target.auth.scopes) or None
+    metadata = _Scoped.model_validate(
         {
             "client_name": CLIENT_NAME,
             "redirect_uris": [receiver.redirect_uri],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
+            "scope": scope,
+            "fixed_scope": scope,
         }
     )
+    document = target.auth.client_id if target.auth.metadata_document else None
 
     async def redirect(url: str) -> None:
         refused = plain_endpoint(provider.context.oauth_metadata, target)
@@ -282,7 +323,9 @@ def _provider(
             code=query["code"], state=query.get("state"), iss=query.get("iss")
         )
 
-    provider = OAuthClientProvider(target.url, metadata, kept, redirect, callback)
+    provider = OAuthClientProvider(
+        target.url, metadata, kept, redirect, callback, client_metadata_url=document
+    )
     return provider
 
 

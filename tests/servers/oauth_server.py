@@ -10,6 +10,9 @@ record file: each token issued (``grant``, ``access``, ``refresh``, ``resource``
 call (``tool``, ``args``) and the bearer token it came with, and the ``Authorization`` header
 of every request (``seen``).
 
+``$OAUTH_CLIENT`` names a pre-registered client (``ID:SECRET``); each registration is
+recorded (``registered``), and each grant its client and scopes.
+
 Usage: ``oauth_server.py PORT RECORD LIFETIME [MOVED_TO]``; with ``MOVED_TO`` (an issuer URL)
 the server names that authorization server instead and has none of its own.
 """
@@ -36,7 +39,8 @@ from mcp.server.auth.provider import (
 )
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth import InvalidRedirectUriError, OAuthClientInformationFull, OAuthToken
+from pydantic import AnyUrl
 
 PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 RECORD = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/dev/null")
@@ -53,11 +57,42 @@ def _record(**event: Any) -> None:
         out.write(json.dumps(event) + "\n")
 
 
+class Loopback(OAuthClientInformationFull):
+    """A pre-registered client: its redirect URI on 127.0.0.1 at any port (RFC 8252 7.3)."""
+
+    def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
+        if (
+            redirect_uri is None
+            or redirect_uri.host != "127.0.0.1"
+            or redirect_uri.scheme != "http"
+        ):
+            raise InvalidRedirectUriError(f"Redirect URI '{redirect_uri}' not registered")
+        return redirect_uri
+
+
+def _pre_registered() -> dict[str, OAuthClientInformationFull]:
+    """``$OAUTH_CLIENT`` (``ID:SECRET``, or ``ID`` for a public client): a client registered
+    beforehand, for the scopes ``mcp`` and ``extra``."""
+    given = os.environ.get("OAUTH_CLIENT")
+    if not given:
+        return {}
+    client_id, _, secret = given.partition(":")
+    client = Loopback(
+        client_id=client_id,
+        client_secret=secret or None,
+        redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
+        token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        grant_types=["authorization_code", "refresh_token"],
+        scope="mcp extra",
+    )
+    return {client_id: client}
+
+
 class Provider:
     """An authorization server kept in memory that says yes to everyone."""
 
     def __init__(self) -> None:
-        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.clients: dict[str, OAuthClientInformationFull] = _pre_registered()
         self.codes: dict[str, AuthorizationCode] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.access: dict[str, AccessToken] = {}
@@ -68,6 +103,7 @@ class Provider:
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         assert client_info.client_id is not None
         self.clients[client_info.client_id] = client_info
+        _record(registered=client_info.client_id, scope=client_info.scope)
 
     async def authorize(
         self, client: OAuthClientInformationFull, params: AuthorizationParams
@@ -103,7 +139,14 @@ class Provider:
         self.refresh[refresh] = RefreshToken(
             token=refresh, client_id=client_id, scopes=scopes, resource=resource
         )
-        _record(grant=grant, access=access, refresh=refresh, resource=resource)
+        _record(
+            grant=grant,
+            access=access,
+            refresh=refresh,
+            resource=resource,
+            client=client_id,
+            scopes=scopes,
+        )
         return OAuthToken(
             access_token=access, expires_in=LIFETIME, scope=" ".join(scopes), refresh_token=refresh
         )
@@ -175,7 +218,7 @@ def _server() -> MCPServer:
             resource_server_url=RESOURCE,
             validate_token_resource=True,
             client_registration_options=ClientRegistrationOptions(
-                enabled=True, valid_scopes=["mcp"]
+                enabled=True, valid_scopes=["mcp", "extra"]
             ),
             required_scopes=["mcp"],
         ),

@@ -45,6 +45,10 @@ class OAuthRemote:
     def grants(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "grant" in e]
 
+    def registered(self) -> list[str]:
+        """The client IDs it registered (dynamic registration)."""
+        return [e["registered"] for e in self.events() if "registered" in e]
+
     def calls(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "tool" in e]
 
@@ -64,17 +68,19 @@ def oauth_server(
     lifetime: int,
     moved_to: str | None = None,
     host: str = "127.0.0.1",
+    client: str = "",
 ) -> Iterator[OAuthRemote]:
     """The server on ``port`` until the block ends; it records into ``record_dir`` (keep
     that outside the user's home and state: the record holds tokens in clear). With
-    ``moved_to``, it names that authorization server instead of its own."""
+    ``moved_to``, it names that authorization server instead of its own; ``client``
+    (``ID:SECRET``) is a client registered with it beforehand."""
     record = record_dir / f"oauth-{port}.jsonl"
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), str(port), str(record), str(lifetime)]
         + ([moved_to] if moved_to else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "OAUTH_HOST": host},
+        env={**os.environ, "OAUTH_HOST": host, "OAUTH_CLIENT": client},
     )
     try:
         deadline = time.monotonic() + 30
