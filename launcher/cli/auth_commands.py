@@ -38,8 +38,8 @@ def status(
     raise typer.Exit(show_status(server))
 
 
-def logout(server: ServerArg) -> None:
-    """Forget the login kept for a remote server."""
+def logout(server: ServerArg, config: ConfigOpt = None) -> None:
+    """Revoke the login at its authorization server (where it offers that) and forget it."""
     from launcher.cli.logins import log_out
 
-    raise typer.Exit(log_out(server))
+    raise typer.Exit(log_out(server, config))

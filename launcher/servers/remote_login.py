@@ -241,16 +241,26 @@ def plain_endpoint(metadata: OAuthMetadata | None, target: RemoteTarget) -> str 
         return None
     for name in ("issuer", "authorization_endpoint", "token_endpoint", "registration_endpoint"):
         value = getattr(metadata, name)
-        if value is None or value.scheme == "https":
-            continue
-        host = (value.host or "").strip("[]").lower()
-        if not is_loopback_name(host, target.hosts):
-            return (
-                f"its authorization server's {name.replace('_', ' ')} is plain http:// to "
-                f"{host}: the login would travel readable (only https:// is used, http:// "
-                "to this machine only)"
-            )
+        refused = None if value is None else plain_endpoint_url(name, str(value), target)
+        if refused is not None:
+            return refused
     return None
+
+
+def plain_endpoint_url(name: str, url: str, target: RemoteTarget) -> str | None:
+    """Why the authorization server's endpoint ``name`` at ``url`` is not used, when it is
+    plain ``http://`` to another machine than this one."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return None
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "http" and is_loopback_name(host, target.hosts):
+        return None
+    return (
+        f"its authorization server's {name.replace('_', ' ')} is plain http:// to "
+        f"{host}: the login would travel readable (only https:// is used, http:// "
+        "to this machine only)"
+    )
 
 
 def pre_registered(

@@ -251,3 +251,44 @@ def test_the_clients_own_token_never_goes_upstream(
     assert any(HTTP_TOKEN in header for header in seen) != through
     if through:
         assert {h.removeprefix("Bearer ") for h in seen} <= {g["access"] for g in far.grants()}
+
+
+@pytest.mark.parametrize("offered", [True, False], ids=["revoked", "control-none-offered"])
+def test_logout_revokes_the_grant_where_it_is_offered(user: Home, offered: bool) -> None:
+    """``auth logout`` revokes the login's tokens at its authorization server (RFC 7009):
+    the access token no longer opens the server. The control: a server that offers no
+    revocation keeps taking it, and the logout says so."""
+    import httpx2
+
+    outside = user.root / "outside"
+    outside.mkdir()
+    with oauth_server(outside, free_port(), 3600, revoke=offered) as far:
+        assert _login(user, far).returncode == 0
+        (grant,) = far.grants()
+        done = ironcurtain(user, "auth", "logout", "far", "--config", str(user.root / "c.json"))
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith("Logged out of 'far': its login is forgotten here; ")
+        assert ("its tokens are revoked at" in done.stdout) == offered
+        assert ("offers no revocation" in done.stdout) == (not offered)
+        assert far.revoked() == ({grant["refresh"], grant["access"]} if offered else set())
+        opening = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        }
+        answer = httpx2.post(
+            far.url,
+            json=opening,
+            headers={
+                "Authorization": f"Bearer {grant['access']}",
+                "Accept": "application/json, text/event-stream",
+            },
+            timeout=30,
+        )
+        assert (answer.status_code == 401) == offered, answer.status_code
+        assert not any(t in done.stdout + done.stderr for t in far.tokens())

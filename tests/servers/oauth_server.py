@@ -10,8 +10,10 @@ record file: each token issued (``grant``, ``access``, ``refresh``, ``resource``
 call (``tool``, ``args``) and the bearer token it came with, and the ``Authorization`` header
 of every request (``seen``).
 
-``$OAUTH_CLIENT`` names a pre-registered client (``ID:SECRET``); each registration is
-recorded (``registered``), and each grant its client and scopes.
+Its revocation endpoint (RFC 7009) records each token revoked (``revoked``);
+``$OAUTH_REVOKE`` set to ``0``: it offers none. ``$OAUTH_CLIENT`` names a pre-registered
+client (``ID:SECRET``); each registration is recorded (``registered``), and each grant its
+client and scopes.
 
 Usage: ``oauth_server.py PORT RECORD LIFETIME [MOVED_TO]``; with ``MOVED_TO`` (an issuer URL)
 the server names that authorization server instead and has none of its own.
@@ -37,7 +39,7 @@ from mcp.server.auth.provider import (
     TokenError,
     construct_redirect_uri,
 )
-from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
 from mcp.shared.auth import InvalidRedirectUriError, OAuthClientInformationFull, OAuthToken
 from pydantic import AnyUrl
@@ -188,6 +190,7 @@ class Provider:
         raise TokenError("unsupported_grant_type", "not this grant")
 
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        _record(revoked=token.token)
         self.access.pop(token.token, None)
         self.refresh.pop(token.token, None)
 
@@ -221,6 +224,7 @@ def _server() -> MCPServer:
                 enabled=True, valid_scopes=["mcp", "extra"]
             ),
             required_scopes=["mcp"],
+            revocation_options=RevocationOptions(enabled=os.environ.get("OAUTH_REVOKE") != "0"),
         ),
     )
 
@@ -250,10 +254,42 @@ def _seeing(app: Any) -> Any:
     return seeing
 
 
+def _public_revocation(app: Any) -> Any:
+    """``app``, whose revocation endpoint takes a public client's request (RFC 7009 asks no
+    ``client_secret`` of one; the SDK's handler wants the field there, empty or not)."""
+
+    async def revoking(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/revoke":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            part = await receive()
+            body += part.get("body", b"")
+            if not part.get("more_body"):
+                break
+        if b"client_secret=" not in body:
+            body += b"&client_secret="
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        sent = False
+
+        async def again() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, again, send)
+
+    return revoking
+
+
 def main() -> None:
     import uvicorn
 
-    app = _seeing(mcp.streamable_http_app())
+    app = _seeing(_public_revocation(mcp.streamable_http_app()))
     uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")
 
 

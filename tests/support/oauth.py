@@ -49,6 +49,10 @@ class OAuthRemote:
         """The client IDs it registered (dynamic registration)."""
         return [e["registered"] for e in self.events() if "registered" in e]
 
+    def revoked(self) -> set[str]:
+        """The tokens revoked at its revocation endpoint."""
+        return {e["revoked"] for e in self.events() if "revoked" in e}
+
     def calls(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "tool" in e]
 
@@ -69,18 +73,25 @@ def oauth_server(
     moved_to: str | None = None,
     host: str = "127.0.0.1",
     client: str = "",
+    revoke: bool = True,
 ) -> Iterator[OAuthRemote]:
     """The server on ``port`` until the block ends; it records into ``record_dir`` (keep
     that outside the user's home and state: the record holds tokens in clear). With
     ``moved_to``, it names that authorization server instead of its own; ``client``
-    (``ID:SECRET``) is a client registered with it beforehand."""
+    (``ID:SECRET``) is a client registered with it beforehand; ``revoke`` false: it offers
+    no revocation endpoint."""
     record = record_dir / f"oauth-{port}.jsonl"
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), str(port), str(record), str(lifetime)]
         + ([moved_to] if moved_to else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "OAUTH_HOST": host, "OAUTH_CLIENT": client},
+        env={
+            **os.environ,
+            "OAUTH_HOST": host,
+            "OAUTH_CLIENT": client,
+            "OAUTH_REVOKE": "1" if revoke else "0",
+        },
     )
     try:
         deadline = time.monotonic() + 30
