@@ -229,3 +229,24 @@ def test_the_entrys_headers_go_to_its_own_host_only(
     assert victim.requests and remote.requests
     assert remote.requests[0]["headers"].get("X-Team-Key") == "k-team-1234"
     assert not any("k-team-1234" in json.dumps(r) for r in victim.requests)
+
+
+@pytest.mark.parametrize("own", [False, True], ids=["address", "control-own-origin"])
+def test_a_redirect_of_the_metadata_cannot_aim_the_login_either(
+    user: Home, remote: Listener, victim: Listener, own: bool
+) -> None:
+    """The server's metadata answers with a redirect to this machine's loopback: it is not
+    followed there (the OAuth client follows a redirect on the same origin only, and the
+    egress check would judge the address). The control: a redirect on the server's own
+    origin is followed."""
+    url = _hostile_remote(remote, f"http://localhost:{remote.port}")
+    base = f"http://localhost:{remote.port}" if own else f"http://127.0.0.1:{victim.port}"
+    for path in (
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ):
+        remote.answers[path] = Reply(307, {"Location": f"{base}/moved"})
+    done = _login(user, url)
+    assert done.returncode != 0
+    assert victim.requests == []
+    assert ("/moved" in remote.paths) == own, remote.paths
