@@ -38,7 +38,7 @@ from mcp.shared.auth import (
     OAuthMetadata,
     OAuthToken,
 )
-from pydantic import AnyUrl
+from pydantic import AnyUrl, PrivateAttr
 
 from launcher.plan.remote_plan import SSE, RemoteAuth, RemoteTarget, is_loopback_name
 from launcher.servers.remote_auth import expiry
@@ -287,11 +287,11 @@ class _Scoped(OAuthClientMetadata):
     """The client's metadata, whose scope stays the one the config names (when it names
     one) whatever the server's challenge or metadata suggests."""
 
-    fixed_scope: str | None = None
+    _fixed: str | None = PrivateAttr(default=None)  # never sent: not a field
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "scope" and self.fixed_scope is not None:
-            value = self.fixed_scope
+        if name == "scope" and self._fixed is not None:
+            value = self._fixed
         super().__setattr__(name, value)
 
 
@@ -311,9 +311,9 @@ def _provider(
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
             "scope": scope,
-            "fixed_scope": scope,
         }
     )
+    metadata._fixed = scope
     document = target.auth.client_id if target.auth.metadata_document else None
 
     async def redirect(url: str) -> None:

@@ -58,6 +58,17 @@ def _call_after_expiry(user: Home, entry: dict[str, Any]) -> Any:
     return asyncio.run(scenario())
 
 
+def test_dynamic_registration_asks_the_configured_scopes(user: Home, far: OAuthRemote) -> None:
+    """No client named, two scopes: the client registers itself for them and is granted
+    them (the server's challenge names "mcp" alone)."""
+    done = _login(user, {"url": far.url, "auth": {"scopes": ["mcp", "extra"]}})
+    assert done.returncode == 0, done.stderr
+    (grant,) = far.grants()
+    assert far.registered() == [grant["client"]] and grant["scopes"] == ["mcp", "extra"]
+    registered = [e for e in far.events() if "registered" in e]
+    assert registered[0]["scope"] == "mcp extra"
+
+
 @pytest.mark.parametrize("pre", [True, False], ids=["pre-registered", "control-dynamic"])
 def test_a_pre_registered_client_logs_in_with_its_secret_and_scopes(
     user: Home, far: OAuthRemote, pre: bool
