@@ -13,11 +13,18 @@ ConfigOpt = Annotated[
 ]
 
 
-def login(server: ServerArg, config: ConfigOpt = None) -> None:
+def login(
+    server: ServerArg,
+    config: ConfigOpt = None,
+    wait: Annotated[
+        float,
+        typer.Option("--wait", min=1, help="Seconds to wait for the browser's answer."),
+    ] = 300.0,
+) -> None:
     """Log in to a remote server through your browser; the login is kept encrypted."""
     from launcher.cli.logins import log_in
 
-    raise typer.Exit(log_in(server, config))
+    raise typer.Exit(log_in(server, config, wait))
 
 
 def status(
@@ -31,8 +38,8 @@ def status(
     raise typer.Exit(show_status(server))
 
 
-def logout(server: ServerArg) -> None:
-    """Forget the login kept for a remote server."""
+def logout(server: ServerArg, config: ConfigOpt = None) -> None:
+    """Revoke the login at its authorization server (where it offers that) and forget it."""
     from launcher.cli.logins import log_out
 
-    raise typer.Exit(log_out(server))
+    raise typer.Exit(log_out(server, config))

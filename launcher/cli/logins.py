@@ -5,6 +5,7 @@ ever printed."""
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 
@@ -13,7 +14,7 @@ from launcher.plan.run_options import RunOptions
 from launcher.plan.session_plan import plan_session
 from launcher.servers.token_store import Login, StoreError, TokenStore
 from launcher.shared.shown import visible
-from launcher.shared.user_errors import UsageError
+from launcher.shared.user_errors import ConfigError, UsageError
 
 
 def _say(text: str) -> None:
@@ -41,13 +42,17 @@ def _target(server: str, config: str | None) -> RemoteTarget:
     return remote
 
 
-def log_in(server: str, config: str | None) -> int:
+def log_in(server: str, config: str | None, wait: float) -> int:
     from launcher.servers.remote_login import LoginFailed
     from launcher.servers.remote_login import log_in as logging_in
 
     target = _target(server, config)
     try:
-        login = asyncio.run(logging_in(server, target, _say))
+        secret = target.auth.secret(os.environ)
+    except ValueError as exc:
+        raise UsageError(f"server '{server}': auth.clientSecret: {exc}") from None
+    try:
+        login = asyncio.run(logging_in(server, target, _say, wait=wait, secret=secret))
     except (LoginFailed, StoreError) as exc:
         return _failed(str(exc))
     print(f"Logged in to '{server}' ({target.where}): {_described(login)}")
@@ -72,19 +77,49 @@ def show_status(server: str | None) -> int:
     return 0
 
 
-def log_out(server: str) -> int:
+def log_out(server: str, config: str | None) -> int:
+    """Revoke the login at its authorization server where it offers that (RFC 7009), then
+    forget it here (whatever the answer: a failed revocation is said, exit status 1)."""
+    from launcher.servers.remote_logout import RevokeFailed, revoke
+
+    store = TokenStore()
     try:
-        forgotten = TokenStore().remove(server)
+        login = store.load(server)
     except StoreError as exc:
         return _failed(str(exc))
-    if not forgotten:
+    if login is None:
         print(f"{server}: no login was kept")
         return 0
-    print(
-        f"Logged out of '{server}': its login is forgotten here (the authorization server "
-        "may keep the grant until it expires or you revoke it there)"
+    try:
+        revoked: str | None = asyncio.run(revoke(login, _logout_target(server, config, login)))
+        failed = None
+    except RevokeFailed as exc:
+        revoked, failed = None, str(exc)
+    store.remove(server)
+    if failed is not None:
+        return _failed(
+            f"server '{server}': its login is forgotten here, but its authorization server "
+            f"did not revoke it ({failed}): revoke the grant there"
+        )
+    there = (
+        f"its tokens are revoked at {login.get('issuer') or 'its authorization server'}"
+        if revoked
+        else "its authorization server offers no revocation (it may keep the grant until it "
+        "expires or you revoke it there)"
     )
+    print(f"Logged out of '{server}': its login is forgotten here; {there}")
     return 0
+
+
+def _logout_target(server: str, config: str | None, login: Login) -> RemoteTarget:
+    """The server as the config has it (its ``hosts`` pins), else as the login has it."""
+    from launcher.plan.config_schema import ServerConfig
+    from launcher.plan.remote_plan import target_of
+
+    try:
+        return _target(server, config)
+    except (UsageError, ConfigError):
+        return target_of(ServerConfig(url=login["url"]))
 
 
 def _described(login: Login, now: float | None = None) -> str:

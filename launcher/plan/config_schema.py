@@ -236,6 +236,35 @@ class SecretConfig:
     body: bool = False
 
 
+@frozen(kw_only=True)
+class ClientSecretConfig:
+    """``auth.clientSecret``: where the secret of a pre-registered OAuth client is read."""
+
+    __pydantic_config__ = _LENIENT
+
+    # `env:NAME` (a variable of ironcurtain's own environment) or `file:PATH` (a file's content,
+    # one trailing newline dropped). Never the secret itself.
+    from_: Annotated[str, pyd.Field(pattern=r"^(env|file):.+")]
+
+
+@frozen(kw_only=True)
+class AuthConfig:
+    """``auth`` of a remote server: the OAuth client `ironcurtain auth login` logs in as."""
+
+    __pydantic_config__ = _LENIENT
+
+    # The client to log in as: one registered with the authorization server beforehand, or an
+    # `https://` URL, a client ID metadata document (used when the authorization server accepts
+    # those). Unset: the client registers itself (dynamic registration) where the server allows it.
+    client_id: Annotated[str | None, pyd.Field(min_length=1)] = None
+    # A pre-registered client's secret, read from where this says (sent HTTP Basic to the token
+    # endpoint). A client ID metadata document has none.
+    # (A string here, the secret itself, is refused without being repeated.)
+    client_secret: ClientSecretConfig | str | None = None
+    # The scopes asked for (default: those the server names).
+    scopes: list[Annotated[str, pyd.Field(pattern=r"^[!#-\[\]-~]+$")]] = field(default_factory=list)
+
+
 def _detectors(value: list[str]) -> list[str]:
     for name in value:
         if name not in DETECTOR_NAMES:
@@ -280,6 +309,9 @@ class ServerConfig:
     # a private or loopback address pinned here is allowed, for that name only (a name that
     # resolves to such an address otherwise is refused).
     hosts: Annotated[dict[str, str], pyd.AfterValidator(_addresses)] = field(default_factory=dict)
+    # A remote server's OAuth login (`ironcurtain auth login NAME`): the client it is made as, and
+    # the scopes asked for. Without it, the client registers itself where the server allows it.
+    auth: AuthConfig | None = None
     # Its arguments.
     args: list[str] = field(default_factory=list)
     # Its environment: these variables plus `PATH`, `HOME`, `LANG` and `TERM`, nothing else of

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from urllib.parse import urlsplit
 
-from launcher.plan.config_schema import SandboxConfig, ServerConfig
+from launcher.plan.config_schema import AuthConfig, SandboxConfig, ServerConfig
 from launcher.shared.user_errors import ConfigError
 from sandbox_profiles.records import frozen
 
@@ -51,6 +51,30 @@ _LOCAL_ONLY = (("args", "args"), ("env", "env"), ("cwd", "cwd"))
 
 
 @frozen
+class RemoteAuth:
+    """The OAuth client a login to a remote server is made as (its ``auth``): a
+    pre-registered client (``client_id``, and where its secret is read), a client ID
+    metadata document (a ``client_id`` that is an ``https://`` URL), or neither (the client
+    registers itself); and the scopes asked for."""
+
+    client_id: str | None = None
+    secret_from: str | None = None  # `env:NAME` or `file:PATH`; the value is read at login
+    scopes: tuple[str, ...] = ()
+
+    @property
+    def metadata_document(self) -> bool:
+        """Whether the client ID is a client ID metadata document's URL."""
+        return self.client_id is not None and self.client_id.startswith("https://")
+
+    def secret(self, env: Mapping[str, str]) -> str | None:
+        """The client secret, read now; ValueError saying why when it cannot be (never
+        quoting it)."""
+        from launcher.plan.secrets_plan import _value
+
+        return None if self.secret_from is None else _value(self.secret_from, env)
+
+
+@frozen
 class RemoteTarget:
     """Where a remote server is and how it is spoken to."""
 
@@ -60,6 +84,7 @@ class RemoteTarget:
     transport: str  # STREAMABLE_HTTP or SSE
     headers: Mapping[str, str]
     hosts: Mapping[str, str]  # names pinned to addresses
+    auth: RemoteAuth = RemoteAuth()
 
     @property
     def where(self) -> str:
@@ -95,7 +120,17 @@ def target_of(server: ServerConfig) -> RemoteTarget:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     transport = _TRANSPORTS.get(server.type or "http", STREAMABLE_HTTP)
     pins = {k.lower(): v for k, v in server.hosts.items()}
-    return RemoteTarget(server.url, host, port, transport, dict(server.headers), pins)
+    headers = dict(server.headers)
+    return RemoteTarget(server.url, host, port, transport, headers, pins, _auth_of(server))
+
+
+def _auth_of(server: ServerConfig) -> RemoteAuth:
+    auth = server.auth
+    if auth is None:
+        return RemoteAuth()
+    given = auth.client_secret
+    secret = given.from_ if given is not None and not isinstance(given, str) else None
+    return RemoteAuth(auth.client_id, secret, tuple(auth.scopes))
 
 
 def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> ServerConfig:
@@ -117,7 +152,7 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
                 at("command"),
                 'Field required: a "command" (a local server) or a "url" (a remote one)',
             )
-        for key in ("headers", "hosts"):
+        for key in ("headers", "hosts", "auth"):
             if getattr(server, key):
                 raise ConfigError(
                     file,
@@ -149,7 +184,41 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
         )
     _check_url(server, file, at("url"))
     _check_headers(server.headers, file, at)
+    if server.auth is not None:
+        _check_auth(server.auth, file, at)
     return replace(server, sandbox=False, restart=False)
+
+
+def _check_auth(auth: AuthConfig, file: str, at: object) -> None:
+    """A remote server's ``auth``: a client secret only with a pre-registered client; a
+    client ID that is a URL only an ``https://`` one with a path (a metadata document)."""
+    assert callable(at)
+    client = auth.client_id
+    if client is not None and "://" in client:
+        parts = urlsplit(client)
+        if parts.scheme != "https" or parts.path in ("", "/") or not parts.hostname:
+            raise ConfigError(
+                file,
+                at("auth", "clientId"),
+                f"{client!r}: a client ID that is a URL names a client ID metadata document: "
+                "an https:// URL with a path",
+            )
+    if auth.client_secret is None:
+        return
+    if isinstance(auth.client_secret, str):
+        raise ConfigError(
+            file,
+            at("auth", "clientSecret"),
+            "a client secret is not written in the config: give where it is read, "
+            '{"from": "env:NAME"} or {"from": "file:PATH"}',
+        )
+    if client is None or "://" in client:
+        why = "no clientId" if client is None else "a client ID metadata document"
+        raise ConfigError(
+            file,
+            at("auth", "clientSecret"),
+            f"a client secret belongs to a pre-registered client (a clientId), not to {why}",
+        )
 
 
 def _check_url(server: ServerConfig, file: str, where: str) -> None:

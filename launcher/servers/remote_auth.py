@@ -97,21 +97,26 @@ class StoredLogin(OAuthClientProvider):
         super().__init__(
             login["url"], OAuthClientMetadata.model_validate(wanted), _KeptTokens(self)
         )
-        self.login = login
         self.store = store
         self.needed: str | None = None  # why the login cannot be used, once it cannot
+        self._resume(login)
+        self._initialized = True
+
+    def _resume(self, login: Login) -> None:
+        """Take ``login`` whole: its tokens, its client, and the authorization server that
+        issued it (its token endpoint is where its refresh token goes, and nowhere else)."""
+        self.login = login
         context = self.context
-        context.client_info = client
+        context.client_info = OAuthClientInformationFull.model_validate(login["client"])
         context.current_tokens = OAuthToken.model_validate(login["tokens"])
         context.auth_server_url = login.get("issuer")
-        if login.get("resource_metadata"):
-            context.protected_resource_metadata = ProtectedResourceMetadata.model_validate(
-                login["resource_metadata"]
-            )
-        if login.get("server_metadata"):
-            context.oauth_metadata = OAuthMetadata.model_validate(login["server_metadata"])
+        found = login.get("resource_metadata")
+        context.protected_resource_metadata = (
+            ProtectedResourceMetadata.model_validate(found) if found else None
+        )
+        found = login.get("server_metadata")
+        context.oauth_metadata = OAuthMetadata.model_validate(found) if found else None
         self._set_expiry(login.get("expires_at"))
-        self._initialized = True
 
     def hosts(self) -> frozenset[str]:
         """The hosts it sends requests to besides the server's: its authorization server's
@@ -148,10 +153,7 @@ class StoredLogin(OAuthClientProvider):
         stored = self.store.load(self.login["server"], self.login.get("caller"))
         if stored is None or stored.get("url") != self.login["url"] or stored == self.login:
             return
-        self.login = stored
-        self.context.current_tokens = OAuthToken.model_validate(stored["tokens"])
-        self.context.client_info = OAuthClientInformationFull.model_validate(stored["client"])
-        self._set_expiry(stored.get("expires_at"))
+        self._resume(stored)  # a login made anew may be another authorization server's
         self.needed = None
 
     @contextlib.asynccontextmanager

@@ -4,8 +4,10 @@ ironcurtain resolves the server's name itself and connects to the address it che
 lookup answered differently a moment later changes nothing): a name that resolves to a
 loopback, private, link-local, metadata or otherwise special address, or to an address of
 this machine, is refused unless the entry's ``hosts`` pins it to that address; an address
-written in the URL itself, and ``localhost`` (loopback by definition, never looked up), are
-the user's own choice. Only the entry's own host is dialled.
+written in the entry's URL itself, and ``localhost`` there (loopback by definition, never
+looked up), are the user's own choice. Only the entry's own host is dialled, and those of the
+authorization server a login goes through: a host the server names (an address or
+``localhost`` included) is judged like any name.
 """
 
 from __future__ import annotations
@@ -71,6 +73,8 @@ def judged(host: str, addresses: Iterable[str], pins: Mapping[str, str]) -> list
             kind = "an address of this machine"
         if kind is None:
             kept.append(address)
+        elif address == host:
+            reasons.append(f"{host} is {kind}")
         else:
             reasons.append(f"{host} resolves to {address}, {kind}")
     if reasons:  # one special answer among public ones is refused too: a rebinding's first step
@@ -113,7 +117,7 @@ def _checked_backend(
             if name != target.host and name not in also:
                 raise EgressRefused(f"{name} is not {target.host}, the server's own host")
             found = [name] if parse_ip(name) is not None else await _pinned_or(name, port)
-            if found[0] != name and not _chosen(name):
+            if not _chosen(name):
                 found = judged(name, found, target.hosts)
             last: Exception | None = None
             for address in found:
@@ -136,8 +140,13 @@ def _checked_backend(
         return await _resolve(name, port)
 
     def _chosen(name: str) -> bool:
-        """A name whose addresses the user chose: pinned, or ``localhost``."""
-        return name in target.hosts or name == "localhost" or name.endswith(".localhost")
+        """A host whose addresses the user chose: pinned, or the entry's own host when it is
+        an address or ``localhost``. Any other host (one a server or its authorization
+        server named) is judged, an address written in its URL too."""
+        if name in target.hosts:
+            return True
+        local = name == "localhost" or name.endswith(".localhost")
+        return name == target.host and (local or parse_ip(name) is not None)
 
     return Checked()
 

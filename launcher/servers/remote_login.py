@@ -16,13 +16,16 @@ the egress check of :mod:`launcher.servers.remote_egress`, the authorization ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
+import logging
+import secrets
 import threading
 import time
 import webbrowser
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 import anyio
 import httpx2
@@ -32,10 +35,12 @@ from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
     OAuthClientMetadata,
+    OAuthMetadata,
     OAuthToken,
 )
+from pydantic import AnyUrl, PrivateAttr
 
-from launcher.plan.remote_plan import SSE, RemoteTarget
+from launcher.plan.remote_plan import SSE, RemoteAuth, RemoteTarget, is_loopback_name
 from launcher.servers.remote_auth import expiry
 from launcher.servers.remote_egress import EVERY_HOST, EgressRefused, client_for
 from launcher.servers.token_store import Login, TokenStore
@@ -47,6 +52,8 @@ CLIENT_NAME = "ironcurtain"
 # The protocol version the login's opening request is made in (any server answers it; what
 # counts is its 401 and, after the login, that it takes the token).
 OPENING_VERSION = "2025-11-25"
+# The OAuth client's loggers (one per module: a logger's being disabled is not inherited).
+SDK_LOGGERS = ("mcp.client.auth", "mcp.client.auth.oauth2", "mcp.client.auth.utils")
 _FAILURES = (
     OAuthFlowError,
     OAuthRegistrationError,
@@ -62,10 +69,15 @@ class LoginFailed(Exception):
 
 class _Receiver:
     """The one-shot receiver the browser is sent back to: 127.0.0.1, a random port, one
-    path; the first answer carrying a ``code`` or an ``error`` is taken."""
+    path; the first answer carrying a ``code`` or an ``error`` and the ``state`` of the
+    address the browser was sent to is taken. Any other (another local process's, racing
+    the browser with a code or an error of its own) is refused and waited past, said once."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, say: Callable[[str], None]) -> None:
         self.answer: asyncio.Future[dict[str, str]] = loop.create_future()
+        self.state: str | None = None  # the state of the address the browser was sent to
+        self.say = say
+        self.strays = 0
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -74,6 +86,10 @@ class _Receiver:
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
                 if parts.path != CALLBACK_PATH or not ({"code", "error"} & query.keys()):
                     self.send_error(404)
+                    return
+                if not receiver.awaits(query.get("state")):
+                    self.send_error(400, "not the answer this login waits for")
+                    loop.call_soon_threadsafe(receiver.stray)
                     return
                 body = b"ironcurtain: the login is done here; you may close this window.\n"
                 self.send_response(200)
@@ -88,6 +104,21 @@ class _Receiver:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def awaits(self, state: str | None) -> bool:
+        """Whether an answer with ``state`` is the one this login waits for."""
+        expected = self.state
+        return None not in (state, expected) and secrets.compare_digest(
+            str(state).encode(), str(expected).encode()
+        )
+
+    def stray(self) -> None:
+        self.strays += 1
+        if self.strays == 1:
+            self.say(
+                "An answer that is not this login's (another state) came to the receiver and "
+                "was ignored; still waiting for the browser."
+            )
 
     def take(self, query: dict[str, str]) -> None:
         if not self.answer.done():
@@ -142,20 +173,26 @@ async def log_in(
     say: Callable[[str], None],
     caller: str | None = None,
     store: TokenStore | None = None,
+    wait: float = LOGIN_TIMEOUT,
+    secret: str | None = None,
 ) -> Login:
-    """Log in to ``server`` through the person's browser and keep the login."""
+    """Log in to ``server`` through the person's browser (who has ``wait`` seconds to
+    approve) and keep the login. The client is the entry's ``auth``: a pre-registered one
+    (with ``secret``, its client secret, read by the caller), a client ID metadata document,
+    or, failing both, one that registers itself."""
     store = store or TokenStore()
     where = f"remote server '{server}' ({target.where})"
     kept = _Collected()
-    with _Receiver(asyncio.get_running_loop()) as receiver:
-        provider = _provider(target, receiver, kept, say)
+    with _Receiver(asyncio.get_running_loop(), say) as receiver, _sdk_quiet():
+        kept.client = pre_registered(target.auth, receiver.redirect_uri, secret)
+        provider = _provider(target, receiver, kept, say, wait)
         try:
             status = await _knock(target, provider)
         except _FAILURES as exc:
             raise LoginFailed(f"{where}: the login failed: {_said(exc)}") from None
         except TimeoutError:
             raise LoginFailed(
-                f"{where}: no answer came back from the browser within {LOGIN_TIMEOUT:.0f} s"
+                f"{where}: no answer came back from the browser within {wait:.0f} s"
             ) from None
     context = provider.context
     if kept.tokens is None or kept.client is None:
@@ -180,24 +217,114 @@ async def log_in(
     return login
 
 
+@contextlib.contextmanager
+def _sdk_quiet() -> Iterator[None]:
+    """The OAuth client's own log silenced while a login runs: it logs a failed flow with
+    its traceback (to stderr, where no logging is set up); the failure is said in one line
+    by :func:`log_in` instead."""
+    loggers = [logging.getLogger(name) for name in SDK_LOGGERS]
+    were = [logger.disabled for logger in loggers]
+    for logger in loggers:
+        logger.disabled = True
+    try:
+        yield
+    finally:
+        for logger, was in zip(loggers, were, strict=True):
+            logger.disabled = was
+
+
+def plain_endpoint(metadata: OAuthMetadata | None, target: RemoteTarget) -> str | None:
+    """Why the authorization server's endpoints cannot be used, when one of them (or its
+    issuer) is plain ``http://`` to another machine than this one: the person's password,
+    the code and the tokens would travel readable."""
+    if metadata is None:
+        return None
+    for name in ("issuer", "authorization_endpoint", "token_endpoint", "registration_endpoint"):
+        value = getattr(metadata, name)
+        refused = None if value is None else plain_endpoint_url(name, str(value), target)
+        if refused is not None:
+            return refused
+    return None
+
+
+def plain_endpoint_url(name: str, url: str, target: RemoteTarget) -> str | None:
+    """Why the authorization server's endpoint ``name`` at ``url`` is not used, when it is
+    plain ``http://`` to another machine than this one."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return None
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "http" and is_loopback_name(host, target.hosts):
+        return None
+    return (
+        f"its authorization server's {name.replace('_', ' ')} is plain http:// to "
+        f"{host}: the login would travel readable (only https:// is used, http:// "
+        "to this machine only)"
+    )
+
+
+def pre_registered(
+    auth: RemoteAuth, redirect_uri: str, secret: str | None
+) -> OAuthClientInformationFull | None:
+    """The pre-registered client of ``auth`` (None when it names none: a metadata document's
+    URL, or no client at all). With a secret, it authenticates to the token endpoint with
+    HTTP Basic; a public client sends its ID alone."""
+    if auth.client_id is None or auth.metadata_document:
+        return None
+    return OAuthClientInformationFull(
+        client_id=auth.client_id,
+        client_secret=secret,
+        client_name=CLIENT_NAME,
+        redirect_uris=[AnyUrl(redirect_uri)],
+        grant_types=["authorization_code", "refresh_token"],
+        response_types=["code"],
+        token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        scope=" ".join(auth.scopes) or None,
+    )
+
+
+class _Scoped(OAuthClientMetadata):
+    """The client's metadata, whose scope stays the one the config names (when it names
+    one) whatever the server's challenge or metadata suggests."""
+
+    _fixed: str | None = PrivateAttr(default=None)  # never sent: not a field
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "scope" and self._fixed is not None:
+            value = self._fixed
+        super().__setattr__(name, value)
+
+
 def _provider(
-    target: RemoteTarget, receiver: _Receiver, kept: _Collected, say: Callable[[str], None]
+    target: RemoteTarget,
+    receiver: _Receiver,
+    kept: _Collected,
+    say: Callable[[str], None],
+    wait: float,
 ) -> OAuthClientProvider:
-    metadata = OAuthClientMetadata.model_validate(
+    scope = " ".join(target.auth.scopes) or None
+    metadata = _Scoped.model_validate(
         {
             "client_name": CLIENT_NAME,
             "redirect_uris": [receiver.redirect_uri],
             "grant_types": ["authorization_code", "refresh_token"],
             "response_types": ["code"],
             "token_endpoint_auth_method": "none",
+            "scope": scope,
         }
     )
+    metadata._fixed = scope
+    document = target.auth.client_id if target.auth.metadata_document else None
 
     async def redirect(url: str) -> None:
+        refused = plain_endpoint(provider.context.oauth_metadata, target)
+        if refused is not None:
+            raise OAuthFlowError(refused)
+        receiver.state = dict(parse_qsl(urlsplit(url).query)).get("state")
         await anyio.to_thread.run_sync(open_browser, url, say)
 
     async def callback() -> AuthorizationCodeResult:
-        with anyio.fail_after(LOGIN_TIMEOUT):
+        with anyio.fail_after(wait):
             query = await receiver.answer
         if "error" in query:
             said = query.get("error_description") or query["error"]
@@ -206,7 +333,10 @@ def _provider(
             code=query["code"], state=query.get("state"), iss=query.get("iss")
         )
 
-    return OAuthClientProvider(target.url, metadata, kept, redirect, callback)
+    provider = OAuthClientProvider(
+        target.url, metadata, kept, redirect, callback, client_metadata_url=document
+    )
+    return provider
 
 
 async def _knock(target: RemoteTarget, provider: OAuthClientProvider) -> int:
@@ -245,6 +375,20 @@ def _dumped(model: Any) -> dict[str, Any] | None:
     return None if model is None else dict(model.model_dump(mode="json", exclude_none=True))
 
 
+# Characters of a failure's words said at most: what an authorization server answered is in
+# some of them, and may be long.
+SAID_LIMIT = 300
+
+
 def _said(exc: BaseException) -> str:
+    """A failure in one line. A token answer that is not one is not quoted: its parse error
+    repeats the answer, tokens and all.
+
+    >>> _said(OAuthTokenError("Invalid token response: 1 validation error ... at-secret"))
+    'its token endpoint answered something that is not a token response'
+    """
     text = str(exc) or type(exc).__name__
-    return " ".join(text.split())
+    if isinstance(exc, OAuthTokenError) and text.startswith("Invalid token response"):
+        return "its token endpoint answered something that is not a token response"
+    text = " ".join(text.split())
+    return text if len(text) <= SAID_LIMIT else text[: SAID_LIMIT - 3] + "..."

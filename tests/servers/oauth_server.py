@@ -10,6 +10,11 @@ record file: each token issued (``grant``, ``access``, ``refresh``, ``resource``
 call (``tool``, ``args``) and the bearer token it came with, and the ``Authorization`` header
 of every request (``seen``).
 
+Its revocation endpoint (RFC 7009) records each token revoked (``revoked``);
+``$OAUTH_REVOKE`` set to ``0``: it offers none. ``$OAUTH_CLIENT`` names a pre-registered
+client (``ID:SECRET``); each registration is recorded (``registered``), and each grant its
+client and scopes.
+
 Usage: ``oauth_server.py PORT RECORD LIFETIME [MOVED_TO]``; with ``MOVED_TO`` (an issuer URL)
 the server names that authorization server instead and has none of its own.
 """
@@ -17,6 +22,7 @@ the server names that authorization server instead and has none of its own.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import time
@@ -33,14 +39,17 @@ from mcp.server.auth.provider import (
     TokenError,
     construct_redirect_uri,
 )
-from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
+from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions, RevocationOptions
 from mcp.server.mcpserver import MCPServer
-from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
+from mcp.shared.auth import InvalidRedirectUriError, OAuthClientInformationFull, OAuthToken
+from pydantic import AnyUrl
 
 PORT = int(sys.argv[1]) if len(sys.argv) > 1 else 0
 RECORD = Path(sys.argv[2]) if len(sys.argv) > 2 else Path("/dev/null")
 LIFETIME = int(sys.argv[3]) if len(sys.argv) > 3 else 3600
-ISSUER = f"http://127.0.0.1:{PORT}"
+# The name it is reached by (``$OAUTH_HOST``, default 127.0.0.1): its issuer and resource.
+HOST = os.environ.get("OAUTH_HOST", "127.0.0.1")
+ISSUER = f"http://{HOST}:{PORT}"
 RESOURCE = f"{ISSUER}/mcp"
 MOVED_TO = sys.argv[4] if len(sys.argv) > 4 else None
 
@@ -50,11 +59,42 @@ def _record(**event: Any) -> None:
         out.write(json.dumps(event) + "\n")
 
 
+class Loopback(OAuthClientInformationFull):
+    """A pre-registered client: its redirect URI on 127.0.0.1 at any port (RFC 8252 7.3)."""
+
+    def validate_redirect_uri(self, redirect_uri: AnyUrl | None) -> AnyUrl:
+        if (
+            redirect_uri is None
+            or redirect_uri.host != "127.0.0.1"
+            or redirect_uri.scheme != "http"
+        ):
+            raise InvalidRedirectUriError(f"Redirect URI '{redirect_uri}' not registered")
+        return redirect_uri
+
+
+def _pre_registered() -> dict[str, OAuthClientInformationFull]:
+    """``$OAUTH_CLIENT`` (``ID:SECRET``, or ``ID`` for a public client): a client registered
+    beforehand, for the scopes ``mcp`` and ``extra``."""
+    given = os.environ.get("OAUTH_CLIENT")
+    if not given:
+        return {}
+    client_id, _, secret = given.partition(":")
+    client = Loopback(
+        client_id=client_id,
+        client_secret=secret or None,
+        redirect_uris=[AnyUrl("http://127.0.0.1/callback")],
+        token_endpoint_auth_method="client_secret_basic" if secret else "none",
+        grant_types=["authorization_code", "refresh_token"],
+        scope="mcp extra",
+    )
+    return {client_id: client}
+
+
 class Provider:
     """An authorization server kept in memory that says yes to everyone."""
 
     def __init__(self) -> None:
-        self.clients: dict[str, OAuthClientInformationFull] = {}
+        self.clients: dict[str, OAuthClientInformationFull] = _pre_registered()
         self.codes: dict[str, AuthorizationCode] = {}
         self.refresh: dict[str, RefreshToken] = {}
         self.access: dict[str, AccessToken] = {}
@@ -65,6 +105,7 @@ class Provider:
     async def register_client(self, client_info: OAuthClientInformationFull) -> None:
         assert client_info.client_id is not None
         self.clients[client_info.client_id] = client_info
+        _record(registered=client_info.client_id, scope=client_info.scope)
 
     async def authorize(
         self, client: OAuthClientInformationFull, params: AuthorizationParams
@@ -100,7 +141,14 @@ class Provider:
         self.refresh[refresh] = RefreshToken(
             token=refresh, client_id=client_id, scopes=scopes, resource=resource
         )
-        _record(grant=grant, access=access, refresh=refresh, resource=resource)
+        _record(
+            grant=grant,
+            access=access,
+            refresh=refresh,
+            resource=resource,
+            client=client_id,
+            scopes=scopes,
+        )
         return OAuthToken(
             access_token=access, expires_in=LIFETIME, scope=" ".join(scopes), refresh_token=refresh
         )
@@ -142,6 +190,7 @@ class Provider:
         raise TokenError("unsupported_grant_type", "not this grant")
 
     async def revoke_token(self, token: AccessToken | RefreshToken) -> None:
+        _record(revoked=token.token)
         self.access.pop(token.token, None)
         self.refresh.pop(token.token, None)
 
@@ -172,9 +221,10 @@ def _server() -> MCPServer:
             resource_server_url=RESOURCE,
             validate_token_resource=True,
             client_registration_options=ClientRegistrationOptions(
-                enabled=True, valid_scopes=["mcp"]
+                enabled=True, valid_scopes=["mcp", "extra"]
             ),
             required_scopes=["mcp"],
+            revocation_options=RevocationOptions(enabled=os.environ.get("OAUTH_REVOKE") != "0"),
         ),
     )
 
@@ -204,10 +254,42 @@ def _seeing(app: Any) -> Any:
     return seeing
 
 
+def _public_revocation(app: Any) -> Any:
+    """``app``, whose revocation endpoint takes a public client's request (RFC 7009 asks no
+    ``client_secret`` of one; the SDK's handler wants the field there, empty or not)."""
+
+    async def revoking(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["path"] != "/revoke":
+            await app(scope, receive, send)
+            return
+        body = b""
+        while True:
+            part = await receive()
+            body += part.get("body", b"")
+            if not part.get("more_body"):
+                break
+        if b"client_secret=" not in body:
+            body += b"&client_secret="
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(body)).encode())]}
+        sent = False
+
+        async def again() -> dict[str, Any]:
+            nonlocal sent
+            if sent:
+                return {"type": "http.disconnect"}
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, again, send)
+
+    return revoking
+
+
 def main() -> None:
     import uvicorn
 
-    app = _seeing(mcp.streamable_http_app())
+    app = _seeing(_public_revocation(mcp.streamable_http_app()))
     uvicorn.run(app, host="127.0.0.1", port=PORT, log_level="warning")
 
 

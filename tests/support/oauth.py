@@ -5,6 +5,7 @@ approves a login (tests/servers/approving_browser.py)."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -30,9 +31,11 @@ class OAuthRemote:
     port: int
     record: Path
 
+    host: str = "127.0.0.1"
+
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://{self.host}:{self.port}/mcp"
 
     def events(self) -> list[dict[str, Any]]:
         if not self.record.exists():
@@ -41,6 +44,14 @@ class OAuthRemote:
 
     def grants(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "grant" in e]
+
+    def registered(self) -> list[str]:
+        """The client IDs it registered (dynamic registration)."""
+        return [e["registered"] for e in self.events() if "registered" in e]
+
+    def revoked(self) -> set[str]:
+        """The tokens revoked at its revocation endpoint."""
+        return {e["revoked"] for e in self.events() if "revoked" in e}
 
     def calls(self) -> list[dict[str, Any]]:
         return [e for e in self.events() if "tool" in e]
@@ -56,17 +67,31 @@ class OAuthRemote:
 
 @contextmanager
 def oauth_server(
-    record_dir: Path, port: int, lifetime: int, moved_to: str | None = None
+    record_dir: Path,
+    port: int,
+    lifetime: int,
+    moved_to: str | None = None,
+    host: str = "127.0.0.1",
+    client: str = "",
+    revoke: bool = True,
 ) -> Iterator[OAuthRemote]:
     """The server on ``port`` until the block ends; it records into ``record_dir`` (keep
     that outside the user's home and state: the record holds tokens in clear). With
-    ``moved_to``, it names that authorization server instead of its own."""
+    ``moved_to``, it names that authorization server instead of its own; ``client``
+    (``ID:SECRET``) is a client registered with it beforehand; ``revoke`` false: it offers
+    no revocation endpoint."""
     record = record_dir / f"oauth-{port}.jsonl"
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), str(port), str(record), str(lifetime)]
         + ([moved_to] if moved_to else []),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={
+            **os.environ,
+            "OAUTH_HOST": host,
+            "OAUTH_CLIENT": client,
+            "OAUTH_REVOKE": "1" if revoke else "0",
+        },
     )
     try:
         deadline = time.monotonic() + 30
@@ -78,7 +103,7 @@ def oauth_server(
                 err = proc.stderr.read().decode() if proc.stderr else ""
                 raise RuntimeError(f"the OAuth server did not start: {err}")
             time.sleep(0.05)
-        yield OAuthRemote(port, record)
+        yield OAuthRemote(port, record, host)
     finally:
         proc.terminate()
         try:
