@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from launcher.host.no_dumps import keep_from_dumps
 from launcher.shared import dirs
 
 if TYPE_CHECKING:
@@ -141,6 +142,8 @@ class TokenStore:
         if self._fernet is None:
             from cryptography.fernet import Fernet
 
+            # A process that can open the logins holds tokens: no core file, no reader.
+            keep_from_dumps()
             self._ready()
             self._fernet = Fernet(self._key_bytes())
         return self._fernet
