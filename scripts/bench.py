@@ -32,6 +32,10 @@
   telemetry per call over stdio, calls not exported vs each exported as an OpenTelemetry
           span and counters (OTEL_EXPORTER_OTLP_ENDPOINT: a receiver on loopback); and
           recording one call in process
+  remote  per call, a remote server (the mcp SDK's, streamable HTTP on loopback) through
+          `ironcurtain run` (a `url` entry, spoken to over stdio) vs the same server called
+          directly over HTTP from a raw socket; and directly through the SDK's own client
+          (scripts/bench_remote.py)
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -59,6 +63,7 @@ import bench_callers as crowds
 import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
+import bench_remote as remotes
 import bench_start as starting
 import bench_telemetry as telemetries
 from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, ms
@@ -76,6 +81,7 @@ GOALS = {
     "gateway": "<= 0.05 ms added per call (keys cached)",
     "callers": "p99 <= 2x one caller's with 20 at once; <= 5 MB per caller",
     "telemetry": "export never holds a call (background batches)",
+    "remote": "<= 0.3 ms added median over direct HTTP",
 }
 results: dict[str, str] = {}
 
@@ -348,6 +354,10 @@ def bench_telemetry(quick: bool) -> None:
     results["telemetry"] = telemetries.bench_telemetry(quick)
 
 
+def bench_remote(quick: bool) -> None:
+    results["remote"] = remotes.bench_remote(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -361,6 +371,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "gateway": bench_gateway,
     "callers": bench_callers,
     "telemetry": bench_telemetry,
+    "remote": bench_remote,
 }
 
 
