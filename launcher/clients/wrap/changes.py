@@ -45,6 +45,7 @@ from launcher.clients.files.formats import NotEditable, plain, replace
 from launcher.clients.files.jsonc import JsoncError, parse, unwritable
 from launcher.clients.wrap.definition import LeftAlone, moved_definition, references_environment
 from launcher.clients.wrap.remote_entries import (
+    login_note,
     remote_definition,
     remote_entry,
     remote_problem,
@@ -334,6 +335,7 @@ def _plan_entry(
         return
     server = config_name(e.name, f.client.name, definition, existing)
     entry = remote_entry(f, e, server) if remote else client_entry(f, e, kept, server)
+    notes += login_note(f, e, server, definition) if remote else []
     # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
     problem = unwritable({server: definition}) or unwritable(entry)
     if problem is not None:

@@ -49,7 +49,14 @@ from launcher.clients.catalogue.var_syntax import LeftAlone, translate
 from launcher.clients.files.formats import plain
 from sandbox_profiles.records import frozen
 
-__all__ = ["LeftAlone", "remote_definition", "remote_entry", "remote_problem", "shown_url"]
+__all__ = [
+    "LeftAlone",
+    "login_note",
+    "remote_definition",
+    "remote_entry",
+    "remote_problem",
+    "shown_url",
+]
 
 
 @frozen
@@ -257,12 +264,23 @@ def remote_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str
             f"owner-only, 0600) and leave {f.path} (its backup keeps them); ironcurtain sends "
             "them to that server only, never to the client"
         )
-    if not any(h.lower() == "authorization" for h in headers):
-        notes.append(
-            f"{e.name}: if the server asks for a login, run `ironcurtain auth login NAME` "
-            "(NAME as in ironcurtain's config)"
-        )
     return definition, {}, notes
+
+
+def login_note(f: ClientFile, e: Entry, server: str, definition: dict[str, Any]) -> list[str]:
+    """What to say of logging in to the wrapped remote server ``server`` (nothing when its
+    headers carry an ``Authorization`` of their own)."""
+    if any(h.lower() == "authorization" for h in definition.get("headers") or {}):
+        return []
+    whose = (
+        f" (this project's server, at {shown_url(definition['url'])}: log in only if you "
+        "trust it with your account there)"
+        if f.scope == "project"
+        else ""
+    )
+    return [
+        f"{e.name}: if the server asks for a login, run `ironcurtain auth login {server}`{whose}"
+    ]
 
 
 def remote_entry(f: ClientFile, e: Entry, server: str) -> dict[str, Any]:
