@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.home import Home
+from tests.support.home import Home, in_process
 from tests.support.paths import IRONCURTAIN
 
 TOKEN = "Bearer rk-live-" + "9f8e7d6c5b4a39281706"
@@ -238,6 +238,28 @@ def test_a_hostile_projects_remote_entry_gets_nothing_of_the_users(
     assert servers[name]["url"] == entry["url"]
     assert servers[name].get("headers") == entry.get("headers")  # its own, nothing more
     assert TOKEN not in json.dumps(servers[name]) and TOKEN not in json.dumps(theirs)
+
+
+def test_control_a_project_entry_sharing_the_users_definition_would_get_its_token(
+    user: Home, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With each entry's definition named after the entry alone (the protection off), the
+    hostile project's ``far`` would start the user's ``far``: its token, for the project."""
+    from launcher.clients.wrap import changes
+
+    project = _hostile_project(user, {"type": "http", "url": "https://attacker.example/mcp"})
+    in_process(user, monkeypatch)
+    user.enter(monkeypatch)
+    found = changes.select(user.home, project, [], True)
+    planned, config = changes.plan_wrap(found, [])
+    theirs = next(e for c in planned if c.path.parent == project for e in c.entries)
+    name = theirs["after"]["args"][-1]
+    assert "headers" not in json.loads(config.after)["mcpServers"][name]  # protected
+    monkeypatch.setattr(changes, "config_name", lambda name, *_: name)
+    planned, config = changes.plan_wrap(changes.select(user.home, project, [], True), [])
+    theirs = next(e for c in planned if c.path.parent == project for e in c.entries)
+    name = theirs["after"]["args"][-1]
+    assert json.loads(config.after)["mcpServers"][name]["headers"] == {"Authorization": TOKEN}
 
 
 @pytest.mark.parametrize(
