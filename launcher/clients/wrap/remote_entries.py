@@ -194,8 +194,11 @@ def _client_login(f: ClientFile, e: Entry) -> None:
     except (OSError, ValueError, AttributeError):
         return
     for key, login in logins.items() if isinstance(logins, dict) else ():
-        named = login.get("serverName") if isinstance(login, dict) else None
-        if str(key).partition("|")[0] == e.name or named == e.name:
+        if not isinstance(login, dict) or not (
+            login.get("accessToken") or login.get("refreshToken")
+        ):
+            continue  # none, or one Claude Code has cleared (it keeps the entry, emptied)
+        if str(key).partition("|")[0] == e.name or login.get("serverName") == e.name:
             raise LeftAlone(
                 f"Claude Code keeps an OAuth login for it ({store}), which ironcurtain cannot "
                 "take over; to protect it, clear that login in Claude Code (/mcp), wrap it, "

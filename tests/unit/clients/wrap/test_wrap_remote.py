@@ -173,7 +173,9 @@ def test_a_login_claude_code_keeps_for_the_server_is_left_with_it(user: Home) ->
     assert "Claude Code keeps an OAuth login for it" in done.stderr, done.stderr
     assert "ironcurtain auth login far" in done.stderr
     assert path.read_bytes() == before
-    store.write_text(json.dumps({"mcpOAuth": {}}))  # control: without it, wrapped
+    # Control: the login cleared in Claude Code (which keeps its entry, emptied): wrapped.
+    cleared = {**login, "accessToken": "", "refreshToken": None}
+    store.write_text(json.dumps({"mcpOAuth": {"far|1a2b3c": cleared}}))
     done = _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate")
     assert path.read_bytes() != before, done.stderr
 
