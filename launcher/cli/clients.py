@@ -94,7 +94,7 @@ def wrap(
     from launcher.clients.wrap.annotation_runs import later_command
     from launcher.clients.wrap.apply import apply_wrap, ensure_user_policy
     from launcher.clients.wrap.changes import diff, plan_wrap, select
-    from launcher.clients.wrap.remote_entries import keep_owner_only
+    from launcher.clients.wrap.remote_entries import hide_headers, keep_owner_only
 
     user, root = _where("wrap", project)
     files = select(user, root, client or [], everything)
@@ -111,8 +111,9 @@ def wrap(
         _say("wrap", "nothing to wrap")
         return
     if dry_run:
+        moved = [d for c in changes for d in c.definitions.values()]
         for change in [*changes, config]:
-            print(diff(change), end="")
+            print(hide_headers(diff(change), moved), end="")
         return
     made = [ensure_user_policy()]
     # A token a remote entry's headers move there is kept owner-only before it is written.

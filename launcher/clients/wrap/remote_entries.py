@@ -51,6 +51,7 @@ from sandbox_profiles.records import frozen
 
 __all__ = [
     "LeftAlone",
+    "hide_headers",
     "login_note",
     "remote_definition",
     "remote_entry",
@@ -312,3 +313,15 @@ def keep_owner_only(config: Path, definitions: Iterable[Mapping[str, Any]]) -> s
         return None
     os.chmod(real, mode & 0o700)
     return f"{config}: made owner-only (it holds a remote server's headers; it was {mode:o})"
+
+
+def hide_headers(text: str, definitions: Iterable[Mapping[str, Any]]) -> str:
+    """``text`` (a diff to show) with the value of each header a remote server's definition
+    carries masked, and the credential after its scheme (``Bearer X``): shown, never."""
+    for definition in definitions:
+        for name, value in (definition.get("headers") or {}).items():
+            _, _, credential = str(value).partition(" ")
+            for part in (str(value), credential):
+                if len(part) >= 8:
+                    text = text.replace(part, f'[secret masked: "{name}" header]')
+    return text

@@ -114,6 +114,9 @@ def test_a_dry_run_shows_the_move_and_writes_nothing(user: Home) -> None:
     assert '-      "url": "https://a.example/mcp",' in done.stdout  # out of the client's file
     assert '+      "url": "https://a.example/mcp",' in done.stdout  # into ironcurtain's config
     assert '+      "type": "stdio",' in done.stdout
+    # The token moving is shown by its header's name, never its value.
+    assert TOKEN.split()[1] not in done.stdout
+    assert '"Authorization": "[secret masked: "Authorization" header]"' in done.stdout
     assert path.read_bytes() == before
     assert not (user.config / "ironcurtain" / "mcp-servers.json").exists()
 
