@@ -7,7 +7,8 @@ Each client writes a remote entry its own way (:data:`FORMS`, from each client's
 documentation): Claude Code, Copilot CLI and VS Code ``{"type": "http"|"sse", "url",
 "headers"}``, Cursor the same with ``type`` optional, Windsurf ``serverUrl``, Gemini CLI and
 Qwen Code ``httpUrl`` (streamable HTTP) or ``url`` (SSE), opencode ``{"type": "remote",
-"url", "headers"}``. Any other client's remote entry is left alone, said so.
+"url", "headers"}``, Codex CLI ``url`` and ``http_headers``. Any other client's remote entry
+is left alone, said so.
 
 An entry is left alone, with the reason, when it carries a credential ironcurtain cannot
 take over: a header or URL holding a variable its client fills when it connects (an
@@ -68,6 +69,7 @@ class RemoteForm:
     types: tuple[tuple[str, str], ...]  # a ``type`` value, and the transport it means
     type_required: bool = False
     stdio_type: str = "stdio"  # the ``type`` of the wrapped entry, when it has one
+    headers: str = "headers"  # the key of its static headers
 
 
 _TYPED = RemoteForm((("url", ""),), (("http", "http"), ("sse", "sse")), type_required=True)
@@ -86,6 +88,7 @@ FORMS: dict[str, RemoteForm] = {
     "opencode": RemoteForm(
         (("url", ""),), (("remote", "http"),), type_required=True, stdio_type="local"
     ),
+    "codex": RemoteForm((("url", "http"),), (), headers="http_headers"),
 }
 # Keys through which a client does its own authentication: never taken over.
 OAUTH_KEYS = frozenset(
@@ -121,13 +124,13 @@ def _form(f: ClientFile) -> RemoteForm:
 
 
 def _keys(f: ClientFile, e: Entry, form: RemoteForm) -> None:
-    allowed = {k for k, _ in form.urls} | {"type", "headers"} | INERT_KEYS | f.client.shape.inert
+    allowed = {k for k, _ in form.urls} | {"type", form.headers} | INERT_KEYS | f.client.shape.inert
     for key in e.raw:
         if key in OAUTH_KEYS:
             raise LeftAlone(
                 f"its {key!r} is {f.client.label}'s own authentication to it, which "
-                "ironcurtain cannot take over (remove it and log in with `ironcurtain auth "
-                f"login {e.name}` after wrapping, if you want ironcurtain to)"
+                "ironcurtain cannot take over (to put it behind ironcurtain: remove it, wrap, "
+                f"then `ironcurtain auth login {e.name}`, or a header in ironcurtain's config)"
             )
         if key not in allowed:
             raise LeftAlone(f"it has the key {key!r}, which wrap does not move")
@@ -172,8 +175,8 @@ def _as_written(f: ClientFile, where: str, value: str) -> None:
         )
 
 
-def _headers(f: ClientFile, e: Entry) -> dict[str, str]:
-    headers = e.raw.get("headers")
+def _headers(f: ClientFile, e: Entry, key: str) -> dict[str, str]:
+    headers = e.raw.get(key)
     if headers is None:
         return {}
     if not isinstance(headers, dict) or not headers:
@@ -238,7 +241,7 @@ def _definition(f: ClientFile, e: Entry) -> dict[str, Any]:
     form = _form(f)
     _keys(f, e, form)
     url, transport = _transport(f, e, form)
-    headers = _headers(f, e)
+    headers = _headers(f, e, form.headers)
     _client_login(f, e)
     _project_address(f, url)
     definition: dict[str, Any] = {"url": url, "type": transport}
@@ -291,7 +294,7 @@ def remote_entry(f: ClientFile, e: Entry, server: str) -> dict[str, Any]:
     """The client's new entry: its inert keys kept, starting ironcurtain for ``server`` over
     stdio (its URL and headers gone with the definition)."""
     form = _form(f)
-    raw = {k: v for k, v in plain(e.raw).items() if k not in (*URL_KEYS, "headers")}
+    raw = {k: v for k, v in plain(e.raw).items() if k not in (*URL_KEYS, form.headers)}
     if "type" in raw or form.type_required:
         raw["type"] = form.stdio_type
     run = run_args(server, workspace_of(f, e))

@@ -12,6 +12,7 @@ import json
 import os
 import stat
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -104,6 +105,39 @@ def test_a_remote_entry_is_wrapped_and_unwrapped_byte_for_byte(user: Home, clien
     undone = _cli(user, user.root, "unwrap", "--client", client)
     assert undone.returncode == 0, undone.stderr
     assert path.read_bytes() == before
+
+
+CODEX = """# Codex CLI
+model = "o4-mini"
+
+# a remote server
+[mcp_servers.far]
+url = "https://a.example/mcp"
+http_headers = { "X-Api-Key" = "k-live-9f8e7d6c5b4a" }
+startup_timeout_sec = 20
+
+[mcp_servers.gh]
+url = "https://api.githubcopilot.com/mcp/"
+bearer_token_env_var = "GITHUB_PAT"
+"""
+
+
+def test_codex_remote_tables_are_wrapped_in_their_toml(user: Home) -> None:
+    path = user.home / ".codex" / "config.toml"
+    path.parent.mkdir()
+    path.write_text(CODEX)
+    done = _cli(user, user.root, "wrap", "--client", "codex", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    assert "gh: its 'bearer_token_env_var' is Codex CLI's own authentication" in done.stderr
+    servers = tomllib.loads(path.read_text())["mcp_servers"]
+    assert servers["far"]["args"][-2:] == ["--server", "far"]
+    assert servers["far"]["startup_timeout_sec"] == 20 and "http_headers" not in servers["far"]
+    assert servers["gh"] == tomllib.loads(CODEX)["mcp_servers"]["gh"]  # left alone
+    moved = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
+    assert moved["mcpServers"]["far"]["headers"] == {"X-Api-Key": "k-live-9f8e7d6c5b4a"}
+    assert path.read_text().startswith('# Codex CLI\nmodel = "o4-mini"\n\n# a remote server\n')
+    assert _cli(user, user.root, "unwrap", "--client", "codex").returncode == 0
+    assert path.read_text() == CODEX
 
 
 def test_a_dry_run_shows_the_move_and_writes_nothing(user: Home) -> None:
