@@ -1,13 +1,14 @@
 """Remote entries wrapped as a user takes it, with real clients: a streamable-HTTP server on
 the ``mcp`` SDK on loopback that refuses any request without its bearer token, added with
-Claude Code's own ``claude mcp add --transport http --header``, and the same server in VS
-Code's user ``mcp.json`` (``servers``, ``type: http``; there is no VS Code here, so its
-entry is started as VS Code starts a stdio entry, by the MCP Inspector's CLI). After
-``ironcurtain wrap --all``, ``claude mcp list`` shows the server connected through
-ironcurtain, and calls through each client's entry reach the server (ironcurtain holding
-the token, the clients' files no longer). A hostile project's ``.mcp.json`` names a server
-of the same name at the attacker's URL: wrapped too, its calls reach the attacker, who
-never sees the user's token. ``unwrap --all`` gives every entry back as it was."""
+Claude Code's own ``claude mcp add --transport http --header`` and Gemini CLI's ``gemini
+mcp add -t http -H``, and the same server in VS Code's user ``mcp.json`` (``servers``,
+``type: http``; there is no VS Code here, so its entry is started as VS Code starts a stdio
+entry, by the MCP Inspector's CLI). After ``ironcurtain wrap --all``, ``claude mcp list``
+and ``gemini mcp list`` show the server connected through ironcurtain, and calls through
+each client's entry pass the gate and reach the server (ironcurtain holding the token, the
+clients' files no longer). A hostile project's ``.mcp.json`` names a server of the same
+name at the attacker's URL: wrapped too, its calls reach the attacker, who never sees the
+user's token. ``unwrap --all`` gives every entry back as it was."""
 
 from __future__ import annotations
 
@@ -54,6 +55,7 @@ def _vscode(machine: Machine) -> Path:
 def _files(machine: Machine) -> dict[str, Path]:
     return {
         "claude": machine.home / ".claude.json",
+        "gemini": machine.home / ".gemini" / "settings.json",
         "vscode": _vscode(machine),
         "project": machine.work / ".mcp.json",
     }
@@ -70,6 +72,8 @@ def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wrapped]:
     ):
         client(machine, "claude", "mcp", "add", "--transport", "http", "-s", "user", "far",
                remote.url, "--header", f"Authorization: Bearer {TOKEN}")  # fmt: skip
+        client(machine, "gemini", "mcp", "add", "-s", "user", "-t", "http", "--timeout", "60000",
+               "-H", f"Authorization: Bearer {TOKEN}", "far-gemini", remote.url)  # fmt: skip
         _vscode(machine).parent.mkdir(parents=True)
         entry = {"type": "http", "url": remote.url, "headers": {"Authorization": f"Bearer {TOKEN}"}}
         _vscode(machine).write_text(
@@ -89,13 +93,23 @@ def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wrapped]:
         yield Wrapped(machine, remote, attacker, seen, before, servers)
 
 
-def test_claude_lists_the_remote_server_connected_through_ironcurtain(wrapped: Wrapped) -> None:
-    said = client(wrapped.machine, "claude", "mcp", "list")
-    line = rf"^far: {re.escape(str(IRONCURTAIN))} run .* --server far - ✔ Connected$"
+LISTED = {
+    "claude": r"^far: {ic} run .* --server far - ✔ Connected$",
+    "gemini": r"^✓ far-gemini: {ic} run .* --server far-gemini \(stdio\) - Connected$",
+}
+SERVER = {"claude": "far", "gemini": "far-gemini", "vscode": "far-vscode"}
+
+
+@pytest.mark.parametrize("name", sorted(LISTED))
+def test_each_client_lists_the_remote_server_connected_through_ironcurtain(
+    wrapped: Wrapped, name: str
+) -> None:
+    said = client(wrapped.machine, name, "mcp", "list")
+    line = LISTED[name].format(ic=re.escape(str(IRONCURTAIN)))
     assert re.search(line, said, re.MULTILINE), said
     # The token left the client's file; ironcurtain's config holds it.
-    assert TOKEN not in (wrapped.machine.home / ".claude.json").read_text()
-    assert wrapped.servers["far"]["headers"] == {"Authorization": f"Bearer {TOKEN}"}
+    assert TOKEN not in _files(wrapped.machine)[name].read_text()
+    assert wrapped.servers[SERVER[name]]["headers"] == {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _inspector_file(wrapped: Wrapped, name: str) -> Path:
@@ -121,11 +135,11 @@ def _review(wrapped: Wrapped, server: str) -> None:
     path.write_text(json.dumps(annotations, indent=2))
 
 
-@pytest.mark.parametrize(("name", "server"), [("claude", "far"), ("vscode", "far-vscode")])
+@pytest.mark.parametrize("name", ["claude", "gemini", "vscode"])
 def test_a_call_through_the_wrapped_entry_passes_the_gate_to_the_remote_server(
-    wrapped: Wrapped, name: str, server: str
+    wrapped: Wrapped, name: str
 ) -> None:
-    machine, config = wrapped.machine, _inspector_file(wrapped, name)
+    machine, config, server = wrapped.machine, _inspector_file(wrapped, name), SERVER[name]
     said = f"from {name}"
     # The heuristic left echo unclassified: the gate refuses it, and it never reaches.
     error, text = inspector_call(machine, config, server, "echo", text=said)
@@ -176,6 +190,7 @@ def test_unwrap_all_gives_every_entry_back(wrapped: Wrapped) -> None:
     now = {name: path.read_bytes() for name, path in _files(machine).items()}
     assert now["vscode"] == wrapped.before["vscode"]
     assert now["project"] == wrapped.before["project"]
-    claude = json.loads(now["claude"])["mcpServers"]["far"]
-    assert claude == json.loads(wrapped.before["claude"])["mcpServers"]["far"]
-    assert claude["headers"] == {"Authorization": f"Bearer {TOKEN}"}
+    for name in ("claude", "gemini"):  # files their clients rewrite as they run
+        entry = json.loads(now[name])["mcpServers"][SERVER[name]]
+        assert entry == json.loads(wrapped.before[name])["mcpServers"][SERVER[name]]
+        assert entry["headers"] == {"Authorization": f"Bearer {TOKEN}"}

@@ -6,9 +6,9 @@ ironcurtain to the remote server, through the gate).
 Each client writes a remote entry its own way (:data:`FORMS`, from each client's
 documentation): Claude Code, Copilot CLI and VS Code ``{"type": "http"|"sse", "url",
 "headers"}``, Cursor the same with ``type`` optional, Windsurf ``serverUrl``, Gemini CLI and
-Qwen Code ``httpUrl`` (streamable HTTP) or ``url`` (SSE), opencode ``{"type": "remote",
-"url", "headers"}``, Codex CLI ``url`` and ``http_headers``. Any other client's remote entry
-is left alone, said so.
+Qwen Code ``httpUrl`` (streamable HTTP) or ``url`` (SSE, or as its ``type`` says), opencode
+``{"type": "remote", "url", "headers"}``, Codex CLI ``url`` and ``http_headers``. Any other
+client's remote entry is left alone, said so.
 
 An entry is left alone, with the reason, when it carries a credential ironcurtain cannot
 take over: a header or URL holding a variable its client fills when it connects (an
@@ -70,9 +70,11 @@ class RemoteForm:
     type_required: bool = False
     stdio_type: str = "stdio"  # the ``type`` of the wrapped entry, when it has one
     headers: str = "headers"  # the key of its static headers
+    untyped: str = "http"  # the transport of an entry whose key and type say none
 
 
-_TYPED = RemoteForm((("url", ""),), (("http", "http"), ("sse", "sse")), type_required=True)
+_TYPES = (("http", "http"), ("sse", "sse"))
+_TYPED = RemoteForm((("url", ""),), _TYPES, type_required=True)
 FORMS: dict[str, RemoteForm] = {
     "claude-code": _TYPED,
     "copilot-cli": _TYPED,
@@ -83,8 +85,10 @@ FORMS: dict[str, RemoteForm] = {
         (("url", ""),), (("http", "http"), ("sse", "sse"), ("streamable-http", "http"))
     ),
     "windsurf": RemoteForm((("serverUrl", "http"),), ()),
-    "gemini": RemoteForm((("httpUrl", "http"), ("url", "sse")), ()),
-    "qwen-code": RemoteForm((("httpUrl", "http"), ("url", "sse")), ()),
+    # Gemini CLI: httpUrl is streamable HTTP; url is SSE unless its type says http (as
+    # `gemini mcp add -t http` writes it).
+    "gemini": RemoteForm((("httpUrl", "http"), ("url", "")), _TYPES, untyped="sse"),
+    "qwen-code": RemoteForm((("httpUrl", "http"), ("url", "")), _TYPES, untyped="sse"),
     "opencode": RemoteForm(
         (("url", ""),), (("remote", "http"),), type_required=True, stdio_type="local"
     ),
@@ -154,7 +158,7 @@ def _transport(f: ClientFile, e: Entry, form: RemoteForm) -> tuple[str, str]:
     if kind is not None and kind not in types:
         wants = " or ".join(json.dumps(t) for t in types) or "none"
         raise LeftAlone(f"its type is {json.dumps(kind)[:40]}, not {wants}")
-    transport = by_key or (types[kind] if kind is not None else "http")
+    transport = by_key or (types[kind] if kind is not None else form.untyped)
     _as_written(f, f"its {key}", url)
     return url, transport
 

@@ -43,15 +43,19 @@ FORMS: dict[str, tuple[str, str, dict[str, object], dict[str, object]]] = {
                 "headers": {"Authorization": TOKEN}}, {"type": "stdio"}),
     "windsurf": (".codeium/windsurf/mcp_config.json", "mcpServers",
                  {"serverUrl": "https://d.example/mcp"}, {}),
+    # As `gemini mcp add -t http` writes it; Qwen Code's (a Gemini CLI fork) as its docs do.
     "gemini": (".gemini/settings.json", "mcpServers",
-               {"httpUrl": "https://e.example/mcp", "headers": {"Authorization": TOKEN},
-                "timeout": 30000}, {"timeout": 30000}),
+               {"url": "https://e.example/mcp", "type": "http",
+                "headers": {"Authorization": TOKEN}, "timeout": 30000},
+               {"type": "stdio", "timeout": 30000}),
+    "qwen-code": (".qwen/settings.json", "mcpServers",
+                  {"httpUrl": "https://g.example/mcp", "trust": False}, {"trust": False}),
     "opencode": (".config/opencode/opencode.json", "mcp",
                  {"type": "remote", "url": "https://f.example/mcp", "enabled": True},
                  {"type": "local", "enabled": True}),
 }  # fmt: skip
 TRANSPORT = {"vscode": "sse"}
-URL_KEY = {"windsurf": "serverUrl", "gemini": "httpUrl"}
+URL_KEY = {"windsurf": "serverUrl", "qwen-code": "httpUrl"}
 
 
 def _place(user: Home, client: str, entry: dict[str, object], name: str = "far") -> Path:
@@ -59,7 +63,7 @@ def _place(user: Home, client: str, entry: dict[str, object], name: str = "far")
     path = user.home / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     # A comment and an other setting where the format takes them: kept as they are.
-    head = "// the user's own\n" if client in ("vscode", "gemini") else ""
+    head = "// the user's own\n" if client in ("vscode", "gemini", "qwen-code") else ""
     body = json.dumps({"theme": "dark", key: {name: entry}}, indent=2)
     path.write_text(head + body + "\n")
     return path
@@ -77,7 +81,7 @@ def test_a_remote_entry_is_wrapped_and_unwrapped_byte_for_byte(user: Home, clien
     done = _cli(user, user.root, "wrap", "--client", client, "--no-annotate")
     assert done.returncode == 0, done.stderr
     text = path.read_text()
-    assert text.startswith("// the user's own\n") == (client in ("vscode", "gemini"))
+    assert text.startswith("// the user's own\n") == (client in ("vscode", "gemini", "qwen-code"))
     data = json.loads(text.partition("\n")[2] if text.startswith("//") else text)
     assert data["theme"] == "dark"
     now = data[key]["far"]
