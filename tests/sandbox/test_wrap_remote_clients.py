@@ -1,14 +1,15 @@
 """Remote entries wrapped as a user takes it, with real clients: a streamable-HTTP server on
 the ``mcp`` SDK on loopback that refuses any request without its bearer token, added with
-Claude Code's own ``claude mcp add --transport http --header`` and Gemini CLI's ``gemini
-mcp add -t http -H``, and the same server in VS Code's user ``mcp.json`` (``servers``,
-``type: http``; there is no VS Code here, so its entry is started as VS Code starts a stdio
-entry, by the MCP Inspector's CLI). After ``ironcurtain wrap --all``, ``claude mcp list``
-and ``gemini mcp list`` show the server connected through ironcurtain, and calls through
-each client's entry pass the gate and reach the server (ironcurtain holding the token, the
-clients' files no longer). A hostile project's ``.mcp.json`` names a server of the same
-name at the attacker's URL: wrapped too, its calls reach the attacker, who never sees the
-user's token. ``unwrap --all`` gives every entry back as it was."""
+Claude Code's own ``claude mcp add --transport http --header``, Gemini CLI's ``gemini mcp
+add -t http -H`` and opencode's ``opencode mcp add --url --header``, and the same server in
+VS Code's user ``mcp.json`` (``servers``, ``type: http``; there is no VS Code here, so its
+entry is started as VS Code starts a stdio entry, by the MCP Inspector's CLI). After
+``ironcurtain wrap --all``, each client's own ``mcp list`` shows the server connected
+through ironcurtain, and calls through each client's entry pass the gate and reach the
+server (ironcurtain holding the token, the clients' files no longer). A hostile project's
+``.mcp.json`` names a server of the same name at the attacker's URL: wrapped too, its calls
+reach the attacker, who never sees the user's token. ``unwrap --all`` gives every entry
+back as it was."""
 
 from __future__ import annotations
 
@@ -56,6 +57,7 @@ def _files(machine: Machine) -> dict[str, Path]:
     return {
         "claude": machine.home / ".claude.json",
         "gemini": machine.home / ".gemini" / "settings.json",
+        "opencode": machine.home / ".config" / "opencode" / "opencode.jsonc",
         "vscode": _vscode(machine),
         "project": machine.work / ".mcp.json",
     }
@@ -74,6 +76,8 @@ def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wrapped]:
                remote.url, "--header", f"Authorization: Bearer {TOKEN}")  # fmt: skip
         client(machine, "gemini", "mcp", "add", "-s", "user", "-t", "http", "--timeout", "60000",
                "-H", f"Authorization: Bearer {TOKEN}", "far-gemini", remote.url)  # fmt: skip
+        client(machine, "opencode", "mcp", "add", "far-opencode", "--url", remote.url,
+               "--header", f"Authorization=Bearer {TOKEN}")  # fmt: skip
         _vscode(machine).parent.mkdir(parents=True)
         entry = {"type": "http", "url": remote.url, "headers": {"Authorization": f"Bearer {TOKEN}"}}
         _vscode(machine).write_text(
@@ -96,8 +100,14 @@ def wrapped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wrapped]:
 LISTED = {
     "claude": r"^far: {ic} run .* --server far - ✔ Connected$",
     "gemini": r"^✓ far-gemini: {ic} run .* --server far-gemini \(stdio\) - Connected$",
+    "opencode": r"^●\s+✓ far-opencode connected\n│\s+{ic} run .* --server far-opencode$",
 }
-SERVER = {"claude": "far", "gemini": "far-gemini", "vscode": "far-vscode"}
+SERVER = {
+    "claude": "far",
+    "gemini": "far-gemini",
+    "opencode": "far-opencode",
+    "vscode": "far-vscode",
+}
 
 
 @pytest.mark.parametrize("name", sorted(LISTED))
@@ -190,6 +200,7 @@ def test_unwrap_all_gives_every_entry_back(wrapped: Wrapped) -> None:
     now = {name: path.read_bytes() for name, path in _files(machine).items()}
     assert now["vscode"] == wrapped.before["vscode"]
     assert now["project"] == wrapped.before["project"]
+    assert now["opencode"] == wrapped.before["opencode"]
     for name in ("claude", "gemini"):  # files their clients rewrite as they run
         entry = json.loads(now[name])["mcpServers"][SERVER[name]]
         assert entry == json.loads(wrapped.before[name])["mcpServers"][SERVER[name]]
