@@ -5,10 +5,10 @@ ironcurtain to the remote server, through the gate).
 
 Each client writes a remote entry its own way (:data:`FORMS`, from each client's
 documentation): Claude Code, Copilot CLI and VS Code ``{"type": "http"|"sse", "url",
-"headers"}``, Cursor the same with ``type`` optional, Windsurf ``serverUrl``, Gemini CLI and
-Qwen Code ``httpUrl`` (streamable HTTP) or ``url`` (SSE, or as its ``type`` says), opencode
-``{"type": "remote", "url", "headers"}``, Codex CLI ``url`` and ``http_headers``. Any other
-client's remote entry is left alone, said so.
+"headers"}``, Cursor the same with ``type`` optional, Windsurf (and for JetBrains) and
+Antigravity ``serverUrl``, Gemini CLI and Qwen Code ``httpUrl`` (streamable HTTP) or ``url``
+(SSE, or as its ``type`` says), opencode ``{"type": "remote", "url", "headers"}``, Codex CLI
+``url`` and ``http_headers``. Any other client's remote entry is left alone, said so.
 
 An entry is left alone, with the reason, when it carries a credential ironcurtain cannot
 take over: a header or URL holding a variable its client fills when it connects (an
@@ -85,6 +85,8 @@ FORMS: dict[str, RemoteForm] = {
         (("url", ""),), (("http", "http"), ("sse", "sse"), ("streamable-http", "http"))
     ),
     "windsurf": RemoteForm((("serverUrl", "http"),), ()),
+    "windsurf-jetbrains": RemoteForm((("serverUrl", "http"),), ()),
+    "antigravity": RemoteForm((("serverUrl", "http"),), ()),
     # Gemini CLI: httpUrl is streamable HTTP; url is SSE unless its type says http (as
     # `gemini mcp add -t http` writes it).
     "gemini": RemoteForm((("httpUrl", "http"), ("url", "")), _TYPES, untyped="sse"),
