@@ -36,6 +36,10 @@
           in) vs the same request through the plain CONNECT tunnel, kept alive; and a new
           host's first connection the two ways (scripts/bench_broker.py)
   arguments scanning 1 KiB of a call's arguments for credentials vs no scan, in process
+  remote  per call, a remote server (the mcp SDK's, streamable HTTP on loopback) through
+          `ironcurtain run` (a `url` entry, spoken to over stdio) vs the same server called
+          directly over HTTP from a raw socket; and directly through the SDK's own client
+          (scripts/bench_remote.py)
   peers   the same time server four ways, start to `initialize` answered and per call:
           bare, through ironcurtain, under srt (@anthropic-ai/sandbox-runtime, a sandbox
           wrapper with no proxy; installed from npm into ~/.cache on first use), and
@@ -67,6 +71,7 @@ import bench_callers as crowds
 import bench_gateway as gateways
 import bench_peers as peers
 import bench_policy as policies
+import bench_remote as remotes
 import bench_shared as shareds
 import bench_start as starting
 import bench_telemetry as telemetries
@@ -88,6 +93,7 @@ GOALS = {
     "shared": "<= 1.2x per call, two instances + Redis vs one alone; an approval seen <= 100 ms",
     "broker": "<= 1.3x per request kept alive; a new host's first connection <= 5 ms more",
     "arguments": "<= 0.02 ms added for 1 KiB of arguments",
+    "remote": "<= 0.3 ms added median over direct HTTP",
 }
 results: dict[str, str] = {}
 
@@ -372,6 +378,10 @@ def bench_arguments(quick: bool) -> None:
     results["arguments"] = brokers.bench_arguments(quick)
 
 
+def bench_remote(quick: bool) -> None:
+    results["remote"] = remotes.bench_remote(quick)
+
+
 SECTIONS: dict[str, Callable[[bool], None]] = {
     "calls": bench_calls,
     "http": bench_http,
@@ -388,6 +398,7 @@ SECTIONS: dict[str, Callable[[bool], None]] = {
     "shared": bench_shared,
     "broker": bench_broker,
     "arguments": bench_arguments,
+    "remote": bench_remote,
 }
 
 

@@ -87,12 +87,14 @@ def wrap(
         ),
     ] = True,
 ) -> None:
-    """Run the clients' stdio servers through ironcurtain: each definition moves into
-    ironcurtain's user config and the client's entry starts `ironcurtain run --server NAME`
-    under the same name (backups first; `ironcurtain unwrap` restores)."""
+    """Run the clients' servers through ironcurtain (stdio ones sandboxed, remote ones behind
+    the gate): each definition moves into ironcurtain's user config and the client's entry
+    starts `ironcurtain run --server NAME` under the same name (backups first; `ironcurtain
+    unwrap` restores)."""
     from launcher.clients.wrap.annotation_runs import later_command
     from launcher.clients.wrap.apply import apply_wrap, ensure_user_policy
     from launcher.clients.wrap.changes import diff, plan_wrap, select
+    from launcher.clients.wrap.remote_entries import hide_headers, keep_owner_only
 
     user, root = _where("wrap", project)
     files = select(user, root, client or [], everything)
@@ -109,11 +111,14 @@ def wrap(
         _say("wrap", "nothing to wrap")
         return
     if dry_run:
+        moved = [d for c in changes for d in c.definitions.values()]
         for change in [*changes, config]:
-            print(diff(change), end="")
+            print(hide_headers(diff(change), moved), end="")
         return
-    made = ensure_user_policy()
-    for line in ([made] if made else []) + apply_wrap(changes, config):
+    made = [ensure_user_policy()]
+    # A token a remote entry's headers move there is kept owner-only before it is written.
+    made.append(keep_owner_only(config.path, [d for c in changes for d in c.definitions.values()]))
+    for line in [m for m in made if m] + apply_wrap(changes, config):
         _say("wrap", line)
     held = {name: why for change in changes for name, why in change.held.items()}
     for name, why in held.items():

@@ -7,7 +7,9 @@ Tools: ``echo`` (says its text and the protocol version its request came in), ``
 (which a policy denies: its record proves whether it was reached), ``leak`` (answers with a
 credential, which ironcurtain masks).
 
-Usage: ``remote_server.py PORT RECORD [--sse] [--token TOKEN] [--any-host]``
+Usage: ``remote_server.py PORT RECORD [--sse] [--token TOKEN] [--any-host] [--headers FILE]``
+(``--headers``: the ``Authorization`` header of every HTTP request, one JSON line each, in
+FILE: what a server reached learns of its callers' credentials).
 """
 
 from __future__ import annotations
@@ -68,6 +70,19 @@ def _guarded(app: Any, token: str) -> Any:
     return guarded
 
 
+def _recording(app: Any, path: Path) -> Any:
+    """``app``, each HTTP request's Authorization header (empty: none) noted in ``path``."""
+
+    async def recording(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope["headers"]).get(b"authorization", b"").decode()
+            with path.open("a") as out:
+                out.write(json.dumps({"authorization": given}) + "\n")
+        await app(scope, receive, send)
+
+    return recording
+
+
 def main() -> None:
     import uvicorn
     from mcp.server.transport_security import TransportSecuritySettings
@@ -88,6 +103,8 @@ def main() -> None:
     )
     if "--token" in sys.argv:
         app = _guarded(app, sys.argv[sys.argv.index("--token") + 1])
+    if "--headers" in sys.argv:
+        app = _recording(app, Path(sys.argv[sys.argv.index("--headers") + 1]))
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 

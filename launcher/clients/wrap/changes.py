@@ -44,6 +44,13 @@ from launcher.clients.files.file_io import Refused, Source, read_user
 from launcher.clients.files.formats import NotEditable, plain, replace
 from launcher.clients.files.jsonc import JsoncError, parse, unwritable
 from launcher.clients.wrap.definition import LeftAlone, moved_definition, references_environment
+from launcher.clients.wrap.remote_entries import (
+    login_note,
+    remote_definition,
+    remote_entry,
+    remote_problem,
+    shown_url,
+)
 from launcher.clients.wrap.runnable import unrunnable
 from launcher.clients.wrap.tracked import tracked
 from launcher.shared.shown import visible
@@ -163,9 +170,12 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
             return False, f"{how} (not protected: {why}; left alone)"
         return False, f"{how} (not protected: `ironcurtain wrap` puts it behind ironcurtain)"
     if e.url:
+        why = filled_in(f, e) or remote_problem(f, e) or ""
+        if why:
+            return False, f"remote: {shown_url(e.url)} (not protected: {why}; left alone)"
         return False, (
-            f"remote: {e.url} (not protected: it runs elsewhere, where no sandbox of "
-            "ironcurtain's can hold it; left alone)"
+            f"remote: {shown_url(e.url)} (not protected: `ironcurtain wrap` puts it behind "
+            "ironcurtain)"
         )
     kind = e.raw.get("type")
     if isinstance(kind, str) and kind:
@@ -317,14 +327,15 @@ def _plan_entry(
     if alone is not None:
         change.notes.append(alone)
         return
+    remote = not e.command and e.url is not None
     try:
-        definition, kept, notes = moved_definition(f, e)
-        read_alike(f, e, definition, kept)
+        definition, kept, notes = (remote_definition if remote else _stdio_definition)(f, e)
     except LeftAlone as exc:
         change.notes.append(f"{e.name}: {exc}: left alone")
         return
     server = config_name(e.name, f.client.name, definition, existing)
-    entry = client_entry(f, e, kept, server)
+    entry = remote_entry(f, e, server) if remote else client_entry(f, e, kept, server)
+    notes += login_note(f, e, server, definition) if remote else []
     # What wrap writes must be JSON again (and UTF-8), or it stops with nothing written.
     problem = unwritable({server: definition}) or unwritable(entry)
     if problem is not None:
@@ -367,6 +378,13 @@ def _plan_entry(
         )
 
 
+def _stdio_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
+    """A stdio entry's moved definition, as every client that reads its file takes it."""
+    definition, kept, notes = moved_definition(f, e)
+    read_alike(f, e, definition, kept)
+    return definition, kept, notes
+
+
 def config_name(
     name: str, client: str, definition: dict[str, Any], existing: dict[str, Any]
 ) -> str:
@@ -395,9 +413,10 @@ def left_alone(f: ClientFile, e: Entry) -> str | None:
         )
     if filled_in(f, e):
         return f"{e.name}: {filled_in(f, e)}: left alone"
+    if not e.command and e.url:
+        return None  # a remote entry: its definition says whether it can be wrapped
     if not e.command:
-        what = "a remote server" if e.url else "an entry without a command"
-        return f"{e.name}: {what}, not sandboxable: left alone"
+        return f"{e.name}: an entry without a command, not sandboxable: left alone"
     shape = f.client.shape
     odd = odd_key(e.raw, shape, frozenset({"cwd"})) or shape_problem(e.raw, shape)
     if odd is not None:

@@ -1,9 +1,10 @@
 """Every client of the table, on a realistic file of its own at its real place (in its
 format, under its key, in its entry shape, with comments where the format has them, other
-settings and a secret): listed with its remote servers as remote, its stdio servers
-wrapped with nothing else of the file changed, the secret left in the client's entry and
-never copied into ironcurtain's config, a second wrap finding nothing to do, and unwrap
-restoring the file byte for byte. In process: ``test_wrap.py`` runs the commands."""
+settings and a secret): listed with its remote servers as remote, its stdio servers (and
+its remote ones, in the forms wrap moves) wrapped with nothing else of the file changed,
+the secret left in the client's entry and never copied into ironcurtain's config, a second
+wrap finding nothing to do, and unwrap restoring the file byte for byte. In process:
+``test_wrap.py`` runs the commands."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from launcher.clients.catalogue.table import BY_NAME, CLIENTS, listed_in, syntax
 from launcher.clients.files.formats import load, plain, servers_at
 from launcher.clients.wrap.apply import apply_wrap, unwrap
 from launcher.clients.wrap.changes import describe, plan_wrap, select, status
+from launcher.clients.wrap.remote_entries import FORMS
 from tests.support.client_files import FILES, NEW, ClientFile
 from tests.support.home import Home, in_process
 from tests.support.paths import IRONCURTAIN
@@ -36,13 +38,18 @@ def _place(user: Home, monkeypatch: pytest.MonkeyPatch, *cases: ClientFile) -> P
     return project
 
 
+def _moved(case: ClientFile) -> list[str]:
+    """The servers wrap moves: its stdio ones, and its remote ones in a form wrap knows."""
+    return [*case.wrapped, *(r for r in case.remote if case.client in FORMS)]
+
+
 def _others(case: ClientFile, path: Path, text: str) -> Any:
     """The file's value without the servers wrap changes."""
     client = BY_NAME[case.client]
     syntax = syntax_of(client, path.name)
     data = plain(load(syntax, text, path))
     servers = servers_at(data, (client.key,), listed_in(client, syntax), path)
-    kept = {k: v for k, v in servers.items() if k not in case.wrapped}
+    kept = {k: v for k, v in servers.items() if k not in _moved(case)}
     data[client.key] = kept
     return data
 
@@ -72,7 +79,7 @@ def test_a_clients_file_is_wrapped_alone_and_restored_byte_for_byte(
         assert re.search(rf"^  {re.escape(name)} +stdio: mcp-server-", listing, re.M), listing
 
     changes, config = plan_wrap(files, [])
-    assert [c.servers for c in changes] == [list(case.wrapped)]
+    assert [sorted(c.servers) for c in changes] == [sorted(_moved(case))]
     apply_wrap(changes, config)
     after = path.read_text()
     # Only the wrapped entries changed: every comment kept, every other value the same.
@@ -87,7 +94,7 @@ def test_a_clients_file_is_wrapped_alone_and_restored_byte_for_byte(
     again = select(user.home, project, [case.client], False)
     for e in again.files[0].entries:
         protected, how = status(again.files[0], e)
-        assert protected == (e.name in case.wrapped), (e.name, how)
+        assert protected == (e.name in _moved(case)), (e.name, how)
     changes, config = plan_wrap(again, [])
     assert all(c.after == c.before for c in changes) and config.after == config.before
 
@@ -110,8 +117,8 @@ def test_wrap_all_and_unwrap_all_restore_every_clients_file(
     wrapped = cli("wrap", "--all", "--no-annotate")
     assert wrapped.returncode == 0, wrapped.stderr
     listed = cli("clients", "--check")
-    remote = sum(len(c.remote) for c in FILES)
-    assert listed.returncode == 1  # the remote ones stay unprotected, named as such
+    remote = sum(len(c.remote) for c in FILES if c.client not in FORMS)
+    assert listed.returncode == 1  # the remote ones wrap cannot move stay, named as such
     # Goose's built-in developer extension is not a server ironcurtain can start.
     assert f"{remote + 1} of " in listed.stdout.splitlines()[-1], listed.stdout
     for p in paths:

@@ -72,7 +72,7 @@ def test_clients_lists_every_file_and_server(user: Home) -> None:
     for line in [
         f"Claude Code, GitHub Copilot CLI (project): {project}/.mcp.json",
         "  filesystem  stdio: mcp-server-filesystem ./project-files",
-        "  docs        remote: https://example.com/mcp (not protected: it runs elsewhere",
+        "  docs        remote: https://example.com/mcp (not protected: `ironcurtain wrap` puts",
         f"VS Code (project): {project}/.vscode/mcp.json",
         "  files   stdio: mcp-server-filesystem ${workspaceFolder}",
         "Zed (project):",
@@ -100,9 +100,20 @@ def test_clients_check_fails_while_anything_configured_is_unprotected(user: Home
     wrapped = _cli(user, project, "wrap", "--all", "--no-annotate")
     assert wrapped.returncode == 0, wrapped.stderr
     after = _cli(user, project, "clients", "--check")
-    # What wrap cannot take (the two remote servers) keeps it failing, named as such.
-    assert after.returncode == 1 and "2 of 12 servers are NOT" in after.stdout, after.stdout
-    assert "remote: https://example.com/mcp (not protected" in after.stdout
+    # Every server now runs through ironcurtain, the two remote ones too.
+    assert after.returncode == 0 and "all 12 servers run through" in after.stdout, after.stdout
+    # A remote entry whose header its client fills as it connects keeps it failing, named.
+    cursor = project / ".cursor" / "mcp.json"
+    servers = json.loads(cursor.read_text())
+    servers["mcpServers"]["tracker"] = {
+        "url": "https://t.example/mcp",
+        "headers": {"Authorization": "Bearer ${env:T}"},
+    }
+    cursor.write_text(json.dumps(servers))
+    after = _cli(user, project, "clients", "--check")
+    assert after.returncode == 1 and "1 of 13 servers are NOT" in after.stdout, after.stdout
+    said = "remote: https://t.example/mcp (not protected: its header 'Authorization'"
+    assert said in after.stdout
 
 
 def test_a_dry_run_shows_the_diff_and_writes_nothing(user: Home) -> None:
@@ -122,7 +133,7 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     done = _cli(user, project, "wrap", "--client", "claude-code", "--client", "vscode",
                 "--client", "zed", "--no-annotate")  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "docs: a remote server, not sandboxable: left alone" in done.stderr
+    assert "docs: remote, reached by ironcurtain: https://example.com/mcp" in done.stderr
 
     # Claude Code: each stdio entry now starts ironcurtain for that one server.
     mcp = json.loads((project / ".mcp.json").read_text())["mcpServers"]
@@ -130,7 +141,8 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     assert git["command"].endswith("ironcurtain") and git["args"][0] == "run"
     assert git["args"][-2:] == ["--server", "git"]
     assert git["env"] == {"GITHUB_TOKEN": "ghp_not-a-real-token"}  # the secret stays here
-    assert mcp["docs"] == {"type": "http", "url": "https://example.com/mcp"}
+    # The remote entry too: ironcurtain reaches its URL, the client starts ironcurtain.
+    assert mcp["docs"]["type"] == "stdio" and mcp["docs"]["args"][-2:] == ["--server", "docs"]
 
     # The definitions moved, directories resolved and made writable, secrets referred to.
     config = json.loads((user.config / "ironcurtain" / "mcp-servers.json").read_text())
@@ -160,7 +172,9 @@ def test_wrap_changes_only_the_entries_and_is_idempotent(user: Home) -> None:
     vscode = (project / ".vscode" / "mcp.json").read_text()
     assert vscode.startswith(before[str(project / ".vscode" / "mcp.json")].decode()[:120])
     assert "/* the files of the project */" in vscode
-    assert '"remote": {"type": "http", "url": "https://api.example.com/mcp"},' in vscode
+    remote = parse(vscode).value["servers"]["remote"]
+    assert remote["type"] == "stdio" and remote["args"][-2:] == ["--server", "remote"]
+    assert moved["remote"]["url"] == "https://api.example.com/mcp"
     assert (project / ".zed" / "settings.json").read_text().startswith("// Zed settings\n")
     # Files of clients not named are untouched.
     after = _snapshot(project, user)
@@ -290,7 +304,9 @@ def test_unwrap_of_a_file_changed_elsewhere_puts_back_only_the_entries(user: Hom
     # start): unwrap gives the wrapped entries back and keeps the rest as it is now.
     project = _project(user)
     original = json.loads((project / ".mcp.json").read_text())["mcpServers"]
-    assert _cli(user, project, "wrap", "--client", "claude-code", "--no-annotate").returncode == 0
+    local = ("--server", "filesystem", "--server", "git")
+    done = _cli(user, project, "wrap", "--client", "claude-code", *local, "--no-annotate")
+    assert done.returncode == 0, done.stderr
     edited = (project / ".mcp.json").read_text().replace('"docs"', '"documentation"')
     (project / ".mcp.json").write_text(edited)
     done = _cli(user, project, "unwrap", "--client", "claude-code")
@@ -311,7 +327,7 @@ def test_unwrap_refuses_an_entry_that_changed_since(user: Home) -> None:
     (project / ".mcp.json").write_text(edited)
     done = _cli(user, project, "unwrap", "--client", "claude-code")
     assert done.returncode == 2
-    assert "put back filesystem in" in done.stderr
+    assert "put back filesystem, docs in" in done.stderr
     assert f"{project}/.mcp.json: git changed since ironcurtain wrapped them" in done.stderr
     assert "the original is kept in " in done.stderr
     now = json.loads((project / ".mcp.json").read_text())["mcpServers"]
