@@ -8,9 +8,10 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import ssl
-import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
 
 LIFETIME = datetime.timedelta(days=2)
 
@@ -89,6 +90,9 @@ class SessionCA:
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
+        import ssl  # lazy, as tempfile: a session without a brokered server needs neither
+        import tempfile
+
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.set_alpn_protocols(["http/1.1"])
         # load_cert_chain reads files only: one private directory, gone once read.
@@ -103,6 +107,8 @@ class SessionCA:
 
 def write_bundle(ca: SessionCA, path: str) -> None:
     """The bundle a server's sandbox trusts: the system's authorities, then ``ca``."""
+    import ssl
+
     system = ssl.get_default_verify_paths().cafile
     data = b""
     if system and os.path.isfile(system):
