@@ -41,6 +41,7 @@ azure-storage-key  detect-secrets:AzureStorageKey       none known
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from itertools import islice
@@ -142,6 +143,14 @@ _ANY_MARKER = re.compile(
 )
 _SHORT = 512
 
+# A whole answer as JSON, strings as they are: the encoder escapes only quotes, backslashes
+# and control characters, none of which is in any marker, so a marker in any of its strings
+# (keys too) is in this text as it is. Up to this length one search over it all costs less
+# than a walk that calls the scan once per string; past it, or when a marker shows (or
+# merely spans two strings), each string is scanned as before.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":")).encode
+_WHOLE = 4096
+
 
 def marker(kind: str) -> str:
     return f"[secret masked: {kind}]"
@@ -217,6 +226,8 @@ def mask_strings(value: Any, found: list[str]) -> Any:
     same object when nothing was found (no copy on the common path). A long text that
     comes twice (a tool's answer as text and as structured content) is scanned once and
     counted each time."""
+    if _none_can_match(value):
+        return value
     seen: dict[str, tuple[str, list[str]]] = {}
 
     def change(text: str) -> str:
@@ -230,6 +241,17 @@ def mask_strings(value: Any, found: list[str]) -> Any:
         return masked
 
     return _walk(value, change)
+
+
+def _none_can_match(value: Any) -> bool:
+    """Whether no string in ``value`` can hold a credential: no marker in its JSON."""
+    if isinstance(value, str):
+        return len(value) < _SHORT and _ANY_MARKER.search(value) is None
+    try:
+        text = _ENCODE(value)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: each string is scanned
+        return False
+    return len(text) < _WHOLE and _ANY_MARKER.search(text) is None
 
 
 def mask_known(value: Any, known: Sequence[tuple[str, str]], found: list[str]) -> Any:
