@@ -95,7 +95,7 @@ def bench_calls(quick: bool) -> None:
     with open(os.path.join(scratch.ws, "notes.txt"), "w") as handle:
         handle.write("some notes\n" * 20)
     minimal = [sys.executable, "-I", os.path.join(ROOT, "scripts", "stdlib_server.py")]
-    cases = [
+    cases: list[_Case] = [
         (
             "minimal: echo (scripts/stdlib_server.py, the standard library only)",
             minimal,
@@ -119,48 +119,54 @@ def bench_calls(quick: bool) -> None:
         ),
     ]
     print(f"per call, {calls} calls each, alternating, after {warm} warm-up calls")
-    added = []
-    for label, bare, selection, tool, arguments in cases:
-        direct = Peer(bare, env, cwd=scratch.ws)
-        proxied = Peer(scratch.run_argv(*selection), env)
-        relayed = Peer(
-            [sys.executable, os.path.join(ROOT, "scripts", "floor_relay.py"), *bare],
-            env,
-            scratch.ws,
-        )
-        a: list[float] = []
-        b: list[float] = []
-        c: list[float] = []
-        cpu = 0.0
-        for i in range(warm + calls):
-            if i == warm:
-                cpu = -cpu_seconds(proxied.proc.pid)
-            x, y = direct.call(tool, arguments), proxied.call(tool, arguments)
-            z = relayed.call(tool, arguments)
-            if i >= warm:
-                a.append(x)
-                b.append(y)
-                c.append(z)
-        cpu += cpu_seconds(proxied.proc.pid)
-        for peer in (direct, proxied, relayed):
-            peer.close()
-        med, p99 = compare(label, a, b)
-        floor = statistics.median(c) - statistics.median(a)
-        print(
-            f"    a relay that only copies lines (scripts/floor_relay.py): median +{ms(floor, 0)}; "
-            f"ironcurtain's checks over it: +{ms(med - floor, 0)}; "
-            f"ironcurtain's added time {med / floor:.2f}x the copying relay's"
-        )
-        print(
-            f"    the trusted process's CPU per call (all its threads): {cpu / calls * 1e6:.0f} µs"
-        )
-        added.append((label.split(":")[0], med, p99, med / floor, cpu / calls))
+    added = [_calls_case(scratch, env, case, calls, warm) for case in cases]
     scratch.remove()
     results["calls"] = "; ".join(
         f"{name} +{med * 1000:.3f} ms median ({over:.2f}x the copying relay's), "
         f"+{p99 * 1000:.3f} ms p99, CPU {cpu * 1e6:.0f} µs"
         for name, med, p99, over, cpu in added
     )
+
+
+_Case = tuple[str, list[str], list[str], str, dict[str, object]]
+
+
+def _calls_case(
+    scratch: Scratch, env: dict[str, str], case: _Case, calls: int, warm: int
+) -> tuple[str, float, float, float, float]:
+    """One server direct, through ironcurtain and through the copying relay, call by call:
+    (name, median added, p99 added, added over the relay's, ironcurtain's CPU per call)."""
+    label, bare, selection, tool, arguments = case
+    direct = Peer(bare, env, cwd=scratch.ws)
+    proxied = Peer(scratch.run_argv(*selection), env)
+    relayed = Peer(
+        [sys.executable, os.path.join(ROOT, "scripts", "floor_relay.py"), *bare], env, scratch.ws
+    )
+    a: list[float] = []
+    b: list[float] = []
+    c: list[float] = []
+    cpu = 0.0
+    for i in range(warm + calls):
+        if i == warm:
+            cpu = -cpu_seconds(proxied.proc.pid)
+        x, y = direct.call(tool, arguments), proxied.call(tool, arguments)
+        z = relayed.call(tool, arguments)
+        if i >= warm:
+            a.append(x)
+            b.append(y)
+            c.append(z)
+    cpu += cpu_seconds(proxied.proc.pid)
+    for peer in (direct, proxied, relayed):
+        peer.close()
+    med, p99 = compare(label, a, b)
+    floor = statistics.median(c) - statistics.median(a)
+    print(
+        f"    a relay that only copies lines (scripts/floor_relay.py): median +{ms(floor, 0)}; "
+        f"ironcurtain's checks over it: +{ms(med - floor, 0)}; "
+        f"ironcurtain's added time {med / floor:.2f}x the copying relay's"
+    )
+    print(f"    the trusted process's CPU per call (its threads): {cpu / calls * 1e6:.0f} µs")
+    return label.split(":")[0], med, p99, med / floor, cpu / calls
 
 
 def _minimal_run(scratch: Scratch, bare: list[str]) -> list[str]:
