@@ -49,6 +49,9 @@ from typing import Any
 
 from sandbox_profiles.records import frozen
 
+# Each detector's pattern once compiled, by its source (one entry per detector).
+_COMPILED: dict[str, re.Pattern[str]] = {}
+
 
 @frozen
 class Detector:
@@ -57,10 +60,17 @@ class Detector:
 
     kind: str
     marker: str | re.Pattern[str]  # what every match contains
-    pattern: re.Pattern[str]
+    source: str  # the pattern, compiled the first time a text shows the marker
     # A character every match holds, looked for first (one memchr: far cheaper than a
     # marker's search, and most texts lack ``_`` or ``-``).
     needs: str = ""
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        compiled = _COMPILED.get(self.source)
+        if compiled is None:  # off the start: most sessions never see a marker
+            compiled = _COMPILED[self.source] = re.compile(self.source)
+        return compiled
 
     def may_be_in(self, text: str) -> bool:
         if self.needs and self.needs not in text:
@@ -73,7 +83,7 @@ class Detector:
 def _detector(
     kind: str, marker: str, pattern: str, literal: bool = True, needs: str = ""
 ) -> Detector:
-    return Detector(kind, marker if literal else re.compile(marker), re.compile(pattern), needs)
+    return Detector(kind, marker if literal else re.compile(marker), pattern, needs)
 
 
 DETECTORS: tuple[Detector, ...] = (
