@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import subprocess
 from collections.abc import Mapping
 from typing import Literal
@@ -93,6 +92,8 @@ def _pushed(repo_dir: str, value: str) -> tuple[str, ...] | None:
     the URL of a remote of an unguessable name on the command line, whose push URL
     ``git remote -v`` prints as git rewrites it (``pushInsteadOf``, even one with an empty
     prefix, chosen as git chooses among equal prefixes; else ``insteadOf``)."""
+    import secrets  # lazy: only a push URL asked of git needs a name
+
     probe = f"ironcurtain-probe-{secrets.token_hex(8)}"
     done = _git(repo_dir, "-c", f"remote.{probe}.url={value}", "remote", "-v")
     if done is None or done.returncode != 0:

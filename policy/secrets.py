@@ -41,12 +41,16 @@ azure-storage-key  detect-secrets:AzureStorageKey       none known
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from itertools import islice
 from typing import Any
 
 from sandbox_profiles.records import frozen
+
+# Each detector's pattern once compiled, by its source (one entry per detector).
+_COMPILED: dict[str, re.Pattern[str]] = {}
 
 
 @frozen
@@ -56,10 +60,17 @@ class Detector:
 
     kind: str
     marker: str | re.Pattern[str]  # what every match contains
-    pattern: re.Pattern[str]
+    source: str  # the pattern, compiled the first time a text shows the marker
     # A character every match holds, looked for first (one memchr: far cheaper than a
     # marker's search, and most texts lack ``_`` or ``-``).
     needs: str = ""
+
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        compiled = _COMPILED.get(self.source)
+        if compiled is None:  # off the start: most sessions never see a marker
+            compiled = _COMPILED[self.source] = re.compile(self.source)
+        return compiled
 
     def may_be_in(self, text: str) -> bool:
         if self.needs and self.needs not in text:
@@ -72,7 +83,7 @@ class Detector:
 def _detector(
     kind: str, marker: str, pattern: str, literal: bool = True, needs: str = ""
 ) -> Detector:
-    return Detector(kind, marker if literal else re.compile(marker), re.compile(pattern), needs)
+    return Detector(kind, marker if literal else re.compile(marker), pattern, needs)
 
 
 DETECTORS: tuple[Detector, ...] = (
@@ -141,6 +152,14 @@ _ANY_MARKER = re.compile(
     )
 )
 _SHORT = 512
+
+# A whole answer as JSON, strings as they are: the encoder escapes only quotes, backslashes
+# and control characters, none of which is in any marker, so a marker in any of its strings
+# (keys too) is in this text as it is. Up to this length one search over it all costs less
+# than a walk that calls the scan once per string; past it, or when a marker shows (or
+# merely spans two strings), each string is scanned as before.
+_ENCODE = json.JSONEncoder(ensure_ascii=False, check_circular=False, separators=(",", ":")).encode
+_WHOLE = 4096
 
 
 def marker(kind: str) -> str:
@@ -217,6 +236,8 @@ def mask_strings(value: Any, found: list[str]) -> Any:
     same object when nothing was found (no copy on the common path). A long text that
     comes twice (a tool's answer as text and as structured content) is scanned once and
     counted each time."""
+    if _none_can_match(value):
+        return value
     seen: dict[str, tuple[str, list[str]]] = {}
 
     def change(text: str) -> str:
@@ -230,6 +251,17 @@ def mask_strings(value: Any, found: list[str]) -> Any:
         return masked
 
     return _walk(value, change)
+
+
+def _none_can_match(value: Any) -> bool:
+    """Whether no string in ``value`` can hold a credential: no marker in its JSON."""
+    if isinstance(value, str):
+        return len(value) < _SHORT and _ANY_MARKER.search(value) is None
+    try:
+        text = _ENCODE(value)
+    except (TypeError, ValueError, RecursionError):  # not plain JSON: each string is scanned
+        return False
+    return len(text) < _WHOLE and _ANY_MARKER.search(text) is None
 
 
 def mask_known(value: Any, known: Sequence[tuple[str, str]], found: list[str]) -> Any:

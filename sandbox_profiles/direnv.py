@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import tomllib
 from collections.abc import Iterator
 
 from sandbox_profiles.gitconfig import UnreadableConfig, read_bounded
@@ -177,6 +175,8 @@ def statements(text: str, where: str) -> Iterator[list[str]]:
     >>> list(statements("if has x; then dotenv .e # no\\nfi\\nexport A=\\"$(source_env b)\\"", "f"))
     [['has', 'x'], ['dotenv', '.e'], ['export', 'A=$(source_env b)'], ['source_env', 'b']]
     """
+    import shlex  # lazy: only a directory with an .envrc is read as bash
+
     for line in _logical_lines(text, where):
         lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
         lexer.whitespace_split = True
@@ -379,6 +379,8 @@ def dotenv_unasked(home: str, xdg_config: str | None) -> list[tuple[str, str]]:
             break
     else:
         return []
+    import tomllib  # lazy: only a direnv.toml is read
+
     try:
         data = tomllib.loads(_read(path))
     except tomllib.TOMLDecodeError as exc:

@@ -27,7 +27,6 @@ import glob
 import json
 import os
 import re
-import tomllib
 from collections.abc import Iterator
 from typing import Any
 
@@ -140,6 +139,8 @@ def read_lefthook(config_file: str) -> Found:
     ext = os.path.splitext(config_file)[1].lower()
     try:
         if ext == ".toml":
+            import tomllib  # lazy: only a directory with a lefthook.toml reads one
+
             return _collect(tomllib.loads(text), config_file)
         if ext in (".json", ".jsonc"):
             data = json.loads(_strip_jsonc(text) if ext == ".jsonc" else text)

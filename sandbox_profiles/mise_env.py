@@ -16,7 +16,6 @@ configuration that is not TOML) raises :class:`UnreadableConfig`.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Iterator
 
 from sandbox_profiles.gitconfig import UnreadableConfig, read_bounded
@@ -112,6 +111,8 @@ def _resolve(value: str, bases: list[str], config: str) -> list[str]:
 
 
 def _toml(path: str) -> dict[str, object]:
+    import tomllib  # lazy: only a directory with a mise file reads one
+
     try:
         return tomllib.loads(read_bounded(path, MAX_BYTES).decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -177,7 +177,8 @@ def bench_ready(quick: bool) -> str:
                 fast_begun[key].append(float(handle.read()) - launched)
     print(f"ready to `initialize` answered, one fast server (stdlib), median of {starts}")
     base = print_medians(fast_ready, "bare")
-    added.append(("fast", statistics.median(fast_ready["ironcurtain"]) - base))
+    fast_median = statistics.median(fast_ready["ironcurtain"])
+    added.append(("fast", fast_median - base, fast_median / base))
     print("  the same starts: the server's own code began to run, after the launch")
     begun = print_medians(fast_begun, "bare", indent="    ")
     spawn_added = statistics.median(fast_begun["ironcurtain"]) - begun
@@ -210,9 +211,10 @@ def bench_ready(quick: bool) -> str:
         print(f"ready to `initialize` answered, {label}, median of {starts}")
         base = print_medians(ready, "bare, slowest")
         name = {"*": "wrapped, each its own run"}.get(names[0], names[0]) if names else "all"
-        added.append((name, statistics.median(ready["ironcurtain"]) - base))
+        median = statistics.median(ready["ironcurtain"])
+        added.append((name, median - base, median / base))
     scratch.remove()
-    return "; ".join(f"{name} {v * 1000:+.0f} ms" for name, v in added) + (
+    return "; ".join(f"{name} {v * 1000:+.0f} ms ({r:.2f}x)" for name, v, r in added) + (
         f" (fast: its code began {spawn_added * 1000:+.0f} ms later)"
     )
 

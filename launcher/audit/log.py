@@ -83,9 +83,17 @@ def _member(key: str, value: object) -> str:
 
     >>> _member("tool", "read"), _member("args", {"b": 1, "a": "\u00e9"})
     ('"tool":"read"', '"args":{"a":"\u00e9","b":1}')
+    >>> _member("n", -12), _member("e", None), _member("s", True)
+    ('"n":-12', '"e":null', '"s":true')
     """
     if type(value) is str:
         return _key(key) + _quoted(value)
+    if type(value) is int:
+        return _key(key) + int.__repr__(value)  # what the encoder writes for an int
+    if value is None:
+        return _key(key) + "null"
+    if type(value) is bool:
+        return _key(key) + ("true" if value else "false")
     return _key(key) + _canonical(value)
 
 

@@ -6,7 +6,6 @@ before anything starts). Nothing of OpenTelemetry is imported here: the export i
 from __future__ import annotations
 
 from collections.abc import Mapping
-from urllib.parse import urlsplit
 
 from launcher.shared.user_errors import OptionError
 from sandbox_profiles.records import frozen
@@ -98,6 +97,8 @@ def _check_url(name: str, value: str) -> None:
         "expected the URL of an OTLP/HTTP receiver, http:// or https:// and a host "
         "(such as http://localhost:4318)"
     )
+    from urllib.parse import urlsplit  # lazy: only an exporter's URL is checked
+
     try:
         parts = urlsplit(value)
         port_ok = parts.port is None or parts.port > 0

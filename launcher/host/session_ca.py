@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
-import ssl
-import tempfile
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import ssl
 
 LIFETIME = datetime.timedelta(days=2)
 
@@ -129,6 +130,9 @@ class SessionCA:
             serialization.PrivateFormat.PKCS8,
             serialization.NoEncryption(),
         )
+        import ssl  # lazy, as tempfile: a session without a brokered server needs neither
+        import tempfile
+
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.set_alpn_protocols(["http/1.1"])
         # load_cert_chain reads files only: one private directory, gone once read.
@@ -143,6 +147,8 @@ class SessionCA:
 
 def write_bundle(ca: SessionCA, path: str) -> None:
     """The bundle a server's sandbox trusts: the system's authorities, then ``ca``."""
+    import ssl
+
     system = ssl.get_default_verify_paths().cafile
     data = b""
     if system and os.path.isfile(system):

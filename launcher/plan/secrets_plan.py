@@ -8,7 +8,6 @@ and the secret, never the value."""
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Mapping
 from dataclasses import field
 
@@ -41,6 +40,8 @@ class Brokered:
 
 def new_sentinel() -> str:
     """A value that is nobody's credential, unguessable, the same length every session."""
+    import secrets  # lazy: only a session with brokered secrets makes one
+
     return SENTINEL_PREFIX + secrets.token_hex(16)
 
 

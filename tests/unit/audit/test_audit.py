@@ -4,6 +4,7 @@ session, and ``--audit-args clear``: ``tests/sandbox/test_audit_sessions.py``.)"
 from __future__ import annotations
 
 import hashlib
+import http
 import json
 from pathlib import Path
 
@@ -37,6 +38,12 @@ ODD_ENTRY = {
     "arguments": {"path": "sha256:ab", "content": 'naïve \u2028 "quoted"\n'},
     "policy": {"decision": "allow", "rule": "r", "reason": "z before a", "extra": [1, 2.5]},
     "escalation": None,
+    # Bare scalars at the top level are written without the encoder: the same text all the
+    # same (an int of any size or sign, both booleans, an int's subclass left to it).
+    "sandboxed": True,
+    "stale": False,
+    "big": -(2**70),
+    "code": http.HTTPStatus.OK,
     "a": 0,
     "a!": 1,  # sorts after "a" as a key, before it once quoted: the order must be the keys'
     "whitelisted": {"b": 1, "a": 2},

@@ -3,6 +3,9 @@ live credential), the look-alikes each one must leave alone, and the walk over a
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+
 import pytest
 
 from policy.secrets import DETECTORS, mask_known, mask_strings, mask_text
@@ -136,3 +139,52 @@ def test_a_known_value_holding_another_is_masked_whole() -> None:
     out = mask_known({"t": "tok-1-and-more and tok-1"}, known, found)
     assert out == {"t": "[secret masked: LONG] and [secret masked: SHORT]"}
     assert sorted(found) == ["LONG", "SHORT"]
+
+
+# Where a hostile server may put a credential in a small answer, around it what the JSON
+# encoder escapes (quotes, backslashes, control characters) and what it does not (non-ASCII,
+# a lone surrogate): an answer is passed whole only when no string in it can hold one.
+PLACES: dict[str, Callable[[str], object]] = {
+    "a value": lambda s: {"content": [{"type": "text", "text": s}]},
+    "a key": lambda s: {"structuredContent": {s: 1}},
+    "deep in a list": lambda s: {"a": [[[{"b": ["x", s]}]]]},
+    "after escapes": lambda s: {"text": 'q"\\\n\t\x01' + s + '"\\'},
+    "among non-ASCII": lambda s: {"text": "é\u2028日本 " + s + " \ud800"},
+    "a bare string": lambda s: s,
+}
+
+
+@pytest.mark.parametrize("place", sorted(PLACES))
+@pytest.mark.parametrize("kind", sorted(TRUE))
+def test_a_credential_anywhere_in_a_small_answer_is_masked(kind: str, place: str) -> None:
+    found: list[str] = []
+    answer = PLACES[place](TRUE[kind])
+    masked = mask_strings(answer, found)
+    assert TRUE[kind] not in json.dumps(masked, ensure_ascii=False), masked
+    assert kind in found
+
+
+def test_a_credential_escaped_on_the_wire_is_masked() -> None:
+    # The server writes every character as \uXXXX: its line holds no marker, the decoded
+    # text does. The check is over what the client would read, not over the server's line.
+    key = TRUE["aws-access-key-id"]
+    line = '{"content":[{"type":"text","text":"' + "".join(f"\\u{ord(c):04x}" for c in key) + '"}]}'
+    assert not any(d.may_be_in(line) for d in DETECTORS)  # the line alone would pass
+    found: list[str] = []
+    masked = mask_strings(json.loads(line), found)
+    assert masked["content"][0]["text"] == "[secret masked: aws-access-key-id]"
+
+
+def test_a_marker_split_over_two_strings_changes_nothing() -> None:
+    # Its JSON shows "AKIA" across a key and its value: each string is scanned, none holds one.
+    answer = {"AK": "IA" + "B" * 16}
+    found: list[str] = []
+    assert mask_strings(answer, found) == answer and found == []
+
+
+def test_a_clean_answer_larger_than_one_search_is_scanned_and_left_as_it_is() -> None:
+    clean = {"content": [{"type": "text", "text": "plain words " * 2000}]}
+    found: list[str] = []
+    assert mask_strings(clean, found) is clean and found == []
+    dirty = {"content": [{"type": "text", "text": "plain words " * 2000 + TRUE["jwt"]}]}
+    assert mask_strings(dirty, found)["content"][0]["text"].endswith("[secret masked: jwt]")
