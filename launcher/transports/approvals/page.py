@@ -8,7 +8,9 @@ is sent on without it); every request after needs the cookie. A request whose ``
 this address (a DNS-rebinding page) is refused, as is any request with an ``Origin`` not this
 page's; an answer is a POST carrying a form token derived from the session's token (CSRF), so
 a page of another site can neither read the page nor answer through it. No CORS header is ever
-sent, and the page may not be framed.
+sent, and the page may not be framed. And whatever it holds, a connection from a process of
+another user's is refused: browsers send a cookie of 127.0.0.1 to every port of it, so
+another local user's server there could be handed the token.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import os
 import secrets
 import socket
 import threading
@@ -29,6 +32,7 @@ from starlette.routing import Route
 
 from launcher.transports.approvals.board import Board
 from launcher.transports.approvals.page_html import board_html, page
+from launcher.transports.approvals.peer_owner import peer_uid
 
 COOKIE = "ironcurtain-approvals"
 MAX_FORM = 4096  # bytes of an answer's form
@@ -41,6 +45,8 @@ class PageGuard:
     address on first load), and for an answer the form token."""
 
     def __init__(self, port: int, token: str | None = None) -> None:
+        self.port = port
+        self.uid = os.getuid()
         self.host = f"127.0.0.1:{port}"
         self.origin = f"http://{self.host}"
         self.token = token or secrets.token_urlsafe(32)
@@ -49,6 +55,20 @@ class PageGuard:
     @property
     def url(self) -> str:
         return f"{self.origin}/?token={self.token}"
+
+    def stranger(self, request: Request) -> Response | None:
+        """The refusal of a connection whose process is not this user's (or unknown)."""
+        client = request.client
+        owner = None if client is None else peer_uid((client.host, client.port), self._server)
+        if owner == self.uid:
+            return None
+        return PlainTextResponse(
+            f"refused: this page serves only the processes of uid {self.uid}", 403
+        )
+
+    @property
+    def _server(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
 
     def refusal(self, request: Request) -> Response | None:
         """Why ``request`` is refused (None: it may go on)."""
@@ -107,6 +127,9 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
 
     def guarded(handler: Handler) -> Handler:
         async def checked(request: Request) -> Response:
+            stranger = guard.stranger(request)
+            if stranger is not None:
+                return _hardened(stranger, "")
             if request.url.path == "/" and request.method == "GET":
                 first = guard.first_load(request)
                 if first is not None:

@@ -1,6 +1,7 @@
 """The approvals page's HTML: every value a session or a server sent is escaped
 (``html.escape``) where it is put in, so a question's arguments show as text, never as
-markup or script."""
+markup or script; and characters that reorder or hide text (direction overrides, zero-width
+ones, controls) show as escapes, so what the operator reads is what would be approved."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from html import escape
 from typing import Any
 
+from launcher.shared.shown import visible
 from launcher.transports.approvals.board import Decided, Pending
 
 PAGE = """<!doctype html>
@@ -52,8 +54,8 @@ def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], 
     parts.append("<h2>Recent decisions</h2>")
     if recent:
         rows = "".join(
-            f"<tr><td>{_when(d.when)}</td><td>{escape(d.session)}</td>"
-            f"<td>{escape(_call(d.message))}</td><td>{escape(d.outcome)}</td></tr>"
+            f"<tr><td>{_when(d.when)}</td><td>{_shown(d.session)}</td>"
+            f"<td>{_shown(_call(d.message))}</td><td>{_shown(d.outcome)}</td></tr>"
             for d in recent
         )
         parts.append(
@@ -63,7 +65,7 @@ def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], 
     else:
         parts.append("<p>None yet.</p>")
     if notes:
-        lines = "\n".join(escape(n) for n in notes)
+        lines = "\n".join(_shown(n) for n in notes)
         parts.append(f'<h2>Sessions</h2><pre id="notes">{lines}</pre>')
     return "\n".join(parts)
 
@@ -90,7 +92,7 @@ def _question(p: Pending, csrf: str) -> str:
         ("rule", f"{m.get('rule')}: {m.get('reason')}"),
         ("approving grants", str(m.get("grant") or _WITHIN)),
     ]
-    listed = "".join(f"<dt>{k}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+    listed = "".join(f"<dt>{k}</dt><dd>{_shown(v)}</dd>" for k, v in rows)
     hidden = (
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
         f'<input type="hidden" name="session" value="{escape(p.session)}">'
@@ -103,9 +105,15 @@ def _question(p: Pending, csrf: str) -> str:
     )
     return (
         f'<div class="question" data-session="{escape(p.session)}" data-id="{escape(p.qid)}">'
-        f"<dl>{listed}<dt>arguments (canonical)</dt><dd><pre>{escape(args)}</pre></dd></dl>"
+        f"<dl>{listed}<dt>arguments (canonical)</dt>"
+        f"<dd><pre>{escape(visible(args))}</pre></dd></dl>"
         f'<form method="post" action="/answer">{hidden}{buttons}</form></div>'
     )
+
+
+def _shown(text: str) -> str:
+    """``text`` as one line of the page: escaped, and what acts or hides as escapes."""
+    return escape(visible(text, one_line=True))
 
 
 def _call(message: dict[str, Any]) -> str:
