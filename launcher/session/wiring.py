@@ -78,7 +78,11 @@ class Session(SessionEvents):
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
         self.terminals = (
-            ApprovalsSocket(os.path.join(plan.runtime_dir, APPROVALS_SOCKET), list(plan.servers))
+            ApprovalsSocket(
+                os.path.join(plan.runtime_dir, APPROVALS_SOCKET),
+                list(plan.servers),
+                plan.audit_path,
+            )
             if plan.approval in ("auto", "socket", "web")
             else None
         )

@@ -6,6 +6,7 @@ page is gone when the session stops. A mode that does not exist is one clear err
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import urllib.error
 import urllib.request
@@ -35,7 +36,7 @@ async def _address(stderr: Path) -> str:
 
 
 def test_a_sessions_question_is_answered_on_its_page(user: Home, run_dir: Path) -> None:
-    args, _, _ = probe_session(user, first=[ASK])
+    args, _, audit = probe_session(user, first=[ASK])
     stderr = user.root / "run.stderr"
     # The session's stderr to a file (the client's stdio is the protocol).
     wrapped = ["sh", "-c", f'exec "$0" run "$@" 2>>"{stderr}"', IRONCURTAIN]
@@ -63,9 +64,23 @@ def test_a_sessions_question_is_answered_on_its_page(user: Home, run_dir: Path) 
                 await page.get_by_role("button", name="Deny").click()
                 out = await asyncio.wait_for(again, 60)
                 assert out[0] and "the user answered deny" in out[1], out
+                # The audit log's decisions, as the log has them: the argument hashed.
+                rows = page.locator("#logged tr")
+                await page.wait_for_function(
+                    "document.querySelectorAll('#logged tr').length === 3", timeout=60_000
+                )
+                state["logged"] = await page.locator("#logged").inner_text()
+                state["rows"] = str(await rows.count())
 
     asyncio.run(scenario())
     assert "approvals: " in stderr.read_text() and "approvals page" in stderr.read_text()
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    hashed = entries[0]["arguments"]["name"]
+    assert hashed.startswith("sha256:") and hashed in state["logged"], state["logged"]
+    assert "HOME" not in state["logged"]
+    newest, oldest = state["logged"].splitlines()[1:3]
+    assert "denied" in newest and "approved" in oldest, state["logged"]
+    assert ironcurtain(user, "audit", "verify", str(audit)).returncode == 0  # only read
     # The session stopped: so did its page.
     try:
         urllib.request.urlopen(state["url"], timeout=10)

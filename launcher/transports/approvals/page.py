@@ -144,15 +144,14 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
     async def index(request: Request) -> Response:
         _, pending, recent, notes = board.snapshot()
         nonce = secrets.token_urlsafe(16)
-        html = page(board_html(pending, recent, notes, guard.csrf), guard.csrf, nonce)
+        shown = board_html(pending, recent, notes, guard.csrf, board.logged())
+        html = page(shown, guard.csrf, nonce)
         return _hardened(Response(html, media_type="text/html"), nonce)
 
     async def fragment(request: Request) -> Response:
         _, pending, recent, notes = board.snapshot()
-        return _hardened(
-            Response(board_html(pending, recent, notes, guard.csrf), 200, media_type="text/html"),
-            "",
-        )
+        shown = board_html(pending, recent, notes, guard.csrf, board.logged())
+        return _hardened(Response(shown, 200, media_type="text/html"), "")
 
     async def answer(request: Request) -> Response:
         form = await _form(request)

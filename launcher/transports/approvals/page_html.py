@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
@@ -45,8 +46,15 @@ def page(board: str, csrf: str, nonce: str) -> str:
     return PAGE.format(board=board, csrf=escape(csrf), nonce=escape(nonce))
 
 
-def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], csrf: str) -> str:
-    """The questions open now (each with its answers), the recent decisions, the notes."""
+def board_html(
+    pending: list[Pending],
+    recent: list[Decided],
+    notes: list[str],
+    csrf: str,
+    logged: Sequence[dict[str, Any]] = (),
+) -> str:
+    """The questions open now (each with its answers), the recent decisions, those of the
+    sessions' audit logs (``logged``, newest first), the notes."""
     parts = [f"<h2>Waiting for you ({len(pending)})</h2>"]
     if not pending:
         parts.append('<p id="none">No question is waiting.</p>')
@@ -64,6 +72,7 @@ def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], 
         )
     else:
         parts.append("<p>None yet.</p>")
+    parts.append(_logged(logged))
     if notes:
         lines = "\n".join(_shown(n) for n in notes)
         parts.append(f'<h2>Sessions</h2><pre id="notes">{lines}</pre>')
@@ -108,6 +117,33 @@ def _question(p: Pending, csrf: str) -> str:
         f"<dl>{listed}<dt>arguments (canonical)</dt>"
         f"<dd><pre>{escape(visible(args))}</pre></dd></dl>"
         f'<form method="post" action="/answer">{hidden}{buttons}</form></div>'
+    )
+
+
+def _logged(entries: Sequence[dict[str, Any]]) -> str:
+    """The audit log's recent decisions: its own words, arguments as it has them."""
+    if not entries:
+        return "<h2>In the audit log</h2><p>No decision yet.</p>"
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_shown(str(value))}</td>"
+            for value in (
+                e.get("time", ""),
+                e.get("sessionId", ""),
+                _call({"server": e.get("server"), "tool": e.get("tool")}),
+                json.dumps(e.get("arguments"), ensure_ascii=False, sort_keys=True),
+                e.get("escalation", ""),
+                e.get("result", ""),
+            )
+        )
+        + "</tr>"
+        for e in entries
+    )
+    return (
+        '<h2>In the audit log</h2><table id="logged"><tr><th>time</th><th>session</th>'
+        "<th>call</th><th>arguments (as logged)</th><th>decision</th><th>result</th></tr>"
+        f"{rows}</table>"
     )
 
 

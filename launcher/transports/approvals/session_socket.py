@@ -17,7 +17,8 @@ APPROVALS_SOCKET = "approvals.sock"  # in the session's runtime directory
 class ApprovalsSocket:
     """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
 
-    JSON lines. To a terminal: ``{"type": "attached", "servers"}`` (the session's servers)
+    JSON lines. To a terminal: ``{"type": "attached", "servers", "auditLog"}`` (the
+    session's servers, and its audit log's path, for the approvals page's recent decisions)
     once it counts as attached (from then on escalations go to it), ``{"type": "request",
     "id", "server", "tool", "arguments", "rule", "reason", "question"}`` (``question``: whose
     request it is and what it asks, in words) for every question open now or later, and
@@ -26,9 +27,10 @@ class ApprovalsSocket:
     unknown (old) id is ignored.
     """
 
-    def __init__(self, path: str, servers: Sequence[str] = ()) -> None:
+    def __init__(self, path: str, servers: Sequence[str] = (), audit_log: str = "") -> None:
         self.path = path
-        self._hello = json.dumps({"type": "attached", "servers": list(servers)}).encode() + b"\n"
+        hello = {"type": "attached", "servers": list(servers), "auditLog": audit_log}
+        self._hello = json.dumps(hello).encode() + b"\n"
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._open: dict[str, tuple[dict[str, Any], asyncio.Future[str]]] = {}
