@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from playwright.async_api import Page
+
 from tests.sandbox.test_approvals_page import ASK, _browser, _opened
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
@@ -81,6 +83,13 @@ def test_a_sessions_question_is_answered_on_its_page(user: Home, run_dir: Path) 
     newest, oldest = state["logged"].splitlines()[1:3]
     assert "denied" in newest and "approved" in oldest, state["logged"]
     assert ironcurtain(user, "audit", "verify", str(audit)).returncode == 0  # only read
+    # The token went to the session's stderr only: no log, record or state file holds it.
+    token = state["url"].split("token=", 1)[1]
+    holding = [
+        p for p in user.root.rglob("*")
+        if p.is_file() and p != stderr and token.encode() in p.read_bytes()
+    ]  # fmt: skip
+    assert not holding, holding
     # The session stopped: so did its page.
     try:
         urllib.request.urlopen(state["url"], timeout=10)
@@ -95,3 +104,72 @@ def test_a_mode_that_does_not_exist_is_one_clear_error(user: Home) -> None:
     assert done.returncode == 2, done.stderr
     assert "--approval" in done.stderr and "auto, elicit, socket, web or deny" in done.stderr
     assert "Traceback" not in done.stderr and "approvals page: open" not in done.stderr
+
+
+POST = """async (fields) => (await fetch('/answer', {method: 'POST',
+    body: new URLSearchParams(fields), redirect: 'manual'})).type"""
+
+
+async def _fields(page: Page, answer: str, after: str = "") -> dict[str, str]:
+    """The open question's form, as the page holds it, with ``answer`` (``after``: the id
+    of a question before it, no longer open)."""
+    form = page.locator(f'.question:not([data-id="{after}"]) form')
+    await form.wait_for(timeout=60_000)
+    names = ("csrf", "session", "id")
+    values = [await form.locator(f'input[name="{n}"]').get_attribute("value") for n in names]
+    return {**dict(zip(names, map(str, values), strict=True)), "answer": answer}
+
+
+def test_a_stale_or_repeated_answer_approves_nothing_else(user: Home, run_dir: Path) -> None:
+    """An approve posted again after its call gave up (timed out), or twice at once, or two
+    operators answering at once: each call gets one answer, and no answer carries over to the
+    next identical call (control: the same POST for the question open now approves it)."""
+    args, _, audit = probe_session(user, first=[ASK])
+    stderr = user.root / "run.stderr"
+    wrapped = ["sh", "-c", f'exec "$0" run "$@" 2>>"{stderr}"', IRONCURTAIN]
+    extra = ["--approval", "web", "--approval-timeout", "3"]
+    env = {"name": "HOME"}
+    outs: list[tuple[bool, str]] = []
+
+    async def scenario() -> None:
+        async with connect(user, command=[*wrapped, *args, *extra]) as client:
+            url = await _address(stderr)
+            async with _browser() as browser:
+                page = await _opened(browser, url)
+                other = await _opened(browser, url)  # a second operator, same user
+                first = asyncio.create_task(call(client, "probe__env_value", env))
+                stale = await _fields(page, "approve")
+                outs.append(await asyncio.wait_for(first, 60))  # no answer: timed out
+                assert await page.evaluate(POST, stale) == "opaqueredirect"
+                # The identical call asks again; the stale approve did not answer it.
+                second = asyncio.create_task(call(client, "probe__env_value", env))
+                live = await _fields(page, "approve", stale["id"])
+                await page.evaluate(POST, stale)
+                outs.append(await asyncio.wait_for(second, 60))
+                # Control: the live question's own form, posted twice at once, approves it.
+                third = asyncio.create_task(call(client, "probe__env_value", env))
+                live = await _fields(page, "approve", live["id"])
+                await asyncio.gather(page.evaluate(POST, live), page.evaluate(POST, live))
+                outs.append(await asyncio.wait_for(third, 60))
+                # Two operators at once, one approving, one denying: one answer counts.
+                fourth = asyncio.create_task(call(client, "probe__env_value", env))
+                await _fields(other, "deny", live["id"])
+                await _fields(page, "approve", live["id"])
+                await asyncio.gather(
+                    page.get_by_role("button", name="Approve", exact=True).click(),
+                    other.get_by_role("button", name="Deny").click(),
+                )
+                outs.append(await asyncio.wait_for(fourth, 60))
+                # And nothing is left over for the next identical call: it times out.
+                outs.append(await call(client, "probe__env_value", env))
+
+    asyncio.run(scenario())
+    timed_out, after_stale, approved, raced, last = outs
+    assert timed_out[0] and "ESCALATION" in timed_out[1], timed_out
+    assert after_stale[0] and "ESCALATION" in after_stale[1], after_stale
+    assert approved[0] is False, approved
+    assert last[0] and "ESCALATION" in last[1], last
+    calls = [e for e in map(json.loads, audit.read_text().splitlines()) if e.get("tool")]
+    assert [e["escalation"] for e in calls][:3] == ["timeout", "timeout", "approved"], calls
+    assert len(calls) == 5  # one entry per call: the race gave its call one answer
+    assert calls[3]["escalation"] == ("denied" if raced[0] else "approved"), (raced, calls[3])
