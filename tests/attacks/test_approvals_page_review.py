@@ -260,3 +260,29 @@ def test_text_reordering_characters_show_as_escapes(user: Home, run_dir: Path) -
             assert out[0], out
 
     asyncio.run(scenario())
+
+
+@needs_bwrap
+def test_a_very_long_argument_is_shown_whole(user: Home, run_dir: Path) -> None:
+    """What is approved is all of it: an argument of a megabyte, whose end is what matters,
+    is on the page to its last character (nothing cut where the operator cannot see)."""
+    args, _, _ = probe_session(user, first=[ASK])
+    name = "harmless " * 120_000 + "; AND-THEN-THE-REAL-PAYLOAD"
+
+    async def scenario() -> None:
+        async with (
+            connect(user, *args) as client,
+            _page_server(user) as (url, _),
+            _browser() as browser,
+        ):
+            page = await _opened(browser, url)
+            asked = asyncio.create_task(call(client, "probe__env_value", {"name": name}))
+            shown = page.locator(".question pre")
+            await shown.wait_for(timeout=60_000)
+            text = await shown.inner_text()
+            assert text.count("harmless") == 120_000 and "AND-THEN-THE-REAL-PAYLOAD" in text
+            await page.get_by_role("button", name="Deny").click()
+            out = await asyncio.wait_for(asked, 60)
+            assert out[0], out
+
+    asyncio.run(scenario())
