@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 
 from tests.sandbox.test_approvals_webhook import URL, _Page, _receiver, _secret_file, _until
 from tests.sandbox.test_widen import _places
@@ -14,8 +15,6 @@ from tests.support.home import Home
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.sdk import call, connect
-
-pytestmark = needs_bwrap
 
 SECRET_NAME = "merger-with-acme-plan.md"  # a file name a chat room should not hear
 
@@ -25,6 +24,7 @@ def _question(page: _Page) -> str | None:
     return html if 'class="question"' in html else None
 
 
+@needs_bwrap
 def test_a_widening_question_is_announced_without_its_path(user: Home) -> None:
     ws, notes, audit = _places(user)
     target = notes / SECRET_NAME
@@ -65,3 +65,28 @@ def test_a_widening_question_is_announced_without_its_path(user: Home) -> None:
     announced = json.loads(body)
     assert announced["beyondSandbox"] is True and announced["tool"] == "write_file"
     assert not target.exists()
+
+
+def _first_lines(user: Home, hook: str) -> str:
+    """What ``approvals --web`` with ``hook`` says on stderr before it serves."""
+    secret = _secret_file(user)
+    with subprocess.Popen(
+        [IRONCURTAIN, "approvals", "--web", "--webhook", hook, "--webhook-secret-file",
+         str(secret)],
+        env=user.env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    ) as proc:  # fmt: skip
+        assert proc.stdout and proc.stderr
+        try:
+            assert URL.search(proc.stdout.readline())  # served
+        finally:
+            proc.terminate()
+        return proc.stderr.read().decode()
+
+
+def test_a_webhook_in_clear_to_another_machine_is_warned_of(user: Home) -> None:
+    said = _first_lines(user, "http://192.0.2.7/hook")
+    assert "WARNING: --webhook http://192.0.2.7/hook is plain http" in said, said
+    # Control: plain http to this machine's loopback, and https anywhere, are not.
+    for quiet in ("http://127.0.0.1:9/hook", "https://192.0.2.7/hook"):
+        said = _first_lines(user, quiet)
+        assert "WARNING" not in said, (quiet, said)
