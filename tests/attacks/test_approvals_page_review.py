@@ -258,6 +258,10 @@ def test_text_reordering_characters_show_as_escapes(user: Home, run_dir: Path) -
             await page.get_by_role("button", name="Deny").click()
             out = await asyncio.wait_for(asked, 60)
             assert out[0], out
+            # The audit log's decision shows too, its argument hashed as the log has it.
+            await page.locator("#logged").wait_for(timeout=60_000)
+            logged = await page.locator("#logged").inner_text()
+            assert "denied" in logged and "sha256:" in logged and "gpj" not in logged, logged
 
     asyncio.run(scenario())
 
