@@ -106,8 +106,9 @@ def test_a_mode_that_does_not_exist_is_one_clear_error(user: Home) -> None:
     assert "Traceback" not in done.stderr and "approvals page: open" not in done.stderr
 
 
-POST = """async (fields) => (await fetch('/answer', {method: 'POST',
-    body: new URLSearchParams(fields), redirect: 'manual'})).type"""
+POST = """async (fields) => { const r = await fetch('/answer', {method: 'POST',
+    body: new URLSearchParams(fields), redirect: 'manual'});
+    return r.type === 'opaqueredirect' ? 'taken' : r.status + ' ' + await r.text(); }"""
 
 
 async def _fields(page: Page, answer: str, after: str = "") -> dict[str, str]:
@@ -140,16 +141,20 @@ def test_a_stale_or_repeated_answer_approves_nothing_else(user: Home, run_dir: P
                 first = asyncio.create_task(call(client, "probe__env_value", env))
                 stale = await _fields(page, "approve")
                 outs.append(await asyncio.wait_for(first, 60))  # no answer: timed out
-                assert await page.evaluate(POST, stale) == "opaqueredirect"
+                said = await page.evaluate(POST, stale)
+                assert said.startswith("409 not taken: that question is no longer open"), said
                 # The identical call asks again; the stale approve did not answer it.
                 second = asyncio.create_task(call(client, "probe__env_value", env))
                 live = await _fields(page, "approve", stale["id"])
-                await page.evaluate(POST, stale)
+                assert (await page.evaluate(POST, stale)).startswith("409 "), "stale taken"
                 outs.append(await asyncio.wait_for(second, 60))
                 # Control: the live question's own form, posted twice at once, approves it.
                 third = asyncio.create_task(call(client, "probe__env_value", env))
                 live = await _fields(page, "approve", live["id"])
-                await asyncio.gather(page.evaluate(POST, live), page.evaluate(POST, live))
+                said_twice = await asyncio.gather(
+                    page.evaluate(POST, live), page.evaluate(POST, live)
+                )
+                assert "taken" in said_twice, said_twice
                 outs.append(await asyncio.wait_for(third, 60))
                 # Two operators at once, one approving, one denying: one answer counts.
                 fourth = asyncio.create_task(call(client, "probe__env_value", env))

@@ -38,6 +38,10 @@ COOKIE = "ironcurtain-approvals"
 MAX_FORM = 4096  # bytes of an answer's form
 EVENT_POLL = 0.25  # seconds between looks at the board for an event stream
 KEEPALIVE = 15.0  # seconds of quiet before an event stream hears a comment
+NOT_OPEN = (
+    "not taken: that question is no longer open (answered elsewhere, or given up), "
+    "or the answer is not one the page offers; nothing was done. Go back to the page."
+)
 
 
 class PageGuard:
@@ -160,7 +164,8 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
         refused = guard.form_refusal(request, form)
         if refused is not None:
             return _hardened(refused, "")
-        board.give(form.get("session", ""), form.get("id", ""), form.get("answer", ""))
+        if not board.give(form.get("session", ""), form.get("id", ""), form.get("answer", "")):
+            return _hardened(PlainTextResponse(NOT_OPEN, 409), "")
         return _hardened(RedirectResponse("/", 303), "")
 
     async def events(request: Request) -> Response:
