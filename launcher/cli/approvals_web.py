@@ -57,6 +57,11 @@ def serve_web(
         )
 
     hook = None
+    if webhook is not None and _in_clear(webhook):
+        _say(
+            f"WARNING: --webhook {webhook} is plain http to another machine: each "
+            "announcement (session, server, tool, rule) can be read on the way; use https"
+        )
     if webhook is not None and secret is not None:
         from launcher.transports.approvals.webhook import Webhook
 
@@ -69,6 +74,20 @@ def serve_web(
         if hook is not None:
             hook.stop()
     return 0
+
+
+def _in_clear(url: str) -> bool:
+    """Whether ``url`` is plain http to a host other than this machine's loopback."""
+    import ipaddress
+    import urllib.parse
+
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "http" or parts.hostname == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(parts.hostname or "").is_loopback
+    except ValueError:
+        return True  # a name: it may resolve anywhere
 
 
 def _webhook_secret(webhook: str | None, secret_file: str | None) -> str | None:

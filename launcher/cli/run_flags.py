@@ -58,7 +58,7 @@ RUN_FLAGS: tuple[Flag, ...] = (
         "approval",
         "Who answers escalations: auto (the client by MCP elicitation when it can, "
         "else an attached `ironcurtain approvals` terminal, else deny), elicit, socket, "
-        "or deny.",
+        "web (the approvals page: its address, with its token, printed at start), or deny.",
     ),
     Flag("--approval-timeout", "approval_timeout", "Seconds to wait for an answer, then deny."),
     Flag(

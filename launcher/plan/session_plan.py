@@ -128,8 +128,15 @@ def select_servers(config: LoadedConfig, names: tuple[str, ...]) -> dict[str, Se
 def check_options(opts: RunOptions) -> None:
     if opts.audit_args not in ("hashed", "clear"):
         raise OptionError("audit_args", opts.audit_args, "expected hashed or clear")
-    if opts.approval not in ("auto", "elicit", "socket", "deny"):
-        raise OptionError("approval", opts.approval, "expected auto, elicit, socket or deny")
+    if opts.approval not in ("auto", "elicit", "socket", "web", "deny"):
+        raise OptionError("approval", opts.approval, "expected auto, elicit, socket, web or deny")
+    if opts.approval == "web" and not all(map(_importable, ("starlette", "uvicorn"))):
+        raise OptionError(
+            "approval",
+            opts.approval,
+            "the approvals page needs the HTTP stack, which is not installed: "
+            "pip install 'ironcurtain[http]'",
+        )
     if opts.http_port is not None and not 0 <= opts.http_port < 65536:
         raise OptionError("http_port", opts.http_port, "not a port (0 picks a free one)")
     if opts.http_port is not None and not all(map(_importable, ("mcp", "uvicorn"))):

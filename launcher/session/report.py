@@ -55,6 +55,7 @@ def approval_channels(mode: str, session_id: str, callers: bool = False) -> str:
         "auto": f"the client (MCP elicitation) if it can, else {terminal}, else deny",
         "elicit": "the client (MCP elicitation) if it can, else deny",
         "socket": f"{terminal}",
+        "web": f"the approvals page (its address printed at start), or {terminal}",
         "deny": "none: escalations are denied",
     }.get(mode, mode)
 

@@ -53,6 +53,7 @@ from launcher.transports.stdio import StdioTransport, client_gone
 SETTLE_EVERY = 1.0
 
 if TYPE_CHECKING:
+    from launcher.transports.approvals.page_thread import PageThread
     from launcher.transports.http.endpoint import HttpEndpoint
     from launcher.transports.http.stateless_requests import Upstream as HttpUpstream
 
@@ -85,12 +86,18 @@ class Session(SessionEvents):
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
         self.terminals = (
-            ApprovalsSocket(os.path.join(plan.runtime_dir, APPROVALS_SOCKET), list(plan.servers))
-            if plan.approval in ("auto", "socket")
+            ApprovalsSocket(
+                os.path.join(plan.runtime_dir, APPROVALS_SOCKET),
+                list(plan.servers),
+                plan.audit_path,
+            )
+            if plan.approval in ("auto", "socket", "web")
             else None
         )
+        self.page: PageThread | None = None  # the approvals page (--approval web)
         self.approvals = Approvals(
-            plan.approval,
+            # The page answers through the approvals socket, attached as a terminal is.
+            "socket" if plan.approval == "web" else plan.approval,
             plan.approval_timeout,
             self.terminals,
             callers=plan.caller is not None or plan.gateway is not None,
@@ -186,6 +193,14 @@ class Session(SessionEvents):
                 await self.terminals.start()
             except OSError as exc:
                 raise StartupError(f"cannot open the approvals socket: {exc}") from None
+        if self.plan.approval == "web":
+            from launcher.relay.approving.approval import APPROVE, APPROVE_SESSION, DENY
+            from launcher.transports.approvals.page_thread import PageThread
+
+            answers = {"approve": APPROVE, "session": APPROVE_SESSION, "deny": DENY}
+            self.page = PageThread(self.plan.session_id, answers)
+            # The token is in the address: said to the person who started the session only.
+            self.page.start(lambda url: say(f"approvals page: open {url}"))
 
     def _record(self, entry: dict[str, object]) -> None:
         """An event of the session's approvals (a pattern revoked), in the audit log."""
@@ -406,6 +421,8 @@ class Session(SessionEvents):
                 await served.relay.stop()
         await asyncio.gather(*(s.fleet.stop() for s in self.served), return_exceptions=True)
         await asyncio.gather(*(p.stop() for p in self.egress.values()), return_exceptions=True)
+        if self.page is not None:
+            await asyncio.to_thread(self.page.stop)
         if self.terminals is not None:
             await self.terminals.stop()
         if self.guard is not None:

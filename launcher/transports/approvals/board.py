@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.transports.approvals import audit_tail
 from launcher.transports.approvals.client import RESCAN, Link, Sessions
 
 RECENT = 50  # decisions kept for the page
@@ -61,6 +62,10 @@ class Board(Sessions):
         self.recent: collections.deque[Decided] = collections.deque(maxlen=RECENT)
         self.notes: collections.deque[str] = collections.deque(maxlen=NOTES)
         self.stopping = False
+        # Each session's audit log (as it said when attached, kept after it ends) and the
+        # size each log had when last looked at: a new decision there changes the page.
+        self.audits: dict[str, str] = {}
+        self._sizes: dict[str, int] = {}
         # Told of each new question (the session's id, the question), from the sockets'
         # thread: it must not wait (the webhook queues it).
         self.announce: Callable[[str, dict[str, Any]], None] | None = None
@@ -75,6 +80,16 @@ class Board(Sessions):
         with self.lock:
             shown = sorted((p for _, p in self.pending.values()), key=lambda p: p.since)
             return self.version, shown, list(reversed(self.recent)), list(self.notes)
+
+    def logged(self) -> list[dict[str, Any]]:
+        """The recent decisions in the attached sessions' audit logs, newest first."""
+        with self.lock:
+            by_log: dict[str, set[str]] = {}
+            for session, path in self.audits.items():
+                by_log.setdefault(path, set()).add(session)
+        found = [e for p, s in by_log.items() for e in audit_tail.decisions(p, s, RECENT)]
+        found.sort(key=lambda entry: str(entry.get("time", "")), reverse=True)
+        return found[:RECENT]
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """The version once it differs from ``seen`` (or ``timeout`` seconds passed)."""
@@ -108,6 +123,7 @@ class Board(Sessions):
             while not self.stopping:
                 if time.monotonic() >= next_scan:
                     self.scan()
+                    self._look_at_audits()
                     next_scan = time.monotonic() + RESCAN
                 for key, _ in self.selector.select(max(0.0, next_scan - time.monotonic())):
                     if key.data is None:
@@ -137,6 +153,14 @@ class Board(Sessions):
             sent = self.answer(link, qid, sent_text)
             self._changed(pending, sent_text if sent else "not taken: session gone")
 
+    def _look_at_audits(self) -> None:
+        with self.lock:
+            paths = set(self.audits.values())
+        sizes = {path: audit_tail.size(path) for path in paths}
+        if sizes != self._sizes:
+            self._sizes = sizes
+            self._changed()
+
     def _changed(self, gone: Pending | None = None, outcome: str = "") -> None:
         with self.lock:
             if gone is not None:
@@ -145,6 +169,12 @@ class Board(Sessions):
             self.lock.notify_all()
 
     # -- hooks ------------------------------------------------------------------------------
+
+    def attached(self, link: Link, servers: list[str]) -> None:
+        if link.audit:
+            with self.lock:
+                self.audits[link.session] = link.audit
+        super().attached(link, servers)
 
     def note(self, text: str) -> None:
         with self.lock:

@@ -29,6 +29,7 @@ class Link:
     session: str  # its id
     sock: socket.socket
     buffer: bytearray = field(default_factory=bytearray)
+    audit: str = ""  # its audit log's path, as it said when attached ("": not said)
 
 
 def session_of(path: str) -> str:
@@ -186,6 +187,8 @@ class Sessions:
             return
         kind = message.get("type")
         if kind == "attached":
+            audit = message.get("auditLog")
+            link.audit = audit if isinstance(audit, str) else ""
             servers = message.get("servers")
             self.attached(link, list(map(str, servers)) if isinstance(servers, list) else [])
         elif kind == "request" and isinstance(message.get("id"), str):

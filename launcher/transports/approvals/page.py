@@ -8,7 +8,9 @@ is sent on without it); every request after needs the cookie. A request whose ``
 this address (a DNS-rebinding page) is refused, as is any request with an ``Origin`` not this
 page's; an answer is a POST carrying a form token derived from the session's token (CSRF), so
 a page of another site can neither read the page nor answer through it. No CORS header is ever
-sent, and the page may not be framed.
+sent, and the page may not be framed. And whatever it holds, a connection from a process of
+another user's is refused: browsers send a cookie of 127.0.0.1 to every port of it, so
+another local user's server there could be handed the token.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import os
 import secrets
 import socket
 import threading
@@ -29,11 +32,16 @@ from starlette.routing import Route
 
 from launcher.transports.approvals.board import Board
 from launcher.transports.approvals.page_html import board_html, page
+from launcher.transports.approvals.peer_owner import peer_uid
 
 COOKIE = "ironcurtain-approvals"
 MAX_FORM = 4096  # bytes of an answer's form
 EVENT_POLL = 0.25  # seconds between looks at the board for an event stream
 KEEPALIVE = 15.0  # seconds of quiet before an event stream hears a comment
+NOT_OPEN = (
+    "not taken: that question is no longer open (answered elsewhere, or given up), "
+    "or the answer is not one the page offers; nothing was done. Go back to the page."
+)
 
 
 class PageGuard:
@@ -41,6 +49,8 @@ class PageGuard:
     address on first load), and for an answer the form token."""
 
     def __init__(self, port: int, token: str | None = None) -> None:
+        self.port = port
+        self.uid = os.getuid()
         self.host = f"127.0.0.1:{port}"
         self.origin = f"http://{self.host}"
         self.token = token or secrets.token_urlsafe(32)
@@ -49,6 +59,20 @@ class PageGuard:
     @property
     def url(self) -> str:
         return f"{self.origin}/?token={self.token}"
+
+    def stranger(self, request: Request) -> Response | None:
+        """The refusal of a connection whose process is not this user's (or unknown)."""
+        client = request.client
+        owner = None if client is None else peer_uid((client.host, client.port), self._server)
+        if owner == self.uid:
+            return None
+        return PlainTextResponse(
+            f"refused: this page serves only the processes of uid {self.uid}", 403
+        )
+
+    @property
+    def _server(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
 
     def refusal(self, request: Request) -> Response | None:
         """Why ``request`` is refused (None: it may go on)."""
@@ -107,6 +131,9 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
 
     def guarded(handler: Handler) -> Handler:
         async def checked(request: Request) -> Response:
+            stranger = guard.stranger(request)
+            if stranger is not None:
+                return _hardened(stranger, "")
             if request.url.path == "/" and request.method == "GET":
                 first = guard.first_load(request)
                 if first is not None:
@@ -121,15 +148,14 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
     async def index(request: Request) -> Response:
         _, pending, recent, notes = board.snapshot()
         nonce = secrets.token_urlsafe(16)
-        html = page(board_html(pending, recent, notes, guard.csrf), guard.csrf, nonce)
+        shown = board_html(pending, recent, notes, guard.csrf, board.logged())
+        html = page(shown, guard.csrf, nonce)
         return _hardened(Response(html, media_type="text/html"), nonce)
 
     async def fragment(request: Request) -> Response:
         _, pending, recent, notes = board.snapshot()
-        return _hardened(
-            Response(board_html(pending, recent, notes, guard.csrf), 200, media_type="text/html"),
-            "",
-        )
+        shown = board_html(pending, recent, notes, guard.csrf, board.logged())
+        return _hardened(Response(shown, 200, media_type="text/html"), "")
 
     async def answer(request: Request) -> Response:
         form = await _form(request)
@@ -138,7 +164,8 @@ def page_app(board: Board, guard: PageGuard) -> Starlette:
         refused = guard.form_refusal(request, form)
         if refused is not None:
             return _hardened(refused, "")
-        board.give(form.get("session", ""), form.get("id", ""), form.get("answer", ""))
+        if not board.give(form.get("session", ""), form.get("id", ""), form.get("answer", "")):
+            return _hardened(PlainTextResponse(NOT_OPEN, 409), "")
         return _hardened(RedirectResponse("/", 303), "")
 
     async def events(request: Request) -> Response:

@@ -1,14 +1,17 @@
 """The approvals page's HTML: every value a session or a server sent is escaped
 (``html.escape``) where it is put in, so a question's arguments show as text, never as
-markup or script."""
+markup or script; and characters that reorder or hide text (direction overrides, zero-width
+ones, controls) show as escapes, so what the operator reads is what would be approved."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from launcher.shared.shown import visible
 from launcher.transports.approvals.board import Decided, Pending
 
 PAGE = """<!doctype html>
@@ -43,8 +46,15 @@ def page(board: str, csrf: str, nonce: str) -> str:
     return PAGE.format(board=board, csrf=escape(csrf), nonce=escape(nonce))
 
 
-def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], csrf: str) -> str:
-    """The questions open now (each with its answers), the recent decisions, the notes."""
+def board_html(
+    pending: list[Pending],
+    recent: list[Decided],
+    notes: list[str],
+    csrf: str,
+    logged: Sequence[dict[str, Any]] = (),
+) -> str:
+    """The questions open now (each with its answers), the recent decisions, those of the
+    sessions' audit logs (``logged``, newest first), the notes."""
     parts = [f"<h2>Waiting for you ({len(pending)})</h2>"]
     if not pending:
         parts.append('<p id="none">No question is waiting.</p>')
@@ -52,8 +62,8 @@ def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], 
     parts.append("<h2>Recent decisions</h2>")
     if recent:
         rows = "".join(
-            f"<tr><td>{_when(d.when)}</td><td>{escape(d.session)}</td>"
-            f"<td>{escape(_call(d.message))}</td><td>{escape(d.outcome)}</td></tr>"
+            f"<tr><td>{_when(d.when)}</td><td>{_shown(d.session)}</td>"
+            f"<td>{_shown(_call(d.message))}</td><td>{_shown(d.outcome)}</td></tr>"
             for d in recent
         )
         parts.append(
@@ -62,8 +72,9 @@ def board_html(pending: list[Pending], recent: list[Decided], notes: list[str], 
         )
     else:
         parts.append("<p>None yet.</p>")
+    parts.append(_logged(logged))
     if notes:
-        lines = "\n".join(escape(n) for n in notes)
+        lines = "\n".join(_shown(n) for n in notes)
         parts.append(f'<h2>Sessions</h2><pre id="notes">{lines}</pre>')
     return "\n".join(parts)
 
@@ -90,7 +101,7 @@ def _question(p: Pending, csrf: str) -> str:
         ("rule", f"{m.get('rule')}: {m.get('reason')}"),
         ("approving grants", str(m.get("grant") or _WITHIN)),
     ]
-    listed = "".join(f"<dt>{k}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+    listed = "".join(f"<dt>{k}</dt><dd>{_shown(v)}</dd>" for k, v in rows)
     hidden = (
         f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
         f'<input type="hidden" name="session" value="{escape(p.session)}">'
@@ -111,9 +122,42 @@ def _question(p: Pending, csrf: str) -> str:
     )
     return (
         f'<div class="question" data-session="{escape(p.session)}" data-id="{escape(p.qid)}">'
-        f"<dl>{listed}<dt>arguments (canonical)</dt><dd><pre>{escape(args)}</pre></dd></dl>"
+        f"<dl>{listed}<dt>arguments (canonical)</dt>"
+        f"<dd><pre>{escape(visible(args))}</pre></dd></dl>"
         f'<form method="post" action="/answer">{hidden}{buttons}</form></div>'
     )
+
+
+def _logged(entries: Sequence[dict[str, Any]]) -> str:
+    """The audit log's recent decisions: its own words, arguments as it has them."""
+    if not entries:
+        return "<h2>In the audit log</h2><p>No decision yet.</p>"
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_shown(str(value))}</td>"
+            for value in (
+                e.get("time", ""),
+                e.get("sessionId", ""),
+                _call({"server": e.get("server"), "tool": e.get("tool")}),
+                json.dumps(e.get("arguments"), ensure_ascii=False, sort_keys=True),
+                e.get("escalation", ""),
+                e.get("result", ""),
+            )
+        )
+        + "</tr>"
+        for e in entries
+    )
+    return (
+        '<h2>In the audit log</h2><table id="logged"><tr><th>time</th><th>session</th>'
+        "<th>call</th><th>arguments (as logged)</th><th>decision</th><th>result</th></tr>"
+        f"{rows}</table>"
+    )
+
+
+def _shown(text: str) -> str:
+    """``text`` as one line of the page: escaped, and what acts or hides as escapes."""
+    return escape(visible(text, one_line=True))
 
 
 def _call(message: dict[str, Any]) -> str:

@@ -18,7 +18,8 @@ PATTERNS_SOCKET = "patterns.sock"  # beside it: where pattern approvals are list
 class ApprovalsSocket:
     """The approvals socket: ``ironcurtain approvals`` terminals attach and answer.
 
-    JSON lines. To a terminal: ``{"type": "attached", "servers"}`` (the session's servers)
+    JSON lines. To a terminal: ``{"type": "attached", "servers", "auditLog"}`` (the
+    session's servers, and its audit log's path, for the approvals page's recent decisions)
     once it counts as attached (from then on escalations go to it), ``{"type": "request",
     "id", "server", "tool", "arguments", "rule", "reason", "question"}`` (``question``: whose
     request it is and what it asks, in words) for every question open now or later, and
@@ -34,9 +35,10 @@ class ApprovalsSocket:
     "pattern"}``, ``pattern`` null when there was none) by :attr:`control`.
     """
 
-    def __init__(self, path: str, servers: Sequence[str] = ()) -> None:
+    def __init__(self, path: str, servers: Sequence[str] = (), audit_log: str = "") -> None:
         self.path = path
-        self._hello = json.dumps({"type": "attached", "servers": list(servers)}).encode() + b"\n"
+        hello = {"type": "attached", "servers": list(servers), "auditLog": audit_log}
+        self._hello = json.dumps(hello).encode() + b"\n"
         self._server: asyncio.AbstractServer | None = None
         self._listers: asyncio.AbstractServer | None = None
         self.patterns_path = os.path.join(os.path.dirname(path), PATTERNS_SOCKET)

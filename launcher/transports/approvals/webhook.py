@@ -3,7 +3,8 @@ URL (a chat tool's incoming hook, a bot), so someone away from the page hears of
 announces: the answer comes through the page or a terminal, never the webhook.
 
 The body is JSON (the question without its arguments, which may hold what a chat room should
-not see, and where to answer). Headers: ``X-IronCurtain-Timestamp`` (Unix seconds) and
+not see: neither their values nor the paths an approval would open, only whether it would
+open any; and where to answer). Headers: ``X-IronCurtain-Timestamp`` (Unix seconds) and
 ``X-IronCurtain-Signature: sha256=<hex>``, the HMAC-SHA256 with the shared secret of
 ``<timestamp>.<body>``; a receiver recomputes it, compares in constant time and refuses an
 old timestamp. Sent from a thread of its own, tried a few times, never holding up a question.
@@ -79,9 +80,12 @@ class Webhook:
             "asked": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             **{
                 k: message[k]
-                for k in ("server", "tool", "rule", "reason", "question", "grant", "caller")
+                for k in ("server", "tool", "rule", "reason", "question", "caller")
                 if k in message
             },
+            # What approving would grant names the paths of the arguments: the room hears
+            # only that there is something beyond the sandbox; the page says what.
+            "beyondSandbox": bool(message.get("grant")),
             "answerAt": self.page,
         }
         try:
