@@ -34,15 +34,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def _close_what_a_test_opened() -> Iterator[None]:
     """The audit logs of the relay harnesses a test built, and the clients it started, are
     closed after it."""
-    client = sys.modules.get("tests.support.client")
-    held = {id(c) for c in client.SPAWNED} if client is not None else set()
+    from tests.support import client
+
+    client.hold()
+    mark = len(client.HELD or ())
     yield
     relay = sys.modules.get("tests.support.relay")
     while relay is not None and relay.OPEN_LOGS:
         relay.OPEN_LOGS.pop().close()
-    client = sys.modules.get("tests.support.client")
-    if client is not None:
-        client.release_since(held)
+    client.release_since(mark)
 
 
 @pytest.fixture

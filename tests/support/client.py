@@ -12,14 +12,21 @@ import select
 import signal
 import subprocess
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 Message = dict[str, Any]
 PROTOCOL = "2025-11-25"
-SPAWNED: weakref.WeakSet[Client] = weakref.WeakSet()
-"""Every client started, so what a test left open is closed after it (``release``)."""
+HELD: list[Client] | None = None
+"""Every client started since ``hold`` (the tests call it): what a test left open is
+released after it (``release_since``). None: nothing is held (a benchmark's many starts)."""
+
+
+def hold() -> None:
+    """From now on every client started is held until ``release_since`` lets it go."""
+    global HELD
+    if HELD is None:
+        HELD = []
 
 
 class Client:
@@ -35,7 +42,8 @@ class Client:
         self._stdout = proc.stdout.fileno()
         self._buffer = bytearray()
         self._ids = itertools.count()
-        SPAWNED.add(self)
+        if HELD is not None:
+            HELD.append(self)
 
     @classmethod
     def spawn(
@@ -221,19 +229,21 @@ class Client:
                 pipe.close()
 
     def __del__(self) -> None:
-        # A client dropped without release (a loop's previous one): its pipes are not left
-        # to the garbage collector, which would only warn.
-        if hasattr(self, "proc"):
-            self.release()
+        # A client dropped once its process has ended (a loop's previous one): its pipes are
+        # closed here rather than left to the garbage collector, which would only warn. One
+        # still running is left alone: whoever kept its process (``.proc``) still uses it.
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is not None:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
 
 
-def release_since(held: set[int]) -> None:
-    """Every client started since ``held`` (the ``id``s of those alive then) released: a
-    test's end, what it read is read by now; a longer-lived fixture's clients are left."""
-    for client in list(SPAWNED):
-        if id(client) not in held:
-            SPAWNED.discard(client)
-            client.release()
+def release_since(mark: int) -> None:
+    """Every client held since ``len(HELD)`` was ``mark`` released (a test's end: what it
+    read is read by now); those held before (a longer-lived fixture's) are left."""
+    while HELD is not None and len(HELD) > mark:
+        HELD.pop().release()
 
 
 def _not_json(name: str) -> object:
