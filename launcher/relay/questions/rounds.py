@@ -135,8 +135,11 @@ class Rounds:
     def __post_init__(self) -> None:
         if self.shared is not None and not self.shared.shared:
             self.shared = None
-        if self.shared is not None:
-            self._key = self.shared.sealing_key()  # read when the store was reached at start
+
+    def _sealing(self) -> bytes:
+        """The key states are sealed and opened with: the instances' (made again when
+        their store was emptied, so that nothing sealed before opens), or this relay's."""
+        return self.shared.sealing_key() if self.shared is not None else self._key
 
     @staticmethod
     def can_ask(call: Call | None) -> bool:
@@ -323,7 +326,7 @@ class Rounds:
 
     def _seal(self, claims: Message) -> str:
         body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
-        tag = hmac.new(self._key, body, hashlib.sha256).digest()
+        tag = hmac.new(self._sealing(), body, hashlib.sha256).digest()
         return f"{_b64(body)}.{_b64(tag)}"
 
     def _open(self, state: object) -> Message | None:
@@ -335,7 +338,7 @@ class Rounds:
             body, tag = _unb64(body_text), _unb64(tag_text)
         except (binascii.Error, ValueError):
             return None
-        if not hmac.compare_digest(hmac.new(self._key, body, hashlib.sha256).digest(), tag):
+        if not hmac.compare_digest(hmac.new(self._sealing(), body, hashlib.sha256).digest(), tag):
             return None
         claims = json.loads(body)
         return claims if isinstance(claims, dict) else None
