@@ -129,6 +129,7 @@ class RedisState:
 
         self.where = shown(check_url(url))
         self._say = say
+        self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
         self._client: redis.Redis = redis.Redis.from_url(
             url,
             socket_timeout=TIMEOUT,
@@ -150,14 +151,15 @@ class RedisState:
             done = what()
         except Exception as exc:  # the client's own failure on a reply it did not expect
             # (a server that is not Redis) is a store not to be believed, as a lost one is
+            why = str(exc) if isinstance(exc, self._errors) else _not_redis(exc)
             if not self.lost and not quiet:
                 self.lost = True
                 self._say(
-                    f"shared state {self.where} lost ({exc}): escalations are denied and no "
+                    f"shared state {self.where} lost ({why}): escalations are denied and no "
                     "approval is taken until it is back; the breaker and the callers' limits "
                     "count on this instance alone meanwhile"
                 )
-            raise StateLost(str(exc)) from None
+            raise StateLost(why) from None
         if self.lost:
             self.lost = False
             self._say(f"shared state {self.where} is back")
@@ -237,8 +239,26 @@ class RedisState:
             raise StateLost("the store was emptied: which round states were used is not known")
         return first == 1
 
+    def evicting(self) -> str | None:
+        """The policy by which Redis evicts keys when full (None: it never does, or it
+        does not say)."""
+        try:
+            found: Any = self._client.config_get("maxmemory*")
+        except Exception:  # CONFIG refused (a managed Redis, an ACL): nothing to say
+            return None
+        policy = str(found.get("maxmemory-policy", "noeviction"))
+        if str(found.get("maxmemory", "0")) == "0" or policy == "noeviction":
+            return None
+        return policy
+
     def close(self) -> None:
         self._client.close()
+
+
+def _not_redis(exc: Exception) -> str:
+    """Why a store whose reply made its client fail is not believed."""
+    said = str(exc) if isinstance(exc, NotRedis) else f"{type(exc).__name__}: {exc}"
+    return f"it answers as no Redis does: {said}"
 
 
 def connect(url: str, say: Callable[[str], None], deployment: str = "") -> RedisState:
@@ -250,4 +270,11 @@ def connect(url: str, say: Callable[[str], None], deployment: str = "") -> Redis
     except StateLost:
         state.close()
         raise
+    evicts = state.evicting()
+    if evicts:
+        say(
+            f"WARNING: shared state {state.where} evicts keys when full (maxmemory-policy "
+            f"{evicts}): a round state whose used mark it evicts can be taken again; set "
+            "maxmemory-policy noeviction"
+        )
     return state

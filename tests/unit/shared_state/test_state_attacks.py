@@ -347,3 +347,22 @@ def test_a_store_that_is_not_redis_stops_the_start_with_one_line(user: Home) -> 
     assert done.returncode == 2, done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith(f"ironcurtain: error: --state {url}: cannot be reached: "), line
+
+
+def test_a_redis_that_evicts_keys_is_warned_of_at_start(fresh: Redis) -> None:
+    """Its evicting a used mark alone (the sealing key kept) could not be noticed: said."""
+    (admin,) = stores(fresh.url, 1)
+    said: list[str] = []
+    try:
+        admin._client.config_set("maxmemory", "64mb")
+        admin._client.config_set("maxmemory-policy", "volatile-lru")
+        connect(fresh.url, said.append, "d").close()
+    finally:
+        admin._client.config_set("maxmemory", "0")
+        admin._client.config_set("maxmemory-policy", "noeviction")
+    (line,) = said
+    assert line.startswith(f"WARNING: shared state {fresh.url} evicts keys when full"), line
+    assert "volatile-lru" in line and "noeviction" in line
+    quiet: list[str] = []
+    connect(fresh.url, quiet.append, "d").close()  # control: a Redis that never evicts
+    assert quiet == []
