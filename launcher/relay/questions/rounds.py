@@ -78,10 +78,12 @@ class Spent:
 @frozen
 class TakeOver:
     """A retry of a round another instance began, taken over here: ``params``, the request
-    to check from the start; ``answer``, the client's answer to the approval question."""
+    to check from the start; ``answer``, the client's answer to the approval question
+    ``asked`` (which it answers alone: a question asked here otherwise is asked anew)."""
 
     params: Message
     answer: Message | None
+    asked: str = ""  # a digest of the approval question ``answer`` was given to
 
 
 @mutable
@@ -268,7 +270,8 @@ class Rounds:
     def _take_over(self, claims: Message, params: Message) -> tuple[int, str] | TakeOver:
         """A retry of a round another instance began (sealed with the key they share): the
         call, to be checked here from the start, with the answer to its approval."""
-        if self.shared is None or not claims.get("p"):
+        asked = claims.get("q")
+        if self.shared is None or not claims.get("p") or not isinstance(asked, str):
             return INVALID_STATE  # not ours, or a server's question waits at its instance
         used = self._use(str(claims.get("h")), float(claims.get("x", 0)))
         if used is not None:
@@ -276,7 +279,7 @@ class Rounds:
         responses = params.get("inputResponses")
         answer = responses.get(APPROVAL) if isinstance(responses, dict) else None
         again = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
-        return TakeOver(again, answer if isinstance(answer, dict) else None)
+        return TakeOver(again, answer if isinstance(answer, dict) else None, asked)
 
     def waiting(self) -> bool:
         """Whether a question's retry is still awaited (its state not expired)."""
@@ -308,7 +311,8 @@ class Rounds:
         self._parked[parked.handle] = parked
         claims = {"h": parked.handle, "m": call.method, "x": parked.expires, "d": parked.digest}
         if set(parked.open()) == {APPROVAL}:  # only its approval: any instance may take it
-            claims["p"] = 1
+            claims["p"] = 1  # and its answer answers that very question there, no other
+            claims["q"] = hash_value(parked.questions[APPROVAL][0])
         if parked.caller is not None:
             claims["c"] = parked.caller
         answered = call.request_id
