@@ -21,7 +21,8 @@ Instances of one gateway that share a state (``--state``) seal with the key they
 mark each handle used there, so a round begun on one instance may be answered on another:
 when the only question open is ironcurtain's own (an approval), the instance the retry
 reaches takes the call over (:class:`TakeOver`): it is checked again from the start there,
-and the answer in the retry answers its approval question; a handle is still used once,
+and the answer in the retry answers its approval question (only the very question it was
+given to: a digest of it is sealed in the state); a handle is still used once,
 by one instance. A round with a server's question stays with the instance whose server
 asked it (another refuses its retry).
 A retry without the answer asked for is asked again. A call that ends while its retry is
@@ -63,6 +64,10 @@ STATE_LOST = INTERNAL_ERROR, "the shared state cannot be reached to take this re
 # Rounds awaiting their retries at once; past it the oldest is let go (its questions
 # withdrawn), so clients that never retry cannot hold more.
 MAX_WAITING = 1024
+# Seconds the clocks of a gateway's instances may disagree by: a handle's used mark outlives
+# its state's expiry by this much, so an instance whose clock is behind (and still takes
+# the state) finds it used.
+SKEW = 600.0
 CALLERS_SHARE = 8  # one caller's rounds may be this part of them at most (gateway mode)
 
 
@@ -262,7 +267,7 @@ class Rounds:
         if self.shared is None:
             return None
         try:
-            first = self.shared.first_use(f"round:{handle}", expires - time.time() + 1)
+            first = self.shared.first_use(f"round:{handle}", expires - time.time() + SKEW)
         except StateLost:
             return STATE_LOST
         return None if first else INVALID_STATE

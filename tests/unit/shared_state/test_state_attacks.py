@@ -12,6 +12,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from launcher.relay.approving.approval import Approvals
 from launcher.relay.gate.breaker import CircuitBreaker
+from launcher.relay.questions import rounds
 from launcher.shared_state.redis_store import PREFIX, RedisState, connect
 from launcher.shared_state.store import StateLost, deployment_of, scope_of
 from policy.decision import Decision
@@ -366,3 +368,51 @@ def test_a_redis_that_evicts_keys_is_warned_of_at_start(fresh: Redis) -> None:
     quiet: list[str] = []
     connect(fresh.url, quiet.append, "d").close()  # control: a Redis that never evicts
     assert quiet == []
+
+
+class Clock:
+    """``time.time`` as the round module reads it, ``behind`` seconds slow (an instance
+    whose clock is behind the others')."""
+
+    def __init__(self) -> None:
+        self.behind = 0.0
+
+    def time(self) -> float:
+        return time.time() - self.behind
+
+
+def replayed_on_a_slow_clock(tmp_path: Path, url: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Alice's approval taken on one instance; once its used mark could have lapsed, the
+    same retry on an instance whose clock is 120 s behind (it still takes the state)."""
+    clock = Clock()
+    monkeypatch.setattr(rounds, "time", clock)
+    states = stores(url, 3)
+    one, two, slow = relays(tmp_path, states)
+
+    def later() -> None:
+        """Until the used mark lapses, or for 6 s (past the lapse of a mark that outlives
+        its 2 s state by a second; not long enough to matter to one kept for minutes)."""
+        until = time.monotonic() + 6
+        while states[0]._client.keys("*used:round:*") and time.monotonic() < until:
+            time.sleep(0.1)
+        clock.behind = 120.0
+
+    (again,) = take_over(one, two, [slow], later)
+    return again, slow
+
+
+def test_a_used_state_is_not_taken_by_an_instance_whose_clock_is_behind(
+    tmp_path: Path, fresh: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    again, slow = replayed_on_a_slow_clock(tmp_path, fresh.url, monkeypatch)
+    assert again is not None and again["error"]["code"] == -32602, again
+    assert "tools/call" not in slow.fs.methods
+
+
+def test_control_a_mark_that_lapses_with_its_state_lets_a_slow_clock_replay_it(
+    tmp_path: Path, fresh: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rounds, "SKEW", 1.0)  # the mark lapsing a second after its state
+    again, slow = replayed_on_a_slow_clock(tmp_path, fresh.url, monkeypatch)
+    assert again is not None and "result" in again, again
+    assert slow.fs.methods.count("tools/call") == 1  # the approval used twice
