@@ -25,6 +25,7 @@ from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.relay.questions import rounds
 from launcher.shared_state.redis_store import PREFIX, RedisState, connect
 from launcher.shared_state.store import StateLost, deployment_of, scope_of
+from launcher.transports.http.endpoint import CALLER_REQUESTS, HttpEndpoint
 from policy.decision import Decision
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
@@ -416,3 +417,29 @@ def test_control_a_mark_that_lapses_with_its_state_lets_a_slow_clock_replay_it(
     again, slow = replayed_on_a_slow_clock(tmp_path, fresh.url, monkeypatch)
     assert again is not None and "result" in again, again
     assert slow.fs.methods.count("tools/call") == 1  # the approval used twice
+
+
+class Forgetful(dict[tuple[str, str], int]):
+    """An instance's own count of requests at once that keeps nothing (its count off)."""
+
+    def __setitem__(self, key: tuple[str, str], value: int) -> None:
+        return None
+
+
+@pytest.mark.parametrize("own", ["counted", "control-not-counted"])
+def test_a_callers_requests_at_once_get_no_new_room_when_redis_is_emptied(
+    fresh: Redis, own: str
+) -> None:
+    (store,) = stores(fresh.url, 1, "d")
+    endpoint = HttpEndpoint(0, None, None, lambda text: None, None, 16, store)  # type: ignore[arg-type]
+    if own != "counted":
+        endpoint._out = Forgetful()
+    counted = [("caller", "issuer\0alice", CALLER_REQUESTS)]
+    held = [endpoint._places(counted) for _ in range(CALLER_REQUESTS)]
+    assert all(refused is None for refused, _ in held)
+    store._client.flushall()  # Redis restarted empty: its leases are gone
+    refused, _ = endpoint._places(counted)
+    if own == "counted":
+        assert refused == f"too many requests of this caller at once ({CALLER_REQUESTS})"
+    else:
+        assert refused is None  # the control: a fresh set of places for alice
