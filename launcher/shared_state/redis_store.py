@@ -19,6 +19,7 @@ Redis: a store that stops answering holds a call that long, not for ever."""
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
@@ -32,6 +33,9 @@ T = TypeVar("T")
 PREFIX = "ironcurtain:"
 TIMEOUT = 2.0  # seconds a Redis command may take, connecting included
 KEY_BYTES = 32  # the sealing key's length
+# Seconds a Redis that stopped answering is not waited on again: meanwhile every operation
+# fails closed at once, instead of holding the event loop ``TIMEOUT`` seconds each.
+HUNG_FOR = 10.0
 
 # Count one event of KEYS[1] unless ARGV[1] fell within the last ARGV[2] seconds (by the
 # Redis server's clock, the one clock every instance shares); ARGV[3]: this event's name.
@@ -130,6 +134,9 @@ class RedisState:
         self.where = shown(check_url(url))
         self._say = say
         self._errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+        self._timeouts: tuple[type[Exception], ...] = (redis.TimeoutError, TimeoutError)
+        self._hung_until = 0.0
+        self._hung_why = ""
         self._client: redis.Redis = redis.Redis.from_url(
             url,
             socket_timeout=TIMEOUT,
@@ -146,12 +153,18 @@ class RedisState:
 
     def _do(self, what: Callable[[], T], quiet: bool = False) -> T:
         """``what``, or :class:`StateLost` when Redis cannot do it; a loss and a recovery
-        are said once each (``quiet``: not said, the one who asked says it)."""
+        are said once each (``quiet``: not said, the one who asked says it). A store that
+        timed out is not waited on again for ``HUNG_FOR`` seconds."""
+        if time.monotonic() < self._hung_until:
+            raise StateLost(self._hung_why)
         try:
             done = what()
         except Exception as exc:  # the client's own failure on a reply it did not expect
             # (a server that is not Redis) is a store not to be believed, as a lost one is
             why = str(exc) if isinstance(exc, self._errors) else _not_redis(exc)
+            if isinstance(exc, self._timeouts):
+                self._hung_until = time.monotonic() + HUNG_FOR
+                self._hung_why = f"{why}; not waited on again for {HUNG_FOR:g} s"
             if not self.lost and not quiet:
                 self.lost = True
                 self._say(

@@ -23,6 +23,7 @@ import pytest
 from launcher.relay.approving.approval import Approvals
 from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.relay.questions import rounds
+from launcher.shared_state import redis_store
 from launcher.shared_state.redis_store import PREFIX, RedisState, connect
 from launcher.shared_state.store import StateLost, deployment_of, scope_of
 from launcher.transports.http.endpoint import CALLER_REQUESTS, HttpEndpoint
@@ -268,11 +269,15 @@ def lying(hello: bytes) -> Iterator[str]:
                 conn.sendall(b"".join(said(command) for command in data.split(b"*")[1:]))
 
     def accept() -> None:
+        listener.settimeout(0.2)  # to see ``stop`` soon
         while not stop.is_set():
             try:
                 conn, _ = listener.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(None)
             threading.Thread(target=serve, args=(conn,), daemon=True).start()
 
     thread = threading.Thread(target=accept, daemon=True)
@@ -443,3 +448,69 @@ def test_a_callers_requests_at_once_get_no_new_room_when_redis_is_emptied(
         assert refused == f"too many requests of this caller at once ({CALLER_REQUESTS})"
     else:
         assert refused is None  # the control: a fresh set of places for alice
+
+
+@contextmanager
+def hung() -> Iterator[tuple[str, list[bytes]]]:
+    """A server on a unix socket that reads every command and never answers (a Redis that
+    hangs): its URL, and what it was sent (one entry per read: the client's handshake,
+    each time it connects again after a timeout)."""
+    where = tempfile.mkdtemp(prefix="ic-hung-", dir="/tmp")
+    path = os.path.join(where, "hung.sock")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen(8)
+    sent: list[bytes] = []
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(0.2)
+            while not stop.is_set():
+                try:
+                    data = conn.recv(65536)
+                except TimeoutError:
+                    continue
+                if not data:
+                    return
+                sent.append(data)
+
+    def accept() -> None:
+        listener.settimeout(0.2)  # to see ``stop`` soon
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            conn.settimeout(None)
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"unix://{path}", sent
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=30)
+        os.unlink(path)
+        os.rmdir(where)
+
+
+@pytest.mark.parametrize("hung_for", [redis_store.HUNG_FOR, 0.0], ids=["kept-off", "control"])
+def test_a_redis_that_hangs_is_not_waited_on_by_every_call(
+    monkeypatch: pytest.MonkeyPatch, hung_for: float
+) -> None:
+    """Each wait for a hung store holds the event loop (every caller's requests) for its
+    timeout: after one, the calls that follow fail closed at once, sending it nothing."""
+    monkeypatch.setattr(redis_store, "HUNG_FOR", hung_for)
+    with hung() as (url, sent):
+        store = RedisState(url, lambda line: None, "d")
+        store._key = b"k" * 32  # as read at start, before it hung
+        for _ in range(3):
+            with pytest.raises(StateLost):
+                store.granted(scope_of(ALICE), GROUP, "sha256:x")
+        store.close()
+    assert len(sent) == (1 if hung_for else 3), sent  # each wait: one command sent
