@@ -85,12 +85,13 @@ def _shared_state(url: str | None, plan: SessionPlan) -> RedisState | None:
     from launcher.session.report import say
     from launcher.shared.user_errors import OptionError
     from launcher.shared_state.redis_store import connect, shown
-    from launcher.shared_state.store import StateLost, deployment_of
+    from launcher.shared_state.store import StateLost, deployment_of, secret_name
 
     if plan.gateway is not None:
         deployment = deployment_of("oidc", plan.gateway.issuer, plan.gateway.audience)
     else:
-        deployment = deployment_of("token", plan.http_token.value if plan.http_token else None)
+        token = plan.http_token.value if plan.http_token else ""
+        deployment = deployment_of("token", secret_name(token))
     try:
         state = connect(url, say, deployment)
     except StateLost as lost:

@@ -88,6 +88,18 @@ def deployment_of(*who: str | None) -> str:
     return _digest(("deployment", *who))
 
 
+def secret_name(secret: str) -> str:
+    """A name for a deployment known by a secret (its bearer token), slow to make (a key
+    derivation), so that one who reads the store's key names cannot try guesses at a weak
+    token quickly.
+
+    >>> secret_name("t0ken") == secret_name("t0ken") != secret_name("t0ken2")
+    True
+    """
+    derived = hashlib.pbkdf2_hmac("sha256", secret.encode(), b"ironcurtain deployment", 100_000)
+    return derived.hex()
+
+
 def _digest(parts: Sequence[str | None]) -> str:
     """A digest of ``parts`` that no other list of strings has (each is JSON, not joined)."""
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
