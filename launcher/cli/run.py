@@ -29,6 +29,7 @@ from launcher.cli.run_flags import BY_FLAG, flag_names, kind, run_options
 
 if TYPE_CHECKING:
     from launcher.plan.run_options import RunOptions
+    from launcher.plan.session_plan import SessionPlan
     from launcher.shared_state.redis_store import RedisState
 
 _NUMBER = {"int": re.compile(r"[0-9]{1,18}"), "float": re.compile(r"[0-9]{1,18}(?:\.[0-9]{1,18})?")}
@@ -74,18 +75,25 @@ def _completion(name: str) -> bool:
     return name.startswith("_") and name.endswith("_COMPLETE")
 
 
-def _shared_state(url: str | None) -> RedisState | None:
+def _shared_state(url: str | None, plan: SessionPlan) -> RedisState | None:
     """The shared state ``--state`` names, reached before anything starts (None: this
-    instance's own); one that cannot be reached stops the session."""
+    instance's own); one that cannot be reached stops the session. What this deployment
+    keeps there is its own: named by who may call it (the identity provider and audience,
+    or the bearer token), apart from another deployment's in the same Redis."""
     if url is None:
         return None
     from launcher.session.report import say
     from launcher.shared.user_errors import OptionError
     from launcher.shared_state.redis_store import connect, shown
-    from launcher.shared_state.store import StateLost
+    from launcher.shared_state.store import StateLost, deployment_of, secret_name
 
+    if plan.gateway is not None:
+        deployment = deployment_of("oidc", plan.gateway.issuer, plan.gateway.audience)
+    else:
+        token = plan.http_token.value if plan.http_token else ""
+        deployment = deployment_of("token", secret_name(token))
     try:
-        state = connect(url, say)
+        state = connect(url, say, deployment)
     except StateLost as lost:
         raise OptionError("state", shown(url), f"cannot be reached: {lost}") from None
     say(
@@ -131,7 +139,7 @@ def start(opts: RunOptions) -> int:
             f"ironcurtain: WARNING: sandboxes have NO SYSTEM-CALL FILTER: {plan.seccomp_problem}",
             file=sys.stderr,
         )
-    state = _shared_state(opts.state)
+    state = _shared_state(opts.state, plan)
     # The servers start now, and the event loop and the relay load while they do.
     started = prestart(plan)
     try:

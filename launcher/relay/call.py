@@ -76,6 +76,7 @@ class Call:
     # The client's answer to its approval question, given before it was asked here: a
     # retry of a round another instance of the gateway began (None: none given).
     given: Message | None = None
+    asked: str = ""  # a digest of the question (method and params) ``given`` answers
 
     def progress_token(self) -> str | int | None:
         """The client's progress token for this call, if it sent one."""

@@ -106,11 +106,17 @@ class CheckedCalls:
             self._cancel(call, "the session is stopping")
 
     def start(
-        self, method: str, params: Message, request_id: Any, given: Message | None = None
+        self,
+        method: str,
+        params: Message,
+        request_id: Any,
+        given: Message | None = None,
+        asked: str = "",
     ) -> None:
         """Decided, audited and forwarded in the callback that read it; the answer is
         relayed in the callback that reads it (:meth:`answered`). ``given``: the client's
-        answer to the approval question of a round another instance began."""
+        answer to the approval question of a round another instance began (``asked``: a
+        digest of that question)."""
         started = time.perf_counter()
         malformed = malformed_answer(method, params, request_id)
         if malformed is not None:
@@ -135,7 +141,7 @@ class CheckedCalls:
         decision = checked.decision
         conn = self.core.servers.get(server) if server else None
         call = Call(request_id, method, params, started, server, name, checked.arguments, conn)
-        call.given = given
+        call.given, call.asked = given, asked
         call.entry = self._entry(call, decision, checked.hashes, checked.secrets)
         if checked.missing:  # what the caller lacked: the audit's to know, not the client's
             call.entry["policy"]["missing"] = list(checked.missing)

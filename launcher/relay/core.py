@@ -317,7 +317,9 @@ class Relay:
         instance) is checked from the start here, or it is refused."""
         not_taken = self.rounds.resume(method, params, request_id)
         if isinstance(not_taken, TakeOver):
-            self.calls.start(method, not_taken.params, request_id, not_taken.answer)
+            self.calls.start(
+                method, not_taken.params, request_id, not_taken.answer, not_taken.asked
+            )
         elif not_taken is not None:
             self.send(error(request_id, *not_taken))
 

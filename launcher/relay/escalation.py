@@ -108,7 +108,9 @@ class Escalations:
                 call.arguments,
                 decision,
                 self.client_elicits(call),
-                asking_with(self.ask, call) if call.given is None else _given(call.given),
+                asking_with(self.ask, call)
+                if call.given is None
+                else _given(call.given, call.asked),
                 describe(call.server, grants) if grants else "",
                 beyond_own=self._beyond_own(call, grants),
                 shape=shape,
@@ -327,15 +329,19 @@ class Escalations:
         self.ends.answered(call, outcome)
 
 
-def _given(answer: Message) -> Requester:
+def _given(answer: Message, asked: str) -> Requester:
     """What the approval question is answered with when its answer came with the request:
     ``answer`` (the client gave it to a round another instance began, for this very
-    request), once; a question after it is not answered here, and denies."""
+    request), once, and only to the question it was given to (``asked``: its digest): a
+    question worded otherwise here (another rule, another grant) was never shown, and
+    denies, as does a question after it."""
     left = [answer]
 
     async def asking(method: str, params: dict[str, Any], timeout: float) -> Message:
         if method != "elicitation/create" or not left:
             raise RuntimeError("the client's answer was given already")
+        if hash_value({"method": method, "params": params}) != asked:
+            raise RuntimeError("the client's answer was given to another question")
         return {"jsonrpc": "2.0", "id": 0, "result": left.pop()}
 
     return asking

@@ -8,6 +8,8 @@ escalation is denied; a count falls back to this instance's own)."""
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Sequence
 from typing import Protocol
 
 
@@ -66,11 +68,41 @@ def scope_of(key: tuple[str, ...] | None) -> str:
     hashed; ``-`` for the session's one user.
 
     >>> scope_of(None), scope_of(("https://id.example", "alice"))[:12]
-    ('-', 'c-8860d8b1c8')
+    ('-', 'c-ee2a34cf82')
+    >>> scope_of(("https://id.example", "a\\0b")) == scope_of(("https://id.example\\0a", "b"))
+    False
     """
     if key is None:
         return "-"
-    return "c-" + hashlib.sha256("\0".join(key).encode()).hexdigest()[:32]
+    return "c-" + _digest(key)
+
+
+def deployment_of(*who: str | None) -> str:
+    """A deployment's name in a shared state, from what tells it from another that shares
+    the store: who may call it (an identity provider's issuer and audience, or its bearer
+    token), so that an approval, a count or a sealed state of one is never another's.
+
+    >>> deployment_of("https://id.example", "a") == deployment_of("https://id.example", "b")
+    False
+    """
+    return _digest(("deployment", *who))
+
+
+def secret_name(secret: str) -> str:
+    """A name for a deployment known by a secret (its bearer token), slow to make (a key
+    derivation), so that one who reads the store's key names cannot try guesses at a weak
+    token quickly.
+
+    >>> secret_name("t0ken") == secret_name("t0ken") != secret_name("t0ken2")
+    True
+    """
+    derived = hashlib.pbkdf2_hmac("sha256", secret.encode(), b"ironcurtain deployment", 100_000)
+    return derived.hex()
+
+
+def _digest(parts: Sequence[str | None]) -> str:
+    """A digest of ``parts`` that no other list of strings has (each is JSON, not joined)."""
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
 
 
 # How long a grant lasts after its last use (as what is kept of a caller in one instance).

@@ -209,7 +209,7 @@ def test_a_shared_round_takes_no_other_callers_no_other_request_no_other_deploym
     token = idp.token("alice")
     with redis_server() as elsewhere, ExitStack() as stack:
         _, served, audits = stack.enter_context(
-            instances(user, idp, 2, redis.url, "--approval-timeout", "5")
+            instances(user, idp, 2, redis.url, "--approval-timeout", "20")
         )
         other_policy = write_raw_policy(user.root / "other-policy", first=[ASK])
         other_args = run_args(write_probe_config(user), other_policy, user.ws("ws-other"),

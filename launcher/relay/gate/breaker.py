@@ -4,8 +4,9 @@ within ``window`` seconds is refused until the window has room again. Arguments 
 their per-field hashes (the ones the audit entry stores), so they are serialised once.
 
 With a shared state (several instances of one gateway), the count is the instances'
-together; while it cannot be reached, this instance counts alone (still a limit, and the
-loss was said)."""
+together, and this instance counts its own as well: a call is refused when either count is
+full, so a store lost, restarted empty or flushed never gives a caller a fresh limit on
+this instance (the loss was said)."""
 
 from __future__ import annotations
 
@@ -46,12 +47,18 @@ class CircuitBreaker:
         if self.limit <= 0:
             return True
         key = (server, tool, tuple(sorted(hashes.items())))
+        if not self._here(key):
+            return False
         if self.shared is not None:
             counted = f"breaker:{self.scope}:{hash_value(key)}"
             try:
                 return self.shared.count(counted, self.limit, self.window)
             except StateLost:
                 pass  # counted here alone meanwhile
+        return True
+
+    def _here(self, key: tuple[str, str, tuple[tuple[str, str], ...]]) -> bool:
+        """Counted on this instance: False when this instance alone saw ``limit`` already."""
         now = self._clock()
         times = self._seen.setdefault(key, deque())
         while times and now - times[0] > self.window:

@@ -21,7 +21,8 @@ Instances of one gateway that share a state (``--state``) seal with the key they
 mark each handle used there, so a round begun on one instance may be answered on another:
 when the only question open is ironcurtain's own (an approval), the instance the retry
 reaches takes the call over (:class:`TakeOver`): it is checked again from the start there,
-and the answer in the retry answers its approval question; a handle is still used once,
+and the answer in the retry answers its approval question (only the very question it was
+given to: a digest of it is sealed in the state); a handle is still used once,
 by one instance. A round with a server's question stays with the instance whose server
 asked it (another refuses its retry).
 A retry without the answer asked for is asked again. A call that ends while its retry is
@@ -63,6 +64,10 @@ STATE_LOST = INTERNAL_ERROR, "the shared state cannot be reached to take this re
 # Rounds awaiting their retries at once; past it the oldest is let go (its questions
 # withdrawn), so clients that never retry cannot hold more.
 MAX_WAITING = 1024
+# Seconds the clocks of a gateway's instances may disagree by: a handle's used mark outlives
+# its state's expiry by this much, so an instance whose clock is behind (and still takes
+# the state) finds it used.
+SKEW = 600.0
 CALLERS_SHARE = 8  # one caller's rounds may be this part of them at most (gateway mode)
 
 
@@ -78,10 +83,12 @@ class Spent:
 @frozen
 class TakeOver:
     """A retry of a round another instance began, taken over here: ``params``, the request
-    to check from the start; ``answer``, the client's answer to the approval question."""
+    to check from the start; ``answer``, the client's answer to the approval question
+    ``asked`` (which it answers alone: a question asked here otherwise is asked anew)."""
 
     params: Message
     answer: Message | None
+    asked: str = ""  # a digest of the approval question ``answer`` was given to
 
 
 @mutable
@@ -135,8 +142,11 @@ class Rounds:
     def __post_init__(self) -> None:
         if self.shared is not None and not self.shared.shared:
             self.shared = None
-        if self.shared is not None:
-            self._key = self.shared.sealing_key()  # read when the store was reached at start
+
+    def _sealing(self) -> bytes:
+        """The key states are sealed and opened with: the instances' (made again when
+        their store was emptied, so that nothing sealed before opens), or this relay's."""
+        return self.shared.sealing_key() if self.shared is not None else self._key
 
     @staticmethod
     def can_ask(call: Call | None) -> bool:
@@ -257,7 +267,7 @@ class Rounds:
         if self.shared is None:
             return None
         try:
-            first = self.shared.first_use(f"round:{handle}", expires - time.time() + 1)
+            first = self.shared.first_use(f"round:{handle}", expires - time.time() + SKEW)
         except StateLost:
             return STATE_LOST
         return None if first else INVALID_STATE
@@ -265,7 +275,8 @@ class Rounds:
     def _take_over(self, claims: Message, params: Message) -> tuple[int, str] | TakeOver:
         """A retry of a round another instance began (sealed with the key they share): the
         call, to be checked here from the start, with the answer to its approval."""
-        if self.shared is None or not claims.get("p"):
+        asked = claims.get("q")
+        if self.shared is None or not claims.get("p") or not isinstance(asked, str):
             return INVALID_STATE  # not ours, or a server's question waits at its instance
         used = self._use(str(claims.get("h")), float(claims.get("x", 0)))
         if used is not None:
@@ -273,7 +284,7 @@ class Rounds:
         responses = params.get("inputResponses")
         answer = responses.get(APPROVAL) if isinstance(responses, dict) else None
         again = {k: v for k, v in params.items() if k not in ("inputResponses", "requestState")}
-        return TakeOver(again, answer if isinstance(answer, dict) else None)
+        return TakeOver(again, answer if isinstance(answer, dict) else None, asked)
 
     def waiting(self) -> bool:
         """Whether a question's retry is still awaited (its state not expired)."""
@@ -305,7 +316,8 @@ class Rounds:
         self._parked[parked.handle] = parked
         claims = {"h": parked.handle, "m": call.method, "x": parked.expires, "d": parked.digest}
         if set(parked.open()) == {APPROVAL}:  # only its approval: any instance may take it
-            claims["p"] = 1
+            claims["p"] = 1  # and its answer answers that very question there, no other
+            claims["q"] = hash_value(parked.questions[APPROVAL][0])
         if parked.caller is not None:
             claims["c"] = parked.caller
         answered = call.request_id
@@ -323,7 +335,7 @@ class Rounds:
 
     def _seal(self, claims: Message) -> str:
         body = json.dumps(claims, separators=(",", ":"), sort_keys=True).encode()
-        tag = hmac.new(self._key, body, hashlib.sha256).digest()
+        tag = hmac.new(self._sealing(), body, hashlib.sha256).digest()
         return f"{_b64(body)}.{_b64(tag)}"
 
     def _open(self, state: object) -> Message | None:
@@ -335,7 +347,7 @@ class Rounds:
             body, tag = _unb64(body_text), _unb64(tag_text)
         except (binascii.Error, ValueError):
             return None
-        if not hmac.compare_digest(hmac.new(self._key, body, hashlib.sha256).digest(), tag):
+        if not hmac.compare_digest(hmac.new(self._sealing(), body, hashlib.sha256).digest(), tag):
             return None
         claims = json.loads(body)
         return claims if isinstance(claims, dict) else None

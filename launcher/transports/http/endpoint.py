@@ -190,25 +190,24 @@ class HttpEndpoint:
     def _places(self, counted: list[tuple[str, str, int]]) -> tuple[str | None, Callable[[], None]]:
         """A place for one request among those of its caller and of its party (``counted``:
         what, whose, how many at most): why there is none, or how to give it back. Counted
-        with the other instances when they share a state (here alone while it is lost)."""
-        if self.state is not None and self.state.shared:
-            shared, token, taken = self.state, secrets.token_hex(8), list[str]()
-            try:
-                for what, key, most in counted:
-                    name = f"{what}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-                    if not shared.enter(name, token, most):
-                        _leave(shared, taken, token)
-                        return f"too many requests of this {what} at once ({most})", _nothing
-                    taken.append(name)
-                return None, lambda: _leave(shared, taken, token)
-            except StateLost:
-                _leave(shared, taken, token)
+        here, and with the other instances when they share a state: either count full
+        refuses (so a shared state lost or emptied never gives a caller more here)."""
         for what, key, most in counted:
             if self._out.get((what, key), 0) >= most:
                 return f"too many requests of this {what} at once ({most})", _nothing
+        shared_back = _nothing
+        if self.state is not None and self.state.shared:
+            refused, shared_back = _shared_places(self.state, counted)
+            if refused is not None:
+                return refused, _nothing
         for what, key, _ in counted:
             self._out[what, key] = self._out.get((what, key), 0) + 1
-        return None, lambda: self._give_back(counted)
+
+        def give_back() -> None:
+            self._give_back(counted)
+            shared_back()
+
+        return None, give_back
 
     def _give_back(self, counted: list[tuple[str, str, int]]) -> None:
         for what, key, _ in counted:
@@ -379,6 +378,25 @@ async def _json_error(send: Send, status: int, code: int, text: str) -> None:
 
 def _nothing() -> None:
     return None
+
+
+def _shared_places(
+    shared: SharedState, counted: list[tuple[str, str, int]]
+) -> tuple[str | None, Callable[[], None]]:
+    """:meth:`HttpEndpoint._places` among the instances (while the state is lost: nothing
+    refused, nothing to give back; this instance's own count holds meanwhile)."""
+    token, taken = secrets.token_hex(8), list[str]()
+    try:
+        for what, key, most in counted:
+            name = f"{what}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+            if not shared.enter(name, token, most):
+                _leave(shared, taken, token)
+                return f"too many requests of this {what} at once ({most})", _nothing
+            taken.append(name)
+    except StateLost:
+        _leave(shared, taken, token)
+        return None, _nothing
+    return None, lambda: _leave(shared, taken, token)
 
 
 def _leave(state: SharedState, names: list[str], token: str) -> None:

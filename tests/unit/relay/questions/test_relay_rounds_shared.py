@@ -7,12 +7,18 @@ that share nothing refuse each other's states."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from launcher.relay import escalation
 from launcher.relay.questions.rounds import QUESTION
+from launcher.shared.jsonrpc import Message
 from launcher.shared_state.memory import MemoryState
 from launcher.shared_state.store import SharedState
-from tests.support.relay import Harness, build, run
+from tests.support.relay import RULES, Harness, build, run
 from tests.unit.relay.questions.test_relay_rounds import (
     FORM,
     _server_asks,
@@ -114,3 +120,54 @@ def test_control_relays_that_share_nothing_refuse_each_others_states(tmp_path: P
 
     run(work)
     assert "tools/call" not in two.fs.methods
+
+
+def _worded_otherwise() -> dict[str, Any]:
+    """The test policy, its escalation given another reason (so its question reads otherwise)."""
+    rules = copy.deepcopy(RULES)
+    rules["rules"][0]["reason"] = "private files: the reader takes them off the premises"
+    return rules
+
+
+def _answered_elsewhere(tmp_path: Path) -> tuple[Harness, Message | None]:
+    """Alice's approval asked on one relay, her "approve" sent to another relay whose policy
+    words the question otherwise: that relay, and its answer to the retry."""
+    state = Shared()
+    one = build(tmp_path, initialize=False, state=state)
+    two = build(tmp_path, initialize=False, state=state, rules=_worded_otherwise())
+    call = modern(private(one))
+    answers: list[Message | None] = []
+
+    async def work() -> None:
+        first = await one.request("tools/call", call)
+        assert first is not None
+        answers.append(
+            await two.request("tools/call", retry(call, first["result"], approval("approve")))
+        )
+
+    run(work)
+    return two, answers[0]
+
+
+def test_an_answer_taken_over_answers_only_the_question_it_was_given_to(tmp_path: Path) -> None:
+    """The human approved the question the first relay showed; the relay that takes the
+    call over would ask another (another rule's reason, another grant): never shown, so the
+    answer is not taken for it, and the call is denied."""
+    two, answer = _answered_elsewhere(tmp_path)
+    assert answer is not None and "result" in answer, answer
+    assert answer["result"]["content"][0]["text"].startswith("ESCALATION DENIED")
+    assert "tools/call" not in two.fs.methods
+
+
+def test_control_an_answer_taken_for_any_question_runs_the_call(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def any_question(answer: Message, asked: str) -> Any:
+        async def asking(method: str, params: dict[str, Any], timeout: float) -> Message:
+            return {"jsonrpc": "2.0", "id": 0, "result": answer}
+
+        return asking
+
+    monkeypatch.setattr(escalation, "_given", any_question)
+    two, _ = _answered_elsewhere(tmp_path)
+    assert two.fs.methods.count("tools/call") == 1  # approved, though never asked so
