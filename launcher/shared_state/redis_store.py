@@ -2,9 +2,10 @@
 and only when a session is given a Redis URL).
 
 Every key is under ``ironcurtain:``, in the database the URL names. Grants are a set per
-scope and group, kept ``KEEP_FOR`` seconds after their last use; counts are sorted sets of
-times, checked and added in one script (so two instances cannot both take the last place);
-the sealing key is set once, by whichever instance comes first.
+scope and group, kept ``KEEP_FOR`` seconds after their last use; pattern approvals a hash per
+scope (id -> record), kept as long after the scope's last look at them; counts are sorted
+sets of times, checked and added in one script (so two instances cannot both take the last
+place); the sealing key is set once, by whichever instance comes first.
 
 Losing the store is said once (one line, through ``say``), and so is finding it again; until
 then every operation raises :class:`StateLost`. A call waits at most ``TIMEOUT`` seconds for
@@ -195,8 +196,64 @@ class RedisState:
         name = f"{PREFIX}used:{mark}"
         return bool(self._do(lambda: self._client.set(name, 1, nx=True, px=int(ttl * 1000) + 1)))
 
+    def _patterns(self, scope: str) -> str:
+        return f"{PREFIX}patterns:{scope}"
+
+    def patterns(self, scope: str) -> dict[str, str]:
+        name = self._patterns(scope)
+
+        def look() -> dict[str, str]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hgetall(name)
+            pipe.expire(name, int(KEEP_FOR), xx=True)
+            found: list[Any] = pipe.execute()
+            return _texts(found[0])
+
+        return self._do(look)
+
+    def add_pattern(self, scope: str, pid: str, record: str) -> None:
+        name = self._patterns(scope)
+
+        def add() -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hset(name, pid, record)
+            pipe.expire(name, int(KEEP_FOR))
+            pipe.execute()
+
+        self._do(add)
+
+    def drop_pattern(self, scope: str, pid: str) -> bool:
+        return bool(self._do(lambda: self._client.hdel(self._patterns(scope), pid)))
+
+    def every_pattern(self) -> dict[str, dict[str, str]]:
+        head = self._patterns("")
+
+        def every() -> dict[str, dict[str, str]]:
+            found: dict[str, dict[str, str]] = {}
+            for name in self._client.scan_iter(match=head + "*", count=1000):
+                key = name.decode() if isinstance(name, bytes) else str(name)
+                records = _texts(self._client.hgetall(key))
+                if records:
+                    found[key[len(head) :]] = records
+            return found
+
+        return self._do(every)
+
     def close(self) -> None:
         self._client.close()
+
+
+def _texts(found: Any) -> dict[str, str]:
+    """A Redis hash as text (fields and values that are not UTF-8 are left out)."""
+    texts: dict[str, str] = {}
+    for field, value in dict(found or {}).items():
+        try:
+            texts[field.decode() if isinstance(field, bytes) else str(field)] = (
+                value.decode() if isinstance(value, bytes) else str(value)
+            )
+        except UnicodeDecodeError:
+            continue
+    return texts
 
 
 def connect(url: str, say: Callable[[str], None]) -> RedisState:
