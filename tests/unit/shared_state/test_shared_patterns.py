@@ -244,17 +244,18 @@ def test_matching_from_the_hash_answers_what_matching_in_clear_answers(given: in
             assert found is None or pattern.value in candidates(pattern.kind, shape)
 
 
-def test_the_comparison_above_can_fail() -> None:
-    """Control: a store matching by tool alone (every candidate taken) answers calls the
-    pattern does not cover."""
+def test_control_the_hash_alone_would_answer_what_the_pattern_does_not_cover(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Control: a hit on the hash without the judgement after it takes a write whose first
+    path is under the directory and whose second is ``/etc/passwd``; the store refuses it."""
     pattern = offered(_CALLS[0], lambda directory: None)[0]
-    local = LocalPatterns()
-    local.give("alice", pattern)
-    outside = write("/srv/team-notes/a.md")
-    assert local.find("alice", outside) is None
-    assert candidates("directory", outside) and pattern.value not in candidates(
-        "directory", outside
-    )
+    shared = SharedPatterns(MemoryState())
+    shared.give("alice", pattern)
+    smuggled = write(f"{NOTES}/a.md", "/etc/passwd")
+    assert shared.find("alice", smuggled) is None
+    monkeypatch.setattr("launcher.relay.approving.shared_patterns.covers", lambda p, s: True)
+    assert shared.find("alice", smuggled) is not None
 
 
 class _Lost:
