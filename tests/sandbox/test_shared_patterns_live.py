@@ -2,8 +2,10 @@
 Redis (``--state``): the operator's real ``ironcurtain approvals`` terminal, attached to
 every instance, gives a pattern on one; it answers the same caller's calls on every
 instance and never another caller's; ``--revoke`` through one instance holds on all of
-them at their next call; a lost Redis answers nothing. The control: the same instances
-without ``--state``, where the pattern stays on the instance that gave it."""
+them at their next call; a lost Redis answers nothing; a directory pattern of the real
+filesystem server holds on another instance while Redis holds the directory only as its
+hash. The control: the same instances without ``--state``, where the pattern stays on the
+instance that gave it."""
 
 from __future__ import annotations
 
@@ -22,12 +24,13 @@ from tests.sandbox.test_shared_state import META, calls, entries, post, workspac
 from tests.support.audit import audit_entries
 from tests.support.cli import run_args
 from tests.support.home import Home
-from tests.support.http import Served, serving
+from tests.support.http import Served, http_session, serving
 from tests.support.idp import AUDIENCE, Provider, identity_provider
 from tests.support.marks import needs_bwrap
 from tests.support.paths import IRONCURTAIN
 from tests.support.probe import write_probe_config, write_raw_policy
 from tests.support.sdk import answer_asked, attached_terminal, leave
+from tests.support.sdk import call as sdk_call
 from tests.support.shared_state import Redis, haproxy, needs_haproxy, needs_redis, redis_server
 
 pytestmark = [needs_bwrap, needs_redis, needs_haproxy]
@@ -108,12 +111,12 @@ def approvals(user: Home, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def escalations(audits: list[Path]) -> list[tuple[int, str, str]]:
-    """Each instance's env_value calls: (instance, caller, escalation), by instance."""
+def escalations(audits: list[Path], tool: str = "env_value") -> list[tuple[int, str, str]]:
+    """Each instance's calls of ``tool``: (instance, caller, escalation), by instance."""
     return sorted(
         (n, str(e["caller"]["name"]), str(e["escalation"]))
         for n, audit in enumerate(audits)
-        for e in entries(audit, "env_value")
+        for e in entries(audit, tool)
     )
 
 
@@ -224,3 +227,79 @@ def test_redis_lost_a_pattern_answers_nothing_and_the_list_says_why(
         (0, "alice", "state-unavailable"), (1, "alice", "state-unavailable"),
     ]  # fmt: skip
     assert len(calls(user, 2)) == 1
+
+
+def test_a_directory_pattern_holds_on_another_instance_and_redis_never_holds_the_directory(
+    user: Home, idp: Provider, redis: Redis
+) -> None:
+    """The real filesystem server under the bundled policy: alice's write outside her
+    workspace, asked on instance 0, given its directory as a pattern; her next write there on
+    instance 1 is made without asking, bob's is asked (and denied). Redis holds the pattern,
+    and the directory only as its hash."""
+    notes = user.root / "confidential-notes"
+    notes.mkdir()
+    out: dict[str, Any] = {}
+
+    def write(name: str) -> tuple[str, dict[str, Any]]:
+        return "write_file", {"path": str(notes / name), "content": f"{name}\n"}
+
+    async def scenario(urls: list[str]) -> None:
+        async with (
+            http_session(urls[0], idp.token("alice")) as alice_0,
+            http_session(urls[1], idp.token("alice")) as alice_1,
+            http_session(urls[1], idp.token("bob")) as bob_1,
+        ):
+            terminal = await attached_terminal(user, sessions=2)
+            shown = asyncio.ensure_future(answer_asked(terminal, b"p1"))
+            out["first"] = await sdk_call(alice_0, *write("alice-1"))
+            out["offer"] = await shown
+            out["there"] = await sdk_call(alice_1, *write("alice-2"))  # not asked
+            shown = asyncio.ensure_future(answer_asked(terminal, b"d"))
+            out["bob"] = await sdk_call(bob_1, *write("bob-1"))
+            out["bob-shown"] = await shown
+            out["redis"] = _redis_dump(redis)
+            await leave(terminal)
+
+    audits = [user.root / "audit-0.jsonl", user.root / "audit-1.jsonl"]
+    gateway = ["--server", "filesystem", "--oidc-issuer", idp.issuer,
+               "--oidc-audience", AUDIENCE, "--state", redis.url]  # fmt: skip
+    with ExitStack() as stack:
+        served: list[Served] = []
+        for n, audit in enumerate(audits):
+            ws = f"{user.root}/work-{n}/${{caller}}"
+            args = [*gateway, "--audit-log", str(audit), "--workspace", ws]
+            served.append(stack.enter_context(serving(user, *args)))
+        try:
+            asyncio.run(scenario([s.url for s in served]))
+        finally:
+            for one in served:
+                assert one.proc.stderr
+                one.proc.stderr.close()
+    directory = str(notes.resolve())
+    assert f"whose every path is under {directory} (reads and writes there)" in out["offer"]
+    assert out["first"][0] is False and out["there"][0] is False, out
+    assert (notes / "alice-2").read_text() == "alice-2\n"
+    assert "bob" in out["bob-shown"] and out["bob"][0] is True and not (notes / "bob-1").exists()
+    assert escalations(audits, "write_file") == [
+        (0, "alice", "approved-pattern"), (1, "alice", "pattern"), (1, "bob", "denied"),
+    ]  # fmt: skip
+    assert hash_value(directory).encode() in out["redis"]  # control: the pattern is there
+    for clear in (directory, "confidential-notes"):
+        assert clear.encode() not in out["redis"]
+
+
+def _redis_dump(redis: Redis) -> bytes:
+    """Every key in ``redis`` and its whole value (what a reader of Redis reads)."""
+    import redis as redis_py
+
+    client: Any = redis_py.Redis(unix_socket_path=str(redis.socket))
+    found = b""
+    try:
+        for name in client.scan_iter():
+            found += bytes(name) + b"\n" + bytes(client.dump(name) or b"") + b"\n"
+            if client.type(name) == b"hash":
+                for field, value in client.hgetall(name).items():
+                    found += bytes(field) + b"=" + bytes(value) + b"\n"
+    finally:
+        client.close()
+    return found
