@@ -203,11 +203,14 @@ def test_redis_lost_a_pattern_answers_nothing_and_the_list_says_why(
     async def scenario(served: list[Served]) -> None:
         terminal = await attached_terminal(user, sessions=2)
         out["offer"], out["given"] = await asked(terminal, b"p1", served[0].url, alice, 1, "HOME")
+        held = (await asyncio.to_thread(approvals, user, "--list")).stdout.split(" ")[0]
+        assert held.startswith("p-"), held
         redis.stop()
         # Denied on both instances without asking anyone (the terminal is shown nothing).
         where = [(served[0], "PATH"), (served[1], "PATH"), (served[0], "HOME")]
         out["lost"] = [await text(s.url, alice, 2 + n, name) for n, (s, name) in enumerate(where)]
         out["list"] = await asyncio.to_thread(approvals, user, "--list")
+        out["revoke"] = await asyncio.to_thread(approvals, user, "--revoke", held)
         out["left"] = await leave(terminal)
 
     said: list[list[str]] = []
@@ -222,6 +225,9 @@ def test_redis_lost_a_pattern_answers_nothing_and_the_list_says_why(
     assert out["list"].returncode == 1 and out["list"].stdout == ""
     errors = out["list"].stderr.splitlines()
     assert len(errors) == 2 and all("the shared state cannot be reached" in e for e in errors)
+    # Nor can a pattern be revoked: said, exit 1 (not "no session holds it").
+    assert out["revoke"].returncode == 1 and out["revoke"].stdout == ""
+    assert "the shared state cannot be reached" in out["revoke"].stderr
     assert escalations(audits) == [
         (0, "alice", "approved-pattern"), (0, "alice", "state-unavailable"),
         (0, "alice", "state-unavailable"), (1, "alice", "state-unavailable"),
