@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any
 
 from launcher.shared import rundir
@@ -62,14 +63,27 @@ def _ask(path: str, request: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def _failed(path: str, answer: dict[str, Any]) -> None:
+    """A session's error (its shared state cannot be reached), said on stderr."""
+    error = visible(str(answer.get("error")), one_line=True)
+    print(f"ironcurtain: session {session_of(path)}: {error}", file=sys.stderr)
+
+
 def list_patterns(session: str | None) -> int:
-    """Print every pattern approval in force, by session."""
-    shown = 0
+    """Print every pattern approval in force, by session (one kept in a state several
+    sessions share is printed once): 1 when a session could not say."""
+    shown: set[str] = set()
+    failed = False
     for path in _sockets(session):
         answer = _ask(path, {"type": "patterns"})
+        if answer is not None and answer.get("type") == "error":
+            _failed(path, answer)
+            failed = True
         if answer is None or answer.get("type") != "patterns":
             continue
         for entry in answer.get("patterns") or []:
+            if str(entry.get("id")) in shown:
+                continue
             issuer, _, name = str(entry.get("owner") or "").partition("\0")
             whose = f"  caller {name} ({issuer})" if issuer or name else ""
             line = (
@@ -77,20 +91,27 @@ def list_patterns(session: str | None) -> int:
                 f"{entry.get('givenAt')}: {entry.get('text')}"
             )
             print(visible(line, one_line=True))
-            shown += 1
-    if not shown:
+            shown.add(str(entry.get("id")))
+    if not shown and not failed:
         print("no pattern approvals in force")
-    return 0
+    return 1 if failed else 0
 
 
 def revoke_pattern(pid: str, session: str | None) -> int:
-    """Revoke the pattern ``pid`` in whichever running session holds it."""
+    """Revoke the pattern ``pid`` in whichever running session holds it (held in a state
+    several sessions share, it is revoked for all of them)."""
+    failed = False
     for path in _sockets(session):
         answer = _ask(path, {"type": "revoke", "id": pid})
+        if answer is not None and answer.get("type") == "error":
+            _failed(path, answer)
+            failed = True
         if answer is not None and answer.get("type") == "revoked" and answer.get("pattern"):
             text = visible(str(answer["pattern"].get("text")), one_line=True)
             print(f"revoked {visible(pid, one_line=True)} in session {session_of(path)}: {text}")
             return 0
+    if failed:
+        return 1
     raise UsageError(
         f"--revoke {visible(pid, one_line=True)}: no running session of yours holds that "
         "pattern approval (see ironcurtain approvals --list)"

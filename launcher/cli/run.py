@@ -97,8 +97,8 @@ def _shared_state(url: str | None, plan: SessionPlan) -> RedisState | None:
     except StateLost as lost:
         raise OptionError("state", shown(url), f"cannot be reached: {lost}") from None
     say(
-        f"shared state: {state.where} (approvals for the session, the circuit breaker's and "
-        "the callers' counts, the key that seals question rounds)"
+        f"shared state: {state.where} (approvals for the session, pattern approvals, the "
+        "circuit breaker's and the callers' counts, the key that seals question rounds)"
     )
     return state
 

@@ -29,7 +29,8 @@ from launcher.host.session_ca import SessionCA
 from launcher.plan import coherence
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.approving.approval import Approvals
-from launcher.relay.approving.patterns import lister
+from launcher.relay.approving.patterns import LocalPatterns, lister
+from launcher.relay.approving.shared_patterns import SharedPatterns
 from launcher.relay.core import Relay
 from launcher.relay.gate.breaker import CircuitBreaker
 from launcher.servers.broker import Broker
@@ -102,6 +103,9 @@ class Session(SessionEvents):
             self.terminals,
             callers=plan.caller is not None or plan.gateway is not None,
             shared=state,
+            patterns=SharedPatterns(state)
+            if state is not None and state.shared
+            else LocalPatterns(),
         )
         # What is kept of each caller: approvals for the session, its circuit breaker.
         self.kept = KeptCallers(

@@ -35,6 +35,7 @@ class MemoryState:
         self._counts: dict[str, deque[float]] = {}
         self._entered: dict[str, dict[str, float]] = {}  # key -> token -> lapses at
         self._marks: dict[str, float] = {}  # mark -> lapses at
+        self._patterns: dict[str, tuple[float, dict[str, str]]] = {}  # scope -> (used, records)
 
     def sealing_key(self) -> bytes:
         return self._key
@@ -96,3 +97,32 @@ class MemoryState:
             return False
         self._marks[mark] = now + ttl
         return True
+
+    def _kept_patterns(self, scope: str) -> dict[str, str]:
+        """``scope``'s patterns, kept longer from now (none once they lapsed)."""
+        used, records = self._patterns.pop(scope, (0.0, {}))
+        now = self._clock()
+        if now - used > KEEP_FOR:
+            records = {}
+        self._patterns[scope] = (now, records)  # the most recently used last
+        while len(self._patterns) > MAX_KEYS:
+            del self._patterns[next(iter(self._patterns))]
+        return records
+
+    def patterns(self, scope: str) -> dict[str, str]:
+        return dict(self._kept_patterns(scope))
+
+    def add_pattern(self, scope: str, pid: str, record: str) -> None:
+        self._kept_patterns(scope)[pid] = record
+
+    def drop_pattern(self, scope: str, pid: str) -> bool:
+        _, records = self._patterns.get(scope, (0.0, {}))
+        return records.pop(pid, None) is not None
+
+    def every_pattern(self) -> dict[str, dict[str, str]]:
+        now = self._clock()
+        return {
+            scope: dict(records)
+            for scope, (used, records) in self._patterns.items()
+            if records and now - used <= KEEP_FOR
+        }

@@ -4,8 +4,9 @@ and only when a session is given a Redis URL).
 Every key is under ``ironcurtain:<deployment>:``, in the database the URL names
 (``<deployment>``: a digest of who may call the gateway, so that two deployments given one
 Redis keep apart). Grants are a set per scope and group, kept ``KEEP_FOR`` seconds after
-their last use; counts are sorted sets of times, checked and added in one script (so two
-instances cannot both take the last place); the sealing key is set once, by whichever
+their last use; pattern approvals a hash per scope (id -> record), kept as long after the
+scope's last look at them; counts are sorted sets of times, checked and added in one script
+(so two instances cannot both take the last place); the sealing key is set once, by whichever
 instance comes first, and every single use is marked only while that key is still there: a
 Redis emptied (restarted without its data, flushed, its keys evicted) has forgotten which
 handles were used, so the instances make a new key and what was sealed before is refused.
@@ -264,6 +265,57 @@ class RedisState:
             return None
         return policy
 
+    def _patterns(self, scope: str) -> str:
+        return f"{self._prefix}patterns:{scope}"
+
+    def patterns(self, scope: str) -> dict[str, str]:
+        name = self._patterns(scope)
+
+        def look() -> dict[str, str]:
+            pipe = self._client.pipeline(transaction=False)
+            pipe.hgetall(name)
+            pipe.expire(name, int(KEEP_FOR), xx=True)
+            found: list[Any] = pipe.execute()
+            return _texts(found[0])
+
+        return self._do(look)
+
+    def add_pattern(self, scope: str, pid: str, record: str) -> None:
+        name = self._patterns(scope)
+
+        def add() -> None:
+            pipe = self._client.pipeline(transaction=True)
+            pipe.hset(name, pid, record)
+            pipe.expire(name, int(KEEP_FOR))
+            pipe.execute()
+
+        self._do(add)
+
+    def drop_pattern(self, scope: str, pid: str) -> bool:
+        name = self._patterns(scope)
+
+        def drop() -> bool:
+            dropped = self._client.hdel(name, pid)
+            if type(dropped) is not int or dropped not in (0, 1):
+                raise NotRedis(f"a reply no Redis gives to HDEL: {dropped!r:.40}")
+            return dropped == 1
+
+        return self._do(drop)
+
+    def every_pattern(self) -> dict[str, dict[str, str]]:
+        head = self._patterns("")
+
+        def every() -> dict[str, dict[str, str]]:
+            found: dict[str, dict[str, str]] = {}
+            for name in self._client.scan_iter(match=head + "*", count=1000):
+                key = name.decode() if isinstance(name, bytes) else str(name)
+                records = _texts(self._client.hgetall(key))
+                if records:
+                    found[key[len(head) :]] = records
+            return found
+
+        return self._do(every)
+
     def close(self) -> None:
         self._client.close()
 
@@ -272,6 +324,22 @@ def _not_redis(exc: Exception) -> str:
     """Why a store whose reply made its client fail is not believed."""
     said = str(exc) if isinstance(exc, NotRedis) else f"{type(exc).__name__}: {exc}"
     return f"it answers as no Redis does: {said}"
+
+
+def _texts(found: Any) -> dict[str, str]:
+    """A Redis hash as text (fields and values that are not UTF-8 are left out); a reply
+    that is no hash is :class:`NotRedis`."""
+    if not isinstance(found, dict):
+        raise NotRedis(f"a reply no Redis gives to HGETALL: {found!r:.40}")
+    texts: dict[str, str] = {}
+    for field, value in found.items():
+        try:
+            texts[field.decode() if isinstance(field, bytes) else str(field)] = (
+                value.decode() if isinstance(value, bytes) else str(value)
+            )
+        except UnicodeDecodeError:
+            continue
+    return texts
 
 
 def connect(url: str, say: Callable[[str], None], deployment: str = "") -> RedisState:

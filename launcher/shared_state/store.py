@@ -62,6 +62,23 @@ class SharedState(Protocol):
         handle is taken by one instance once."""
         ...
 
+    def patterns(self, scope: str) -> dict[str, str]:
+        """The pattern approvals given to ``scope``: id -> record (kept ``KEEP_FOR`` seconds
+        after ``scope``'s last look at them or the last one given)."""
+        ...
+
+    def add_pattern(self, scope: str, pid: str, record: str) -> None:
+        """Give ``scope`` the pattern ``pid`` (its ``record``, as the giver wrote it)."""
+        ...
+
+    def drop_pattern(self, scope: str, pid: str) -> bool:
+        """Take back the pattern ``pid`` of ``scope``: whether it was there."""
+        ...
+
+    def every_pattern(self) -> dict[str, dict[str, str]]:
+        """Every scope's pattern approvals: scope -> id -> record."""
+        ...
+
 
 def scope_of(key: tuple[str, ...] | None) -> str:
     """Whose state it is, as the shared state names it: a caller's key (issuer and name),

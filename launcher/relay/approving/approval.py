@@ -13,9 +13,10 @@ channel, no answer within the timeout, or anything but an approval means deny. A
 is bound to the exact server, tool and argument hash of the call that asked and is used by
 that call alone; "approve for this session" records a narrow entry (same server, tool and
 canonical arguments) that later identical calls match without asking again. With a shared
-state (several instances of one gateway), the entry is kept there, so it holds on every
-instance; while that state cannot be reached, no escalation is asked (each is denied) and
-no approval for the session is taken.
+state (several instances of one gateway), the entry is kept there, and so are the pattern
+approvals given, so each holds on every instance; while that state cannot be reached, no
+escalation is asked (each is denied), no pattern answers a call and no approval for the
+session or pattern is taken.
 
 A server's own request of the client (sampling) is asked the same way, worded as the
 server's, never as a call the agent makes: the human is shown the whole request as it will
@@ -141,14 +142,16 @@ class Approvals:
         self.session_whitelist = {
             key for key in self.session_whitelist if key[:2] != (server, tool)
         }
-        self.patterns.forget(server, tool)
-        if self.shared is not None:
-            self._forgotten.add((server, tool))  # until the shared state has forgotten too
-            try:
-                self.shared.revoke(self.scope, f"{server}\0{tool}")
-            except StateLost:
-                return
-            self._forgotten.discard((server, tool))
+        if self.shared is None:
+            self.patterns.forget(server, tool)
+            return
+        self._forgotten.add((server, tool))  # until the shared state has forgotten too
+        try:
+            self.shared.revoke(self.scope, f"{server}\0{tool}")
+            self.patterns.forget(server, tool)  # every caller's, where they are kept
+        except StateLost:
+            return
+        self._forgotten.discard((server, tool))
 
     def _whitelisted(self, key: tuple[str, str, str]) -> bool:
         """Whether ``key`` was approved for the session (StateLost: cannot be known)."""
@@ -206,7 +209,10 @@ class Approvals:
                 return Outcome(True, "session-whitelist")
         except StateLost as lost:
             return _unavailable(lost)
-        given = self.patterns.find(self.owner, shape) if shape is not None else None
+        try:
+            given = self.patterns.find(self.owner, shape) if shape is not None else None
+        except StateLost as lost:
+            return _unavailable(lost)
         if given is not None:
             return Outcome(True, "pattern", pattern={"id": given.pid})
         channel = self.channel(client_elicits)
@@ -282,7 +288,10 @@ class Approvals:
             return Outcome(False, "timeout", f"no answer within {self.timeout:g} s")
         chosen = _chosen(said, offers)
         if chosen is not None:
-            given = self.patterns.give(self.owner, chosen)
+            try:
+                given = self.patterns.give(self.owner, chosen)
+            except StateLost as lost:  # not kept: not taken
+                return _unavailable(lost)
             # The directory or host is an argument's: the audit log keeps its hash only.
             record: dict[str, object] = {
                 "id": given.pid,

@@ -15,6 +15,7 @@ from dataclasses import field
 from typing import Any, Protocol
 
 from launcher.audit.log import hash_value
+from launcher.shared_state.store import StateLost
 from policy.patterns import CallShape, Pattern, covers
 from sandbox_profiles.records import frozen, mutable
 
@@ -115,6 +116,12 @@ def lister(
     ``record``, for the audit log, which keeps the directory or host as its hash)."""
 
     def answer(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return answered(request)
+        except StateLost as lost:
+            return {"type": "error", "error": f"the shared state cannot be reached ({lost})"}
+
+    def answered(request: dict[str, Any]) -> dict[str, Any]:
         if request.get("type") == "patterns":
             return {"type": "patterns", "patterns": [g.record() for g in store.listed()]}
         pid = str(request.get("id"))
