@@ -36,6 +36,9 @@ class MemoryState:
         self._entered: dict[str, dict[str, float]] = {}  # key -> token -> lapses at
         self._marks: dict[str, float] = {}  # mark -> lapses at
 
+    def reachable(self) -> bool:
+        return True
+
     def sealing_key(self) -> bytes:
         return self._key
 

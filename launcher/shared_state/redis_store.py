@@ -134,6 +134,12 @@ class RedisState:
             self._say(f"shared state {self.where} is back")
         return done
 
+    def reachable(self) -> bool:
+        try:
+            return bool(self._do(self._client.ping))
+        except StateLost:
+            return False
+
     def sealing_key(self, quiet: bool = False) -> bytes:
         """Read once (it never changes), then kept."""
         if self._key is not None:
