@@ -249,3 +249,69 @@ def test_health_follows_a_real_shared_state() -> None:
         with gateway_behind_balancer(work, state=store):
             pass
     assert answers == [200, 503, 200, 200]
+
+
+async def _raw_status(port: int, hosts: list[str], token: str) -> bytes:
+    """The status line of a request naming each of ``hosts`` in a Host header of its own."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    head = "".join(f"Host: {h}\r\n" for h in hosts)
+    writer.write(
+        f"GET /mcp HTTP/1.1\r\n{head}Authorization: Bearer {token}\r\n"
+        "Accept: text/event-stream\r\nConnection: close\r\n\r\n".encode()
+    )
+    await writer.drain()
+    line = (await reader.read(256)).split(b"\r\n")[0]
+    writer.close()
+    return line
+
+
+def test_two_hosts_one_public_reach_nothing() -> None:
+    """The public host beside the attacker's, in either order: refused by the HTTP parser
+    before the endpoint looks (whichever one a check kept, the other would be a way in)."""
+    lines: list[bytes] = []
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
+        token = idp.token("alice", aud=PUBLIC)
+        for hosts in (["mcp.example.com", "attacker.example"],
+                      ["attacker.example", "mcp.example.com"]):  # fmt: skip
+            lines.append(await _raw_status(end.port, hosts, token))
+
+    with gateway_behind_balancer(work) as seen:
+        assert lines == [b"HTTP/1.1 400 Bad Request"] * 2
+        assert seen == []
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [("https://attacker.example", 403), ("https://evil-mcp.example.com", 403),
+     ("http://mcp.example.com", 403), ("https://mcp.example.com", 200)],
+    ids=["attacker", "suffix", "plain-http", "control-public-origin"],
+)  # fmt: skip
+def test_a_page_of_another_origin_is_refused(origin: str, status: int) -> None:
+    """A browser's request from another site names the public host (the page talks to the
+    real gateway, with a token it got somehow) but its Origin gives it away."""
+    statuses: list[int] = []
+
+    async def work(http: httpx2.AsyncClient, url: str, idp: Provider, end: HttpEndpoint) -> None:
+        request = _request(idp.token("alice", aud=PUBLIC), "mcp.example.com")
+        request["headers"]["Origin"] = origin
+        statuses.append((await http.post(url, **request)).status_code)
+
+    with gateway_behind_balancer(work):
+        assert statuses == [status]
+
+
+def test_the_endpoint_listens_on_an_ipv6_loopback_and_answers_its_name() -> None:
+    from launcher.shared.user_errors import StartupError
+    from launcher.transports.http.listener import listen_http
+
+    try:
+        sock = listen_http(0, "::1")
+    except StartupError:
+        pytest.skip("no IPv6 loopback on this machine")
+    try:
+        assert sock.getsockname()[0] == "::1"
+    finally:
+        sock.close()
+    port = 8765
+    assert Reached(port).accepts(f"[::1]:{port}") and not Reached(port).accepts("[::2]:8765")
