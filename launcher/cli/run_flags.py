@@ -80,6 +80,19 @@ RUN_FLAGS: tuple[Flag, ...] = (
         "stdio; every request needs the bearer token (see `ironcurtain http-token`).",
     ),
     Flag(
+        "--http-bind",
+        "http_bind",
+        "With --http: listen on this IP address (0.0.0.0 or :: for every interface); "
+        "any but a loopback one needs --public-url.",
+    ),
+    Flag(
+        "--public-url",
+        "public_url",
+        "With --http: the URL clients reach the endpoint at behind a load balancer "
+        "(https://HOST[:PORT]/mcp): the only Host answered besides loopback, and the "
+        "resource its OAuth metadata names.",
+    ),
+    Flag(
         "--http-token-file",
         "http_token_file",
         "Read the --http bearer token from this owner-only file (else "

@@ -37,6 +37,8 @@ class RunOptions(Protocol):
     def oidc_require(self) -> tuple[str, ...]: ...
     @property
     def workspace(self) -> str | None: ...
+    @property
+    def public_url(self) -> str | None: ...
 
 
 _OIDC = ("oidc_issuer", "oidc_audience", "oidc_jwks_url")
@@ -82,12 +84,13 @@ def check_caller_options(opts: RunOptions) -> None:
         raise OptionError(
             name, given[name], "is only used with {http_port}", mentions=("http_port",)
         )
-    if "oidc_issuer" in given and "oidc_audience" not in given:
+    if "oidc_issuer" in given and "oidc_audience" not in given and opts.public_url is None:
         raise OptionError(
             "oidc_issuer",
             opts.oidc_issuer,
-            "needs {oidc_audience}: the audience its tokens must be issued for",
-            mentions=("oidc_audience",),
+            "needs {oidc_audience} (or {public_url}, then the audience): the audience its "
+            "tokens must be issued for",
+            mentions=("oidc_audience", "public_url"),
         )
     if given and "oidc_issuer" not in given:
         name = next(iter(given))
@@ -109,6 +112,15 @@ def check_caller_options(opts: RunOptions) -> None:
         )
 
 
+def _resource(public_url: str | None) -> str | None:
+    """The endpoint's URL as its protected resource metadata names it."""
+    if public_url is None:
+        return None
+    from launcher.transports.http.public_address import Reached
+
+    return Reached(0, public_url).url
+
+
 def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
     """The static caller (a caller file), or the gateway's verifier with its keys fetched
     (raises :class:`OptionError` naming the setting when they cannot be)."""
@@ -116,12 +128,15 @@ def plan_callers(opts: RunOptions) -> tuple[Caller | None, Gateway | None]:
         from launcher.shared.caller_identity import load_caller_file
 
         return load_caller_file(opts.caller_file, "caller_file"), None
-    if opts.oidc_issuer is None or opts.oidc_audience is None:
+    # A token is for the endpoint clients reach (the resource they ask a token for, as
+    # MCP's authorization asks), unless the operator names another audience.
+    audience = opts.oidc_audience or _resource(opts.public_url)
+    if opts.oidc_issuer is None or audience is None:
         return None, None
     from launcher.transports.http.gateway.admission import requirement
     from launcher.transports.http.gateway.keys import gateway
 
     required = tuple(requirement(text) for text in opts.oidc_require)
     return None, gateway(
-        opts.oidc_issuer, opts.oidc_audience, opts.oidc_jwks_url, opts.permissions_claim, required
+        opts.oidc_issuer, audience, opts.oidc_jwks_url, opts.permissions_claim, required
     )

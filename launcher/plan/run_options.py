@@ -24,6 +24,8 @@ class RunOptions:
     max_identical_calls: int = 30  # per minute; 0: no circuit breaker
     accept_tool_changes: bool = False  # re-pin every server's tools at start
     http_port: int | None = None  # streamable HTTP on 127.0.0.1 instead of stdio
+    http_bind: str = "127.0.0.1"  # the address it listens on (beyond loopback: public_url)
+    public_url: str | None = None  # where clients reach it (behind a balancer or an ingress)
     http_token_file: str | None = (
         None  # where its bearer token is (else launcher.transports.http.bearer_token)
     )

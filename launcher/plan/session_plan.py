@@ -83,6 +83,8 @@ class SessionPlan:
     max_identical_calls: int = 30
     accept_tool_changes: bool = False
     http_port: int | None = None
+    http_bind: str = "127.0.0.1"  # the address it listens on
+    public_url: str | None = None  # where clients reach it
     http_token: Token | None = None  # set with http_port, unless callers come with tokens
     caller: Caller | None = None  # the one caller of a session on stdio (a caller file)
     gateway: Gateway | None = None  # over HTTP: callers authenticated by their JWTs
@@ -145,6 +147,7 @@ def check_options(opts: RunOptions) -> None:
             opts.http_port,
             "needs the HTTP stack, which is not installed: pip install 'ironcurtain[http]'",
         )
+    _check_reach(opts)
     if opts.http_token_file is not None and opts.http_port is None:
         raise OptionError(
             "http_token_file",
@@ -161,6 +164,37 @@ def check_options(opts: RunOptions) -> None:
         _check_state(opts)
     if not opts.approval_timeout > 0:
         raise OptionError("approval_timeout", opts.approval_timeout, "must be above 0")
+
+
+def _check_reach(opts: RunOptions) -> None:
+    """``--http-bind`` and ``--public-url``: an IP address, a URL the endpoint can be, over
+    HTTP; beyond loopback only with the public URL, the one Host then answered."""
+    from launcher.transports.http.public_address import (
+        bind_problem,
+        is_loopback,
+        public_url_problem,
+    )
+
+    given = {"http_bind": opts.http_bind} if opts.http_bind != "127.0.0.1" else {}
+    given |= {"public_url": opts.public_url} if opts.public_url is not None else {}
+    for name, value in given.items():
+        if opts.http_port is None:
+            raise OptionError(name, value, "is only used with {http_port}", mentions=("http_port",))
+    problem = bind_problem(opts.http_bind)
+    if problem is not None:
+        raise OptionError("http_bind", opts.http_bind, problem)
+    problem = None if opts.public_url is None else public_url_problem(opts.public_url)
+    if problem is not None:
+        raise OptionError("public_url", opts.public_url, problem)
+    if opts.public_url is None and not is_loopback(opts.http_bind):
+        raise OptionError(
+            "http_bind",
+            opts.http_bind,
+            "listening beyond this machine needs {public_url}: the endpoint answers only "
+            "requests whose Host names it, so a web page whose DNS name an attacker points "
+            "at this address is refused (DNS rebinding)",
+            mentions=("public_url",),
+        )
 
 
 def _check_state(opts: RunOptions) -> None:
@@ -394,6 +428,8 @@ def plan_from(
         max_identical_calls=opts.max_identical_calls,
         accept_tool_changes=opts.accept_tool_changes,
         http_port=opts.http_port,
+        http_bind=opts.http_bind,
+        public_url=opts.public_url,
         max_clients=opts.max_clients,
         http_token=http_token,
         caller=caller,

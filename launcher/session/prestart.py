@@ -59,7 +59,7 @@ class Prestarted:
     guard: Guard | None
     listeners: dict[str, socket.socket] = field(default_factory=dict)  # egress, by server
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    http: socket.socket | None = None  # --http: bound and listening on 127.0.0.1
+    http: socket.socket | None = None  # --http: bound and listening
     # The session CA of each server with brokered secrets (its bundle written for its sandbox).
     authorities: dict[str, SessionCA] = field(default_factory=dict)
 
@@ -119,7 +119,7 @@ def prestart(plan: SessionPlan) -> Prestarted:
     try:
         if plan.http_port is not None:
             # A port that cannot be had is a mistake to say before anything has started.
-            made.http = listen_http(plan.http_port)
+            made.http = listen_http(plan.http_port, plan.http_bind)
         made.guard = _guard(plan)
         for name, sp in plan.servers.items():
             if sp.egress is not None and sp.egress_socket is not None:

@@ -223,8 +223,9 @@ def _ready_lines(plan: SessionPlan, http: HttpAddress | None) -> list[str]:
     if http is not None:
         return [
             *_http_lines(plan, http),
-            f"ironcurtain: ready, serving MCP on {http.url} "
-            "(each client session gets its own servers; Ctrl-C stops)",
+            f"ironcurtain: ready, serving MCP on {http.url} ("
+            + (f"public URL {plan.public_url}; " if plan.public_url is not None else "")
+            + "each client session gets its own servers; Ctrl-C stops)",
         ]
     lines = []
     if sys.stdin.isatty():

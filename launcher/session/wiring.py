@@ -298,7 +298,15 @@ class Session(SessionEvents):
             gatekeeper = Gatekeeper(self.plan.gateway, say, self._not_admitted)
         token = self.plan.http_token.value if self.plan.http_token is not None else None
         self.http = HttpEndpoint(
-            port, token, self._open_client, say, gatekeeper, self.plan.max_clients, self.state
+            port,
+            token,
+            self._open_client,
+            say,
+            gatekeeper,
+            self.plan.max_clients,
+            self.state,
+            bind=self.plan.http_bind,
+            public_url=self.plan.public_url,
         )
         # The socket was bound before any server started (a port that cannot be had stops
         # the session before anything does); the endpoint owns it from here.

@@ -37,6 +37,9 @@ class MemoryState:
         self._marks: dict[str, float] = {}  # mark -> lapses at
         self._patterns: dict[str, tuple[float, dict[str, str]]] = {}  # scope -> (used, records)
 
+    def reachable(self) -> bool:
+        return True
+
     def sealing_key(self) -> bytes:
         return self._key
 

@@ -186,6 +186,12 @@ class RedisState:
             raise NotRedis(f"a reply no Redis gives to this: {found!r:.40}")
         return found
 
+    def reachable(self) -> bool:
+        try:
+            return self._do(self._client.ping) is True  # PONG, as redis-py reads it
+        except StateLost:
+            return False
+
     def sealing_key(self, quiet: bool = False) -> bytes:
         """Read once (it never changes while the store keeps it), then kept."""
         if self._key is not None:

@@ -25,6 +25,11 @@ class SharedState(Protocol):
     where: str  # how it is named to the operator (``in this process``, ``redis://host:6379/0``)
     shared: bool  # whether another instance sees what this one keeps
 
+    def reachable(self) -> bool:
+        """Whether the store answers now (a loss and a recovery noticed here are said as
+        any other operation's)."""
+        ...
+
     def sealing_key(self) -> bytes:
         """The key every instance seals and opens question rounds' state with (made by the
         first instance that asks, the same for every instance after it)."""

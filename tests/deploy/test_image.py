@@ -1,6 +1,6 @@
 """The image of deploy/Containerfile, built and run as one pod of the manifests (the gateway
-and its HAProxy sharing one network namespace, as a pod's containers do), with the security
-settings the Deployment gives each container in Docker's words: a call through the front
+listening on the container's every interface, with the ConfigMap's public URL), with the
+security settings the Deployment gives it in Docker's words: a call naming the public host
 reaches a server sandboxed inside the container, as uid 10001, on a read-only root. Skipped
 where Docker cannot build (no `docker`, or no daemon answering)."""
 
@@ -14,11 +14,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
 
-from tests.deploy.manifests import container, find, resources
+from tests.deploy.manifests import find, resources
 from tests.deploy.test_pod import _free_port
 from tests.support.http import http_session
 from tests.support.sdk import call
@@ -68,48 +69,43 @@ VOLUMES = [
 ]
 
 
-# The gateway with the ConfigMap's servers, on the port the proxy passes on to; the bearer
+# The gateway with the ConfigMap's servers, listening as the Deployment's does; the bearer
 # token of plain --http (gateway mode, with its identity provider, is the pod test's).
-GATEWAY = ["run", "--config", "/etc/ironcurtain/mcp-servers.json", "--http", "8765"]
+GATEWAY = ["run", "--config", "/etc/ironcurtain/mcp-servers.json", "--http", "8765",
+           "--http-bind", "0.0.0.0", "--public-url"]  # fmt: skip
 
 
 def _config_files(where: Path) -> Path:
     data = find(resources(), "ConfigMap", "ironcurtain")["data"]
     where.mkdir(mode=0o755)
     where.chmod(0o755)
-    for key in ("mcp-servers.json", "haproxy.cfg"):
-        (where / key).write_text(data[key])
-        (where / key).chmod(0o644)
+    (where / "mcp-servers.json").write_text(data["mcp-servers.json"])
+    (where / "mcp-servers.json").chmod(0o644)
     return where
 
 
 def test_a_call_through_the_image_reaches_a_sandboxed_server(image: str, tmp_path: Path) -> None:
     tmp_path.chmod(0o755)
     files = _config_files(tmp_path / "etc-ironcurtain")
-    deployment = find(resources(), "Deployment", "ironcurtain")
-    proxy = container(deployment, "proxy")
+    public = find(resources(), "ConfigMap", "ironcurtain")["data"]["public-url"]
+    host = urlsplit(public).netloc  # what a load balancer in front passes on
     front = _free_port()
     mount = ["-v", f"{files}:/etc/ironcurtain:ro"]
     names: list[str] = []
     try:
         gateway = _docker("run", "-d", *LOCKED, *SANDBOXING, *VOLUMES, *mount,
                           "-e", f"IRONCURTAIN_HTTP_TOKEN={TOKEN}",
-                          "-p", f"127.0.0.1:{front}:8080", image,
-                          *GATEWAY)  # fmt: skip
+                          "-p", f"127.0.0.1:{front}:8765", image,
+                          *GATEWAY, public)  # fmt: skip
         names.append(gateway)
-        env = [f"--env={v['name']}={v['value']}" for v in proxy["env"]]
-        names.append(_docker("run", "-d", *LOCKED, *VOLUMES, *mount, *env,
-                             f"--network=container:{gateway}", "--entrypoint", proxy["command"][0],
-                             image, *proxy["command"][1:]))  # fmt: skip
         deadline = time.monotonic() + WAIT
-        # Ready when the gateway says so and its front does (HAProxy counts a server up
-        # until its first checks fail, so /healthz alone could answer before the gateway).
         while "ready, serving MCP on" not in _logs(gateway) or _health(front) != 200:
             assert time.monotonic() < deadline, _logs(gateway)
             time.sleep(1)
 
         async def calling() -> tuple[bool, str]:
-            async with http_session(f"http://127.0.0.1:{front}/mcp", TOKEN) as session:
+            url = f"http://127.0.0.1:{front}/mcp"
+            async with http_session(url, TOKEN, host=host) as session:
                 return await call(session, "time__get_current_time", {"timezone": "UTC"})
 
         failed, text = asyncio.run(calling())

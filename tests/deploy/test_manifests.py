@@ -66,9 +66,7 @@ BROKEN: dict[str, Callable[[Doc], None]] = {
         "securityContex", _gateway(d).pop("securityContext")
     ),
     "replicas-not-a-number": lambda d: d["spec"].__setitem__("replicas", "three"),
-    "port-not-a-number": lambda d: container(d, "proxy")["ports"][0].__setitem__(
-        "containerPort", "http"
-    ),
+    "port-not-a-number": lambda d: _gateway(d)["ports"][0].__setitem__("containerPort", "http"),
     "no-selector": lambda d: d["spec"].pop("selector"),
 }
 
@@ -177,16 +175,19 @@ def _argument_after(arguments: list[str], flag: str) -> str:
 
 
 def _gateway_problems(docs: list[Doc], secret: Doc) -> list[str]:
-    """The proxy passes on to the port the gateway listens on; the state URL names the
-    Redis Service, its port and the password Redis is given."""
+    """The port the pod declares (the Service's and the probes') is the one the gateway
+    listens on, on every interface; the state URL names the Redis Service, its port and
+    the password Redis is given."""
     from urllib.parse import urlsplit
 
     problems = []
     deployment = find(docs, "Deployment", SANDBOXED[0])
-    port = _argument_after(_gateway(deployment)["args"], "--http")
-    proxy_env = {v["name"]: v.get("value") for v in container(deployment, "proxy")["env"]}
-    if proxy_env.get("GATEWAY_PORT") != port:
-        problems.append(f"the proxy passes on to {proxy_env.get('GATEWAY_PORT')}, not {port}")
+    arguments = _gateway(deployment)["args"]
+    port = _argument_after(arguments, "--http")
+    if str(_ports(deployment).get("http")) != port:
+        problems.append(f"the pod's port http is {_ports(deployment).get('http')}, not {port}")
+    if "--http-bind" not in arguments or _argument_after(arguments, "--http-bind") != "0.0.0.0":
+        problems.append("the gateway does not listen where the Service reaches it")
     state = urlsplit(secret["stringData"]["state-url"])
     redis = find(docs, "Service", state.hostname or "")
     if state.port not in [p["port"] for p in redis["spec"]["ports"]]:
@@ -230,10 +231,17 @@ MISWIRED: dict[str, Callable[[list[Doc]], None]] = {
     "configmap-key-missing": _in(
         "ConfigMap", "ironcurtain", lambda d: d["data"].pop("oidc-require")
     ),
-    "volume-item-missing": _in("ConfigMap", "ironcurtain", lambda d: d["data"].pop("haproxy.cfg")),
+    "volume-item-missing": _in(
+        "ConfigMap", "ironcurtain", lambda d: d["data"].pop("mcp-servers.json")
+    ),
     "argument-unexpanded": _in("Deployment", "ironcurtain", lambda d: _gateway(d)["env"].pop(0)),
-    "proxy-to-another-port": _in(
-        "Deployment", "ironcurtain", lambda d: container(d, "proxy")["env"][2].update(value="8766")
+    "pod-port-not-the-gateways": _in(
+        "Deployment", "ironcurtain", lambda d: _gateway(d)["ports"][0].update(containerPort=8766)
+    ),
+    "gateway-on-loopback": _in(
+        "Deployment",
+        "ironcurtain",
+        lambda d: _gateway(d)["args"].__setitem__(_gateway(d)["args"].index("0.0.0.0"), "::1"),
     ),
     "probe-on-no-port": _in(
         "Deployment",
@@ -262,6 +270,8 @@ def test_the_gateway_is_given_only_options_it_knows() -> None:
         pytest.skip("this checkout's gateway has no --state option (shared state) yet")
     assert [f for f in flags if f not in BY_FLAG] == []
     assert "--oidc-issuer" in flags and "--oidc-require" in flags
+    # Listening beyond loopback, only with the public URL the Host is checked against.
+    assert "--http-bind" in flags and "--public-url" in flags
 
 
 # The promises of the pods: no root, nothing privileged, nothing written outside the volumes,
@@ -329,11 +339,6 @@ def _sandboxed_context(d: list[Doc]) -> Doc:
     return context
 
 
-def _proxy_context(d: list[Doc]) -> Doc:
-    context: Doc = container(find(d, "Deployment", SANDBOXED[0]), "proxy")["securityContext"]
-    return context
-
-
 def _pod_of(name: str) -> Callable[[list[Doc]], Doc]:
     return lambda d: find(d, "Deployment", name)["spec"]["template"]["spec"]
 
@@ -355,13 +360,6 @@ WEAKENED: dict[str, Callable[[list[Doc]], Any]] = {
     "host-path": lambda d: _GATEWAY_POD(d)["volumes"].append(
         {"name": "h", "hostPath": {"path": "/var/run"}}
     ),
-    "proxy-seccomp-unconfined": lambda d: _proxy_context(d).update(
-        seccompProfile={"type": "Unconfined"}
-    ),
-    "proxy-apparmor-unconfined": lambda d: _proxy_context(d).update(
-        appArmorProfile={"type": "Unconfined"}
-    ),
-    "proxy-proc-unmasked": lambda d: _proxy_context(d).update(procMount="Unmasked"),
     "redis-seccomp-unconfined": lambda d: _REDIS_POD(d)["securityContext"].update(
         seccompProfile={"type": "Unconfined"}
     ),
@@ -406,8 +404,8 @@ def _image_problems(containerfile: str, docs: list[Doc]) -> list[str]:
     if not home or home[1] not in mounts:
         problems.append("the image's HOME is not a volume of the gateway (a read-only root)")
     installed = set(packages[1].replace("\\", " ").split()) if packages else set()
-    if container(deployment, "proxy")["command"][0] not in installed:
-        problems.append("the proxy's program is not installed in the image")
+    if "bubblewrap" not in installed:
+        problems.append("bubblewrap, which the gateway sandboxes with, is not in the image")
     needed = {"http"} | ({"redis"} if "--state" in _gateway(deployment)["args"] else set())
     if not extras or needed - set(extras[1].split(",")):
         problems.append(f"the image lacks the extras {sorted(needed)} the gateway's options need")
@@ -421,7 +419,7 @@ def test_the_image_is_what_the_pods_expect() -> None:
 DRIFTED = {
     "another-user": ("USER 10001:10001", "USER 1000:1000"),
     "home-elsewhere": ("HOME=/home/ironcurtain", "HOME=/var/lib/ironcurtain"),
-    "no-haproxy": (" haproxy \\", " \\"),
+    "no-bubblewrap": ("      bubblewrap ", "      "),
     "no-redis-extra": ("telemetry,redis]", "telemetry]"),
 }
 

@@ -1,12 +1,12 @@
 """One pod of deploy/kubernetes, run as its manifests say, on loopback: the real gateway with
 the Deployment's own arguments (each ``$(VAR)`` expanded from the ConfigMap and the Secret as
-the kubelet does, the ConfigMap's files where the pod mounts them), the real HAProxy (the
-Debian package the image installs) with the ConfigMap's ``haproxy.cfg`` and the proxy
-container's environment, a real ``redis-server`` with the Redis Deployment's arguments, and an
-identity provider on loopback. What the pod promises: a caller's call through the pod's front
-reaches a sandboxed server; the front adds no way in (no token: 401, a token of someone the
-ConfigMap does not admit: 403); /healthz, which the probes ask, follows the gateway; and the
-Redis password the gateway is given is not within reach of a hostile server."""
+the kubelet does, the ConfigMap's files where the pod mounts them; loopback for the pod's
+interfaces), a real ``redis-server`` with the Redis Deployment's arguments, and an identity
+provider on loopback. Requests name the ConfigMap's public host, as an ingress passes it on.
+What the pod promises: a caller's call reaches a sandboxed server; no token: 401 with a
+challenge naming the public URL, a token of someone the ConfigMap does not admit: 403, a
+rebound or look-alike Host: 421; the probes follow the gateway and its Redis; and the Redis
+password the gateway is given is not within reach of a hostile server."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
@@ -44,14 +45,8 @@ from tests.support.probe import probe_server_config, write_raw_policy
 from tests.support.ready import serving_url
 from tests.support.sdk import call
 
-# Where the proxy's program is looked for: Debian puts haproxy in /usr/sbin, which an
-# ordinary user's PATH may not hold.
-SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 pytestmark = [
     needs_bwrap,
-    pytest.mark.skipif(
-        not shutil.which("haproxy", path=SYSTEM_PATH), reason="needs haproxy (Debian package)"
-    ),
     pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server"),
 ]
 PASSWORD = "a-redis-password-" + "p" * 24
@@ -82,16 +77,18 @@ class Pod:
         self.redis = find(docs, "Deployment", "ironcurtain-redis")
         self.configmap: dict[str, str] = dict(find(docs, "ConfigMap", "ironcurtain")["data"])
         (secret,) = documents(SECRET_EXAMPLE)
-        self.redis_port, self.gateway_port, self.front = _free_port(), _free_port(), _free_port()
+        self.redis_port, self.gateway_port = _free_port(), _free_port()
         state = f"redis://:{PASSWORD}@127.0.0.1:{self.redis_port}/0"
         self.secret = {**secret["stringData"], "redis-password": PASSWORD, "state-url": state}
         # What is the cluster's: the provider's address, and its audience as issued here.
         self.configmap["oidc-issuer"] = idp.issuer
+        self.public = self.configmap["public-url"]
+        self.host = urlsplit(self.public).netloc  # what the ingress passes on
         self.files = user.root / "etc-ironcurtain"
         self.files.mkdir()
-        for key in ("mcp-servers.json", "haproxy.cfg"):
-            (self.files / key).write_text(self.configmap[key])
+        (self.files / "mcp-servers.json").write_text(self.configmap["mcp-servers.json"])
         self.user = user
+        self.redis_proc: subprocess.Popen[str] | None = None
 
     def _command(self, spec: Doc, env: dict[str, str]) -> list[str]:
         missing = lambda name: pytest.fail(f"$({name}) is not in the environment")  # noqa: E731
@@ -104,19 +101,12 @@ class Pod:
         env = env_of(spec, self.configmap, self.secret)
         argv = self._command(spec, env)
         argv[argv.index("--http") + 1] = str(self.gateway_port)
+        argv[argv.index("--http-bind") + 1] = "127.0.0.1"  # the pod's interfaces, here
         return [IRONCURTAIN, *argv, *more], {**self.user.env, **env}
 
     def doctor_argv(self) -> tuple[list[str], dict[str, str]]:
         (spec,) = self.deployment["spec"]["template"]["spec"]["initContainers"]
         return [IRONCURTAIN, *spec["args"]], self.user.env
-
-    def proxy_argv(self) -> tuple[list[str], dict[str, str]]:
-        spec = container(self.deployment, "proxy")
-        env = env_of(spec, self.configmap, self.secret)
-        env |= {"PROXY_ADDR": "127.0.0.1", "PROXY_PORT": str(self.front)}
-        env["GATEWAY_PORT"] = str(self.gateway_port)
-        argv = _mount([*spec["command"], *spec.get("args", [])], "/etc/ironcurtain", self.files)
-        return argv, {"PATH": SYSTEM_PATH, **env}
 
     def redis_argv(self) -> list[str]:
         spec = container(self.redis, "redis")
@@ -127,13 +117,21 @@ class Pod:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.front}/mcp"
+        return f"http://127.0.0.1:{self.gateway_port}/mcp"
 
-    def health(self) -> int:
+    def health(self, path: str = "/healthz") -> int:
+        """What the kubelet's probe of ``path`` gets (0: no answer at all)."""
+        where = f"http://127.0.0.1:{self.gateway_port}{path}"
         try:
-            return httpx2.get(f"http://127.0.0.1:{self.front}/healthz", timeout=10).status_code
+            return httpx2.get(where, headers={"Host": "10.0.0.7:8765"}, timeout=10).status_code
         except httpx2.TransportError:
             return 0
+
+    def start_redis(self) -> subprocess.Popen[str]:
+        self.redis_proc = _popen(
+            self.redis_argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        return self.redis_proc
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -163,16 +161,16 @@ def _until(what: str, done: Callable[[], bool]) -> None:
 
 @contextmanager
 def running(pod: Pod, *more: str) -> Iterator[subprocess.Popen[str]]:
-    """Redis, the gateway (with ``more`` options after the Deployment's) and its HAProxy,
-    until /healthz says the pod is ready; the gateway's process is given to the test."""
+    """Redis and the gateway (with ``more`` options after the Deployment's), until the
+    readiness probe says the pod is ready; the gateway's process is given to the test."""
     if "--state" not in BY_FLAG:
         pytest.skip("this checkout's gateway has no --state option (shared state) yet")
     argv, env = pod.doctor_argv()  # the init container: can this node sandbox?
     checked = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     with ExitStack() as stack:
-        redis = _popen(pod.redis_argv(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        stack.callback(_stop, redis)
+        pod.start_redis()
+        stack.callback(lambda: _stop(pod.redis_proc) if pod.redis_proc else None)
         argv, env = pod.gateway_argv(*more)
         gateway = _popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                         stderr=subprocess.PIPE)  # fmt: skip
@@ -180,11 +178,7 @@ def running(pod: Pod, *more: str) -> Iterator[subprocess.Popen[str]]:
         assert gateway.stderr
         url, said = serving_url(gateway.stderr)
         assert url == f"http://127.0.0.1:{pod.gateway_port}/mcp", "".join(said)
-        argv, env = pod.proxy_argv()
-        proxy = _popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        stack.callback(_stop, proxy)
-        _until("ready", lambda: pod.health() == 200 or proxy.poll() is not None)
-        assert proxy.poll() is None, proxy.stderr.read() if proxy.stderr else ""
+        _until("ready", lambda: pod.health() == 200)
         yield gateway
 
 
@@ -203,49 +197,74 @@ def _initialize(url: str, token: str | None, host: str | None = None) -> httpx2.
     return httpx2.post(url, json=INITIALIZE, headers=headers, timeout=60)
 
 
-def test_a_call_through_the_pods_front_reaches_a_sandboxed_server(
+def test_a_call_naming_the_public_host_reaches_a_sandboxed_server(
     user: Home, idp: Provider
 ) -> None:
     pod = Pod(user, idp)
-    member = idp.token("alice", groups=["mcp-agents"])
+    member = idp.token("alice", groups=["mcp-agents"], aud=pod.public)
     with running(pod):
 
         async def calling() -> tuple[bool, str]:
-            async with http_session(pod.url, member) as session:
+            async with http_session(pod.url, member, host=pod.host) as session:
                 return await call(session, "time__get_current_time", {"timezone": "UTC"})
 
         failed, text = asyncio.run(calling())
         assert not failed and "UTC" in text, text
-        # The Service's name as the client wrote it is no matter to the gateway behind.
-        answer = _initialize(pod.url, member, host="ironcurtain.team.svc:80")
-        assert answer.status_code == 200, answer.text
-        refused = _initialize(pod.url, None)
+        refused = _initialize(pod.url, None, host=pod.host)
         assert refused.status_code == 401
-        assert refused.headers["www-authenticate"].startswith("Bearer resource_metadata=")
+        metadata = pod.public.removesuffix("/mcp") + "/.well-known/oauth-protected-resource"
+        assert refused.headers["www-authenticate"] == f'Bearer resource_metadata="{metadata}"'
         # A valid token of the provider's, for someone the ConfigMap does not admit.
-        outsider = _initialize(pod.url, idp.token("mallory", groups=["everyone"]))
-        assert outsider.status_code == 403
+        outsider = idp.token("mallory", groups=["everyone"], aud=pod.public)
+        assert _initialize(pod.url, outsider, host=pod.host).status_code == 403
+        # A token for another audience than the public URL is no caller's.
+        elsewhere = idp.token("alice", groups=["mcp-agents"], aud="https://other.example/mcp")
+        assert _initialize(pod.url, elsewhere, host=pod.host).status_code == 401
 
 
-def test_the_front_is_what_lets_the_service_in(user: Home, idp: Provider) -> None:
-    """The control: without the front's rewriting of Host, the gateway refuses what comes
-    through it (it answers only to its own loopback address)."""
+@pytest.mark.parametrize(
+    "host",
+    ["attacker.example", "evil-mcp.team.example", "mcp.team.example.attacker.example",
+     "ironcurtain.team.svc:80"],
+    ids=["rebound", "suffix", "prefix", "service-name"],
+)  # fmt: skip
+def test_a_host_not_the_public_one_is_refused(user: Home, idp: Provider, host: str) -> None:
+    """The pod listens on every interface: a name an attacker points at it, or one that only
+    looks like the public one, gets nothing; nor does the Service's own name (the ingress
+    passes on the public host). The control is the public host in the test above."""
     pod = Pod(user, idp)
-    config = pod.files / "haproxy.cfg"
-    lines = config.read_text().splitlines()
-    config.write_text("\n".join(ln for ln in lines if "set-header Host" not in ln) + "\n")
     with running(pod):
-        answer = _initialize(pod.url, idp.token("alice", groups=["mcp-agents"]))
-        assert answer.status_code == 421
+        answer = _initialize(pod.url, idp.token("alice", groups=["mcp-agents"]), host=host)
+        assert answer.status_code == 421, answer.text
 
 
-def test_the_probes_follow_the_gateway(user: Home, idp: Provider) -> None:
+def test_listening_beyond_loopback_needs_the_public_url(user: Home, idp: Provider) -> None:
+    """The Deployment's listening address without its public URL: refused at start, one
+    clear line, nothing started."""
+    pod = Pod(user, idp)
+    argv, env = pod.gateway_argv()
+    at = argv.index("--public-url")
+    del argv[at : at + 2]
+    argv[argv.index("--http-bind") + 1] = "0.0.0.0"
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
+    assert done.returncode == 2, done.stderr
+    assert "--http-bind 0.0.0.0: listening beyond this machine needs --public-url" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_probes_follow_the_gateway_and_its_redis(user: Home, idp: Provider) -> None:
     pod = Pod(user, idp)
     with running(pod) as gateway:
-        assert pod.health() == 200
+        assert (pod.health(), pod.health("/livez")) == (200, 200)
+        assert pod.redis_proc is not None
+        _stop(pod.redis_proc)  # Redis lost: out of the Service's endpoints, still alive
+        _until("unready", lambda: pod.health() == 503)
+        assert pod.health("/livez") == 200
+        pod.start_redis()
+        _until("ready again", lambda: pod.health() == 200)
         gateway.kill()
         gateway.wait()
-        _until("unhealthy", lambda: pod.health() == 503)
+        _until("dead", lambda: pod.health("/livez") == 0)
 
 
 def test_a_hostile_server_finds_no_redis_password(user: Home, idp: Provider) -> None:
@@ -281,7 +300,7 @@ def test_a_networked_hostile_server_reaches_nothing_of_the_pod(
     user: Home, idp: Provider, sandboxed: bool
 ) -> None:
     """A server allowed every public name tries what the pod holds on its addresses: Redis
-    (the shared state: approvals), the gateway's own port and its front, directly and through
+    (the shared state: approvals), the gateway's own port, directly and through
     its egress proxy. In a cluster Redis is a Service's private address, refused the same way.
     The control: the same server unsandboxed reaches each of them."""
     pod = Pod(user, idp)
@@ -290,7 +309,7 @@ def test_a_networked_hostile_server_reaches_nothing_of_the_pod(
         server["sandbox"]["network"] = {"allowedDomains": ["*"]}
     (pod.files / "mcp-servers.json").write_text(json.dumps({"mcpServers": {"probe": server}}))
     policy = write_raw_policy(user.root / "policy")
-    ports = {"redis": pod.redis_port, "gateway": pod.gateway_port, "front": pod.front}
+    ports = {"redis": pod.redis_port, "gateway": pod.gateway_port}
     with running(pod, "--policy-dir", str(policy), "--server", "probe"):
         assert all(_answers(port) for port in ports.values())  # each is there
 
@@ -317,4 +336,4 @@ def test_a_networked_hostile_server_reaches_nothing_of_the_pod(
     # left to time out; the egress proxy answers a refusal.
     reached = {k for k, v in tried.items() if v.startswith("OK") or v == "FAILED: timed out"}
     assert reached == (set() if sandboxed else set(tried)), tried
-    assert len(tried) == (12 if sandboxed else 6)
+    assert len(tried) == (8 if sandboxed else 4)

@@ -70,10 +70,11 @@ def probe_args(user: Home, **asks: str) -> list[str]:
 
 @asynccontextmanager
 async def http_session(
-    url: str, token: str = TOKEN, **callbacks: Any
+    url: str, token: str = TOKEN, host: str | None = None, **callbacks: Any
 ) -> AsyncIterator[ClientSession]:
-    """An initialised ``mcp`` client session on ``url``, sending ``token`` as its bearer."""
-    headers = {"Authorization": f"Bearer {token}"}
+    """An initialised ``mcp`` client session on ``url``, sending ``token`` as its bearer
+    (and ``host`` as its Host: as a load balancer in front passes on the public one)."""
+    headers = {"Authorization": f"Bearer {token}", **({"Host": host} if host else {})}
     async with (
         httpx2.AsyncClient(headers=headers, timeout=30) as http,
         streamable_http_client(url, http_client=http) as (read, write, *_),

@@ -1,4 +1,5 @@
-"""``ironcurtain run --http PORT``: the MCP endpoint as streamable HTTP on 127.0.0.1.
+"""``ironcurtain run --http PORT``: the MCP endpoint as streamable HTTP, on 127.0.0.1 unless
+a public URL says where clients reach it (:mod:`launcher.transports.http.public_address`).
 
 Served by uvicorn; each MCP session is the ``mcp`` SDK's streamable-HTTP server transport
 (sessions, an event stream per request, the stream a client opens with GET for what nobody
@@ -8,8 +9,9 @@ subscriptions, log level and questions are its own), opened when its ``initializ
 Checked here, on the request head, before any body is read and before a session is looked
 at:
 
-- ``Host`` names this loopback address and port (421 otherwise), and an ``Origin``, when
-  sent, does too (403): a web page that rebinds a DNS name to 127.0.0.1 is refused;
+- ``Host`` names this loopback address and port, or the public URL's host (421 otherwise),
+  and an ``Origin``, when sent, does too (403): a web page that rebinds a DNS name to the
+  endpoint's address is refused;
 - ``Authorization: Bearer TOKEN`` (401): there is no unauthenticated endpoint; in gateway
   mode the token is the caller's JWT (:mod:`launcher.transports.http.gateway.gatekeeper`), the
   request is its caller's, and a session serves only the caller that opened it (404 to another);
@@ -25,6 +27,9 @@ own session unused longest, or is refused (503) when every one of its own is bus
 caller cannot keep the others out; nor can it by its requests: at most ``CALLER_REQUESTS``
 of its own are served at once (429 beyond), a quarter of the connections the endpoint
 holds.
+
+The health probes (:mod:`launcher.transports.http.health`) are answered before all of
+these, for any ``Host`` and without a token: they tell nothing but whether it can serve.
 
 A session no request has used for ``IDLE_TIMEOUT`` seconds (no call out, no GET stream
 open) is ended, as is one the client DELETEs; its servers stop.
@@ -54,7 +59,10 @@ from launcher.transports.http.bearer_token import bearer
 from launcher.transports.http.bounds import MAX_CONNECTIONS, bounded_protocol, quiet_logs
 from launcher.transports.http.client_stream import Attached, ClientStream, owner
 from launcher.transports.http.gateway.admission import giving_way, parted, party_room
+from launcher.transports.http.health import PATHS as HEALTH_PATHS
+from launcher.transports.http.health import Health
 from launcher.transports.http.listener import listen_http
+from launcher.transports.http.public_address import LOOPBACK, Reached
 from launcher.transports.http.stateless_requests import CALLER, Opener, StatelessClients
 
 if TYPE_CHECKING:
@@ -82,13 +90,21 @@ class HttpEndpoint:
         gatekeeper: Gatekeeper | None = None,
         max_sessions: int = MAX_SESSIONS,
         state: SharedState | None = None,
+        *,
+        bind: str = LOOPBACK,
+        public_url: str | None = None,
     ):
         """``token``: the bearer token every request sends; or, with ``gatekeeper`` (gateway
         mode), each request's caller is who its JWT names, and no token is taken;
         ``max_sessions``: sessions open at once (and, in gateway mode, callers whose
         requests of the stateless protocol are served at once); ``state``: where the
-        callers' requests are counted with other instances' (None: here alone)."""
+        callers' requests are counted with other instances' (None: here alone);
+        ``bind``: the address to listen on; ``public_url``: where clients reach the endpoint
+        (a URL :func:`~launcher.transports.http.public_address.public_url_problem`
+        accepts), as its ``Host`` checks and what it says about itself name it."""
         self.state = state
+        self.health = Health(state)
+        self.bind, self.public_url = bind, public_url
         self.port = port
         self.token = token
         self.gatekeeper = gatekeeper
@@ -105,7 +121,12 @@ class HttpEndpoint:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/mcp"
+        return f"http://{LOOPBACK}:{self.port}/mcp"
+
+    @property
+    def reached(self) -> Reached:
+        """How clients reach the endpoint (the port known once it listens)."""
+        return Reached(self.port, self.public_url)
 
     async def start(self, sock: socket.socket | None = None) -> None:
         """Serve on ``sock`` (listening already: the session's, made before any server
@@ -113,7 +134,7 @@ class HttpEndpoint:
         possible)."""
         quiet_logs(self.say)
         if sock is None:
-            sock = listen_http(self.port)
+            sock = listen_http(self.port, self.bind)
         self._socket = sock
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
@@ -137,6 +158,7 @@ class HttpEndpoint:
         self._server = server
 
     async def stop(self) -> None:
+        self.health.stopping = True
         await asyncio.gather(
             *(c.end() for c in list(self.sessions.values())),
             self.stateless.close(),
@@ -157,12 +179,15 @@ class HttpEndpoint:
         headers: dict[str, str] = {}
         for key, value in scope["headers"]:
             headers[key.decode("latin-1").lower()] = value.decode("latin-1")
+        if scope["path"] in HEALTH_PATHS:
+            await self.health.answer(scope["method"], scope["path"], send)
+            return
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             await _plain(send, *refusal)
             return
         if self.gatekeeper is not None:
-            caller = await self.gatekeeper.admit(scope, headers, send)
+            caller = await self.gatekeeper.admit(scope, headers, send, self.reached.base)
             if caller is None:  # refused, or the metadata a client finds its provider by
                 return
             scope[CALLER] = caller
@@ -217,11 +242,12 @@ class HttpEndpoint:
 
     def _refusal(self, scope: Scope, headers: dict[str, str]) -> tuple[int, str] | None:
         """Why this request may not be served, from its head alone."""
-        allowed_hosts = {f"127.0.0.1:{self.port}", f"localhost:{self.port}"}
-        if headers.get("host") not in allowed_hosts:
-            return 421, "wrong Host (this endpoint answers only to 127.0.0.1 and localhost)"
+        reached = self.reached
+        if not reached.accepts(headers.get("host")):
+            names = "its public URL's host, 127.0.0.1 and localhost"
+            return 421, f"wrong Host (this endpoint answers only to {names})"
         origin = headers.get("origin")
-        if origin is not None and origin not in {f"http://{h}" for h in allowed_hosts}:
+        if origin is not None and origin.lower() not in reached.origins():
             return 403, "cross-origin request refused"
         if self.gatekeeper is not None:
             return None  # the caller's token next, then the request's own checks

@@ -20,6 +20,8 @@ from launcher.shared.user_errors import (
     UsageError,
 )
 from launcher.transports.http.listener import listen_http
+from tests.support.cli import ironcurtain
+from tests.support.home import Home
 
 
 @pytest.mark.parametrize(
@@ -40,6 +42,55 @@ from launcher.transports.http.listener import listen_http
             "http_token_file t: is only used with http_port",
             "--http-token-file t: is only used with --http",
         ),
+        (
+            RunOptions(public_url="https://mcp.example.com/mcp"),
+            "public_url",
+            "public_url https://mcp.example.com/mcp: is only used with http_port",
+            "--public-url https://mcp.example.com/mcp: is only used with --http",
+        ),
+        (
+            RunOptions(http_port=0, http_bind="0.0.0.0"),
+            "http_bind",
+            "http_bind 0.0.0.0: listening beyond this machine needs public_url",
+            "--http-bind 0.0.0.0: listening beyond this machine needs --public-url",
+        ),
+        (
+            RunOptions(http_port=0, http_bind="gw.example.com"),
+            "http_bind",
+            "http_bind gw.example.com: not an IP address",
+            "--http-bind gw.example.com: not an IP address",
+        ),
+        (
+            RunOptions(http_port=0, public_url="http://mcp.example.com/mcp"),
+            "public_url",
+            "public_url http://mcp.example.com/mcp: plain http is accepted only on a loopback",
+            "--public-url http://mcp.example.com/mcp: plain http",
+        ),
+        (
+            RunOptions(http_port=0, public_url="https://mcp.example.com/other"),
+            "public_url",
+            "public_url https://mcp.example.com/other: the path must be /mcp",
+            "--public-url https://mcp.example.com/other: the path must be /mcp",
+        ),
+        (
+            RunOptions(http_port=0, oidc_issuer="https://id.example"),
+            "oidc_issuer",
+            "oidc_issuer https://id.example: needs oidc_audience (or public_url, then",
+            "--oidc-issuer https://id.example: needs --oidc-audience (or --public-url, then",
+        ),
+    ],
+    ids=[
+        "audit-args",
+        "approval",
+        "http-port",
+        "approval-timeout",
+        "http-token-file",
+        "public-url-alone",
+        "bind-without-public-url",
+        "bind-a-name",
+        "public-url-plain-http",
+        "public-url-other-path",
+        "issuer-without-audience",
     ],
 )
 def test_bad_options_are_named_by_field_then_by_flag(
@@ -134,3 +185,12 @@ def test_a_probe_that_is_not_needed_is_not_left_running(
     with pytest.raises(ConfigError):
         plan_session(RunOptions(config=str(broken), workspace=str(tmp_path / "ws")))
     assert not children()
+
+
+def test_a_bind_beyond_loopback_without_a_public_url_is_one_clear_error(user: Home) -> None:
+    """At the command line: exit 2, one line naming both options and why, no traceback,
+    nothing listening."""
+    done = ironcurtain(user, "run", "--http", "0", "--http-bind", "0.0.0.0")
+    assert done.returncode == 2, done.stderr
+    assert "--http-bind 0.0.0.0: listening beyond this machine needs --public-url" in done.stderr
+    assert "DNS rebinding" in done.stderr and "Traceback" not in done.stderr

@@ -160,10 +160,12 @@ class Gatekeeper:
         self._failing = False  # the last fetch failed (said once, until one succeeds)
         self._tried = 0.0  # when the key set was last fetched or tried, by time.monotonic()
 
-    async def admit(self, scope: Scope, headers: Mapping[str, str], send: Send) -> Caller | None:
+    async def admit(
+        self, scope: Scope, headers: Mapping[str, str], send: Send, base: str
+    ) -> Caller | None:
         """The request's caller; None when this answered the request itself (its refusal,
-        or the protected resource metadata)."""
-        base = f"http://{headers.get('host')}"
+        or the protected resource metadata). ``base``: scheme, host and port clients reach
+        the endpoint at (what a refusal and the metadata name; never the request's Host)."""
         if scope["path"] in METADATA_PATHS:
             await self._metadata(scope, send, base)
             return None
