@@ -59,6 +59,31 @@ if TYPE_CHECKING:
     from launcher.transports.http.stateless_requests import Upstream as HttpUpstream
 
 
+def _terminals(plan: SessionPlan) -> ApprovalsSocket | None:
+    """The socket the operator's terminals (and the approvals page) attach to, where the
+    session's approvals may ask them."""
+    if plan.approval not in ("auto", "socket", "web"):
+        return None
+    path = os.path.join(plan.runtime_dir, APPROVALS_SOCKET)
+    return ApprovalsSocket(path, list(plan.servers), plan.audit_path)
+
+
+def _approvals(
+    plan: SessionPlan, terminals: ApprovalsSocket | None, state: SharedState | None
+) -> Approvals:
+    """How the session's escalations are asked, and where what is approved is kept."""
+    shared = state is not None and state.shared
+    return Approvals(
+        # The page answers through the approvals socket, attached as a terminal is.
+        "socket" if plan.approval == "web" else plan.approval,
+        plan.approval_timeout,
+        terminals,
+        callers=plan.caller is not None or plan.gateway is not None,
+        shared=state,
+        patterns=SharedPatterns(state) if shared and state is not None else LocalPatterns(),
+    )
+
+
 class Session(SessionEvents):
     def __init__(
         self,
@@ -86,27 +111,9 @@ class Session(SessionEvents):
         self.telemetry: Telemetry | None = None
         self.guard: Guard | None = None
         self.egress: dict[str, EgressProxy] = {}
-        self.terminals = (
-            ApprovalsSocket(
-                os.path.join(plan.runtime_dir, APPROVALS_SOCKET),
-                list(plan.servers),
-                plan.audit_path,
-            )
-            if plan.approval in ("auto", "socket", "web")
-            else None
-        )
+        self.terminals = _terminals(plan)
         self.page: PageThread | None = None  # the approvals page (--approval web)
-        self.approvals = Approvals(
-            # The page answers through the approvals socket, attached as a terminal is.
-            "socket" if plan.approval == "web" else plan.approval,
-            plan.approval_timeout,
-            self.terminals,
-            callers=plan.caller is not None or plan.gateway is not None,
-            shared=state,
-            patterns=SharedPatterns(state)
-            if state is not None and state.shared
-            else LocalPatterns(),
-        )
+        self.approvals = _approvals(plan, self.terminals, state)
         # What is kept of each caller: approvals for the session, its circuit breaker.
         self.kept = KeptCallers(
             lambda caller: Kept(
