@@ -264,7 +264,10 @@ def test_a_tree_too_deep_to_follow_fails_closed(setup: Setup) -> None:
     guard.start()
     _make(ws, "/".join(["x"] * (MAX_DEPTH + 5)))
     guard.settle()
-    assert failures and "deeper than" in failures[0].reason
+    # Fails closed whichever limit it meets first: its depth, or (on a loaded machine) its
+    # time to catch up with the tree.
+    assert failures
+    assert "deeper than" in failures[0].reason or "fell behind" in failures[0].reason
 
 
 def test_the_sweep_finds_what_no_event_reported(setup: Setup) -> None:
