@@ -177,10 +177,7 @@ class Broker:
             kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _HOP_OUT]
             writer.write(b"\r\n".join([*kept, *_closing(close), b"", b""]))
             return not close
-        coding = fields.get(b"content-encoding", b"identity").strip().lower()
-        if coding not in (b"", b"identity"):
-            why = f"{coding.decode('latin-1')}, which the broker cannot check for the value"
-            raise BrokerRefusal(502, f"the host's answer is encoded as {why}")
+        _readable(fields)
         delimited = b"chunked" in fields.get(b"transfer-encoding", b"").lower()
         delimited = delimited or b"content-length" in fields
         close = close or not delimited
@@ -384,13 +381,30 @@ def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, 
 
 
 def _fields(head: bytes) -> dict[bytes, bytes]:
-    """An answer head's fields by lower-cased name (the last of each)."""
+    """An answer head's fields by lower-cased name (a repeated one's values joined with
+    commas, as its reader joins them: two encodings are both seen, two lengths refused)."""
     out: dict[bytes, bytes] = {}
     for line in head.split(b"\r\n")[1:]:
         name, sep, value = line.partition(b":")
         if sep:
-            out[name.strip().lower()] = value.strip()
+            key = name.strip().lower()
+            out[key] = out[key] + b", " + value.strip() if key in out else value.strip()
     return out
+
+
+def _readable(fields: dict[bytes, bytes]) -> None:
+    """Refused unless the answer's body is as the broker reads it: no content coding (a
+    compressed value is not seen, and the server could decompress it) and no transfer
+    coding but chunked (which the broker takes off; another would reach the server
+    unlabelled)."""
+    for name, allowed, said in (
+        (b"content-encoding", b"identity", "encoded"),
+        (b"transfer-encoding", b"chunked", "transfer-coded"),
+    ):
+        codings = fields.get(name, b"").lower().replace(b" ", b"").replace(b"\t", b"")
+        if codings not in (b"", allowed):
+            why = f"{codings.decode('latin-1')}, which the broker cannot check for the value"
+            raise BrokerRefusal(502, f"the host's answer is {said} as {why}")
 
 
 async def _body(
