@@ -34,6 +34,9 @@ HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 # How long a kept-alive brokered connection may wait for its next request.
 IDLE_TIMEOUT = 60.0
+# How long the host may take to begin its answer (an API may work minutes on one request,
+# as it does through a plain tunnel, which waits as long as the server does).
+ANSWER_TIMEOUT = 600.0
 # The largest body a brokered request may have (chunked or not): it is read whole, checked,
 # then sent.
 BODY_LIMIT = 16 * 1024 * 1024
@@ -167,7 +170,7 @@ class Broker:
         head = await _answer_head(up_reader, mask)
         while _INTERIM.match(head):
             writer.write(head)
-            async with asyncio.timeout(HEAD_TIMEOUT):
+            async with asyncio.timeout(ANSWER_TIMEOUT):
                 head = mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
         fields = _fields(head)
         tokens = fields.get(b"connection", b"").lower().replace(b" ", b"").split(b",")
@@ -205,8 +208,10 @@ class _Unanswered(Exception):
 async def _answer_head(up_reader: asyncio.StreamReader, mask: _Devalue) -> bytes:
     """The first head of the host's answer, its values put back as their sentinels."""
     try:
-        async with asyncio.timeout(HEAD_TIMEOUT):
+        async with asyncio.timeout(ANSWER_TIMEOUT):
             return mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
+    except TimeoutError:
+        raise BrokerRefusal(504, f"no answer within {ANSWER_TIMEOUT:.0f} s") from None
     except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
         if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
             raise

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.servers import broker
 from tests.attacks.test_broker_keepalive import (
     AUTH,
     HOST,
@@ -191,3 +192,32 @@ def test_control_the_stray_body_carries_the_value_to_an_unbrokered_server(
         tmp_path, [first + _get()], brokered=False, host=Scripted(answer=with_a_stray_body)
     )
     assert VALUE.encode() in run.seen
+
+
+@dataclass
+class Slow(KeptAlive):
+    """A host that works on each request longer than a request's head may take to come."""
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.streams.append(b"")
+        try:
+            request = await reader.readuntil(b"\r\n\r\n")
+            self.requests.append(request)
+            await asyncio.sleep(3)
+            body = _credential(request)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        finally:
+            writer.close()
+
+
+def test_a_host_that_works_long_on_a_request_is_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As a plain tunnel waits: the limit on a request's head coming is no limit on the
+    # host's work (here made shorter than that work).
+    monkeypatch.setattr(broker, "HEAD_TIMEOUT", 1.0)
+    run = exchange(tmp_path, [_get()], host=Slow())
+    said = b"".join(answers(run.seen))
+    assert said.startswith(b"HTTP/1.1 200 ") and b"auth=" + SENTINEL.encode() in said
+    assert not run.refusals and VALUE.encode() not in run.seen
