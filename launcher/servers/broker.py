@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import functools
 import json
 import re
@@ -422,6 +423,15 @@ async def _body(
             async for piece, _ in _exactly(reader, size):
                 yield piece, False
             await reader.readexactly(2)
+        # Its trailers, to the empty line that ends it: read (bounded) and dropped, so the
+        # next answer on the connection begins where the host began it.
+        # (A host that closes after the last chunk, without the empty line, ended it too.)
+        said = 0
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                said += len(line)
+                if said > HEAD_LIMIT:
+                    raise BrokerRefusal(502, "the host's answer is malformed (its trailers)")
         return
     if b"content-length" in fields:
         size = _chunk_size(fields[b"content-length"], 10)

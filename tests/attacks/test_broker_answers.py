@@ -221,3 +221,31 @@ def test_a_host_that_works_long_on_a_request_is_waited_for(
     said = b"".join(answers(run.seen))
     assert said.startswith(b"HTTP/1.1 200 ") and b"auth=" + SENTINEL.encode() in said
     assert not run.refusals and VALUE.encode() not in run.seen
+
+
+def chunked_with_trailer(request: bytes) -> bytes:
+    """The credential said back chunked, and again in a trailer after the last chunk."""
+    said = _credential(request)
+    trailer = b"X-Echo: " + said + b"\r\n"
+    return (
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + _chunks(said)[:-2]
+        + trailer
+        + b"\r\n"
+    )
+
+
+def chunked_plain(request: bytes) -> bytes:
+    return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + _chunks(_credential(request))
+
+
+@pytest.mark.parametrize("answer", [chunked_plain, chunked_with_trailer], ids=["plain", "trailer"])
+def test_chunked_answers_on_a_kept_connection_each_reach_the_server_whole(
+    tmp_path: Path, answer: Answer
+) -> None:
+    first = _get().replace(b"Connection: close\r\n", b"")
+    run = exchange(tmp_path, [first, first, _get()], host=Scripted(answer=answer))
+    said = answers(run.seen)
+    assert len(said) == 3 and all(a.startswith(b"HTTP/1.1 200 ") for a in said), run.seen
+    assert all(a.endswith(b"auth=" + SENTINEL.encode()) for a in said), said
+    assert VALUE.encode() not in run.seen and len(run.host.streams) == 1
