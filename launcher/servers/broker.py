@@ -30,6 +30,7 @@ from urllib.parse import quote, quote_plus
 
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
+from policy.urls import split_host_port
 
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
@@ -517,7 +518,7 @@ def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int)
         fields.setdefault(key, []).append(value.strip())
         if key in _HOP or key in ("content-length", "transfer-encoding"):
             continue
-        if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
+        if key == "host" and not _names(value, host, port):
             raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
         if SENTINEL_PREFIX in value or key == "authorization":  # Basic: base64'd
             value = _header(key, value, secrets, host, port)
@@ -529,6 +530,14 @@ def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int)
         out.append(f"Host: {host}" if port == 443 else f"Host: {host}:{port}")
     out += ["Accept-Encoding: identity", *(["Connection: close"] if close else [])]
     return Head(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length, chunked, close)
+
+
+def _names(value: str, host: str, port: int) -> bool:
+    """Whether a Host header's value names ``host`` (and ``port``, or none): in any case,
+    with or without the trailing dot of a fully qualified name, an IPv6 address in
+    brackets."""
+    named, named_port = split_host_port(value)
+    return named == host and named_port in ("", str(port)) and ".." not in value
 
 
 def _request_line(line: str, secrets: Sequence[Brokered], host: str, port: int) -> str:
