@@ -19,7 +19,8 @@ LIFETIME = datetime.timedelta(days=2)
 
 def name_constraints(hosts: Sequence[str]) -> Any:
     """The names a CA made for ``hosts`` may vouch for: those hosts (and names under them,
-    as RFC 5280 reads a DNS constraint), the addresses among them, no other address."""
+    as RFC 5280 reads a DNS constraint), the addresses among them, no other address, and
+    no DNS name at all when they are addresses only."""
     import ipaddress
 
     from cryptography import x509
@@ -33,17 +34,20 @@ def name_constraints(hosts: Sequence[str]) -> Any:
             names.append(x509.DNSName(host))
             continue
         addresses.append(x509.IPAddress(ipaddress.ip_network(address)))
-    # No address among them: every address is excluded (a DNS constraint alone leaves
-    # addresses unconstrained).
-    excluded = (
-        None
-        if addresses
-        else [
+    # A kind of name none of them is goes wholly excluded: a constraint on DNS names alone
+    # leaves every address free, one on addresses alone every DNS name (an empty DNS name
+    # is every name under the root).
+    excluded: list[Any] = []
+    if not addresses:
+        excluded += [
             x509.IPAddress(ipaddress.ip_network("0.0.0.0/0")),
             x509.IPAddress(ipaddress.ip_network("::/0")),
         ]
+    if not names:
+        excluded.append(x509.DNSName(""))
+    return x509.NameConstraints(
+        permitted_subtrees=names + addresses, excluded_subtrees=excluded or None
     )
-    return x509.NameConstraints(permitted_subtrees=names + addresses, excluded_subtrees=excluded)
 
 
 class SessionCA:
@@ -101,6 +105,7 @@ class SessionCA:
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
 
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
@@ -110,9 +115,12 @@ class SessionCA:
                 alt.append(x509.IPAddress(ipaddress.ip_address(host)))
             except ValueError:
                 alt.append(x509.DNSName(host))
+        # Its names are its SANs; a common name that reads as a DNS name would be held to
+        # the CA's DNS constraints when the SANs are addresses only (every DNS name excluded).
+        common = next((h for h in hosts if not _ip(h)), "ironcurtain session address")
         cert = (
             x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, hosts[0])]))
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)]))
             .issuer_name(self._name)
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
@@ -143,6 +151,16 @@ class SessionCA:
                 file.write(key_pem + cert.public_bytes(serialization.Encoding.PEM))
             context.load_cert_chain(path)
         return context
+
+
+def _ip(host: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def write_bundle(ca: SessionCA, path: str) -> None:

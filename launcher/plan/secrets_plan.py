@@ -13,7 +13,7 @@ from dataclasses import field
 
 from launcher.shared.user_errors import ConfigError
 from policy.egress import EgressRules, check_host
-from policy.urls import split_host_port
+from policy.urls import parse_ip, split_host_port
 from sandbox_profiles.records import frozen
 
 SENTINEL_PREFIX = "ironcurtain-sentinel-"
@@ -67,6 +67,12 @@ def _value(source: str, env: Mapping[str, str]) -> str:
         raise ValueError(f"{source} is empty")
     if any(c in value for c in "\r\n\0"):
         raise ValueError(f"{source} holds a line break or NUL: not a credential a header can carry")
+    if SENTINEL_PREFIX in value:
+        # A sentinel is never swapped for another: such a value could never be sent.
+        raise ValueError(
+            f"{source} holds an ironcurtain sentinel, not a credential (read inside another "
+            "ironcurtain sandbox?)"
+        )
     return value
 
 
@@ -87,7 +93,9 @@ def _hosts(
         reasons = [check_host(rules, host, port).reason for port in ports]
         if None not in reasons:
             return (), f"{text!r} is outside the server's network: {reasons[0]}"
-        found.append((host.lower().rstrip("."), number))
+        # An address in any form a resolver reads is kept as the one the proxy is asked for.
+        address = parse_ip(host)
+        found.append((str(address) if address else host.lower().rstrip("."), number))
     return tuple(found), None
 
 

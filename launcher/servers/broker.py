@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import functools
 import json
 import re
@@ -29,11 +30,15 @@ from urllib.parse import quote, quote_plus
 
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import SENTINEL_PREFIX, Brokered
+from policy.urls import split_host_port
 
 HEAD_LIMIT = 64 * 1024
 HEAD_TIMEOUT = 15.0
 # How long a kept-alive brokered connection may wait for its next request.
 IDLE_TIMEOUT = 60.0
+# How long the host may take to begin its answer (an API may work minutes on one request,
+# as it does through a plain tunnel, which waits as long as the server does).
+ANSWER_TIMEOUT = 600.0
 # The largest body a brokered request may have (chunked or not): it is read whole, checked,
 # then sent.
 BODY_LIMIT = 16 * 1024 * 1024
@@ -167,7 +172,7 @@ class Broker:
         head = await _answer_head(up_reader, mask)
         while _INTERIM.match(head):
             writer.write(head)
-            async with asyncio.timeout(HEAD_TIMEOUT):
+            async with asyncio.timeout(ANSWER_TIMEOUT):
                 head = mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
         fields = _fields(head)
         tokens = fields.get(b"connection", b"").lower().replace(b" ", b"").split(b",")
@@ -177,10 +182,7 @@ class Broker:
             kept = [ln for ln in lines if ln.partition(b":")[0].strip().lower() not in _HOP_OUT]
             writer.write(b"\r\n".join([*kept, *_closing(close), b"", b""]))
             return not close
-        coding = fields.get(b"content-encoding", b"identity").strip().lower()
-        if coding not in (b"", b"identity"):
-            why = f"{coding.decode('latin-1')}, which the broker cannot check for the value"
-            raise BrokerRefusal(502, f"the host's answer is encoded as {why}")
+        _readable(fields)
         delimited = b"chunked" in fields.get(b"transfer-encoding", b"").lower()
         delimited = delimited or b"content-length" in fields
         close = close or not delimited
@@ -208,8 +210,10 @@ class _Unanswered(Exception):
 async def _answer_head(up_reader: asyncio.StreamReader, mask: _Devalue) -> bytes:
     """The first head of the host's answer, its values put back as their sentinels."""
     try:
-        async with asyncio.timeout(HEAD_TIMEOUT):
+        async with asyncio.timeout(ANSWER_TIMEOUT):
             return mask.whole(await up_reader.readuntil(b"\r\n\r\n"))
+    except TimeoutError:
+        raise BrokerRefusal(504, f"no answer within {ANSWER_TIMEOUT:.0f} s") from None
     except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
         if isinstance(exc, asyncio.IncompleteReadError) and exc.partial:
             raise
@@ -384,13 +388,30 @@ def _basic_forms(head: bytes, secrets: Sequence[Brokered]) -> list[tuple[bytes, 
 
 
 def _fields(head: bytes) -> dict[bytes, bytes]:
-    """An answer head's fields by lower-cased name (the last of each)."""
+    """An answer head's fields by lower-cased name (a repeated one's values joined with
+    commas, as its reader joins them: two encodings are both seen, two lengths refused)."""
     out: dict[bytes, bytes] = {}
     for line in head.split(b"\r\n")[1:]:
         name, sep, value = line.partition(b":")
         if sep:
-            out[name.strip().lower()] = value.strip()
+            key = name.strip().lower()
+            out[key] = out[key] + b", " + value.strip() if key in out else value.strip()
     return out
+
+
+def _readable(fields: dict[bytes, bytes]) -> None:
+    """Refused unless the answer's body is as the broker reads it: no content coding (a
+    compressed value is not seen, and the server could decompress it) and no transfer
+    coding but chunked (which the broker takes off; another would reach the server
+    unlabelled)."""
+    for name, allowed, said in (
+        (b"content-encoding", b"identity", "encoded"),
+        (b"transfer-encoding", b"chunked", "transfer-coded"),
+    ):
+        codings = fields.get(name, b"").lower().replace(b" ", b"").replace(b"\t", b"")
+        if codings not in (b"", allowed):
+            why = f"{codings.decode('latin-1')}, which the broker cannot check for the value"
+            raise BrokerRefusal(502, f"the host's answer is {said} as {why}")
 
 
 async def _body(
@@ -403,6 +424,15 @@ async def _body(
             async for piece, _ in _exactly(reader, size):
                 yield piece, False
             await reader.readexactly(2)
+        # Its trailers, to the empty line that ends it: read (bounded) and dropped, so the
+        # next answer on the connection begins where the host began it.
+        # (A host that closes after the last chunk, without the empty line, ended it too.)
+        said = 0
+        with contextlib.suppress(asyncio.IncompleteReadError):
+            while (line := await reader.readuntil(b"\r\n")) != b"\r\n":
+                said += len(line)
+                if said > HEAD_LIMIT:
+                    raise BrokerRefusal(502, "the host's answer is malformed (its trailers)")
         return
     if b"content-length" in fields:
         size = _chunk_size(fields[b"content-length"], 10)
@@ -488,7 +518,7 @@ def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int)
         fields.setdefault(key, []).append(value.strip())
         if key in _HOP or key in ("content-length", "transfer-encoding"):
             continue
-        if key == "host" and value.strip().lower() not in (host, f"{host}:{port}"):
+        if key == "host" and not _names(value, host, port):
             raise BrokerRefusal(400, f"the Host header {value.strip()!r} is not {host}")
         if SENTINEL_PREFIX in value or key == "authorization":  # Basic: base64'd
             value = _header(key, value, secrets, host, port)
@@ -500,6 +530,14 @@ def rewrite_head(head: bytes, secrets: Sequence[Brokered], host: str, port: int)
         out.append(f"Host: {host}" if port == 443 else f"Host: {host}:{port}")
     out += ["Accept-Encoding: identity", *(["Connection: close"] if close else [])]
     return Head(("\r\n".join(out) + "\r\n\r\n").encode("latin-1"), length, chunked, close)
+
+
+def _names(value: str, host: str, port: int) -> bool:
+    """Whether a Host header's value names ``host`` (and ``port``, or none): in any case,
+    with or without the trailing dot of a fully qualified name, an IPv6 address in
+    brackets."""
+    named, named_port = split_host_port(value)
+    return named == host and named_port in ("", str(port)) and ".." not in value
 
 
 def _request_line(line: str, secrets: Sequence[Brokered], host: str, port: int) -> str:

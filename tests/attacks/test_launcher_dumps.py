@@ -150,6 +150,55 @@ def test_control_a_launcher_holding_no_secret_is_readable_by_its_user(scratch: P
     assert seen["mem"] == "opened" and seen["ptrace"] == "attached", seen
 
 
+# What the server reads of itself in its sandbox: each must work as it does for a server
+# whose launcher holds no secret (a process ``execve`` started is dumpable again).
+OWN = ["/proc/self/status", "/proc/self/environ", "/proc/self/maps", "/proc/self/cmdline"]
+
+
+def _servers_own_reads(scratch: Path, brokered: bool) -> tuple[dict[str, str], str]:
+    """The server's reads of its own ``/proc/self`` files and its list of its open
+    descriptors, under a launcher started as an ordinary user (holding a brokered secret,
+    or not); and whether the launcher was left dumpable."""
+    user = _home(scratch)
+    server: dict[str, Any] = probe_server_config(True)
+    server["sandbox"]["network"] = {"allowedDomains": ["api.test"]}
+    if brokered:
+        server["secrets"] = {"API_TOKEN": {"from": "env:MY_TOKEN", "hosts": ["api.test"]}}
+    config = scratch / "probe.json"
+    config.write_text(json.dumps({"mcpServers": {"probe": server}}))
+    policy = write_raw_policy(scratch / "policy")
+    args = ["--config", str(config), "--policy-dir", str(policy)]
+    args += ["--workspace", str(scratch / "ws")]
+    seen: dict[str, str] = {}
+    launcher: list[str] = []
+
+    async def scenario() -> None:
+        async with connect(user, command=[*ORDINARY, IRONCURTAIN, "run", *args]) as session:
+            for path in OWN:
+                seen[path] = (await call(session, "probe__read_path", {"path": path}))[1]
+            seen["fd"] = (await call(session, "probe__list_dir", {"path": "/proc/self/fd"}))[1]
+            launcher.append(_read_as(ORDINARY, _launcher_pid(config))["ptrace"])
+
+    asyncio.run(scenario())
+    return seen, launcher[0]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("brokered", [True, False], ids=["protected", "control"])
+def test_the_server_under_a_protected_launcher_reads_itself_as_ever(
+    scratch: Path, brokered: bool
+) -> None:
+    seen, ptrace = _servers_own_reads(scratch, brokered)
+    # The launcher is protected (or, the control, not) ...
+    assert ptrace.startswith("refused" if brokered else "attached"), ptrace
+    # ... and its server, a program it started, loses none of its own /proc.
+    for path in OWN:
+        assert "READ OK: " in seen[path], (path, seen[path])
+    assert seen["fd"].startswith("OK ") and '"0"' in seen["fd"], seen["fd"]
+    if brokered:  # nor does it read the value in any of it
+        assert VALUE not in "".join(seen.values())
+
+
 HOLDER = r"""
 import os, sys, time
 sys.path.insert(0, sys.argv[1])

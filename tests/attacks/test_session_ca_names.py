@@ -114,3 +114,50 @@ def test_an_address_is_refused_too(client: str, tmp_path: Path) -> None:
 def test_control_an_unconstrained_ca_vouches_for_any_name(client: str, tmp_path: Path) -> None:
     said = _ask(client, SessionCA("probe"), tmp_path, OTHER)
     assert said.startswith("accepted"), said
+
+
+ADDRESS = "127.0.0.2"
+
+
+@pytest.mark.parametrize("client", _clients())
+def test_a_ca_for_an_address_alone_vouches_for_no_name(client: str, tmp_path: Path) -> None:
+    # A secret whose hosts are addresses only: a constraint on addresses alone leaves every
+    # DNS name free, so the CA excludes them all.
+    said = _ask(client, SessionCA("probe", [ADDRESS]), tmp_path, OTHER)
+    assert said.startswith("refused") and "ok" not in said, said
+
+
+@pytest.mark.parametrize("client", _clients())
+def test_a_ca_for_an_address_alone_vouches_for_it(client: str, tmp_path: Path) -> None:
+    said = _ask(client, SessionCA("probe", [ADDRESS]), tmp_path, ADDRESS)
+    assert said.startswith("accepted"), said
+
+
+@pytest.mark.parametrize("client", _clients())
+def test_control_addresses_permitted_alone_leave_names_free(
+    client: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ipaddress
+
+    from cryptography import x509
+
+    from launcher.host import session_ca
+
+    def permitted_only(hosts: list[str]) -> x509.NameConstraints:
+        nets = [x509.IPAddress(ipaddress.ip_network(h)) for h in hosts]
+        return x509.NameConstraints(permitted_subtrees=nets, excluded_subtrees=None)
+
+    monkeypatch.setattr(session_ca, "name_constraints", permitted_only)
+    said = _ask(client, SessionCA("probe", [ADDRESS]), tmp_path, OTHER)
+    assert said.startswith("accepted"), said
+
+
+@pytest.mark.parametrize("client", _clients())
+def test_a_ca_for_a_name_and_an_address_vouches_for_both_and_no_other(
+    client: str, tmp_path: Path
+) -> None:
+    ca = SessionCA("probe", [OWN, ADDRESS])
+    for name, outcome in ((OWN, "accepted"), (ADDRESS, "accepted"), (OTHER, "refused")):
+        said = _ask(client, ca, tmp_path, name)
+        assert said.startswith(outcome), (name, said)
+    assert _ask(client, ca, tmp_path, "127.0.0.3").startswith("refused")

@@ -129,6 +129,38 @@ def test_an_entry_that_may_send_the_token_elsewhere_is_not_brokered(user: Home, 
     assert VALUE not in text
 
 
+# GitHub's server moved to another host by its option rather than its variable (the same
+# setting; the option's name read with "_" for "-" too): the token would have to go there.
+MOVING_OPTIONS = {
+    "--gh-host VALUE": ["--gh-host", "ghe.evil.test"],
+    "--gh-host=VALUE": ["--gh-host=ghe.evil.test"],
+    "--gh_host=VALUE": ["--gh_host=ghe.evil.test"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(MOVING_OPTIONS), ids=sorted(MOVING_OPTIONS))
+def test_an_entry_whose_option_moves_the_server_is_not_brokered(user: Home, case: str) -> None:
+    entry = _entry(user, {TOKEN: VALUE})
+    entry["args"] = [*entry["args"], "stdio", *MOVING_OPTIONS[case]]
+    _user_file(user, entry)
+    done = _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    text, servers = _config(user)
+    assert "secrets" not in servers["github"], done.stderr
+    assert servers["github"]["env"][TOKEN] == "${" + TOKEN + "}"
+    assert f"{TOKEN} not brokered (its entry's option --gh-host sends it" in done.stderr
+    assert VALUE not in text
+
+
+def test_control_an_option_that_moves_nothing_leaves_the_token_brokered(user: Home) -> None:
+    entry = _entry(user, {TOKEN: VALUE})
+    entry["args"] = [*entry["args"], "stdio", "--read-only", "--toolsets=repos"]
+    _user_file(user, entry)
+    done = _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    assert _config(user)[1]["github"]["secrets"][TOKEN]["hosts"] == GITHUB_HOSTS
+
+
 # A clone's file, as each client reads it from the project: (file, key, a reference the
 # client fills from the user's environment).
 PROJECT_FILES: dict[str, tuple[str, str, str]] = {

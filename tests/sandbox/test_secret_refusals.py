@@ -63,6 +63,14 @@ def test_a_bad_secret_is_one_clear_error(user: Home, secret: dict[str, Any], sai
     assert said in _refused(user, secret)
 
 
+def test_a_value_that_is_a_sentinel_is_one_clear_error(user: Home) -> None:
+    # What a server inside another ironcurtain sandbox holds: never a credential, and never
+    # sendable (a sentinel is not swapped for another).
+    user.env["LOOKS_LIKE"] = "ironcurtain-sentinel-" + "0" * 32
+    message = _refused(user, {"from": "env:LOOKS_LIKE", "hosts": ["api.example.com"]})
+    assert "holds an ironcurtain sentinel, not a credential" in message
+
+
 def test_an_unreadable_key_file_is_one_clear_error(user: Home, tmp_path: Path) -> None:
     if os.geteuid() == 0:
         # Root reads a file whatever its mode: a directory in its place is unreadable too.

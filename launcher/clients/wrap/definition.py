@@ -353,7 +353,7 @@ def _broker(
     network = (definition.get("sandbox") or {}).get("network")
     refused = "wrap brokers no secret of a project's entry" if projects(f) else None
     package = package_of(definition["command"], definition["args"])
-    secrets, said = broker(e.name, package, network, e.env, kept, refused)
+    secrets, said = broker(e.name, package, network, e.env, kept, refused, definition["args"])
     for variable in secrets:
         del definition["env"][variable]
     if secrets:

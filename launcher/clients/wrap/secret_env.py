@@ -14,7 +14,7 @@ variable is said: brokered, and to where; or left in the server's environment, a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.clients.wrap.network import NPM, PROGRAM
@@ -26,7 +26,8 @@ __all__ = ["CARRIED", "Carried", "broker", "credential_value", "secret_sources"]
 @frozen
 class Carried:
     """Where a package sends its credential: the variable it reads it from, the hosts it
-    sends it to in request headers, the variables that would send it to another host."""
+    sends it to in request headers, the variables and options (``--name``) that would send
+    it to another host."""
 
     variables: tuple[str, ...]
     hosts: tuple[str, ...]
@@ -43,12 +44,14 @@ CARRIED: dict[tuple[str, str], Carried] = {
         (),
         f"{_ARCHIVED} src/github/common/utils.ts",
     ),
-    # Authorization header to the API, uploads and raw contents; GITHUB_HOST names another
-    # server (GitHub Enterprise), where the value would have to go instead.
+    # Authorization header to the API, uploads and raw contents; GITHUB_HOST or the
+    # option --gh-host (cmd/github-mcp-server/main.go: the same setting; the option's name
+    # also read with "_" for "-") names another server (GitHub Enterprise), where the value
+    # would have to go instead.
     (PROGRAM, "github-mcp-server"): Carried(
         ("GITHUB_PERSONAL_ACCESS_TOKEN",),
         ("api.github.com", "uploads.github.com", "raw.githubusercontent.com"),
-        ("GITHUB_HOST",),
+        ("GITHUB_HOST", "--gh-host"),
         "github.com/github/github-mcp-server internal/ghmcp/server.go, pkg/raw/raw.go",
     ),
     # X-Subscription-Token header (index.ts).
@@ -98,6 +101,7 @@ def _why_not(
     package: tuple[str, str] | None,
     granted: list[str],
     env: Mapping[str, str],
+    args: Sequence[str] = (),
 ) -> str | None:
     """Why ``variable`` is not brokered (None: it is)."""
     if package is not None and package in IN_THE_URL:
@@ -109,6 +113,10 @@ def _why_not(
     moved = sorted(v for v in carried.moved_by if v in env)
     if moved:
         return f"its entry's env {', '.join(moved)} sends it to another host than the known"
+    options = {a.split("=", 1)[0].replace("_", "-") for a in args if a.startswith("--")}
+    moved = sorted(o for o in carried.moved_by if o in options)
+    if moved:
+        return f"its entry's option {', '.join(moved)} sends it to another host than the known"
     missing = [h for h in carried.hosts if h not in granted]
     if missing:
         return f"wrap gives its sandbox no network to {', '.join(missing)}"
@@ -122,18 +130,19 @@ def broker(
     entry_env: Mapping[str, str],
     kept: Mapping[str, str],
     refused: str | None,
+    args: Sequence[str] = (),
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """The ``secrets`` of the server ``name``'s moved definition for those of ``kept``
     (the variables its client's entry keeps and passes) its package is known to send to
     known hosts, and what to say of each of ``kept``. ``network``: the ``sandbox.network``
     wrap gives it (None: none); ``refused``: why none of its secrets may be brokered at
-    all (a project's entry), or None."""
+    all (a project's entry), or None; ``args``: the entry's arguments."""
     granted = [str(h) for h in (network or {}).get("allowedDomains", ())]
     carried = CARRIED.get(package) if package is not None else None
     secrets: dict[str, dict[str, Any]] = {}
     notes: list[str] = []
     for variable in sorted(kept):
-        why = refused or _why_not(variable, carried, package, granted, entry_env)
+        why = refused or _why_not(variable, carried, package, granted, entry_env, args)
         if why is None and not kept[variable]:
             why = "its entry gives it no value"
         if why is not None:

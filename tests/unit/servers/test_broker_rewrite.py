@@ -168,3 +168,30 @@ def test_a_value_said_back_encoded_goes_back_as_its_sentinel() -> None:
     ]
     for text in said:
         assert _Devalue((odd,)).feed(b"<" + text + b">", end=True) == f"<{odd.sentinel}>".encode()
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "header"),
+    [
+        ("api.github.com", 443, "API.GitHub.com"),
+        ("api.github.com", 443, "api.github.com."),
+        ("api.github.com", 443, "api.github.com.:443"),
+        ("api.github.com", 8443, "api.github.com:8443"),
+        ("::1", 8443, "[::1]:8443"),
+    ],
+)
+def test_a_host_header_naming_the_host_in_another_spelling_is_taken(
+    host: str, port: int, header: str
+) -> None:
+    out = rewrite_head(_head(f"Host: {header}", "X: a"), (GH,), host, port).out
+    assert f"\r\nHost: {header}\r\n".encode() in out  # sent on as the server wrote it
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["api.github.com:444", "api.github.com..", "evil.test", "api.github.com.evil.test",
+     "evil@api.github.com", "[api.github.com]:443x"],
+)  # fmt: skip
+def test_a_host_header_naming_anything_else_is_refused(header: str) -> None:
+    with pytest.raises(BrokerRefusal, match="Host header"):
+        rewrite_head(_head(f"Host: {header}"), BOTH, "api.github.com", 443)
