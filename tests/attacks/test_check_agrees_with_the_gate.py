@@ -60,20 +60,30 @@ def _disagreements(user: Home, tmp_path: Path) -> list[tuple[str, str, str]]:
         )
         audit = AuditLog(str(tmp_path / f"audit-{n}.jsonl"), "agree")
         gate = Gate(plan.engine, CircuitBreaker(0), audit, Approvals("elicit", 2.0), str(tmp_path))
-        for held, tool in itertools.product(HELD, TOOLS):
-            caller = None if held is None else Caller("agent", frozenset(held), STATIC)
-            options: dict[str, str] = {}
-            if caller is not None:
-                path = user.root / "caller.json"
-                path.write_text(json.dumps({"name": "agent", "permissions": held}))
-                options["caller_file"] = str(path)
-            shown = check_call("time", tool, "{}", None, str(policy), None, **options)
-            said = dict(line.split(":", 1) for line in shown.splitlines()[:3])
-            previewed = (said["decision"].strip(), said["rule"].strip(), said["reason"].strip())
-            cwd = plan.servers["time"].cwd
-            decided = gate.check(TOOL, "time", tool, {}, cwd, caller).decision
-            if previewed != (decided.decision, decided.rule, decided.reason):
-                found.append((f"{permissions} {held} {tool}", previewed[1], decided.rule))
+        found += _disagreeing(gate, plan, user, policy, permissions)
+        audit.close()
+    return found
+
+
+def _disagreeing(
+    gate: Gate, plan: Any, user: Home, policy: Path, permissions: dict[str, Any]
+) -> list[tuple[str, str, str]]:
+    """Each case of one permissions file where `check` and ``gate`` decide apart."""
+    found = []
+    for held, tool in itertools.product(HELD, TOOLS):
+        caller = None if held is None else Caller("agent", frozenset(held), STATIC)
+        options: dict[str, str] = {}
+        if caller is not None:
+            path = user.root / "caller.json"
+            path.write_text(json.dumps({"name": "agent", "permissions": held}))
+            options["caller_file"] = str(path)
+        shown = check_call("time", tool, "{}", None, str(policy), None, **options)
+        said = dict(line.split(":", 1) for line in shown.splitlines()[:3])
+        previewed = (said["decision"].strip(), said["rule"].strip(), said["reason"].strip())
+        cwd = plan.servers["time"].cwd
+        decided = gate.check(TOOL, "time", tool, {}, cwd, caller).decision
+        if previewed != (decided.decision, decided.rule, decided.reason):
+            found.append((f"{permissions} {held} {tool}", previewed[1], decided.rule))
     return found
 
 

@@ -51,7 +51,11 @@ def serving(user: Home, *args: str, env: dict[str, str] | None = None) -> Iterat
         yield Served(url, int(url.split(":")[2].split("/")[0]), proc, said)
     finally:
         proc.terminate()
-        proc.wait(timeout=15)
+        try:
+            proc.communicate(timeout=15)  # what it said after ready read, its pipe closed
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
 
 
 def probe_args(user: Home, **asks: str) -> list[str]:
