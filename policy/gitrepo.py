@@ -8,6 +8,7 @@ import stat
 from policy.paths import UnknownLocationError, expand_tilde, resolve_real_path
 from sandbox_profiles.gitconfig import GitConfigError
 from sandbox_profiles.gitconfig import parse_config as _parse
+from sandbox_profiles.regular_file import UNTRUSTED, NotRegular, read_regular
 
 # A path handed to git is not always where git works. ``<dir>/.git`` may be a file naming the
 # git directory elsewhere (``gitdir: <path>``, as linked worktrees and submodules write it) or
@@ -246,22 +247,20 @@ class _Walk:
             raise UnknownLocationError(f"has a {what} that is not a regular file")
         if before.st_size > limit:
             raise UnknownLocationError(f"has a {what} larger than {limit} bytes")
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(path, flags | getattr(os, "O_NOCTTY", 0))
+            fd = os.open(path, UNTRUSTED)
         except OSError:
             raise UnknownLocationError(f"has a {what} that cannot be read") from None
         try:
-            after = os.fstat(fd)
-            if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
-                raise UnknownLocationError(f"has a {what} that changed while it was read")
-            data = os.read(fd, limit + 1)
+            data, after = read_regular(fd, limit)
+        except NotRegular as exc:
+            raise UnknownLocationError(f"has a {what} that is {exc.reason}") from None
         except OSError:
             raise UnknownLocationError(f"has a {what} that cannot be read") from None
         finally:
             os.close(fd)
-        if len(data) > limit:
-            raise UnknownLocationError(f"has a {what} larger than {limit} bytes")
+        if (after.st_dev, after.st_ino) != (before.st_dev, before.st_ino):
+            raise UnknownLocationError(f"has a {what} that changed while it was read")
         return os.fsdecode(data)
 
 

@@ -10,6 +10,8 @@ import stat
 import string
 from collections.abc import Iterator, Sequence
 
+from sandbox_profiles.regular_file import UNTRUSTED, NotRegular, read_regular
+
 _GIT_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "-")
 _GIT_SPACE = " \t\n\r"  # git's isspace(): a form feed or vertical tab is an ordinary byte
 ConfigEntry = tuple[str, str | None, str, str | None]
@@ -37,13 +39,17 @@ def read_bounded(path: str, limit: int) -> bytes:
     :class:`UnreadableConfig` when it cannot be read or is larger: what it would make a
     tool load is then unknown."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(limit + 1)
+        fd = os.open(path, UNTRUSTED)
     except OSError as exc:
         raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
-    if len(data) > limit:
-        raise UnreadableConfig(path, f"is larger than {limit} bytes")
-    return data
+    try:
+        return read_regular(fd, limit)[0]
+    except NotRegular as exc:
+        raise UnreadableConfig(path, f"is {exc.reason}") from None
+    except OSError as exc:
+        raise UnreadableConfig(path, f"cannot be read ({exc.strerror})") from None
+    finally:
+        os.close(fd)
 
 
 def parse_config(text: str) -> list[ConfigEntry]:
@@ -345,28 +351,21 @@ def read_config(config_file: str) -> str:
         raise UnreadableConfig(config_file, "is not a regular file")
     if st.st_size > MAX_CONFIG_BYTES:
         raise UnreadableConfig(config_file, f"is larger than {MAX_CONFIG_BYTES} bytes")
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
     try:
-        fd = os.open(config_file, flags)
+        fd = os.open(config_file, UNTRUSTED)
     except (FileNotFoundError, NotADirectoryError):
         return ""
     except OSError as exc:
         raise UnreadableConfig(config_file, f"cannot be read: {exc.strerror}") from None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UnreadableConfig(config_file, "is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 1 << 20):
-            size += len(chunk)
-            if size > MAX_CONFIG_BYTES:
-                raise UnreadableConfig(config_file, f"is larger than {MAX_CONFIG_BYTES} bytes")
-            chunks.append(chunk)
+        data = read_regular(fd, MAX_CONFIG_BYTES)[0]
+    except NotRegular as exc:
+        raise UnreadableConfig(config_file, f"is {exc.reason}") from None
     except OSError as exc:
         raise UnreadableConfig(config_file, f"cannot be read: {exc.strerror}") from None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "surrogateescape")
+    return data.decode("utf-8", "surrogateescape")
 
 
 def host_git_configs(home: str, xdg_config: str | None) -> list[str]:

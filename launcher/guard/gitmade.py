@@ -31,7 +31,6 @@ import contextlib
 import errno
 import functools
 import os
-import stat
 from collections.abc import Callable
 
 from launcher.host import nofollow
@@ -40,6 +39,7 @@ from launcher.host.oscalls import open_dir
 from sandbox_profiles import autorun
 from sandbox_profiles.gitconfig import GitConfigError, git_prefix, parse_config
 from sandbox_profiles.present import CHANGED_BY_GIT_LIMIT
+from sandbox_profiles.regular_file import UNTRUSTED, NotRegular, read_regular
 
 Identity = tuple[int, int, int]
 # No sample git ships is near this; no configuration git makes for a clone either.
@@ -131,8 +131,7 @@ def _read_once(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | 
             raise
         return None
     try:
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-        fd = os.open(parts[-1], flags, dir_fd=parent)
+        fd = os.open(parts[-1], UNTRUSTED | os.O_NOFOLLOW, dir_fd=parent)
     except OSError as exc:
         if exc.errno in _SHORT:
             raise
@@ -143,13 +142,11 @@ def _read_once(root: str, parts: Parts, limit: int) -> tuple[bytes, Identity] | 
         st = os.fstat(fd)
         if st.st_nlink == 0:
             return "replaced"
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size > limit:
+        if st.st_nlink != 1:  # a second name: its content is not this tree's alone
             return None
-        data = os.read(fd, limit + 1)
-        if len(data) > limit:
-            return None
+        data, st = read_regular(fd, limit)
         return data, (st.st_dev, st.st_ino, st.st_ctime_ns)
-    except OSError:
+    except (OSError, NotRegular):
         return None
     finally:
         os.close(fd)

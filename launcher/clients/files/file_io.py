@@ -31,13 +31,13 @@ from launcher.host.nofollow import SymlinkOnTheWay, descend
 from launcher.host.oscalls import DIR, NEW_FILE
 from launcher.shared.user_errors import UsageError
 from sandbox_profiles.records import frozen
+from sandbox_profiles.regular_file import UNTRUSTED, NotRegular, kind, read_regular
 from sandbox_profiles.ways import is_under
 
 # Client files are small; ~/.claude.json keeps a history and may reach some megabytes. A
 # project's file holds a few servers: a bigger one is no client's, and is not read.
 MAX_SIZE = 64 * 2**20
 PROJECT_MAX_SIZE = 2**20
-_READ = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 NOT_FOLLOWED = "ironcurtain does not follow a project's links (one could lead to your own files)"
 
 
@@ -60,30 +60,15 @@ class Source:
     unwritable: str | None = None  # why it may not be written (None: it may)
 
 
-_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-          (stat.S_ISDIR, "a directory"), (stat.S_ISLNK, "a symbolic link"))  # fmt: skip
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a plain file")
-
-
 def _read_fd(fd: int, path: Path, limit: int = MAX_SIZE) -> tuple[str, os.stat_result]:
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise Refused(f"{path}: not a regular file ({_kind(st.st_mode)}): not read")
-    if st.st_size > limit:
-        raise Refused(f"{path}: too large ({st.st_size} bytes; at most {limit}): not read")
-    chunks: list[bytes] = []
-    size = 0
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise Refused(f"{path}: too large (over {limit} bytes): not read")
     try:
-        return b"".join(chunks).decode("utf-8"), st
+        data, st = read_regular(fd, limit)
+    except NotRegular as exc:
+        if exc.kind is not None:
+            raise Refused(f"{path}: not a regular file ({exc.kind}): not read") from None
+        raise Refused(f"{path}: too large ({exc.size} bytes; at most {limit}): not read") from None
+    try:
+        return data.decode("utf-8"), st
     except UnicodeDecodeError as exc:
         raise Refused(f"{path}: not UTF-8 text (byte {exc.start}): not read") from None
 
@@ -106,14 +91,14 @@ def read_project(root: Path, relative: str) -> Source | None:
             target = os.readlink(name, dir_fd=fd)
             raise Refused(f"{path}: a symbolic link (to {target}); {NOT_FOLLOWED}: not read")
         if not stat.S_ISREG(st.st_mode):  # looked at before opening: a device is never opened
-            raise Refused(f"{path}: not a regular file ({_kind(st.st_mode)}): not read")
+            raise Refused(f"{path}: not a regular file ({kind(st.st_mode)}): not read")
         if st.st_nlink > 1:
             raise Refused(
                 f"{path}: it has {st.st_nlink} hard links (it may be a file of yours under "
                 "another name): not read"
             )
         try:
-            file = os.open(name, _READ | os.O_NOFOLLOW, dir_fd=fd)
+            file = os.open(name, UNTRUSTED | os.O_NOFOLLOW, dir_fd=fd)
         except OSError as exc:
             raise Refused(f"{path}: cannot read it: {exc.strerror}") from None
         try:
@@ -166,7 +151,7 @@ def read_user(home: Path, relative: str, project: Path | None) -> Source | None:
     except OSError as exc:
         raise Refused(f"{path}: cannot read it: {exc.strerror}") from None
     try:
-        fd = os.open(real, _READ)
+        fd = os.open(real, UNTRUSTED)
     except OSError as exc:
         raise Refused(f"{path}: cannot read it: {exc.strerror}") from None
     try:
@@ -223,7 +208,7 @@ def unchanged(source: Source) -> str | None:
         st = os.stat(source.real.name, dir_fd=fd, follow_symlinks=False)
         if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (source.device, source.inode):
             return changed
-        file = os.open(source.real.name, _READ | os.O_NOFOLLOW, dir_fd=fd)
+        file = os.open(source.real.name, UNTRUSTED | os.O_NOFOLLOW, dir_fd=fd)
         try:
             text, _ = _read_fd(file, source.path)
         finally:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.clients.files.file_io import (
+    MAX_SIZE,
     Refused,
     Source,
     open_dir,
@@ -33,6 +34,7 @@ from launcher.clients.files.path_identity import identity
 from launcher.shared import dirs
 from launcher.shared.user_errors import UsageError
 from policy.json_text import NotJson, parse_json
+from sandbox_profiles.regular_file import UNTRUSTED, NotRegular, read_regular
 
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _BACKUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -170,29 +172,25 @@ def read_backup(name: str) -> str:
         raise UsageError(f"{where}: cannot open the backup directory") from None
     try:
         try:
-            file = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                           dir_fd=fd)  # fmt: skip
+            file = os.open(name, UNTRUSTED | os.O_NOFOLLOW, dir_fd=fd)
         except FileNotFoundError:
             raise UsageError(f"{shown}: the backup is gone") from None
         except OSError as exc:
             raise UsageError(f"{shown}: cannot read the backup: {exc.strerror}") from None
         try:
-            st = os.fstat(file)
-            if not stat.S_ISREG(st.st_mode):
-                raise UsageError(f"{shown}: the backup is not a regular file")
-            if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-                raise UsageError(
-                    f"{shown}: the backup is not yours alone (owner uid {st.st_uid}, mode "
-                    f"{stat.S_IMODE(st.st_mode):o}): not trusted"
-                )
-            chunks = []
-            while chunk := os.read(file, 1 << 20):
-                chunks.append(chunk)
+            data, st = read_regular(file, MAX_SIZE)
+        except NotRegular as exc:
+            raise UsageError(f"{shown}: the backup is {exc.reason}: not read") from None
         finally:
             os.close(file)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise UsageError(
+                f"{shown}: the backup is not yours alone (owner uid {st.st_uid}, mode "
+                f"{stat.S_IMODE(st.st_mode):o}): not trusted"
+            )
     finally:
         os.close(fd)
     try:
-        return b"".join(chunks).decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{shown}: the backup is not UTF-8 text") from None
