@@ -232,3 +232,47 @@ def test_a_tool_pattern_chosen_on_the_page_answers_the_next_calls(
     assert "env_value on server 'probe'" in out["listed"].stdout
     calls = [e for e in audit_entries(audit) if "event" not in e]
     assert [e["escalation"] for e in calls] == ["approved-pattern", "pattern"]
+
+
+def test_a_directory_pattern_never_answers_a_write_into_a_place_host_tools_run(
+    user: Home, run_dir: Path
+) -> None:
+    """The agent, given a directory pattern, writes a git hook, Claude Code's settings (its
+    hooks run commands) and VS Code's tasks under the approved directory: files in places
+    host tools load or run, each below the catalogued place rather than the place itself.
+    Each is put to the human (who denies it), never answered by the pattern."""
+    ws, a, _, audit = _places(user)
+    tricks = [a / ".git" / "hooks" / "pre-commit", a / ".claude" / "settings.json"]
+    tricks.append(a / ".vscode" / "tasks.json")
+    for trick in tricks:
+        trick.parent.mkdir(parents=True)
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *_write(a / "one.txt")))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            for trick in tricks:
+                out[str(trick)] = await _asked_and_denied(s, terminal, trick)
+            out["plain"] = await call(s, *_write(a / "plain.txt"))  # the pattern still holds
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "[p1]" in out["offer"] and out["first"][0] is False, out
+    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
+    for trick in tricks:
+        (failed, text), shown = out[str(trick)]
+        assert failed and "ESCALATION DENIED" in text, text
+        assert "needs your approval" in shown and "[p1]" not in shown
+        assert not trick.exists()
+        # Control: the pattern covers the write by its path alone.
+        _, arguments = _write(trick)
+        shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
+        assert covers(given, shape)
+    assert out["plain"][0] is False and (a / "plain.txt").read_text() == "written"
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    escalations = [e.get("escalation") for e in calls]
+    assert escalations == ["approved-pattern", "denied", "denied", "denied", "pattern"]
