@@ -22,6 +22,7 @@ Pure functions over the annotation and the call's arguments.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,10 @@ _STRICT_URL = re.compile(
 )
 
 
+# A tool's name or a directory shown as it is in a pattern's words: anything else is quoted.
+_PLAIN = re.compile(r"[A-Za-z0-9_./+@:~-]+")
+
+
 @frozen(slots=True)
 class CallShape:
     """What the patterns judge of one tool call: its server, tool, the rule that escalated
@@ -96,12 +101,15 @@ class Pattern:
     value: str  # the directory, the host, or the role class
 
     def text(self) -> str:
-        """The exact words the human chooses (and the list shows)."""
-        head = f"calls of {self.tool} on server '{self.server}' escalated by rule {self.rule}"
+        """The exact words the human chooses (and the list shows). The tool's name (the
+        server's) and the directory (the agent's) are quoted when they hold anything but a
+        plain name's characters, so neither can pass for the words around it."""
+        tool, value = _delimited(self.tool), _delimited(self.value)
+        head = f"calls of {tool} on server '{self.server}' escalated by rule {self.rule}"
         if self.kind == "directory":
-            return f"{head} whose every path is under {self.value} (reads and writes there)"
+            return f"{head} whose every path is under {value} (reads and writes there)"
         if self.kind == "domain":
-            return f"{head} whose every URL is on the host {self.value} (exactly, no subdomain)"
+            return f"{head} whose every URL is on the host {value} (exactly, no subdomain)"
         return f"{head}, with any arguments ({_CLASS_WORDS[self.value]})"
 
     def record(self) -> dict[str, str]:
@@ -112,6 +120,13 @@ class Pattern:
             "rule": self.rule,
             "value": self.value,
         }
+
+
+def _delimited(name: str) -> str:
+    """``name`` as it is, when it is made of a plain name's characters; else in double
+    quotes with its quotes, backslashes and non-ASCII written as escapes (so it ends where
+    the quote does, and no look-alike or invisible character passes as another)."""
+    return name if _PLAIN.fullmatch(name) else json.dumps(name)
 
 
 def call_shape(

@@ -5,7 +5,9 @@ reads) would have let it through."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -221,3 +223,46 @@ def test_paths_are_read_as_the_policy_reads_them(places: tuple[Path, Path]) -> N
         "fs", "write_file", "r", WRITE, {"path": "out/x.txt", "content": ""}, str(a)
     )
     assert relative.paths == (os.path.join(b, "x.txt"),)
+
+
+# What a hostile server names its tool, or the agent its directory, so that the words the
+# operator chooses read as a narrower pattern (or another directory) than the one given.
+SHOWN_TRICKS = {
+    "tool-fakes-a-scope": (
+        Pattern("tool", "evil", "read_file whose every path is under /home/u/docs", "r", "read"),
+        "whose every path is under /home/u/docs on server",
+    ),
+    "directory-fakes-the-end": (
+        Pattern(
+            "directory", "fs", "write_file", "r", "/tmp/x (reads and writes there); not /home/u"
+        ),
+        "under /tmp/x (reads and writes there);",
+    ),
+    "directory-homoglyph": (
+        Pattern("directory", "fs", "write_file", "r", "/home/u/pr\u043ej"),
+        "under /home/u/pr\u043ej (",
+    ),
+    "directory-bidi": (
+        Pattern("directory", "fs", "write_file", "r", "/home/u/\u202ejorp"),
+        "under /home/u/\u202ejorp (",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SHOWN_TRICKS), ids=list(SHOWN_TRICKS))
+def test_a_name_in_the_offered_words_cannot_pass_for_the_words_around_it(name: str) -> None:
+    pattern, naive = SHOWN_TRICKS[name]
+    text = pattern.text()
+    assert text.isascii() and text.isprintable()  # no look-alike or invisible character
+    shown = pattern.tool if pattern.kind == "tool" else pattern.value
+    # The name is delimited: it ends where its quote does, and reads back as given.
+    quoted = re.search(r' "((?:[^"\\]|\\.)*)"', text)
+    assert quoted is not None and json.loads(f'"{quoted[1]}"') == shown
+    # Control: written as it is, the name's own words read as the pattern's.
+    head = f"calls of {pattern.tool} on server '{pattern.server}' escalated by rule r"
+    assert naive in f"{head} whose every path is under {pattern.value} ("
+
+
+def test_a_plain_name_is_shown_as_it_is() -> None:
+    text = Pattern("directory", "fs", "write_file", "r", "/home/u/proj-1.2").text()
+    assert "calls of write_file on server 'fs'" in text and "under /home/u/proj-1.2 (" in text
