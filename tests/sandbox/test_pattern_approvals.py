@@ -276,3 +276,41 @@ def test_a_directory_pattern_never_answers_a_write_into_a_place_host_tools_run(
     calls = [e for e in audit_entries(audit) if "event" not in e]
     escalations = [e.get("escalation") for e in calls]
     assert escalations == ["approved-pattern", "denied", "denied", "denied", "pattern"]
+
+
+def test_a_write_under_the_pattern_never_reaches_a_file_outside_through_a_hard_link(
+    user: Home, run_dir: Path
+) -> None:
+    """A hard link under the approved directory to a file outside it (``b/target``): the
+    path is under the directory, so the pattern answers the write, but the file outside
+    keeps its content (the write replaces the link's name; it never writes the shared
+    inode)."""
+    ws, a, b, audit = _places(user)
+    target = b / "target"
+    target.write_text("outside, unchanged")
+    os.link(target, a / "linked")
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *_write(a / "one.txt")))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            out["linked"] = await call(s, *_write(a / "linked"))
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "[p1]" in out["offer"] and out["first"][0] is False, out
+    assert out["linked"][0] is False, out  # answered by the pattern, not asked
+    assert (a / "linked").read_text() == "written"
+    assert target.read_text() == "outside, unchanged"
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    assert [e.get("escalation") for e in calls] == ["approved-pattern", "pattern"]
+    # Control: a write through the link's name in place (what a server writing the file it
+    # is handed would do) changes the file outside.
+    os.link(target, a / "again")
+    with open(a / "again", "w") as f:
+        f.write("changed")
+    assert target.read_text() == "changed"
