@@ -7,8 +7,9 @@ rule that escalated the call:
 - ``directory``: calls whose every path (by the tool's annotated roles, absolute, ``..``
   and links resolved) lies under one directory, the call reading or writing there (never
   removing: a delete role is not covered);
-- ``domain``: calls whose every URL is an ``http``/``https`` URL on exactly one host (no
-  subdomain, no user information, nothing a URL parser could read two ways);
+- ``domain``: calls whose every URL is an ``http``/``https`` URL on exactly one scheme,
+  host and port (no subdomain, no user information, nothing a URL parser could read two
+  ways);
 - ``tool``: calls with any arguments, for a tool whose arguments are all of one role class
   that changes nothing on the host and reaches no host but this one (reads, or none naming
   a resource).
@@ -58,10 +59,11 @@ _CLASS_WORDS = {
 # dots only, then an optional port, then the end of the authority. User information ('@'),
 # a backslash, percent escapes, non-ASCII (IDN) hosts and IP literals never match.
 _STRICT_URL = re.compile(
-    r"https?://(?P<host>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-    r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+)\.?(?::[0-9]{1,5})?(?:[/?#]|$)",
+    r"(?P<scheme>https?)://(?P<host>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+    r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+)\.?(?::(?P<port>[0-9]{1,5}))?(?:[/?#]|$)",
     re.IGNORECASE,
 )
+_DEFAULT_PORT = {"http": 80, "https": 443}
 
 
 # A tool's name or a directory shown as it is in a pattern's words: anything else is quoted.
@@ -109,7 +111,10 @@ class Pattern:
         if self.kind == "directory":
             return f"{head} whose every path is under {value} (reads and writes there)"
         if self.kind == "domain":
-            return f"{head} whose every URL is on the host {value} (exactly, no subdomain)"
+            return (
+                f"{head} whose every URL is on {value} "
+                "(exactly this scheme, host and port; no subdomain)"
+            )
         return f"{head}, with any arguments ({_CLASS_WORDS[self.value]})"
 
     def record(self) -> dict[str, str]:
@@ -166,6 +171,21 @@ def strict_host(url: str) -> str | None:
     return found["host"].lower()
 
 
+def strict_origin(url: str) -> str | None:
+    """The scheme, host and port of ``url`` (``https://example.com``, the default port
+    left out) when a domain pattern can judge it, else None: a pattern given for one never
+    covers another port of the host, nor its plain ``http`` for ``https``."""
+    host = strict_host(url)
+    found = _STRICT_URL.match(url)
+    if host is None or found is None:
+        return None
+    scheme = found["scheme"].lower()
+    port = int(found["port"]) if found["port"] is not None else _DEFAULT_PORT[scheme]
+    if not 0 < port < 65536:
+        return None
+    return f"{scheme}://{host}" + ("" if port == _DEFAULT_PORT[scheme] else f":{port}")
+
+
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -183,11 +203,11 @@ def offered(shape: CallShape, refused: Callable[[str], str | None]) -> list[Patt
         if directory is not None and refused(directory) is None:
             found.append(Pattern("directory", *head, directory))
     if kinds == {"url"} and shape.urls:
-        hosts = {strict_host(url) for url in shape.urls}
-        if len(hosts) == 1 and None not in hosts:
-            (host,) = hosts
-            assert host is not None
-            found.append(Pattern("domain", *head, host))
+        origins = {strict_origin(url) for url in shape.urls}
+        if len(origins) == 1 and None not in origins:
+            (origin,) = origins
+            assert origin is not None
+            found.append(Pattern("domain", *head, origin))
     if len(kinds) == 1 and next(iter(kinds)) in _TOOL_CLASSES:
         found.append(Pattern("tool", *head, next(iter(kinds))))
     return found
@@ -220,6 +240,6 @@ def covers(pattern: Pattern, shape: CallShape) -> bool:
         return (
             kinds == {"url"}
             and bool(shape.urls)
-            and all(strict_host(url) == pattern.value for url in shape.urls)
+            and all(strict_origin(url) == pattern.value for url in shape.urls)
         )
     return kinds == {pattern.value} and pattern.value in _TOOL_CLASSES

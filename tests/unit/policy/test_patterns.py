@@ -143,9 +143,36 @@ def test_no_directory_pattern_over_a_refused_place_or_the_root(places: tuple[Pat
 def test_a_domain_pattern_covers_that_host_only() -> None:
     # A fetch tool is offered its host, never "any URL" (every host at once).
     (pattern,) = offered(_fetch("https://example.com/a"), _none)
-    assert pattern.kind == "domain" and pattern.value == "example.com"
-    assert covers(pattern, _fetch("https://EXAMPLE.com:8443/other?q=1"))
-    assert covers(pattern, _fetch("http://example.com"))
+    assert pattern.kind == "domain" and pattern.value == "https://example.com"
+    assert covers(pattern, _fetch("https://EXAMPLE.com/other?q=1"))
+    assert covers(pattern, _fetch("https://example.com:443/x"))
+    assert covers(pattern, _fetch("https://example.com."))
+
+
+# The same host as the pattern's, reached another way: another service of that host, or
+# the same one in clear.
+ORIGIN_TRICKS = {
+    "other-port": "https://example.com:8443/",
+    "service-port": "http://example.com:6379/",
+    "https-to-http": "http://example.com/",
+    "port-zero": "https://example.com:0/",
+}
+
+
+@pytest.mark.parametrize("url", list(ORIGIN_TRICKS.values()), ids=list(ORIGIN_TRICKS))
+def test_a_domain_pattern_does_not_cover_another_port_or_scheme(url: str) -> None:
+    (pattern,) = offered(_fetch("https://example.com/"), _none)
+    assert not covers(pattern, _fetch(url))
+    assert strict_host(url) == "example.com"  # control: the host alone is the same
+
+
+def test_a_domain_pattern_given_for_http_does_not_cover_https_elsewhere() -> None:
+    (pattern,) = offered(_fetch("http://example.com:8080/a"), _none)
+    assert pattern.value == "http://example.com:8080"
+    assert "on http://example.com:8080 (exactly this scheme, host and port" in pattern.text()
+    assert covers(pattern, _fetch("HTTP://Example.com:08080/b"))
+    assert not covers(pattern, _fetch("https://example.com:8080/b"))
+    assert not covers(pattern, _fetch("http://example.com/b"))
 
 
 # A host a lenient parser (or a reader) takes for example.com that is not, or that a
