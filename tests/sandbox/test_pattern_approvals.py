@@ -314,3 +314,78 @@ def test_a_write_under_the_pattern_never_reaches_a_file_outside_through_a_hard_l
     with open(a / "again", "w") as f:
         f.write("changed")
     assert target.read_text() == "changed"
+
+
+def _policy_asking_reads(user: Home) -> Path:
+    """The bundled policy, with a read outside the workspace asked instead of denied."""
+    directory = user.root / "policy"
+    directory.mkdir()
+    shutil.copy(BUNDLED_POLICY / "tool-annotations.json", directory)
+    compiled = json.loads((BUNDLED_POLICY / "compiled-policy.json").read_text())
+    for rule in compiled["rules"]:
+        if rule["name"] == "deny-read-elsewhere":
+            rule.update(name="escalate-read-elsewhere", then="escalate")
+    (directory / "compiled-policy.json").write_text(json.dumps(compiled))
+    return directory
+
+
+def test_a_tool_pattern_on_a_read_tool_never_answers_a_read_of_the_homes_secrets(
+    user: Home, run_dir: Path
+) -> None:
+    """Reads outside the workspace are asked; the operator gives ``read_text_file`` "any
+    arguments". The agent then reads the SSH key and the AWS credentials of the home: each
+    is put to the human (who denies it), never answered by the pattern."""
+    ws, a, b, audit = _places(user)
+    (a / "doc.txt").write_text("doc")
+    (b / "other.txt").write_text("other")
+    aws = user.home / ".aws" / "credentials"
+    aws.parent.mkdir()
+    aws.write_text("aws_secret_access_key = AKIAREADME")
+    secrets = [user.home / ".ssh" / "id_rsa", aws]
+    secrets.append(Path(f"/proc/self/root{aws}"))  # the same file by another name
+    policy = _policy_asking_reads(user)
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, "--policy-dir", str(policy)) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, "read_text_file", {"path": str(a / "doc.txt")}))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            out["other"] = await call(s, "read_text_file", {"path": str(b / "other.txt")})
+            for secret in secrets:
+                asked = asyncio.create_task(call(s, "read_text_file", {"path": str(secret)}))
+                shown = await answer_asked(terminal, b"d")
+                out[str(secret)] = (await asked, shown)
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "with any arguments (the paths it names are read)" in out["offer"], out["offer"]
+    assert out["first"] == (False, "doc") and out["other"] == (False, "other"), out
+    given = Pattern("tool", "filesystem", "read_text_file", "escalate-read-elsewhere", "read")
+    for secret in secrets:
+        (failed, text), shown = out[str(secret)]
+        assert failed and "ESCALATION DENIED" in text and "AKIA" not in text, text
+        assert user.secret not in text and "[p1]" not in shown
+        # Control: the tool pattern covers the read by its arguments alone.
+        shape = call_shape(
+            "filesystem", "read_text_file", given.rule, _read_annotation(),
+            {"path": str(secret)}, str(ws),
+        )  # fmt: skip
+        assert covers(given, shape)
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    escalations = [e.get("escalation") for e in calls]
+    assert escalations == ["approved-pattern", "pattern", "denied", "denied", "denied"]
+
+
+def _read_annotation() -> ToolAnnotation:
+    servers = json.loads((BUNDLED_POLICY / "tool-annotations.json").read_text())["servers"]
+    (tool,) = [t for t in servers["filesystem"]["tools"] if t["toolName"] == "read_text_file"]
+    return ToolAnnotation(
+        tool_name="read_text_file",
+        server_name="filesystem",
+        effect=tool["effect"],
+        side_effects=tool["sideEffects"],
+        args=tool["args"],
+    )
