@@ -293,3 +293,57 @@ def test_a_name_in_the_offered_words_cannot_pass_for_the_words_around_it(name: s
 def test_a_plain_name_is_shown_as_it_is() -> None:
     text = Pattern("directory", "fs", "write_file", "r", "/home/u/proj-1.2").text()
     assert "calls of write_file on server 'fs'" in text and "under /home/u/proj-1.2 (" in text
+
+
+GIT_ADD = ToolAnnotation(
+    tool_name="git_add", server_name="git", effect="write", side_effects=True,
+    args={"repo_path": ["write-path"], "files": ["write-path"]},
+    relative_to={"files": "repo_path"},
+)  # fmt: skip
+COPY = ToolAnnotation(
+    tool_name="copy", server_name="fs", effect="write", side_effects=True,
+    args={"source": ["read-path"], "destination": ["write-path"]},
+)  # fmt: skip
+
+
+def _git_add(repo: Path, *files: str, cwd: str = "/") -> CallShape:
+    arguments = {"repo_path": str(repo), "files": list(files)}
+    return call_shape("git", "git_add", "ask-git", GIT_ADD, arguments, cwd)
+
+
+def test_every_path_of_a_call_must_lie_under_the_directory(places: tuple[Path, Path]) -> None:
+    """Two paths in one call, one under the pattern, one not: a list holding one outside,
+    a path relative to another argument that leaves it, a read from outside beside a write
+    inside (and the other way round)."""
+    a, b = places
+    repo = a / "repo"
+    repo.mkdir()
+    (pattern,) = [p for p in offered(_git_add(repo, "x.txt"), _none) if p.kind == "directory"]
+    assert pattern.value == str(a)
+    assert covers(pattern, _git_add(repo, "y.txt", "sub/z.txt"))
+    for shape in (_git_add(repo, "y.txt", f"{b}/x"), _git_add(repo, "y.txt", "../../b/x")):
+        assert not covers(pattern, shape), shape.paths
+        # Control: the first path alone is under it.
+        assert covers(pattern, _git_add(repo, "y.txt"))
+    copy = Pattern("directory", "fs", "copy", "ask-copy", str(a))
+    for source, destination in ((b / "s", a / "d"), (a / "s", b / "d")):
+        arguments = {"source": str(source), "destination": str(destination)}
+        shape = call_shape("fs", "copy", "ask-copy", COPY, arguments, "/")
+        assert not covers(copy, shape), shape.paths
+    inside = {"source": str(a / "s"), "destination": str(a / "d")}
+    assert covers(copy, call_shape("fs", "copy", "ask-copy", COPY, inside, "/"))
+
+
+def test_a_relative_path_is_judged_from_the_servers_directory(places: tuple[Path, Path]) -> None:
+    """``x.txt`` from the server's working directory ``b`` is ``b/x.txt``: not under ``a``,
+    whatever directory the agent meant it from."""
+    a, b = places
+    pattern = _directory_pattern(a)
+    relative = call_shape(
+        "fs", "write_file", pattern.rule, WRITE, {"path": "x.txt", "content": ""}, str(b)
+    )
+    assert relative.paths == (str(b / "x.txt"),) and not covers(pattern, relative)
+    same = call_shape(
+        "fs", "write_file", pattern.rule, WRITE, {"path": "x.txt", "content": ""}, str(a)
+    )
+    assert covers(pattern, same)  # control: from a, it is under a
