@@ -14,6 +14,9 @@ rule that escalated the call:
   that changes nothing on the host and reaches no host but this one (reads, or none naming
   a resource).
 
+No pattern is offered for, nor answers, a call escalated because its arguments hold a
+credential: each credential sent is approved on its own.
+
 A pattern only ever answers a question: what the policy denies (a ``deny`` rule, a
 structural invariant) is decided before anyone is asked, so no pattern reaches it. A
 directory that is, or lies inside, a protected place or a system directory is never offered.
@@ -29,6 +32,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
+from policy.argument_scan import SECRET_RULE
 from policy.models import Annotation
 from policy.paths import iter_strings
 from policy.prepare import prepare_tool_args
@@ -66,6 +70,9 @@ _STRICT_URL = re.compile(
 _DEFAULT_PORT = {"http": 80, "https": 443}
 
 
+# Rules no pattern is given for, nor answers: a credential in a call's arguments is
+# approved by a human each time it is sent (the next call carries another one).
+_ASKED_EACH_TIME = frozenset({SECRET_RULE})
 # A tool's name or a directory shown as it is in a pattern's words: anything else is quoted.
 _PLAIN = re.compile(r"[A-Za-z0-9_./+@:~-]+")
 
@@ -193,7 +200,7 @@ def _under(path: str, directory: str) -> bool:
 def offered(shape: CallShape, refused: Callable[[str], str | None]) -> list[Pattern]:
     """The patterns a question about the call ``shape`` may offer; ``refused(directory)``
     says why a directory may not be approved as a whole (None: it may)."""
-    if shape.unannotated:
+    if shape.unannotated or shape.rule in _ASKED_EACH_TIME:
         return []
     found: list[Pattern] = []
     kinds = shape.kinds
@@ -226,7 +233,7 @@ def covers(pattern: Pattern, shape: CallShape) -> bool:
     """Whether the call ``shape`` falls under ``pattern``."""
     if (pattern.server, pattern.tool, pattern.rule) != (shape.server, shape.tool, shape.rule):
         return False
-    if shape.unannotated:
+    if shape.unannotated or shape.rule in _ASKED_EACH_TIME:
         return False
     kinds = shape.kinds
     if pattern.kind == "directory":

@@ -16,8 +16,9 @@ from typing import Any
 
 from mcp import ClientSession
 
+from policy.argument_scan import SECRET_RULE
 from policy.models import ToolAnnotation
-from policy.patterns import Pattern, call_shape, covers
+from policy.patterns import Pattern, call_shape, covers, offered
 from tests.sandbox.test_approvals_page import ASK, _browser, _opened, _page_server
 from tests.support.audit import audit_entries
 from tests.support.home import Home
@@ -389,3 +390,46 @@ def _read_annotation() -> ToolAnnotation:
         side_effects=tool["sideEffects"],
         args=tool["args"],
     )
+
+
+AWS_KEY = "AKIA" + "QYLPMN5HJKT2XWRB"  # the shape of a key, nobody's
+GITHUB_TOKEN = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+
+
+def test_no_pattern_sends_a_credential_unasked(user: Home, run_dir: Path) -> None:
+    """A write in the workspace (allowed) whose content holds a credential is asked. Were a
+    pattern offered for it, every later credential written there would leave unasked; so
+    none is: the operator approves each credential, and another one is asked again."""
+    ws, _, _, audit = _places(user)
+    out: dict[str, Any] = {}
+
+    def with_secret(name: str, secret: str) -> tuple[str, dict[str, Any]]:
+        return "write_file", {"path": str(ws / name), "content": f"key = {secret}\n"}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *with_secret("one.txt", AWS_KEY)))
+            out["offer"] = await answer_asked(terminal, b"d")
+            out["first"] = await first
+            second = asyncio.create_task(call(s, *with_secret("two.txt", GITHUB_TOKEN)))
+            out["asked"] = await answer_asked(terminal, b"d")
+            out["second"] = await second
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "needs your approval" in out["offer"] and "[p1]" not in out["offer"], out["offer"]
+    assert out["first"][0] is True and out["second"][0] is True, out
+    assert "needs your approval" in out["asked"]
+    assert not (ws / "one.txt").exists() and not (ws / "two.txt").exists()
+    calls = [with_secret("one.txt", AWS_KEY), with_secret("two.txt", GITHUB_TOKEN)]
+    for rule, asked_each_time in ((SECRET_RULE, True), (RULE, False)):
+        first, then = [
+            call_shape("filesystem", "write_file", rule, _annotation(), a, str(ws))
+            for _, a in calls
+        ]
+        given = Pattern("directory", "filesystem", "write_file", rule, str(ws))
+        # Control: by any other rule, the directory is offered and covers the second write.
+        assert (offered(first, lambda d: None) == []) is asked_each_time
+        assert covers(given, then) is not asked_each_time
