@@ -347,3 +347,24 @@ def test_a_relative_path_is_judged_from_the_servers_directory(places: tuple[Path
         "fs", "write_file", pattern.rule, WRITE, {"path": "x.txt", "content": ""}, str(a)
     )
     assert covers(pattern, same)  # control: from a, it is under a
+
+
+def test_a_tool_pattern_for_reads_does_not_cover_the_tool_once_it_writes(
+    places: tuple[Path, Path],
+) -> None:
+    """The tool's annotation gains a write role (the tool changed): the call's shape is
+    worked out again at each call, so the pattern given for its reads no longer covers it."""
+    a, _ = places
+    reads = ToolAnnotation(
+        tool_name="show", server_name="fs", effect="read", side_effects=False,
+        args={"path": ["read-path"]},
+    )  # fmt: skip
+    writes = ToolAnnotation(
+        tool_name="show", server_name="fs", effect="write", side_effects=True,
+        args={"path": ["read-path", "write-path"]},
+    )  # fmt: skip
+    arguments = {"path": str(a / "x")}
+    (pattern,) = offered(call_shape("fs", "show", "r", reads, arguments, "/"), _none)
+    assert pattern.kind == "tool" and pattern.value == "read"
+    assert covers(pattern, call_shape("fs", "show", "r", reads, {"path": "/etc/hosts"}, "/"))
+    assert not covers(pattern, call_shape("fs", "show", "r", writes, arguments, "/"))
