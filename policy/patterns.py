@@ -7,11 +7,15 @@ rule that escalated the call:
 - ``directory``: calls whose every path (by the tool's annotated roles, absolute, ``..``
   and links resolved) lies under one directory, the call reading or writing there (never
   removing: a delete role is not covered);
-- ``domain``: calls whose every URL is an ``http``/``https`` URL on exactly one host (no
-  subdomain, no user information, nothing a URL parser could read two ways);
+- ``domain``: calls whose every URL is an ``http``/``https`` URL on exactly one scheme,
+  host and port (no subdomain, no user information, nothing a URL parser could read two
+  ways);
 - ``tool``: calls with any arguments, for a tool whose arguments are all of one role class
   that changes nothing on the host and reaches no host but this one (reads, or none naming
   a resource).
+
+No pattern is offered for, nor answers, a call escalated because its arguments hold a
+credential: each credential sent is approved on its own.
 
 A pattern only ever answers a question: what the policy denies (a ``deny`` rule, a
 structural invariant) is decided before anyone is asked, so no pattern reaches it. A
@@ -22,11 +26,13 @@ Pure functions over the annotation and the call's arguments.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
+from policy.argument_scan import SECRET_RULE
 from policy.models import Annotation
 from policy.paths import iter_strings
 from policy.prepare import prepare_tool_args
@@ -57,10 +63,18 @@ _CLASS_WORDS = {
 # dots only, then an optional port, then the end of the authority. User information ('@'),
 # a backslash, percent escapes, non-ASCII (IDN) hosts and IP literals never match.
 _STRICT_URL = re.compile(
-    r"https?://(?P<host>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-    r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+)\.?(?::[0-9]{1,5})?(?:[/?#]|$)",
+    r"(?P<scheme>https?)://(?P<host>[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+    r"(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)+)\.?(?::(?P<port>[0-9]{1,5}))?(?:[/?#]|$)",
     re.IGNORECASE,
 )
+_DEFAULT_PORT = {"http": 80, "https": 443}
+
+
+# Rules no pattern is given for, nor answers: a credential in a call's arguments is
+# approved by a human each time it is sent (the next call carries another one).
+_ASKED_EACH_TIME = frozenset({SECRET_RULE})
+# A tool's name or a directory shown as it is in a pattern's words: anything else is quoted.
+_PLAIN = re.compile(r"[A-Za-z0-9_./+@:~-]+")
 
 
 @frozen(slots=True)
@@ -96,12 +110,18 @@ class Pattern:
     value: str  # the directory, the host, or the role class
 
     def text(self) -> str:
-        """The exact words the human chooses (and the list shows)."""
-        head = f"calls of {self.tool} on server '{self.server}' escalated by rule {self.rule}"
+        """The exact words the human chooses (and the list shows). The tool's name (the
+        server's) and the directory (the agent's) are quoted when they hold anything but a
+        plain name's characters, so neither can pass for the words around it."""
+        tool, value = _delimited(self.tool), _delimited(self.value)
+        head = f"calls of {tool} on server '{self.server}' escalated by rule {self.rule}"
         if self.kind == "directory":
-            return f"{head} whose every path is under {self.value} (reads and writes there)"
+            return f"{head} whose every path is under {value} (reads and writes there)"
         if self.kind == "domain":
-            return f"{head} whose every URL is on the host {self.value} (exactly, no subdomain)"
+            return (
+                f"{head} whose every URL is on {value} "
+                "(exactly this scheme, host and port; no subdomain)"
+            )
         return f"{head}, with any arguments ({_CLASS_WORDS[self.value]})"
 
     def record(self) -> dict[str, str]:
@@ -112,6 +132,13 @@ class Pattern:
             "rule": self.rule,
             "value": self.value,
         }
+
+
+def _delimited(name: str) -> str:
+    """``name`` as it is, when it is made of a plain name's characters; else in double
+    quotes with its quotes, backslashes and non-ASCII written as escapes (so it ends where
+    the quote does, and no look-alike or invisible character passes as another)."""
+    return name if _PLAIN.fullmatch(name) else json.dumps(name)
 
 
 def call_shape(
@@ -151,6 +178,21 @@ def strict_host(url: str) -> str | None:
     return found["host"].lower()
 
 
+def strict_origin(url: str) -> str | None:
+    """The scheme, host and port of ``url`` (``https://example.com``, the default port
+    left out) when a domain pattern can judge it, else None: a pattern given for one never
+    covers another port of the host, nor its plain ``http`` for ``https``."""
+    host = strict_host(url)
+    found = _STRICT_URL.match(url)
+    if host is None or found is None:
+        return None
+    scheme = found["scheme"].lower()
+    port = int(found["port"]) if found["port"] is not None else _DEFAULT_PORT[scheme]
+    if not 0 < port < 65536:
+        return None
+    return f"{scheme}://{host}" + ("" if port == _DEFAULT_PORT[scheme] else f":{port}")
+
+
 def _under(path: str, directory: str) -> bool:
     return path == directory or path.startswith(directory.rstrip("/") + "/")
 
@@ -158,7 +200,7 @@ def _under(path: str, directory: str) -> bool:
 def offered(shape: CallShape, refused: Callable[[str], str | None]) -> list[Pattern]:
     """The patterns a question about the call ``shape`` may offer; ``refused(directory)``
     says why a directory may not be approved as a whole (None: it may)."""
-    if shape.unannotated:
+    if shape.unannotated or shape.rule in _ASKED_EACH_TIME:
         return []
     found: list[Pattern] = []
     kinds = shape.kinds
@@ -168,11 +210,11 @@ def offered(shape: CallShape, refused: Callable[[str], str | None]) -> list[Patt
         if directory is not None and refused(directory) is None:
             found.append(Pattern("directory", *head, directory))
     if kinds == {"url"} and shape.urls:
-        hosts = {strict_host(url) for url in shape.urls}
-        if len(hosts) == 1 and None not in hosts:
-            (host,) = hosts
-            assert host is not None
-            found.append(Pattern("domain", *head, host))
+        origins = {strict_origin(url) for url in shape.urls}
+        if len(origins) == 1 and None not in origins:
+            (origin,) = origins
+            assert origin is not None
+            found.append(Pattern("domain", *head, origin))
     if len(kinds) == 1 and next(iter(kinds)) in _TOOL_CLASSES:
         found.append(Pattern("tool", *head, next(iter(kinds))))
     return found
@@ -191,7 +233,7 @@ def covers(pattern: Pattern, shape: CallShape) -> bool:
     """Whether the call ``shape`` falls under ``pattern``."""
     if (pattern.server, pattern.tool, pattern.rule) != (shape.server, shape.tool, shape.rule):
         return False
-    if shape.unannotated:
+    if shape.unannotated or shape.rule in _ASKED_EACH_TIME:
         return False
     kinds = shape.kinds
     if pattern.kind == "directory":
@@ -205,6 +247,6 @@ def covers(pattern: Pattern, shape: CallShape) -> bool:
         return (
             kinds == {"url"}
             and bool(shape.urls)
-            and all(strict_host(url) == pattern.value for url in shape.urls)
+            and all(strict_origin(url) == pattern.value for url in shape.urls)
         )
     return kinds == {pattern.value} and pattern.value in _TOOL_CLASSES

@@ -215,9 +215,9 @@ class Escalations:
 
     def _judged_shape(self, call: Call, decision: Decision) -> CallShape | None:
         """The call as pattern approvals judge it (None: a request no pattern answers: not
-        a tool call, one of a tool with no annotation, or one naming a file host tools load
-        or run, or an agent's instruction file: each such call is put to the human, who is
-        warned of it)."""
+        a tool call, one of a tool with no annotation, or one naming a place host tools load
+        or run (or a file in one), an agent's instruction file, or the home's settings and
+        secrets: each such call is put to the human)."""
         if call.method != TOOL or call.server is None or call.name is None:
             return None
         engine = self.core.gate.engine
@@ -348,8 +348,24 @@ def _given(answer: Message, asked: str) -> Requester:
 
 
 def _loaded_or_steering(path: str) -> bool:
-    """Whether ``path`` is a file host tools load or run, or an agent instruction file."""
-    return runs_on_host(path, os.path.isdir(path)) is not None or steers_an_agent(path)
+    """Whether ``path`` is, or lies in, a place host tools load or run (a file of
+    ``.git/hooks``, of ``.claude``, of ``~/.ssh``...: the place itself or any directory
+    holding it), is an agent instruction file, or lies in the home's dot-files and
+    dot-directories (programs' settings and secrets: ``~/.aws``, ``~/.netrc``)."""
+    parts = [p for p in path.split("/") if p]
+    for n in range(len(parts), 0, -1):
+        place = "/" + "/".join(parts[:n])
+        if runs_on_host(place, n < len(parts) or os.path.isdir(place)) is not None:
+            return True
+    return steers_an_agent(path) or _in_home_settings(path)
+
+
+def _in_home_settings(path: str) -> bool:
+    """Whether ``path`` is a dot-file of the home, or lies in one of its dot-directories."""
+    for home in {os.path.expanduser("~"), os.path.realpath(os.path.expanduser("~"))}:
+        if home not in ("", "/") and path.startswith(home.rstrip("/") + "/"):
+            return path[len(home.rstrip("/")) + 1 :].startswith(".")
+    return False
 
 
 async def discard(one_shot: OneShot) -> None:

@@ -16,8 +16,9 @@ from typing import Any
 
 from mcp import ClientSession
 
+from policy.argument_scan import SECRET_RULE
 from policy.models import ToolAnnotation
-from policy.patterns import Pattern, call_shape, covers
+from policy.patterns import Pattern, call_shape, covers, offered
 from tests.sandbox.test_approvals_page import ASK, _browser, _opened, _page_server
 from tests.support.audit import audit_entries
 from tests.support.home import Home
@@ -232,3 +233,203 @@ def test_a_tool_pattern_chosen_on_the_page_answers_the_next_calls(
     assert "env_value on server 'probe'" in out["listed"].stdout
     calls = [e for e in audit_entries(audit) if "event" not in e]
     assert [e["escalation"] for e in calls] == ["approved-pattern", "pattern"]
+
+
+def test_a_directory_pattern_never_answers_a_write_into_a_place_host_tools_run(
+    user: Home, run_dir: Path
+) -> None:
+    """The agent, given a directory pattern, writes a git hook, Claude Code's settings (its
+    hooks run commands) and VS Code's tasks under the approved directory: files in places
+    host tools load or run, each below the catalogued place rather than the place itself.
+    Each is put to the human (who denies it), never answered by the pattern."""
+    ws, a, _, audit = _places(user)
+    tricks = [a / ".git" / "hooks" / "pre-commit", a / ".claude" / "settings.json"]
+    tricks.append(a / ".vscode" / "tasks.json")
+    for trick in tricks:
+        trick.parent.mkdir(parents=True)
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *_write(a / "one.txt")))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            for trick in tricks:
+                out[str(trick)] = await _asked_and_denied(s, terminal, trick)
+            out["plain"] = await call(s, *_write(a / "plain.txt"))  # the pattern still holds
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "[p1]" in out["offer"] and out["first"][0] is False, out
+    given = Pattern("directory", "filesystem", "write_file", RULE, str(a))
+    for trick in tricks:
+        (failed, text), shown = out[str(trick)]
+        assert failed and "ESCALATION DENIED" in text, text
+        assert "needs your approval" in shown and "[p1]" not in shown
+        assert not trick.exists()
+        # Control: the pattern covers the write by its path alone.
+        _, arguments = _write(trick)
+        shape = call_shape("filesystem", "write_file", RULE, _annotation(), arguments, str(ws))
+        assert covers(given, shape)
+    assert out["plain"][0] is False and (a / "plain.txt").read_text() == "written"
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    escalations = [e.get("escalation") for e in calls]
+    assert escalations == ["approved-pattern", "denied", "denied", "denied", "pattern"]
+
+
+def test_a_write_under_the_pattern_never_reaches_a_file_outside_through_a_hard_link(
+    user: Home, run_dir: Path
+) -> None:
+    """A hard link under the approved directory to a file outside it (``b/target``): the
+    path is under the directory, so the pattern answers the write, but the file outside
+    keeps its content (the write replaces the link's name; it never writes the shared
+    inode)."""
+    ws, a, b, audit = _places(user)
+    target = b / "target"
+    target.write_text("outside, unchanged")
+    os.link(target, a / "linked")
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *_write(a / "one.txt")))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            out["linked"] = await call(s, *_write(a / "linked"))
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "[p1]" in out["offer"] and out["first"][0] is False, out
+    assert out["linked"][0] is False, out  # answered by the pattern, not asked
+    assert (a / "linked").read_text() == "written"
+    assert target.read_text() == "outside, unchanged"
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    assert [e.get("escalation") for e in calls] == ["approved-pattern", "pattern"]
+    # Control: a write through the link's name in place (what a server writing the file it
+    # is handed would do) changes the file outside.
+    os.link(target, a / "again")
+    with open(a / "again", "w") as f:
+        f.write("changed")
+    assert target.read_text() == "changed"
+
+
+def _policy_asking_reads(user: Home) -> Path:
+    """The bundled policy, with a read outside the workspace asked instead of denied."""
+    directory = user.root / "policy"
+    directory.mkdir()
+    shutil.copy(BUNDLED_POLICY / "tool-annotations.json", directory)
+    compiled = json.loads((BUNDLED_POLICY / "compiled-policy.json").read_text())
+    for rule in compiled["rules"]:
+        if rule["name"] == "deny-read-elsewhere":
+            rule.update(name="escalate-read-elsewhere", then="escalate")
+    (directory / "compiled-policy.json").write_text(json.dumps(compiled))
+    return directory
+
+
+def test_a_tool_pattern_on_a_read_tool_never_answers_a_read_of_the_homes_secrets(
+    user: Home, run_dir: Path
+) -> None:
+    """Reads outside the workspace are asked; the operator gives ``read_text_file`` "any
+    arguments". The agent then reads the SSH key and the AWS credentials of the home: each
+    is put to the human (who denies it), never answered by the pattern."""
+    ws, a, b, audit = _places(user)
+    (a / "doc.txt").write_text("doc")
+    (b / "other.txt").write_text("other")
+    aws = user.home / ".aws" / "credentials"
+    aws.parent.mkdir()
+    aws.write_text("aws_secret_access_key = AKIAREADME")
+    secrets = [user.home / ".ssh" / "id_rsa", aws]
+    secrets.append(Path(f"/proc/self/root{aws}"))  # the same file by another name
+    policy = _policy_asking_reads(user)
+    out: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args, "--policy-dir", str(policy)) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, "read_text_file", {"path": str(a / "doc.txt")}))
+            out["offer"] = await answer_asked(terminal, b"p1")
+            out["first"] = await first
+            out["other"] = await call(s, "read_text_file", {"path": str(b / "other.txt")})
+            for secret in secrets:
+                asked = asyncio.create_task(call(s, "read_text_file", {"path": str(secret)}))
+                shown = await answer_asked(terminal, b"d")
+                out[str(secret)] = (await asked, shown)
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "with any arguments (the paths it names are read)" in out["offer"], out["offer"]
+    assert out["first"] == (False, "doc") and out["other"] == (False, "other"), out
+    given = Pattern("tool", "filesystem", "read_text_file", "escalate-read-elsewhere", "read")
+    for secret in secrets:
+        (failed, text), shown = out[str(secret)]
+        assert failed and "ESCALATION DENIED" in text and "AKIA" not in text, text
+        assert user.secret not in text and "[p1]" not in shown
+        # Control: the tool pattern covers the read by its arguments alone.
+        shape = call_shape(
+            "filesystem", "read_text_file", given.rule, _read_annotation(),
+            {"path": str(secret)}, str(ws),
+        )  # fmt: skip
+        assert covers(given, shape)
+    calls = [e for e in audit_entries(audit) if "event" not in e]
+    escalations = [e.get("escalation") for e in calls]
+    assert escalations == ["approved-pattern", "pattern", "denied", "denied", "denied"]
+
+
+def _read_annotation() -> ToolAnnotation:
+    servers = json.loads((BUNDLED_POLICY / "tool-annotations.json").read_text())["servers"]
+    (tool,) = [t for t in servers["filesystem"]["tools"] if t["toolName"] == "read_text_file"]
+    return ToolAnnotation(
+        tool_name="read_text_file",
+        server_name="filesystem",
+        effect=tool["effect"],
+        side_effects=tool["sideEffects"],
+        args=tool["args"],
+    )
+
+
+AWS_KEY = "AKIA" + "QYLPMN5HJKT2XWRB"  # the shape of a key, nobody's
+GITHUB_TOKEN = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3z5A"
+
+
+def test_no_pattern_sends_a_credential_unasked(user: Home, run_dir: Path) -> None:
+    """A write in the workspace (allowed) whose content holds a credential is asked. Were a
+    pattern offered for it, every later credential written there would leave unasked; so
+    none is: the operator approves each credential, and another one is asked again."""
+    ws, _, _, audit = _places(user)
+    out: dict[str, Any] = {}
+
+    def with_secret(name: str, secret: str) -> tuple[str, dict[str, Any]]:
+        return "write_file", {"path": str(ws / name), "content": f"key = {secret}\n"}
+
+    async def scenario() -> None:
+        args = ["--server", "filesystem", "--workspace", str(ws), "--audit-log", str(audit)]
+        async with connect(user, *args) as s:
+            terminal = await attached_terminal(user)
+            first = asyncio.create_task(call(s, *with_secret("one.txt", AWS_KEY)))
+            out["offer"] = await answer_asked(terminal, b"d")
+            out["first"] = await first
+            second = asyncio.create_task(call(s, *with_secret("two.txt", GITHUB_TOKEN)))
+            out["asked"] = await answer_asked(terminal, b"d")
+            out["second"] = await second
+        await leave(terminal)
+
+    asyncio.run(scenario())
+    assert "needs your approval" in out["offer"] and "[p1]" not in out["offer"], out["offer"]
+    assert out["first"][0] is True and out["second"][0] is True, out
+    assert "needs your approval" in out["asked"]
+    assert not (ws / "one.txt").exists() and not (ws / "two.txt").exists()
+    calls = [with_secret("one.txt", AWS_KEY), with_secret("two.txt", GITHUB_TOKEN)]
+    for rule, asked_each_time in ((SECRET_RULE, True), (RULE, False)):
+        first, then = [
+            call_shape("filesystem", "write_file", rule, _annotation(), a, str(ws))
+            for _, a in calls
+        ]
+        given = Pattern("directory", "filesystem", "write_file", rule, str(ws))
+        # Control: by any other rule, the directory is offered and covers the second write.
+        assert (offered(first, lambda d: None) == []) is asked_each_time
+        assert covers(given, then) is not asked_each_time
