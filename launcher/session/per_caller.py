@@ -53,13 +53,14 @@ class CallerPlans:
         sending to ``upstream``. The first is the session's start: its servers' tools are
         pinned if they never were."""
         plan = self.plan_for(caller)
-        served = Served(self.session, plan, self._halted_for(caller, plan))
+        served = Served(self.session, plan, self._halted_for(caller, plan), caller)
         self.session.served.append(served)  # from now on the guard can halt its servers too
         try:
             await served.fleet.start()
         except BaseException:
             await served.close()
             raise
+        served.say_closed(caller)
         served.attach(upstream, at_start=not self._pinned)
         self._pinned = True
         return served

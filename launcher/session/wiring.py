@@ -316,6 +316,8 @@ class Session(SessionEvents):
         assert served.relay is not None and self.audit is not None
         served.relay.core.audit = self.audit.for_client(audit_stamp(upstream, caller))
         served.caller = caller
+        if caller is not None and served.fleet.awaiting:
+            await served.open_for(caller)
         spares = self.callers is None  # a spare would be no caller's
         if spares and self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
