@@ -71,8 +71,12 @@ def _as(idp: Provider, name: str) -> list[str]:
     return ["--caller", name, "--issuer", idp.issuer]
 
 
-def _calls(user: Home, idp: Provider, servers: dict[str, Any], *who: str) -> dict[str, Any]:
-    """Each of ``who`` in a session of its own, in turn: its listed tools and its call."""
+def _calls(
+    user: Home, idp: Provider, servers: dict[str, Any], *who: str, own_places: bool = False
+) -> dict[str, Any]:
+    """Each of ``who`` in a session of its own, in turn: its listed tools and its call.
+    ``own_places``: the session is planned for every caller (a workspace of each's own),
+    else its servers are started ahead of their callers."""
     out: dict[str, Any] = {}
 
     async def scenario(url: str) -> None:
@@ -82,6 +86,9 @@ def _calls(user: Home, idp: Provider, servers: dict[str, Any], *who: str) -> dic
                 out[name] = (tools, await call(session, "far__echo", {"text": f"from {name}"}))
 
     args = remote_args(user, servers, TOOLS)
+    if own_places:
+        (user.root / "work").mkdir()
+        args[args.index("--workspace") + 1] = f"{user.root}/work/${{caller}}"
     oidc = ["--oidc-issuer", idp.issuer, "--oidc-audience", AUDIENCE]
     with serving(user, *args, *oidc) as served:
         asyncio.run(scenario(served.url))
@@ -98,14 +105,15 @@ def _bearers(far: OAuthRemote) -> dict[str, str]:
     return {c["args"]["text"]: c["bearer"] for c in far.calls()}
 
 
+@pytest.mark.parametrize("own_places", [False, True], ids=["started-ahead", "planned-per-caller"])
 def test_each_callers_calls_carry_its_own_login(
-    user: Home, far: OAuthRemote, idp: Provider
+    user: Home, far: OAuthRemote, idp: Provider, own_places: bool
 ) -> None:
     servers = _config(user, far)
     alice = _login(user, far, *_as(idp, "alice"))
     bob = _login(user, far, *_as(idp, "bob"))
     logged_in = len(far.seen())  # what the logins themselves sent
-    out = _calls(user, idp, servers, "alice", "bob", "alice")
+    out = _calls(user, idp, servers, "alice", "bob", "alice", own_places=own_places)
     assert out["alice"] == (["far__echo"], (False, "echo: from alice"))
     assert out["bob"] == (["far__echo"], (False, "echo: from bob"))
     assert _bearers(far) == {"from alice": alice, "from bob": bob}
