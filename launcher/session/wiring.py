@@ -350,7 +350,7 @@ class Session(SessionEvents):
                 continue
             ca = authorities.get(name)
             broker = Broker(sp.secrets, ca) if sp.secrets and ca is not None else None
-            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused, broker)
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self.egress_refused, broker)
             try:
                 await proxy.start(listening.pop(name, None))
             except OSError as exc:
