@@ -59,11 +59,13 @@ class CallerPlans:
         """A new client's servers for ``caller``, started from its plan, and its relay
         sending to ``upstream``. The first is the session's start: its servers' tools are
         pinned if they never were."""
+        fresh = caller.key not in self._plans  # planned now: its sentinels are new
         plan = self.plan_for(caller)
         served = Served(self.session, plan, self._halted_for(caller, plan), caller)
         self.session.served.append(served)  # from now on the guard can halt its servers too
         try:
-            await self._brokers(plan)
+            if fresh:
+                await self._brokers(plan)
             await served.fleet.start()
         except BaseException:
             await served.close()

@@ -74,6 +74,11 @@ def _session(user: Home, tmp_path: Path) -> tuple[dict[str, Any], list[Seen]]:
                 out["bob sends his own"] = await call(
                     bob, "probe__http_send", _send(https, "/bob-own", "$API_TOKEN")
                 )
+                # Her second client (while the first is open): the same plan and broker.
+                async with http_session(url, idp.token("alice")) as again:
+                    out["alice again"] = await call(
+                        again, "probe__http_send", _send(https, "/alice-again", "$API_TOKEN")
+                    )
                 out["alice sends hers"] = await call(
                     alice, "probe__http_send", _send(https, "/alice-own", stolen)
                 )
@@ -106,5 +111,6 @@ def test_a_callers_server_cannot_use_another_callers_sentinel(user: Home, tmp_pa
     assert out["alice sends hers"][1].startswith("OK 200"), out["alice sends hers"]
     assert _at(seen, "/alice-own")[0].headers["authorization"] == f"Bearer {VALUE}"
     # The value reached the secret's host only where its holder sent its own sentinel.
+    assert out["alice again"][1].startswith("OK 200"), out["alice again"]
     leaked = [s.path for s in seen if VALUE in s.whole()]
-    assert sorted(leaked) == ["/alice-own", "/bob-own"]
+    assert sorted(leaked) == ["/alice-again", "/alice-own", "/bob-own"]
