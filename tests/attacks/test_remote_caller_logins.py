@@ -143,8 +143,9 @@ def test_a_caller_without_a_login_never_gets_anothers(
     assert out["alice"] == (["far__echo"], (False, "echo: from alice"))
     assert bearers == {"from alice": alice}  # bob's call never reached the server
     tools, (failed, text) = out["bob"]
-    assert tools == [] and failed and "never called" in text  # offered to bob: nothing
     run = f"ironcurtain auth login far --caller bob --issuer {idp.issuer}"
+    assert tools == [] and failed  # offered to bob: nothing; his call: why, and what to run
+    assert text.startswith("ERROR: server 'far' is not serving: ") and run in text, text
     # No request of bob's carried anyone's token: not alice's, the operator's, nor that of
     # the bob another provider vouches for.
     during = {seen.removeprefix("Bearer ") for seen in far.seen()[logged_in:]}
