@@ -310,10 +310,12 @@ def _surroundings(
 ) -> Surroundings:
     """What every server's sandbox is planned in: its session's runtime directory, the
     files kept read-only in any writable root, the machine's places."""
-    # Sockets live here, and a unix socket path has at most 107 bytes (a caller's own
-    # broker's socket is named with its tag, OWN_TAG characters and a dash more).
+    # Sockets live here, and a unix socket path has at most 107 bytes (the socket of a
+    # caller's own broker, for a server with secrets, is named with its tag: OWN_TAG
+    # characters and a dash more).
     own = "x" * (OWN_TAG + 1)
-    names = [f"egress-{n}{own}.sock" for n in read.selected] + ["approvals.sock"]
+    names = [f"egress-{n}{own if s.secrets else ''}.sock" for n, s in read.selected.items()]
+    names.append("approvals.sock")
     longest = max(names, key=len)
     runtime_dir = rundir.path_for(session_id, longest)
     # Read-only inside any writable root: ironcurtain's files, and its state dir (when this
