@@ -117,6 +117,8 @@ def test_each_callers_calls_carry_its_own_login(
     assert out["alice"] == (["far__echo"], (False, "echo: from alice"))
     assert out["bob"] == (["far__echo"], (False, "echo: from bob"))
     assert _bearers(far) == {"from alice": alice, "from bob": bob}
+    said = "started for each caller" if own_places else "opened for each caller with its own login"
+    assert any(said in line and "far" in line for line in out["said"]), out["said"]
     # Every request that reached the server came signed by one of the two callers' logins.
     during = far.seen()[logged_in:]
     assert during and {seen.removeprefix("Bearer ") for seen in during} <= {alice, bob}
