@@ -52,6 +52,7 @@ EXAMPLES: dict[tuple[str, str], object] = {
     ("AuthConfig", "client_id"): "https://ironcurtain.example.org/client.json",
     ("AuthConfig", "client_secret"): {"from": "env:GITHUB_CLIENT_SECRET"},
     ("AuthConfig", "scopes"): ["repo:read", "issues:write"],
+    ("AuthConfig", "login"): "shared",
     ("ClientSecretConfig", "from_"): "file:~/.config/tokens/team-client-secret",
     ("ServerConfig", "args"): ["--repository", "${workspace}"],
     ("ServerConfig", "env"): {"GITHUB_TOKEN": "${GITHUB_TOKEN}"},

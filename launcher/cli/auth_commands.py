@@ -11,6 +11,17 @@ ServerArg = Annotated[str, typer.Argument(help="A remote server's name, as in th
 ConfigOpt = Annotated[
     str | None, typer.Option("--config", help="mcp-servers.json (default: the usual lookup).")
 ]
+CallerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--caller",
+        help="Gateway mode: the caller (its token's sub) this login is for (with --issuer).",
+    ),
+]
+IssuerOpt = Annotated[
+    str | None,
+    typer.Option("--issuer", help="Gateway mode: the identity provider that vouches for --caller."),
+]
 
 
 def login(
@@ -20,11 +31,14 @@ def login(
         float,
         typer.Option("--wait", min=1, help="Seconds to wait for the browser's answer."),
     ] = 300.0,
+    caller: CallerOpt = None,
+    issuer: IssuerOpt = None,
 ) -> None:
-    """Log in to a remote server through your browser; the login is kept encrypted."""
-    from launcher.cli.logins import log_in
+    """Log in to a remote server through your browser; the login is kept encrypted. With
+    --caller and --issuer, the login is that caller's (gateway mode), used for no other."""
+    from launcher.cli.logins import caller_of, log_in
 
-    raise typer.Exit(log_in(server, config, wait))
+    raise typer.Exit(log_in(server, config, wait, caller_of(caller, issuer)))
 
 
 def status(
@@ -38,8 +52,10 @@ def status(
     raise typer.Exit(show_status(server))
 
 
-def logout(server: ServerArg, config: ConfigOpt = None) -> None:
+def logout(
+    server: ServerArg, config: ConfigOpt = None, caller: CallerOpt = None, issuer: IssuerOpt = None
+) -> None:
     """Revoke the login at its authorization server (where it offers that) and forget it."""
-    from launcher.cli.logins import log_out
+    from launcher.cli.logins import caller_of, log_out
 
-    raise typer.Exit(log_out(server, config))
+    raise typer.Exit(log_out(server, config, caller_of(caller, issuer)))

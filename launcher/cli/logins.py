@@ -12,7 +12,7 @@ import time
 from launcher.plan.remote_plan import RemoteTarget
 from launcher.plan.run_options import RunOptions
 from launcher.plan.session_plan import plan_session
-from launcher.servers.token_store import Login, StoreError, TokenStore
+from launcher.servers.token_store import Login, StoreError, TokenStore, caller_shown
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import ConfigError, UsageError
 
@@ -42,7 +42,29 @@ def _target(server: str, config: str | None) -> RemoteTarget:
     return remote
 
 
-def log_in(server: str, config: str | None, wait: float) -> int:
+def caller_of(name: str | None, issuer: str | None) -> str | None:
+    """The caller a login is for (``--caller`` and ``--issuer``, both or neither), as its
+    logins are kept; None: the user's own."""
+    from launcher.servers.token_store import caller_key
+    from launcher.shared.caller_identity import name_problem
+
+    if name is None and issuer is None:
+        return None
+    if name is None or issuer is None:
+        given, missing = ("--caller", "--issuer") if issuer is None else ("--issuer", "--caller")
+        raise UsageError(f"{given} needs {missing} too: a caller is its name and its issuer")
+    problem = name_problem(name)
+    if problem is not None:
+        raise UsageError(f"--caller {visible(repr(name), one_line=True)}: the name {problem}")
+    if not issuer.startswith(("https://", "http://")) or any(c.isspace() for c in issuer):
+        raise UsageError(
+            f"--issuer {visible(repr(issuer), one_line=True)}: expected the identity "
+            "provider's issuer URL, as run's --oidc-issuer"
+        )
+    return caller_key(issuer, name)
+
+
+def log_in(server: str, config: str | None, wait: float, caller: str | None = None) -> int:
     from launcher.servers.remote_login import LoginFailed
     from launcher.servers.remote_login import log_in as logging_in
 
@@ -52,10 +74,13 @@ def log_in(server: str, config: str | None, wait: float) -> int:
     except ValueError as exc:
         raise UsageError(f"server '{server}': auth.clientSecret: {exc}") from None
     try:
-        login = asyncio.run(logging_in(server, target, _say, wait=wait, secret=secret))
+        login = asyncio.run(
+            logging_in(server, target, _say, caller=caller, wait=wait, secret=secret)
+        )
     except (LoginFailed, StoreError) as exc:
         return _failed(str(exc))
-    print(f"Logged in to '{server}' ({target.where}): {_described(login)}")
+    whose = f" for the {caller_shown(caller)}" if caller else ""
+    print(f"Logged in to '{server}' ({target.where}){whose}: {_described(login)}")
     return 0
 
 
@@ -72,19 +97,20 @@ def show_status(server: str | None) -> int:
     if not logins:
         print("No logins are kept.")
     for login in logins:
-        whose = f" (caller {login['caller']})" if login.get("caller") else ""
+        key = login.get("caller")
+        whose = f" ({caller_shown(key)})" if key else ""
         print(f"{login['server']}{whose}: {login['url']}: {_described(login)}")
     return 0
 
 
-def log_out(server: str, config: str | None) -> int:
+def log_out(server: str, config: str | None, caller: str | None = None) -> int:
     """Revoke the login at its authorization server where it offers that (RFC 7009), then
     forget it here (whatever the answer: a failed revocation is said, exit status 1)."""
     from launcher.servers.remote_logout import RevokeFailed, revoke
 
     store = TokenStore()
     try:
-        login = store.load(server)
+        login = store.load(server, caller)
     except StoreError as exc:
         return _failed(str(exc))
     if login is None:
@@ -95,7 +121,7 @@ def log_out(server: str, config: str | None) -> int:
         failed = None
     except RevokeFailed as exc:
         revoked, failed = None, str(exc)
-    store.remove(server)
+    store.remove(server, caller)
     if failed is not None:
         return _failed(
             f"server '{server}': its login is forgotten here, but its authorization server "

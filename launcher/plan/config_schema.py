@@ -263,6 +263,11 @@ class AuthConfig:
     client_secret: ClientSecretConfig | str | None = None
     # The scopes asked for (default: those the server names).
     scopes: list[Annotated[str, pyd.Field(pattern=r"^[!#-\[\]-~]+$")]] = field(default_factory=list)
+    # Whose login signs the requests in gateway mode: `caller` (each caller's own, logged in
+    # with `ironcurtain auth login NAME --caller SUB --issuer URL`; a caller without one is not
+    # served by the server) or `shared` (the one login of `ironcurtain auth login NAME`, used
+    # for every caller). Outside gateway mode there is one login, the user's, either way.
+    login: Literal["caller", "shared"] = "caller"
 
 
 def _detectors(value: list[str]) -> list[str]:

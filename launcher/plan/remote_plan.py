@@ -60,6 +60,7 @@ class RemoteAuth:
     client_id: str | None = None
     secret_from: str | None = None  # `env:NAME` or `file:PATH`; the value is read at login
     scopes: tuple[str, ...] = ()
+    shared: bool = False  # in gateway mode, one login for every caller (else each its own)
 
     @property
     def metadata_document(self) -> bool:
@@ -130,7 +131,7 @@ def _auth_of(server: ServerConfig) -> RemoteAuth:
         return RemoteAuth()
     given = auth.client_secret
     secret = given.from_ if given is not None and not isinstance(given, str) else None
-    return RemoteAuth(auth.client_id, secret, tuple(auth.scopes))
+    return RemoteAuth(auth.client_id, secret, tuple(auth.scopes), auth.login == "shared")
 
 
 def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> ServerConfig:

@@ -120,6 +120,9 @@ class Surroundings:
     can_sandbox: bool  # False: sandboxed servers run unsandboxed (allowed by the caller)
     display_only: bool  # planned to be shown, not run
     read_only: bool = False  # started only to list their tools: nothing writable
+    # One caller's plan (gateway mode, planned for every caller): what tells its servers'
+    # brokers apart from other callers' (their egress sockets and CA bundles); "": none.
+    own: str = ""
 
 
 def egress_rules(server: ServerConfig) -> EgressRules | None:
@@ -396,8 +399,10 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         _keep_links_from_secrets(name, fs, at)
     fs, access, access_reason = _workspace_access(name, fs, at)
     egress = egress_rules(server) if sandboxed else None
-    egress_socket = os.path.join(at.runtime_dir, f"egress-{name}.sock") if egress else None
     brokered = _brokered(name, server, at, sandboxed)
+    # A caller's server with secrets is brokered by a proxy of its caller's (its sentinels).
+    own = f"-{at.own}" if brokered and at.own else ""
+    egress_socket = os.path.join(at.runtime_dir, f"egress-{name}{own}.sock") if egress else None
     program_files: list[str] = []
     if sandboxed and os.path.basename(command) == "npx":
         command, args = npx_to_node(command, args, list(at.search), at.config, name)
@@ -432,7 +437,7 @@ def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan
         limits=limits_of(server),
         seccomp=at.seccomp_bpf is not None or at.display_only,
         never_shown=at.never_shown,
-        ca_bundle=os.path.join(at.runtime_dir, f"ca-{name}.pem") if brokered else None,
+        ca_bundle=os.path.join(at.runtime_dir, f"ca-{name}{own}.pem") if brokered else None,
     )
     if sandboxed:
         return _sandboxed(name, server, at, request, cwd, fs, egress, brokered)

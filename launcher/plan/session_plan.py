@@ -7,6 +7,7 @@ names it as its users know it (``--audit-args``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import time
@@ -350,8 +351,13 @@ def _surroundings(
 ) -> Surroundings:
     """What every server's sandbox is planned in: its session's runtime directory, the
     files kept read-only in any writable root, the machine's places."""
-    # Sockets live here, and a unix socket path has at most 107 bytes.
-    longest = max([f"egress-{n}.sock" for n in read.selected] + ["approvals.sock"], key=len)
+    # Sockets live here, and a unix socket path has at most 107 bytes (the socket of a
+    # caller's own broker, for a server with secrets, is named with its tag: OWN_TAG
+    # characters and a dash more).
+    own = "x" * (OWN_TAG + 1)
+    names = [f"egress-{n}{own if s.secrets else ''}.sock" for n, s in read.selected.items()]
+    names.append("approvals.sock")
+    longest = max(names, key=len)
     runtime_dir = rundir.path_for(session_id, longest)
     # Read-only inside any writable root: ironcurtain's files, and its state dir (when this
     # session's workspace is one of its workspaces, everything there but the workspaces).
@@ -377,6 +383,21 @@ def _surroundings(
     )
 
 
+OWN_TAG = 16  # hex digits of a caller's tag
+
+
+def own_tag(caller: Caller) -> str:
+    """What tells one caller's brokers apart in the session's runtime directory.
+
+    >>> from launcher.shared.caller_identity import Caller
+    >>> alice, bob = (Caller(n, frozenset(), "https://idp") for n in ("alice", "bob"))
+    >>> len(own_tag(alice)), own_tag(alice) != own_tag(bob)
+    (16, True)
+    """
+    issuer, name = caller.key
+    return hashlib.sha256(f"{issuer}\0{name}".encode()).hexdigest()[:OWN_TAG]
+
+
 def plan_from(
     opts: RunOptions,
     session_id: str,
@@ -400,6 +421,8 @@ def plan_from(
     )
     problem, bpf, seccomp_problem = _sandbox_checks(opts, selected, probe, base)
     at = _surroundings(opts, read, session_id, workspace, run_as, bpf, problem is None)
+    if caller is not None and base is not None:
+        at = replace(at, own=own_tag(caller))
     runtime_dir = at.runtime_dir
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
     per_caller = (

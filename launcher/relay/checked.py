@@ -23,6 +23,7 @@ from launcher.relay.call import Call, ClientLink, malformed_answer
 from launcher.relay.escalation import Escalations, discard
 from launcher.relay.gate.decide import denial_text
 from launcher.relay.questions.input_bridge import ServerInputs
+from launcher.relay.router import SEPARATOR
 from launcher.relay.seams import Core, Downstream
 from launcher.relay.stateless.era import asks_for_input, for_server, server_result
 from launcher.shared.error_codes import (
@@ -148,9 +149,22 @@ class CheckedCalls:
         if decision.decision == "escalate" and conn is not None and server is not None:
             self.escalations.start(call, decision)
         elif decision.decision != "allow" or conn is None:
-            self.end(call, "denied", denial=denial_text(decision), missing=server is None)
+            denial = (self._stopped(method, name) if server is None else None) or denial_text(
+                decision
+            )
+            self.end(call, "denied", denial=denial, missing=server is None)
         else:
             self.forward(call)
+
+    def _stopped(self, method: str, name: str) -> str | None:
+        """Why the server a tool or prompt name no server offers is named after is not
+        serving (stopped, or not opened for this caller), when it is one; else None."""
+        router = self.core.router
+        if method not in (TOOL, PROMPT) or not router.prefixed:
+            return None
+        server, separator, _ = name.partition(SEPARATOR)
+        why = self.core.halted.get(server) if separator else None
+        return f"ERROR: server '{server}' is not serving: {why}" if why else None
 
     def forward(self, call: Call, extra: Message | None = None) -> None:
         """Send ``call`` to its server (or the instance an approval gave it); ``extra``:

@@ -14,7 +14,7 @@ from launcher.plan.server_plan import ServerPlan, client_capabilities
 from launcher.plan.session_plan import SessionPlan
 from launcher.servers import era_twin
 from launcher.servers.connection import NotificationHandler, ServerConnection
-from launcher.servers.remote import RemoteConnection, RemoteUnavailable
+from launcher.servers.remote import RemoteConnection, RemoteUnavailable, Whose, own_logins
 from launcher.shared.jsonrpc import Message, ServerGone
 from launcher.shared.shown import visible
 from launcher.shared.user_errors import StartupError
@@ -25,23 +25,44 @@ Notified = Callable[[ServerConnection, Message], None]
 Event = Callable[..., None]  # (event, text, **fields): stderr and the audit log
 
 
-def connection(sp: ServerPlan, on_notification: NotificationHandler) -> ServerConnection:
+def connection(
+    sp: ServerPlan, on_notification: NotificationHandler, whose: Whose | None = None
+) -> ServerConnection:
     """The connection a server of the plan is spoken to through: a process of its own, or
-    a remote server's HTTP."""
+    a remote server's HTTP (signed in by ``whose`` login: None, the user's)."""
     if sp.remote is not None:
-        return RemoteConnection(sp.launch, sp.remote, on_notification, client_capabilities(sp))
+        capabilities = client_capabilities(sp)
+        return RemoteConnection(sp.launch, sp.remote, on_notification, capabilities, whose)
     return ServerConnection(sp.launch, on_notification, client_capabilities(sp))
 
 
 class Fleet:
     def __init__(
-        self, plan: SessionPlan, on_notification: Notified, halted: dict[str, str] | None = None
+        self,
+        plan: SessionPlan,
+        on_notification: Notified,
+        halted: dict[str, str] | None = None,
+        caller: str | None = None,
     ) -> None:
+        """``caller``: whose servers these are, in gateway mode (a key of
+        :func:`launcher.servers.token_store.caller_key`; None: not known yet)."""
         self.plan = plan
         self._on_notification = on_notification
+        # Remote servers each caller logs in to on its own (gateway mode): opened only once
+        # the caller is known (:meth:`open_for`), never with another's login.
+        self.own = [
+            name
+            for name, sp in plan.servers.items()
+            if plan.gateway is not None and sp.remote is not None and own_logins(sp.remote)
+        ]
+        self.awaiting = set(self.own) if caller is None else set()
         self.servers: dict[str, ServerConnection] = {
-            name: connection(sp, on_notification) for name, sp in plan.servers.items()
+            name: connection(sp, on_notification, Whose(caller) if name in self.own else None)
+            for name, sp in plan.servers.items()
         }
+        # Of those, the ones that did not open for this fleet's caller (no login of its, or
+        # refused): why. Its own, not the session's: another caller's may open.
+        self.closed: dict[str, str] = {}
         # Remote servers that could not be reached or refused ironcurtain: why, in one line.
         # The other servers serve; these offer nothing this session.
         self.unreachable: dict[str, str] = {}
@@ -72,7 +93,27 @@ class Fleet:
     async def start(self) -> None:
         """Start every server and list what it offers; the first that fails is reported with
         its last output, and none of them is left running (the caller stops them)."""
-        conns = [c for name, c in self.servers.items() if name not in self.halted]
+        conns = [
+            c
+            for name, c in self.servers.items()
+            if name not in self.halted and name not in self.awaiting
+        ]
+        await self._start(conns)
+
+    async def open_for(self, caller: str) -> list[ServerConnection]:
+        """Open the remote servers each caller logs in to on its own, with ``caller``'s
+        logins: those that opened (one that did not is said, and closed to this fleet)."""
+        names = [name for name in self.own if name in self.awaiting and name not in self.halted]
+        self.awaiting.clear()
+        for name in names:
+            self.servers[name] = connection(
+                self.plan.servers[name], self._on_notification, Whose(caller)
+            )
+        conns = [self.servers[name] for name in names]
+        await self._start(conns)
+        return [conn for conn in conns if conn.name not in self.closed]
+
+    async def _start(self, conns: list[ServerConnection]) -> None:
         results = await asyncio.gather(
             *(asyncio.wait_for(self._start_one(c), STARTUP_TIMEOUT) for c in conns),
             return_exceptions=True,
@@ -106,8 +147,11 @@ class Fleet:
             why = conn.why_unavailable(outcome)
         why = visible(why, one_line=True)
         self.unreachable[conn.name] = why
-        self.halted.setdefault(conn.name, why)
         conn.tools, conn.prompts, conn.resources, conn.resource_templates = [], [], [], []
+        if conn.whose is not None:  # this caller's (said by whoever opened it), not everyone's
+            self.closed.setdefault(conn.name, why)
+            return
+        self.halted.setdefault(conn.name, why)
         print(f"ironcurtain: {why}; its tools are not offered this session", file=sys.stderr)
 
     def supervise(self, event: Event, restarted: Callable[[ServerConnection], None]) -> None:
@@ -177,7 +221,10 @@ class Fleet:
         live = {
             n: c
             for n, c in self.servers.items()
-            if n not in self.halted and self.plan.servers[n].config.era is None
+            if n not in self.halted
+            and n not in self.closed
+            and n not in self.awaiting
+            and self.plan.servers[n].config.era is None
         }
         return era_twin.others(live, era, self.one_era)
 

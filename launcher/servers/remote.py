@@ -28,6 +28,7 @@ from launcher.plan.remote_plan import SSE, RemoteTarget
 from launcher.servers.connection import NotificationHandler, ServerConnection
 from launcher.servers.remote_egress import EgressRefused, client_for
 from launcher.shared.jsonrpc import META_VERSION, ClientSide, Message, ServerGone
+from sandbox_profiles.records import frozen
 
 if TYPE_CHECKING:
     import subprocess
@@ -71,6 +72,21 @@ def _sdk_lines() -> None:
         log.propagate = False
 
 
+@frozen
+class Whose:
+    """Whose login a connection's requests are signed in with, where each caller has its own
+    (gateway mode): ``caller``, a key of :func:`launcher.servers.token_store.caller_key`
+    (None: not known yet, and then none is used)."""
+
+    caller: str | None
+
+
+def own_logins(target: RemoteTarget) -> bool:
+    """Whether, in gateway mode, each caller logs in to this server on its own: it is
+    signed in by a login (its ``headers`` carry no ``Authorization``) not shared by all."""
+    return not target.auth.shared and not _authorization(target.headers)
+
+
 class RemoteUnavailable(Exception):
     """A remote server that could not be reached or refused ironcurtain: one line, naming it."""
 
@@ -82,9 +98,12 @@ class RemoteConnection(ServerConnection):
         target: RemoteTarget,
         on_notification: NotificationHandler | None = None,
         client: ClientSide | None = None,
+        whose: Whose | None = None,
     ) -> None:
+        """``whose``: the caller whose login signs its requests in (None: the user's)."""
         super().__init__(spec, on_notification, client)
         self.target = target
+        self.whose = whose
         self._outbox: asyncio.Queue[Message] = asyncio.Queue()
         self._carrier: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -96,7 +115,7 @@ class RemoteConnection(ServerConnection):
         self.login: Any = None  # the login that signs its requests in (remote_auth), if any
 
     def another(self, client: ClientSide, on_notification: NotificationHandler | None) -> Any:
-        return RemoteConnection(self.spec, self.target, on_notification, client)
+        return RemoteConnection(self.spec, self.target, on_notification, client, self.whose)
 
     @property
     def running(self) -> bool:
@@ -130,10 +149,13 @@ class RemoteConnection(ServerConnection):
                 )
             from launcher.servers import remote_auth
 
-            why = (self.login and self.login.needed) or remote_auth.missing(self.name, self.target)
+            caller = self.whose.caller if self.whose is not None else None
+            why = (self.login and self.login.needed) or remote_auth.missing(
+                self.name, self.target, caller
+            )
             return (
                 f"{where} refused ironcurtain (HTTP {self.refused}): {why}; "
-                f"run `{remote_auth.login_command(self.name)}`"
+                f"run `{remote_auth.login_command(self.name, caller)}`"
             )
         if self.refused is not None:
             return f"{where} answered HTTP {self.refused}"
@@ -190,7 +212,15 @@ class RemoteConnection(ServerConnection):
         if self.login is None and not _authorization(self.target.headers):
             from launcher.servers import remote_auth
 
-            self.login = remote_auth.login_for(self.name, self.target)
+            whose = self.whose
+            if whose is not None and whose.caller is None:
+                # Each caller's own login, and no caller known: never the user's instead.
+                raise RemoteUnavailable(
+                    f"remote server '{self.name}' ({self.target.where}) is opened with its "
+                    "caller's login, and no caller is known"
+                )
+            caller = whose.caller if whose is not None else None
+            self.login = remote_auth.login_for(self.name, self.target, caller)
         also = self.login.hosts() if self.login is not None else ()
         client = client_for(self.target, auth=self.login, also=also)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shlex
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import urlsplit
@@ -42,15 +43,27 @@ from mcp.shared.auth import (
 )
 
 from launcher.plan.remote_plan import RemoteTarget
-from launcher.servers.token_store import Login, TokenStore
+from launcher.servers.token_store import Login, TokenStore, caller_shown
 
 # Seconds before its expiry a token is refreshed (at most; a fifth of its lifetime when that
 # is shorter), so a request never leaves with a token about to lapse.
 REFRESH_MARGIN = 60.0
 
 
-def login_command(server: str) -> str:
-    return f"ironcurtain auth login {server}"
+def login_command(server: str, caller: str | None = None) -> str:
+    """What to run to log in to ``server`` (for ``caller``, a key of
+    :func:`launcher.servers.token_store.caller_key`).
+
+    >>> print(login_command("far", "https://idp.example bob smith"))
+    ironcurtain auth login far --caller 'bob smith' --issuer https://idp.example
+    """
+    if caller is None:
+        return f"ironcurtain auth login {server}"
+    issuer, _, name = caller.partition(" ")
+    return (
+        f"ironcurtain auth login {server} --caller {shlex.quote(name)} "
+        f"--issuer {shlex.quote(issuer)}"
+    )
 
 
 def margin(lifetime: float | None) -> float:
@@ -285,5 +298,9 @@ def missing(
     """Why no login signs the requests to ``server``, in words a person can act on."""
     login = (store or TokenStore()).load(server, caller)
     if login is None:
-        return "no login is kept for it"
+        return (
+            f"no login is kept for it for the {caller_shown(caller)}"
+            if caller
+            else ("no login is kept for it")
+        )
     return f"its login was made for {login.get('url')}, not {target.where}"

@@ -53,6 +53,27 @@ class Login(TypedDict, total=False):
     server_metadata: dict[str, Any] | None
 
 
+def caller_key(issuer: str, name: str) -> str:
+    """What a caller's logins are kept under: the issuer that vouches for it and its name
+    (an issuer is a URL, with no space in it), so the same name from another issuer is
+    another caller.
+
+    >>> caller_key("https://idp.example", "alice")
+    'https://idp.example alice'
+    """
+    return f"{issuer} {name}"
+
+
+def caller_shown(key: str) -> str:
+    """A caller's key (:func:`caller_key`) as people read it.
+
+    >>> caller_shown("https://idp.example alice")
+    "caller 'alice' of https://idp.example"
+    """
+    issuer, _, name = key.partition(" ")
+    return f"caller {name!r} of {issuer}"
+
+
 class StoreError(Exception):
     """The store cannot be used safely (or at all): why, in one line, naming the file."""
 

@@ -27,7 +27,7 @@ class SessionEvents:
         if self.audit is not None:
             self.audit.write({"event": event, **fields})
 
-    def _egress_refused(self, refusal: Refusal) -> None:
+    def egress_refused(self, refusal: Refusal) -> None:
         self.event(
             "egress-refused",
             f"egress refused for '{refusal.server}': "

@@ -20,16 +20,23 @@ from launcher.guard.watch import Guard, GuardError
 from launcher.plan.caller_plan import own_dirs, plan_for_caller
 from launcher.plan.session_plan import SessionPlan
 from launcher.relay.seams import Upstream
+from launcher.servers.broker import Broker
+from launcher.servers.egress_proxy import EgressProxy, Refusal
 from launcher.session.hostfiles import HostFiles, writable_roots
+from launcher.session.prestart import authority, egress_listener
 from launcher.session.served import Hosting, Served
 from launcher.shared.caller_identity import Caller
 from launcher.shared.user_errors import USER_ERRORS, StartupError
 
 
 class Session(Hosting, Protocol):
-    """What a caller's servers need of the session: what every client's do, and the guard."""
+    """What a caller's servers need of the session: what every client's do, the guard, and
+    its egress proxies (each caller's brokers among them)."""
 
     guard: Guard | None
+    egress: dict[str, EgressProxy]
+
+    def egress_refused(self, refusal: Refusal) -> None: ...
 
 
 class CallerPlans:
@@ -52,17 +59,47 @@ class CallerPlans:
         """A new client's servers for ``caller``, started from its plan, and its relay
         sending to ``upstream``. The first is the session's start: its servers' tools are
         pinned if they never were."""
+        fresh = caller.key not in self._plans  # planned now: its sentinels are new
         plan = self.plan_for(caller)
-        served = Served(self.session, plan, self._halted_for(caller, plan))
+        served = Served(self.session, plan, self._halted_for(caller, plan), caller)
         self.session.served.append(served)  # from now on the guard can halt its servers too
         try:
+            if fresh:
+                await self._brokers(plan)
             await served.fleet.start()
         except BaseException:
             await served.close()
             raise
+        served.say_closed(caller)
         served.attach(upstream, at_start=not self._pinned)
         self._pinned = True
         return served
+
+    async def _brokers(self, plan: SessionPlan) -> None:
+        """The egress proxies that broker the secrets of ``plan``'s servers (one caller's):
+        each with a CA of its own, written where its sandbox trusts it, and the caller's
+        sentinels. A caller's earlier ones (from a plan no longer kept) are stopped first:
+        their sentinels are no server's now."""
+        for name, sp in plan.servers.items():
+            if not sp.secrets or sp.egress is None or None in (sp.egress_socket, sp.ca_bundle):
+                continue
+            assert sp.egress_socket is not None and sp.ca_bundle is not None
+            earlier = self.session.egress.pop(sp.egress_socket, None)
+            if earlier is not None:
+                await earlier.stop()
+            hosts = sorted({host for b in sp.secrets for host, _ in b.hosts})
+            ca = authority(name, sp.ca_bundle, hosts)
+            broker = Broker(sp.secrets, ca)
+            refused = self.session.egress_refused
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, refused, broker)
+            self.session.egress[sp.egress_socket] = proxy  # stopped with the session
+            try:
+                await proxy.start(egress_listener(name, sp.egress_socket))
+            except OSError as exc:
+                raise StartupError(
+                    f"cannot start the egress proxy for '{name}' at {sp.egress_socket}: "
+                    f"{exc.strerror}"
+                ) from None
 
     def plan_for(self, caller: Caller) -> SessionPlan:
         """``caller``'s plan, its places made and watched (the one kept, while a relay

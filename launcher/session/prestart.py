@@ -123,10 +123,10 @@ def prestart(plan: SessionPlan) -> Prestarted:
         made.guard = _guard(plan)
         for name, sp in plan.servers.items():
             if sp.egress is not None and sp.egress_socket is not None:
-                made.listeners[name] = _listen(name, sp.egress_socket)
+                made.listeners[name] = egress_listener(name, sp.egress_socket)
             if sp.secrets and sp.ca_bundle is not None:
                 hosts = sorted({host for b in sp.secrets for host, _ in b.hosts})
-                made.authorities[name] = _authority(name, sp.ca_bundle, hosts)
+                made.authorities[name] = authority(name, sp.ca_bundle, hosts)
         # Planned for every caller, each caller's servers start when it first calls.
         starting = {} if plan.per_caller else plan.servers
         for name, sp in starting.items():
@@ -163,7 +163,7 @@ def _guard(plan: SessionPlan) -> Guard | None:
     return guard
 
 
-def _authority(server: str, bundle: str, hosts: list[str]) -> SessionCA:
+def authority(server: str, bundle: str, hosts: list[str]) -> SessionCA:
     """A CA of its own for a server with brokered secrets, valid for its secrets' hosts
     alone, written into the bundle its sandbox trusts (bound in as it starts)."""
     ca = SessionCA(server, hosts)
@@ -176,7 +176,7 @@ def _authority(server: str, bundle: str, hosts: list[str]) -> SessionCA:
     return ca
 
 
-def _listen(server: str, path: str) -> socket.socket:
+def egress_listener(server: str, path: str) -> socket.socket:
     """The egress proxy's socket for ``server``, listening (connections wait in its backlog
     until the proxy serves them)."""
     with contextlib.suppress(FileNotFoundError):
@@ -197,4 +197,4 @@ def _listen(server: str, path: str) -> socket.socket:
     return sock
 
 
-__all__ = ["Prestarted", "kill", "prestart"]
+__all__ = ["Prestarted", "authority", "egress_listener", "kill", "prestart"]

@@ -165,12 +165,24 @@ def _server_lines(
         count = len(listed)
         era = (eras or {}).get(name, "handshake")
         shown = f"{count} tool{'' if count == 1 else 's'}"
+        if plan.per_caller:
+            shown = "started for each caller when it first calls"
+        elif per_caller_login(plan, name):
+            shown = "opened for each caller with its own login"
         lines.append(
             f"  {name:<{width}}  {boxes[name]:<{box_width}} "
-            + ("started for each caller when it first calls" if plan.per_caller else shown)
+            + shown
             + ("" if era == "handshake" else f" ({era} era)")
         )
     return lines
+
+
+def per_caller_login(plan: SessionPlan, name: str) -> bool:
+    """Whether a server of ``plan`` is a remote one each caller logs in to on its own."""
+    from launcher.servers.remote import own_logins
+
+    remote = plan.servers[name].remote
+    return plan.gateway is not None and remote is not None and own_logins(remote)
 
 
 def _workspace_lines(plan: SessionPlan) -> list[str]:

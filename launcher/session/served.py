@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections import ChainMap
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -30,6 +31,7 @@ from launcher.relay.router import Router
 from launcher.relay.seams import Carried, Core, ServerSettings, Upstream
 from launcher.servers.connection import ServerConnection
 from launcher.servers.fleet import Fleet
+from launcher.servers.token_store import caller_key
 from launcher.servers.widen import Widener
 from launcher.session.report import say
 from launcher.shared import dirs
@@ -131,14 +133,16 @@ class Served:
         session: Hosting,
         plan: SessionPlan | None = None,
         halted: dict[str, str] | None = None,
+        caller: Caller | None = None,
     ) -> None:
         """``plan``: what its servers and relay are made from, and ``halted``: its servers
         the guard stopped, when not the session's (in a session planned for every caller,
-        its caller's own)."""
+        its caller's own); ``caller``: whose they are, when known before they start."""
         self.session = session
         self.plan = session.plan if plan is None else plan
         self.halted = session.halted if halted is None else halted
-        self.fleet = Fleet(self.plan, self._notified, self.halted)
+        whose = caller_key(caller.issuer, caller.name) if caller is not None else None
+        self.fleet = Fleet(self.plan, self._notified, self.halted, whose)
         self.relay: Relay | None = None
         self._kept: Caller | None = None  # whose approvals and breaker the gate uses
 
@@ -166,6 +170,28 @@ class Served:
         for server, changed in core.gate.changed.items():
             for method, name in changed:
                 kept.approvals.forget(server, label(method, name))
+
+    async def open_for(self, caller: Caller) -> None:
+        """Its caller is known: the remote servers each caller logs in to on its own are
+        opened with ``caller``'s logins (their tools compared with their pins)."""
+        opened = await self.fleet.open_for(caller_key(caller.issuer, caller.name))
+        self.say_closed(caller)
+        if self.relay is not None:
+            for conn in opened:
+                self.relay.core.gate.pin(conn.name, conn.tools, conn.prompts, at_start=True)
+            self.relay.lists_changed()  # routed anew (its client told, if it listed already)
+
+    def say_closed(self, caller: Caller) -> None:
+        """Said on stderr and in the audit log: each of ``caller``'s remote servers that
+        did not open with its login, and what to run."""
+        for name, why in self.fleet.closed.items():
+            self.session.event(
+                "server-unreachable",
+                f"{why}; its tools are not offered to caller {caller.name!r}",
+                server=name,
+                reason=why,
+                caller=caller.audited,
+            )
 
     def attach(self, upstream: Upstream | None, at_start: bool) -> Relay:
         """The relay over these servers, sending to ``upstream`` (None: given later)."""
@@ -219,7 +245,8 @@ class Served:
             argument_scans(plan),
         )
         for name, conn in fleet.servers.items():
-            gate.pin(name, conn.tools, conn.prompts, at_start=at_start)
+            if name not in fleet.awaiting:  # pinned as they open, once their caller is known
+                gate.pin(name, conn.tools, conn.prompts, at_start=at_start)
         settings = {name: relay_settings(sp) for name, sp in plan.servers.items()}
         core = Core(
             fleet.servers,
@@ -229,7 +256,8 @@ class Served:
             Router(plan.prefixed),
             workspace=plan.workspace,
             audit_args_clear=plan.audit_args_clear,
-            halted=self.halted,
+            # What stopped for every caller, and what did not open for this one.
+            halted=ChainMap(fleet.closed, self.halted),
             settle=session.settle,
             say=say,
             outputs=Outputs(

@@ -350,6 +350,8 @@ class Session(SessionEvents):
         assert served.relay is not None and self.audit is not None
         served.relay.core.audit = self.audit.for_client(audit_stamp(upstream, caller))
         served.caller = caller
+        if caller is not None and served.fleet.awaiting:
+            await served.open_for(caller)
         spares = self.callers is None  # a spare would be no caller's
         if spares and self._spare is None and len(self.served) < 2 * self.plan.max_clients:
             self._spare = asyncio.create_task(self._start_spare())
@@ -382,7 +384,7 @@ class Session(SessionEvents):
                 continue
             ca = authorities.get(name)
             broker = Broker(sp.secrets, ca) if sp.secrets and ca is not None else None
-            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self._egress_refused, broker)
+            proxy = EgressProxy(name, sp.egress, sp.egress_socket, self.egress_refused, broker)
             try:
                 await proxy.start(listening.pop(name, None))
             except OSError as exc:
