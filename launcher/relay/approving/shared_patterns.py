@@ -26,7 +26,7 @@ from typing import Any
 from launcher.audit.log import hash_value
 from launcher.relay.approving.patterns import LOCAL, Given
 from launcher.shared_state.store import SharedState, scope_of
-from policy.patterns import CallShape, Pattern, covers, strict_host
+from policy.patterns import CallShape, Pattern, covers, strict_origin
 
 # Values seen in clear here (given here, or matched by a call here), by hash: for the list
 # alone, never for matching. A tool pattern's value is a role class, never a secret.
@@ -47,7 +47,8 @@ def candidates(kind: str, shape: CallShape) -> set[str]:
                 found |= {first[:at], first[: at + 1]}
         return found - {""}
     if kind == "domain":
-        return {host for url in shape.urls if (host := strict_host(url)) is not None}
+        # A host pattern is bound to scheme, host and port: its value is the origin.
+        return {o for url in shape.urls if (o := strict_origin(url)) is not None}
     if kind == "tool":
         return set(shape.kinds)
     return set()
