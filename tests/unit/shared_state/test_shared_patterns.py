@@ -174,7 +174,8 @@ def test_the_directory_and_the_host_are_never_in_redis_in_clear(store: Redis) ->
     try:
         patterns = SharedPatterns(one)
         patterns.give(owner_of(ALICE), Pattern("directory", "fs", "write_file", ASK.rule, NOTES))
-        patterns.give(owner_of(ALICE), Pattern("domain", "web", "fetch", ASK.rule, HOST))
+        origin = f"https://{HOST}"  # a host pattern is bound to scheme, host and port
+        patterns.give(owner_of(ALICE), Pattern("domain", "web", "fetch", ASK.rule, origin))
         everything = _dump(one)
         # Another instance (which never saw them in clear) still matches from the hash.
         other = SharedPatterns(connect(store.url, print))
@@ -183,14 +184,14 @@ def test_the_directory_and_the_host_are_never_in_redis_in_clear(store: Redis) ->
         # What it lists of them: the hash (it never saw the values).
         assert {g.pattern.value for g in SharedPatterns(one).listed()} == {
             hash_value(NOTES),
-            hash_value(HOST),
+            hash_value(origin),
         }
     finally:
         one.close()
     for secret in (NOTES, "team-notes", "q3-layoffs", HOST, "payroll"):
         assert secret.encode() not in everything
     assert hash_value(NOTES).encode() in everything  # control: the records are all there
-    assert hash_value(HOST).encode() in everything and b"alice" in everything
+    assert hash_value(f"https://{HOST}").encode() in everything and b"alice" in everything
 
 
 def _dump(state: RedisState) -> bytes:
