@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import time
+from collections.abc import Container, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -398,6 +399,22 @@ def own_tag(caller: Caller) -> str:
     return hashlib.sha256(f"{issuer}\0{name}".encode()).hexdigest()[:OWN_TAG]
 
 
+def _per_caller(
+    opts: RunOptions,
+    gateway: Gateway | None,
+    variable: str | None,
+    per_caller: Container[str],
+    selected: Iterable[str],
+) -> bool:
+    """Whether each caller's servers are planned and started for it: a gateway whose
+    workspace, or one of whose servers, names the caller."""
+    return (
+        gateway is not None
+        and variable == CALLER
+        and (CALLER in (opts.workspace or "") or any(n in per_caller for n in selected))
+    )
+
+
 def plan_from(
     opts: RunOptions,
     session_id: str,
@@ -425,11 +442,7 @@ def plan_from(
         at = replace(at, own=own_tag(caller))
     runtime_dir = at.runtime_dir
     plans = {name: plan_server(name, server, at) for name, server in selected.items()}
-    per_caller = (
-        gateway is not None
-        and variable == CALLER
-        and (CALLER in (opts.workspace or "") or any(n in config.per_caller for n in selected))
-    )
+    per_caller = _per_caller(opts, gateway, variable, config.per_caller, selected)
     return SessionPlan(
         session_id=session_id,
         config=config,
