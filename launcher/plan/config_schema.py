@@ -228,7 +228,9 @@ class SecretConfig:
     from_: Annotated[str, pyd.Field(pattern=r"^(env|file|keyring):.+")]
     # The hosts (`name` or `name:port`, each within `allowedDomains`) the value is sent to: the
     # egress proxy opens TLS for these alone and puts the value in place of the sentinel there.
-    hosts: Annotated[list[str], pyd.Field(min_length=1)]
+    # Required for a local server's secret; a remote server's is sent to its `url` alone (as
+    # `${secret:NAME}` in its `headers` or URL query), and names none.
+    hosts: list[str] = field(default_factory=list)
     # How the server is handed the sentinel: `env`, as the variable named by this secret's key.
     as_: Literal["env"] = "env"
     # `true`: the sentinel is also replaced in request bodies sent to `hosts` (else a body
