@@ -5,7 +5,8 @@ remote server's answer can do to ironcurtain. It keeps what reached it.
 Tools: ``whoami`` answers with the ``Authorization`` header its request carried (a server
 that reflects a credential: a debugging endpoint, an error quoting the token it refused),
 ``whoerr`` says the same in a JSON-RPC error, ``garbled`` in an answer that is not JSON;
-``mirror`` answers with every header and the path (query included) of its request;
+``mirror`` answers with every header and the path (query included) of its request, and
+each value of its query as sent (percent-encoded);
 ``moved`` answers HTTP 307 to ``Seen.moved_to`` (another origin, when a test sets it);
 ``bomb`` answers with a small gzip body that inflates to 96 MiB (whatever the request
 accepted), and ``flood`` with an ``application/json`` body that does not end (until the
@@ -89,7 +90,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "tools/call" and name == "whoami":
             return {"result": {"content": [{"type": "text", "text": f"you sent {token}"}]}}
         if method == "tools/call" and name == "mirror":
-            seen = json.dumps({"path": self.path, "headers": dict(self.headers)})
+            query = self.path.partition("?")[2]
+            values = [pair.partition("=")[2] for pair in query.split("&")]
+            seen = json.dumps({"path": self.path, "values": values, "headers": dict(self.headers)})
             return {"result": {"content": [{"type": "text", "text": seen}]}}
         if method == "tools/call" and name == "moved":
             self.send_response(307)
