@@ -335,6 +335,7 @@ def _check_secret_refs(server: ServerConfig, file: str, at: object) -> None:
             "(?key=${secret:NAME}), not in its host, path or a query key",
         )
     _refs_known(SECRET_REF.findall(parts.query), server, file, at("url"))
+    _refs_elsewhere(server, file, at)
     for variable, spec in server.secrets.items():
         for key, given in (("hosts", spec.hosts), ("body", spec.body)):
             if given:
@@ -344,6 +345,25 @@ def _check_secret_refs(server: ServerConfig, file: str, at: object) -> None:
                     f'a remote server\'s secret is sent by ironcurtain to its "url" alone: '
                     f'"{key}" is for a sandboxed server\'s brokered secret',
                 )
+
+
+def _refs_elsewhere(server: ServerConfig, file: str, at: object) -> None:
+    """No ``${secret:NAME}`` in a remote entry's other texts (its pinned names, its OAuth
+    client): none is put in place there, and none would be sent as if it were the value."""
+    assert callable(at)
+    texts = [(("hosts", name), name) for name in server.hosts]
+    if server.auth is not None:
+        texts.append((("auth", "clientId"), server.auth.client_id or ""))
+        texts += [(("auth", "scopes"), scope) for scope in server.auth.scopes]
+    texts.append((("description",), server.description or ""))
+    for where, text in texts:
+        if "${secret:" in text:
+            raise ConfigError(
+                file,
+                at(*where),
+                "${secret:NAME} is put in place only in a header value or a value of the "
+                "URL's query",
+            )
 
 
 def _refs_known(names: list[str], server: ServerConfig, file: str, where: str) -> None:

@@ -110,6 +110,13 @@ REFUSED = {
     "in-fragment": ({"url": URL + "#${secret:T}"}, "$.mcpServers.far.url"),
     "unknown-in-query": ({"url": URL + "?k=${secret:NOPE}"}, "$.mcpServers.far.url"),
     "other-placeholder": ({"headers": {"X-K": "${env:T}"}}, "$.mcpServers.far.headers.X-K"),
+    "in-client-id": ({"auth": {"clientId": "${secret:T}"}}, "$.mcpServers.far.auth.clientId"),
+    "in-scope": ({"auth": {"scopes": ["repo", "${secret:T}"]}}, "$.mcpServers.far.auth.scopes"),
+    "in-pinned-name": (
+        {"hosts": {"${secret:T}.example": "10.0.0.5"}},
+        "$.mcpServers.far.hosts.${secret:T}.example",
+    ),
+    "in-description": ({"description": "uses ${secret:T}"}, "$.mcpServers.far.description"),
     "secret-with-hosts": (
         {"secrets": {"T": {"from": "env:FAR_T", "hosts": ["api.example.com"]}}},
         "$.mcpServers.far.secrets.T.hosts",
