@@ -351,7 +351,7 @@ def _refs_elsewhere(server: ServerConfig, file: str, at: object) -> None:
     """No ``${secret:NAME}`` in a remote entry's other texts (its pinned names, its OAuth
     client): none is put in place there, and none would be sent as if it were the value."""
     assert callable(at)
-    texts = [(("hosts", name), name) for name in server.hosts]
+    texts: list[tuple[tuple[str, ...], str]] = [(("hosts", name), name) for name in server.hosts]
     if server.auth is not None:
         texts.append((("auth", "clientId"), server.auth.client_id or ""))
         texts += [(("auth", "scopes"), scope) for scope in server.auth.scopes]
