@@ -25,7 +25,7 @@ from launcher.shared.jsonrpc import TOOL, Message
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
 from tests.support.hostile_remote import Hostile, hostile_remote
-from tests.support.remote import remote_args
+from tests.support.remote import remote_args, remote_server
 from tests.support.sdk import session_calls
 
 TOKEN = "tok-9c4e1f7a2b3d5e6f-upstream"  # matched by no detector: only knowing it masks it
@@ -228,3 +228,31 @@ def test_control_without_the_hiding_the_server_hands_the_values_back(
         bare, _ = _called(_target(at), "mirror")
     assert TOKEN not in repr(hidden) and API_KEY not in repr(hidden)
     assert TOKEN in repr(bare) and API_KEY in repr(bare)
+
+
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_the_sdk_server_behind_the_token_is_reached_on_either_transport(
+    user: Home, transport: str
+) -> None:
+    # The real SDK server refuses every request without ``Bearer TOKEN``: the call answering
+    # is the proof the value was put in place (and a wrong value, the control, is refused).
+    user.env["FAR_TOKEN"], user.env["WRONG_TOKEN"] = TOKEN, "not-" + TOKEN
+    flags = ["--token", TOKEN, *(["--sse"] if transport == "sse" else [])]
+    answers: dict[str, list[tuple[bool, str]]] = {}
+    with remote_server(user.root, *flags) as far:
+        url = far.url if transport == "http" else far.url.replace("/mcp", "/sse")
+        for source in ("FAR_TOKEN", "WRONG_TOKEN"):
+            entry = {
+                "url": url,
+                "type": transport,
+                "headers": {"Authorization": "Bearer ${secret:T}"},
+                "secrets": {"T": {"from": f"env:{source}"}},
+            }
+            args = remote_args(user, {"far": entry}, {"far": {"echo": ["text"]}})
+            try:
+                answers[source] = session_calls(user, args, [("far__echo", {"text": "hi"})])
+            except Exception as failed:  # the server is not there: the session fails
+                answers[source] = [(True, str(failed))]
+    refused, said = answers["FAR_TOKEN"][0]
+    assert not refused and "echo: hi" in said
+    assert "echo: hi" not in repr(answers["WRONG_TOKEN"])
