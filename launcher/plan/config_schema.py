@@ -228,7 +228,9 @@ class SecretConfig:
     from_: Annotated[str, pyd.Field(pattern=r"^(env|file|keyring):.+")]
     # The hosts (`name` or `name:port`, each within `allowedDomains`) the value is sent to: the
     # egress proxy opens TLS for these alone and puts the value in place of the sentinel there.
-    hosts: Annotated[list[str], pyd.Field(min_length=1)]
+    # Required for a local server's secret; a remote server's is sent to its `url` alone (as
+    # `${secret:NAME}` in its `headers` or URL query), and names none.
+    hosts: list[str] = field(default_factory=list)
     # How the server is handed the sentinel: `env`, as the variable named by this secret's key.
     as_: Literal["env"] = "env"
     # `true`: the sentinel is also replaced in request bodies sent to `hosts` (else a body
@@ -308,7 +310,8 @@ class ServerConfig:
     # (the legacy transport). Clients that share this file write it on local entries too
     # (`stdio`), where ironcurtain does not act on it.
     type: str | None = None
-    # HTTP headers sent with every request to a remote server, as written (no `${...}` expansion).
+    # HTTP headers sent with every request to a remote server, as written; `${secret:NAME}` in a
+    # value (or in a value of the `url`'s query) is the value of the entry's secret NAME.
     headers: dict[str, str] = field(default_factory=dict)
     # A remote server's names pinned to addresses: ironcurtain connects there without a lookup, and
     # a private or loopback address pinned here is allowed, for that name only (a name that
@@ -350,7 +353,8 @@ class ServerConfig:
     # scan off for this server; an object leaves some detectors out.
     scan_arguments: ArgumentScanConfig | bool = True
     # Credentials the server uses but never holds, by the variable it finds a sentinel in (the
-    # egress proxy swaps the sentinel for the value on the way to the secret's hosts).
+    # egress proxy swaps the sentinel for the value on the way to the secret's hosts). A remote
+    # server's are sent by ironcurtain itself, where its `headers` or `url` say `${secret:NAME}`.
     secrets: dict[str, SecretConfig] = field(default_factory=dict)
     # The protocol era the server is spoken to in, when set: `handshake` offers `initialize`
     # first, which every server of that era takes, and turns to the stateless era (2026-07-28)

@@ -8,7 +8,7 @@ import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import replace
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from launcher.plan.config_schema import AuthConfig, SandboxConfig, ServerConfig
 from launcher.shared.user_errors import ConfigError
@@ -48,6 +48,8 @@ RESERVED_HEADERS = frozenset(
 )
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an HTTP field name (RFC 9110 tchar)
 _LOCAL_ONLY = (("args", "args"), ("env", "env"), ("cwd", "cwd"))
+# A secret of the entry's ``secrets`` named in a header value or a URL query value.
+SECRET_REF = re.compile(r"\$\{secret:([^}]*)\}")
 
 
 @frozen
@@ -113,16 +115,36 @@ def is_loopback_name(host: str, hosts: Mapping[str, str]) -> bool:
         return False
 
 
-def target_of(server: ServerConfig) -> RemoteTarget:
-    """What a connection to a remote server (checked by :func:`checked_remote`) is made of."""
+def target_of(server: ServerConfig, secrets: Mapping[str, str] | None = None) -> RemoteTarget:
+    """What a connection to a remote server (checked by :func:`checked_remote`) is made of:
+    each ``${secret:NAME}`` of its headers and URL query replaced by the value of ``secrets``
+    (read from the entry's ``secrets``; percent-encoded in the URL)."""
     assert server.url is not None
-    parts = urlsplit(server.url)
+    given = secrets or {}
+
+    def value(found: re.Match[str], encode: bool = False) -> str:
+        # One naming no secret read (refused when the config is checked) is left as written.
+        text = given.get(found.group(1))
+        return found.group(0) if text is None else quote(text, safe="") if encode else text
+
+    url = SECRET_REF.sub(lambda m: value(m, encode=True), server.url)
+    parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     port = parts.port or (443 if parts.scheme == "https" else 80)
     transport = _TRANSPORTS.get(server.type or "http", STREAMABLE_HTTP)
     pins = {k.lower(): v for k, v in server.hosts.items()}
-    headers = dict(server.headers)
-    return RemoteTarget(server.url, host, port, transport, headers, pins, _auth_of(server))
+    headers = {k: SECRET_REF.sub(value, v) for k, v in server.headers.items()}
+    return RemoteTarget(url, host, port, transport, headers, pins, _auth_of(server))
+
+
+def secret_header_faults(server: ServerConfig, secrets: Mapping[str, str]) -> tuple[str, str]:
+    """The first header whose value, with the entry's secrets in place, is no HTTP field
+    value, and why (never quoting it); ``("", "")`` when every one is."""
+    for name, header in target_of(server, secrets).headers.items():
+        wrong = _field_value_fault(header)
+        if wrong is not None and SECRET_REF.search(server.headers[name]):
+            return name, f"with its secrets in place the header value would hold {wrong}"
+    return "", ""
 
 
 def _auth_of(server: ServerConfig) -> RemoteAuth:
@@ -185,6 +207,7 @@ def checked_remote(server: ServerConfig, file: str, loc: tuple[str, str]) -> Ser
         )
     _check_url(server, file, at("url"))
     _check_headers(server.headers, file, at)
+    _check_secret_refs(server, file, at)
     if server.auth is not None:
         _check_auth(server.auth, file, at)
     return replace(server, sandbox=False, restart=False)
@@ -286,10 +309,70 @@ def _check_headers(headers: Mapping[str, str], file: str, at: object) -> None:
         wrong = _field_value_fault(value)
         if wrong is not None:
             raise ConfigError(file, where, f"a header value cannot hold {wrong}")
-        if "${" in value:
+        if "${" in SECRET_REF.sub("", value):
             raise ConfigError(
                 file,
                 where,
-                "headers are sent as written: ${...} is not expanded "
-                "in them (write the value itself)",
+                "headers are sent as written: ${...} is not expanded in them, only "
+                '${secret:NAME} (a secret of the entry\'s "secrets") is put in place',
+            )
+
+
+def _check_secret_refs(server: ServerConfig, file: str, at: object) -> None:
+    """Each ``${secret:NAME}`` of a remote entry: in a header value or a URL query value
+    only, naming one of the entry's ``secrets``; and those secrets, sent by ironcurtain to
+    the entry's URL alone, name no ``hosts`` of their own nor a ``body``."""
+    assert callable(at) and server.url is not None
+    for name, value in server.headers.items():
+        _refs_known(SECRET_REF.findall(value), server, file, at("headers", name))
+    parts = urlsplit(server.url)
+    outside = [parts.scheme, parts.netloc, parts.path, parts.fragment]
+    outside += [pair.partition("=")[0] for pair in parts.query.split("&")]
+    if any("${secret:" in part for part in outside):
+        raise ConfigError(
+            file,
+            at("url"),
+            "${secret:NAME} is put in place only in a value of the URL's query "
+            "(?key=${secret:NAME}), not in its host, path or a query key",
+        )
+    _refs_known(SECRET_REF.findall(parts.query), server, file, at("url"))
+    _refs_elsewhere(server, file, at)
+    for variable, spec in server.secrets.items():
+        for key, given in (("hosts", spec.hosts), ("body", spec.body)):
+            if given:
+                raise ConfigError(
+                    file,
+                    at("secrets", variable, key),
+                    f'a remote server\'s secret is sent by ironcurtain to its "url" alone: '
+                    f'"{key}" is for a sandboxed server\'s brokered secret',
+                )
+
+
+def _refs_elsewhere(server: ServerConfig, file: str, at: object) -> None:
+    """No ``${secret:NAME}`` in a remote entry's other texts (its pinned names, its OAuth
+    client): none is put in place there, and none would be sent as if it were the value."""
+    assert callable(at)
+    texts: list[tuple[tuple[str, ...], str]] = [(("hosts", name), name) for name in server.hosts]
+    if server.auth is not None:
+        texts.append((("auth", "clientId"), server.auth.client_id or ""))
+        texts += [(("auth", "scopes"), scope) for scope in server.auth.scopes]
+    texts.append((("description",), server.description or ""))
+    for where, text in texts:
+        if "${secret:" in text:
+            raise ConfigError(
+                file,
+                at(*where),
+                "${secret:NAME} is put in place only in a header value or a value of the "
+                "URL's query",
+            )
+
+
+def _refs_known(names: list[str], server: ServerConfig, file: str, where: str) -> None:
+    for name in names:
+        if name not in server.secrets:
+            known = ", ".join(sorted(server.secrets)) or "none"
+            raise ConfigError(
+                file,
+                where,
+                f'${{secret:{name}}} names no secret of the entry\'s "secrets" (it has: {known})',
             )

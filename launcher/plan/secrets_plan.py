@@ -126,6 +126,10 @@ def plan_secrets(
             raise ConfigError(file, at, unsandboxed)
         if variable in server_env:
             raise ConfigError(file, at, f"{variable} is also in the server's env: give it once")
+        if not spec.hosts:
+            raise ConfigError(
+                file, f"{at}.hosts", "Field required: the hosts the secret may be sent to"
+            )
         hosts, problem = _hosts(spec.hosts, rules)
         if problem is not None:
             raise ConfigError(file, f"{at}.hosts", problem)
@@ -134,4 +138,24 @@ def plan_secrets(
         except ValueError as exc:
             raise ConfigError(file, f"{at}.from", str(exc)) from None
         out.append(Brokered(variable, new_sentinel(), value, hosts, spec.body))
+    return tuple(out)
+
+
+def read_secrets(file: str, where: str, configured: Mapping[str, object]) -> tuple[Brokered, ...]:
+    """A remote server's ``secrets`` (``configured``, at JSON path ``where``) read now:
+    ironcurtain itself sends each to the server's URL, so none has a sentinel or hosts (each
+    is still a secret of the config: masked in what servers send, looked for in arguments)."""
+    from launcher.host.no_dumps import keep_from_dumps
+    from launcher.plan.config_schema import SecretConfig
+
+    if configured:
+        keep_from_dumps()
+    out: list[Brokered] = []
+    for variable, spec in configured.items():
+        assert isinstance(spec, SecretConfig)
+        try:
+            value = _value(spec.from_, os.environ)
+        except ValueError as exc:
+            raise ConfigError(file, f"{where}.secrets.{variable}.from", str(exc)) from None
+        out.append(Brokered(variable, "", value, ()))
     return tuple(out)

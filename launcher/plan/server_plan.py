@@ -17,8 +17,8 @@ from launcher.host.machine import PLATFORM
 from launcher.plan.config import LoadedConfig, warn
 from launcher.plan.config_schema import FilesystemSandbox, ServerConfig
 from launcher.plan.programs import npx_to_node, resolve_command
-from launcher.plan.remote_plan import RemoteTarget, target_of
-from launcher.plan.secrets_plan import Brokered, plan_secrets
+from launcher.plan.remote_plan import RemoteTarget, secret_header_faults, target_of
+from launcher.plan.secrets_plan import Brokered, plan_secrets, read_secrets
 from launcher.plan.workspace import refused_root
 from launcher.shared import dirs, rundir
 from launcher.shared.jsonrpc import HANDSHAKE, ClientSide
@@ -381,7 +381,14 @@ def _remote(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:
     """The plan of a remote server: no process, no sandbox, no directory of this machine
     (it is told of no root)."""
     launch = LaunchSpec(name, [], {}, at.workspace, server.timeout)
-    return ServerPlan(name, server, launch, None, at.workspace, remote=target_of(server))
+    where = f"$.{at.config.key}.{name}"
+    read = read_secrets(str(at.config.path), where, server.secrets)
+    values = {b.variable: b.value for b in read}
+    header, wrong = secret_header_faults(server, values)
+    if wrong:
+        raise ConfigError(str(at.config.path), f"{where}.headers.{header}", wrong)
+    target = target_of(server, values)
+    return ServerPlan(name, server, launch, None, at.workspace, remote=target, secrets=read)
 
 
 def plan_server(name: str, server: ServerConfig, at: Surroundings) -> ServerPlan:

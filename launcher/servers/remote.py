@@ -333,7 +333,8 @@ def hidden_values(headers: Mapping[str, str], query: str = "") -> dict[str, str]
     is hidden wherever the server's messages carry it, longest first (a value is replaced
     before a part of it), each with its marker: the whole value, the credential after an
     authorization scheme (``Bearer X``: ``X``), a ``Basic`` credential decoded
-    (``user:password``, and the password), the query and each of its values, each of at
+    (``user:password``, and the password), the query and each of its values (decoded and
+    as written), each of at
     least ``SHORTEST_HIDDEN`` characters.
 
     >>> hidden_values({"Authorization": "Basic bWU6czNjcjN0LXRva2Vu"})  # doctest: +ELLIPSIS
@@ -353,7 +354,9 @@ def hidden_values(headers: Mapping[str, str], query: str = "") -> dict[str, str]
         for part in parts:
             if len(part) >= SHORTEST_HIDDEN:
                 found.setdefault(part, marker)
+    # Each of its keys and values decoded, and as written (percent-encoded).
     in_query = [query, *(v for pair in parse_qsl(query) for v in pair)]
+    in_query += [part for pair in query.split("&") for part in pair.split("=", 1)]
     for part in in_query:
         if len(part) >= SHORTEST_HIDDEN:
             found.setdefault(part, "[secret masked: the URL's query]")
