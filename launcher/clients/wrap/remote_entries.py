@@ -52,8 +52,10 @@ from sandbox_profiles.records import frozen
 
 __all__ = [
     "LeftAlone",
+    "borrowed",
     "hide_headers",
     "login_note",
+    "may_share",
     "remote_definition",
     "remote_entry",
     "remote_problem",
@@ -105,6 +107,9 @@ OAUTH_KEYS = frozenset(
     }
 )  # fmt: skip
 URL_KEYS = ("url", "httpUrl", "serverUrl", "uri")
+# The end of a project's remote definition's description: whose it is, for whoever would
+# take it for theirs (a login kept for a server goes with its name).
+PROJECT_MARK = ", a project's server"
 
 
 def shown_url(url: str) -> str:
@@ -268,7 +273,9 @@ def remote_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str
             raise LeftAlone(f"as {other.client.label} reads it: {exc}") from None
         if theirs != definition:
             raise LeftAlone(f"{f.client.label} and {other.client.label} read it differently")
-    definition["description"] = f"wrapped from {f.client.label} ({f.path})"
+    definition["description"] = f"wrapped from {f.client.label} ({f.path})" + (
+        PROJECT_MARK if f.scope == "project" else ""
+    )
     notes = [f"{e.name}: remote, reached by ironcurtain: {shown_url(definition['url'])}"]
     headers = sorted(definition.get("headers") or {})
     if headers:
@@ -334,3 +341,37 @@ def hide_headers(text: str, definitions: Iterable[Mapping[str, Any]]) -> str:
                 if len(part) >= 8:
                     text = text.replace(part, f'[secret masked: "{name}" header]')
     return text
+
+
+def _projects(definition: Mapping[str, Any]) -> bool:
+    return str(definition.get("description") or "").endswith(PROJECT_MARK)
+
+
+def may_share(theirs: Any, definition: Mapping[str, Any]) -> bool:
+    """Whether a remote ``definition`` may take the name of ``theirs``, a definition of
+    the same server already in ironcurtain's config: not when either is a project's (a
+    login kept for that name would go to the other's entry), unless both are the same
+    file's."""
+    if "url" not in definition or not isinstance(theirs, Mapping):
+        return True
+    if _projects(theirs) or _projects(definition):
+        return theirs.get("description") == definition.get("description")
+    return True
+
+
+def borrowed(f: ClientFile, server: str, servers: Mapping[str, Any]) -> str | None:
+    """Why a project's entry that starts ``ironcurtain run --server server`` is not its own
+    (None: it is, or it is no project's): ``servers`` (ironcurtain's user config) defines
+    ``server`` as a remote server that was not wrapped from this project's file, so the
+    entry would reach it with the user's headers or login."""
+    definition = servers.get(server)
+    if f.scope != "project" or not isinstance(definition, Mapping) or "url" not in definition:
+        return None
+    description = str(definition.get("description") or "")
+    if _projects(definition) and f"({f.path})" in description:
+        return None
+    return (
+        f"this project's entry starts your remote server {server} "
+        f"({shown_url(str(definition['url']))}) with your headers or login; wrap never "
+        "writes that for a project's entry"
+    )
