@@ -30,7 +30,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,6 +46,7 @@ from launcher.clients.catalogue.known import (
     workspace_of,
 )
 from launcher.clients.catalogue.var_syntax import LeftAlone, translate
+from launcher.clients.files.file_io import Refused, read_user
 from launcher.clients.files.formats import plain
 from sandbox_profiles.records import frozen
 
@@ -317,18 +317,18 @@ def remote_entry(f: ClientFile, e: Entry, server: str) -> dict[str, Any]:
 def keep_owner_only(config: Path, definitions: Iterable[Mapping[str, Any]]) -> str | None:
     """Before ironcurtain's user config gets a remote server's headers (one of
     ``definitions`` has some): make it owner-only when others may read it (what to say;
-    None when nothing was done)."""
+    None when nothing was done). A file wrap may not write (a link to another user's
+    file) is left as it is: the write is refused, loudly, after this."""
     if not any(d.get("headers") for d in definitions):
         return None
-    real = os.path.realpath(config)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        return None  # written new, owner-only
-    if not mode & 0o077:
-        return None
-    os.chmod(real, mode & 0o700)
-    return f"{config}: made owner-only (it holds a remote server's headers; it was {mode:o})"
+        source = read_user(config.parent, config.name, None)
+    except Refused:
+        return None  # refused again, and said, when it is written
+    if source is None or source.unwritable or not source.mode & 0o077:
+        return None  # none yet (written new, owner-only), or not wrap's to change
+    os.chmod(source.real, source.mode & 0o700)
+    return f"{config}: made owner-only (it holds a remote server's headers; it was {source.mode:o})"
 
 
 def hide_headers(text: str, definitions: Iterable[Mapping[str, Any]]) -> str:
