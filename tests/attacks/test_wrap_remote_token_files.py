@@ -102,3 +102,51 @@ def test_a_wrap_stopped_between_its_writes_loses_no_token_and_finishes_later(
     entry = json.loads(client.read_text())["mcpServers"]["far"]
     assert entry["args"][-1] == "far" and TOKEN not in client.read_text()
     assert list(json.loads(config.path.read_text())["mcpServers"]) == ["far"]  # one, reused
+
+
+KEYED = "https://a.example/mcp?api_key=" + "k3y-5ecret-0a1b2c3d"
+
+
+def _keyed(user: Home) -> Path:
+    """The user's remote entry whose key is in its URL's query, and an ironcurtain config
+    others may read."""
+    path = user.home / ".claude.json"
+    path.write_text(json.dumps({"mcpServers": {"far": {"type": "http", "url": KEYED}}}))
+    config = user.config / "ironcurtain" / "mcp-servers.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"mcpServers": {}}\n')
+    config.chmod(0o644)
+    return config
+
+
+def test_a_key_in_a_urls_query_is_masked_and_kept_owner_only(user: Home) -> None:
+    config = _keyed(user)
+    shown = _cli(user, user.root, "wrap", "--client", "claude-code", "--dry-run")
+    assert shown.returncode == 0, shown.stderr
+    assert "k3y-5ecret" not in shown.stdout + shown.stderr
+    assert '[secret masked: "api_key" in its URL]' in shown.stdout
+    done = _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    assert "k3y-5ecret" not in done.stdout + done.stderr
+    assert json.loads(config.read_text())["mcpServers"]["far"]["url"] == KEYED
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+
+
+def test_control_a_urls_query_counted_as_no_credential_is_shown_and_left_readable(
+    user: Home, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The protection off (a URL's query not counted as a credential): the dry run prints
+    the key, and the key lands in a config others may read."""
+    from launcher.cli import clients as cli
+    from launcher.clients.wrap import remote_entries
+
+    config = _keyed(user)
+    in_process(user, monkeypatch)
+    user.enter(monkeypatch)
+    monkeypatch.chdir(user.root)
+    monkeypatch.setattr(remote_entries, "_secrets", lambda _: [])
+    cli.wrap(client=["claude-code"], dry_run=True)
+    assert "k3y-5ecret" in capsys.readouterr().out
+    cli.wrap(client=["claude-code"], annotate=False)
+    assert stat.S_IMODE(config.stat().st_mode) == 0o644
+    assert json.loads(config.read_text())["mcpServers"]["far"]["url"] == KEYED

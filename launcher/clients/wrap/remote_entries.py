@@ -315,11 +315,11 @@ def remote_entry(f: ClientFile, e: Entry, server: str) -> dict[str, Any]:
 
 
 def keep_owner_only(config: Path, definitions: Iterable[Mapping[str, Any]]) -> str | None:
-    """Before ironcurtain's user config gets a remote server's headers (one of
-    ``definitions`` has some): make it owner-only when others may read it (what to say;
-    None when nothing was done). A file wrap may not write (a link to another user's
+    """Before ironcurtain's user config gets a remote server's headers or a URL with a
+    query (one of ``definitions`` has some): make it owner-only when others may read it
+    (what to say; None when nothing was done). A file wrap may not write (a link to another user's
     file) is left as it is: the write is refused, loudly, after this."""
-    if not any(d.get("headers") for d in definitions):
+    if not any(_secrets(d) for d in definitions):
         return None
     try:
         source = read_user(config.parent, config.name, None)
@@ -328,18 +328,31 @@ def keep_owner_only(config: Path, definitions: Iterable[Mapping[str, Any]]) -> s
     if source is None or source.unwritable or not source.mode & 0o077:
         return None  # none yet (written new, owner-only), or not wrap's to change
     os.chmod(source.real, source.mode & 0o700)
-    return f"{config}: made owner-only (it holds a remote server's headers; it was {source.mode:o})"
+    was = f"{source.mode:o}"
+    return f"{config}: made owner-only (it holds a remote server's credentials; it was {was})"
+
+
+def _secrets(definition: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What of a remote server's definition may be a credential, each with what it is: each
+    header's value, and each value in its URL's query (where some services put their key)."""
+    found = [(f'"{k}" header', str(v)) for k, v in (definition.get("headers") or {}).items()]
+    query = urlsplit(str(definition.get("url") or "")).query
+    for pair in query.split("&") if query else ():
+        name, _, value = pair.partition("=")
+        found.append((f'"{name}" in its URL', value))
+    return found
 
 
 def hide_headers(text: str, definitions: Iterable[Mapping[str, Any]]) -> str:
-    """``text`` (a diff to show) with the value of each header a remote server's definition
-    carries masked, and the credential after its scheme (``Bearer X``): shown, never."""
+    """``text`` (a diff to show) with each value a remote server's definition carries that
+    may be a credential masked (a header's value, the credential after its scheme, as in
+    ``Bearer X``, a value in its URL's query): shown, never."""
     for definition in definitions:
-        for name, value in (definition.get("headers") or {}).items():
-            _, _, credential = str(value).partition(" ")
-            for part in (str(value), credential):
+        for name, value in _secrets(definition):
+            _, _, credential = value.partition(" ")
+            for part in (value, credential):
                 if len(part) >= 8:
-                    text = text.replace(part, f'[secret masked: "{name}" header]')
+                    text = text.replace(part, f"[secret masked: {name}]")
     return text
 
 
