@@ -150,3 +150,27 @@ def test_control_a_urls_query_counted_as_no_credential_is_shown_and_left_readabl
     cli.wrap(client=["claude-code"], annotate=False)
     assert stat.S_IMODE(config.stat().st_mode) == 0o644
     assert json.loads(config.read_text())["mcpServers"]["far"]["url"] == KEYED
+
+
+@pytest.mark.parametrize("rotated", [True, False], ids=["rotated", "as-wrapped"])
+def test_unwrap_after_a_token_rotated_in_ironcurtains_config_says_so(
+    user: Home, rotated: bool
+) -> None:
+    """The user rotates the token where wrap moved it; unwrap puts the client's file back
+    as it was (the old token), keeps the new one where it is, and says so."""
+    client = _claude(user)
+    before = client.read_bytes()
+    done = _cli(user, user.root, "wrap", "--client", "claude-code", "--no-annotate")
+    assert done.returncode == 0, done.stderr
+    config = user.config / "ironcurtain" / "mcp-servers.json"
+    servers = json.loads(config.read_text())
+    new = "Bearer rk-live-" + "ffeeddccbbaa99887766"
+    if rotated:
+        servers["mcpServers"]["far"]["headers"]["Authorization"] = new
+        config.write_text(json.dumps(servers))
+    done = _cli(user, user.root, "unwrap", "--client", "claude-code")
+    assert done.returncode == 0, done.stderr
+    assert client.read_bytes() == before
+    said = "far in " + str(config) + " has changed since"
+    assert (said in done.stderr) == rotated, done.stderr
+    assert (new in config.read_text()) == rotated and new not in done.stderr

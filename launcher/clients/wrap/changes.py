@@ -157,7 +157,7 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
 
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
-        reason = borrowed(f, server_of(e), _user_servers())
+        reason = borrowed(f, server_of(e), user_servers())
     if e.calls_ironcurtain and reason is None:
         if annotated is None or server_of(e) in annotated:
             return True, "runs through ironcurtain"
@@ -187,7 +187,7 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
     return False, "no command (not protected: left alone)"
 
 
-def _user_servers() -> dict[str, Any]:
+def user_servers() -> dict[str, Any]:
     """The servers ironcurtain's user config defines (none when it cannot be read)."""
     path = user_config()
     try:

@@ -53,6 +53,7 @@ from sandbox_profiles.records import frozen
 __all__ = [
     "LeftAlone",
     "borrowed",
+    "changed_since",
     "hide_headers",
     "login_note",
     "may_share",
@@ -387,4 +388,31 @@ def borrowed(f: ClientFile, server: str, servers: Mapping[str, Any]) -> str | No
         f"this project's entry starts your remote server {server} "
         f"({shown_url(str(definition['url']))}) with your headers or login; wrap never "
         "writes that for a project's entry"
+    )
+
+
+def changed_since(
+    f: ClientFile, entry: Mapping[str, Any], servers: Mapping[str, Any]
+) -> str | None:
+    """What to say when ``unwrap`` puts back the remote entry a record of wrap's holds
+    (``entry``: its name and value before and after) while its server in ironcurtain's
+    config (``servers``) now has another URL or headers (a token rotated there stays
+    there): the client gets back what it had."""
+    form, before, after = FORMS.get(f.client.name), entry.get("before"), entry.get("after")
+    if form is None or not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    args = after.get("args")
+    if not isinstance(args, list) or "--server" not in args[:-1]:
+        return None
+    server = str(args[args.index("--server") + 1])
+    now = servers.get(server)
+    if not isinstance(now, Mapping) or "url" not in now:
+        return None
+    url = next((before[k] for k, _ in form.urls if k in before), None)
+    if now.get("url") == url and (now.get("headers") or {}) == (before.get(form.headers) or {}):
+        return None
+    return (
+        f"{entry.get('name')}: {f.path} gets back the URL and headers it had when wrapped, but "
+        f"{server} in {user_config()} has changed since (a token rotated there?); copy them "
+        "to the client by hand"
     )
