@@ -103,6 +103,9 @@ def test_a_projects_entry_with_the_users_url_never_gets_the_users_login(
     assert not _has_users_login(server)  # ...to a server with no login of the user's
     # The user's own entry still starts its own, logged-in server.
     assert _users_entry(user)["args"][-1] == "far"
+    # The project's entry, wrapped from its own file, counts as protected (its own server).
+    listed = _cli(user, project, "clients", "--check")
+    assert listed.returncode == 0 and "NOT protected" not in listed.stdout, listed.stdout
 
 
 def test_control_sharing_the_users_definition_gives_the_project_the_login(

@@ -381,8 +381,8 @@ def borrowed(f: ClientFile, server: str, servers: Mapping[str, Any]) -> str | No
     definition = servers.get(server)
     if f.scope != "project" or not isinstance(definition, Mapping) or "url" not in definition:
         return None
-    description = str(definition.get("description") or "")
-    if _projects(definition) and f"({f.path})" in description:
+    own = {f"wrapped from {o.client.label} ({f.path}){PROJECT_MARK}" for o in f.as_read_by()}
+    if definition.get("description") in own:
         return None
     return (
         f"this project's entry starts your remote server {server} "
