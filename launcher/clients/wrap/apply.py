@@ -89,6 +89,7 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
     for f in {str(f.path): f for f in files.files}.values():
         source = f.source
         for record in reversed([r for r in records if backups.names(r, f.source)]):
+            entries = list(record.get("entries") or [])
             try:
                 source, line, left = _restore(f, source, record)
             except UsageError as exc:
@@ -100,6 +101,7 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
                 records.remove(record)
             backups.save(records)  # at once: the next run sees what was done
             said.append(line)
+            said += _changed_since(f, [e for e in entries if e not in left])
             if left:
                 names = ", ".join(e["name"] for e in left)
                 problems.append(
@@ -108,6 +110,16 @@ def unwrap(files: Found) -> tuple[list[str], list[str]]:
                 )
                 break
     return said, problems
+
+
+def _changed_since(f: ClientFile, done: list[dict[str, Any]]) -> list[str]:
+    """What to say of the remote entries put back (``done``) whose server ironcurtain's
+    config now defines otherwise (the client gets back what it had)."""
+    from launcher.clients.wrap.changes import user_servers
+    from launcher.clients.wrap.remote_entries import changed_since
+
+    servers = user_servers()
+    return [line for e in done if (line := changed_since(f, e, servers))]
 
 
 def _restore(

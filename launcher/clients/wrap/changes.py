@@ -45,7 +45,9 @@ from launcher.clients.files.formats import NotEditable, plain, replace
 from launcher.clients.files.jsonc import JsoncError, parse, unwritable
 from launcher.clients.wrap.definition import LeftAlone, moved_definition, references_environment
 from launcher.clients.wrap.remote_entries import (
+    borrowed,
     login_note,
+    may_share,
     remote_definition,
     remote_entry,
     remote_problem,
@@ -155,6 +157,8 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
 
     reason = not_protected(f, e) if e.calls_ironcurtain else None
     if e.calls_ironcurtain and reason is None:
+        reason = borrowed(f, server_of(e), user_servers())
+    if e.calls_ironcurtain and reason is None:
         if annotated is None or server_of(e) in annotated:
             return True, "runs through ironcurtain"
         return True, (
@@ -181,6 +185,17 @@ def status(f: ClientFile, e: Entry, annotated: set[str] | None = None) -> tuple[
     if isinstance(kind, str) and kind:
         return False, f"type {kind}, run by the client itself (not protected: left alone)"
     return False, "no command (not protected: left alone)"
+
+
+def user_servers() -> dict[str, Any]:
+    """The servers ironcurtain's user config defines (none when it cannot be read)."""
+    path = user_config()
+    try:
+        own = read_user(path.parent, path.name, None)
+        servers = parse(own.text).value.get("mcpServers") if own is not None else None
+    except (Refused, JsoncError, AttributeError):
+        return {}
+    return servers if isinstance(servers, dict) else {}
 
 
 def filled_in(f: ClientFile, e: Entry) -> str:
@@ -321,8 +336,8 @@ def _plan_entry(
     f: ClientFile, e: Entry, change: Change, config: Change, existing: dict[str, Any]
 ) -> None:
     """Wrap one entry into ``change`` and ``config``, or say why it is left alone."""
-    if e.calls_ironcurtain and not_protected(f, e) is None:
-        return  # wrapped already
+    if _wrapped_already(f, e, change, existing):
+        return
     alone = left_alone(f, e)
     if alone is not None:
         change.notes.append(alone)
@@ -378,6 +393,16 @@ def _plan_entry(
         )
 
 
+def _wrapped_already(f: ClientFile, e: Entry, change: Change, existing: dict[str, Any]) -> bool:
+    """Whether the entry already starts ironcurtain as wrap writes it (a project's entry
+    starting a remote server of the user's: said, and left alone)."""
+    if not e.calls_ironcurtain or not_protected(f, e) is not None:
+        return False
+    if why := borrowed(f, server_of(e), existing):
+        change.notes.append(f"{e.name}: NOT protected: {why}; left alone")
+    return True
+
+
 def _stdio_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str, str], list[str]]:
     """A stdio entry's moved definition, as every client that reads its file takes it."""
     definition, kept, notes = moved_definition(f, e)
@@ -391,11 +416,14 @@ def config_name(
     """The name of an entry's definition in ironcurtain's config: its own name, or, when a
     server of that name is defined differently (another client's entry of that name),
     NAME.CLIENT, then NAME.CLIENT.2 and on: one name per definition, each client's entry
-    starting its own."""
+    starting its own. A project's remote server never shares a name with another file's
+    (a login is kept by name)."""
     candidates: list[str] = [name, per_client(name, client)]
     candidates += [f"{per_client(name, client)}.{n}" for n in range(2, 100)]
     for candidate in candidates:
-        if candidate not in existing or _same(existing[candidate], definition):
+        if candidate not in existing or (
+            _same(existing[candidate], definition) and may_share(existing[candidate], definition)
+        ):
             return candidate
     return candidates[-1]  # 99 of them: the config check refuses the last, said
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
-import stat
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,13 +46,17 @@ from launcher.clients.catalogue.known import (
     workspace_of,
 )
 from launcher.clients.catalogue.var_syntax import LeftAlone, translate
+from launcher.clients.files.file_io import Refused, read_user
 from launcher.clients.files.formats import plain
 from sandbox_profiles.records import frozen
 
 __all__ = [
     "LeftAlone",
+    "borrowed",
+    "changed_since",
     "hide_headers",
     "login_note",
+    "may_share",
     "remote_definition",
     "remote_entry",
     "remote_problem",
@@ -105,6 +108,9 @@ OAUTH_KEYS = frozenset(
     }
 )  # fmt: skip
 URL_KEYS = ("url", "httpUrl", "serverUrl", "uri")
+# The end of a project's remote definition's description: whose it is, for whoever would
+# take it for theirs (a login kept for a server goes with its name).
+PROJECT_MARK = ", a project's server"
 
 
 def shown_url(url: str) -> str:
@@ -268,7 +274,9 @@ def remote_definition(f: ClientFile, e: Entry) -> tuple[dict[str, Any], dict[str
             raise LeftAlone(f"as {other.client.label} reads it: {exc}") from None
         if theirs != definition:
             raise LeftAlone(f"{f.client.label} and {other.client.label} read it differently")
-    definition["description"] = f"wrapped from {f.client.label} ({f.path})"
+    definition["description"] = f"wrapped from {f.client.label} ({f.path})" + (
+        PROJECT_MARK if f.scope == "project" else ""
+    )
     notes = [f"{e.name}: remote, reached by ironcurtain: {shown_url(definition['url'])}"]
     headers = sorted(definition.get("headers") or {})
     if headers:
@@ -308,29 +316,103 @@ def remote_entry(f: ClientFile, e: Entry, server: str) -> dict[str, Any]:
 
 
 def keep_owner_only(config: Path, definitions: Iterable[Mapping[str, Any]]) -> str | None:
-    """Before ironcurtain's user config gets a remote server's headers (one of
-    ``definitions`` has some): make it owner-only when others may read it (what to say;
-    None when nothing was done)."""
-    if not any(d.get("headers") for d in definitions):
+    """Before ironcurtain's user config gets a remote server's headers or a URL with a
+    query (one of ``definitions`` has some): make it owner-only when others may read it
+    (what to say; None when nothing was done). A file wrap may not write (a link to another user's
+    file) is left as it is: the write is refused, loudly, after this."""
+    if not any(_secrets(d) for d in definitions):
         return None
-    real = os.path.realpath(config)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except FileNotFoundError:
-        return None  # written new, owner-only
-    if not mode & 0o077:
-        return None
-    os.chmod(real, mode & 0o700)
-    return f"{config}: made owner-only (it holds a remote server's headers; it was {mode:o})"
+        source = read_user(config.parent, config.name, None)
+    except Refused:
+        return None  # refused again, and said, when it is written
+    if source is None or source.unwritable or not source.mode & 0o077:
+        return None  # none yet (written new, owner-only), or not wrap's to change
+    os.chmod(source.real, source.mode & 0o700)
+    was = f"{source.mode:o}"
+    return f"{config}: made owner-only (it holds a remote server's credentials; it was {was})"
+
+
+def _secrets(definition: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """What of a remote server's definition may be a credential, each with what it is: each
+    header's value, and each value in its URL's query (where some services put their key)."""
+    found = [(f'"{k}" header', str(v)) for k, v in (definition.get("headers") or {}).items()]
+    query = urlsplit(str(definition.get("url") or "")).query
+    for pair in query.split("&") if query else ():
+        name, _, value = pair.partition("=")
+        found.append((f'"{name}" in its URL', value))
+    return found
 
 
 def hide_headers(text: str, definitions: Iterable[Mapping[str, Any]]) -> str:
-    """``text`` (a diff to show) with the value of each header a remote server's definition
-    carries masked, and the credential after its scheme (``Bearer X``): shown, never."""
+    """``text`` (a diff to show) with each value a remote server's definition carries that
+    may be a credential masked (a header's value, the credential after its scheme, as in
+    ``Bearer X``, a value in its URL's query): shown, never."""
     for definition in definitions:
-        for name, value in (definition.get("headers") or {}).items():
-            _, _, credential = str(value).partition(" ")
-            for part in (str(value), credential):
+        for name, value in _secrets(definition):
+            _, _, credential = value.partition(" ")
+            for part in (value, credential):
                 if len(part) >= 8:
-                    text = text.replace(part, f'[secret masked: "{name}" header]')
+                    text = text.replace(part, f"[secret masked: {name}]")
     return text
+
+
+def _projects(definition: Mapping[str, Any]) -> bool:
+    return str(definition.get("description") or "").endswith(PROJECT_MARK)
+
+
+def may_share(theirs: Any, definition: Mapping[str, Any]) -> bool:
+    """Whether a remote ``definition`` may take the name of ``theirs``, a definition of
+    the same server already in ironcurtain's config: not when either is a project's (a
+    login kept for that name would go to the other's entry), unless both are the same
+    file's."""
+    if "url" not in definition or not isinstance(theirs, Mapping):
+        return True
+    if _projects(theirs) or _projects(definition):
+        return theirs.get("description") == definition.get("description")
+    return True
+
+
+def borrowed(f: ClientFile, server: str, servers: Mapping[str, Any]) -> str | None:
+    """Why a project's entry that starts ``ironcurtain run --server server`` is not its own
+    (None: it is, or it is no project's): ``servers`` (ironcurtain's user config) defines
+    ``server`` as a remote server that was not wrapped from this project's file, so the
+    entry would reach it with the user's headers or login."""
+    definition = servers.get(server)
+    if f.scope != "project" or not isinstance(definition, Mapping) or "url" not in definition:
+        return None
+    own = {f"wrapped from {o.client.label} ({f.path}){PROJECT_MARK}" for o in f.as_read_by()}
+    if definition.get("description") in own:
+        return None
+    return (
+        f"this project's entry starts your remote server {server} "
+        f"({shown_url(str(definition['url']))}) with your headers or login; wrap never "
+        "writes that for a project's entry"
+    )
+
+
+def changed_since(
+    f: ClientFile, entry: Mapping[str, Any], servers: Mapping[str, Any]
+) -> str | None:
+    """What to say when ``unwrap`` puts back the remote entry a record of wrap's holds
+    (``entry``: its name and value before and after) while its server in ironcurtain's
+    config (``servers``) now has another URL or headers (a token rotated there stays
+    there): the client gets back what it had."""
+    form, before, after = FORMS.get(f.client.name), entry.get("before"), entry.get("after")
+    if form is None or not isinstance(before, dict) or not isinstance(after, dict):
+        return None
+    args = after.get("args")
+    if not isinstance(args, list) or "--server" not in args[:-1]:
+        return None
+    server = str(args[args.index("--server") + 1])
+    now = servers.get(server)
+    if not isinstance(now, Mapping) or "url" not in now:
+        return None
+    url = next((before[k] for k, _ in form.urls if k in before), None)
+    if now.get("url") == url and (now.get("headers") or {}) == (before.get(form.headers) or {}):
+        return None
+    return (
+        f"{entry.get('name')}: {f.path} gets back the URL and headers it had when wrapped, but "
+        f"{server} in {user_config()} has changed since (a token rotated there?); copy them "
+        "to the client by hand"
+    )
