@@ -37,6 +37,9 @@ EVENT_LIMIT = 1024 * 1024
 RECONNECTS = 2
 # Seconds to wait before opening a stream again when the server names no ``retry``.
 RETRY_DELAY = 1.0
+# Seconds an event stream is read on after its answer, to its end, so that its connection
+# carries the next call (0: closed at the answer, and the next call opens another).
+DRAINED = 1.0
 JSON = "application/json"
 EVENTS = "text/event-stream"
 
@@ -220,7 +223,32 @@ class Wire:
             await self._stream(again, key, attempt + 1)
 
     async def _events(self, response: httpx2.Response, key: Any, last: list[str | None]) -> bool:
-        """Hand on each event's message; whether ``key``'s answer (or error) came."""
+        """Hand on each event's message; whether ``key``'s answer (or error) came. The stream
+        is read on to its end after the answer (for at most ``DRAINED`` seconds more): a
+        stream closed before its end takes its connection with it, and the next call would
+        open another."""
+        answered = False
+        try:
+            async with asyncio.timeout(None) as deadline:
+                async for parsed in self._messages(response, last):
+                    if parsed is None:  # not JSON: an error for the request it answers
+                        if key is not None and not answered:
+                            self._error(key, PARSE_ERROR, "Failed to parse SSE message")
+                            return True
+                        continue
+                    first = self._handed(parsed, None if answered else key) and not answered
+                    if first and key is not None:
+                        answered = True
+                        if DRAINED <= 0:
+                            return True
+                        deadline.reschedule(asyncio.get_running_loop().time() + DRAINED)
+        except TimeoutError:
+            if not answered:
+                raise
+        return answered
+
+    async def _messages(self, response: httpx2.Response, last: list[str | None]) -> Any:
+        """The messages of an event stream, each parsed (None: one that is not JSON)."""
         import httpx2
 
         async for event in httpx2.EventSource(response, max_event_size=EVENT_LIMIT):
@@ -231,16 +259,10 @@ class Wire:
             if event.event != "message" or not event.data:
                 continue
             try:
-                parsed = json.loads(event.data)
+                yield json.loads(event.data)
             except ValueError as exc:
                 self.say(f"Error parsing SSE message: {exc}")
-                if key is not None:
-                    self._error(key, PARSE_ERROR, f"Failed to parse SSE message: {exc}")
-                    return True
-                continue
-            if self._handed(parsed, key) and key is not None:
-                return True
-        return False
+                yield None
 
     def _handed(self, parsed: Any, key: Any) -> bool:
         """Hand on one message the server sent; whether it answers a request. An answer to
