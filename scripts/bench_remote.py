@@ -103,7 +103,8 @@ class DirectHttp:
 
 class SdkHttp:
     """The remote server through the ``mcp`` SDK's own streamable-HTTP client (what
-    ironcurtain reaches it with), on an event loop of its own thread; each call timed in
+    ironcurtain reached it with before it spoke the transport itself), on an event loop of
+    its own thread; each call timed in
     that loop, so the hop between threads is not counted."""
 
     def __init__(self, url: str) -> None:
@@ -205,7 +206,7 @@ def bench_remote(quick: bool) -> str:
     a, b, sdk = times[:3]
     label = "remote echo (direct = HTTP from a raw socket; ironcurtain over stdio, then HTTP)"
     med, p99 = compare(label, a, b)
-    compare("the same direct through the mcp SDK's client (what ironcurtain reaches it with)",
+    compare("the same direct through the mcp SDK's client (a client library's own cost)",
             a, sdk, ("raw socket", "SDK client"))  # fmt: skip
     if before:
         compare(f"the same through {before} (before) and this ironcurtain (after)",
