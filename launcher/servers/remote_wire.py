@@ -37,6 +37,8 @@ EVENT_LIMIT = 1024 * 1024
 RECONNECTS = 2
 # Seconds to wait before opening a stream again when the server names no ``retry``.
 RETRY_DELAY = 1.0
+# Redirects of one request followed at most (each on the same origin, keeping its method).
+REDIRECTS = 5
 # Seconds an event stream is read on after its answer, to its end, so that its connection
 # carries the next call (0: closed at the answer, and the next call opens another).
 DRAINED = 1.0
@@ -132,11 +134,19 @@ class Wire:
         """One message ``POST``ed, and (for a request) its answer read."""
         key = message.get("id") if "method" in message else None
         body = json.dumps(message, separators=(",", ":")).encode()
+        url = self.url
         # A failure to reach the server (or the egress check's refusal) ends the session.
-        async with self.http.stream(
-            "POST", self.url, content=body, headers=self.headers(era)
-        ) as response:
-            await self._answered(response, message, key)
+        for _ in range(REDIRECTS + 1):
+            async with self.http.stream(
+                "POST", url, content=body, headers=self.headers(era)
+            ) as response:
+                moved = _moved(response)
+                if moved is None:
+                    await self._answered(response, message, key)
+                    return
+            url = moved
+        if key is not None:
+            self._error(key, INVALID_REQUEST, f"more than {REDIRECTS} redirects")
 
     async def _answered(self, response: httpx2.Response, message: Message, key: Any) -> None:
         status = response.status_code
@@ -311,6 +321,18 @@ class Wire:
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await task
+
+
+def _moved(response: httpx2.Response) -> str | None:
+    """Where a request is redirected, when it is to be followed: a ``307`` or ``308`` (the
+    method and body kept) to the same scheme, host and port. Any other is not followed."""
+    location = response.headers.get("location")
+    if response.status_code not in (307, 308) or not location:
+        return None
+    there = response.request.url.join(location)
+    here = response.request.url
+    same = (there.scheme, there.host, there.port) == (here.scheme, here.host, here.port)
+    return str(there) if same else None
 
 
 def _kind(response: httpx2.Response) -> str:

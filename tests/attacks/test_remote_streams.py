@@ -2,7 +2,8 @@
 reads them: the calls of a session go over one kept-alive connection (a stream is read to
 its end after its answer, so its connection can carry the next call), a server that never
 ends a stream neither holds its call's answer back nor stops the calls after it, and a
-session the server has ended answers each call with an error saying so."""
+session the server has ended answers each call with an error saying so; a redirect is
+followed only on the server's own origin."""
 
 from __future__ import annotations
 
@@ -79,3 +80,25 @@ def test_a_session_the_server_ended_is_said_to_be_ended() -> None:
         answers, _ = _session(at, ["expired", "whoami"])
     assert answers[0]["error"]["message"] == "Session terminated"
     assert _text(answers[1]).startswith("you sent")
+
+
+def test_a_redirect_on_the_servers_own_origin_is_followed() -> None:
+    with hostile_remote() as at:
+        answers, _ = _session(at, ["moved"])
+    assert _text(answers[0]).startswith("you sent")
+
+
+def test_a_redirect_to_another_host_is_not_followed_and_says_where() -> None:
+    with hostile_remote() as at:
+        answers, _ = _session(at, ["away", "whoami"])
+    assert "redirect to http://127.0.0.2:9/mcp not followed" in answers[0]["error"]["message"]
+    assert _text(answers[1]).startswith("you sent")  # the session goes on
+
+
+def test_control_without_following_a_redirect_on_the_same_origin_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(remote_wire, "_moved", lambda response: None)
+    with hostile_remote() as at:
+        answers, _ = _session(at, ["moved"])
+    assert "not followed" in answers[0]["error"]["message"]

@@ -10,8 +10,10 @@ accepted), and ``flood`` with an ``application/json`` body that does not end (un
 reader hangs up, or 96 MiB), recording how many bytes it got out. ``streamed`` answers in
 an event stream (a notification, then the answer, then its end, each written apart);
 ``lingering`` too, but never ends the stream (until the reader hangs up); ``expired`` with a
-404, as a server answers in a session it has ended. ``initialize`` opens a session (an
-``mcp-session-id``); it counts the connections it was reached on.
+404, as a server answers in a session it has ended; ``moved`` is redirected (307) to
+another path of the server, where it is ``whoami``, and ``away`` to another host.
+``initialize`` opens a session (an ``mcp-session-id``); it counts the connections it was
+reached on.
 """
 
 from __future__ import annotations
@@ -70,6 +72,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(202, b"", "application/json")
             return
         name = (message.get("params") or {}).get("name")
+        if name in ("moved", "away") and self.path == "/mcp":
+            there = "/mcp/moved" if name == "moved" else "http://127.0.0.2:9/mcp"
+            self.send_response(307)
+            self.send_header("location", there)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if name == "moved":
+            name = "whoami"
         if message["method"] == "tools/call" and name == "flood":
             self._flood(message["id"])
             return
