@@ -9,6 +9,9 @@ ironcurtain: ``ironcurtain run --server far`` (a ``url`` entry) spoken to over s
 JSON lines, as ``bench.py calls`` speaks to a local server; ironcurtain then reaches the
 server over HTTP itself. Calls alternate A and B after a warm-up; the added time is what
 ironcurtain's hop, gate and HTTP client cost.
+
+``BENCH_REMOTE_BEFORE=/path/to/other/checkout/.venv/bin/ironcurtain`` adds another
+ironcurtain (an earlier version, say) to the same alternation, to compare the two in one run.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def serve(port: int) -> None:
         """Say the text back."""
         return text
 
-    uvicorn.run(mcp.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning")
+    # Connections kept alive through the start of every peer (uvicorn closes an idle one after
+    # 5 s by default, before the first timed call).
+    app = mcp.streamable_http_app()
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=300)
 
 
 class DirectHttp:
@@ -97,7 +103,8 @@ class DirectHttp:
 
 class SdkHttp:
     """The remote server through the ``mcp`` SDK's own streamable-HTTP client (what
-    ironcurtain reaches it with), on an event loop of its own thread; each call timed in
+    ironcurtain reached it with before it spoke the transport itself), on an event loop of
+    its own thread; each call timed in
     that loop, so the hop between threads is not counted."""
 
     def __init__(self, url: str) -> None:
@@ -174,13 +181,16 @@ def bench_remote(quick: bool) -> str:
     config.write_text(json.dumps({"mcpServers": {"far": entry}}))
     policy = write_raw_policy(Path(scratch.root) / "policy", {"far": {"echo": ["text"]}})
     argv = scratch.run_argv("--config", str(config), "--policy-dir", str(policy))
+    before = os.environ.get("BENCH_REMOTE_BEFORE")
     peers: list[DirectHttp | SdkHttp | Peer] = []
     try:
         peers.append(DirectHttp(port))
         peers.append(Peer([*argv, "--server", "far"], scratch.env()))
         peers.append(SdkHttp(entry["url"]))
+        if before:
+            peers.append(Peer([before, *argv[1:], "--server", "far"], scratch.env()))
         print(f"per remote call, {calls} calls each, alternating, after {warm} warm-up calls")
-        times: list[list[float]] = [[], [], []]
+        times: list[list[float]] = [[] for _ in peers]
         arguments: dict[str, object] = {"text": "hello"}
         for i in range(warm + calls):
             took = [peer.call("echo", arguments) for peer in peers]
@@ -193,11 +203,14 @@ def bench_remote(quick: bool) -> str:
         server.terminate()
         server.wait(10)
         scratch.remove()
-    a, b, sdk = times
+    a, b, sdk = times[:3]
     label = "remote echo (direct = HTTP from a raw socket; ironcurtain over stdio, then HTTP)"
     med, p99 = compare(label, a, b)
-    compare("the same direct through the mcp SDK's client (what ironcurtain reaches it with)",
+    compare("the same direct through the mcp SDK's client (a client library's own cost)",
             a, sdk, ("raw socket", "SDK client"))  # fmt: skip
+    if before:
+        compare(f"the same through {before} (before) and this ironcurtain (after)",
+                times[3], b, ("before", "after"))  # fmt: skip
     ratio = statistics.median(b) / statistics.median(a)
     return f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 ({ratio:.2f}x direct HTTP)"
 

@@ -234,8 +234,11 @@ class RemoteConnection(ServerConnection):
     async def _carry(self, ready: asyncio.Future[None]) -> None:
         """The transport's whole life: open, carry messages both ways, close."""
         try:
+            if self.target.transport != SSE:
+                await self._carry_wire(ready)
+                return
             async with contextlib.AsyncExitStack() as stack:
-                streams = await stack.enter_async_context(self._transport(stack))
+                streams = await stack.enter_async_context(self._transport())
                 ready.set_result(None)
                 await self._pump(*streams)
         except BaseException as exc:
@@ -247,20 +250,56 @@ class RemoteConnection(ServerConnection):
         finally:
             self._ended()
 
-    def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
-        if self.target.transport == SSE:
-            from mcp.client.sse import sse_client
+    def _transport(self) -> Any:
+        """The legacy SSE transport (the ``mcp`` SDK's client)."""
+        from mcp.client.sse import sse_client
 
-            return sse_client(
-                self.target.url,
-                headers=dict(self.target.headers),
-                httpx_client_factory=self._sse_http,
-            )
-        from mcp.client.streamable_http import streamable_http_client
+        return sse_client(
+            self.target.url,
+            headers=dict(self.target.headers),
+            httpx_client_factory=self._sse_http,
+        )
 
-        http = self._http()
-        stack.push_async_callback(http.aclose)
-        return streamable_http_client(self.target.url, http_client=http)
+    async def _carry_wire(self, ready: asyncio.Future[None]) -> None:
+        """Streamable HTTP (:mod:`launcher.servers.remote_wire`): each message sent in
+        order, each the server sends dispatched, until the connection closes or fails."""
+        from launcher.servers.remote_wire import Wire
+
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def failed(exc: BaseException) -> None:
+            if not ended.done():
+                ended.set_result(exc)
+
+        async with self._http() as http:
+            wire = Wire(self.target.url, http, self._arrived, self._said, failed)
+            ready.set_result(None)
+            sending = asyncio.create_task(self._send_all(wire))
+            closing = asyncio.create_task(self._closing.wait())
+            try:
+                waiting: list[asyncio.Future[Any]] = [sending, closing, ended]
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sending.cancel()
+                closing.cancel()
+                await wire.close(CLOSE_GRACE)
+        problem = ended.result() if ended.done() else None
+        if problem is not None:
+            raise problem
+
+    async def _send_all(self, wire: Any) -> None:
+        while True:
+            message = await self._outbox.get()
+            await wire.send(message, era_headers(message, self._version()))
+
+    def _arrived(self, message: Message) -> None:
+        self._dispatch(self.hide(message))
+
+    def _said(self, line: str) -> None:
+        from launcher.shared.shown import visible
+
+        text = visible(" ".join(self.hide(line).split()), one_line=True)
+        print(f"ironcurtain: remote: {text}", file=sys.stderr, flush=True)
 
     async def _pump(self, read: Any, write: Any) -> None:
         import anyio

@@ -19,7 +19,7 @@ import pytest
 from launcher.host.launch_spec import LaunchSpec
 from launcher.plan.config_schema import SecretConfig, ServerConfig
 from launcher.plan.remote_plan import RemoteTarget, target_of
-from launcher.servers import remote
+from launcher.servers import remote, remote_wire
 from launcher.servers.remote import RemoteConnection
 from launcher.shared.jsonrpc import TOOL, Message
 from tests.support.cli import ironcurtain
@@ -32,7 +32,7 @@ TOKEN = "tok-9c4e1f7a2b3d5e6f-upstream"  # matched by no detector: only knowing 
 API_KEY = "key-51aa07c3d9e8f2b4-from-file"
 QUERY_KEY = "q&k=/7d2c#e9f0a1b8?"  # characters a URL query would otherwise split at
 VALUES = (TOKEN, API_KEY, QUERY_KEY)
-TOOLS = {"far": {"mirror": [], "whoami": ["note"], "moved": []}}
+TOOLS = {"far": {"mirror": [], "whoami": ["note"], "elsewhere": []}}
 
 
 def _entry(user: Home, url: str) -> dict[str, Any]:
@@ -191,18 +191,22 @@ def _called(target: RemoteTarget, tool: str) -> tuple[Message | BaseException, l
     return asyncio.run(scenario()), handed
 
 
+def _any_redirect(response: Any) -> str | None:
+    """Where a 307 or 308 goes, whatever its origin (what the check refuses)."""
+    location = response.headers.get("location")
+    if response.status_code not in (307, 308) or not location:
+        return None
+    return str(response.request.url.join(location))
+
+
 def _redirected(monkeypatch: pytest.MonkeyPatch | None) -> Hostile:
-    """``moved`` called on one hostile server, which redirects it to another (a port of its
+    """``elsewhere`` called on one hostile server, which redirects it to another (a port of its
     own: another origin); that other server, with what reached it."""
     with hostile_remote() as elsewhere, hostile_remote() as at:
         at.seen.moved_to = elsewhere.url
         if monkeypatch is not None:  # the control: any redirect followed
-            from mcp.shared import _httpx_utils
-
-            monkeypatch.setattr(
-                _httpx_utils, "next_request_within_origin", lambda r: r.next_request
-            )
-        _called(_target(at), "moved")
+            monkeypatch.setattr(remote_wire, "_moved", _any_redirect)
+        _called(_target(at), "elsewhere")
         assert at.seen.headers[-1]["X-Api-Key"] == API_KEY  # sent to the entry's own origin
         return elsewhere
 
