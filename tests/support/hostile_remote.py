@@ -43,7 +43,7 @@ TOOLS = [
         "elsewhere",
         "streamed",
         "lingering",
-    )  # fmt: skip
+    )
 ]
 SESSION = "hostile-session-1"
 CHUNK = b" " * 65536
