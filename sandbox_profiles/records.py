@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from _thread import allocate_lock, get_ident
+from _thread import RLock, get_ident
 from collections.abc import Callable
 from operator import attrgetter
 from typing import Any, TypeVar, dataclass_transform, overload
@@ -119,7 +119,9 @@ _SHARE_GUARDS = (
     and _STOCK_GUARDS is not None
     and _STOCK_GUARDS.__code__.co_varnames[:3] == ("cls", "fields", "globals")
 )
-_GUARDS_SWAP = allocate_lock()
+# Reentrant: a record made while another is cannot deadlock (the stock guards may then be
+# back for the outer one: the same behaviour, compiled).
+_GUARDS_SWAP = RLock()
 
 
 def _dataclass(cls: type[_T], frozen: bool, kw_only: bool, slots: bool) -> Any:
