@@ -211,3 +211,6 @@ def test_frozen_guards_are_not_compiled_for_each_class() -> None:
         pytest.skip("dataclasses makes the guards its own way here")
     assert first.__setattr__.__code__ is second.__setattr__.__code__
     assert first.__delattr__.__code__ is second.__delattr__.__code__
+    # and dataclass itself is left as it was: a class it makes has guards of its own
+    _, theirs = _pair(True)
+    assert theirs.__setattr__.__code__ is not first.__setattr__.__code__
