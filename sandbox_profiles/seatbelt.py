@@ -19,11 +19,12 @@ The private ``/tmp`` is the directory passed as ``-D TMPDIR=...`` to ``sandbox-e
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from sandbox_profiles.autorun import PROTECTED_PATTERNS, PROTECTED_SUFFIXES
 from sandbox_profiles.model import Mount, SandboxProfile
 from sandbox_profiles.profile import ALWAYS_PROTECTED_NAMES, EGRESS_SOCKET, PROXY_PORT
+from sandbox_profiles.records import mutable
 from sandbox_profiles.ways import PINNED, is_under
 
 # What any macOS program needs to start: the dyld shared cache, frameworks, system libraries.
@@ -132,7 +133,7 @@ def _escape(text: str) -> str:
     return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
-@dataclass
+@mutable
 class _RuleSets:
     """A profile's mounts sorted by the rule each becomes."""
 

@@ -12,17 +12,18 @@ from __future__ import annotations
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import MISSING, dataclass
+from dataclasses import MISSING
 from functools import cache
 from typing import Literal
 
 from launcher.plan.run_options import RunOptions
+from sandbox_profiles.records import frozen
 
 # What an option takes: a word, a number, a word and it is repeatable, or nothing.
 Kind = Literal["str", "int", "float", "many", "flag"]
 
 
-@dataclass(frozen=True)
+@frozen
 class Flag:
     """One option of ``run``."""
 

@@ -6,7 +6,6 @@ brokered secrets); its key never leaves the trusted process's memory."""
 from __future__ import annotations
 
 import contextlib
-import datetime
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import ssl
 
-LIFETIME = datetime.timedelta(days=2)
+LIFETIME_DAYS = 2  # how long its certificates are valid
 
 
 def name_constraints(hosts: Sequence[str]) -> Any:
@@ -56,6 +55,8 @@ class SessionCA:
     signed, is refused. None: unconstrained."""
 
     def __init__(self, server: str, hosts: Sequence[str] | None = None) -> None:
+        import datetime  # here: only a certificate made needs the dates
+
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -74,7 +75,7 @@ class SessionCA:
             .public_key(self._key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + LIFETIME)
+            .not_valid_after(now + datetime.timedelta(days=LIFETIME_DAYS))
             .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
             .add_extension(
                 x509.KeyUsage(False, False, False, False, False, True, True, False, False),
@@ -100,6 +101,7 @@ class SessionCA:
         return self._contexts[names]
 
     def _make_context(self, hosts: tuple[str, ...]) -> ssl.SSLContext:
+        import datetime  # here: only a certificate made needs the dates
         import ipaddress
 
         from cryptography import x509
@@ -125,7 +127,7 @@ class SessionCA:
             .public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + LIFETIME)
+            .not_valid_after(now + datetime.timedelta(days=LIFETIME_DAYS))
             .add_extension(x509.SubjectAlternativeName(alt), critical=False)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(

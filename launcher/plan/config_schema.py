@@ -9,7 +9,6 @@ import re
 from dataclasses import field
 from typing import Annotated, Literal
 
-from policy.argument_scan import DETECTOR_NAMES
 from policy.schema import pyd
 from sandbox_profiles.records import frozen
 
@@ -273,6 +272,10 @@ class AuthConfig:
 
 
 def _detectors(value: list[str]) -> list[str]:
+    # Imported here: the scan's detectors are loaded after a session's servers start, not
+    # before (a config that names none does not need them to be read).
+    from policy.argument_scan import DETECTOR_NAMES
+
     for name in value:
         if name not in DETECTOR_NAMES:
             raise ValueError(f"{name!r} is not a detector (one of: {', '.join(DETECTOR_NAMES)})")

@@ -3,11 +3,11 @@ command line can read them before anything that plans a session is loaded."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sandbox_profiles.records import frozen
 
 
-# A plain dataclass: this module loads nothing else (not even sandbox_profiles.records).
-@dataclass(frozen=True)
+# sandbox_profiles.records loads only the standard library: this module stays light.
+@frozen
 class RunOptions:
     """The options of ``ironcurtain run`` (and of the commands that plan as it does)."""
 

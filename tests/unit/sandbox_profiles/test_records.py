@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import pickle
+import sys
 from dataclasses import field
 from typing import Any, ClassVar
 
@@ -165,3 +166,51 @@ def test_a_repr_that_meets_the_same_object_again_stops_there() -> None:
     plain.children.append(plain)
     assert ours == repr(plain).replace("Plain", "Node")
     assert ours.endswith(".<locals>.Node(name='root', children=[...])")
+
+
+def _attempts(obj: Any) -> list[str]:
+    """What each way of changing ``obj`` after it is made does: its outcome, in words."""
+    outcomes = []
+    for what, name in itertools.product(("set", "del"), ("x", "y", "fresh", "own")):
+        try:
+            if what == "set":
+                setattr(obj, name, 7)
+            else:
+                delattr(obj, name)
+            outcomes.append(f"{what} {name}: done")
+        except Exception as exc:
+            outcomes.append(f"{what} {name}: {type(exc).__name__}: {exc}")
+    return outcomes
+
+
+@pytest.mark.parametrize(
+    "options", [{}, {"slots": True}, {"kw_only": True}], ids=["plain", "slots", "kw_only"]
+)
+@pytest.mark.parametrize("sub", [False, True], ids=["the-class", "a-plain-subclass"])
+def test_a_frozen_class_refuses_every_change_as_dataclass_s_does(
+    options: dict[str, Any], sub: bool
+) -> None:
+    # Fields set, deleted, a new attribute added, on the class and on a plain subclass
+    # (where a new attribute may be added): each outcome, error message included, is the
+    # one the same class made by dataclass(frozen=True) gives.
+    ours, theirs = _pair(True, **options)
+    results = []
+    for cls in (ours, theirs):
+        made = type("Sub", (cls,), {}) if sub and not options.get("slots") else cls
+        obj = made(x=1) if options.get("kw_only") else made(1)
+        results.append(_attempts(obj))
+    assert results[0] == results[1]
+    assert any("FrozenInstanceError: cannot assign to field 'x'" in r for r in results[0])
+
+
+def test_frozen_guards_are_not_compiled_for_each_class() -> None:
+    # Two frozen classes share their guards' code (closures), where dataclasses allows it.
+    first, _ = _pair(True)
+    second, _ = _pair(True, kw_only=True)
+    if sys.version_info >= (3, 13):
+        pytest.skip("dataclasses makes the guards its own way here")
+    assert first.__setattr__.__code__ is second.__setattr__.__code__
+    assert first.__delattr__.__code__ is second.__delattr__.__code__
+    # and dataclass itself is left as it was: a class it makes has guards of its own
+    _, theirs = _pair(True)
+    assert theirs.__setattr__.__code__ is not first.__setattr__.__code__
