@@ -204,10 +204,7 @@ class EgressProxy:
         except Exception as exc:  # a request nothing above foresaw: refused, and said
             await self._answer(writer, _Refused(400, f"malformed request ({exc!r})"))
         finally:
-            writer.close()
-            # Closed before the loop can end: a stopped proxy leaves no socket behind.
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT)
+            await _closed(writer)
             if task is not None:
                 self._tasks.discard(task)
 
@@ -258,7 +255,7 @@ class EgressProxy:
             # request to another host cannot ride on this checked connection.
             await _copy(up_reader, writer)
         finally:
-            up_writer.close()
+            await _closed(up_writer)
 
     async def _open(
         self, host: str, port: int
@@ -327,6 +324,14 @@ class EgressProxy:
 
     def _refuse(self, host: str, port: int, reason: str, status: int = 403) -> NoReturn:
         raise _Refused(status, reason, host, port)
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """``writer`` closed, and given ``CLOSE_WAIT`` seconds to be: closed before the loop can
+    end, so a stopped proxy leaves no socket behind."""
+    writer.close()
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(writer.wait_closed(), CLOSE_WAIT)
 
 
 def of_this_machine(address: str) -> bool:

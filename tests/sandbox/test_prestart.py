@@ -226,7 +226,10 @@ def test_a_client_that_leaves_during_start_up_ends_the_session(user: Home) -> No
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, 9)
-            proc.wait()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     assert proc.returncode == 0, err
     assert b"the client closed its input before the servers were ready" in err
     _gone, alive = psutil.wait_procs(_sleeping(seconds), timeout=5)

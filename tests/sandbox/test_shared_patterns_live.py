@@ -77,11 +77,9 @@ def instances(
                 served.append(stack.enter_context(serving(user, *args, *options)))
             yield stack.enter_context(haproxy(user.root, [s.port for s in served])), served, audits
     finally:
-        for one in served:
-            assert one.proc.stderr
+        for one in served:  # each one's whole stderr, its block over
             if said is not None:
-                said.append(one.stderr + one.proc.stderr.readlines())
-            one.proc.stderr.close()
+                said.append(one.stderr)
 
 
 def env(name: str) -> dict[str, Any]:

@@ -187,14 +187,7 @@ def test_redis_lost_escalations_denied_approvals_not_taken_said_once_nothing_cra
         assert result.get("isError") is True and result["resultType"] == "complete"
         assert "shared state" in result["content"][0]["text"]
     assert [c["tool"] for c in calls(user, 2)] == ["read_path"]
-    said = [
-        [line for line in s.stderr + s.proc.stderr.readlines() if line.startswith(LOST)]
-        for s in served
-        if s.proc.stderr
-    ]
-    for s in served:
-        if s.proc.stderr:
-            s.proc.stderr.close()
+    said = [[line for line in s.stderr if line.startswith(LOST)] for s in served]
     assert [len(lines) for lines in said] == [1, 1], said
     assert "lost (" in said[0][0] and "escalations are denied" in said[0][0]
     assert sorted(e for _, e in where(audits, "env_value")) == ["state-unavailable"] * 4

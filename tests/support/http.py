@@ -52,10 +52,13 @@ def serving(user: Home, *args: str, env: dict[str, str] | None = None) -> Iterat
     finally:
         proc.terminate()
         try:
-            proc.communicate(timeout=15)  # what it said after ready read, its pipe closed
+            _, rest = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:
             proc.kill()
-            proc.communicate()
+            _, rest = proc.communicate()
+        # Everything it said is in ``said`` (``Served.stderr``) once the block is over; its
+        # pipe is closed.
+        said.extend((rest or "").splitlines(keepends=True))
 
 
 def probe_args(user: Home, **asks: str) -> list[str]:
