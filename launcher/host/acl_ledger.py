@@ -125,9 +125,14 @@ def _locked(directory: Path) -> Iterator[None]:
         except FileNotFoundError:
             continue  # removed by the start that held the lock, once empty
         except FileExistsError:
-            if os.path.lexists(directory) and not os.path.isdir(directory):
+            # One look (two could see the directory there, then gone: not a directory).
+            try:
+                there = os.lstat(directory)
+            except FileNotFoundError:
+                continue  # there, then removed by the start that held the lock
+            if not stat.S_ISDIR(there.st_mode):
                 raise  # something else by that name: never waited for
-            continue  # there, then removed by the start that held the lock
+            continue
         fcntl.flock(fd, fcntl.LOCK_EX)
         st = os.fstat(fd)
         if st.st_uid != os.geteuid():
