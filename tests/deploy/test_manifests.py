@@ -266,8 +266,6 @@ def test_the_gateway_is_given_only_options_it_knows() -> None:
     arguments = _gateway(find(resources(), "Deployment", SANDBOXED[0]))["args"]
     assert arguments[0] == "run"
     flags = [a for a in arguments if a.startswith("--")]
-    if "--state" not in BY_FLAG:
-        pytest.skip("this checkout's gateway has no --state option (shared state) yet")
     assert [f for f in flags if f not in BY_FLAG] == []
     assert "--oidc-issuer" in flags and "--oidc-require" in flags
     # Listening beyond loopback, only with the public URL the Host is checked against.

@@ -25,7 +25,6 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 
-from launcher.cli.run_flags import BY_FLAG
 from tests.deploy.manifests import (
     SECRET_EXAMPLE,
     Doc,
@@ -163,8 +162,6 @@ def _until(what: str, done: Callable[[], bool]) -> None:
 def running(pod: Pod, *more: str) -> Iterator[subprocess.Popen[str]]:
     """Redis and the gateway (with ``more`` options after the Deployment's), until the
     readiness probe says the pod is ready; the gateway's process is given to the test."""
-    if "--state" not in BY_FLAG:
-        pytest.skip("this checkout's gateway has no --state option (shared state) yet")
     argv, env = pod.doctor_argv()  # the init container: can this node sandbox?
     checked = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=WAIT)
     assert checked.returncode == 0, checked.stdout + checked.stderr

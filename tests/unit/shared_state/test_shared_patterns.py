@@ -24,6 +24,7 @@ from launcher.shared_state.redis_store import RedisState, connect
 from launcher.shared_state.store import SharedState, StateLost, scope_of
 from policy.decision import Decision
 from policy.patterns import CallShape, Pattern, offered
+from tests.support.marks import lacks
 from tests.support.shared_state import Redis, needs_redis, redis_server
 
 ASK = Decision("escalate", "ask-elsewhere", "a write elsewhere needs a human")
@@ -55,7 +56,7 @@ def state(request: pytest.FixtureRequest) -> Iterator[SharedState]:
         yield MemoryState()
         return
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
+        lacks("redis-server is not installed (Debian's redis-server package)")
     server: Redis = request.getfixturevalue("store")
     kept = connect(server.url, lambda line: None)
     yield kept

@@ -22,6 +22,7 @@ from launcher.transports.http.endpoint import CALLER_REQUESTS, HttpEndpoint
 from policy.decision import Decision
 from tests.support.cli import ironcurtain
 from tests.support.home import Home
+from tests.support.marks import lacks
 from tests.support.shared_state import Redis, needs_redis, redis_server
 
 
@@ -37,7 +38,7 @@ def state(request: pytest.FixtureRequest) -> Iterator[SharedState]:
         yield MemoryState()
         return
     if shutil.which("redis-server") is None:
-        pytest.skip("redis-server is not installed")
+        lacks("redis-server is not installed (Debian's redis-server package)")
     server: Redis = request.getfixturevalue("redis")
     emptied = connect(server.url, lambda line: None)
     emptied._client.flushdb()  # its sealing key too: the store that counts connects after
