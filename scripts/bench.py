@@ -77,7 +77,7 @@ import bench_remote as remotes
 import bench_shared as shareds
 import bench_start as starting
 import bench_telemetry as telemetries
-from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, compare, cpu_seconds, ms
+from benchlib import BIN, ROOT, HttpPeer, Peer, Scratch, alternate, compare, cpu_seconds, ms
 
 GOALS = {
     "calls": (
@@ -218,7 +218,7 @@ def bench_http(quick: bool) -> None:
     stdio, http = Peer(argv, env), HttpPeer(argv, env)
     lib: HttpPeer | None = None
     try:
-        a, b = _alternate(
+        a, b = alternate(
             lambda: stdio.call("get_current_time", args),
             lambda: http.call("get_current_time", args),
             calls,
@@ -229,7 +229,7 @@ def bench_http(quick: bool) -> None:
         # What a client library's own work adds: Python's http.client against the raw
         # socket, each on a session of its own, alternating as above.
         lib = HttpPeer(argv, env)
-        a, b = _alternate(
+        a, b = alternate(
             partial(http.call, "get_current_time", args),
             partial(lib.call_stdlib, "get_current_time", args),
             calls,
@@ -246,20 +246,6 @@ def bench_http(quick: bool) -> None:
         f"+{med * 1000:.3f} ms median, +{p99 * 1000:.3f} ms p99 over stdio "
         f"(http.client adds +{client * 1000:.3f} ms of its own)"
     )
-
-
-def _alternate(
-    first: Callable[[], float], second: Callable[[], float], calls: int, warm: int
-) -> tuple[list[float], list[float]]:
-    """Each one's round-trip times, called by turns after ``warm`` turns uncounted."""
-    a: list[float] = []
-    b: list[float] = []
-    for i in range(warm + calls):
-        x, y = first(), second()
-        if i >= warm:
-            a.append(x)
-            b.append(y)
-    return a, b
 
 
 def bench_output(quick: bool) -> None:

@@ -21,12 +21,11 @@ import ssl
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from benchlib import compare, ms
+from benchlib import alternate, compare, ms
 
 from launcher.host.session_ca import SessionCA
 from launcher.plan.secrets_plan import Brokered, new_sentinel
@@ -190,7 +189,7 @@ def bench_broker(quick: bool) -> str:
         try:
             print(f"a brokered request vs the plain tunnel, kept alive, {calls} each, alternating")
             brokered, plain = setup.connect("brokered", names[0]), setup.connect("plain", names[0])
-            a, b = _alternate(plain.call, brokered.call, calls, warm)
+            a, b = alternate(plain.call, brokered.call, calls, warm)
             brokered.close()
             plain.close()
             med, _ = compare("GET /user, 440 B answer", a, b, ("plain tunnel", "brokered"))
@@ -220,22 +219,9 @@ def _first_connections(setup: _Setup, fresh: Any, count: int) -> float:
     for _ in range(2):  # warm-up: imports, the first contexts
         once("plain")
         once("brokered")
-    a, b = _alternate(lambda: once("plain"), lambda: once("brokered"), count, 0)
+    a, b = alternate(lambda: once("plain"), lambda: once("brokered"), count, 0)
     med, _ = compare("first connection", a, b, ("plain tunnel", "brokered"))
     return med
-
-
-def _alternate(
-    first: Callable[[], float], second: Callable[[], float], calls: int, warm: int
-) -> tuple[list[float], list[float]]:
-    a: list[float] = []
-    b: list[float] = []
-    for i in range(warm + calls):
-        x, y = first(), second()
-        if i >= warm:
-            a.append(x)
-            b.append(y)
-    return a, b
 
 
 def bench_arguments(quick: bool) -> str:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -352,3 +352,17 @@ def compare(
         f"ratio {med_b / med_a:.2f}x"
     )
     return med_b - med_a, p99_b - p99_a
+
+
+def alternate(
+    first: Callable[[], float], second: Callable[[], float], calls: int, warm: int
+) -> tuple[list[float], list[float]]:
+    """Each one's round-trip times, called by turns after ``warm`` turns uncounted."""
+    a: list[float] = []
+    b: list[float] = []
+    for i in range(warm + calls):
+        x, y = first(), second()
+        if i >= warm:
+            a.append(x)
+            b.append(y)
+    return a, b
